@@ -1,0 +1,52 @@
+"""One exception hierarchy for sphdist.
+
+Every error a user can cause derives from :class:`SphdistError` and from the builtin that
+describes it best, so ``except ValueError`` keeps working for callers that do not know sphdist
+(the pattern of ``zarr.errors``). Messages name the offending file, value or document and say how
+to resolve the problem; the CLI prints them as one line and exits non-zero.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "SphdistError",
+    "InputNotFoundError",
+    "CorpusFormatError",
+    "ModelFormatError",
+    "CheckpointMismatchError",
+    "OutputExistsError",
+    "ParameterError",
+    "DataError",
+]
+
+
+class SphdistError(Exception):
+    """Base class of every error sphdist raises on purpose."""
+
+
+class InputNotFoundError(SphdistError, FileNotFoundError):
+    """An input path (archive, corpus, model, data home) does not exist."""
+
+
+class CorpusFormatError(SphdistError, ValueError):
+    """A path is not a sphdist corpus (or dense array) this version can read."""
+
+
+class ModelFormatError(SphdistError, ValueError):
+    """A path is not a complete sphdist model / checkpoint this version can read."""
+
+
+class CheckpointMismatchError(SphdistError, ValueError):
+    """``--resume`` found a checkpoint written for another corpus or other parameters."""
+
+
+class OutputExistsError(SphdistError, FileExistsError):
+    """An output path exists and overwriting it was not requested."""
+
+
+class ParameterError(SphdistError, ValueError):
+    """A parameter value is out of its documented range."""
+
+
+class DataError(SphdistError, ValueError):
+    """Input data violates a precondition (NaN or Inf values, no documents, no labels)."""
