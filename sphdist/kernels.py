@@ -1,0 +1,327 @@
+r"""NumPy/SciPy kernels of Spherical PCA on one chunk of documents, and on the driver.
+
+Pure functions of in-memory arrays; nothing here imports dask or zarr. The papers' orientation
+is used throughout: a chunk ``X_c`` has shape (m features, n_c documents), ``U`` (m, r),
+``V_c`` (r, n_c). Symbols follow Liu et al. (2019), *Spherical Principal Component Analysis*,
+SIAM SDM (``../shared/seeds/000_f9330fd720f25aba.txt``):
+
+* model ``min ||X - UV||_F^2`` s.t. ``U^T U = I``, ``||v_j||_2 = 1`` (Eq. 2.3-2.4);
+* U-step (Eq. 3.11): ``M = 2 (X - U_k V_k) V_k^T + mu U_k``, ``U_{k+1} = Y Z^T`` with
+  ``[Y, S, Z] = svd(M)`` (Lemma 1, the polar factor of M);
+* V-step (Eq. 3.12): ``q = 2 U_{k+1}^T x_j + (lam - 2) v_j``, ``v_j = q / ||q||_2``.
+
+The distributed solver evaluates the V-step of one iteration and the partial products the next
+U-step needs, ``X_c V_c^T`` (m, r) and ``V_c V_c^T`` (r, r), in one pass over ``X_c``
+(:func:`pass_chunk`), then sums the partials with :func:`partials_combine` /
+:func:`partials_agg` in a tree (the ``<op>_chunk`` / ``_combine`` / ``_agg`` triple of
+``dask.array.reduction``).
+
+Since ``U^T U = I`` and every ``||v_j|| = 1``, ``||UV||_F^2 = n`` and the objective needs no
+extra pass (:func:`objective`)::
+
+    ||X - UV||_F^2 = ||X||_F^2 - 2 <U, X V^T> + n.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import scipy.linalg
+import scipy.sparse as sp
+
+__all__ = [
+    "polar_factor",
+    "u_step",
+    "v_step",
+    "pass_chunk",
+    "project_chunk",
+    "partials_chunk",
+    "partials_combine",
+    "partials_agg",
+    "objective",
+    "lipschitz_constant",
+    "random_orthonormal",
+]
+
+#: ``||q||_2`` at or below this is treated as zero (an empty document): the column is kept.
+_TINY = np.finfo(np.float64).tiny
+
+
+def polar_factor(M: np.ndarray) -> np.ndarray:
+    """Orthonormal polar factor of M: ``argmax_{U^T U = I} trace(U^T M)``.
+
+    Parameters
+    ----------
+    M : ndarray of shape (m, r), float64
+        With m >= r.
+
+    Returns
+    -------
+    ndarray of shape (m, r), float64
+        ``Y Z^T`` where ``M = Y S Z^T`` is the thin SVD (Liu et al. 2019, Lemma 1 and
+        Eq. 3.11). Orthonormal columns.
+
+    Notes
+    -----
+    Cost O(m r^2) time and O(m r) memory; it runs on the driver.
+    """
+    Y, _, Zt = scipy.linalg.svd(M, full_matrices=False, lapack_driver="gesdd")
+    return Y @ Zt
+
+
+def u_step(
+    U: np.ndarray, XVt: np.ndarray, VVt: np.ndarray, mu: float | None
+) -> np.ndarray:
+    """The U-step of Algorithm 1: the new U from the reduced partial products.
+
+    Parameters
+    ----------
+    U : ndarray of shape (m, r), float64
+        Current U_k, orthonormal columns.
+    XVt : ndarray of shape (m, r), float64
+        ``X V_k^T``, summed over all chunks.
+    VVt : ndarray of shape (r, r), float64
+        ``V_k V_k^T``, summed over all chunks.
+    mu : float or None
+        Proximal parameter mu >= 0 of Eq. 3.11. ``None`` selects the exact block minimiser
+        ``polar(X V_k^T)``: on ``U^T U = I`` the objective is
+        ``||X||^2 - 2 trace(U^T X V^T) + ||V||^2``, linear in U, so its minimiser is the polar
+        factor of ``X V^T`` (Lemma 1).
+
+    Returns
+    -------
+    ndarray of shape (m, r), float64
+        ``U_{k+1} = Y Z^T`` from ``svd(M)``, ``M = 2 (X V_k^T - U_k V_k V_k^T) + mu U_k``
+        (Liu et al. 2019, Eq. 3.11).
+    """
+    if mu is None:
+        return polar_factor(XVt)
+    M = 2.0 * (XVt - U @ VVt) + mu * U
+    return polar_factor(M)
+
+
+def v_step(
+    A: np.ndarray, V_prev: np.ndarray | None, lam: float
+) -> tuple[np.ndarray, np.ndarray]:
+    """The V-step of Algorithm 1 for a chunk of documents.
+
+    Parameters
+    ----------
+    A : ndarray of shape (r, n_c), float64
+        ``U_{k+1}^T X_c``.
+    V_prev : ndarray of shape (r, n_c), float64, or None
+        Current ``V_k`` columns (unit norm). ``None`` at initialisation, where the step is
+        ``v_j = normalise(U^T x_j)``.
+    lam : float
+        Proximal parameter lam >= 2 of Eq. 3.12.
+
+    Returns
+    -------
+    V : ndarray of shape (r, n_c), float64
+        ``v_j = q / ||q||_2`` with ``q = 2 A_j + (lam - 2) v_j`` (Liu et al. 2019, Eq. 3.12).
+        Every column has unit L2 norm.
+    degenerate : ndarray of shape (n_c,), bool
+        True where ``||q||_2 == 0`` (an empty document, or one orthogonal to span(U)); such a
+        column keeps ``V_prev``'s column, or ``e_1`` at initialisation, so it stays a defined
+        unit vector and never NaN.
+    """
+    q = 2.0 * A if V_prev is None else 2.0 * A + (lam - 2.0) * V_prev
+    norms = np.sqrt(np.einsum("ij,ij->j", q, q))
+    degenerate = norms <= _TINY
+    V = q / np.where(degenerate, 1.0, norms)
+    if degenerate.any():
+        if V_prev is None:
+            V[:, degenerate] = 0.0
+            V[0, degenerate] = 1.0
+        else:
+            V[:, degenerate] = V_prev[:, degenerate]
+    return V, degenerate
+
+
+def _sq_norm(X_c: Any) -> float:
+    if sp.issparse(X_c):
+        data = X_c.data
+        return float(data @ data)
+    return float(np.vdot(X_c, X_c).real)
+
+
+def pass_chunk(
+    X_c: Any, U: np.ndarray, V_prev: np.ndarray | None = None, *, lam: float = 2.0
+) -> dict[str, Any]:
+    """One read of a chunk: the V-step and the partials of the next U-step.
+
+    Parameters
+    ----------
+    X_c : scipy.sparse matrix or ndarray of shape (m, n_c), float64
+        Document columns of the chunk (CSC is the efficient sparse format).
+    U : ndarray of shape (m, r), float64
+        ``U_{k+1}``, orthonormal columns.
+    V_prev : ndarray of shape (r, n_c), float64, or None
+        ``V_k`` of the chunk; None at initialisation.
+    lam : float, default 2.0
+        Proximal parameter of Eq. 3.12.
+
+    Returns
+    -------
+    dict
+        ``"V"``: ndarray (r, n_c), the new ``V_{k+1}`` columns (Eq. 3.12);
+        ``"XVt"``: ndarray (m, r), ``X_c V_{k+1}^T``;
+        ``"VVt"``: ndarray (r, r), ``V_{k+1} V_{k+1}^T``;
+        ``"sq_norm_X"``: float, ``||X_c||_F^2``;
+        ``"dV_sq"``: float, ``||V_{k+1} - V_k||_F^2`` (0 at initialisation);
+        ``"n_degenerate"``: int, columns with ``q = 0`` (see :func:`v_step`).
+
+    Notes
+    -----
+    Two products with ``X_c`` (``X_c^T U`` and ``X_c V^T``), 4 nnz(X_c) r flops; memory
+    O(m r + r n_c) floats besides the chunk.
+    """
+    A = np.asarray(X_c.T @ U).T
+    V, degenerate = v_step(A, V_prev, lam)
+    dV_sq = 0.0 if V_prev is None else float(np.sum((V - V_prev) ** 2))
+    return {
+        "V": V,
+        "XVt": np.asarray(X_c @ V.T),
+        "VVt": V @ V.T,
+        "sq_norm_X": _sq_norm(X_c),
+        "dV_sq": dV_sq,
+        "n_degenerate": int(degenerate.sum()),
+    }
+
+
+def project_chunk(X_c: Any, Q: np.ndarray) -> dict[str, Any]:
+    """Partials of one subspace (power) iteration on ``X X^T`` for a chunk.
+
+    Parameters
+    ----------
+    X_c : scipy.sparse matrix or ndarray of shape (m, n_c), float64
+        Document columns of the chunk.
+    Q : ndarray of shape (m, k), float64
+        Current orthonormal basis.
+
+    Returns
+    -------
+    dict
+        ``"XVt"``: ndarray (m, k), ``X_c X_c^T Q``; ``"VVt"``: ndarray (k, k),
+        ``Q^T X_c X_c^T Q``; ``"sq_norm_X"``, ``"dV_sq"`` (0), ``"n_degenerate"`` (0), so
+        that the same reduction (:func:`partials_agg`) sums them.
+
+    Notes
+    -----
+    Summed over chunks these give one step of the randomized range finder (Halko et al.
+    2011, Alg. 4.4) and its Rayleigh-Ritz matrix, used for ``init="svd"`` (Sun et al. 2011,
+    step V0: U_0 = the leading left singular vectors of X).
+    """
+    B = np.asarray(X_c.T @ Q).T
+    return {
+        "XVt": np.asarray(X_c @ B.T),
+        "VVt": B @ B.T,
+        "sq_norm_X": _sq_norm(X_c),
+        "dV_sq": 0.0,
+        "n_degenerate": 0,
+    }
+
+
+_SUMMED = ("XVt", "VVt", "sq_norm_X", "dV_sq", "n_degenerate")
+
+
+def partials_chunk(part: dict[str, Any], axis: Any = None, keepdims: bool = False) -> dict:
+    """Keep the summable partials of a :func:`pass_chunk` result (drops ``"V"``)."""
+    return {key: part[key] for key in _SUMMED}
+
+
+def partials_combine(parts: Any, axis: Any = None, keepdims: bool = False) -> dict:
+    """Sum a (possibly nested) list of partials in list order.
+
+    The order is fixed by the reduction tree, not by task completion, so the sum is
+    bitwise reproducible.
+    """
+    flat: list[dict[str, Any]] = []
+    stack = [parts]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, dict):
+            flat.append(item)
+        else:
+            stack.extend(reversed(list(item)))
+    total = dict(flat[0])
+    for part in flat[1:]:
+        for key in _SUMMED:
+            total[key] = total[key] + part[key]
+    return total
+
+
+def partials_agg(parts: Any, axis: Any = None, keepdims: bool = False) -> dict:
+    """Final step of the tree sum: the same as :func:`partials_combine`."""
+    return partials_combine(parts)
+
+
+def objective(sq_norm_X: float, U: np.ndarray, XVt: np.ndarray, n: int) -> float:
+    """``||X - UV||_F^2`` from quantities the pass already has.
+
+    Parameters
+    ----------
+    sq_norm_X : float
+        ``||X||_F^2``.
+    U : ndarray of shape (m, r), float64
+        The U the V of ``XVt`` was computed with (orthonormal columns).
+    XVt : ndarray of shape (m, r), float64
+        ``X V^T`` summed over all chunks.
+    n : int
+        Number of documents (every column of V has unit norm).
+
+    Returns
+    -------
+    float
+        ``||X||_F^2 - 2 <U, X V^T> + n`` (Liu et al. 2019, Eq. 3.6 under the constraints of
+        Eq. 2.4), in squared feature units.
+    """
+    return float(sq_norm_X - 2.0 * np.vdot(U, XVt) + n)
+
+
+def lipschitz_constant(r: int, n: int, sq_norm_X: float) -> float:
+    """The Lipschitz bound L_c of Liu et al. (2019), Prop. 1, Eq. 4.15.
+
+    Parameters
+    ----------
+    r : int
+        Number of components.
+    n : int
+        Number of documents.
+    sq_norm_X : float
+        ``||X||_F^2``.
+
+    Returns
+    -------
+    float
+        ``2 (||U||_F^2 + ||V||_F^2 + ||U||_F ||V||_F + ||X||_F)`` with the constrained
+        ``||U||_F^2 = r`` and ``||V||_F^2 = n``.
+
+    Examples
+    --------
+    >>> round(lipschitz_constant(20, 200_000, 200_000.0))
+    404934
+    """
+    return 2.0 * (r + n + np.sqrt(r * n) + np.sqrt(sq_norm_X))
+
+
+def random_orthonormal(m: int, r: int, random_state: np.random.RandomState) -> np.ndarray:
+    """A random m x r matrix with orthonormal columns (Haar-distributed).
+
+    Parameters
+    ----------
+    m, r : int
+        Shape, with m >= r.
+    random_state : numpy.random.RandomState
+        Source of the Gaussian draws.
+
+    Returns
+    -------
+    ndarray of shape (m, r), float64
+        Q of the QR factorisation of a Gaussian matrix, column signs fixed so that
+        ``diag(R) > 0`` (which makes the distribution uniform on the Stiefel manifold).
+    """
+    G = random_state.standard_normal(size=(m, r))
+    Q, R = np.linalg.qr(G)
+    return Q * np.sign(np.where(np.diag(R) == 0, 1.0, np.diag(R)))
