@@ -19,8 +19,9 @@ per column chunk::
 Group attributes: ``sphdist = {"kind": "corpus", "format_version": 1}``, ``shape = [m, n]``,
 ``nnz``, ``chunk_boundaries`` (document offsets, ``[0, n_0, n_0 + n_1, ..., n]``),
 ``feature_scheme`` (``{"type": "hashing", "n_features": m, ...}`` or
-``{"type": "vocabulary", "n_features": m}``), ``tfidf`` (the weighting options), ``label_names``,
-``n_empty``, ``corpus_id`` (random, set at writing) and ``fingerprint`` (see :attr:`Corpus.fingerprint`).
+``{"type": "vocabulary", "n_features": m}``), ``tfidf`` (the weighting options),
+``label_names``, ``n_empty``, ``corpus_id`` (random, set at writing) and ``fingerprint``
+(sha256 of the other attributes and the idf).
 
 A dense 2-D zarr array of shape (n_samples, n_features) (numeric UCI-style data), or a group
 holding such an array ``X`` and optional integer labels ``y``, is accepted as input too
@@ -169,27 +170,27 @@ class Corpus:
 
     @property
     def idf(self) -> np.ndarray | None:
-        """ndarray of shape (m,), float64: idf weight per feature, or None."""
+        """Ndarray of shape (m,), float64: idf weight per feature, or None."""
         return self._optional("idf")
 
     @property
     def labels(self) -> np.ndarray | None:
-        """ndarray of shape (n,), int32: label code per document (-1: unknown), or None."""
+        """Ndarray of shape (n,), int32: label code per document (-1: unknown), or None."""
         return self._optional("labels")
 
     @property
     def doc_ids(self) -> np.ndarray:
-        """ndarray of shape (n,), str: document identifiers."""
+        """Ndarray of shape (n,), str: document identifiers."""
         return np.asarray(self._group["doc_ids"][:])
 
     @property
     def empty(self) -> np.ndarray:
-        """ndarray of shape (n,), bool: True where the document column is all zero."""
+        """Ndarray of shape (n,), bool: True where the document column is all zero."""
         return np.asarray(self._group["empty"][:])
 
     @property
     def vocabulary(self) -> np.ndarray | None:
-        """ndarray of shape (m,), str: feature names (vocabulary scheme), or None."""
+        """Ndarray of shape (m,), str: feature names (vocabulary scheme), or None."""
         return self._optional("vocabulary")
 
     # -- data -----------------------------------------------------------------------------
@@ -337,7 +338,7 @@ class DenseInput:
 
     @property
     def chunk_boundaries(self) -> np.ndarray:
-        """ndarray of shape (n_chunks + 1,), int64: sample offsets of the chunks."""
+        """Ndarray of shape (n_chunks + 1,), int64: sample offsets of the chunks."""
         return np.concatenate([[0], np.cumsum(self.chunks)]).astype(np.int64)
 
     @property
@@ -352,12 +353,12 @@ class DenseInput:
 
     @property
     def doc_ids(self) -> np.ndarray:
-        """ndarray of shape (n,), str: the sample indices as strings."""
+        """Ndarray of shape (n,), str: the sample indices as strings."""
         return np.arange(self.n_documents).astype(str)
 
     @property
     def empty(self) -> np.ndarray:
-        """ndarray of shape (n,), bool: True where a sample is all zero (computed)."""
+        """Ndarray of shape (n,), bool: True where a sample is all zero (computed)."""
         return ~np.asarray(self.to_dask().any(axis=0).compute())
 
     def to_dask(self) -> da.Array:

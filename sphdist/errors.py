@@ -14,6 +14,7 @@ __all__ = [
     "CorpusFormatError",
     "ModelFormatError",
     "CheckpointMismatchError",
+    "CorpusMismatchError",
     "OutputExistsError",
     "ParameterError",
     "DataError",
@@ -38,6 +39,10 @@ class ModelFormatError(SphdistError, ValueError):
 
 class CheckpointMismatchError(SphdistError, ValueError):
     """``--resume`` found a checkpoint written for another corpus or other parameters."""
+
+
+class CorpusMismatchError(SphdistError, ValueError):
+    """A model is used with a corpus other than the one it was fitted on."""
 
 
 class OutputExistsError(SphdistError, FileExistsError):

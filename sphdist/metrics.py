@@ -1,0 +1,119 @@
+"""Clustering quality of an embedding: accuracy under the best label matching, and NMI.
+
+The paper's evaluation (Liu et al. 2019, Sec. 5.2; the protocol of Xu, Liu and Gong 2003,
+ref. [24] there): run k-means on the embedded documents, then compare the clusters with the
+known labels by clustering accuracy (the fraction of documents correctly labelled after the
+best one-to-one mapping of clusters to labels, found by the Hungarian algorithm) and by
+normalized mutual information.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from scipy.optimize import linear_sum_assignment
+from sklearn.cluster import KMeans
+from sklearn.metrics import normalized_mutual_info_score
+from sklearn.metrics.cluster import contingency_matrix
+
+from .errors import DataError
+
+__all__ = ["clustering_accuracy", "normalized_mutual_info", "evaluate_embedding"]
+
+
+def clustering_accuracy(labels_true: Any, labels_pred: Any) -> float:
+    """Fraction of samples whose cluster maps to their label under the best matching.
+
+    Parameters
+    ----------
+    labels_true : array-like of shape (n,), int
+        Ground-truth labels.
+    labels_pred : array-like of shape (n,), int
+        Cluster assignments; the number of clusters may differ from the number of labels
+        (unmatched clusters count as errors).
+
+    Returns
+    -------
+    float
+        Accuracy, a fraction in [0, 1]: ``max_perm sum_i [true_i == perm(pred_i)] / n``, the
+        permutation found by ``scipy.optimize.linear_sum_assignment`` on the contingency table.
+
+    Raises
+    ------
+    ValueError
+        If the arrays differ in length.
+    """
+    C = contingency_matrix(labels_true, labels_pred)
+    rows, cols = linear_sum_assignment(C, maximize=True)
+    return float(C[rows, cols].sum() / C.sum())
+
+
+def normalized_mutual_info(labels_true: Any, labels_pred: Any) -> float:
+    """NMI with the arithmetic-mean normalisation, scikit-learn's default.
+
+    Parameters
+    ----------
+    labels_true, labels_pred : array-like of shape (n,), int
+        Labels and cluster assignments.
+
+    Returns
+    -------
+    float
+        ``sklearn.metrics.normalized_mutual_info_score(labels_true, labels_pred)``, in [0, 1].
+    """
+    return float(normalized_mutual_info_score(labels_true, labels_pred))
+
+
+def evaluate_embedding(
+    embedding: np.ndarray,
+    labels: np.ndarray,
+    *,
+    n_clusters: int | None = None,
+    n_init: int = 10,
+    random_state: Any = 0,
+) -> dict[str, Any]:
+    """k-means on an embedding, scored against labels.
+
+    Parameters
+    ----------
+    embedding : ndarray of shape (n_documents, r), float64
+        One row per document (for Spherical PCA, the columns of V: unit rows).
+    labels : ndarray of shape (n_documents,), int
+        Label codes; documents with a negative code (unknown) are left out.
+    n_clusters : int, optional
+        k of k-means; default the number of distinct labels.
+    n_init : int, default 10
+        k-means restarts (``sklearn.cluster.KMeans(n_init=...)``).
+    random_state : int, RandomState or None, default 0
+        Seed of k-means.
+
+    Returns
+    -------
+    dict
+        ``accuracy`` and ``nmi`` (fractions in [0, 1]), ``n_documents``, ``n_clusters``.
+
+    Raises
+    ------
+    DataError
+        If no document has a known label, or the embedding holds NaN.
+    """
+    labels = np.asarray(labels)
+    known = labels >= 0
+    if not known.any():
+        raise DataError(
+            "no document has a known label, so clustering cannot be scored. To resolve this, "
+            "ingest a labelled source (one folder per label)."
+        )
+    X = np.asarray(embedding, dtype=np.float64)[known]
+    if not np.all(np.isfinite(X)):
+        raise DataError("the embedding holds NaN or Inf values.")
+    y = labels[known]
+    k = int(n_clusters) if n_clusters is not None else int(np.unique(y).size)
+    pred = KMeans(n_clusters=k, n_init=n_init, random_state=random_state).fit_predict(X)
+    return {
+        "accuracy": clustering_accuracy(y, pred),
+        "nmi": normalized_mutual_info(y, pred),
+        "n_documents": int(y.size),
+        "n_clusters": k,
+    }
