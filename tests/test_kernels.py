@@ -1,0 +1,128 @@
+"""Kernels against a dense NumPy implementation of Liu et al. (2019) Eq. 3.11-3.12."""
+
+import numpy as np
+import pytest
+import scipy.linalg
+import scipy.sparse as sp
+
+from sphdist import kernels
+
+from .reference import random_corpus
+
+
+@pytest.fixture
+def rng():
+    return np.random.default_rng(42)
+
+
+@pytest.fixture(params=["sparse", "dense"])
+def chunk(request):
+    X = random_corpus(60, 25, density=0.2, seed=3, n_empty=2)
+    return X if request.param == "sparse" else X.toarray()
+
+
+def test_polar_factor_maximises_trace_eq_3_11(rng):
+    M = rng.standard_normal((30, 4))
+    U = kernels.polar_factor(M)
+    np.testing.assert_allclose(U.T @ U, np.eye(4), atol=1e-12)
+    # scipy's polar decomposition M = U P gives the same orthonormal factor (Lemma 1)
+    U_ref, _ = scipy.linalg.polar(M)
+    np.testing.assert_allclose(U, U_ref, atol=1e-12)
+    for _ in range(20):  # no other orthonormal matrix achieves a larger trace(U^T M)
+        W = kernels.random_orthonormal(30, 4, np.random.RandomState(int(rng.integers(1 << 30))))
+        assert np.trace(W.T @ M) <= np.trace(U.T @ M) + 1e-12
+
+
+@pytest.mark.parametrize("mu", [0.0, 3.5, None])
+def test_u_step_matches_eq_3_11(rng, mu):
+    X = rng.standard_normal((20, 40))
+    U = np.linalg.qr(rng.standard_normal((20, 3)))[0]
+    V = rng.standard_normal((3, 40))
+    V /= np.linalg.norm(V, axis=0)
+    got = kernels.u_step(U, X @ V.T, V @ V.T, mu)
+    M = X @ V.T if mu is None else 2 * (X - U @ V) @ V.T + mu * U
+    Y, _, Zt = np.linalg.svd(M, full_matrices=False)
+    np.testing.assert_allclose(got, Y @ Zt, atol=1e-12)
+
+
+@pytest.mark.parametrize("lam", [2.0, 2.2, 1e5])
+def test_v_step_matches_eq_3_12(rng, lam):
+    A = rng.standard_normal((4, 15))
+    V_prev = rng.standard_normal((4, 15))
+    V_prev /= np.linalg.norm(V_prev, axis=0)
+    V, degenerate = kernels.v_step(A, V_prev, lam)
+    q = 2 * A + (lam - 2) * V_prev
+    np.testing.assert_allclose(V, q / np.linalg.norm(q, axis=0), atol=1e-14)
+    assert not degenerate.any()
+
+
+def test_v_step_zero_direction_keeps_a_unit_vector(rng):
+    A = rng.standard_normal((3, 5))
+    A[:, [1, 4]] = 0.0
+    V0, deg0 = kernels.v_step(A, None, 2.0)
+    np.testing.assert_array_equal(deg0, [False, True, False, False, True])
+    np.testing.assert_array_equal(V0[:, 1], [1.0, 0.0, 0.0])
+    V_prev = rng.standard_normal((3, 5))
+    V_prev /= np.linalg.norm(V_prev, axis=0)
+    V1, deg1 = kernels.v_step(A, V_prev, 2.0)
+    np.testing.assert_array_equal(V1[:, [1, 4]], V_prev[:, [1, 4]])
+    assert np.all(np.isfinite(V1))
+    np.testing.assert_allclose(np.linalg.norm(V1, axis=0), 1.0, atol=1e-14)
+
+
+def test_pass_chunk_partials_match_dense(chunk, rng):
+    Xd = chunk.toarray() if sp.issparse(chunk) else chunk
+    U = np.linalg.qr(rng.standard_normal((60, 3)))[0]
+    V_prev = rng.standard_normal((3, 25))
+    V_prev /= np.linalg.norm(V_prev, axis=0)
+    out = kernels.pass_chunk(chunk, U, V_prev, lam=2.5)
+    q = 2 * U.T @ Xd + 0.5 * V_prev
+    V = q / np.linalg.norm(q, axis=0)
+    np.testing.assert_allclose(out["V"], V, atol=1e-14)
+    np.testing.assert_allclose(out["XVt"], Xd @ V.T, atol=1e-13)
+    np.testing.assert_allclose(out["VVt"], V @ V.T, atol=1e-13)
+    assert out["sq_norm_X"] == pytest.approx(np.sum(Xd**2), rel=1e-14)
+    assert out["dV_sq"] == pytest.approx(np.sum((V - V_prev) ** 2), rel=1e-12)
+
+
+def test_objective_from_partials_equals_direct_norm(chunk, rng):
+    Xd = chunk.toarray() if sp.issparse(chunk) else chunk
+    U = np.linalg.qr(rng.standard_normal((60, 4)))[0]
+    out = kernels.pass_chunk(chunk, U)
+    f = kernels.objective(out["sq_norm_X"], U, out["XVt"], Xd.shape[1])
+    assert f == pytest.approx(np.linalg.norm(Xd - U @ out["V"]) ** 2, rel=1e-12)
+    assert out["n_degenerate"] == 2  # the two empty documents
+
+
+def test_project_chunk_is_a_power_step(chunk, rng):
+    Xd = chunk.toarray() if sp.issparse(chunk) else chunk
+    Q = np.linalg.qr(rng.standard_normal((60, 5)))[0]
+    out = kernels.project_chunk(chunk, Q)
+    np.testing.assert_allclose(out["XVt"], Xd @ Xd.T @ Q, atol=1e-12)
+    np.testing.assert_allclose(out["VVt"], Q.T @ Xd @ Xd.T @ Q, atol=1e-12)
+
+
+def test_partials_combine_sums_nested_lists_in_order(rng):
+    parts = [
+        {"XVt": rng.standard_normal((5, 2)), "VVt": rng.standard_normal((2, 2)),
+         "sq_norm_X": float(i), "dV_sq": 1.0, "n_degenerate": i}
+        for i in range(5)
+    ]
+    total = kernels.partials_agg([[parts[0], [parts[1], parts[2]]], [parts[3]], parts[4]])
+    np.testing.assert_allclose(total["XVt"], sum(p["XVt"] for p in parts))
+    assert total["sq_norm_X"] == 10.0
+    assert total["n_degenerate"] == 10
+    assert total["dV_sq"] == 5.0
+
+
+def test_lipschitz_constant_eq_4_15():
+    r, n, sq = 3, 10, 7.0
+    expected = 2 * (r + n + np.sqrt(r) * np.sqrt(n) + np.sqrt(sq))
+    assert kernels.lipschitz_constant(r, n, sq) == pytest.approx(expected, rel=1e-15)
+
+
+def test_random_orthonormal_is_orthonormal_and_seeded():
+    a = kernels.random_orthonormal(50, 6, np.random.RandomState(1))
+    b = kernels.random_orthonormal(50, 6, np.random.RandomState(1))
+    np.testing.assert_array_equal(a, b)
+    np.testing.assert_allclose(a.T @ a, np.eye(6), atol=1e-13)

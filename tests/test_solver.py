@@ -1,0 +1,143 @@
+"""The Dask solver against the dense reference, across chunk layouts and step-size modes."""
+
+import dask
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+from sphdist import kernels, solver
+from sphdist.errors import DataError, ParameterError
+
+from .reference import LAYOUTS, algorithm1, chunked, random_corpus
+
+M, N, R = 80, 120, 4
+
+
+@pytest.fixture(scope="module")
+def X():
+    return random_corpus(M, N, density=0.08, seed=7, n_empty=3)
+
+
+@pytest.fixture(autouse=True)
+def _sync_scheduler():
+    with dask.config.set(scheduler="sync"):
+        yield
+
+
+def _U0(seed=0):
+    return kernels.random_orthonormal(M, R, np.random.RandomState(seed))
+
+
+@pytest.mark.parametrize("layout", sorted(LAYOUTS))
+@pytest.mark.parametrize(
+    "lam, mu, ref",
+    [("exact", "exact", dict(lam=2.0, mu=None)),
+     (2.5, 7.0, dict(lam=2.5, mu=7.0)),
+     ("theory", "theory", dict(lam=None, mu=None, lc=True))],
+)
+def test_objective_history_equals_dense_reference(X, layout, lam, mu, ref):
+    state = solver.fit(
+        chunked(X, LAYOUTS[layout](N)), R, lam=lam, mu=mu, max_iter=8, tol=0, random_state=0
+    )
+    expected, U, V = algorithm1(X, _U0(), n_iter=8, **ref)
+    np.testing.assert_allclose(state.objective, expected, rtol=1e-10)
+    np.testing.assert_allclose(state.U, U, atol=1e-9)
+    np.testing.assert_allclose(state.V.compute(), V, atol=1e-9)
+
+
+def test_dense_blocks_give_the_same_fit(X):
+    sparse = solver.fit(chunked(X, [50, 70]), R, max_iter=5, tol=0, random_state=0)
+    dense = solver.fit(chunked(X.toarray(), [50, 70]), R, max_iter=5, tol=0, random_state=0)
+    np.testing.assert_allclose(sparse.objective, dense.objective, rtol=1e-12)
+
+
+@pytest.mark.parametrize("lam, mu", [("exact", "exact"), ("palm", "palm"), ("theory", "theory")])
+def test_constraints_hold_and_objective_never_increases(X, lam, mu):
+    seen = []
+
+    def check(state):
+        assert np.abs(state.U.T @ state.U - np.eye(R)).max() <= 1e-10
+        V = state.V.compute()
+        assert np.abs(np.linalg.norm(V, axis=0) - 1.0).max() <= 1e-10
+        seen.append(state.iteration)
+
+    state = solver.fit(
+        chunked(X, [30] * 4), R, lam=lam, mu=mu, max_iter=15, tol=0, random_state=1,
+        callback=check,
+    )
+    assert seen == list(range(16))
+    assert np.all(np.diff(state.objective) <= 1e-9 * state.objective[0])
+    # empty documents: q = 0 only when lam = 2; otherwise q = (lam - 2) v keeps v
+    assert state.n_degenerate == (3 if lam == "exact" else 0)
+    assert np.all(np.isfinite(state.V.compute()))
+
+
+def test_exact_block_minimisation_decreases_faster_than_theory(X):
+    exact = solver.fit(chunked(X, [60, 60]), R, max_iter=10, tol=0, random_state=0)
+    theory = solver.fit(
+        chunked(X, [60, 60]), R, lam="theory", mu="theory", max_iter=10, tol=0, random_state=0
+    )
+    assert exact.objective[0] == theory.objective[0]
+    assert exact.objective[-1] < theory.objective[-1]
+
+
+def test_tol_stops_on_relative_change(X):
+    state = solver.fit(chunked(X, [60, 60]), R, max_iter=500, tol=1e-3, random_state=0)
+    f = np.asarray(state.objective)
+    assert state.converged
+    assert abs(f[-2] - f[-1]) / f[-2] < 1e-3
+    assert np.all(np.abs(np.diff(f[:-1])) / f[:-2] >= 1e-3)
+
+
+def test_bitwise_identical_across_schedulers(X):
+    Xc = chunked(X, [13] * 9 + [3])
+    a = solver.fit(Xc, R, max_iter=5, tol=0, random_state=3, split_every=3)
+    with dask.config.set(scheduler="threads", num_workers=4):
+        b = solver.fit(Xc, R, max_iter=5, tol=0, random_state=3, split_every=3)
+    assert a.objective == b.objective
+    np.testing.assert_array_equal(a.U, b.U)
+    np.testing.assert_array_equal(a.V.compute(), b.V.compute())
+
+
+def test_svd_init_spans_the_leading_singular_subspace(X):
+    U0 = solver.svd_init(chunked(X, [40] * 3), R, np.random.RandomState(0), n_iter=6)
+    Y = np.linalg.svd(X.toarray(), full_matrices=False)[0][:, :R]
+    cosines = np.linalg.svd(Y.T @ U0, compute_uv=False)  # cosines of the principal angles
+    assert cosines.min() > 0.99
+    np.testing.assert_allclose(U0.T @ U0, np.eye(R), atol=1e-12)
+
+
+def test_svd_init_starts_lower_than_random(X):
+    Xc = chunked(X, [60, 60])
+    svd = solver.fit(Xc, R, init="svd", max_iter=0, random_state=0)
+    rnd = solver.fit(Xc, R, init="random", max_iter=0, random_state=0)
+    assert svd.objective[0] < rnd.objective[0]
+
+
+def test_one_read_of_every_chunk_per_iteration(X):
+    reads = []
+    Xc = chunked(X, [40] * 3).map_blocks(
+        lambda b: (reads.append(1), b)[1], dtype=float, meta=sp.csc_matrix((0, 0))
+    )
+    solver.fit(Xc, R, max_iter=4, tol=0, random_state=0)
+    assert len(reads) == 3 * (1 + 4)
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [(dict(n_components=0), "n_components=0"), (dict(n_components=M + 1), "n_components"),
+     (dict(lam=1.5), "lam=1.5"), (dict(mu=-1.0), "mu=-1.0"), (dict(lam="fast"), "lam='fast'"),
+     (dict(max_iter=-1), "max_iter"), (dict(tol=float("nan")), "tol"),
+     (dict(init="pca"), "init")],
+)
+def test_bad_parameters_raise(X, kwargs, match):
+    args = dict(n_components=R) | kwargs
+    with pytest.raises(ParameterError, match=match):
+        solver.fit(chunked(X, [N]), args.pop("n_components"), **args)
+
+
+def test_nan_in_x_raises(X):
+    bad = X.toarray()
+    bad[3, 5] = np.nan
+    with pytest.raises(DataError, match="NaN or Inf"):
+        solver.fit(chunked(bad, [N]), R, max_iter=1)
