@@ -159,9 +159,12 @@ def fit(
     """Fit Spherical PCA to a corpus on a Dask cluster, checkpointing every iteration."""
     from .cluster import connect
     from .corpus import open_input
+    from .solver import check_params
     from .workflow import fit_corpus
 
-    open_input(input_)  # fail on bad input before starting a cluster
+    # fail on bad input before starting a cluster
+    shape = open_input(input_).shape
+    check_params(n_components, shape, lam=lam, mu=mu, max_iter=max_iter, tol=tol, init=init)
     if output is None:
         output = input_.with_name(input_.name.removesuffix(".zarr") + ".model.zarr")
     limit: str | int = int(memory_limit) if memory_limit.isdigit() else memory_limit

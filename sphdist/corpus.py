@@ -117,7 +117,8 @@ class Corpus:
         self.path = Path(path)
         group = _open_group(self.path)
         attrs = dict(group.attrs) if isinstance(group, zarr.Group) else {}
-        tag = attrs.get("sphdist", {})
+        tag = attrs.get("sphdist")
+        tag = tag if isinstance(tag, dict) else {}
         if tag.get("kind") != _KIND:
             raise CorpusFormatError(
                 f"{self.path}: not a sphdist corpus (group attribute sphdist.kind is "

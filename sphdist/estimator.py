@@ -160,6 +160,11 @@ class SphericalPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstima
         self.chunk_size = chunk_size
         self.split_every = split_every
 
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.input_tags.sparse = True  # fit and transform accept CSR / CSC (and dask) input
+        return tags
+
     def _validate(self, X: Any, reset: bool) -> Any:
         if isinstance(X, da.Array):
             if reset:

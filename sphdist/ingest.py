@@ -190,7 +190,7 @@ def ingest(
     if output.exists() and not overwrite:  # fail before reading a large source
         raise OutputExistsError(
             f"{output} already exists. To resolve this, choose another output path or pass "
-            "overwrite=True."
+            "--overwrite (overwrite=True)."
         )
 
     src = _Source(source)

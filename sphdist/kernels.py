@@ -129,7 +129,9 @@ def v_step(
     q = 2.0 * A if V_prev is None else 2.0 * A + (lam - 2.0) * V_prev
     norms = np.sqrt(np.einsum("ij,ij->j", q, q))
     degenerate = norms <= _TINY
-    V = q / np.where(degenerate, 1.0, norms)
+    # Inf in X gives inf/inf here; the solver reports non-finite input as a DataError
+    with np.errstate(invalid="ignore"):
+        V = q / np.where(degenerate, 1.0, norms)
     if degenerate.any():
         if V_prev is None:
             V[:, degenerate] = 0.0

@@ -160,7 +160,8 @@ class Model:
             raise ModelFormatError(
                 f"{self.path}: not a zarr v3 group ({type(exc).__name__}: {exc})."
             ) from exc
-        tag = group.attrs.get("sphdist", {})
+        tag = group.attrs.get("sphdist")
+        tag = tag if isinstance(tag, dict) else {}
         if tag.get("kind") != _KIND or tag.get("format_version") != FORMAT_VERSION:
             raise ModelFormatError(
                 f"{self.path}: not a sphdist model of format version {FORMAT_VERSION} "

@@ -33,3 +33,17 @@ def newsgroups_archive(_default_data_home) -> Path:
         return _newsgroups_archive()
     except InputNotFoundError as exc:
         pytest.fail(str(exc), pytrace=False)
+
+
+@pytest.fixture(scope="session")
+def newsgroups5(newsgroups_archive, tmp_path_factory):
+    """The paper's five groups, 60 documents each, headers/footers/quotes removed (2**14
+    hashed features, chunks of 128 documents)."""
+    from sphdist.datasets import NEWSGROUPS_PAPER_CATEGORIES
+    from sphdist.ingest import ingest
+
+    return ingest(
+        newsgroups_archive, tmp_path_factory.mktemp("ng5") / "corpus.zarr",
+        categories=list(NEWSGROUPS_PAPER_CATEGORIES), max_docs_per_label=60, seed=0,
+        n_features=2**14, remove=("headers", "footers", "quotes"), chunk_size=128,
+    )

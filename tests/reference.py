@@ -72,7 +72,7 @@ def chunked(X, sizes):
         da.from_delayed(
             dask.delayed(X[:, a:b].copy()), shape=(m, b - a), dtype=np.float64, meta=meta
         )
-        for a, b in zip(bounds[:-1], bounds[1:])
+        for a, b in zip(bounds[:-1], bounds[1:], strict=True)
     ]
     return da.concatenate(blocks, axis=1)
 

@@ -1,0 +1,97 @@
+"""The sphdist command line, driven through click's runner."""
+
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from sphdist.cli import main
+from sphdist.store import open_model
+
+
+@pytest.fixture
+def runner():
+    return CliRunner()
+
+
+@pytest.fixture
+def source(tmp_path):
+    texts = {
+        "space": ["the rocket reached orbit", "nasa launch of the shuttle", "orbit of the moon"],
+        "sport": ["the pitcher threw a fastball", "baseball opener", "home run in the ninth"],
+    }
+    for label, docs in texts.items():
+        (tmp_path / "src" / label).mkdir(parents=True)
+        for i, text in enumerate(docs):
+            (tmp_path / "src" / label / f"{i}.txt").write_text(text)
+    return tmp_path / "src"
+
+
+def _error_line(result):
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("Error: ")
+    assert "Traceback" not in result.output
+    return lines[0]
+
+
+def test_ingest_fit_evaluate(runner, source, tmp_path):
+    corpus, model = tmp_path / "c.zarr", tmp_path / "m.zarr"
+    result = runner.invoke(main, ["ingest", str(source), "-o", str(corpus), "--n-features", "64"])
+    assert result.exit_code == 0, result.output
+    assert "6 documents" in result.stdout and "2 labels" in result.stdout
+
+    result = runner.invoke(main, [
+        "fit", "-i", str(corpus), "-o", str(model), "-r", "2", "--max-iter", "3", "--tol", "0",
+        "--n-workers", "1",
+    ])
+    assert result.exit_code == 0, result.output
+    lines = [line for line in result.stderr.splitlines() if line.startswith("iter ")]
+    assert [int(line.split()[1]) for line in lines] == [0, 1, 2, 3]
+    assert "dashboard http://127.0.0.1:" in result.stderr
+    assert open_model(model).n_iter == 3
+
+    result = runner.invoke(main, ["evaluate", "-m", str(model), "-i", str(corpus), "--json"])
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    assert report["n_documents"] == 6 and report["n_clusters"] == 2
+    assert 0.5 <= report["accuracy"] <= 1.0 and 0.0 <= report["nmi"] <= 1.0
+
+
+def test_missing_input_is_one_line_and_exit_1(runner, tmp_path):
+    result = runner.invoke(main, ["fit", "-i", str(tmp_path / "nope.zarr")])
+    assert result.exit_code == 1
+    assert "nope.zarr" in _error_line(result)
+
+
+def test_too_many_components_leaves_no_model(runner, source, tmp_path):
+    corpus, model = tmp_path / "c.zarr", tmp_path / "m.zarr"
+    runner.invoke(main, ["ingest", str(source), "-o", str(corpus), "--n-features", "64"])
+    result = runner.invoke(main, ["fit", "-i", str(corpus), "-o", str(model), "-r", "7"])
+    assert result.exit_code == 1
+    assert "n_components=7" in _error_line(result)
+    assert not model.exists()
+
+
+@pytest.mark.parametrize(
+    "args",
+    [["--lam", "fast"], ["--mu", "-1"], ["-r", "0"], ["--max-iter", "-2"], ["--tol", "x"]],
+)
+def test_bad_option_values_are_usage_errors(runner, tmp_path, args):
+    result = runner.invoke(main, ["fit", "-i", str(tmp_path), *args])
+    assert result.exit_code == 2
+    assert "Traceback" not in result.output
+
+
+def test_debug_shows_the_exception(runner, tmp_path):
+    result = runner.invoke(main, ["--debug", "fit", "-i", str(tmp_path / "nope.zarr")])
+    assert result.exit_code == 1
+    assert isinstance(result.exception, FileNotFoundError)
+
+
+def test_ingest_refuses_existing_output(runner, source, tmp_path):
+    corpus = tmp_path / "c.zarr"
+    assert runner.invoke(main, ["ingest", str(source), "-o", str(corpus)]).exit_code == 0
+    result = runner.invoke(main, ["ingest", str(source), "-o", str(corpus)])
+    assert result.exit_code == 1
+    assert "--overwrite" in _error_line(result)

@@ -1,0 +1,155 @@
+"""Checkpoints: round trip, atomic commit, and resume equal to an uninterrupted run."""
+
+import os
+from pathlib import Path
+
+import dask
+import numpy as np
+import pytest
+import zarr
+
+from sphdist import _atomic
+from sphdist.corpus import CorpusWriter
+from sphdist.errors import (
+    CheckpointMismatchError,
+    InputNotFoundError,
+    ModelFormatError,
+    OutputExistsError,
+)
+from sphdist.store import load_checkpoint, open_model
+from sphdist.workflow import fit_corpus
+
+from .reference import random_corpus
+
+R = 3
+
+
+def _write_corpus(path, X, sizes):
+    bounds = np.concatenate([[0], np.cumsum(sizes)])
+    with CorpusWriter(path, n_features=X.shape[0], feature_scheme={"type": "hashing"}) as w:
+        for a, b in zip(bounds[:-1], bounds[1:], strict=True):
+            w.write_chunk(X[:, a:b], [str(j) for j in range(a, b)])
+        return w.commit(idf=np.ones(X.shape[0]))
+
+
+@pytest.fixture(autouse=True)
+def _sync_scheduler():
+    with dask.config.set(scheduler="sync"):
+        yield
+
+
+@pytest.fixture
+def corpus(tmp_path):
+    return _write_corpus(tmp_path / "corpus.zarr", random_corpus(40, 90, seed=2), [25, 25, 40])
+
+
+def _fit(corpus, out, **kw):
+    args = dict(n_components=R, max_iter=6, tol=0, random_state=0, callback=None) | kw
+    return fit_corpus(corpus.path, out, **args)
+
+
+def _assert_same_model(a, b):
+    assert a.objective == b.objective
+    assert a.attrs["u_step_norm"] == b.attrs["u_step_norm"]
+    assert a.attrs["v_step_norm"] == b.attrs["v_step_norm"]
+    np.testing.assert_array_equal(a.U, b.U)
+    np.testing.assert_array_equal(a.V().compute(), b.V().compute())
+
+
+def test_model_round_trip(corpus, tmp_path):
+    model = _fit(corpus, tmp_path / "m.zarr")
+    assert model.n_iter == 6 and len(model.objective) == 7
+    assert model.corpus["fingerprint"] == corpus.fingerprint
+    assert model.params["n_components"] == R and model.params["random_state"] == 0
+    U, V = model.U, model.V().compute()
+    np.testing.assert_allclose(U.T @ U, np.eye(R), atol=1e-12)
+    np.testing.assert_allclose(np.linalg.norm(V, axis=0), 1.0, atol=1e-12)
+    state = model.state(corpus.chunks)
+    assert state.V.chunks[1] == corpus.chunks
+    np.testing.assert_array_equal(state.XVt, np.asarray(zarr.open_group(model.path)["state/XVt"]))
+    # the stored partials are the products of the stored factors with X
+    X = corpus.to_dask().compute().toarray()
+    np.testing.assert_allclose(state.XVt, X @ V.T, atol=1e-12)
+    np.testing.assert_allclose(state.VVt, V @ V.T, atol=1e-12)
+    np.testing.assert_allclose(model.idf, np.ones(40))
+
+
+@pytest.mark.parametrize("stop_after", [0, 1, 4])
+def test_resume_equals_uninterrupted_run(corpus, tmp_path, stop_after):
+    full = _fit(corpus, tmp_path / "full.zarr", max_iter=6)
+    part = tmp_path / "part.zarr"
+    _fit(corpus, part, max_iter=stop_after)
+    assert open_model(part).n_iter == stop_after
+    resumed = _fit(corpus, part, max_iter=6, resume=True)
+    _assert_same_model(resumed, full)
+
+
+def test_checkpoint_every(corpus, tmp_path):
+    written = []
+    out = tmp_path / "m.zarr"
+
+    def record(state):
+        model = load_checkpoint(out)
+        written.append(None if model is None else model.n_iter)
+
+    _fit(corpus, out, max_iter=5, checkpoint_every=2, callback=record)
+    # the callback runs before the save of its own iteration: it sees the previous checkpoint
+    assert written == [None, 0, 0, 2, 2, 4]
+    assert open_model(out).n_iter == 5
+
+
+def test_resume_refuses_other_parameters_and_other_corpus(corpus, tmp_path):
+    out = tmp_path / "m.zarr"
+    _fit(corpus, out, max_iter=2)
+    with pytest.raises(CheckpointMismatchError, match="n_components: 3 -> 2"):
+        _fit(corpus, out, n_components=2, resume=True)
+    with pytest.raises(CheckpointMismatchError, match="lam"):
+        _fit(corpus, out, lam=3.0, resume=True)
+    other = _write_corpus(tmp_path / "other.zarr", random_corpus(40, 90, seed=2), [25, 25, 40])
+    with pytest.raises(CheckpointMismatchError, match="fingerprint"):
+        fit_corpus(other.path, out, n_components=R, resume=True, callback=None)
+    assert open_model(out).n_iter == 2  # nothing was lost
+
+
+def test_existing_output_needs_resume_or_overwrite(corpus, tmp_path):
+    out = tmp_path / "m.zarr"
+    _fit(corpus, out, max_iter=1)
+    with pytest.raises(OutputExistsError, match="--resume"):
+        _fit(corpus, out, max_iter=1)
+    assert _fit(corpus, out, max_iter=2, overwrite=True).n_iter == 2
+
+
+def test_crash_between_renames_recovers_previous_checkpoint(corpus, tmp_path):
+    out = tmp_path / "m.zarr"
+    _fit(corpus, out, max_iter=2)
+    expected = open_model(out).objective
+    os.replace(out, out.with_name("m.zarr.old"))  # the state after rename 1 of a commit
+    staging = _atomic.staging_path(out)
+    staging.mkdir()  # a torn new checkpoint that never got committed
+    (staging / "zarr.json").write_text("{")
+    model = open_model(out)
+    assert model.objective == expected
+    assert not out.with_name("m.zarr.old").exists()
+
+
+def test_failed_checkpoint_write_keeps_the_previous_one(corpus, tmp_path, monkeypatch):
+    out = tmp_path / "m.zarr"
+    _fit(corpus, out, max_iter=2)
+    before = open_model(out).objective
+
+    def crash(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr("sphdist.store._atomic.commit_directory", crash)
+    with pytest.raises(OSError, match="No space left"):
+        _fit(corpus, out, max_iter=4, resume=True)
+    assert open_model(out).objective == before
+    assert [p.name for p in Path(tmp_path).iterdir() if p.name.startswith("m.zarr")] == ["m.zarr"]
+
+
+def test_open_model_errors(tmp_path, corpus):
+    with pytest.raises(InputNotFoundError, match="no such model"):
+        open_model(tmp_path / "missing.zarr")
+    with pytest.raises(ModelFormatError, match="not a sphdist model"):
+        open_model(corpus.path)
+    assert load_checkpoint(tmp_path / "missing.zarr") is None
