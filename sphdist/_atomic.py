@@ -20,7 +20,7 @@ import shutil
 import uuid
 from pathlib import Path
 
-__all__ = ["staging_path", "commit_directory", "recover_directory", "discard"]
+__all__ = ["staging_path", "commit_directory", "recover_directory", "discard", "discard_stale"]
 
 
 def _old(target: Path) -> Path:
@@ -90,3 +90,13 @@ def commit_directory(staging: str | os.PathLike[str], target: str | os.PathLike[
 def discard(path: str | os.PathLike[str]) -> None:
     """Remove a staging tree, ignoring a missing one."""
     shutil.rmtree(path, ignore_errors=True)
+
+
+def discard_stale(target: str | os.PathLike[str]) -> None:
+    """Remove staging trees of ``target`` left by a writer that was killed.
+
+    Call it only where no other writer of ``target`` can be running (one fit per output).
+    """
+    target = Path(target)
+    for stale in target.parent.glob(f"{target.name}.tmp-*"):
+        shutil.rmtree(stale, ignore_errors=True)

@@ -92,7 +92,23 @@ def _open_group(path: str | os.PathLike[str]) -> zarr.Group:
     return node
 
 
-class Corpus:
+class _Input:
+    """What every model input has: X of shape (m features, n documents)."""
+
+    shape: tuple[int, int]
+
+    @property
+    def n_features(self) -> int:
+        """Number of features m (rows of X)."""
+        return self.shape[0]
+
+    @property
+    def n_documents(self) -> int:
+        """Number of documents n (columns of X)."""
+        return self.shape[1]
+
+
+class Corpus(_Input):
     """Read handle on a sparse ``corpus.zarr`` (see the module docstring for the layout).
 
     Parameters
@@ -143,16 +159,6 @@ class Corpus:
         self.fingerprint: str = attrs["fingerprint"]
 
     # -- metadata -------------------------------------------------------------------------
-    @property
-    def n_features(self) -> int:
-        """Number of features m (rows of X)."""
-        return self.shape[0]
-
-    @property
-    def n_documents(self) -> int:
-        """Number of documents n (columns of X)."""
-        return self.shape[1]
-
     @property
     def n_chunks(self) -> int:
         """Number of document chunks."""
@@ -273,7 +279,7 @@ def _load_block(path: str, chunks: tuple[int, ...], m: int, block_id=None) -> sp
     return _read_chunk(path, i, m, chunks[i])
 
 
-class DenseInput:
+class DenseInput(_Input):
     """Read handle on a dense 2-D zarr array of shape (n_samples, n_features).
 
     Parameters
@@ -341,16 +347,6 @@ class DenseInput:
     def chunk_boundaries(self) -> np.ndarray:
         """Ndarray of shape (n_chunks + 1,), int64: sample offsets of the chunks."""
         return np.concatenate([[0], np.cumsum(self.chunks)]).astype(np.int64)
-
-    @property
-    def n_features(self) -> int:
-        """Number of features m."""
-        return self.shape[0]
-
-    @property
-    def n_documents(self) -> int:
-        """Number of samples n."""
-        return self.shape[1]
 
     @property
     def doc_ids(self) -> np.ndarray:

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from . import solver
+from . import _atomic, solver
 from .corpus import open_input
 from .errors import (
     CheckpointMismatchError,
@@ -118,6 +118,7 @@ def fit_corpus(
         "tfidf": source.tfidf,
     }
     state = None
+    _atomic.discard_stale(output)  # staging trees of a killed run are never read
     previous = load_checkpoint(output)
     if previous is not None and resume:
         if previous.corpus.get("fingerprint") != source.fingerprint:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import dask
 import pytest
 
 from sphdist.datasets import DATA_HOME_ENV
@@ -47,3 +48,10 @@ def newsgroups5(newsgroups_archive, tmp_path_factory):
         categories=list(NEWSGROUPS_PAPER_CATEGORIES), max_docs_per_label=60, seed=0,
         n_features=2**14, remove=("headers", "footers", "quotes"), chunk_size=128,
     )
+
+
+@pytest.fixture
+def sync_scheduler():
+    """Run dask computations in the test's thread (layers below the cluster are tested so)."""
+    with dask.config.set(scheduler="sync"):
+        yield

@@ -2,7 +2,6 @@
 
 import shutil
 
-import dask
 import numpy as np
 import pytest
 import scipy.sparse as sp
@@ -20,10 +19,7 @@ LABEL_NAMES = ["alpha", "beta", "gamma"]
 FORMATS = [sp.csc_matrix, sp.csr_matrix, sp.coo_matrix]
 
 
-@pytest.fixture(autouse=True)
-def _sync_scheduler():
-    with dask.config.set(scheduler="sync"):
-        yield
+pytestmark = pytest.mark.usefixtures("sync_scheduler")
 
 
 @pytest.fixture(scope="module")

@@ -5,7 +5,6 @@ Orientation: the estimator takes X of shape (n_samples, n_features); the referen
 """
 
 
-import dask
 import dask.array as da
 import numpy as np
 import pytest
@@ -37,10 +36,7 @@ def test_sklearn_estimator_contract(estimator, check):
     check(estimator)
 
 
-@pytest.fixture(autouse=True)
-def _sync_scheduler():
-    with dask.config.set(scheduler="sync"):
-        yield
+pytestmark = pytest.mark.usefixtures("sync_scheduler")
 
 
 @pytest.fixture(scope="module")

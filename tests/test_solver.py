@@ -18,10 +18,7 @@ def X():
     return random_corpus(M, N, density=0.08, seed=7, n_empty=3)
 
 
-@pytest.fixture(autouse=True)
-def _sync_scheduler():
-    with dask.config.set(scheduler="sync"):
-        yield
+pytestmark = pytest.mark.usefixtures("sync_scheduler")
 
 
 def _U0(seed=0):

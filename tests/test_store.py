@@ -3,7 +3,6 @@
 import os
 from pathlib import Path
 
-import dask
 import numpy as np
 import pytest
 import zarr
@@ -32,10 +31,7 @@ def _write_corpus(path, X, sizes):
         return w.commit(idf=np.ones(X.shape[0]))
 
 
-@pytest.fixture(autouse=True)
-def _sync_scheduler():
-    with dask.config.set(scheduler="sync"):
-        yield
+pytestmark = pytest.mark.usefixtures("sync_scheduler")
 
 
 @pytest.fixture
@@ -153,3 +149,13 @@ def test_open_model_errors(tmp_path, corpus):
     with pytest.raises(ModelFormatError, match="not a sphdist model"):
         open_model(corpus.path)
     assert load_checkpoint(tmp_path / "missing.zarr") is None
+
+
+def test_resume_after_a_killed_write_discards_its_staging_tree(corpus, tmp_path):
+    out = tmp_path / "m.zarr"
+    _fit(corpus, out, max_iter=2)
+    torn = _atomic.staging_path(out)
+    torn.mkdir()
+    (torn / "zarr.json").write_text("{")
+    assert _fit(corpus, out, max_iter=3, resume=True).n_iter == 3
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["corpus.zarr", "m.zarr"]
