@@ -109,9 +109,6 @@ def fit_corpus(
         "init": init, "random_state": random_state, "init_n_iter": init_n_iter,
         "split_every": split_every,
     }
-    solver.check_params(
-        n_components, X.shape, lam=lam, mu=mu, max_iter=max_iter, tol=tol, init=init
-    )
     corpus_info = {
         "path": str(Path(input).resolve()), "fingerprint": source.fingerprint,
         "shape": list(X.shape), "feature_scheme": source.feature_scheme,

@@ -159,3 +159,11 @@ def test_resume_after_a_killed_write_discards_its_staging_tree(corpus, tmp_path)
     (torn / "zarr.json").write_text("{")
     assert _fit(corpus, out, max_iter=3, resume=True).n_iter == 3
     assert sorted(p.name for p in tmp_path.iterdir()) == ["corpus.zarr", "m.zarr"]
+
+
+def test_bad_parameters_write_nothing(corpus, tmp_path):
+    from sphdist.errors import ParameterError
+
+    with pytest.raises(ParameterError, match="n_components=91"):
+        _fit(corpus, tmp_path / "m.zarr", n_components=91)
+    assert not (tmp_path / "m.zarr").exists()
