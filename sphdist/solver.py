@@ -192,7 +192,7 @@ def _on_cluster(U: np.ndarray) -> da.Array:
 
         client = default_client()
     except (ImportError, ValueError):
-        return da.from_array(U, chunks=U.shape)
+        return da.from_array(U, chunks=U.shape, name=False)  # no hashing of m x r floats
     future = client.scatter(U, hash=False)
     return da.from_delayed(dask.delayed(future), shape=U.shape, dtype=U.dtype)
 
