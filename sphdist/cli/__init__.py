@@ -1,0 +1,45 @@
+"""The ``sphdist`` command line: thin wrappers over the public API, no maths here.
+
+Errors a user can cause (:class:`sphdist.errors.SphdistError`, and OS errors such as a full or
+read-only disk) are printed as one line, ``Error: ...``, with exit status 1 and no traceback
+unless ``--debug`` is given; bad option values are usage errors with exit status 2.
+
+Each command lives in its own module of this package and is registered on :func:`main` below.
+"""
+
+from __future__ import annotations
+
+import click
+
+from ._common import Group, setup_logging
+
+
+@click.group(cls=Group, context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--debug", is_flag=True, help="Show full tracebacks on errors.")
+@click.option(
+    "--log-level", type=click.Choice(["debug", "info", "warning", "error"]), default="info",
+    show_default=True, help="Verbosity of the progress lines on stderr.",
+)
+@click.option("--quiet", "-q", is_flag=True, help="Only warnings and errors on stderr.")
+@click.version_option(package_name="sphdist")
+@click.pass_context
+def main(ctx: click.Context, debug: bool, log_level: str, quiet: bool) -> None:
+    """Distributed Spherical PCA: embed large text collections on the unit sphere."""
+    ctx.obj = {"debug": debug}
+    setup_logging(log_level, quiet)
+
+
+
+def _register() -> None:
+    from . import fit as _fit
+    from . import ingest as _ingest
+
+    for module in (_ingest, _fit):
+        for command in module.COMMANDS:
+            main.add_command(command)
+
+
+_register()
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

@@ -1,0 +1,111 @@
+"""``sphdist fit`` and ``sphdist evaluate``: the Spherical PCA job and its clustering scores."""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+
+import click
+
+from ._common import StepSize
+
+logger = logging.getLogger("sphdist")
+
+
+@click.command()
+@click.option("--input", "-i", "input_", required=True, type=click.Path(path_type=Path),
+              help="corpus.zarr or dense 2-D zarr array.")
+@click.option("--output", "-o", type=click.Path(path_type=Path),
+              help="model.zarr to write [default: <input>.model.zarr beside the input].")
+@click.option("--n-components", "-r", type=click.IntRange(min=1), default=20, show_default=True,
+              help="Dimension r of the embedding.")
+@click.option("--max-iter", type=click.IntRange(min=0), default=100, show_default=True)
+@click.option("--tol", type=click.FloatRange(min=0), default=1e-4, show_default=True,
+              help="Stop when the relative objective change is below this.")
+@click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True,
+              help="Seed of the initialisation.")
+@click.option("--lam", type=StepSize(), default="exact", show_default=True,
+              help="V-step parameter (Eq. 3.12): a number >= 2 or exact|palm|theory.")
+@click.option("--mu", type=StepSize(), default="exact", show_default=True,
+              help="U-step parameter (Eq. 3.11): a number >= 0 or exact|palm|theory.")
+@click.option("--init", type=click.Choice(["random", "svd"]), default="random",
+              show_default=True)
+@click.option("--resume", is_flag=True, help="Continue from the checkpoint at --output.")
+@click.option("--overwrite", is_flag=True, help="Replace an existing --output.")
+@click.option("--checkpoint-every", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Write the model every N iterations (and at the end).")
+@click.option("--scheduler-address", envvar="DASK_SCHEDULER_ADDRESS",
+              help="Existing Dask scheduler [env DASK_SCHEDULER_ADDRESS]; default: start a "
+                   "LocalCluster.")
+@click.option("--n-workers", type=click.IntRange(min=1),
+              help="LocalCluster worker processes [default: one per core].")
+@click.option("--threads-per-worker", type=click.IntRange(min=1), default=1, show_default=True)
+@click.option("--memory-limit", default="auto", show_default=True,
+              help="LocalCluster memory limit per worker (bytes or e.g. 4GiB).")
+def fit(
+    input_: Path, output: Path | None, n_components: int, max_iter: int, tol: float, seed: int,
+    lam: float | str, mu: float | str, init: str, resume: bool, overwrite: bool,
+    checkpoint_every: int, scheduler_address: str | None, n_workers: int | None,
+    threads_per_worker: int, memory_limit: str,
+) -> None:
+    """Fit Spherical PCA to a corpus on a Dask cluster, checkpointing every iteration."""
+    from ..cluster import connect
+    from ..corpus import open_input
+    from ..solver import check_params
+    from ..workflow import fit_corpus
+
+    # fail on bad input before starting a cluster
+    shape = open_input(input_).shape
+    check_params(n_components, shape, lam=lam, mu=mu, max_iter=max_iter, tol=tol, init=init)
+    if output is None:
+        output = input_.with_name(input_.name.removesuffix(".zarr") + ".model.zarr")
+    limit: str | int = int(memory_limit) if memory_limit.isdigit() else memory_limit
+    with connect(
+        scheduler_address, n_workers=n_workers, threads_per_worker=threads_per_worker,
+        memory_limit=limit,
+    ):
+        model = fit_corpus(
+            input_, output, n_components=n_components, lam=lam, mu=mu, max_iter=max_iter,
+            tol=tol, init=init, random_state=seed, checkpoint_every=checkpoint_every,
+            resume=resume, overwrite=overwrite,
+        )
+    seconds = model.attrs["seconds"][1:]
+    click.echo(
+        f"wrote {output}: r={n_components}, {model.n_iter} iterations"
+        f"{' (converged)' if model.attrs['converged'] else ''}, objective "
+        f"{model.objective[-1]:.10g}, "
+        f"{(sum(seconds) / len(seconds)) if seconds else float('nan'):.2f} s/iteration"
+    )
+
+
+@click.command()
+@click.option("--model", "-m", required=True, type=click.Path(path_type=Path))
+@click.option("--input", "-i", "input_", required=True, type=click.Path(path_type=Path),
+              help="The corpus the model was fitted on (for its labels).")
+@click.option("--n-clusters", "-k", type=click.IntRange(min=1),
+              help="k of k-means [default: number of labels].")
+@click.option("--n-init", type=click.IntRange(min=1), default=10, show_default=True)
+@click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True)
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+def evaluate(
+    model: Path, input_: Path, n_clusters: int | None, n_init: int, seed: int, as_json: bool
+) -> None:
+    """k-means on the embedding; clustering accuracy (Hungarian matching) and NMI."""
+    from ..workflow import evaluate_model
+
+    result = evaluate_model(
+        model, input_, n_clusters=n_clusters, n_init=n_init, random_state=seed
+    )
+    if as_json:
+        click.echo(json.dumps(result))
+    else:
+        click.echo(
+            f"accuracy {result['accuracy']:.4f}  NMI {result['nmi']:.4f}  "
+            f"({result['n_documents']} documents, k={result['n_clusters']}, "
+            f"r={result['n_components']}, {result['n_iter']} iterations)"
+        )
+
+
+
+COMMANDS = [fit, evaluate]
