@@ -4,16 +4,32 @@ Spherical PCA (Liu et al. 2019) factorises a corpus X (m features x n documents)
 ``X ~ U V`` with ``U^T U = I`` and every column of V on the unit sphere, so that Euclidean
 distance between embeddings is angle distance. sphdist computes it on column-chunked Dask arrays
 with one pass over X per iteration, zarr checkpoints and a tf-idf ingestion stage.
+
+The seeds' other methods are here too: Angular Decomposition and BAE (Sun et al. 2011),
+Li & Dunson's spherical PCA, and the R1-PCA and K-SVD baselines of Liu et al. Table 1.
 """
 
 from importlib.metadata import PackageNotFoundError, version
 
+from .angular import BAE, AngularDecomposition, GraphAngularDecomposition
+from .baselines import KSVD, R1PCA
 from .errors import SphdistError
 from .estimator import SphericalPCA
+from .spherelets import LiDunsonSphericalPCA
 
 try:
     __version__ = version("sphdist")
 except PackageNotFoundError:  # running from a source tree that is not installed
     __version__ = "0.0.0"
 
-__all__ = ["SphericalPCA", "SphdistError", "__version__"]
+__all__ = [
+    "BAE",
+    "KSVD",
+    "AngularDecomposition",
+    "GraphAngularDecomposition",
+    "LiDunsonSphericalPCA",
+    "R1PCA",
+    "SphdistError",
+    "SphericalPCA",
+    "__version__",
+]
