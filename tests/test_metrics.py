@@ -177,3 +177,24 @@ def test_non_finite_embedding_raises():
     embedding[3, 1] = np.nan
     with pytest.raises(DataError, match="NaN"):
         evaluate_embedding(embedding, labels)
+
+
+# -- against scikit-learn on hand-made label permutations ---------------------------------
+
+
+@pytest.mark.parametrize("perm", [[0, 1, 2, 3], [2, 0, 3, 1], [3, 2, 1, 0], [1, 3, 0, 2]])
+def test_accuracy_equals_sklearn_accuracy_after_undoing_a_permutation(perm):
+    from sklearn.metrics import accuracy_score
+
+    y_true = np.repeat([0, 1, 2, 3], [6, 5, 7, 4])
+    perm = np.asarray(perm)
+    pred = perm[y_true]
+    pred[[0, 7, 12, 20]] = perm[[1, 2, 3, 0]]  # four errors, each into another cluster
+    inverse = np.argsort(perm)  # the best matching: few errors keep it the permutation
+    expected = accuracy_score(y_true, inverse[pred])
+    assert expected == pytest.approx(18 / 22)
+    assert clustering_accuracy(y_true, pred) == pytest.approx(expected)
+    # NMI does not depend on the cluster names: equals scikit-learn's on the un-permuted ones
+    assert normalized_mutual_info(y_true, pred) == pytest.approx(
+        normalized_mutual_info_score(y_true, inverse[pred]), abs=1e-14
+    )
