@@ -40,7 +40,7 @@ import os
 import uuid
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import dask.array as da
 import numpy as np
@@ -48,15 +48,17 @@ import scipy.sparse as sp
 import zarr
 
 from . import _atomic
-from .errors import CorpusFormatError, InputNotFoundError, OutputExistsError
+from .errors import CorpusFormatError, DataError, InputNotFoundError, OutputExistsError
 
 __all__ = [
     "FORMAT_VERSION",
     "Corpus",
     "CorpusWriter",
     "DenseInput",
+    "StoredChunk",
     "open_input",
     "open_corpus",
+    "store_chunk",
 ]
 
 FORMAT_VERSION = 1
@@ -107,6 +109,22 @@ class _Input:
         """Number of documents n (columns of X)."""
         return self.shape[1]
 
+    def require_documents(self) -> None:
+        """Refuse an input with no document that has a nonzero value.
+
+        Raises
+        ------
+        DataError
+            If every document column is empty (or there is none): nothing to fit.
+        """
+        n_empty = int(getattr(self, "n_empty", 0))
+        if self.n_documents - n_empty < 1:
+            raise DataError(
+                f"{self.path}: all {self.n_documents} documents are empty (no nonzero value), "
+                "so there is nothing to fit. To resolve this, check the source and the ingest "
+                "options (e.g. --remove-headers on very short texts) and re-ingest."
+            )
+
 
 class Corpus(_Input):
     """Read handle on a sparse ``corpus.zarr`` (see the module docstring for the layout).
@@ -140,6 +158,12 @@ class Corpus(_Input):
                 f"{self.path}: not a sphdist corpus (group attribute sphdist.kind is "
                 f"{tag.get('kind')!r}). To resolve this, create one with `sphdist ingest`."
             )
+        if "format_version" not in tag:
+            raise CorpusFormatError(
+                f"{self.path}: corpus has no format version (group attribute "
+                "sphdist.format_version is missing). To resolve this, re-ingest the source with "
+                "`sphdist ingest`."
+            )
         if tag.get("format_version") != FORMAT_VERSION:
             raise CorpusFormatError(
                 f"{self.path}: corpus format version {tag.get('format_version')!r} is not "
@@ -148,15 +172,30 @@ class Corpus(_Input):
             )
         self._group = group
         self.attrs = attrs
-        m, n = attrs["shape"]
-        self.shape: tuple[int, int] = (int(m), int(n))
-        self.nnz: int = int(attrs["nnz"])
-        self.chunk_boundaries = np.asarray(attrs["chunk_boundaries"], dtype=np.int64)
-        self.feature_scheme: dict[str, Any] = attrs["feature_scheme"]
-        self.tfidf: dict[str, Any] = attrs.get("tfidf", {})
-        self.label_names: list[str] | None = attrs.get("label_names")
-        self.n_empty: int = int(attrs.get("n_empty", 0))
-        self.fingerprint: str = attrs["fingerprint"]
+        try:
+            m, n = attrs["shape"]
+            self.shape: tuple[int, int] = (int(m), int(n))
+            self.nnz: int = int(attrs["nnz"])
+            self.chunk_boundaries = np.asarray(attrs["chunk_boundaries"], dtype=np.int64)
+            self.feature_scheme: dict[str, Any] = dict(attrs["feature_scheme"])
+            self.tfidf: dict[str, Any] = attrs.get("tfidf") or {}
+            self.label_names: list[str] | None = attrs.get("label_names")
+            self.n_empty: int = int(attrs.get("n_empty", 0))
+            self.fingerprint: str = str(attrs["fingerprint"])
+        except (KeyError, TypeError, ValueError) as exc:
+            raise CorpusFormatError(
+                f"{self.path}: corpus metadata is incomplete or malformed ({type(exc).__name__}: "
+                f"{exc}). To resolve this, re-ingest the corpus."
+            ) from exc
+        b = self.chunk_boundaries
+        if (
+            min(self.shape) < 0 or b.ndim != 1 or b.size < 1 or b[0] != 0
+            or b[-1] != self.shape[1] or np.any(np.diff(b) < 0) or self.nnz < 0
+        ):
+            raise CorpusFormatError(
+                f"{self.path}: chunk_boundaries {b.tolist()[:5]}... do not partition the "
+                f"{self.shape[1]} documents. To resolve this, re-ingest the corpus."
+            )
 
     # -- metadata -------------------------------------------------------------------------
     @property
@@ -171,9 +210,10 @@ class Corpus(_Input):
 
     def _optional(self, name: str) -> np.ndarray | None:
         try:
-            return np.asarray(self._group[name][:])
+            arr = _checked_array(self._group, name, str(self.path), name)
         except KeyError:
             return None
+        return np.asarray(arr[:])
 
     @property
     def idf(self) -> np.ndarray | None:
@@ -188,12 +228,12 @@ class Corpus(_Input):
     @property
     def doc_ids(self) -> np.ndarray:
         """Ndarray of shape (n,), str: document identifiers."""
-        return np.asarray(self._group["doc_ids"][:])
+        return np.asarray(_checked_array(self._group, "doc_ids", str(self.path), "doc_ids")[:])
 
     @property
     def empty(self) -> np.ndarray:
         """Ndarray of shape (n,), bool: True where the document column is all zero."""
-        return np.asarray(self._group["empty"][:])
+        return np.asarray(_checked_array(self._group, "empty", str(self.path), "empty")[:])
 
     @property
     def vocabulary(self) -> np.ndarray | None:
@@ -217,7 +257,11 @@ class Corpus(_Input):
         Raises
         ------
         CorpusFormatError
-            If the chunk is missing or its CSC arrays are inconsistent.
+            If the chunk is missing, corrupted, stored with codecs other than
+            :data:`SAFE_CODECS`, or its CSC arrays are inconsistent (lengths, decreasing
+            column pointers, feature indices outside ``[0, m)``).
+        DataError
+            If a value is NaN or Inf (naming the document and the feature).
         """
         return _read_chunk(str(self.path), i, self.n_features, self.chunks[i])
 
@@ -249,17 +293,74 @@ class Corpus(_Input):
         )
 
 
+#: zarr v3 codecs sphdist reads: none of them can execute code (no pickle, no object dtype).
+SAFE_CODECS = frozenset({
+    "bytes", "zstd", "blosc", "gzip", "crc32c", "transpose", "vlen-utf8", "sharding_indexed",
+})
+
+
+def _checked_array(group: zarr.Group, name: str, path: str, what: str) -> zarr.Array:
+    """``group[name]`` if it is a zarr v3 array of a plain dtype and safe codecs.
+
+    Raises KeyError if absent; CorpusFormatError if it is anything else.
+    """
+    try:
+        arr = group[name]
+    except KeyError:
+        raise
+    except Exception as exc:  # unknown codec, malformed metadata, ...
+        raise CorpusFormatError(
+            f"{path}: {what} ({name}) is unreadable ({type(exc).__name__}: {exc}). To resolve "
+            "this, re-ingest the corpus."
+        ) from None
+    if not isinstance(arr, zarr.Array):
+        raise KeyError(name)
+    meta = arr.metadata
+    codecs = [c.to_dict().get("name") for c in getattr(meta, "codecs", ())]
+    if (
+        meta.zarr_format != 3
+        or arr.dtype.kind not in "biufT"
+        and not (arr.dtype.kind == "O" and codecs[:1] == ["vlen-utf8"])
+        or not set(codecs) <= SAFE_CODECS
+    ):
+        raise CorpusFormatError(
+            f"{path}: {what} ({name}) is stored as zarr v{meta.zarr_format}, dtype "
+            f"{arr.dtype}, codecs {codecs}; sphdist reads only zarr v3 numeric or UTF-8 arrays "
+            f"with the codecs {sorted(SAFE_CODECS)} (nothing that can execute code). To "
+            "resolve this, re-ingest the corpus."
+        )
+    return arr
+
+
 def _read_chunk(path: str, i: int, m: int, n_i: int) -> sp.csc_matrix:
+    # runs in worker tasks: the client must unpickle the error, and zarr's exceptions (kept in
+    # __cause__ / __context__) do not unpickle, so the error leaves without them
+    try:
+        return _read_chunk_checked(path, i, m, n_i)
+    except (CorpusFormatError, DataError) as exc:
+        error = exc
+    error.__cause__ = error.__context__ = None
+    raise error
+
+
+def _read_chunk_checked(path: str, i: int, m: int, n_i: int) -> sp.csc_matrix:
+    what = f"document chunk {i}"
     try:
         g = zarr.open_group(store=path, path=_chunk_key(i), mode="r")
-        data = g["data"][:]
-        indices = g["indices"][:]
-        indptr = g["indptr"][:]
+        arrays = [_checked_array(g, name, path, what) for name in ("data", "indices", "indptr")]
+        data, indices, indptr = (a[:] for a in arrays)
     except (KeyError, FileNotFoundError) as exc:
         raise CorpusFormatError(
-            f"{path}: document chunk {i} ({_chunk_key(i)}) is missing or unreadable. To resolve "
-            "this, re-ingest the corpus."
-        ) from exc
+            f"{path}: document chunk {i} ({_chunk_key(i)}) is missing or unreadable "
+            f"({type(exc).__name__}). To resolve this, re-ingest the corpus."
+        ) from None
+    except CorpusFormatError:
+        raise
+    except Exception as exc:  # a truncated or corrupted chunk file: the codec fails
+        raise CorpusFormatError(
+            f"{path}: document chunk {i} ({_chunk_key(i)}) is corrupted "
+            f"({type(exc).__name__}: {exc}). To resolve this, re-ingest the corpus."
+        ) from None
     if (
         indptr.shape != (n_i + 1,)
         or indptr[0] != 0
@@ -271,7 +372,38 @@ def _read_chunk(path: str, i: int, m: int, n_i: int) -> sp.csc_matrix:
             f"{indptr.shape[0]} for {n_i} documents, {data.shape[0]} values, "
             f"{indices.shape[0]} indices). To resolve this, re-ingest the corpus."
         )
+    if n_i and np.any(np.diff(indptr) < 0):
+        j = int(np.flatnonzero(np.diff(indptr) < 0)[0])
+        raise CorpusFormatError(
+            f"{path}: document chunk {i} has a decreasing column pointer at document {j} of the "
+            f"chunk (indptr[{j}]={indptr[j]} > indptr[{j + 1}]={indptr[j + 1]}). To resolve "
+            "this, re-ingest the corpus."
+        )
+    if indices.size and (indices.min() < 0 or indices.max() >= m):
+        bad = int(indices[(indices < 0) | (indices >= m)][0])
+        raise CorpusFormatError(
+            f"{path}: document chunk {i} has feature index {bad}, outside [0, {m}). To resolve "
+            "this, re-ingest the corpus."
+        )
+    finite = np.isfinite(data)
+    if not finite.all():
+        pos = int(np.flatnonzero(~finite)[0])
+        first = int(np.searchsorted(indptr, pos, side="right")) - 1
+        chunk_start = _chunk_start(path, i)
+        raise DataError(
+            f"{path}: document {chunk_start + first} (chunk {i}) holds a non-finite value "
+            f"({data[pos]}) at feature {int(indices[pos])}. To resolve this, clean the source "
+            "and re-ingest it."
+        )
     return sp.csc_matrix((data, indices, indptr), shape=(m, n_i))
+
+
+def _chunk_start(path: str, i: int) -> int:
+    try:
+        bounds = zarr.open_group(store=path, mode="r").attrs["chunk_boundaries"]
+        return int(bounds[i])
+    except Exception:  # only for the message
+        return 0
 
 
 def _load_block(path: str, chunks: tuple[int, ...], m: int, block_id=None) -> sp.csc_matrix:
@@ -318,6 +450,12 @@ class DenseInput(_Input):
                     "or a 2-D zarr array of shape (n_samples, n_features)."
                 )
             array = node["X"]
+            if not isinstance(array, zarr.Array):
+                raise CorpusFormatError(
+                    f"{self.path}: looks like a corpus (it has a group 'X') but has no sphdist "
+                    "format tag (group attribute sphdist.format_version). To resolve this, "
+                    "re-ingest the source with `sphdist ingest`."
+                )
             if "y" in node:
                 self.labels = np.asarray(node["y"][:]).astype(np.int32)
             self._array_path = "X"
@@ -361,7 +499,23 @@ class DenseInput(_Input):
     def to_dask(self) -> da.Array:
         """Return X of shape (n_features, n_samples), float64, chunked along samples."""
         x = da.from_zarr(self._array, chunks=(self.chunks, self.shape[0]))
-        return x.astype(np.float64).T
+        x = x.astype(np.float64).map_blocks(
+            _check_finite_rows, str(self.path), dtype=np.float64, meta=np.empty((0, 0)),
+        )
+        return x.T
+
+
+def _check_finite_rows(block: np.ndarray, path: str, block_info=None) -> np.ndarray:
+    """Raise DataError naming the first sample of ``block`` holding NaN or Inf."""
+    finite = np.isfinite(block)
+    if not finite.all():
+        row, col = (int(v[0]) for v in np.nonzero(~finite))
+        start = block_info[0]["array-location"][0][0] if block_info else 0
+        raise DataError(
+            f"{path}: sample {start + row} holds a non-finite value ({block[row, col]}) at "
+            f"feature {col}. To resolve this, clean the data before fitting."
+        )
+    return block
 
 
 def open_input(path: str | os.PathLike[str]) -> Corpus | DenseInput:
@@ -393,6 +547,69 @@ def open_input(path: str | os.PathLike[str]) -> Corpus | DenseInput:
 def open_corpus(path: str | os.PathLike[str]) -> Corpus:
     """Open a sparse ``corpus.zarr``; see :class:`Corpus`."""
     return Corpus(path)
+
+
+class StoredChunk(NamedTuple):
+    """A document chunk written by :func:`store_chunk`: its index, nonzeros, empty columns."""
+
+    index: int
+    nnz: int
+    empty: np.ndarray  # (n_c,) bool
+
+
+def store_chunk(
+    staging: str | os.PathLike[str], index: int, X_chunk: sp.spmatrix | sp.sparray,
+    n_features: int,
+) -> StoredChunk:
+    """Write document chunk ``index`` into a :class:`CorpusWriter`'s staging directory.
+
+    For writers that build chunks in parallel (workers of ``sphdist.ingest``); the driver
+    then calls :meth:`CorpusWriter.append_stored_chunk` in chunk order.
+
+    Parameters
+    ----------
+    staging : path-like
+        :attr:`CorpusWriter.staging`, on a filesystem the caller can write.
+    index : int
+        Chunk index.
+    X_chunk : scipy.sparse matrix of shape (n_features, n_c)
+        As for :meth:`CorpusWriter.write_chunk`.
+    n_features : int
+
+    Returns
+    -------
+    StoredChunk
+
+    Raises
+    ------
+    ValueError
+        If the shape disagrees or the values are not finite.
+    """
+    group = zarr.open_group(store=str(staging), mode="r+")
+    return _store_chunk(group, index, X_chunk, n_features)
+
+
+def _store_chunk(group: zarr.Group, index: int, X_chunk, n_features: int) -> StoredChunk:
+    X_c = sp.csc_matrix(X_chunk, dtype=np.float64)
+    X_c.sort_indices()
+    m, n_c = X_c.shape
+    if m != n_features:
+        raise ValueError(f"chunk has {m} features, expected {n_features}")
+    if not np.all(np.isfinite(X_c.data)):
+        raise ValueError(f"chunk {index} holds NaN or Inf values")
+    key = _chunk_key(index)
+    for name, values in (
+        ("data", X_c.data),
+        ("indices", X_c.indices.astype(np.int32)),
+        ("indptr", X_c.indptr.astype(np.int64)),
+    ):
+        arr = group.create_array(
+            f"{key}/{name}", shape=values.shape, dtype=values.dtype,
+            chunks=(max(1, values.shape[0]),),
+        )
+        if values.shape[0]:
+            arr[:] = values
+    return StoredChunk(index, int(X_c.nnz), np.diff(X_c.indptr) == 0)
 
 
 class CorpusWriter:
@@ -488,31 +705,49 @@ class CorpusWriter:
         ValueError
             If the shapes disagree, or the values are not finite.
         """
-        X_c = sp.csc_matrix(X_chunk, dtype=np.float64)
-        X_c.sort_indices()
-        m, n_c = X_c.shape
-        if m != self.n_features:
-            raise ValueError(f"chunk has {m} features, expected {self.n_features}")
-        if len(doc_ids) != n_c:
-            raise ValueError(f"{len(doc_ids)} document ids for {n_c} documents")
-        if not np.all(np.isfinite(X_c.data)):
-            raise ValueError(f"chunk {len(self._boundaries) - 1} holds NaN or Inf values")
-        key = _chunk_key(len(self._boundaries) - 1)
-        for name, values in (
-            ("data", X_c.data),
-            ("indices", X_c.indices.astype(np.int32)),
-            ("indptr", X_c.indptr.astype(np.int64)),
-        ):
-            arr = self._group.create_array(
-                f"{key}/{name}", shape=values.shape, dtype=values.dtype,
-                chunks=(max(1, values.shape[0]),),
-            )
-            if values.shape[0]:
-                arr[:] = values
-        self._boundaries.append(self._boundaries[-1] + n_c)
-        self._nnz += int(X_c.nnz)
+        if len(doc_ids) != X_chunk.shape[1]:
+            raise ValueError(f"{len(doc_ids)} document ids for {X_chunk.shape[1]} documents")
+        stored = _store_chunk(self._group, len(self._boundaries) - 1, X_chunk, self.n_features)
+        self.append_stored_chunk(stored, doc_ids, labels)
+
+    @property
+    def staging(self) -> Path:
+        """The staging directory: :func:`store_chunk` may write chunks into it (workers)."""
+        return self._staging
+
+    @property
+    def n_chunks(self) -> int:
+        """Chunks appended so far (the index of the next one)."""
+        return len(self._boundaries) - 1
+
+    def append_stored_chunk(
+        self,
+        stored: StoredChunk,
+        doc_ids: Sequence[str],
+        labels: Sequence[int] | np.ndarray | None = None,
+    ) -> None:
+        """Record chunk ``stored.index``, written into :attr:`staging` by :func:`store_chunk`.
+
+        Parameters
+        ----------
+        stored : StoredChunk
+            What :func:`store_chunk` returned; its index must be :attr:`n_chunks`.
+        doc_ids, labels
+            As for :meth:`write_chunk`.
+
+        Raises
+        ------
+        ValueError
+            If the chunk is out of order or the lengths disagree.
+        """
+        if stored.index != self.n_chunks:
+            raise ValueError(f"chunk {stored.index} appended as chunk {self.n_chunks}")
+        if len(doc_ids) != stored.empty.shape[0]:
+            raise ValueError(f"{len(doc_ids)} document ids for {stored.empty.shape[0]} documents")
+        self._boundaries.append(self._boundaries[-1] + stored.empty.shape[0])
+        self._nnz += stored.nnz
         self._doc_ids.extend(str(d) for d in doc_ids)
-        self._empty.append(np.diff(X_c.indptr) == 0)
+        self._empty.append(stored.empty)
         if labels is not None:
             self._labels.append(np.asarray(labels, dtype=np.int32))
 

@@ -154,6 +154,7 @@ def test_stored_attributes(tree, tmp_path):
     assert corpus.feature_scheme == {
         "type": "hashing", "n_features": M, "alternate_sign": False, "lowercase": True,
         "token_pattern": r"(?u)\b\w\w+\b", "ngram_range": [1, 1], "analyzer": "word",
+        "stop_words": None, "strip_accents": None,
     }
     assert corpus.tfidf == {
         "smooth_idf": True, "sublinear_tf": False, "norm": "l2", "remove": ["headers", "quotes"],
@@ -181,15 +182,13 @@ def test_remove_matches_fetch_20newsgroups(tree, tmp_path):
                                                   "test/beta/12"}
 
 
-@pytest.mark.parametrize("sweep_chunks", [1, 8])
+@pytest.mark.parametrize(("chunk_size", "partition_size"), [(1, 1), (2, 3), (2, None), (1000, 3)])
 @pytest.mark.parametrize(("name", "prefix"), [("tree.tar.gz", "./"), ("tree.tar", "")])
-@pytest.mark.parametrize("chunk_size", [1, 2, 1000])
-def test_archive_same_as_directory(tree, tmp_path, monkeypatch, name, prefix, chunk_size,
-                                   sweep_chunks):
-    monkeypatch.setattr(ingest_module, "_SWEEP_CHUNKS", sweep_chunks)
+def test_archive_same_as_directory(tree, tmp_path, name, prefix, chunk_size, partition_size):
     archive = _write_tar(tmp_path / name, DOCS, prefix=prefix)
     from_tree = ingest(tree, tmp_path / "a.zarr", n_features=M, chunk_size=chunk_size)
-    from_tar = ingest(archive, tmp_path / "b.zarr", n_features=M, chunk_size=chunk_size)
+    from_tar = ingest(archive, tmp_path / "b.zarr", n_features=M, chunk_size=chunk_size,
+                      partition_size=partition_size)
     assert list(from_tar.doc_ids) == list(from_tree.doc_ids) == sorted(DOCS)
     np.testing.assert_array_equal(from_tar.labels, from_tree.labels)
     np.testing.assert_array_equal(from_tar.empty, from_tree.empty)
@@ -297,6 +296,10 @@ def test_source_without_documents(tmp_path, make):
         {"seed": -1},
         {"seed": 1.5},
         {"max_docs_per_label": 0},
+        {"encoding": "no-such-codec"},
+        {"on_error": "ignore"},
+        {"partition_size": 0},
+        {"max_document_bytes": 0},
     ],
 )
 def test_bad_parameters(tree, tmp_path, kwargs):
@@ -319,15 +322,15 @@ def test_existing_output(tree, tmp_path):
 
 def test_failure_mid_ingest_leaves_nothing(tree, tmp_path, monkeypatch):
     calls = []
-    weight = ingest_module._weight
+    weight = ingest_module.weight
 
-    def failing_weight(counts, idf):
+    def failing_weight(counts, idf, sublinear_tf):
         calls.append(1)
         if len(calls) == 2:  # after the first chunk was written
             raise RuntimeError("disk on fire")
-        return weight(counts, idf)
+        return weight(counts, idf, sublinear_tf)
 
-    monkeypatch.setattr(ingest_module, "_weight", failing_weight)
+    monkeypatch.setattr(ingest_module, "weight", failing_weight)
     with pytest.raises(RuntimeError, match="disk on fire"):
         ingest(tree, tmp_path / "out.zarr", n_features=M, chunk_size=2)
     assert len(calls) == 2
@@ -338,7 +341,7 @@ def test_progress_bar_on_stderr(tree, tmp_path, capsys):
     ingest(tree, tmp_path / "a.zarr", n_features=M, progress=True)
     err = capsys.readouterr().err
     n = len(DOCS)
-    assert "pass 1/2: document frequencies: 100%" in err and f"{n}/{n}" in err
+    assert "pass 1/2: count: 100%" in err and f"{n}/{n}" in err
     assert "pass 2/2: tf-idf: 100%" in err
     ingest(tree, tmp_path / "b.zarr", n_features=M)
     assert capsys.readouterr().err == ""
@@ -430,3 +433,17 @@ def test_newsgroups_paper_sample(newsgroups_archive, tmp_path):
     )
     np.testing.assert_allclose(_matrix(corpus).toarray(), expected, rtol=0, atol=1e-12)
     np.testing.assert_allclose(corpus.idf, idf, rtol=1e-15, atol=0)
+
+
+def test_progress_as_log_lines(tree, tmp_path, caplog):
+    import logging
+
+    with caplog.at_level(logging.INFO, logger="sphdist"):
+        logging.getLogger("sphdist").propagate = True
+        ingest(tree, tmp_path / "a.zarr", n_features=M, progress="log", chunk_size=2,
+               partition_size=2)
+    lines = [r.getMessage() for r in caplog.records if "documents" in r.getMessage()]
+    n = len(DOCS)
+    assert any(line.startswith(f"pass 1/2: count: {n}/{n} documents") for line in lines)
+    assert any(line.startswith(f"pass 2/2: tf-idf: {n}/{n} documents") for line in lines)
+    assert len(lines) <= 2 * 11  # at most every tenth, plus the final line

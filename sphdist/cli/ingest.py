@@ -2,58 +2,224 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import sys
 from pathlib import Path
 
 import click
 
+from .._sources import FORMATS
+
 logger = logging.getLogger("sphdist")
 
 
+_FEATURE_OPTIONS = (
+    "n_features", "vocabulary", "min_df", "max_df", "max_features", "select", "n_select",
+    "stop_words", "strip_accents", "no_lowercase", "token_pattern", "sublinear_tf",
+    "remove_headers",
+)
+
+
+def _progress() -> bool | str:
+    """A bar on a terminal, plain log lines otherwise, nothing when quiet."""
+    if logger.getEffectiveLevel() > logging.INFO:
+        return False
+    return True if sys.stderr.isatty() else "log"
+
+
+class _DocumentCount(click.ParamType):
+    """A document-frequency bound: an integer count or a float fraction in [0, 1]."""
+
+    name = "INT|FLOAT"
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, (int, float)):
+            return value
+        try:
+            return int(value)
+        except ValueError:
+            pass
+        try:
+            number = float(value)
+        except ValueError:
+            self.fail(f"{value!r} is neither an integer nor a float.")
+        if not 0.0 <= number <= 1.0:
+            self.fail(f"{value!r}: a float must be a fraction in [0, 1].")
+        return number
+
+
 @click.command()
-@click.argument("source", required=False, type=click.Path(path_type=Path))
+@click.argument("source", required=False, nargs=-1)
 @click.option("--output", "-o", required=True, type=click.Path(path_type=Path),
               help="corpus.zarr to write.")
-@click.option("--categories", help="Comma-separated labels to keep (default: all).")
+@click.option("--format", "fmt", type=click.Choice(list(FORMATS)),
+              help="Source format (default: from the path).")
+@click.option("--text-field", default="text", show_default=True,
+              help="JSON Lines field / CSV or Parquet column of the text.")
+@click.option("--label-field", help="Field / column of the label (optional).")
+@click.option("--id-field", help="Field / column of the document id (default: path:line).")
+@click.option("--categories", help="Comma-separated labels to keep (folder / tar sources).")
 @click.option("--max-docs-per-label", type=click.IntRange(min=1),
-              help="Sample at most this many documents per label.")
+              help="Sample at most this many documents per label (folder / tar sources).")
 @click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True,
               help="Seed of the per-label sampling.")
 @click.option("--n-features", type=click.IntRange(min=1), default=2**18, show_default=True,
               help="Hashed feature space size m.")
+@click.option("--vocabulary", is_flag=True,
+              help="Learn a vocabulary (stored in the corpus) instead of hashing.")
+@click.option("--min-df", type=_DocumentCount(), default=1, show_default=True,
+              help="Vocabulary: keep terms in at least this many documents (float: fraction).")
+@click.option("--max-df", type=_DocumentCount(), default=1.0, show_default=True,
+              help="Vocabulary: keep terms in at most this many documents (float: fraction).")
+@click.option("--max-features", type=click.IntRange(min=1),
+              help="Vocabulary: keep the terms of highest total count.")
+@click.option("--select", type=click.Choice(["mutual-info"]),
+              help="Vocabulary with labels: keep the --n-select terms of highest mutual "
+                   "information with the label.")
+@click.option("--n-select", type=click.IntRange(min=1), default=500, show_default=True)
+@click.option("--stop-words", type=click.Choice(["english"]), help="Drop English stop words.")
+@click.option("--strip-accents", type=click.Choice(["ascii", "unicode"]))
+@click.option("--no-lowercase", is_flag=True, help="Keep the case of the tokens.")
+@click.option("--token-pattern", default=r"(?u)\b\w\w+\b", show_default=True)
+@click.option("--sublinear-tf", is_flag=True, help="Use 1 + ln(tf) instead of tf.")
 @click.option("--remove-headers", is_flag=True,
               help="Strip headers, signature footers and quoted replies (scikit-learn's "
                    "remove=('headers', 'footers', 'quotes')).")
+@click.option("--like", type=click.Path(path_type=Path),
+              help="corpus.zarr or model.zarr whose features, tf-idf options, idf and "
+                   "vocabulary to reuse (for documents to transform with that model).")
+@click.option("--encoding", default="latin-1", show_default=True,
+              help="Encoding of folder / tar documents (JSON Lines and CSV are UTF-8).")
+@click.option("--on-error", type=click.Choice(["fail", "skip"]), default="fail",
+              show_default=True,
+              help="A document that cannot be used: stop with an error naming it, or skip it "
+                   "and count it.")
+@click.option("--max-doc-bytes", type=click.IntRange(min=1), default=10_000_000,
+              show_default=True, help="Longest accepted document, in bytes.")
 @click.option("--chunk-size", type=click.IntRange(min=1), default=4096, show_default=True,
               help="Documents per stored chunk.")
+@click.option("--partition-size", type=click.IntRange(min=1),
+              help="Documents per counting task (default 4 chunks).")
+@click.option("--n-workers", "--workers", "workers", type=click.IntRange(min=1),
+              help="Local worker processes (default: one per core for large sources).")
+@click.option("--scheduler-address", envvar="DASK_SCHEDULER_ADDRESS",
+              help="Run on an existing Dask scheduler [env DASK_SCHEDULER_ADDRESS].")
 @click.option("--overwrite", is_flag=True, help="Replace an existing output.")
+@click.option("--json", "as_json", is_flag=True, help="Print the summary as one JSON object.")
 def ingest(
-    source: Path | None, output: Path, categories: str | None, max_docs_per_label: int | None,
-    seed: int, n_features: int, remove_headers: bool, chunk_size: int, overwrite: bool,
+    source: tuple[str, ...], output: Path, fmt: str | None, text_field: str,
+    label_field: str | None, id_field: str | None, categories: str | None,
+    max_docs_per_label: int | None, seed: int, n_features: int, vocabulary: bool,
+    min_df: int | float, max_df: int | float, max_features: int | None, select: str | None,
+    n_select: int, stop_words: str | None, strip_accents: str | None, no_lowercase: bool,
+    token_pattern: str, sublinear_tf: bool, remove_headers: bool, like: Path | None,
+    encoding: str, on_error: str, max_doc_bytes: int, chunk_size: int,
+    partition_size: int | None, workers: int | None, scheduler_address: str | None,
+    overwrite: bool, as_json: bool,
 ) -> None:
-    """Turn a tree or .tar.gz of text files (label = parent folder) into a tf-idf corpus.zarr.
+    """Turn text into a tf-idf corpus.zarr.
 
-    SOURCE defaults to the 20 Newsgroups archive in the data home ($SPHDIST_DATA_HOME).
+    SOURCE: a folder tree or .tar.gz (label = parent folder), JSON Lines (.gz), CSV or Parquet
+    files; several paths or quoted glob patterns. SOURCE defaults to the 20 Newsgroups archive
+    in the data home ($SPHDIST_DATA_HOME).
     """
     from ..datasets import newsgroups_archive
     from ..ingest import ingest as run_ingest
 
-    corpus = run_ingest(
-        source if source is not None else newsgroups_archive(),
-        output,
+    if like is not None:
+        ctx = click.get_current_context()
+        given = [name for name in _FEATURE_OPTIONS
+                 if ctx.get_parameter_source(name) != click.core.ParameterSource.DEFAULT]
+        if given:
+            raise click.UsageError(
+                f"--like takes the features and tf-idf options from {like}; drop "
+                + ", ".join("--" + g.replace("_", "-") for g in given) + "."
+            )
+    sources = list(source) if source else [str(newsgroups_archive())]
+    kwargs = dict(
+        format=fmt, text_field=text_field, label_field=label_field, id_field=id_field,
         categories=[c.strip() for c in categories.split(",")] if categories else None,
         max_docs_per_label=max_docs_per_label, seed=seed, n_features=n_features,
-        remove=("headers", "footers", "quotes") if remove_headers else (),
-        chunk_size=chunk_size, overwrite=overwrite,
-        progress=sys.stderr.isatty() and logger.level <= logging.INFO,
+        vocabulary=vocabulary, min_df=min_df, max_df=max_df, max_features=max_features,
+        select=select, n_select=n_select, stop_words=stop_words, strip_accents=strip_accents,
+        lowercase=not no_lowercase, token_pattern=token_pattern, sublinear_tf=sublinear_tf,
+        remove=("headers", "footers", "quotes") if remove_headers else (), like=like,
+        encoding=encoding, on_error=on_error, max_document_bytes=max_doc_bytes,
+        chunk_size=chunk_size, partition_size=partition_size, n_workers=workers,
+        overwrite=overwrite, progress=_progress(),
     )
+    target = sources[0] if len(sources) == 1 else sources
+    if scheduler_address:
+        from ..cluster import connect
+
+        with connect(scheduler_address):
+            corpus = run_ingest(target, output, **kwargs)
+    else:
+        corpus = run_ingest(target, output, **kwargs)
+    meta = corpus.attrs.get("ingest", {})
+    summary = {
+        "output": str(output), "n_documents": corpus.n_documents,
+        "n_features": corpus.n_features, "nnz": corpus.nnz, "n_chunks": corpus.n_chunks,
+        "n_empty": corpus.n_empty, "n_labels": len(corpus.label_names or []),
+        **{k: meta.get(k) for k in ("n_skipped", "skipped_examples", "n_blank_text",
+                                    "n_partitions", "workers", "seconds", "format")},
+    }
+    if as_json:
+        click.echo(json.dumps(summary))
+        return
     click.echo(
         f"wrote {output}: {corpus.n_documents} documents, {corpus.n_features} features, "
         f"nnz {corpus.nnz}, {corpus.n_chunks} chunks, {corpus.n_empty} empty, "
-        f"{len(corpus.label_names or [])} labels"
+        f"{len(corpus.label_names or [])} labels, {summary['n_skipped']} skipped"
     )
 
 
+@click.command()
+@click.option("--n-docs", required=True, type=click.IntRange(min=1), help="Documents to draw.")
+@click.option("--n-topics", required=True, type=click.IntRange(min=1),
+              help="Topics (= labels, the dominant topic of each document).")
+@click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True)
+@click.option("--doc-length", type=click.IntRange(min=1), default=100, show_default=True,
+              help="Mean tokens per document (Poisson).")
+@click.option("--vocab-size", type=click.IntRange(min=1), default=50_000, show_default=True,
+              help="Distinct words (Zipfian ranks).")
+@click.option("--format", "fmt", type=click.Choice(["jsonl", "corpus"]), default="jsonl",
+              show_default=True,
+              help="jsonl: raw text lines {id, label, text} (.gz compresses); corpus: a tf-idf "
+                   "corpus.zarr, as `sphdist ingest` of those lines would write.")
+@click.option("--n-features", type=click.IntRange(min=1), default=2**18, show_default=True,
+              help="Hashed features (--format corpus).")
+@click.option("--vocabulary", is_flag=True,
+              help="Corpus with the learned-vocabulary scheme instead of hashing.")
+@click.option("--chunk-size", type=click.IntRange(min=1), default=4096, show_default=True,
+              help="Documents per generated and stored chunk.")
+@click.option("--output", "-o", required=True, type=click.Path(path_type=Path),
+              help="JSON Lines file or corpus.zarr to write.")
+@click.option("--overwrite", is_flag=True, help="Replace an existing output.")
+@click.option("--json", "as_json", is_flag=True, help="Print the summary as one JSON object.")
+def synth(
+    n_docs: int, n_topics: int, seed: int, doc_length: int, vocab_size: int, fmt: str,
+    n_features: int, vocabulary: bool, chunk_size: int, output: Path, overwrite: bool,
+    as_json: bool,
+) -> None:
+    """Write a seeded synthetic collection: Zipfian words, topic mixtures, known labels."""
+    from ..synth import synth as run_synth
 
-COMMANDS = [ingest]
+    summary = run_synth(
+        output, n_docs=n_docs, n_topics=n_topics, seed=seed, doc_length=doc_length,
+        vocab_size=vocab_size, format=fmt, n_features=n_features, vocabulary=vocabulary,
+        chunk_size=chunk_size, overwrite=overwrite,
+        progress=sys.stderr.isatty() and logger.level <= logging.INFO,
+    )
+    if as_json:
+        click.echo(json.dumps(summary.to_dict()))
+    else:
+        click.echo(
+            f"wrote {output}: {summary.n_docs} documents, {summary.n_topics} topics, "
+            f"{summary.nnz / summary.n_docs:.1f} distinct features per document, "
+            f"{summary.seconds:.1f} s"
+        )
+
+
+COMMANDS = [ingest, synth]
