@@ -10,13 +10,31 @@ This is the only module that knows the model layout::
       state/XVt (m, r)           float64   X V_k^T   } the partials the next U-step needs,
       state/VVt (r, r)           float64   V_k V_k^T } so --resume makes no extra pass over X
       idf      (m,)              float64   the corpus idf (absent for dense input)
+      vocabulary (m,)            str       the corpus feature names (vocabulary scheme only)
 
 Attributes: ``sphdist = {"kind": "model", "format_version": 1}``, ``params`` (every solver
 parameter and the seed), ``n_iter``, ``objective`` (n_iter + 1 values, iteration 0 first),
 ``u_step_norm`` / ``v_step_norm`` (``||U_k - U_{k-1}||_F``, ``||V_k - V_{k-1}||_F``, n_iter
 values), ``seconds`` (wall time per iteration), ``converged``, ``n_degenerate``,
-``sq_norm_X``, and ``corpus`` (``path``, ``fingerprint``, ``shape``, ``feature_scheme``,
-``tfidf``).
+``sq_norm_X``, ``u_sha256`` (sha256 of the bytes of U, an identifier of the iterate), and
+``corpus`` (``path``, ``fingerprint``, ``shape``, ``feature_scheme``, ``tfidf``).
+
+Everything a new document needs to be embedded the way the training documents were is in the
+model: ``corpus.feature_scheme``, ``corpus.tfidf``, ``idf`` and ``vocabulary`` (``sphdist ingest
+--like model.zarr`` reads them). The histories (``objective``, step norms, ``seconds``) are
+complete across ``--resume``: a resumed fit continues the saved lists.
+
+Embeddings of other documents (``sphdist transform``) are stored as ``embedding.zarr``::
+
+    embedding.zarr/              zarr v3 group
+      V           (r, n)         float64   column j: unit-norm embedding of document j
+      degenerate  (n,)           bool      True where U^T x_j = 0 (V[:, j] is then e_1)
+      doc_ids     (n,)           str       the corpus' document ids
+      labels      (n,)           int32     the corpus' label codes (absent: unknown)
+
+with attributes ``sphdist = {"kind": "embedding", "format_version": 1}``, ``model``
+(``path``, ``u_sha256``), ``corpus`` (``path``, ``fingerprint``, ``shape``), ``label_names``,
+``n_degenerate`` and ``method``.
 
 Every write builds the whole group in a sibling staging directory and commits it with an atomic
 rename (:mod:`sphdist._atomic`): a crash at any instant leaves the previous complete checkpoint
@@ -26,6 +44,7 @@ rename (:mod:`sphdist._atomic`): a crash at any instant leaves the previous comp
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from pathlib import Path
@@ -39,10 +58,14 @@ from . import _atomic
 from .errors import InputNotFoundError, ModelFormatError
 from .solver import FitState
 
-__all__ = ["FORMAT_VERSION", "save_checkpoint", "load_checkpoint", "open_model", "Model"]
+__all__ = [
+    "FORMAT_VERSION", "save_checkpoint", "load_checkpoint", "open_model", "Model", "u_sha256",
+    "idf_sha256", "Embedding", "EmbeddingWriter", "open_embedding", "write_embedding_block",
+]
 
 FORMAT_VERSION = 1
 _KIND = "model"
+_EMBEDDING_KIND = "embedding"
 
 
 def _json_clean(value: Any) -> Any:
@@ -68,6 +91,7 @@ def save_checkpoint(
     params: dict[str, Any],
     corpus: dict[str, Any],
     idf: np.ndarray | None = None,
+    vocabulary: np.ndarray | None = None,
 ) -> None:
     """Write ``state`` as a complete ``model.zarr``, replacing any previous one atomically.
 
@@ -84,6 +108,9 @@ def save_checkpoint(
         ``feature_scheme``, ``tfidf``.
     idf : ndarray of shape (m,), float64, optional
         The corpus idf, kept so new documents can be weighted the same way.
+    vocabulary : ndarray of shape (m,), str, optional
+        The corpus feature names (vocabulary scheme), kept for ``ingest --like`` and the top
+        terms of each component.
 
     Raises
     ------
@@ -104,6 +131,15 @@ def save_checkpoint(
         _write_array(group, "state/VVt", np.asarray(state.VVt, dtype=np.float64))
         if idf is not None:
             _write_array(group, "idf", np.asarray(idf, dtype=np.float64))
+        if vocabulary is not None:
+            words = np.asarray(vocabulary, dtype=object)
+            # zarr's variable-length UTF-8 strings, as in corpus.zarr
+            arr = group.create_array(
+                "vocabulary", shape=words.shape, dtype=str,
+                chunks=(max(1, min(words.shape[0], 1 << 17)),),
+            )
+            if words.shape[0]:
+                arr[:] = words
         V = state.V
         r, chunks = V.shape[0], V.chunks[1]
         if not _regular(chunks):
@@ -124,10 +160,23 @@ def save_checkpoint(
             "converged": state.converged,
             "n_degenerate": state.n_degenerate,
             "sq_norm_X": state.sq_norm_X,
+            "u_sha256": u_sha256(state.U),
         }))
         _atomic.commit_directory(staging, path)
     finally:
         _atomic.discard(staging)
+
+
+def u_sha256(U: np.ndarray) -> str:
+    """Hex sha256 of the little-endian float64 bytes of U, shape (m, r), C order."""
+    return hashlib.sha256(np.ascontiguousarray(U, dtype="<f8").tobytes()).hexdigest()
+
+
+def idf_sha256(idf: np.ndarray | None) -> str | None:
+    """Hex sha256 of the little-endian float64 bytes of an idf vector (None for None)."""
+    if idf is None:
+        return None
+    return hashlib.sha256(np.ascontiguousarray(idf, dtype="<f8").tobytes()).hexdigest()
 
 
 class Model:
@@ -200,6 +249,25 @@ class Model:
         """Ndarray of shape (m,), float64: the corpus idf, or None."""
         return np.asarray(self._group["idf"][...]) if "idf" in self._group else None
 
+    @property
+    def vocabulary(self) -> np.ndarray | None:
+        """Ndarray of shape (m,), object (str): feature names (vocabulary scheme), or None."""
+        if "vocabulary" not in self._group:
+            return None
+        return np.asarray(self._group["vocabulary"][...]).astype(object)
+
+    @property
+    def shape(self) -> tuple[int, int, int]:
+        """(m features, r components, n documents) of the fitted factors."""
+        m, r = self._group["U"].shape
+        return int(m), int(r), int(self._group["V"].shape[1])
+
+    @property
+    def fingerprint(self) -> str:
+        """Identifier of the fitted U: hex sha256 of its bytes (see :func:`u_sha256`)."""
+        stored = self.attrs.get("u_sha256")
+        return stored if isinstance(stored, str) else u_sha256(self.U)
+
     def V(self, chunks: tuple[int, ...] | None = None) -> da.Array:
         """The embedding as a lazy dask array.
 
@@ -267,3 +335,174 @@ def load_checkpoint(path: str | os.PathLike[str]) -> Model | None:
         return Model(path)
     except InputNotFoundError:
         return None
+
+
+# -- embedding.zarr ----------------------------------------------------------------------------
+def _zarr_chunk(chunks: tuple[int, ...]) -> int:
+    """Columns per zarr chunk such that every document chunk starts on a zarr chunk boundary.
+
+    >>> _zarr_chunk((128, 128, 44)), _zarr_chunk((25, 25, 40))
+    (128, 5)
+    """
+    if _regular(chunks):
+        return max(1, max(chunks, default=1))
+    return max(1, int(np.gcd.reduce(np.asarray(chunks, dtype=np.int64))))
+
+
+class EmbeddingWriter:
+    """Build an ``embedding.zarr`` in a staging directory; :meth:`commit` makes it visible.
+
+    Parameters
+    ----------
+    path : path-like
+        Final location.
+    n_components : int
+        r.
+    chunks : tuple of int
+        Documents per chunk of the corpus; tasks write one chunk each (through
+        :func:`write_embedding_block`) without sharing a zarr chunk, so no lock is needed.
+
+    Notes
+    -----
+    Use as a context manager: leaving the block without :meth:`commit` removes the staging
+    directory. The staging directory must be on a filesystem the workers share.
+    """
+
+    def __init__(self, path: str | os.PathLike[str], *, n_components: int, chunks: tuple[int, ...]):
+        self.path = Path(path)
+        self.staging = _atomic.staging_path(self.path)
+        n = int(sum(chunks))
+        self.offsets = tuple(int(o) for o in np.concatenate([[0], np.cumsum(chunks)[:-1]]))
+        group = zarr.open_group(store=str(self.staging), mode="w-")
+        c = _zarr_chunk(tuple(chunks))
+        group.create_array("V", shape=(n_components, n), dtype=np.float64, chunks=(n_components, c))
+        group.create_array("degenerate", shape=(n,), dtype=bool, chunks=(c,))
+        self._group = group
+        self._committed = False
+
+    def __enter__(self) -> EmbeddingWriter:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        if not self._committed:
+            _atomic.discard(self.staging)
+
+    def commit(
+        self, *, doc_ids: np.ndarray, labels: np.ndarray | None,
+        label_names: list[str] | None, attrs: dict[str, Any],
+    ) -> Embedding:
+        """Write ids, labels and attributes, then rename the staging tree to ``path``.
+
+        Parameters
+        ----------
+        doc_ids : ndarray of shape (n,), str
+        labels : ndarray of shape (n,), int32, or None
+        label_names : list of str or None
+        attrs : dict
+            More JSON-serialisable attributes (``model``, ``corpus``, ...).
+
+        Returns
+        -------
+        Embedding
+        """
+        group = self._group
+        ids = np.asarray(doc_ids, dtype=object)
+        arr = group.create_array(
+            "doc_ids", shape=ids.shape, dtype=str, chunks=(max(1, min(ids.shape[0], 1 << 17)),)
+        )
+        if ids.shape[0]:
+            arr[:] = ids
+        if labels is not None:
+            _write_array(group, "labels", np.asarray(labels, dtype=np.int32))
+        group.attrs.update(_json_clean({
+            **attrs,
+            "sphdist": {"kind": _EMBEDDING_KIND, "format_version": FORMAT_VERSION},
+            "label_names": label_names,
+        }))
+        _atomic.commit_directory(self.staging, self.path)
+        self._committed = True
+        return Embedding(self.path)
+
+
+def write_embedding_block(
+    staging: str, start: int, V: np.ndarray, degenerate: np.ndarray
+) -> None:
+    """Write columns ``start:start + n_c`` of an embedding being built (runs in a task).
+
+    Parameters
+    ----------
+    staging : str
+        :attr:`EmbeddingWriter.staging`.
+    start : int
+        First document of the chunk.
+    V : ndarray of shape (r, n_c), float64
+    degenerate : ndarray of shape (n_c,), bool
+    """
+    group = zarr.open_group(store=staging, mode="r+")
+    stop = start + V.shape[1]
+    group["V"][:, start:stop] = V
+    group["degenerate"][start:stop] = degenerate
+
+
+class Embedding:
+    """Read handle on an ``embedding.zarr`` written by ``sphdist transform``.
+
+    Parameters
+    ----------
+    path : path-like
+
+    Raises
+    ------
+    InputNotFoundError
+        If nothing is at ``path``.
+    ModelFormatError
+        If ``path`` is not a sphdist embedding.
+    """
+
+    def __init__(self, path: str | os.PathLike[str]):
+        self.path = Path(path)
+        if not self.path.exists():
+            raise InputNotFoundError(
+                f"{self.path}: no such embedding. To resolve this, write one with `sphdist "
+                "transform --model MODEL --input CORPUS --output PATH`."
+            )
+        try:
+            group = zarr.open_group(store=str(self.path), mode="r")
+        except Exception as exc:
+            raise ModelFormatError(
+                f"{self.path}: not a zarr v3 group ({type(exc).__name__}: {exc})."
+            ) from exc
+        tag = group.attrs.get("sphdist")
+        tag = tag if isinstance(tag, dict) else {}
+        if tag.get("kind") != _EMBEDDING_KIND or tag.get("format_version") != FORMAT_VERSION:
+            raise ModelFormatError(
+                f"{self.path}: not a sphdist embedding of format version {FORMAT_VERSION} "
+                f"(found {tag!r}). To resolve this, write it again with `sphdist transform`."
+            )
+        self._group = group
+        self.attrs: dict[str, Any] = dict(group.attrs)
+
+    @property
+    def V(self) -> zarr.Array:
+        """The (r, n) float64 zarr array of unit columns (read slices of it)."""
+        return self._group["V"]
+
+    @property
+    def doc_ids(self) -> np.ndarray:
+        """Ndarray of shape (n,), object (Python str)."""
+        return np.asarray(self._group["doc_ids"][...]).astype(object)
+
+    @property
+    def labels(self) -> np.ndarray | None:
+        """Ndarray of shape (n,), int32, or None."""
+        return np.asarray(self._group["labels"][...]) if "labels" in self._group else None
+
+    @property
+    def degenerate(self) -> np.ndarray:
+        """Ndarray of shape (n,), bool: True where ``U^T x_j = 0``."""
+        return np.asarray(self._group["degenerate"][...])
+
+
+def open_embedding(path: str | os.PathLike[str]) -> Embedding:
+    """Open an ``embedding.zarr``; see :class:`Embedding`."""
+    return Embedding(path)

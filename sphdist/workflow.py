@@ -1,7 +1,7 @@
-"""The jobs sphdist runs on stored data: fit a corpus with checkpoints, evaluate a model.
+"""The jobs sphdist runs on stored data: fit, evaluate, transform.
 
-These are the functions behind ``sphdist fit`` and ``sphdist evaluate``; batch jobs and
-pipelines call them directly. They run on whatever Dask scheduler is active (see
+These are the functions behind ``sphdist fit``, ``sphdist evaluate`` and ``sphdist transform``;
+batch jobs and pipelines call them directly. They run on whatever Dask scheduler is active (see
 :func:`sphdist.cluster.connect`).
 """
 
@@ -13,6 +13,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import dask
+import dask.array as da
 import numpy as np
 
 from . import _atomic, solver
@@ -25,14 +27,29 @@ from .errors import (
     ParameterError,
 )
 from .metrics import evaluate_embedding
-from .store import Model, load_checkpoint, open_model, save_checkpoint
+from .store import (
+    Embedding,
+    EmbeddingWriter,
+    Model,
+    idf_sha256,
+    load_checkpoint,
+    open_model,
+    save_checkpoint,
+    u_sha256,
+)
 
-__all__ = ["fit_corpus", "evaluate_model", "RESUME_KEYS"]
+__all__ = [
+    "fit_corpus", "evaluate_model", "transform_corpus", "check_compatible", "warm_start",
+    "RESUME_KEYS",
+]
 
 logger = logging.getLogger("sphdist")
 
 #: Parameters that change the sequence of iterates: a checkpoint resumes only if they match.
-RESUME_KEYS = ("n_components", "lam", "mu", "init", "random_state", "init_n_iter", "split_every")
+RESUME_KEYS = (
+    "n_components", "lam", "mu", "init", "random_state", "init_n_iter", "split_every",
+    "init_from",
+)
 
 
 def _log_iteration(state: solver.FitState) -> None:
@@ -59,6 +76,7 @@ def fit_corpus(
     checkpoint_every: int = 1,
     resume: bool = False,
     overwrite: bool = False,
+    init_from: str | os.PathLike[str] | None = None,
     callback: Callable[[solver.FitState], None] | None = _log_iteration,
 ) -> Model:
     """Fit Spherical PCA to a stored corpus, checkpointing to ``output``.
@@ -82,6 +100,13 @@ def fit_corpus(
         resumed run reaches the same U, V and objective history as an uninterrupted one.
     overwrite : bool, default False
         Replace an existing ``output`` when not resuming.
+    init_from : path-like, optional
+        A ``model.zarr`` whose U (m, r) is the warm start U_0 (orthonormalised by its polar
+        factor, :func:`sphdist.solver.initialize`); ``init`` and ``random_state`` are then not
+        used. Its feature space must be the corpus' (same feature scheme; same vocabulary when
+        both have one); the idf may differ (a refit on newer documents). Recorded in the
+        parameters as ``init_from`` (the sha256 of that U), so ``resume`` continues only the
+        same warm start.
     callback : callable or None
         Called with the solver state after every iteration; default logs one line
         (iteration, objective, relative change, seconds) to the ``sphdist`` logger.
@@ -97,17 +122,26 @@ def fit_corpus(
         If ``output`` exists and neither ``resume`` nor ``overwrite`` is set.
     CheckpointMismatchError
         If the checkpoint at ``output`` was written for another corpus or other parameters.
-    ParameterError, DataError, CorpusFormatError, InputNotFoundError
-        For invalid parameters or input.
+    CorpusMismatchError
+        If ``init_from`` was fitted in another feature space.
+    ParameterError, DataError, CorpusFormatError, InputNotFoundError, ModelFormatError
+        For invalid parameters or input (``ParameterError`` also when the r of ``init_from``
+        is not ``n_components``).
     """
     source = open_input(input)
     X = source.to_dask()
     if checkpoint_every < 1:
         raise ParameterError(f"checkpoint_every must be >= 1, got {checkpoint_every}.")
+    U0 = None
+    if init_from is not None:
+        U0 = warm_start(init_from, source, input, n_components)
     params = {
         "n_components": n_components, "lam": lam, "mu": mu, "max_iter": max_iter, "tol": tol,
         "init": init, "random_state": random_state, "init_n_iter": init_n_iter,
         "split_every": split_every,
+        "init_from": None if U0 is None else {
+            "path": str(Path(init_from).resolve()), "u_sha256": u_sha256(U0),
+        },
     }
     corpus_info = {
         "path": str(Path(input).resolve()), "fingerprint": source.fingerprint,
@@ -127,7 +161,7 @@ def fit_corpus(
             )
         changed = {
             k: (previous.params.get(k), params[k]) for k in RESUME_KEYS
-            if previous.params.get(k) != params[k]
+            if _resume_value(k, previous.params.get(k)) != _resume_value(k, params[k])
         }
         if changed:
             detail = ", ".join(f"{k}: {a!r} -> {b!r}" for k, (a, b) in changed.items())
@@ -149,15 +183,262 @@ def fit_corpus(
         if callback is not None:
             callback(s)
         if s.iteration % checkpoint_every == 0 or s.converged or s.iteration >= max_iter:
-            save_checkpoint(output, s, params=params, corpus=corpus_info, idf=source.idf)
+            save_checkpoint(
+                output, s, params=params, corpus=corpus_info, idf=source.idf,
+                vocabulary=vocabulary,
+            )
 
+    vocabulary = getattr(source, "vocabulary", None)  # a Corpus of the vocabulary scheme
     # on_state saves the last state too: the loop ends converged or at max_iter
     solver.fit(
         X, n_components, lam=lam, mu=mu, max_iter=max_iter, tol=tol, init=init,
         random_state=random_state, init_n_iter=init_n_iter, split_every=split_every,
-        state=state, callback=on_state,
+        state=state, U0=U0, callback=on_state,
     )
     return open_model(output)
+
+
+def _resume_value(key: str, value: Any) -> Any:
+    # a warm start is the same warm start when its U is the same, wherever the model lies now
+    if key == "init_from" and isinstance(value, dict):
+        return value.get("u_sha256")
+    return value
+
+
+def warm_start(
+    init_from: str | os.PathLike[str], source: Any, input: Any, n_components: int
+) -> np.ndarray:
+    """The U of the model at ``init_from``, after checking it fits ``source`` and r.
+
+    Parameters
+    ----------
+    init_from : path-like
+        A ``model.zarr``.
+    source : Corpus or DenseInput
+        The corpus to fit.
+    input : path-like
+        Its path, for messages.
+    n_components : int
+        The r asked for.
+
+    Returns
+    -------
+    ndarray of shape (m, r), float64
+
+    Raises
+    ------
+    ParameterError
+        If the model's r is not ``n_components``.
+    CorpusMismatchError
+        If the model was fitted in another feature space (see :func:`check_compatible`).
+    """
+    previous = open_model(init_from)
+    m, r, _ = previous.shape
+    if r != n_components:
+        raise ParameterError(
+            f"--init-from {init_from} has r={r} components, but n_components={n_components} "
+            f"was asked. To resolve this, fit with -r {r}, or warm-start from a model with "
+            f"{n_components} components."
+        )
+    check_compatible(previous, source, input, check_idf=False)
+    return previous.U
+
+
+def check_compatible(
+    model: Model, source: Any, input: str | os.PathLike[str], *, check_idf: bool = True
+) -> None:
+    """Check that a corpus lives in the feature space (and weighting) a model was fitted in.
+
+    Parameters
+    ----------
+    model : Model
+        An open ``model.zarr``.
+    source : Corpus or DenseInput
+        An open input (:func:`sphdist.corpus.open_input`).
+    input : path-like
+        Its path, for the message.
+    check_idf : bool, default True
+        Also require the same idf (sha256 of its bytes) and tf-idf options, as
+        :func:`transform_corpus` does: a document weighted with another idf is not the
+        document the model saw. A warm start (``fit_corpus(init_from=...)``) needs only the
+        same features.
+
+    Raises
+    ------
+    CorpusMismatchError
+        Naming each difference (number of features, feature scheme, vocabulary, idf, tf-idf
+        options) and how to re-ingest the corpus the model's way (``ingest --like``).
+    """
+    fitted = model.corpus
+    problems = []
+    m_model = model.shape[0]
+    if source.n_features != m_model:
+        problems.append(f"{source.n_features} features, the model has {m_model}")
+    scheme = fitted.get("feature_scheme")
+    if scheme is not None and source.feature_scheme != scheme:
+        problems.append(
+            f"feature scheme {source.feature_scheme!r}, the model's is {scheme!r}"
+        )
+    if not problems:
+        theirs, ours = getattr(source, "vocabulary", None), model.vocabulary
+        if theirs is not None and ours is not None and not np.array_equal(theirs, ours):
+            problems.append("another vocabulary than the model's")
+    if check_idf and not problems:
+        a, b = idf_sha256(source.idf), idf_sha256(model.idf)
+        if a != b:
+            problems.append(
+                f"idf fingerprint {(a or 'none')[:12]}, the model's is {(b or 'none')[:12]}"
+            )
+        options = fitted.get("tfidf") or {}
+        differ = sorted(
+            k for k in set(options) & set(source.tfidf) if options[k] != source.tfidf[k]
+        )
+        if differ:
+            problems.append(f"other tf-idf options ({', '.join(differ)})")
+    if problems:
+        raise CorpusMismatchError(
+            f"{input} does not match the model {model.path}: it has {'; '.join(problems)}. "
+            f"To resolve this, ingest the documents with `sphdist ingest SOURCE --like "
+            f"{model.path} --output NEW.zarr` (the model's feature scheme and idf)."
+        )
+
+
+def transform_corpus(
+    model: str | os.PathLike[str],
+    input: str | os.PathLike[str],
+    output: str | os.PathLike[str],
+    *,
+    overwrite: bool = False,
+    progress: bool = False,
+) -> Embedding:
+    """Embed the documents of a corpus with a fitted model: the exact V-step, chunk by chunk.
+
+    Parameters
+    ----------
+    model : path-like
+        A ``model.zarr``.
+    input : path-like
+        A corpus in the model's feature space, with the model's idf (written by ``sphdist
+        ingest --like MODEL``, or the training corpus itself).
+    output : path-like
+        The ``embedding.zarr`` to write (layout in :mod:`sphdist.store`), committed atomically.
+    overwrite : bool, default False
+        Replace an existing ``output``.
+    progress : bool, default False
+        A tqdm bar on stderr (chunks done / total).
+
+    Returns
+    -------
+    Embedding
+        The written embedding: V of shape (r, n), float64, column j the unit vector
+        ``v_j = U^T x_j / ||U^T x_j||_2`` (Liu et al. 2019, Eq. 3.12 with lam = 2, the exact
+        minimiser of ``||x_j - U v||_2`` over the unit sphere), with the corpus' document ids
+        and labels. A document with ``U^T x_j = 0`` (empty) gets ``e_1`` and is flagged in
+        ``degenerate``.
+
+    Raises
+    ------
+    CorpusMismatchError
+        If the corpus' feature scheme, number of features, idf or tf-idf options differ from
+        the model's (see :func:`check_compatible`).
+    OutputExistsError
+        If ``output`` exists and ``overwrite`` is False.
+    InputNotFoundError, CorpusFormatError, ModelFormatError
+        For a missing or unreadable input.
+
+    Notes
+    -----
+    One read of every chunk of X, on the active Dask scheduler; each task writes its columns of
+    V (r n_c float64) to the staging store, so the driver holds only U (m r floats). For the
+    training corpus of a model fitted with lam = "exact" (lam = 2), the result equals the
+    model's V: the last pass of the fit computed V by this same step from the stored U.
+    """
+    fitted = open_model(model)
+    source = open_input(input)
+    check_compatible(fitted, source, input)
+    output = Path(output)
+    if output.exists() and not overwrite:
+        raise OutputExistsError(
+            f"{output} already exists. To resolve this, choose another --output or pass "
+            "--overwrite."
+        )
+    U = fitted.U
+    X = source.to_dask()
+    if X.numblocks[0] != 1:
+        X = X.rechunk({0: -1})
+    n = source.n_documents
+    with EmbeddingWriter(output, n_components=U.shape[1], chunks=source.chunks) as writer:
+        starts = da.from_array(np.asarray(writer.offsets, dtype=np.int64), chunks=1)
+        counts = da.blockwise(
+            _embed_chunk, "j", X, "ij", _broadcast(U), "ik", starts, "j",
+            staging=str(writer.staging), concatenate=True, align_arrays=False,
+            adjust_chunks={"j": 1}, dtype=np.int64, meta=np.empty((0,), dtype=np.int64),
+        )
+        n_degenerate = int(_compute_blocks(counts, progress, "transform").sum())
+        return writer.commit(
+            doc_ids=source.doc_ids, labels=source.labels, label_names=source.label_names,
+            attrs={
+                "model": {"path": str(Path(model).resolve()), "u_sha256": fitted.fingerprint},
+                "corpus": {
+                    "path": str(Path(input).resolve()), "fingerprint": source.fingerprint,
+                    "shape": [source.n_features, n],
+                },
+                "n_degenerate": n_degenerate,
+                "method": "exact V-step, Liu et al. 2019 Eq. 3.12 with lam = 2",
+            },
+        )
+
+
+def _broadcast(U: np.ndarray) -> da.Array:
+    """U as a one-block dask array, sent once to every worker when a cluster is active."""
+    try:
+        from distributed import default_client
+
+        client = default_client()
+    except (ImportError, ValueError):
+        return da.from_array(U, chunks=U.shape, name=False)  # no hashing of m x r floats
+    future = client.scatter(U, hash=False, broadcast=True)
+    return da.from_delayed(dask.delayed(future), shape=U.shape, dtype=U.dtype)
+
+
+def _embed_chunk(X_c: Any, U: np.ndarray, start: np.ndarray, staging: str) -> np.ndarray:
+    """Exact V-step of one chunk, written to the staging embedding; returns [n_degenerate]."""
+    from . import kernels
+    from .store import write_embedding_block
+
+    A = np.asarray(X_c.T @ U).T
+    V, degenerate = kernels.v_step(A, None, 2.0)
+    write_embedding_block(staging, int(start[0]), V, degenerate)
+    return np.array([int(degenerate.sum())], dtype=np.int64)
+
+
+def _compute_blocks(result: Any, progress: bool, desc: str) -> np.ndarray:
+    """Compute a dask array block by block, with a tqdm bar (stderr) when ``progress``."""
+    from tqdm import tqdm
+
+    blocks = list(result.to_delayed().ravel())
+    try:
+        from distributed import as_completed, default_client
+
+        client = default_client()
+    except (ImportError, ValueError):
+        client = None
+    if client is None:  # a local scheduler: dask's own progress bar
+        import contextlib
+        import sys
+
+        import dask
+        from dask.diagnostics import ProgressBar
+
+        bar = ProgressBar(out=sys.stderr) if progress else contextlib.nullcontext()
+        with bar:
+            values = dask.compute(*blocks)
+        return np.concatenate([np.ravel(v) for v in values])
+    with tqdm(total=len(blocks), desc=desc, unit="chunk", disable=not progress) as bar:
+        futures = client.compute(blocks)
+        for _ in as_completed(futures):
+            bar.update(1)
+        return np.concatenate([np.ravel(f.result()) for f in futures])
 
 
 def evaluate_model(

@@ -95,3 +95,55 @@ def test_ingest_refuses_existing_output(runner, source, tmp_path):
     result = runner.invoke(main, ["ingest", str(source), "-o", str(corpus)])
     assert result.exit_code == 1
     assert "--overwrite" in _error_line(result)
+
+
+def test_quiet_and_log_level_silence_the_progress_lines(runner, source, tmp_path):
+    from distributed import LocalCluster
+
+    corpus = tmp_path / "c.zarr"
+    runner.invoke(main, ["ingest", str(source), "-o", str(corpus), "--n-features", "64"])
+    with LocalCluster(n_workers=1, processes=False, dashboard_address=None) as cluster:
+        results = {}
+        for flags in (["--quiet"], ["--log-level", "warning"]):
+            model = tmp_path / f"m{flags[-1]}.zarr"
+            results[model] = runner.invoke(main, [
+                *flags, "fit", "-i", str(corpus), "-o", str(model), "-r", "2", "--max-iter",
+                "2", "--scheduler-address", cluster.scheduler_address, "--json",
+            ])
+    for model, result in results.items():
+        assert result.exit_code == 0, result.output
+        assert "iter " not in result.stderr and "dashboard" not in result.stderr
+        report = json.loads(result.stdout)  # stdout is exactly one JSON object
+        assert report["n_iter"] == open_model(model).n_iter == 2
+
+
+def test_progress_lines_carry_objective_change_and_eta(runner, source, tmp_path):
+    from sphdist.cli._common import FitProgress
+
+    corpus = tmp_path / "c.zarr"
+    runner.invoke(main, ["ingest", str(source), "-o", str(corpus), "--n-features", "64"])
+    lines = []
+    progress = FitProgress(max_iter=3, bar=False)
+    import logging
+
+    handler = logging.Handler()
+    handler.emit = lambda record: lines.append(record.getMessage())
+    logger = logging.getLogger("sphdist")
+    logger.addHandler(handler)
+    level = logger.level
+    logger.setLevel(logging.INFO)
+    try:
+        import dask
+
+        from sphdist.workflow import fit_corpus
+
+        with dask.config.set(scheduler="sync"):
+            model = fit_corpus(corpus, tmp_path / "m.zarr", n_components=2, max_iter=3, tol=0,
+                               callback=progress)
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+    iters = [line for line in lines if line.startswith("iter ")]
+    assert len(iters) == 4
+    assert f"{model.objective[-1]:.10g}" in iters[-1] and "eta 00:00" in iters[-1]
+    assert "rel_change nan" in iters[0] and "eta ?" in iters[0]

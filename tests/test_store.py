@@ -167,3 +167,35 @@ def test_bad_parameters_write_nothing(corpus, tmp_path):
     with pytest.raises(ParameterError, match="n_components=91"):
         _fit(corpus, tmp_path / "m.zarr", n_components=91)
     assert not (tmp_path / "m.zarr").exists()
+
+
+def test_histories_are_complete_across_resume(corpus, tmp_path):
+    part = tmp_path / "part.zarr"
+    _fit(corpus, part, max_iter=2)
+    resumed = _fit(corpus, part, max_iter=5, resume=True)
+    a = resumed.attrs
+    assert len(a["objective"]) == len(a["seconds"]) == 6
+    assert len(a["u_step_norm"]) == len(a["v_step_norm"]) == 5
+    assert all(s > 0 for s in a["seconds"])
+    # the step norms are those of the stored iterates: ||V_5 - V_4||_F from a run to 4
+    four = _fit(corpus, tmp_path / "four.zarr", max_iter=4)
+    dV = np.linalg.norm(resumed.V().compute() - four.V().compute())
+    dU = np.linalg.norm(resumed.U - four.U)
+    assert a["v_step_norm"][-1] == pytest.approx(dV, rel=1e-10)
+    assert a["u_step_norm"][-1] == pytest.approx(dU, rel=1e-10)
+
+
+def test_vocabulary_and_idf_are_copied_into_the_model(tmp_path):
+    X = random_corpus(12, 20, seed=3)
+    words = [f"term{i}" for i in range(12)]
+    with CorpusWriter(tmp_path / "v.zarr", n_features=12, vocabulary=words,
+                      feature_scheme={"type": "vocabulary", "n_features": 12}) as w:
+        w.write_chunk(X, [str(j) for j in range(20)])
+        corpus = w.commit(idf=np.linspace(1, 3, 12))
+    model = _fit(corpus, tmp_path / "m.zarr", max_iter=1)
+    assert model.vocabulary.tolist() == words
+    np.testing.assert_array_equal(model.idf, np.linspace(1, 3, 12))
+    assert model.corpus["feature_scheme"]["type"] == "vocabulary"
+    # a hashed corpus has no vocabulary to copy
+    assert _fit(_write_corpus(tmp_path / "h.zarr", X, [20]), tmp_path / "h.model.zarr",
+                max_iter=1).vocabulary is None

@@ -33,8 +33,11 @@ def main(ctx: click.Context, debug: bool, log_level: str, quiet: bool) -> None:
 def _register() -> None:
     from . import fit as _fit
     from . import ingest as _ingest
+    from . import inspect as _inspect
+    from . import plot as _plot
+    from . import use as _use
 
-    for module in (_ingest, _fit):
+    for module in (_ingest, _fit, _use, _inspect, _plot):
         for command in module.COMMANDS:
             main.add_command(command)
 

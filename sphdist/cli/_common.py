@@ -7,8 +7,12 @@ unless ``--debug`` is given; bad option values are usage errors with exit status
 
 from __future__ import annotations
 
+import errno
+import json
 import logging
+import math
 import sys
+from collections.abc import Callable
 from typing import Any
 
 import click
@@ -48,7 +52,18 @@ class Group(click.Group):
             if ctx.obj and ctx.obj.get("debug"):
                 raise
             message = str(exc) if isinstance(exc, SphdistError) else f"{type(exc).__name__}: {exc}"
+            if not isinstance(exc, SphdistError) and exc.errno in _OS_REMEDIES:
+                message += f". To resolve this, {_OS_REMEDIES[exc.errno]}"
             raise click.ClickException(message) from None
+
+
+_OS_REMEDIES = {  # errno -> remedy, for OS errors on outputs
+    errno.ENOSPC: "free space there or choose another --output; nothing half-written was left",
+    errno.EDQUOT: "free space there or choose another --output; nothing half-written was left",
+    errno.EROFS: "choose an --output on a writable filesystem",
+    errno.EACCES: "choose an --output you may write to (or fix its permissions)",
+    errno.EPERM: "choose an --output you may write to (or fix its permissions)",
+}
 
 
 def setup_logging(level: str, quiet: bool) -> None:
@@ -58,4 +73,129 @@ def setup_logging(level: str, quiet: bool) -> None:
     logger.setLevel(logging.WARNING if quiet else getattr(logging, level.upper()))
     logger.propagate = False
 
+
+def progress_enabled() -> bool:
+    """Whether to draw progress bars: stderr is a terminal and INFO lines are shown."""
+    return sys.stderr.isatty() and logger.getEffectiveLevel() <= logging.INFO
+
+
+def echo_json(payload: dict[str, Any]) -> None:
+    """Print one JSON object on stdout (numpy scalars become plain numbers)."""
+    click.echo(json.dumps(
+        payload, default=lambda o: o.item() if hasattr(o, "item") else str(o)
+    ))
+
+
+def _clock(seconds: float) -> str:
+    if not math.isfinite(seconds):
+        return "?"
+    m, s = divmod(int(round(seconds)), 60)
+    h, m = divmod(m, 60)
+    return f"{h}:{m:02d}:{s:02d}" if h else f"{m:02d}:{s:02d}"
+
+
+class FitProgress:
+    """Per-iteration progress of a fit: a tqdm bar on a terminal, else plain log lines.
+
+    Parameters
+    ----------
+    max_iter : int
+        The iteration the fit stops at at the latest (the ETA is to it).
+    bar : bool
+        Draw a tqdm bar on stderr (objective, relative change, s/iteration, ETA); else log one
+        INFO line per iteration on the ``sphdist`` logger.
+
+    Notes
+    -----
+    Called with the solver state after the initialisation (iteration 0, or the iteration a
+    resumed fit starts from) and after every iteration. The ETA assumes the remaining
+    iterations cost the mean of those done in this run.
+    """
+
+    def __init__(self, max_iter: int, bar: bool):
+        self.max_iter = max_iter
+        self.bar = None
+        self._first: int | None = None
+        self._seconds: list[float] = []
+        if bar:
+            from tqdm import tqdm
+
+            self.bar = tqdm(total=max_iter, desc="fit", unit="it", file=sys.stderr,
+                            bar_format="{desc}: {percentage:3.0f}%|{bar}| {n}/{total} "
+                                       "[{elapsed}]{postfix}")
+
+    def __call__(self, state: Any) -> None:
+        if self._first is None:
+            self._first = state.iteration
+        else:
+            self._seconds.append(state.seconds[-1])
+        per_it = float(np.mean(self._seconds)) if self._seconds else float("nan")
+        eta = per_it * max(0, self.max_iter - state.iteration)
+        if state.converged:
+            eta = 0.0
+        if self.bar is not None:
+            self.bar.n = state.iteration
+            self.bar.set_postfix_str(
+                f"objective {state.objective[-1]:.6g}, rel {state.relative_change:.2e}, "
+                f"{per_it:.2f} s/it, ETA {_clock(eta)}"
+                + (", converged" if state.converged else ""),
+                refresh=True,
+            )
+            return
+        logger.info(
+            "iter %4d  objective %.10g  rel_change %.3e  %.2fs  eta %s%s",
+            state.iteration, state.objective[-1], state.relative_change, state.seconds[-1],
+            _clock(eta), "  (converged)" if state.converged else "",
+        )
+
+    def close(self) -> None:
+        """Close the bar (if any)."""
+        if self.bar is not None:
+            self.bar.close()
+
+
+def cluster_options(command: Callable[..., Any]) -> Callable[..., Any]:
+    """Add --scheduler-address, --n-workers, --threads-per-worker, --memory-limit, --tls-*.
+
+    The same options, with the same meaning, as ``sphdist fit``'s.
+    """
+    for option in reversed([
+        click.option("--scheduler-address", envvar="DASK_SCHEDULER_ADDRESS",
+                     help="Existing Dask scheduler [env DASK_SCHEDULER_ADDRESS]; default: start "
+                          "a LocalCluster."),
+        click.option("--n-workers", type=click.IntRange(min=1),
+                     help="LocalCluster worker processes [default: one per core]."),
+        click.option("--threads-per-worker", type=click.IntRange(min=1), default=1,
+                     show_default=True),
+        click.option("--memory-limit", default="auto", show_default=True,
+                     help="LocalCluster memory limit per worker (bytes or e.g. 4GiB)."),
+        click.option("--tls-ca-file", type=click.Path(), envvar="SPHDIST_TLS_CA_FILE",
+                     help="CA certificate (PEM) of a tls:// scheduler [env SPHDIST_TLS_CA_FILE]."),
+        click.option("--tls-cert", type=click.Path(), envvar="SPHDIST_TLS_CERT",
+                     help="Client certificate (PEM) [env SPHDIST_TLS_CERT]."),
+        click.option("--tls-key", type=click.Path(), envvar="SPHDIST_TLS_KEY",
+                     help="Client private key (PEM) [env SPHDIST_TLS_KEY]."),
+    ]):
+        command = option(command)
+    return command
+
+
+def connect_options(
+    scheduler_address: str | None, n_workers: int | None, threads_per_worker: int,
+    memory_limit: str, tls_ca_file: str | None = None, tls_cert: str | None = None,
+    tls_key: str | None = None,
+) -> Any:
+    """:func:`sphdist.cluster.connect` with the values of :func:`cluster_options`."""
+    from ..cluster import connect, tls_security
+
+    limit: str | int = int(memory_limit) if memory_limit.isdigit() else memory_limit
+    security = None
+    if tls_ca_file or tls_cert or tls_key:
+        if not (tls_ca_file and tls_cert):
+            raise click.UsageError("TLS needs --tls-ca-file and --tls-cert (and --tls-key).")
+        security = tls_security(tls_ca_file, tls_cert, tls_key)
+    return connect(
+        scheduler_address, n_workers=n_workers, threads_per_worker=threads_per_worker,
+        memory_limit=limit, security=security,
+    )
 

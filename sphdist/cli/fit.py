@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import json
 import logging
 from pathlib import Path
 
 import click
 
-from ._common import StepSize
+from ._common import FitProgress, StepSize, echo_json, progress_enabled
 
 logger = logging.getLogger("sphdist")
 
@@ -31,6 +30,9 @@ logger = logging.getLogger("sphdist")
               help="U-step parameter (Eq. 3.11): a number >= 0 or exact|palm|theory.")
 @click.option("--init", type=click.Choice(["random", "svd"]), default="random",
               show_default=True)
+@click.option("--init-from", type=click.Path(path_type=Path),
+              help="Warm start: U_0 from this model.zarr (same features and r); --init and "
+                   "--seed are then not used.")
 @click.option("--resume", is_flag=True, help="Continue from the checkpoint at --output.")
 @click.option("--overwrite", is_flag=True, help="Replace an existing --output.")
 @click.option("--checkpoint-every", type=click.IntRange(min=1), default=1, show_default=True,
@@ -43,34 +45,76 @@ logger = logging.getLogger("sphdist")
 @click.option("--threads-per-worker", type=click.IntRange(min=1), default=1, show_default=True)
 @click.option("--memory-limit", default="auto", show_default=True,
               help="LocalCluster memory limit per worker (bytes or e.g. 4GiB).")
+@click.option("--dashboard-address", default="127.0.0.1:0", show_default=True,
+              help="LocalCluster dashboard; loopback unless e.g. 0.0.0.0:8787 is asked for.")
+@click.option("--tls-ca-file", type=click.Path(path_type=Path), envvar="SPHDIST_TLS_CA_FILE",
+              help="CA certificate (PEM) of a tls:// scheduler [env SPHDIST_TLS_CA_FILE].")
+@click.option("--tls-cert", type=click.Path(path_type=Path), envvar="SPHDIST_TLS_CERT",
+              help="Client certificate (PEM) [env SPHDIST_TLS_CERT].")
+@click.option("--tls-key", type=click.Path(path_type=Path), envvar="SPHDIST_TLS_KEY",
+              help="Client private key (PEM) [env SPHDIST_TLS_KEY].")
+@click.option("--retries", type=click.IntRange(min=0), default=3, show_default=True,
+              help="Resume from the last checkpoint this many times when a worker dies.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object on stdout.")
 def fit(
     input_: Path, output: Path | None, n_components: int, max_iter: int, tol: float, seed: int,
-    lam: float | str, mu: float | str, init: str, resume: bool, overwrite: bool,
-    checkpoint_every: int, scheduler_address: str | None, n_workers: int | None,
-    threads_per_worker: int, memory_limit: str,
+    lam: float | str, mu: float | str, init: str, init_from: Path | None, resume: bool,
+    overwrite: bool, checkpoint_every: int, scheduler_address: str | None,
+    n_workers: int | None, threads_per_worker: int, memory_limit: str,
+    dashboard_address: str, tls_ca_file: Path | None, tls_cert: Path | None,
+    tls_key: Path | None, retries: int, as_json: bool,
 ) -> None:
     """Fit Spherical PCA to a corpus on a Dask cluster, checkpointing every iteration."""
-    from ..cluster import connect
+    from ..cluster import connect, fit_with_retries, tls_security
     from ..corpus import open_input
     from ..solver import check_params
-    from ..workflow import fit_corpus
+    from ..workflow import fit_corpus, warm_start
 
     # fail on bad input before starting a cluster
-    shape = open_input(input_).shape
-    check_params(n_components, shape, lam=lam, mu=mu, max_iter=max_iter, tol=tol, init=init)
+    source = open_input(input_)
+    source.require_documents()
+    check_params(
+        n_components, source.shape, lam=lam, mu=mu, max_iter=max_iter, tol=tol, init=init
+    )
+    if init_from is not None:
+        warm_start(init_from, source, input_, n_components)
     if output is None:
         output = input_.with_name(input_.name.removesuffix(".zarr") + ".model.zarr")
     limit: str | int = int(memory_limit) if memory_limit.isdigit() else memory_limit
+    security = None
+    if tls_ca_file or tls_cert or tls_key:
+        if not (tls_ca_file and tls_cert):
+            raise click.UsageError("TLS needs --tls-ca-file and --tls-cert (and --tls-key).")
+        security = tls_security(tls_ca_file, tls_cert, tls_key)
     with connect(
         scheduler_address, n_workers=n_workers, threads_per_worker=threads_per_worker,
-        memory_limit=limit,
+        memory_limit=limit, dashboard_address=dashboard_address, security=security,
     ):
-        model = fit_corpus(
-            input_, output, n_components=n_components, lam=lam, mu=mu, max_iter=max_iter,
-            tol=tol, init=init, random_state=seed, checkpoint_every=checkpoint_every,
-            resume=resume, overwrite=overwrite,
-        )
+        progress = FitProgress(max_iter, bar=progress_enabled())
+        try:
+            model = fit_with_retries(
+                fit_corpus, input_, output, retries=retries, n_components=n_components,
+                lam=lam, mu=mu, max_iter=max_iter, tol=tol, init=init, random_state=seed,
+                checkpoint_every=checkpoint_every,
+                resume=resume, overwrite=overwrite, init_from=init_from, callback=progress,
+            )
+        finally:
+            progress.close()
     seconds = model.attrs["seconds"][1:]
+    if as_json:
+        echo_json({
+            "output": str(output), "n_components": n_components, "n_iter": model.n_iter,
+            "converged": bool(model.attrs["converged"]), "objective": model.objective[-1],
+            "relative_change": (
+                abs(model.objective[-2] - model.objective[-1]) / abs(model.objective[-2])
+                if len(model.objective) > 1 and model.objective[-2] else None
+            ),
+            "u_step_norm": (model.attrs["u_step_norm"] or [None])[-1],
+            "v_step_norm": (model.attrs["v_step_norm"] or [None])[-1],
+            "seconds_per_iteration": sum(seconds) / len(seconds) if seconds else None,
+            "init_from": model.params.get("init_from"),
+        })
+        return
     click.echo(
         f"wrote {output}: r={n_components}, {model.n_iter} iterations"
         f"{' (converged)' if model.attrs['converged'] else ''}, objective "
@@ -98,7 +142,7 @@ def evaluate(
         model, input_, n_clusters=n_clusters, n_init=n_init, random_state=seed
     )
     if as_json:
-        click.echo(json.dumps(result))
+        echo_json(result)
     else:
         click.echo(
             f"accuracy {result['accuracy']:.4f}  NMI {result['nmi']:.4f}  "

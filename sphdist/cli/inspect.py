@@ -1,0 +1,98 @@
+"""``sphdist info``: what a corpus, model or embedding holds, and a model's top terms."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import click
+
+from ._common import echo_json
+
+
+def _history(pairs: list[list[float]]) -> str:
+    return ", ".join(f"{int(k)}: {v:.6g}" for k, v in pairs) or "-"
+
+
+def _print(info: dict[str, Any]) -> None:
+    kind = info["kind"]
+    click.echo(f"{info['path']}: {kind}")
+    if kind in ("corpus", "dense"):
+        m, n = info["shape"]
+        ch = info["chunks"]
+        click.echo(f"  shape          {m} features x {n} documents")
+        click.echo(f"  nnz            {info['nnz']} (density {info['density']:.3g})")
+        click.echo(f"  chunks         {ch['n_chunks']} of {ch['min']}..{ch['max']} documents")
+        click.echo(f"  feature scheme {info['feature_scheme']}")
+        if info.get("tfidf"):
+            click.echo(f"  tf-idf         {info['tfidf']}")
+        click.echo(f"  empty docs     {info['n_empty']}")
+    elif kind == "model":
+        cp = info["checkpoint"]
+        staging = f", staging dirs present: {', '.join(cp['staging_dirs'])}" \
+            if cp["staging_dirs"] else ", no staging dirs"
+        click.echo(f"  checkpoint     {'complete' if cp['complete'] else 'none'}{staging}")
+        if "n_iter" not in info:
+            return
+        p = info["params"]
+        click.echo(
+            f"  shape          U {info['n_features']} x {info['n_components']}, "
+            f"V {info['n_components']} x {info['n_documents']}"
+        )
+        click.echo(
+            "  params         " + ", ".join(f"{k}={p[k]!r}" for k in sorted(p) if k != "init_from")
+        )
+        if p.get("init_from"):
+            click.echo(f"  warm start     {p['init_from']['path']}")
+        click.echo(
+            f"  iterations     {info['n_iter']}{' (converged)' if info['converged'] else ''}, "
+            f"{info['seconds_per_iteration'] or float('nan'):.3g} s/iteration"
+        )
+        click.echo(f"  objective      {_history(info['objective'])}")
+        click.echo(f"  ||dU||_F       {_history(info['u_step_norm'])}")
+        click.echo(f"  ||dV||_F       {_history(info['v_step_norm'])}")
+        click.echo(f"  corpus         {info['corpus'].get('path')}")
+        click.echo(f"  feature scheme {info['corpus'].get('feature_scheme')}")
+    else:
+        r, n = info["shape"]
+        click.echo(f"  shape          {r} components x {n} documents")
+        click.echo(f"  model          {(info.get('model') or {}).get('path')}")
+        click.echo(f"  corpus         {(info.get('corpus') or {}).get('path')}")
+        click.echo(f"  degenerate     {info['n_degenerate']}")
+    labels = info.get("labels")
+    if kind != "model":
+        text = ", ".join(f"{k} {v}" for k, v in labels.items()) if labels else "none"
+        click.echo(f"  labels         {text}")
+
+
+@click.command()
+@click.argument("path", required=False, type=click.Path(path_type=Path))
+@click.option("--model", "-m", type=click.Path(path_type=Path),
+              help="The model whose top terms to list (with --top-terms).")
+@click.option("--top-terms", type=click.IntRange(min=1),
+              help="List the N terms with the largest |U| entries of each component "
+                   "(vocabulary-mode corpora).")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object on stdout.")
+def info(path: Path | None, model: Path | None, top_terms: int | None, as_json: bool) -> None:
+    """Describe a corpus.zarr, model.zarr or embedding.zarr (PATH, or --model)."""
+    from ..info import describe
+    from ..info import top_terms as list_top_terms
+
+    target = path or model
+    if target is None:
+        raise click.UsageError("pass a PATH (or --model MODEL).")
+    report = describe(target)
+    if top_terms is not None:
+        if report["kind"] != "model":
+            raise click.UsageError("--top-terms needs a model (--model MODEL).")
+        report["top_terms"] = list_top_terms(target, top_terms)
+    if as_json:
+        echo_json(report)
+        return
+    _print(report)
+    for c, terms in enumerate(report.get("top_terms", [])):
+        click.echo(f"  component {c:<3} " + ", ".join(
+            f"{t['term']} ({t['weight']:+.3f})" for t in terms))
+
+
+COMMANDS = [info]

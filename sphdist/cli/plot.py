@@ -1,0 +1,63 @@
+"""``sphdist plot convergence`` and ``sphdist plot embedding``: PNG figures of a model."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from ._common import echo_json
+
+
+@click.group()
+def plot() -> None:
+    """Figures of a fitted model (PNG)."""
+
+
+@plot.command()
+@click.option("--model", "-m", required=True, type=click.Path(path_type=Path))
+@click.option("--output", "-o", type=click.Path(path_type=Path),
+              help="PNG to write [default: <model>.convergence.png beside the model].")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object on stdout.")
+def convergence(model: Path, output: Path | None, as_json: bool) -> None:
+    """Objective, ||U_k - U_{k-1}||_F and ||V_k - V_{k-1}||_F per iteration (Liu et al. Fig. 3)."""
+    from ..plotting import plot_convergence
+
+    output = output or model.with_name(model.name.removesuffix(".zarr") + ".convergence.png")
+    plot_convergence(model, output)
+    if as_json:
+        echo_json({"output": str(output)})
+    else:
+        click.echo(f"wrote {output}")
+
+
+@plot.command()
+@click.option("--model", "-m", required=True, type=click.Path(path_type=Path))
+@click.option("--input", "-i", "input_", type=click.Path(path_type=Path),
+              help="The training corpus (labels) [default: the path the model recorded] or an "
+                   "embedding.zarr.")
+@click.option("--output", "-o", type=click.Path(path_type=Path),
+              help="PNG to write [default: <model>.embedding.png beside the model].")
+@click.option("--max-points", type=click.IntRange(min=1), default=5000, show_default=True,
+              help="Plot a reproducible sample of at most this many documents.")
+@click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True)
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object on stdout.")
+def embedding(
+    model: Path, input_: Path | None, output: Path | None, max_points: int, seed: int,
+    as_json: bool,
+) -> None:
+    """Documents on the sphere coloured by label (3-D for r = 3, else a PCA projection)."""
+    from ..plotting import plot_embedding
+
+    output = output or model.with_name(model.name.removesuffix(".zarr") + ".embedding.png")
+    report = plot_embedding(model, output, input=input_, max_points=max_points, seed=seed)
+    if as_json:
+        echo_json(report)
+    else:
+        click.echo(
+            f"wrote {output}: {report['n_points']} of {report['n_documents']} documents, "
+            f"{report['projection']}"
+        )
+
+
+COMMANDS = [plot]

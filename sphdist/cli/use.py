@@ -1,0 +1,129 @@
+"""``sphdist transform``, ``sphdist export``, ``sphdist neighbors``: using a fitted embedding."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import click
+
+from ._common import cluster_options, connect_options, echo_json, progress_enabled
+
+logger = logging.getLogger("sphdist")
+
+_MODEL = click.option("--model", "-m", required=True, type=click.Path(path_type=Path),
+                      help="model.zarr.")
+
+
+@click.command()
+@_MODEL
+@click.option("--input", "-i", "input_", required=True, type=click.Path(path_type=Path),
+              help="corpus.zarr in the model's feature space (`sphdist ingest --like MODEL`).")
+@click.option("--output", "-o", required=True, type=click.Path(path_type=Path),
+              help="embedding.zarr to write.")
+@click.option("--overwrite", is_flag=True, help="Replace an existing --output.")
+@cluster_options
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object on stdout.")
+def transform(
+    model: Path, input_: Path, output: Path, overwrite: bool, scheduler_address: str | None,
+    n_workers: int | None, threads_per_worker: int, memory_limit: str, tls_ca_file: str | None,
+    tls_cert: str | None, tls_key: str | None, as_json: bool,
+) -> None:
+    """Embed the documents of a corpus with a fitted model (the exact V-step, on Dask)."""
+    from ..corpus import open_input
+    from ..store import open_model
+    from ..workflow import check_compatible, transform_corpus
+
+    # refuse a mismatched corpus before starting a cluster
+    check_compatible(open_model(model), open_input(input_), input_)
+    with connect_options(scheduler_address, n_workers, threads_per_worker, memory_limit,
+                         tls_ca_file, tls_cert, tls_key):
+        emb = transform_corpus(
+            model, input_, output, overwrite=overwrite, progress=progress_enabled()
+        )
+    r, n = emb.V.shape
+    report = {
+        "output": str(output), "n_documents": int(n), "n_components": int(r),
+        "n_degenerate": emb.attrs["n_degenerate"], "model": emb.attrs["model"]["path"],
+    }
+    if as_json:
+        echo_json(report)
+    else:
+        click.echo(
+            f"wrote {output}: {n} documents embedded in r={r} dimensions "
+            f"({report['n_degenerate']} with no feature in common with the model)"
+        )
+
+
+@click.command()
+@_MODEL
+@click.option("--input", "-i", "input_", type=click.Path(path_type=Path),
+              help="The training corpus [default: the path the model recorded] or an "
+                   "embedding.zarr from `sphdist transform`.")
+@click.option("--format", "-f", "format_", type=click.Choice(["parquet", "npy"]),
+              default="parquet", show_default=True,
+              help="parquet: columns doc_id, label, e0..e{r-1}; npy: array (n, r) + "
+                   "<stem>.ids.csv (doc_id, label per row).")
+@click.option("--output", "-o", required=True, type=click.Path(path_type=Path))
+@click.option("--overwrite", is_flag=True, help="Replace an existing --output.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object on stdout.")
+def export(
+    model: Path, input_: Path | None, format_: str, output: Path, overwrite: bool, as_json: bool
+) -> None:
+    """Write the embeddings with their document ids (Parquet or .npy)."""
+    from ..embedding import export_embedding
+
+    report = export_embedding(model, output, format=format_, input=input_, overwrite=overwrite)
+    if as_json:
+        echo_json(report)
+    else:
+        extra = f" (+ ids in {report['sidecar']})" if "sidecar" in report else ""
+        click.echo(
+            f"wrote {output}: {report['n_documents']} documents x {report['n_components']} "
+            f"components, {format_}{extra}"
+        )
+
+
+@click.command()
+@_MODEL
+@click.option("--input", "-i", "input_", type=click.Path(path_type=Path),
+              help="Documents searched: the training corpus [default: the path the model "
+                   "recorded] or an embedding.zarr from `sphdist transform`.")
+@click.option("--query", "-q", help="Text to embed with the model's feature scheme and idf.")
+@click.option("--doc-id", help="Id of a document of --input.")
+@click.option("-k", "k", type=click.IntRange(min=1), default=10, show_default=True,
+              help="Number of neighbours.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object on stdout.")
+def neighbors(
+    model: Path, input_: Path | None, query: str | None, doc_id: str | None, k: int,
+    as_json: bool,
+) -> None:
+    """Nearest documents by angle on the sphere (= by Euclidean distance of the embeddings)."""
+    from ..embedding import (
+        document_embedding,
+        embed_texts,
+        nearest_neighbors,
+        open_embedding_source,
+    )
+
+    if (query is None) == (doc_id is None):
+        raise click.UsageError("pass exactly one of --query TEXT and --doc-id ID.")
+    source = open_embedding_source(model, input_)
+    if doc_id is not None:
+        _, vector = document_embedding(source, doc_id)
+    else:
+        vector = embed_texts(model, [query])[:, 0]  # type: ignore[list-item]
+    hits = nearest_neighbors(source, vector, k)
+    if as_json:
+        echo_json({"query": query, "doc_id": doc_id, "k": k, "neighbors": hits})
+        return
+    width = max([len(h["doc_id"]) for h in hits] + [6])
+    click.echo(f"{'rank':>4}  {'angle':>7}  {'cosine':>8}  {'doc_id':<{width}}  label")
+    for h in hits:
+        click.echo(
+            f"{h['rank']:>4}  {h['angle_deg']:>6.2f}°  {h['cosine']:>8.5f}  "
+            f"{h['doc_id']:<{width}}  {h['label'] or ''}"
+        )
+
+
+COMMANDS = [transform, export, neighbors]
