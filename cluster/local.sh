@@ -29,7 +29,8 @@ for _ in $(seq 1 50); do  # wait for the scheduler port
 done
 for i in $(seq 1 "$N_WORKERS"); do
     "$DASK" worker "$ADDRESS" --host 127.0.0.1 --nthreads 1 --nworkers 1 \
-        --memory-limit "$MEMORY_LIMIT" --name "worker-$i" --no-dashboard &
+        --memory-limit "$MEMORY_LIMIT" --name "worker-$i" --no-dashboard \
+        --dashboard-address 127.0.0.1:0 &
     pids+=($!)
 done
 echo "scheduler at $ADDRESS with $N_WORKERS workers ($MEMORY_LIMIT each); Ctrl-C to stop" >&2

@@ -1,0 +1,277 @@
+"""Faults on a real cluster: scheduler and workers are separate ``dask`` processes on loopback.
+
+Killed workers, a killed ``sphdist fit``, a crash inside a checkpoint commit, a corpus larger
+than the workers' memory, and 1, 2 or 4 workers finishing tasks in random order: every run must
+end with bitwise the U, V and objective history of an undisturbed run with the same seed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+from sphdist.cluster import ProcessCluster
+from sphdist.corpus import CorpusWriter
+from sphdist.store import load_checkpoint, open_model
+from sphdist.workflow import fit_corpus
+
+from .reference import random_corpus
+
+pytestmark = [pytest.mark.cluster, pytest.mark.slow]
+
+REPO = Path(__file__).resolve().parents[1]
+SPHDIST = str(Path(sys.executable).with_name("sphdist"))
+R, MAX_ITER, M, N, CHUNK = 4, 6, 200, 600, 50
+KWARGS = dict(n_components=R, max_iter=MAX_ITER, tol=0, random_state=0, split_every=2)
+CLI_ARGS = ["-r", str(R), "--max-iter", str(MAX_ITER), "--tol", "0", "--seed", "0"]
+# every chunk read sleeps up to this long (tests/fault_preload.py): passes take ~0.3 s and the
+# tasks of a pass finish in a random order
+WORKER_ENV = {"SPHDIST_TEST_READ_DELAY": "0.05", "PYTHONPATH": str(REPO)}
+PRELOAD = ["--preload", "tests.fault_preload"]
+
+
+def _write_corpus(path, X, chunk):
+    with CorpusWriter(path, n_features=X.shape[0], feature_scheme={"type": "hashing"}) as w:
+        for a in range(0, X.shape[1], chunk):
+            b = min(a + chunk, X.shape[1])
+            w.write_chunk(X[:, a:b], [f"doc{j}" for j in range(a, b)])
+        return w.commit(idf=np.ones(X.shape[0]))
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    return _write_corpus(
+        tmp_path_factory.mktemp("faults") / "corpus.zarr", random_corpus(M, N, seed=5), CHUNK
+    )
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    with ProcessCluster(
+        2, memory_limit="1GiB", worker_args=PRELOAD, env=WORKER_ENV,
+        log_dir=tmp_path_factory.mktemp("cluster-logs"),
+    ) as c:
+        yield c
+
+
+@pytest.fixture(scope="module")
+def reference(cluster, corpus, tmp_path_factory):
+    """The undisturbed fit, driven by the ``sphdist`` command like the runs it is compared to."""
+    out = tmp_path_factory.mktemp("reference") / "model.zarr"
+    _cli_fit(cluster, corpus.path, out).check_returncode()
+    return open_model(out)
+
+
+def _env(cluster):
+    return {**os.environ, "DASK_SCHEDULER_ADDRESS": cluster.address}
+
+
+def _cli_fit(cluster, input_, out, *extra, **popen):
+    args = [SPHDIST, "--log-level", "warning", "fit", "-i", str(input_), "-o", str(out),
+            *CLI_ARGS, *extra]
+    if popen:
+        return subprocess.Popen(args, env=_env(cluster), **popen)
+    return subprocess.run(args, env=_env(cluster), capture_output=True, timeout=180)
+
+
+def _assert_same(model, reference):
+    assert model.n_iter == reference.n_iter == MAX_ITER
+    assert model.objective == reference.objective  # every float, bitwise
+    assert model.attrs["u_step_norm"] == reference.attrs["u_step_norm"]
+    assert model.attrs["v_step_norm"] == reference.attrs["v_step_norm"]
+    np.testing.assert_array_equal(model.U, reference.U)
+    np.testing.assert_array_equal(model.V().compute(), reference.V().compute())
+
+
+def _n_iter_on_disk(path: Path) -> int | None:
+    """The checkpoint's n_iter, read from its metadata without opening zarr (cheap to poll)."""
+    try:
+        return json.loads((path / "zarr.json").read_text())["attributes"]["n_iter"]
+    except (OSError, ValueError, KeyError):
+        return None
+
+
+# -- killed worker ------------------------------------------------------------------------
+
+
+def test_worker_killed_mid_iteration_gives_the_undisturbed_result(
+    cluster, corpus, reference, tmp_path
+):
+    out = tmp_path / "model.zarr"
+    with cluster.client() as client:
+        pids = client.run(os.getpid)  # the worker processes (their nannies restart them)
+    victim = min(pids.values())
+    proc = _cli_fit(cluster, corpus.path, out, stdout=subprocess.DEVNULL,
+                    stderr=subprocess.PIPE)
+    _wait_for_checkpoint(proc, out, 2)
+    time.sleep(0.1)  # into iteration 3's pass (a pass takes ~0.3 s)
+    os.kill(victim, signal.SIGKILL)
+    assert proc.poll() is None and _n_iter_on_disk(out) < MAX_ITER  # killed mid-fit
+    _, stderr = proc.communicate(timeout=180)
+    assert proc.returncode == 0, stderr.decode()
+    with pytest.raises(ProcessLookupError):
+        os.kill(victim, 0)
+    cluster.wait_for_workers(2)  # the nanny started a new worker process
+    _assert_same(open_model(out), reference)
+
+
+def _wait_for_checkpoint(proc, out, n_iter):
+    deadline = time.monotonic() + 120
+    while (_n_iter_on_disk(out) or -1) < n_iter:
+        assert proc.poll() is None, "the fit ended before it could be disturbed"
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+
+
+# -- killed driver --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kill_after", [1, 3, 5])
+def test_killed_fit_resumes_to_the_undisturbed_result(
+    cluster, corpus, reference, tmp_path, kill_after
+):
+    out = tmp_path / "model.zarr"
+    proc = _cli_fit(cluster, corpus.path, out, stdout=subprocess.DEVNULL,
+                    stderr=subprocess.DEVNULL)
+    _wait_for_checkpoint(proc, out, kill_after)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    killed_at = load_checkpoint(out).n_iter
+    assert kill_after <= killed_at < MAX_ITER  # killed part-way, a complete checkpoint left
+    result = _cli_fit(cluster, corpus.path, out, "--resume")
+    assert result.returncode == 0, result.stderr.decode()
+    _assert_same(open_model(out), reference)
+
+
+# -- crash inside a checkpoint commit -------------------------------------------------------
+
+# runs `sphdist fit`, SIGKILLing itself inside the commit of checkpoint CRASH_AT: after the
+# staging tree is complete and before it is renamed into place ("before"), or after the old
+# checkpoint was moved aside and before the new one is moved in ("between")
+CRASH_SCRIPT = """
+import os, signal, sys
+from sphdist import _atomic
+from sphdist.cli import main
+
+crash_at, where, out = int(sys.argv[1]), sys.argv[2], sys.argv[3]
+commit, replace = _atomic.commit_directory, _atomic.os.replace
+calls = []
+
+def crashing_commit(staging, target):
+    if os.path.basename(str(target)) == os.path.basename(out):
+        calls.append(1)
+        if len(calls) == crash_at + 1:  # checkpoint n_iter == crash_at
+            assert os.path.exists(os.path.join(str(staging), "zarr.json"))
+            if where == "between":
+                replace(target, str(target) + ".old")
+            os.kill(os.getpid(), signal.SIGKILL)
+    return commit(staging, target)
+
+_atomic.commit_directory = crashing_commit
+main(sys.argv[4:])
+"""
+
+
+@pytest.mark.parametrize("where", ["before", "between"])
+def test_crash_inside_checkpoint_commit_resumes_from_the_last_complete_one(
+    cluster, corpus, reference, tmp_path, where
+):
+    out, crash_at = tmp_path / "model.zarr", 3
+    proc = subprocess.run(
+        [sys.executable, "-c", CRASH_SCRIPT, str(crash_at), where, str(out),
+         "--log-level", "warning", "fit", "-i", str(corpus.path), "-o", str(out), *CLI_ARGS],
+        env=_env(cluster), capture_output=True, timeout=180,
+    )
+    assert proc.returncode == -signal.SIGKILL, proc.stderr.decode()
+    torn = list(tmp_path.glob("model.zarr.tmp-*"))
+    assert len(torn) == 1 and (torn[0] / "zarr.json").exists()  # complete data, never committed
+    assert out.exists() == (where == "before")
+    # the torn staging tree is not what is read: the last complete checkpoint is
+    last = load_checkpoint(out)
+    assert last.n_iter == crash_at - 1
+    assert last.objective == reference.objective[:crash_at]
+
+    result = _cli_fit(cluster, corpus.path, out, "--resume")
+    assert result.returncode == 0, result.stderr.decode()
+    _assert_same(open_model(out), reference)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model.zarr"]
+
+
+
+# -- determinism ----------------------------------------------------------------------------
+
+
+def test_bitwise_identical_on_1_2_and_4_workers_in_any_completion_order(corpus, tmp_path):
+    # a cluster of its own, grown from 1 to 2 to 4 workers; the random read delays of
+    # tests/fault_preload.py make the tasks of every pass finish in another order each time.
+    # The fits are driven from this process (no command start-up): compared with each other.
+    models = []
+    with ProcessCluster(1, memory_limit="1GiB", worker_args=PRELOAD, env=WORKER_ENV,
+                        log_dir=tmp_path / "logs") as grown:
+        for n_workers in (1, 2, 4):
+            grown.add_workers(n_workers - len(grown.workers))
+            with grown.client() as client:
+                assert len(client.scheduler_info()["workers"]) == n_workers
+                models.append(fit_corpus(
+                    corpus.path, tmp_path / f"model-{n_workers}.zarr", callback=None, **KWARGS
+                ))
+    one, *others = models
+    for other in others:
+        assert other.objective == one.objective
+        assert other.attrs["v_step_norm"] == one.attrs["v_step_norm"]
+        np.testing.assert_array_equal(other.U, one.U)
+        np.testing.assert_array_equal(other.V().compute(), one.V().compute())
+
+
+# -- out of core ----------------------------------------------------------------------------
+
+BIG_M, BIG_N, BIG_NNZ_PER_DOC, BIG_CHUNK = 1000, 700_000, 80, 50_000
+SPILL_LIMIT = 2**20 * 576  # bytes per worker
+
+
+def _big_corpus(path):
+    """A corpus whose uncompressed X (values + indices) exceeds a worker's memory limit."""
+    rng = np.random.default_rng(0)
+    n_c, k = BIG_CHUNK, BIG_NNZ_PER_DOC
+    start = rng.integers(0, BIG_M, size=(n_c, 1))
+    rows = np.sort((start + 11 * np.arange(k)) % BIG_M, axis=1).astype(np.int32)  # distinct
+    values = rng.integers(1, 16, size=(n_c, k)).astype(np.float64) / 16
+    X_c = sp.csc_matrix(
+        (values.ravel(), rows.ravel(), np.arange(0, n_c * k + 1, k)), shape=(BIG_M, n_c)
+    )
+    with CorpusWriter(path, n_features=BIG_M, feature_scheme={"type": "hashing"}) as w:
+        for a in range(0, BIG_N, BIG_CHUNK):  # the same documents again in every chunk
+            w.write_chunk(X_c, [str(j) for j in range(a, a + n_c)])
+        return w.commit()
+
+
+def test_corpus_larger_than_worker_memory_fits_with_spilling(tmp_path):
+    corpus = _big_corpus(tmp_path / "big.zarr")
+    assert corpus.nnz * (8 + 4) > SPILL_LIMIT
+    out = tmp_path / "model.zarr"
+    # spill managed data (V, partials) early, so that the run shows spilling is exercised
+    env = {"DASK_DISTRIBUTED__WORKER__MEMORY__TARGET": "0.1", "PYTHONPATH": str(REPO)}
+    with ProcessCluster(2, memory_limit=SPILL_LIMIT, env=env, log_dir=tmp_path / "logs") as c:
+        with c.client() as client:
+            pids = client.run(os.getpid)
+            result = _cli_fit(c, corpus.path, out, "--max-iter", "1")
+            assert result.returncode == 0, result.stderr.decode()
+            spilled = client.run(  # bytes each worker wrote to its spill directory
+                lambda dask_worker: sum(v for k, v in dask_worker.digests_total.items()
+                                        if k[-2:] == ("disk-write", "bytes"))
+            )
+            assert client.run(os.getpid) == pids  # no worker was restarted
+        logs = "\n".join(c.logs().values())
+    model = open_model(out)
+    assert model.n_iter == 1 and np.all(np.diff(model.objective) <= 0)
+    assert sum(spilled.values()) > 0
+    assert "exceeded 95% memory budget" not in logs and "Restarting worker" not in logs
