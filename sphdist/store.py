@@ -47,6 +47,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -216,6 +217,17 @@ class Model:
                 f"{self.path}: not a sphdist model of format version {FORMAT_VERSION} "
                 f"(found {tag!r}). To resolve this, refit with this version of sphdist."
             )
+        try:  # parse every array's metadata now: an unknown codec or a stray node is an error
+            with warnings.catch_warnings():
+                warnings.simplefilter("error")
+                for _ in group.members(max_depth=None):
+                    pass
+        except Exception as exc:
+            raise ModelFormatError(
+                f"{self.path}: unreadable array metadata ({type(exc).__name__}: {exc}). Only "
+                "zarr's built-in codecs are read, never pickled objects. To resolve this, refit "
+                "with `sphdist fit`."
+            ) from None
         self._group = group
         self.attrs: dict[str, Any] = dict(group.attrs)
 

@@ -116,10 +116,17 @@ def fit_corpus(
     Model
         The final model, read back from ``output``.
 
+    See Also
+    --------
+    sphdist.cluster.fit_with_retries : Resume from the last checkpoint when a worker is lost
+        (what ``sphdist fit --retries`` uses).
+
     Raises
     ------
     OutputExistsError
         If ``output`` exists and neither ``resume`` nor ``overwrite`` is set.
+    DataError
+        If every document of ``input`` is empty (nothing to fit).
     CheckpointMismatchError
         If the checkpoint at ``output`` was written for another corpus or other parameters.
     CorpusMismatchError
@@ -129,6 +136,7 @@ def fit_corpus(
         is not ``n_components``).
     """
     source = open_input(input)
+    source.require_documents()
     X = source.to_dask()
     if checkpoint_every < 1:
         raise ParameterError(f"checkpoint_every must be >= 1, got {checkpoint_every}.")
