@@ -180,6 +180,15 @@ def graph_gradient_chunk(
     }
 
 
+def _graph_rows(X_c: Any, A: np.ndarray) -> dict[str, Any]:
+    """The chunk's new rows ``H_c = normalise(A)`` and their partials ``X_c H_c``, ``H_c^T H_c``."""
+    H, n_degenerate = normalise_rows(A)
+    return {
+        "H": H,
+        "sums": {"P": np.asarray(X_c @ H), "HtH": H.T @ H, "n_degenerate": n_degenerate},
+    }
+
+
 def graph_init_chunk(X_c: Any, U: np.ndarray) -> dict[str, Any]:
     """Step G0 for a chunk, linear kernel: ``H_0`` from ``V Sigma^{1/2}``, and its partials.
 
@@ -199,11 +208,7 @@ def graph_init_chunk(X_c: Any, U: np.ndarray) -> dict[str, Any]:
         ``"sums"``: ``"P"`` (m, r) ``X_c H_c``, ``"HtH"`` (r, r) ``H_c^T H_c``,
         ``"n_degenerate"``.
     """
-    H, n_degenerate = normalise_rows(np.asarray(X_c.T @ U))
-    return {
-        "H": H,
-        "sums": {"P": np.asarray(X_c @ H), "HtH": H.T @ H, "n_degenerate": n_degenerate},
-    }
+    return _graph_rows(X_c, np.asarray(X_c.T @ U))
 
 
 def graph_update_chunk(
@@ -228,11 +233,7 @@ def graph_update_chunk(
         ``"sums"``: ``"P"`` (m, r) ``X_c H_c``, ``"HtH"`` (r, r) ``H_c^T H_c``,
         ``"n_degenerate"``.
     """
-    H, n_degenerate = normalise_rows(H_c - eta * G_c)
-    return {
-        "H": H,
-        "sums": {"P": np.asarray(X_c @ H), "HtH": H.T @ H, "n_degenerate": n_degenerate},
-    }
+    return _graph_rows(X_c, H_c - eta * G_c)
 
 
 def gram_sq_norm_pair(X_c: Any, X_d: Any) -> np.ndarray:

@@ -492,10 +492,31 @@ def _embedding(H: da.Array, X: Any) -> Any:
     return H if isinstance(X, da.Array) else H.compute()
 
 
+def _set_fitted(est: Any, out: dict[str, Any], X: Any) -> None:
+    """The fitted attributes of :func:`_vector_ad` / :func:`_graph_ad`'s result ``out``."""
+    H = out["H"]
+    est.embedding_ = _embedding(H, X) if isinstance(H, da.Array) else H
+    est.alpha_ = out["alpha"]
+    est.objective_ = np.asarray(out["objective"])
+    est.residual_ = float(est.objective_[-1])
+    est.n_iter_ = len(est.objective_)
+    est.n_degenerate_ = out["n_degenerate"]
+    est._n_features_out = est.n_components
+
+
 class _SparseTags:
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
         tags.input_tags.sparse = True  # fit (and transform) accept CSR / CSC and dask input
+        return tags
+
+
+class _KernelTags(_SparseTags):
+    """The tags of the estimators with a ``kernel`` parameter (S given for "precomputed")."""
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.input_tags.pairwise = self.kernel == "precomputed"
         return tags
 
 
@@ -631,13 +652,7 @@ class AngularDecomposition(
         _check_common(self, *Xt.shape)
         out = _vector_ad(Xt, self)
         self.components_ = out["U"].T
-        self.embedding_ = _embedding(out["H"], X)
-        self.alpha_ = out["alpha"]
-        self.objective_ = np.asarray(out["objective"])
-        self.residual_ = float(self.objective_[-1])
-        self.n_iter_ = len(self.objective_)
-        self.n_degenerate_ = out["n_degenerate"]
-        self._n_features_out = self.n_components
+        _set_fitted(self, out, X)
         return self
 
     def fit_transform(self, X: Any, y: Any = None) -> Any:
@@ -695,7 +710,7 @@ class AngularDecomposition(
         return self.alpha_ * Y @ self.components_
 
 
-class GraphAngularDecomposition(_SparseTags, ClassNamePrefixFeaturesOutMixin, BaseEstimator):
+class GraphAngularDecomposition(_KernelTags, ClassNamePrefixFeaturesOutMixin, BaseEstimator):
     r"""Angular Decomposition of graph data, ``S ~ alpha H H^T`` (Sun et al. 2011, Eq. 11).
 
     Solves ``min ||S - alpha H H^T||_F^2`` s.t. ``(H H^T)_ii = 1`` by steps G0-G3 of Sec. 3.2:
@@ -821,11 +836,6 @@ class GraphAngularDecomposition(_SparseTags, ClassNamePrefixFeaturesOutMixin, Ba
         self.n_power_iter = n_power_iter
         self.step_size = step_size
 
-    def __sklearn_tags__(self):
-        tags = super().__sklearn_tags__()
-        tags.input_tags.pairwise = self.kernel == "precomputed"
-        return tags
-
     def fit(self, X: Any, y: Any = None) -> GraphAngularDecomposition:
         """Fit the decomposition (steps G0-G3).
 
@@ -860,15 +870,7 @@ class GraphAngularDecomposition(_SparseTags, ClassNamePrefixFeaturesOutMixin, Ba
             S = _similarity(self, X)
             _check_common(self, S.shape[0], S.shape[0])
             graph = _DenseGraph(S, self.n_components)
-        out = _graph_ad(graph, self)
-        H = out["H"]
-        self.embedding_ = _embedding(H, X) if isinstance(H, da.Array) else H
-        self.alpha_ = out["alpha"]
-        self.objective_ = np.asarray(out["objective"])
-        self.residual_ = float(self.objective_[-1])
-        self.n_iter_ = len(self.objective_)
-        self.n_degenerate_ = out["n_degenerate"]
-        self._n_features_out = self.n_components
+        _set_fitted(self, _graph_ad(graph, self), X)
         return self
 
     def fit_transform(self, X: Any, y: Any = None) -> Any:
@@ -932,7 +934,7 @@ def _similarity(est: Any, X: Any) -> np.ndarray:
     return S
 
 
-class BAE(_SparseTags, ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
+class BAE(_KernelTags, ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
     r"""Brute-force angular embedding (Sun et al. 2011, Sec. 2.3), the baseline of Table 1.
 
     Vector data (``kernel=None``): the rank-r truncated SVD ``X^T ~ U Sigma V^T`` (X in
@@ -1012,11 +1014,6 @@ class BAE(_SparseTags, ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEs
         self.n_oversamples = n_oversamples
         self.n_power_iter = n_power_iter
         self.chunk_size = chunk_size
-
-    def __sklearn_tags__(self):
-        tags = super().__sklearn_tags__()
-        tags.input_tags.pairwise = self.kernel == "precomputed"
-        return tags
 
     def fit(self, X: Any, y: Any = None) -> BAE:
         """Compute the embedding and its residual.

@@ -29,10 +29,10 @@ from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, Transfo
 from sklearn.linear_model import orthogonal_mp_gram
 from sklearn.utils import check_random_state
 from sklearn.utils.extmath import svd_flip
-from sklearn.utils.validation import check_array, check_is_fitted, validate_data
+from sklearn.utils.validation import check_array, check_is_fitted
 
 from .errors import ParameterError
-from .spherelets import _row_sq_norms, centered_top_directions
+from .spherelets import _row_sq_dists, _SparseInput, centered_top_directions
 
 __all__ = ["R1PCA", "KSVD"]
 
@@ -86,7 +86,7 @@ def huber_objective(s: np.ndarray, c: float) -> float:
     return float(np.where(s <= c, s**2, 2 * c * s - c**2).sum())
 
 
-class R1PCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
+class R1PCA(_SparseInput, ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
     """Rotational invariant L1-norm PCA (R1-PCA), Ding, Zhou, He & Zha (ICML 2006).
 
     Finds the k-dimensional subspace (orthonormal U, ``components_ = U^T``) minimising a robust
@@ -201,16 +201,6 @@ class R1PCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
         self.tol = tol
         self.random_state = random_state
 
-    def __sklearn_tags__(self):
-        tags = super().__sklearn_tags__()
-        tags.input_tags.sparse = True
-        return tags
-
-    def _validate(self, X: Any, reset: bool) -> Any:
-        return validate_data(
-            self, X, accept_sparse=["csr", "csc"], dtype=np.float64, reset=reset
-        )
-
     def _check_params(self, n: int, m: int) -> None:
         _check_int(
             "n_components", self.n_components, 1, min(n, m),
@@ -259,11 +249,7 @@ class R1PCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
             np.asarray(X.mean(axis=0), dtype=np.float64).ravel() if self.center
             else np.zeros(m)
         )
-        if sp.issparse(X):
-            sq = _row_sq_norms(X) - 2.0 * np.asarray(X @ mu).ravel() + mu @ mu
-        else:
-            sq = _row_sq_norms(X - mu)
-        sq = np.maximum(sq, 0.0)
+        sq = np.maximum(_row_sq_dists(X, mu), 0.0)
 
         def project(U: np.ndarray) -> np.ndarray:  # (X - 1 mu^T) U
             return np.asarray(X @ U) - mu @ U
@@ -398,7 +384,23 @@ def _top_left_singular_vector(E: np.ndarray, fallback: np.ndarray) -> np.ndarray
     return u if u[np.argmax(np.abs(u))] > 0 else -u
 
 
-class KSVD(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
+def _replace_by_worst_sample(
+    D: np.ndarray, k: int, R: np.ndarray, Y: np.ndarray, norms: np.ndarray, taken: np.ndarray
+) -> None:
+    """Atom k := the nonzero sample with the largest residual not yet taken (in place).
+
+    ``R`` is the residual ``Y - D Gamma`` (m, n); the chosen sample is marked in ``taken``.
+    Nothing changes when every such residual is zero.
+    """
+    err = np.einsum("ij,ij->j", R, R)
+    err[taken | (norms == 0)] = -1.0
+    i = int(np.argmax(err))
+    if err[i] > 0:
+        D[:, k] = Y[:, i] / norms[i]
+        taken[i] = True
+
+
+class KSVD(_SparseInput, ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
     """K-SVD dictionary learning, Aharon, Elad & Bruckstein (2006).
 
     Solves ``min_{D, Gamma} ||Y - D Gamma||_F^2`` s.t. ``||gamma_i||_0 <= T0`` for every
@@ -503,16 +505,6 @@ class KSVD(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
         self.max_coherence = max_coherence
         self.random_state = random_state
 
-    def __sklearn_tags__(self):
-        tags = super().__sklearn_tags__()
-        tags.input_tags.sparse = True
-        return tags
-
-    def _validate(self, X: Any, reset: bool) -> Any:
-        return validate_data(
-            self, X, accept_sparse=["csr", "csc"], dtype=np.float64, reset=reset
-        )
-
     def fit(self, X: Any, y: Any = None) -> KSVD:
         """Learn the dictionary (Aharon et al. 2006, the K-SVD algorithm).
 
@@ -572,12 +564,7 @@ class KSVD(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
             for k in range(K):
                 omega = np.flatnonzero(Gamma[k])
                 if omega.size == 0:  # unused atom: the worst represented sample
-                    err = np.einsum("ij,ij->j", R, R)
-                    err[taken | (norms == 0)] = -1.0
-                    i = int(np.argmax(err))
-                    if err[i] > 0:
-                        D[:, k] = Y[:, i] / norms[i]
-                        taken[i] = True
+                    _replace_by_worst_sample(D, k, R, Y, norms, taken)
                     continue
                 E = R[:, omega] + np.outer(D[:, k], Gamma[k, omega])
                 D[:, k] = _top_left_singular_vector(E, D[:, k])
@@ -605,12 +592,7 @@ class KSVD(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
             omega = np.flatnonzero(Gamma[k])
             R[:, omega] += np.outer(D[:, k], Gamma[k, omega])
             Gamma[k] = 0.0
-            err = np.einsum("ij,ij->j", R, R)
-            err[taken | (norms == 0)] = -1.0
-            i = int(np.argmax(err))
-            if err[i] > 0:
-                D[:, k] = Y[:, i] / norms[i]
-                taken[i] = True
+            _replace_by_worst_sample(D, k, R, Y, norms, taken)
             cleared += 1
         return cleared
 

@@ -44,6 +44,35 @@ def _row_sq_norms(X: Any) -> np.ndarray:
     return np.einsum("ij,ij->i", X, X)
 
 
+def _row_sq_dists(X: Any, c: np.ndarray) -> np.ndarray:
+    """``||x_i - c||^2`` per row, without densifying sparse X (may round slightly below 0)."""
+    if sp.issparse(X):
+        return _row_sq_norms(X) - 2.0 * np.asarray(X @ c).ravel() + c @ c
+    return _row_sq_norms(X - c)
+
+
+class _SparseInput:
+    """Dense or CSR / CSC float64 input: scikit-learn's sparse tag and ``validate_data`` call.
+
+    Shared by the estimators here and in :mod:`sphdist.baselines` (mixed in before
+    ``BaseEstimator``).
+    """
+
+    #: ``ensure_min_samples`` when fitting.
+    _min_fit_samples = 1
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.input_tags.sparse = True
+        return tags
+
+    def _validate(self, X: Any, reset: bool) -> Any:
+        return validate_data(
+            self, X, accept_sparse=["csr", "csc"], dtype=np.float64, reset=reset,
+            ensure_min_samples=self._min_fit_samples if reset else 1,
+        )
+
+
 def centered_top_directions(
     X: Any, mean: np.ndarray, k: int, *, solver: str = "auto", random_state: Any = None
 ) -> np.ndarray:
@@ -127,7 +156,8 @@ def centered_top_directions(
     return np.ascontiguousarray(Vt, dtype=np.float64)
 
 
-class LiDunsonSphericalPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
+class LiDunsonSphericalPCA(
+    _SparseInput, ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
     """Li & Dunson's spherical PCA: the sphere ``S_V(c, r)`` that best fits the data.
 
     Fits a d-sphere of centre ``center_`` and radius ``radius_`` in the (d+1)-dimensional
@@ -199,16 +229,7 @@ class LiDunsonSphericalPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Ba
         self.svd_solver = svd_solver
         self.random_state = random_state
 
-    def __sklearn_tags__(self):
-        tags = super().__sklearn_tags__()
-        tags.input_tags.sparse = True
-        return tags
-
-    def _validate(self, X: Any, reset: bool) -> Any:
-        return validate_data(
-            self, X, accept_sparse=["csr", "csc"], dtype=np.float64, reset=reset,
-            ensure_min_samples=2 if reset else 1,
-        )
+    _min_fit_samples = 2
 
     def fit(self, X: Any, y: Any = None) -> LiDunsonSphericalPCA:
         """Fit the sphere (Li & Dunson: V_hat, c_hat = -eta*/2, r_hat).
@@ -374,8 +395,7 @@ class LiDunsonSphericalPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Ba
         P = self._coordinates(X)
         p = np.linalg.norm(P, axis=1)
         if sp.issparse(X):
-            c = self.center_
-            sq = _row_sq_norms(X) - 2.0 * np.asarray(X @ c).ravel() + c @ c
+            sq = _row_sq_dists(X, self.center_)
             orth = np.maximum(sq - p**2, 0.0)
         else:
             R = (X - self.center_) - P @ self.components_

@@ -180,6 +180,30 @@ def idf_sha256(idf: np.ndarray | None) -> str | None:
     return hashlib.sha256(np.ascontiguousarray(idf, dtype="<f8").tobytes()).hexdigest()
 
 
+def _open_tagged(path: Path, kind: str, *, missing: str, stale: str) -> zarr.Group:
+    """Open ``path`` read-only as a sphdist group of ``kind`` and this format version.
+
+    ``missing`` and ``stale`` complete "To resolve this, ..." when nothing is at ``path`` and
+    when its tag names another kind or format version.
+    """
+    if not path.exists():
+        raise InputNotFoundError(f"{path}: no such {kind}. To resolve this, {missing}.")
+    try:
+        group = zarr.open_group(store=str(path), mode="r")
+    except Exception as exc:
+        raise ModelFormatError(
+            f"{path}: not a zarr v3 group ({type(exc).__name__}: {exc})."
+        ) from exc
+    tag = group.attrs.get("sphdist")
+    tag = tag if isinstance(tag, dict) else {}
+    if tag.get("kind") != kind or tag.get("format_version") != FORMAT_VERSION:
+        raise ModelFormatError(
+            f"{path}: not a sphdist {kind} of format version {FORMAT_VERSION} "
+            f"(found {tag!r}). To resolve this, {stale}."
+        )
+    return group
+
+
 class Model:
     """Read handle on a complete ``model.zarr``.
 
@@ -199,24 +223,11 @@ class Model:
     def __init__(self, path: str | os.PathLike[str]):
         self.path = Path(path)
         _atomic.recover_directory(self.path)
-        if not self.path.exists():
-            raise InputNotFoundError(
-                f"{self.path}: no such model. To resolve this, check the path, or fit one with "
-                "`sphdist fit --input CORPUS --output PATH`."
-            )
-        try:
-            group = zarr.open_group(store=str(self.path), mode="r")
-        except Exception as exc:
-            raise ModelFormatError(
-                f"{self.path}: not a zarr v3 group ({type(exc).__name__}: {exc})."
-            ) from exc
-        tag = group.attrs.get("sphdist")
-        tag = tag if isinstance(tag, dict) else {}
-        if tag.get("kind") != _KIND or tag.get("format_version") != FORMAT_VERSION:
-            raise ModelFormatError(
-                f"{self.path}: not a sphdist model of format version {FORMAT_VERSION} "
-                f"(found {tag!r}). To resolve this, refit with this version of sphdist."
-            )
+        group = _open_tagged(
+            self.path, _KIND,
+            missing="check the path, or fit one with `sphdist fit --input CORPUS --output PATH`",
+            stale="refit with this version of sphdist",
+        )
         try:  # parse every array's metadata now: an unknown codec or a stray node is an error
             with warnings.catch_warnings():
                 warnings.simplefilter("error")
@@ -473,24 +484,11 @@ class Embedding:
 
     def __init__(self, path: str | os.PathLike[str]):
         self.path = Path(path)
-        if not self.path.exists():
-            raise InputNotFoundError(
-                f"{self.path}: no such embedding. To resolve this, write one with `sphdist "
-                "transform --model MODEL --input CORPUS --output PATH`."
-            )
-        try:
-            group = zarr.open_group(store=str(self.path), mode="r")
-        except Exception as exc:
-            raise ModelFormatError(
-                f"{self.path}: not a zarr v3 group ({type(exc).__name__}: {exc})."
-            ) from exc
-        tag = group.attrs.get("sphdist")
-        tag = tag if isinstance(tag, dict) else {}
-        if tag.get("kind") != _EMBEDDING_KIND or tag.get("format_version") != FORMAT_VERSION:
-            raise ModelFormatError(
-                f"{self.path}: not a sphdist embedding of format version {FORMAT_VERSION} "
-                f"(found {tag!r}). To resolve this, write it again with `sphdist transform`."
-            )
+        group = _open_tagged(
+            self.path, _EMBEDDING_KIND,
+            missing="write one with `sphdist transform --model MODEL --input CORPUS --output PATH`",
+            stale="write it again with `sphdist transform`",
+        )
         self._group = group
         self.attrs: dict[str, Any] = dict(group.attrs)
 

@@ -1,4 +1,4 @@
-"""Shared fixtures: the data home and the 20 Newsgroups archive."""
+"""Shared fixtures: the data home, the 20 Newsgroups archive and the dask schedulers."""
 
 from __future__ import annotations
 
@@ -48,6 +48,18 @@ def newsgroups5(newsgroups_archive, tmp_path_factory):
         categories=list(NEWSGROUPS_PAPER_CATEGORIES), max_docs_per_label=60, seed=0,
         n_features=2**14, remove=("headers", "footers", "quotes"), chunk_size=128,
     )
+
+
+@pytest.fixture(scope="module")
+def scheduler():
+    """Address of an in-process LocalCluster shared by a module's tests (``--scheduler-address``),
+    so the distributed code paths run without the cost of starting worker processes."""
+    from distributed import LocalCluster
+
+    with LocalCluster(
+        n_workers=1, threads_per_worker=2, processes=False, dashboard_address=None
+    ) as cluster:
+        yield cluster.scheduler_address
 
 
 @pytest.fixture

@@ -16,7 +16,6 @@ import pytest
 import scipy.sparse as sp
 import zarr
 from click.testing import CliRunner
-from distributed import LocalCluster
 
 from sphdist.cli import main
 from sphdist.corpus import CorpusWriter
@@ -24,15 +23,6 @@ from sphdist.corpus import CorpusWriter
 from .reference import random_corpus
 
 M, N, R = 30, 40, 3
-
-
-@pytest.fixture(scope="module")
-def scheduler():
-    """One in-process cluster for every command, so no test pays for starting one."""
-    with LocalCluster(
-        n_workers=1, threads_per_worker=1, processes=False, dashboard_address=None
-    ) as cluster:
-        yield cluster.scheduler_address
 
 
 @pytest.fixture

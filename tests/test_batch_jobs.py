@@ -25,16 +25,6 @@ def jobs():
     return module
 
 
-@pytest.fixture(scope="module")
-def scheduler():
-    from distributed import LocalCluster
-
-    with LocalCluster(
-        n_workers=1, threads_per_worker=2, processes=False, dashboard_address=None
-    ) as cluster:
-        yield cluster.scheduler_address
-
-
 def _snapshot(root):
     """Every file under root with its size and modification time (links: their target)."""
     out = {}

@@ -22,16 +22,6 @@ R = 3
 
 
 @pytest.fixture(scope="module")
-def scheduler():
-    from distributed import LocalCluster
-
-    with LocalCluster(
-        n_workers=1, threads_per_worker=2, processes=False, dashboard_address=None
-    ) as cluster:
-        yield cluster.scheduler_address
-
-
-@pytest.fixture(scope="module")
 def runner():
     return CliRunner()
 

@@ -11,6 +11,7 @@ import errno
 import json
 import logging
 import math
+import os
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -182,10 +183,14 @@ def cluster_options(command: Callable[..., Any]) -> Callable[..., Any]:
 
 def connect_options(
     scheduler_address: str | None, n_workers: int | None, threads_per_worker: int,
-    memory_limit: str, tls_ca_file: str | None = None, tls_cert: str | None = None,
-    tls_key: str | None = None,
+    memory_limit: str, tls_ca_file: str | os.PathLike[str] | None = None,
+    tls_cert: str | os.PathLike[str] | None = None,
+    tls_key: str | os.PathLike[str] | None = None, **kwargs: Any,
 ) -> Any:
-    """:func:`sphdist.cluster.connect` with the values of :func:`cluster_options`."""
+    """:func:`sphdist.cluster.connect` with the values of :func:`cluster_options`.
+
+    ``kwargs`` (e.g. ``dashboard_address``) are passed on to ``connect``.
+    """
     from ..cluster import connect, tls_security
 
     limit: str | int = int(memory_limit) if memory_limit.isdigit() else memory_limit
@@ -196,6 +201,6 @@ def connect_options(
         security = tls_security(tls_ca_file, tls_cert, tls_key)
     return connect(
         scheduler_address, n_workers=n_workers, threads_per_worker=threads_per_worker,
-        memory_limit=limit, security=security,
+        memory_limit=limit, security=security, **kwargs,
     )
 

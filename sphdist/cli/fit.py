@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from ._common import FitProgress, StepSize, echo_json, progress_enabled
+from ._common import FitProgress, StepSize, connect_options, echo_json, progress_enabled
 
 logger = logging.getLogger("sphdist")
 
@@ -65,7 +65,7 @@ def fit(
     tls_key: Path | None, retries: int, as_json: bool,
 ) -> None:
     """Fit Spherical PCA to a corpus on a Dask cluster, checkpointing every iteration."""
-    from ..cluster import connect, fit_with_retries, tls_security
+    from ..cluster import fit_with_retries
     from ..corpus import open_input
     from ..solver import check_params
     from ..workflow import fit_corpus, warm_start
@@ -80,15 +80,9 @@ def fit(
         warm_start(init_from, source, input_, n_components)
     if output is None:
         output = input_.with_name(input_.name.removesuffix(".zarr") + ".model.zarr")
-    limit: str | int = int(memory_limit) if memory_limit.isdigit() else memory_limit
-    security = None
-    if tls_ca_file or tls_cert or tls_key:
-        if not (tls_ca_file and tls_cert):
-            raise click.UsageError("TLS needs --tls-ca-file and --tls-cert (and --tls-key).")
-        security = tls_security(tls_ca_file, tls_cert, tls_key)
-    with connect(
-        scheduler_address, n_workers=n_workers, threads_per_worker=threads_per_worker,
-        memory_limit=limit, dashboard_address=dashboard_address, security=security,
+    with connect_options(
+        scheduler_address, n_workers, threads_per_worker, memory_limit, tls_ca_file, tls_cert,
+        tls_key, dashboard_address=dashboard_address,
     ):
         progress = FitProgress(max_iter, bar=progress_enabled())
         try:
