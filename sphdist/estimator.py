@@ -106,12 +106,16 @@ class SphericalPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstima
         :func:`default_chunk_size`.
     split_every : int, default 8
         Fan-in of the reduction tree.
+    dtype : {"float64", "float32"}, default "float64"
+        Compute dtype of ``U^T x`` and the V-step, and dtype of ``embedding_``; the partial
+        products, the objective and ``components_`` stay float64 (see
+        :func:`sphdist.solver.fit`). float32 halves the memory of V and of U on the workers.
 
     Attributes
     ----------
     components_ : ndarray of shape (n_components, n_features), float64
         ``U^T``; orthonormal rows.
-    embedding_ : ndarray or dask array of shape (n_samples, n_components), float64
+    embedding_ : ndarray or dask array of shape (n_samples, n_components), of ``dtype``
         ``V^T`` of the fit, unit rows (a dask array for dask input).
     objective_ : ndarray of shape (n_iter_ + 1,), float64
         ``||X^T - U V||_F^2`` after initialisation and after every iteration.
@@ -148,6 +152,7 @@ class SphericalPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstima
         init_n_iter: int = 4,
         chunk_size: int | None = None,
         split_every: int = 8,
+        dtype: str = "float64",
     ):
         self.n_components = n_components
         self.lam = lam
@@ -159,6 +164,7 @@ class SphericalPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstima
         self.init_n_iter = init_n_iter
         self.chunk_size = chunk_size
         self.split_every = split_every
+        self.dtype = dtype
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
@@ -200,7 +206,7 @@ class SphericalPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstima
             _document_chunks(X, self.chunk_size), self.n_components,
             lam=self.lam, mu=self.mu, max_iter=self.max_iter, tol=self.tol, init=self.init,
             random_state=self.random_state, init_n_iter=self.init_n_iter,
-            split_every=self.split_every,
+            split_every=self.split_every, dtype=self.dtype,
         )
         self.components_ = state.U.T
         embedding = state.V.T

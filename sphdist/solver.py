@@ -4,11 +4,14 @@ Each iteration k -> k+1 is
 
 1. **U-step, on the driver** (Eq. 3.11): ``U_{k+1} = polar(M)`` from the reduced partials
    ``X V_k^T`` (m, r) and ``V_k V_k^T`` (r, r) of the previous pass (:func:`kernels.u_step`);
-2. **one pass over X**: for every document chunk c, one task reads ``X_c`` once and returns
-   the new ``V_c`` (Eq. 3.12) together with ``X_c V_c^T``, ``V_c V_c^T`` and the objective terms
-   (:func:`kernels.pass_chunk`); the partials are summed in a fixed tree
-   (``dask.array.reduction`` with ``split_every``) so the result does not depend on the number
-   of workers or on task completion order; the new V stays on the cluster, chunked like X.
+2. **one pass over X**: the document chunks are grouped into at most ``max_partials`` blocks
+   of consecutive chunks (:func:`block_bounds`, a function of the chunk count only); one task
+   per block reads each of its chunks once and returns their new ``V_c`` (Eq. 3.12) together
+   with ``sum_c X_c V_c^T``, ``sum_c V_c V_c^T`` and the objective terms, accumulated in place
+   in one (m, r) float64 array in chunk order (:func:`kernels.pass_block`); the block partials
+   are summed in a fixed tree of fan-in ``split_every``, so the result does not depend on the
+   number of workers or on task completion order; the new V stays on the cluster, chunked like
+   X. U is broadcast to the workers once per iteration.
 
 The objective ``||X - U_{k+1} V_{k+1}||_F^2`` follows from the same partials
 (:func:`kernels.objective`), so iteration k costs exactly one read of every chunk of X.
@@ -35,6 +38,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
+import uuid
 from collections.abc import Callable
 from typing import Any
 
@@ -42,11 +46,14 @@ import dask
 import dask.array as da
 import numpy as np
 from sklearn.utils import check_random_state
+from threadpoolctl import threadpool_limits
 
 from . import kernels
 from .errors import DataError, ParameterError
 
-__all__ = ["FitState", "check_params", "initialize", "iterate", "fit", "STEP_MODES"]
+__all__ = [
+    "FitState", "check_params", "initialize", "iterate", "fit", "block_bounds", "STEP_MODES",
+]
 
 STEP_MODES = ("exact", "palm", "theory")
 _PALM_FACTOR = 1.1
@@ -123,7 +130,7 @@ def _check_step(name: str, value: Any, minimum: float) -> None:
 
 def check_params(
     n_components: Any, shape: tuple[int, int], *, lam: Any, mu: Any, max_iter: Any, tol: Any,
-    init: Any,
+    init: Any, dtype: Any = np.float64, polar: Any = "auto", max_partials: Any = 8,
 ) -> None:
     """Validate solver parameters against the shape of X.
 
@@ -141,6 +148,12 @@ def check_params(
         >= 0, relative objective decrease.
     init : str
         ``"random"`` or ``"svd"``.
+    dtype : numpy.float64 or numpy.float32
+        Compute dtype of the pass.
+    polar : str
+        ``"svd"``, ``"gram"`` or ``"auto"``.
+    max_partials : int
+        >= 1.
 
     Raises
     ------
@@ -163,6 +176,26 @@ def check_params(
         raise ParameterError(f"tol must be a finite number >= 0, got {tol!r}.")
     if init not in ("random", "svd"):
         raise ParameterError(f"init must be 'random' or 'svd', got {init!r}.")
+    if _dtype(dtype) is None:
+        raise ParameterError(f"dtype must be float64 or float32, got {dtype!r}.")
+    if polar not in kernels.POLAR_METHODS:
+        raise ParameterError(
+            f"polar={polar!r} is not a polar-factor route. To resolve this, use one of "
+            f"{', '.join(map(repr, kernels.POLAR_METHODS))}."
+        )
+    if (
+        isinstance(max_partials, bool) or not isinstance(max_partials, (int, np.integer))
+        or max_partials < 1
+    ):
+        raise ParameterError(f"max_partials must be an integer >= 1, got {max_partials!r}.")
+
+
+def _dtype(dtype: Any) -> np.dtype | None:
+    try:
+        dt = np.dtype(dtype)
+    except TypeError:
+        return None
+    return dt if dt in (np.dtype(np.float64), np.dtype(np.float32)) else None
 
 
 def _lam_value(lam: float | str, L_c: float) -> float:
@@ -183,6 +216,21 @@ def _mu_value(mu: float | str, VVt: np.ndarray, L_c: float) -> float | None:
     if mu == "theory":
         return L_c
     return float(mu)
+
+
+def _scattered(U: np.ndarray) -> Any:
+    """U as a dask.delayed: broadcast once to every worker when a cluster is active.
+
+    Every block task of the pass depends on this one key, so each worker receives U once per
+    iteration (pushed up front by ``broadcast=True``, not fetched on first use).
+    """
+    try:
+        from distributed import default_client
+
+        client = default_client()
+    except (ImportError, ValueError):
+        return dask.delayed(U, name=f"sphdist-U-{uuid.uuid4().hex}")  # no hashing of U
+    return dask.delayed(client.scatter(U, hash=False, broadcast=True))
 
 
 def _on_cluster(U: np.ndarray) -> da.Array:
@@ -212,31 +260,91 @@ def _reduce_partials(parts: da.Array, split_every: int) -> da.Array:
     )
 
 
+def block_bounds(n_chunks: int, max_partials: int) -> list[tuple[int, int]]:
+    """Group consecutive chunks into at most ``max_partials`` blocks of equal count.
+
+    Parameters
+    ----------
+    n_chunks : int
+        Document chunks of X.
+    max_partials : int
+        Upper bound on the number of blocks (each yields one (m, r) partial per pass).
+
+    Returns
+    -------
+    list of (int, int)
+        ``[start, stop)`` chunk ranges, ``ceil(n_chunks / max_partials)`` chunks each (the last
+        may be shorter). A function of the two counts only, so the summation order of a pass
+        never depends on the cluster.
+
+    Examples
+    --------
+    >>> block_bounds(5, 2)
+    [(0, 3), (3, 5)]
+    """
+    size = max(1, -(-n_chunks // max(1, max_partials)))
+    return [(a, min(a + size, n_chunks)) for a in range(0, n_chunks, size)]
+
+
+def _take_V(part: dict[str, Any], i: int) -> np.ndarray:
+    return part["V"][i]
+
+
+def _tree_sum(leaves: list[Any], split_every: int, name: str) -> Any:
+    """Sum delayed partials in a fixed tree of fan-in ``split_every``, in list order."""
+    level, depth = leaves, 0
+    while len(level) > 1:
+        level = [
+            dask.delayed(kernels.partials_combine, pure=False)(
+                level[i:i + split_every], dask_key_name=(f"{name}-sum{depth}", i)
+            )
+            for i in range(0, len(level), split_every)
+        ]
+        depth += 1
+    return level[0]
+
+
 def _pass(
-    X: da.Array, U: np.ndarray, V_prev: da.Array | None, lam: float, split_every: int
+    X: da.Array, U: np.ndarray, V_prev: da.Array | None, lam: float, split_every: int,
+    max_partials: int = 8, dtype: Any = np.float64,
 ) -> tuple[da.Array, dict[str, Any]]:
-    """One pass over X: new V (persisted) and the summed partials."""
+    """One pass over X: new V (persisted) and the summed partials.
+
+    Consecutive chunks are grouped into at most ``max_partials`` blocks (:func:`block_bounds`);
+    one task per block reads its chunks once each and accumulates their partials in one
+    (m, r) float64 array (:func:`kernels.pass_block`); the block partials are summed in a
+    fixed tree of fan-in ``split_every``.
+    """
+    dtype = np.dtype(dtype)
     r = U.shape[1]
-    args: list[Any] = [X, "ij", _on_cluster(U), "ik"]
-    if V_prev is not None:
-        args += [V_prev, "kj"]
-    parts = da.blockwise(
-        kernels.pass_chunk, "j", *args,
-        lam=lam, concatenate=True, adjust_chunks={"j": 1},
-        dtype=object, meta=np.empty((0,), dtype=object),
-    )
-    V = da.blockwise(
-        _take_V, "kj", parts, "j",
-        new_axes={"k": r}, adjust_chunks={"j": X.chunks[1]},
-        dtype=np.float64, meta=np.empty((0, 0), dtype=np.float64),
-    )
-    V, total = dask.persist(V, _reduce_partials(parts, split_every))
+    name = f"sphdist-pass-{uuid.uuid4().hex}"
+    U_d = _scattered(np.asarray(U, dtype=dtype))
+    xs = X.to_delayed().ravel()
+    vs = None if V_prev is None else V_prev.to_delayed().ravel()
+    sizes = X.chunks[1]
+    meta = np.empty((0, 0), dtype=dtype)
+    leaves, V_blocks = [], []
+    for b, (start, stop) in enumerate(block_bounds(len(xs), max_partials)):
+        part = dask.delayed(kernels.pass_block, pure=False)(
+            list(xs[start:stop]), U_d, None if vs is None else list(vs[start:stop]),
+            lam=lam, dtype=dtype, dask_key_name=(name, b),
+        )
+        leaves.append(
+            dask.delayed(kernels.partials_chunk, pure=False)(
+                part, dask_key_name=(f"{name}-partial", b)
+            )
+        )
+        V_blocks += [
+            da.from_delayed(
+                dask.delayed(_take_V, pure=False)(part, j - start, dask_key_name=(f"{name}-V", j)),
+                shape=(r, sizes[j]), dtype=dtype, meta=meta,
+            )
+            for j in range(start, stop)
+        ]
+    V = da.concatenate(V_blocks, axis=1)
+    V, total = dask.persist(V, _tree_sum(leaves, split_every, name))
     (total,) = dask.compute(total)
     return V, total
-
-
-def _take_V(part: dict[str, Any]) -> np.ndarray:
-    return part["V"]
 
 
 def _power_pass(X: da.Array, Q: np.ndarray, split_every: int) -> dict[str, Any]:
@@ -293,6 +401,7 @@ def svd_init(
 def initialize(
     X: da.Array, n_components: int, *, init: str = "random", random_state: Any = None,
     init_n_iter: int = 4, split_every: int = 8, U0: np.ndarray | None = None,
+    max_partials: int = 8, dtype: Any = np.float64,
 ) -> FitState:
     """Iteration 0: ``U_0`` and ``V_0 = normalise(U_0^T X)``, in one pass (plus SVD passes).
 
@@ -313,6 +422,11 @@ def initialize(
         Fan-in of the reduction tree.
     U0 : ndarray of shape (m, r), optional
         Start from this U instead (warm start); orthonormalised by its polar factor.
+    max_partials : int, default 8
+        Chunks are grouped into at most this many blocks of consecutive chunks, one task and
+        one (m, r) partial each (:func:`block_bounds`).
+    dtype : numpy.float64 or numpy.float32, default float64
+        Compute dtype of ``U^T X_c`` and storage dtype of V; partials are summed in float64.
 
     Returns
     -------
@@ -333,7 +447,7 @@ def initialize(
         U = svd_init(X, n_components, rs, n_iter=init_n_iter, split_every=split_every)
     else:
         U = kernels.random_orthonormal(m, n_components, rs)
-    V, total = _pass(X, U, None, 2.0, split_every)
+    V, total = _pass(X, U, None, 2.0, split_every, max_partials, dtype)
     sq = total["sq_norm_X"]
     if not np.isfinite(sq) or not np.all(np.isfinite(total["XVt"])):
         raise DataError(
@@ -350,7 +464,7 @@ def initialize(
 
 def iterate(
     X: da.Array, state: FitState, *, lam: Any = "exact", mu: Any = "exact", tol: float = 1e-4,
-    split_every: int = 8,
+    split_every: int = 8, max_partials: int = 8, dtype: Any = np.float64, polar: str = "auto",
 ) -> FitState:
     """One iteration of Algorithm 1: U-step on the driver, then one pass over X.
 
@@ -366,6 +480,11 @@ def iterate(
         ``converged`` is set when ``|f_k - f_{k+1}| / |f_k| < tol``.
     split_every : int, default 8
         Fan-in of the reduction tree.
+    max_partials, dtype
+        See :func:`initialize`.
+    polar : {"auto", "svd", "gram"}, default "auto"
+        Route of the U-step's polar factor (:func:`kernels.polar_factor`); ``"auto"`` uses
+        the r x r Gram matrix when ``m >= 64 r``.
 
     Returns
     -------
@@ -376,8 +495,11 @@ def iterate(
     m, n = X.shape
     r = state.U.shape[1]
     L_c = kernels.lipschitz_constant(r, n, state.sq_norm_X)
-    U = kernels.u_step(state.U, state.XVt, state.VVt, _mu_value(mu, state.VVt, L_c))
-    V, total = _pass(X, U, state.V, _lam_value(lam, L_c), split_every)
+    # one BLAS thread: the U-step's GEMMs are then bitwise the same on any driver, and a
+    # loaded or shared driver does not thrash (4x faster at m = 2**18, r = 100 under load 9)
+    with threadpool_limits(limits=1, user_api="blas"):
+        U = kernels.u_step(state.U, state.XVt, state.VVt, _mu_value(mu, state.VVt, L_c), polar)
+    V, total = _pass(X, U, state.V, _lam_value(lam, L_c), split_every, max_partials, dtype)
     f = kernels.objective(state.sq_norm_X, U, total["XVt"], n)
     new = dataclasses.replace(
         state,
@@ -397,6 +519,7 @@ def fit(
     max_iter: int = 100, tol: float = 1e-4, init: str = "random", random_state: Any = None,
     init_n_iter: int = 4, split_every: int = 8, state: FitState | None = None,
     U0: np.ndarray | None = None, callback: Callable[[FitState], None] | None = None,
+    max_partials: int = 8, dtype: Any = np.float64, polar: str = "auto",
 ) -> FitState:
     """Run Algorithm 1 of Liu et al. (2019) on a column-chunked X.
 
@@ -428,6 +551,14 @@ def fit(
     callback : callable, optional
         Called with the state after initialisation and after every iteration (checkpoints,
         progress lines).
+    max_partials : int, default 8
+        At most this many (m, r) partials per pass: chunks are grouped into blocks of
+        consecutive chunks (:func:`block_bounds`), each accumulated by one task.
+    dtype : numpy.float64 or numpy.float32, default float64
+        Compute dtype of ``U^T X_c`` and the V-step, and storage dtype of V. ``X V^T``,
+        ``V V^T``, the objective and U on the driver stay float64.
+    polar : {"auto", "svd", "gram"}, default "auto"
+        Route of the U-step's polar factor (:func:`kernels.polar_factor`).
 
     Returns
     -------
@@ -440,9 +571,29 @@ def fit(
         If a parameter is out of range.
     DataError
         If X contains NaN or Inf.
+
+    Notes
+    -----
+    Memory per worker (w workers, one thread each; B = number of blocks,
+    ``len(block_bounds(n_chunks, max_partials))``; G chunks per block; d = itemsize of
+    ``dtype``; c_X = bytes of one chunk, about ``12 nnz_c``)::
+
+        RSS_worker ~ R_0                       Python, dask, NumPy/SciPy (~0.25 GiB)
+                   + d m r                     U, broadcast once per iteration
+                   + 8 m r (1 + P)             the block accumulator, and P block partials
+                                               held until summed: P <= ceil(B / w), and
+                                               P = min(B, split_every) + 1 on the worker that
+                                               runs a combine of the tree
+                   + 2 d r n / w               V_k and V_{k+1} of its documents
+                   + G c_X                     the chunks of one block
+
+    Everything but the V term is independent of n. The driver holds about six (m, r) float64
+    arrays (U_k, U_{k+1}, X V^T, M and temporaries of the U-step): ``~ 48 m r`` bytes. The
+    benchmark (``pipelines/benchmark.py``) compares this with measured peak RSS.
     """
     check_params(
-        n_components, X.shape, lam=lam, mu=mu, max_iter=max_iter, tol=tol, init=init
+        n_components, X.shape, lam=lam, mu=mu, max_iter=max_iter, tol=tol, init=init,
+        dtype=dtype, polar=polar, max_partials=max_partials,
     )
     if X.numblocks[0] != 1:
         X = X.rechunk({0: -1})
@@ -450,11 +601,15 @@ def fit(
         state = initialize(
             X, n_components, init=init, random_state=random_state,
             init_n_iter=init_n_iter, split_every=split_every, U0=U0,
+            max_partials=max_partials, dtype=dtype,
         )
         if callback is not None:
             callback(state)
     while state.iteration < max_iter and not state.converged:
-        state = iterate(X, state, lam=lam, mu=mu, tol=tol, split_every=split_every)
+        state = iterate(
+            X, state, lam=lam, mu=mu, tol=tol, split_every=split_every,
+            max_partials=max_partials, dtype=dtype, polar=polar,
+        )
         if callback is not None:
             callback(state)
     return state

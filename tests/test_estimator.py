@@ -126,6 +126,16 @@ def test_tol_stops_early(X):
     assert change < 1e-3
 
 
+def test_float32_embedding_is_close_to_the_float64_reference(X):
+    model = _model(chunk_size=17, dtype="float32").fit(X)
+    expected, U, V = _reference(X)
+    assert model.embedding_.dtype == np.float32
+    assert model.components_.dtype == np.float64
+    np.testing.assert_allclose(model.objective_, expected, rtol=1e-5)
+    np.testing.assert_allclose(model.embedding_, V.T, atol=1e-4)
+    np.testing.assert_allclose(np.linalg.norm(model.embedding_, axis=1), 1.0, atol=1e-6)
+
+
 def test_fit_is_reproducible_and_seed_dependent(X):
     a = _model().fit(X)
     b = clone(a).fit(X)
@@ -269,6 +279,7 @@ def test_n_components_is_bounded_by_the_number_of_samples(X):
         dict(max_iter=-1),
         dict(tol=-1.0),
         dict(init="pca"),
+        dict(dtype="int64"),
     ],
 )
 def test_bad_parameters_raise(X, params):

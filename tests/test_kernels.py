@@ -126,3 +126,95 @@ def test_random_orthonormal_is_orthonormal_and_seeded():
     b = kernels.random_orthonormal(50, 6, np.random.RandomState(1))
     np.testing.assert_array_equal(a, b)
     np.testing.assert_allclose(a.T @ a, np.eye(6), atol=1e-13)
+
+
+def _with_condition(rng, m, r, cond):
+    """An m x r matrix with singular values geometrically from 1 to 1 / cond."""
+    Y = np.linalg.qr(rng.standard_normal((m, r)))[0]
+    Z = np.linalg.qr(rng.standard_normal((r, r)))[0]
+    return (Y * np.geomspace(1.0, 1.0 / cond, r)) @ Z.T, Y @ Z.T
+
+
+@pytest.mark.parametrize("cond", [1.0, 1e2, 9e2])
+def test_polar_factor_gram_route_matches_svd_route(rng, cond):
+    M, expected = _with_condition(rng, 3000, 12, cond)
+    svd = kernels.polar_factor(M, "svd")
+    gram = kernels.polar_factor(M, "gram")
+    np.testing.assert_allclose(svd, expected, atol=1e-12)
+    # the Gram route loses about eps * cond^2 (Higham 2008, Sec. 8.1)
+    assert np.abs(gram - expected).max() <= 50 * np.finfo(float).eps * cond**2
+    np.testing.assert_allclose(gram.T @ gram, np.eye(12), atol=100 * np.finfo(float).eps * cond**2)
+
+
+@pytest.mark.parametrize("rank_deficient", [False, True])
+def test_polar_factor_gram_falls_back_to_svd_when_ill_conditioned(rng, rank_deficient):
+    M, _ = _with_condition(rng, 500, 6, 1e6)
+    if rank_deficient:
+        M[:, 5] = M[:, 0]
+    gram = kernels.polar_factor(M, "gram")
+    np.testing.assert_array_equal(gram, kernels.polar_factor(M, "svd"))
+    np.testing.assert_allclose(gram.T @ gram, np.eye(6), atol=1e-10)
+
+
+def test_polar_factor_auto_and_bad_method(rng):
+    tall = rng.standard_normal((64 * 3, 3))
+    np.testing.assert_array_equal(kernels.polar_factor(tall, "auto"),
+                                  kernels.polar_factor(tall, "gram"))
+    short = rng.standard_normal((64 * 3 - 1, 3))
+    np.testing.assert_array_equal(kernels.polar_factor(short, "auto"),
+                                  kernels.polar_factor(short, "svd"))
+    with pytest.raises(ValueError, match="qr"):
+        kernels.polar_factor(tall, "qr")
+
+
+@pytest.mark.parametrize("fmt", ["csc", "csr", "dense", "csc-float32"])
+def test_spmm_accumulate_adds_into_out(rng, fmt):
+    X = random_corpus(40, 30, density=0.2, seed=5, n_empty=1)
+    Xd = X.toarray()
+    X_c = {"csc": X, "csr": X.tocsr(), "dense": Xd, "csc-float32": X.astype(np.float32)}[fmt]
+    W = rng.standard_normal((30, 4))
+    start = rng.standard_normal((40, 4))
+    out = start.copy()
+    got = kernels.spmm_accumulate(X_c, W, out)
+    assert got is out
+    Xref = Xd.astype(np.float32).astype(np.float64) if fmt.endswith("float32") else Xd
+    np.testing.assert_allclose(out, start + Xref @ W, atol=1e-13)
+
+
+def _dense_pass(chunks, U, V_prev, lam):
+    """Eq. 3.12 and the partials on the dense concatenation of the chunks."""
+    X = np.hstack([c.toarray() if sp.issparse(c) else c for c in chunks])
+    q = 2 * U.T @ X + (0.0 if V_prev is None else (lam - 2) * np.hstack(V_prev))
+    norms = np.linalg.norm(q, axis=0)
+    V = q / np.where(norms == 0, 1.0, norms)
+    V[0, norms == 0] = 1.0  # an empty document at initialisation: e_1
+    return X, V
+
+
+def test_pass_block_sums_partials_of_its_chunks(rng):
+    X = random_corpus(60, 40, density=0.2, seed=9, n_empty=0)
+    chunks = [X[:, :7], X[:, 7:8], X[:, 8:40].toarray()]
+    U = np.linalg.qr(rng.standard_normal((60, 3)))[0]
+    V_prev = [rng.standard_normal((3, c.shape[1])) for c in chunks]
+    V_prev = [v / np.linalg.norm(v, axis=0) for v in V_prev]
+    out = kernels.pass_block(chunks, U, V_prev, lam=2.5)
+    Xd, V = _dense_pass(chunks, U, V_prev, 2.5)
+    assert [v.shape[1] for v in out["V"]] == [7, 1, 32]
+    np.testing.assert_allclose(np.hstack(out["V"]), V, atol=1e-14)
+    np.testing.assert_allclose(out["XVt"], Xd @ V.T, atol=1e-13)
+    np.testing.assert_allclose(out["VVt"], V @ V.T, atol=1e-13)
+    assert out["sq_norm_X"] == pytest.approx(np.sum(Xd**2), rel=1e-14)
+    assert out["dV_sq"] == pytest.approx(np.sum((V - np.hstack(V_prev)) ** 2), rel=1e-12)
+
+
+def test_pass_block_float32_keeps_float64_partials(rng):
+    X = random_corpus(60, 40, density=0.2, seed=9, n_empty=1)
+    chunks = [X[:, :20], X[:, 20:]]
+    U = np.linalg.qr(rng.standard_normal((60, 3)))[0]
+    out = kernels.pass_block(chunks, U, None, dtype=np.float32)
+    Xd, V = _dense_pass(chunks, U, None, 2.0)
+    assert all(v.dtype == np.float32 for v in out["V"])
+    assert out["XVt"].dtype == out["VVt"].dtype == np.float64
+    np.testing.assert_allclose(np.hstack(out["V"]), V, atol=1e-6)
+    np.testing.assert_allclose(out["XVt"], Xd @ V.T, atol=1e-5)
+    assert out["n_degenerate"] == 1

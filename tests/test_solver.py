@@ -111,13 +111,64 @@ def test_svd_init_starts_lower_than_random(X):
     assert svd.objective[0] < rnd.objective[0]
 
 
-def test_one_read_of_every_chunk_per_iteration(X):
+@pytest.mark.parametrize("max_partials", [1, 2, 8])
+def test_one_read_of_every_chunk_per_iteration(X, max_partials):
     reads = []
-    Xc = chunked(X, [40] * 3).map_blocks(
+    Xc = chunked(X, [24] * 5).map_blocks(
         lambda b: (reads.append(1), b)[1], dtype=float, meta=sp.csc_matrix((0, 0))
     )
-    solver.fit(Xc, R, max_iter=4, tol=0, random_state=0)
-    assert len(reads) == 3 * (1 + 4)
+    solver.fit(Xc, R, max_iter=4, tol=0, random_state=0, max_partials=max_partials)
+    assert len(reads) == 5 * (1 + 4)
+
+
+@pytest.mark.parametrize("max_partials", [1, 3, 100])
+def test_any_grouping_of_chunks_equals_dense_reference(X, max_partials):
+    state = solver.fit(
+        chunked(X, LAYOUTS["irregular"](N)), R, max_iter=6, tol=0, random_state=0,
+        max_partials=max_partials,
+    )
+    expected, U, V = algorithm1(X, _U0(), n_iter=6, lam=2.0, mu=None)
+    np.testing.assert_allclose(state.objective, expected, rtol=1e-10)
+    np.testing.assert_allclose(state.U, U, atol=1e-9)
+    np.testing.assert_allclose(state.V.compute(), V, atol=1e-9)
+
+
+def test_block_bounds_cover_chunks_in_order():
+    for n_chunks in (1, 2, 7, 49, 245):
+        for max_partials in (1, 2, 8, 300):
+            bounds = solver.block_bounds(n_chunks, max_partials)
+            assert len(bounds) <= max_partials
+            assert [a for a, _ in bounds[1:]] == [b for _, b in bounds[:-1]]
+            assert bounds[0][0] == 0 and bounds[-1][1] == n_chunks
+
+
+@pytest.mark.parametrize("lam, mu", [("exact", "exact"), (2.5, 7.0)])
+def test_gram_polar_route_follows_dense_reference(lam, mu):
+    # tall enough for the Gram route to be taken by "auto" too (m >= 64 r)
+    Xt = random_corpus(400, 60, density=0.1, seed=2, n_empty=0)
+    U0 = kernels.random_orthonormal(400, 3, np.random.RandomState(0))
+    ref = dict(lam=2.0, mu=None) if lam == "exact" else dict(lam=lam, mu=mu)
+    expected, U, V = algorithm1(Xt, U0, n_iter=6, **ref)
+    for polar in ("gram", "auto"):
+        state = solver.fit(
+            chunked(Xt, [25, 35]), 3, lam=lam, mu=mu, max_iter=6, tol=0, random_state=0,
+            polar=polar,
+        )
+        np.testing.assert_allclose(state.objective, expected, rtol=1e-10)
+        np.testing.assert_allclose(state.U, U, atol=1e-8)
+        np.testing.assert_allclose(state.V.compute(), V, atol=1e-8)
+
+
+def test_float32_compute_stays_close_to_float64(X):
+    Xc = chunked(X, [50, 70])
+    f64 = solver.fit(Xc, R, max_iter=6, tol=0, random_state=0)
+    f32 = solver.fit(Xc, R, max_iter=6, tol=0, random_state=0, dtype=np.float32)
+    assert f32.V.dtype == np.float32 and f32.U.dtype == f32.XVt.dtype == np.float64
+    np.testing.assert_allclose(f32.objective, f64.objective, rtol=1e-5)
+    np.testing.assert_allclose(f32.U, f64.U, atol=1e-4)
+    V = f32.V.compute()
+    assert np.abs(np.linalg.norm(V.astype(np.float64), axis=0) - 1.0).max() <= 1e-6
+    np.testing.assert_allclose(f32.U.T @ f32.U, np.eye(R), atol=1e-12)
 
 
 @pytest.mark.parametrize(
@@ -125,7 +176,8 @@ def test_one_read_of_every_chunk_per_iteration(X):
     [(dict(n_components=0), "n_components=0"), (dict(n_components=M + 1), "n_components"),
      (dict(lam=1.5), "lam=1.5"), (dict(mu=-1.0), "mu=-1.0"), (dict(lam="fast"), "lam='fast'"),
      (dict(max_iter=-1), "max_iter"), (dict(tol=float("nan")), "tol"),
-     (dict(init="pca"), "init")],
+     (dict(init="pca"), "init"), (dict(dtype=np.int64), "dtype"), (dict(polar="qr"), "polar"),
+     (dict(max_partials=0), "max_partials")],
 )
 def test_bad_parameters_raise(X, kwargs, match):
     args = dict(n_components=R) | kwargs
