@@ -4,11 +4,12 @@ For each size (default 100,000 and 1,000,000 synthetic documents, ``sphdist.synt
 ``--doc-length`` tokens on average) the pipeline runs ``sphdist.ingest.ingest`` (hashing, 2**18
 features, labels and ids) in a fresh subprocess and samples the resident set size of that
 process and all its children (the worker processes) with psutil every 50 ms: the peak of the sum
-is the peak RSS of the ingestion. On the smallest size it also runs, in fresh subprocesses,
+is the peak RSS of the ingestion. At every size it also runs, in a fresh subprocess,
 single-process scikit-learn on the same lines (``json.loads`` of every line,
 ``HashingVectorizer(n_features=2**18, alternate_sign=False, norm=None).transform``,
-``TfidfTransformer().fit_transform``, all in memory) and sphdist with one worker, and reports
-documents per second of each. The load average of the machine is recorded next to every
+``TfidfTransformer().fit_transform``, all in memory; its peak RSS is measured the same way)
+and reports the throughput ratio (documents per second) at that size; at the smallest size
+it also runs sphdist with one worker. The load average of the machine is recorded next to every
 measurement: the machine may be shared.
 
 Writes ``ingest_benchmark.md`` and ``ingest_benchmark.json`` under ``--output-dir``.
@@ -145,46 +146,46 @@ def main(ctx, sizes, workers, doc_length, n_topics, seed, repeats, workdir, outp
             click.echo(f"synth {n}: {summary.seconds:.1f} s, "
                        f"{summary.nnz / n:.1f} distinct terms/doc", err=True)
             trials = repeats if n == sizes[0] else 1
+            sk_trials, ours = [], []
             for _ in range(trials):
+                result = _measure(["sklearn", str(source)])
+                click.echo(f"sklearn {n}: {result}", err=True)
+                sk_trials.append(result)
                 if n == sizes[0]:
-                    for name, args in (
-                        ("sklearn", ["sklearn", str(source)]),
-                        ("sphdist_1_worker", ["ingest", str(source), str(workdir / "one.zarr"),
-                                              "1"]),
-                    ):
-                        result = _measure(args)
-                        click.echo(f"{name} {n}: {result}", err=True)
-                        baseline.setdefault(name + "_trials", []).append(result)
-                        shutil.rmtree(workdir / "one.zarr", ignore_errors=True)
+                    result = _measure(["ingest", str(source), str(workdir / "one.zarr"), "1"])
+                    click.echo(f"sphdist_1_worker {n}: {result}", err=True)
+                    baseline.setdefault("sphdist_1_worker_trials", []).append(result)
+                    shutil.rmtree(workdir / "one.zarr", ignore_errors=True)
                 result = _measure(["ingest", str(source), str(workdir / f"c{n}.zarr"),
                                    str(workers)])
                 click.echo(f"sphdist {workers} workers {n}: {result}", err=True)
-                if trials > 1:
-                    baseline.setdefault("sphdist_workers_trials", []).append(result)
+                ours.append(result)
                 shutil.rmtree(workdir / f"c{n}.zarr", ignore_errors=True)
-            run = (min(baseline["sphdist_workers_trials"], key=lambda r: r["seconds"])
-                   if trials > 1 else result)
+            run = min(ours, key=lambda r: r["seconds"])
+            sk = min(sk_trials, key=lambda r: r["seconds"])
             run.update(size=n, distinct_terms_per_doc=summary.nnz / n,
-                       jsonl_bytes=source.stat().st_size)
+                       jsonl_bytes=source.stat().st_size, sklearn=sk,
+                       throughput_ratio_vs_sklearn=run["docs_per_second"]
+                       / sk["docs_per_second"],
+                       cpu_ratio_sklearn_to_sphdist=sk["cpu_seconds"] / run["cpu_seconds"],
+                       same_matrix_nnz=sk["nnz"] == run["nnz"])
             runs.append(run)
-            if n != sizes[-1]:
-                source.unlink()
+            source.unlink()
     finally:
         if own:
             shutil.rmtree(workdir, ignore_errors=True)
-    for name in ("sklearn", "sphdist_1_worker"):
-        baseline[name] = min(baseline[name + "_trials"], key=lambda r: r["seconds"])
-    first = next(r for r in runs if r["size"] == sizes[0])
+    baseline["sphdist_1_worker"] = min(baseline["sphdist_1_worker_trials"],
+                                       key=lambda r: r["seconds"])
+    first = runs[0]
     report = {
         "sizes": sizes, "workers": workers, "doc_length": doc_length, "n_topics": n_topics,
         "seed": seed, "repeats": repeats, "runs": runs, "baseline": baseline,
-        "same_matrix_nnz": baseline["sklearn"]["nnz"] == first["nnz"],
-        "cpu_ratio_sklearn_to_sphdist": baseline["sklearn"]["cpu_seconds"] / first["cpu_seconds"],
+        "same_matrix_nnz": all(r["same_matrix_nnz"] for r in runs),
         "rss_ratio_largest_to_smallest": runs[-1]["peak_rss_bytes"] / runs[0]["peak_rss_bytes"],
-        "throughput_ratio_vs_sklearn": first["docs_per_second"]
-        / baseline["sklearn"]["docs_per_second"],
+        "throughput_ratio_vs_sklearn": {str(r["size"]): r["throughput_ratio_vs_sklearn"]
+                                        for r in runs},
         "throughput_ratio_1_worker_vs_sklearn": baseline["sphdist_1_worker"]["docs_per_second"]
-        / baseline["sklearn"]["docs_per_second"],
+        / first["sklearn"]["docs_per_second"],
         "machine": {"cpus": os.cpu_count(), "platform": platform.platform(),
                     "python": platform.python_version()},
     }
@@ -196,7 +197,7 @@ def main(ctx, sizes, workers, doc_length, n_topics, seed, repeats, workdir, outp
 
 def _markdown(report: dict) -> str:
     w = report["workers"]
-    sk, one = report["baseline"]["sklearn"], report["baseline"]["sphdist_1_worker"]
+    one = report["baseline"]["sphdist_1_worker"]
     lines = [
         "# Ingestion benchmark",
         "",
@@ -218,29 +219,38 @@ def _markdown(report: dict) -> str:
                 f"{r['cpu_seconds'] / r['wall_seconds']:.2f} | "
                 f"{r['loadavg_before'][0]:.1f} → {r['loadavg_after'][0]:.1f} |")
 
-    lines.append(row("scikit-learn, 1 process, in memory", sk))
-    lines.append(row("sphdist ingest, 1 worker", one))
     for r in report["runs"]:
+        if r["size"] == report["sizes"][0]:
+            lines.append(row("scikit-learn, 1 process, in memory", r["sklearn"]))
+            lines.append(row("sphdist ingest, 1 worker", one))
+        else:
+            lines.append(row("scikit-learn, 1 process, in memory", r["sklearn"]))
         lines.append(row(f"sphdist ingest, {w} workers", r, f"{r['distinct_terms_per_doc']:.1f}"))
     lines += [
         "",
-        f"- Peak RSS ratio, {report['sizes'][-1]:,} / {report['sizes'][0]:,} documents: "
-        f"**{report['rss_ratio_largest_to_smallest']:.2f}** (target ≤ 1.2).",
-        f"- Throughput, sphdist on {w} workers / scikit-learn on one process, same "
-        f"{report['sizes'][0]:,} documents: **{report['throughput_ratio_vs_sklearn']:.2f}x** "
-        "(target > 1.5x); sphdist on 1 worker: "
+        f"- Peak RSS ratio, sphdist, {report['sizes'][-1]:,} / {report['sizes'][0]:,} "
+        f"documents: **{report['rss_ratio_largest_to_smallest']:.2f}** (target ≤ 1.2).",
+    ]
+    for r in report["runs"]:
+        lines.append(
+            f"- {r['size']:,} documents: throughput, sphdist on {w} workers / scikit-learn on "
+            f"one process: **{r['throughput_ratio_vs_sklearn']:.2f}x** (target > 1.5x); CPU "
+            f"seconds, scikit-learn / sphdist: {r['cpu_ratio_sklearn_to_sphdist']:.2f}; peak "
+            f"RSS, scikit-learn / sphdist: "
+            f"{r['sklearn']['peak_rss_bytes'] / r['peak_rss_bytes']:.2f}; same nonzeros as "
+            f"scikit-learn's matrix: {r['same_matrix_nnz']}."
+        )
+    lines += [
+        f"- sphdist on 1 worker / scikit-learn, {report['sizes'][0]:,} documents: "
         f"{report['throughput_ratio_1_worker_vs_sklearn']:.2f}x.",
         f"- {report['sizes'][-1]:,} documents ingested in {report['runs'][-1]['seconds']:.0f} s.",
-        "- CPU time (user + system of the whole process tree, including interpreter and worker "
-        "start-up, which the load of a shared machine does not change much): scikit-learn / "
-        f"sphdist on {w} workers = {report['cpu_ratio_sklearn_to_sphdist']:.2f}; on a machine "
-        f"with {w} free cores the throughput ratio can reach about {w} x that, "
-        f"{w * report['cpu_ratio_sklearn_to_sphdist']:.2f}x. \"cores used\" is CPU seconds / wall "
-        "seconds of the subprocess (start-up included): below the number of workers when the "
-        "machine is busy with other work.",
-        f"- Throughput rows at {report['sizes'][0]:,} documents: fastest of "
-        f"{report['repeats']} alternating runs each. Same nonzeros as scikit-learn's matrix: "
-        f"{report['same_matrix_nnz']}.",
+        "- seconds: the timed region of each subprocess (after its imports; sphdist's includes "
+        "starting the worker processes). CPU seconds: user + system of the whole subprocess "
+        "tree, imports included in both. \"cores "
+        "used\" is CPU seconds / wall seconds of the subprocess (start-up included): below the "
+        "number of workers when the machine is busy with other work.",
+        f"- Rows at {report['sizes'][0]:,} documents: fastest of {report['repeats']} alternating "
+        "runs each; larger sizes: one run each.",
         "",
         "sphdist's time includes writing the corpus.zarr (compressed chunks) and the spilled "
         "counts; scikit-learn's holds every text and the whole matrix in memory and writes "

@@ -13,8 +13,10 @@ from __future__ import annotations
 import glob as globmod
 import gzip
 import json
+import logging
 import os
 import posixpath
+import stat
 import tarfile
 import zlib
 from collections.abc import Iterable, Iterator, Sequence
@@ -25,6 +27,8 @@ from typing import Any
 import numpy as np
 
 from .errors import DataError, InputNotFoundError, ParameterError
+
+logger = logging.getLogger("sphdist")
 
 FORMATS = ("dir", "tar", "jsonl", "csv", "parquet")
 _TAR_SUFFIXES = (".tar", ".tar.gz", ".tgz", ".tar.bz2", ".tbz2", ".tar.xz", ".txz")
@@ -123,9 +127,20 @@ class DirPartition(Partition):
         return len(self.ids)
 
     def records(self, reading: Reading) -> Iterator[Record | Bad]:
-        """Yield ``(id, text, label)`` for each file, or a :class:`Bad`."""
+        """Yield ``(id, text, label)`` for each file, or a :class:`Bad`.
+
+        A file whose resolved path (symbolic links followed) is outside the source folder is
+        never opened: it is a :class:`Bad` (checked here, at read time, so that a link put in
+        place after listing is caught too).
+        """
+        root = os.path.realpath(self.root)
         for doc_id in self.ids:
             path = os.path.join(self.root, doc_id)
+            real = os.path.realpath(path)
+            if not _inside(real, root):
+                yield Bad(path, f"a symbolic link to {real}, outside the source folder "
+                                f"{root}: not read")
+                continue
             try:
                 size = os.stat(path).st_size
                 if size > reading.max_bytes:
@@ -183,17 +198,40 @@ class TarPartition(Partition):
                 yield text if isinstance(text, Bad) else (doc_id, text, label_of(doc_id))
 
 
+def _inside(real: str, root: str) -> bool:
+    """Whether the resolved path ``real`` is ``root`` or below it (both resolved)."""
+    return real == root or real.startswith(root.rstrip(os.sep) + os.sep)
+
+
 def _list_directory(root: Path) -> list[str]:
+    """Ids of the documents of a directory tree: regular files and links to files, sorted later.
+
+    Symbolic links to files are listed (then read only if they resolve inside ``root``, see
+    :meth:`DirPartition.records`; a broken link or a link loop cannot be read and is a bad
+    document too); symbolic links to folders are never followed (``os.walk`` default): a
+    warning names them. Other special files (FIFOs, sockets, devices) are ignored.
+    """
     def _raise(exc: OSError) -> None:
         raise exc
 
-    ids = []
-    for dirpath, _dirnames, filenames in os.walk(root, onerror=_raise):
+    ids, dir_links = [], []
+    for dirpath, dirnames, filenames in os.walk(root, onerror=_raise):
         rel = Path(dirpath).relative_to(root)
+        dir_links.extend(str(Path(dirpath, d)) for d in dirnames
+                         if os.path.islink(os.path.join(dirpath, d)))
         for name in filenames:
             doc_id = (rel / name).as_posix()
-            if "/" in doc_id and Path(dirpath, name).is_file():
+            if "/" not in doc_id:
+                continue
+            mode = os.lstat(os.path.join(dirpath, name)).st_mode
+            if stat.S_ISREG(mode) or stat.S_ISLNK(mode):
                 ids.append(doc_id)
+    if dir_links:
+        logger.warning(
+            "%s: %d symbolic link(s) to folders not followed (their files are not ingested), "
+            "e.g. %s. To ingest those files, copy them into the source folder.",
+            root, len(dir_links), "; ".join(sorted(dir_links)[:5]),
+        )
     return ids
 
 
@@ -278,7 +316,7 @@ class JsonlPartition(Partition):
                     break
                 line_no += 1
                 where = f"{self.path}:{line_no}"
-                if len(raw.rstrip(b"\r\n")) > reading.max_bytes:
+                if len(raw) > reading.max_bytes and len(raw.rstrip(b"\r\n")) > reading.max_bytes:
                     rest = len(raw)
                     while not raw.endswith(b"\n"):  # skip the rest of the long line
                         raw = f.readline(1 << 20)

@@ -559,7 +559,7 @@ class StoredChunk(NamedTuple):
 
 def store_chunk(
     staging: str | os.PathLike[str], index: int, X_chunk: sp.spmatrix | sp.sparray,
-    n_features: int,
+    n_features: int, compressors: Any = "auto",
 ) -> StoredChunk:
     """Write document chunk ``index`` into a :class:`CorpusWriter`'s staging directory.
 
@@ -575,6 +575,9 @@ def store_chunk(
     X_chunk : scipy.sparse matrix of shape (n_features, n_c)
         As for :meth:`CorpusWriter.write_chunk`.
     n_features : int
+    compressors : zarr codec(s) or "auto", default "auto"
+        Compression of the three arrays (zarr's default: zstd). Any codec of the safe list
+        that readers accept.
 
     Returns
     -------
@@ -586,10 +589,11 @@ def store_chunk(
         If the shape disagrees or the values are not finite.
     """
     group = zarr.open_group(store=str(staging), mode="r+")
-    return _store_chunk(group, index, X_chunk, n_features)
+    return _store_chunk(group, index, X_chunk, n_features, compressors)
 
 
-def _store_chunk(group: zarr.Group, index: int, X_chunk, n_features: int) -> StoredChunk:
+def _store_chunk(group: zarr.Group, index: int, X_chunk, n_features: int,
+                 compressors: Any = "auto") -> StoredChunk:
     X_c = sp.csc_matrix(X_chunk, dtype=np.float64)
     X_c.sort_indices()
     m, n_c = X_c.shape
@@ -605,7 +609,7 @@ def _store_chunk(group: zarr.Group, index: int, X_chunk, n_features: int) -> Sto
     ):
         arr = group.create_array(
             f"{key}/{name}", shape=values.shape, dtype=values.dtype,
-            chunks=(max(1, values.shape[0]),),
+            chunks=(max(1, values.shape[0]),), compressors=compressors,
         )
         if values.shape[0]:
             arr[:] = values

@@ -436,7 +436,13 @@ def test_unknown_format(tmp_path):
 # -- parallel ------------------------------------------------------------------------------------
 @pytest.mark.slow
 @pytest.mark.cluster
-def test_process_pool_same_as_in_process(tmp_path):
+@pytest.mark.parametrize("method", ["fork", "spawn"])
+def test_process_pool_same_as_in_process(tmp_path, monkeypatch, method):
+    import sphdist.ingest
+
+    if method not in __import__("multiprocessing").get_all_start_methods():
+        pytest.skip(f"no {method} start method here")
+    monkeypatch.setattr(sphdist.ingest, "_start_method", lambda: method)
     serial = _ingest("jsonl", tmp_path, "a.zarr", vocabulary=True, partition_size=2,
                      chunk_size=1)
     parallel = ingest(_jsonl(tmp_path), tmp_path / "b.zarr", vocabulary=True, partition_size=2,
@@ -512,3 +518,53 @@ def test_bad_text_options(tmp_path, kwargs):
     with pytest.raises(ParameterError):
         ingest(_jsonl(tmp_path), tmp_path / "out.zarr", n_workers=1, **kwargs)
     assert not (tmp_path / "out.zarr").exists()
+
+
+def _linked_tree(tmp_path: Path) -> tuple[Path, Path]:
+    """A tree with links out of it (file, folder), a link loop and a link inside it."""
+    outside = tmp_path / "outside"
+    (outside / "secret").mkdir(parents=True)
+    (outside / "passwd").write_bytes(b"outside words never ingested")
+    (outside / "secret" / "key").write_bytes(b"outside folder words")
+    tree = tmp_path / "tree"
+    (tree / "a").mkdir(parents=True)
+    (tree / "a" / "good").write_bytes(b"shuttle orbit launch")
+    (tree / "a" / "link_in").symlink_to(tree / "a" / "good")  # inside -> inside: read
+    (tree / "a" / "link_out").symlink_to(outside / "passwd")  # file outside: refused
+    (tree / "a" / "loop").symlink_to(tree / "a" / "loop")  # loop: unreadable
+    (tree / "b").symlink_to(outside / "secret", target_is_directory=True)  # not followed
+    return tree, outside
+
+
+def test_symlinks_never_read_outside_the_source_folder(tmp_path, caplog):
+    tree, outside = _linked_tree(tmp_path)
+    with pytest.raises(DataError, match="outside the source folder") as info:
+        ingest(tree, tmp_path / "out.zarr", n_workers=1)
+    assert str(tree / "a" / "link_out") in str(info.value)
+    assert not (tmp_path / "out.zarr").exists()
+    with caplog.at_level(logging.WARNING, logger="sphdist"):
+        corpus = ingest(tree, tmp_path / "out.zarr", on_error="skip", n_workers=1,
+                        n_features=M)
+    # the link inside the tree is a document (its own id, same text); the link out and the
+    # loop are skipped and counted; the linked folder is not followed, and named
+    assert list(corpus.doc_ids) == ["a/good", "a/link_in"]
+    summary = corpus.attrs["ingest"]
+    assert summary["n_skipped"] == 2
+    assert any("link_out" in e and "outside" in e for e in summary["skipped_examples"])
+    assert any("loop" in e for e in summary["skipped_examples"])
+    assert str(tree / "b") in caplog.text and "not followed" in caplog.text
+    X = _matrix(corpus)
+    np.testing.assert_array_equal(X[:, 0], X[:, 1])
+    reference, _ = _hashing_reference(["shuttle orbit launch"] * 2)
+    np.testing.assert_allclose(X, reference, atol=1e-12)
+
+
+def test_link_swapped_in_after_listing_is_not_read(tmp_path):
+    from sphdist._sources import DirPartition, Reading
+
+    tree, outside = _linked_tree(tmp_path)
+    part = DirPartition(str(tree), ("a/good",))
+    (tree / "a" / "good").unlink()
+    (tree / "a" / "good").symlink_to(outside / "passwd")
+    (record,) = list(part.records(Reading()))
+    assert "outside the source folder" in record.message()

@@ -93,8 +93,9 @@ class _DocumentCount(click.ParamType):
               help="Encoding of folder / tar documents (JSON Lines and CSV are UTF-8).")
 @click.option("--on-error", type=click.Choice(["fail", "skip"]), default="fail",
               show_default=True,
-              help="A document that cannot be used: stop with an error naming it, or skip it "
-                   "and count it.")
+              help="A document that cannot be used (undecodable, binary, too long, a bad "
+                   "line, a symbolic link out of a source folder): stop with an error naming "
+                   "it, or skip it and count it.")
 @click.option("--max-doc-bytes", type=click.IntRange(min=1), default=10_000_000,
               show_default=True, help="Longest accepted document, in bytes.")
 @click.option("--chunk-size", type=click.IntRange(min=1), default=4096, show_default=True,
