@@ -28,7 +28,7 @@ from typing import Any, TypeVar
 from distributed import Client, LocalCluster
 from distributed.security import Security
 
-from .errors import InputNotFoundError, ParameterError
+from .errors import InputNotFoundError, ParameterError, WorkersLostError
 
 __all__ = ["connect", "tls_security", "ProcessCluster", "fit_with_retries", "WORKER_LOSS"]
 
@@ -89,8 +89,8 @@ def fit_with_retries(
     ------
     ParameterError
         If ``retries`` < 0.
-    distributed.client.FutureCancelledError, distributed.scheduler.KilledWorker
-        When workers are still lost after ``retries`` restarts.
+    WorkersLostError
+        When workers are still lost after ``retries`` restarts (the cause is chained).
     """
     if retries < 0:
         raise ParameterError(f"retries must be >= 0, got {retries}.")
@@ -101,7 +101,12 @@ def fit_with_retries(
             return fit(input, output, resume=resume, overwrite=overwrite, **kwargs)
         except WORKER_LOSS as exc:
             if attempt == retries:
-                raise
+                raise WorkersLostError(
+                    f"workers were lost in {retries + 1} attempts to fit {output} (last: "
+                    f"{type(exc).__name__}: {str(exc)[:200]}). The last complete checkpoint is "
+                    "kept. To resolve this, check the workers' logs (often a memory limit "
+                    "below what sphdist.solver.fit's Notes give), then rerun with --resume."
+                ) from exc
             if marker.exists() and marker.stat().st_mtime_ns >= started:
                 resume, overwrite = True, False  # continue our own checkpoint
             logger.warning(

@@ -18,6 +18,7 @@ __all__ = [
     "OutputExistsError",
     "ParameterError",
     "DataError",
+    "WorkersLostError",
 ]
 
 
@@ -55,3 +56,7 @@ class ParameterError(SphdistError, ValueError):
 
 class DataError(SphdistError, ValueError):
     """Input data violates a precondition (NaN or Inf values, no documents, no labels)."""
+
+
+class WorkersLostError(SphdistError, RuntimeError):
+    """Workers kept dying (memory, pre-emption) after every allowed restart of a fit."""
