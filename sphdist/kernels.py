@@ -14,7 +14,9 @@ The distributed solver evaluates the V-step of one iteration and the partial pro
 U-step needs, ``X_c V_c^T`` (m, r) and ``V_c V_c^T`` (r, r), in one pass over ``X_c``
 (:func:`pass_chunk`), then sums the partials with :func:`partials_combine` /
 :func:`partials_agg` in a tree (the ``<op>_chunk`` / ``_combine`` / ``_agg`` triple of
-``dask.array.reduction``).
+``dask.array.reduction``). A block's ``X_c V_c^T`` is row-sparse (only features that occur in
+its chunks have nonzero rows), so :func:`pass_block` may return it as a :class:`RowSparse`
+and the tree sums it on the union of rows; :func:`densify` makes it dense on the driver.
 
 Since ``U^T U = I`` and every ``||v_j|| = 1``, ``||UV||_F^2 = n`` and the objective needs no
 extra pass (:func:`objective`)::
@@ -43,6 +45,9 @@ __all__ = [
     "v_step",
     "pass_chunk",
     "pass_block",
+    "PARTIAL_FORMATS",
+    "RowSparse",
+    "densify",
     "spmm_accumulate",
     "project_chunk",
     "partials_chunk",
@@ -242,6 +247,115 @@ def pass_chunk(
     }
 
 
+PARTIAL_FORMATS = ("auto", "rows", "dense")
+
+#: ``"auto"`` keeps a partial row-sparse while its rows are at most this fraction of m.
+_ROWS_MAX_FRACTION = 0.5
+
+
+class RowSparse:
+    """An (m, r) float64 matrix stored as its possibly nonzero rows; all other rows are +0.0.
+
+    Parameters
+    ----------
+    rows : ndarray of shape (k,), int64
+        Sorted, unique row indices in ``[0, m)``.
+    values : ndarray of shape (k, r), float64
+        The rows ``rows`` of the matrix.
+    shape : tuple of int
+        (m, r) of the dense matrix.
+
+    Notes
+    -----
+    Used for ``X V^T`` partials (:func:`pass_block`): a block of documents touches only the
+    features that occur in it, so ``k`` is the block's vocabulary, not m. Memory ``16 k + 8 k r``
+    bytes instead of ``8 m r``.
+
+    Examples
+    --------
+    >>> RowSparse(np.array([1]), np.array([[2.0, 3.0]]), (3, 2)).toarray()
+    array([[0., 0.],
+           [2., 3.],
+           [0., 0.]])
+    """
+
+    __slots__ = ("rows", "values", "shape")
+
+    def __init__(self, rows: np.ndarray, values: np.ndarray, shape: tuple[int, int]) -> None:
+        self.rows = rows
+        self.values = values
+        self.shape = (int(shape[0]), int(shape[1]))
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of ``rows`` and ``values``."""
+        return int(self.rows.nbytes + self.values.nbytes)
+
+    def toarray(self) -> np.ndarray:
+        """The dense (m, r) float64 matrix (absent rows +0.0)."""
+        out = np.zeros(self.shape)
+        out[self.rows] = self.values
+        return out
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (RowSparse, (self.rows, self.values, self.shape))
+
+    def __sizeof__(self) -> int:  # what dask's memory accounting sees (sys.getsizeof)
+        return object.__sizeof__(self) + self.nbytes
+
+
+def densify(XVt: Any) -> np.ndarray:
+    """An ``X V^T`` partial as a dense (m, r) float64 ndarray (a :class:`RowSparse` or ndarray).
+
+    Examples
+    --------
+    >>> densify(np.ones((2, 1))).ravel()
+    array([1., 1.])
+    """
+    return XVt.toarray() if isinstance(XVt, RowSparse) else XVt
+
+
+def _sum_xvt(terms: list[Any]) -> Any:
+    """Left-fold sum of ``X V^T`` partials (ndarray or :class:`RowSparse`) in list order.
+
+    Every element of the result is ``((t_0 + t_1) + t_2) + ...`` over the terms that store the
+    element, exactly as the dense fold, minus additions of a stored +0.0. Those are identities
+    (``x + 0.0 == x`` bitwise for every x but -0.0, and a partial accumulated from +0.0 never
+    holds -0.0: under round-to-nearest a sum is -0.0 only if both addends are), so the result
+    is bitwise the dense sum. Row-sparse when every term is and the union of their rows is at
+    most half of m, dense otherwise.
+    """
+    if len(terms) == 1:
+        return terms[0]
+    if all(isinstance(t, np.ndarray) for t in terms):  # the dense route, as before
+        total = terms[0]
+        for t in terms[1:]:
+            total = total + t
+        return total
+    m, r = terms[0].shape
+    sparse = [t for t in terms if isinstance(t, RowSparse)]
+    union = None
+    if len(sparse) == len(terms):
+        mask = np.zeros(m, dtype=bool)
+        for t in sparse:
+            mask[t.rows] = True
+        k = int(np.count_nonzero(mask))
+        if k <= _ROWS_MAX_FRACTION * m:
+            union = np.flatnonzero(mask)
+    if union is None:
+        acc = np.zeros((m, r))
+        for t in terms:
+            if isinstance(t, RowSparse):
+                acc[t.rows] += t.values
+            else:
+                acc += t
+        return acc
+    acc = np.zeros((union.size, r))
+    for t in sparse:
+        acc[np.searchsorted(union, t.rows)] += t.values
+    return RowSparse(union.astype(np.int64), acc, (m, r))
+
+
 def spmm_accumulate(X_c: Any, W: np.ndarray, out: np.ndarray) -> np.ndarray:
     """``out += X_c @ W`` in place, without an (m, r) temporary for sparse ``X_c``.
 
@@ -290,7 +404,7 @@ def spmm_accumulate(X_c: Any, W: np.ndarray, out: np.ndarray) -> np.ndarray:
 
 def pass_block(
     X_blocks: list[Any], U: np.ndarray, V_prev_blocks: list[np.ndarray] | None = None, *,
-    lam: float = 2.0, dtype: Any = np.float64,
+    lam: float = 2.0, dtype: Any = np.float64, partials: str = "auto",
 ) -> dict[str, Any]:
     """:func:`pass_chunk` over consecutive chunks, summing their partials into one.
 
@@ -307,12 +421,18 @@ def pass_block(
     dtype : {numpy.float64, numpy.float32}, default float64
         Compute dtype of ``U^T X_c``, the V-step and the returned ``V``. The partials are
         always accumulated in float64.
+    partials : {"auto", "rows", "dense"}, default "auto"
+        Format of the ``"XVt"`` partial. ``"rows"``: a :class:`RowSparse` on the union of the
+        chunks' nonzero rows (features), when every chunk is CSC; ``"dense"``: an (m, r)
+        ndarray; ``"auto"``: ``"rows"`` while that union is at most half of m. Either way the
+        values are bitwise the same (the same additions into the same +0.0-initialised rows).
 
     Returns
     -------
     dict
         ``"V"``: list of ndarray (r, n_c) of ``dtype``, the new ``V_{k+1}`` per chunk
-        (Eq. 3.12); ``"XVt"``: ndarray (m, r), float64, ``sum_c X_c V_c^T``; ``"VVt"``:
+        (Eq. 3.12); ``"XVt"``: ndarray (m, r) or :class:`RowSparse`, float64,
+        ``sum_c X_c V_c^T``; ``"VVt"``:
         ndarray (r, r), float64; ``"sq_norm_X"``, ``"dV_sq"`` (float) and ``"n_degenerate"``
         (int), summed over the chunks (see :func:`pass_chunk`).
 
@@ -322,12 +442,21 @@ def pass_block(
     of chunks into blocks, never on where or when the task runs. One (m, r) float64
     accumulator serves the whole block (:func:`spmm_accumulate`); BLAS is limited to one
     thread inside (threadpoolctl), so a worker thread never oversubscribes its core. Memory:
-    ``m r (8 + itemsize)`` bytes for the accumulator and U, plus the block's chunks and V.
+    ``m r (8 + itemsize)`` bytes for the accumulator and U, plus the block's chunks and V; with
+    a row-sparse partial the accumulator is ``8 k r`` bytes, k the block's distinct features.
+
+    Raises
+    ------
+    ValueError
+        If ``partials`` is not one of :data:`PARTIAL_FORMATS`.
     """
+    if partials not in PARTIAL_FORMATS:
+        raise ValueError(f"partials must be one of {PARTIAL_FORMATS}, got {partials!r}")
     dtype = np.dtype(dtype)
     m, r = U.shape
     U = np.asarray(U, dtype=dtype)
-    XVt = np.zeros((m, r))
+    rows, targets = _block_rows(X_blocks, m, partials)
+    XVt = np.zeros((m if rows is None else rows.size, r))
     VVt = np.zeros((r, r))
     sq_norm_X = dV_sq = 0.0
     n_degenerate = 0
@@ -344,15 +473,45 @@ def pass_block(
             V64 = np.asarray(V, dtype=np.float64)
             Vs.append(V)
             VVt += V64 @ V64.T
-            spmm_accumulate(X_c, V64.T, XVt)
+            spmm_accumulate(X_c if rows is None else targets[i], V64.T, XVt)
             sq_norm_X += _sq_norm(X_c)
             if V_prev is not None:
                 dV_sq += float(np.sum((V64 - V_prev) ** 2))
             n_degenerate += int(degenerate.sum())
+    if rows is not None:
+        XVt = RowSparse(rows, XVt, (m, r))
     return {
         "V": Vs, "XVt": XVt, "VVt": VVt, "sq_norm_X": sq_norm_X, "dV_sq": dV_sq,
         "n_degenerate": n_degenerate,
     }
+
+
+def _block_rows(X_blocks: list[Any], m: int, partials: str) -> tuple[Any, list[Any]]:
+    """The union of the chunks' nonzero rows, and each CSC chunk with its rows renumbered.
+
+    ``(None, [])`` when the block partial is to be dense. The renumbered chunk shares data and
+    indptr with the original and has rows ``searchsorted(union, indices)``, so
+    ``csc @ dense`` on it performs, row for row, the additions it performs on the original.
+    """
+    if partials == "dense" or not all(
+        sp.issparse(X_c) and X_c.format == "csc" for X_c in X_blocks
+    ):
+        return None, []
+    mask = np.zeros(m, dtype=bool)
+    for X_c in X_blocks:
+        mask[X_c.indices] = True
+    rows = np.flatnonzero(mask)
+    if partials == "auto" and rows.size > _ROWS_MAX_FRACTION * m:
+        return None, []
+    position = np.zeros(m, dtype=np.int64)
+    position[rows] = np.arange(rows.size)
+    targets = []
+    for X_c in X_blocks:
+        indices = position[X_c.indices].astype(X_c.indptr.dtype, copy=False)
+        targets.append(
+            sp.csc_matrix((X_c.data, indices, X_c.indptr), shape=(rows.size, X_c.shape[1]))
+        )
+    return rows.astype(np.int64, copy=False), targets
 
 
 def project_chunk(X_c: Any, Q: np.ndarray) -> dict[str, Any]:
@@ -400,7 +559,9 @@ def partials_combine(parts: Any, axis: Any = None, keepdims: bool = False) -> di
     """Sum a (possibly nested) list of partials in list order.
 
     The order is fixed by the reduction tree, not by task completion, so the sum is
-    bitwise reproducible.
+    bitwise reproducible. ``"XVt"`` partials may be :class:`RowSparse`; their sum stays
+    row-sparse on the union of rows while that is at most half of m, and is bitwise the sum
+    of the dense partials either way.
     """
     flat: list[dict[str, Any]] = []
     stack = [parts]
@@ -413,7 +574,9 @@ def partials_combine(parts: Any, axis: Any = None, keepdims: bool = False) -> di
     total = dict(flat[0])
     for part in flat[1:]:
         for key in _SUMMED:
-            total[key] = total[key] + part[key]
+            if key != "XVt":
+                total[key] = total[key] + part[key]
+    total["XVt"] = _sum_xvt([part["XVt"] for part in flat])
     return total
 
 

@@ -8,10 +8,16 @@ Each iteration k -> k+1 is
    of consecutive chunks (:func:`block_bounds`, a function of the chunk count only); one task
    per block reads each of its chunks once and returns their new ``V_c`` (Eq. 3.12) together
    with ``sum_c X_c V_c^T``, ``sum_c V_c V_c^T`` and the objective terms, accumulated in place
-   in one (m, r) float64 array in chunk order (:func:`kernels.pass_block`); the block partials
+   in one float64 array in chunk order (:func:`kernels.pass_block`); the block partials
    are summed in a fixed tree of fan-in ``split_every``, so the result does not depend on the
    number of workers or on task completion order; the new V stays on the cluster, chunked like
    X. U is broadcast to the workers once per iteration.
+
+   ``X V^T`` partials are **row-sparse** by default (``partials="auto"``): a block's
+   ``sum_c X_c V_c^T`` is nonzero only on the features that occur in its chunks, so it is kept
+   as those rows (:class:`kernels.RowSparse`), the tree adds partials on the union of their
+   rows, and the driver densifies the result once (:func:`kernels.densify`). The values are
+   bitwise those of the dense route; a partial whose rows exceed half of m is dense.
 
 The objective ``||X - U_{k+1} V_{k+1}||_F^2`` follows from the same partials
 (:func:`kernels.objective`), so iteration k costs exactly one read of every chunk of X.
@@ -39,7 +45,7 @@ from __future__ import annotations
 import dataclasses
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import dask
@@ -56,6 +62,8 @@ __all__ = [
 ]
 
 STEP_MODES = ("exact", "palm", "theory")
+#: Most documents one pass task holds at once (8 chunks of the default 4096).
+MAX_BLOCK_DOCUMENTS = 32768
 _PALM_FACTOR = 1.1
 
 
@@ -131,6 +139,7 @@ def _check_step(name: str, value: Any, minimum: float) -> None:
 def check_params(
     n_components: Any, shape: tuple[int, int], *, lam: Any, mu: Any, max_iter: Any, tol: Any,
     init: Any, dtype: Any = np.float64, polar: Any = "auto", max_partials: Any = 8,
+    partials: Any = "auto",
 ) -> None:
     """Validate solver parameters against the shape of X.
 
@@ -154,6 +163,8 @@ def check_params(
         ``"svd"``, ``"gram"`` or ``"auto"``.
     max_partials : int
         >= 1.
+    partials : str
+        ``"auto"``, ``"rows"`` or ``"dense"``.
 
     Raises
     ------
@@ -188,6 +199,11 @@ def check_params(
         or max_partials < 1
     ):
         raise ParameterError(f"max_partials must be an integer >= 1, got {max_partials!r}.")
+    if partials not in kernels.PARTIAL_FORMATS:
+        raise ParameterError(
+            f"partials={partials!r} is not a partial format. To resolve this, use one of "
+            f"{', '.join(map(repr, kernels.PARTIAL_FORMATS))}."
+        )
 
 
 def _dtype(dtype: Any) -> np.dtype | None:
@@ -260,30 +276,54 @@ def _reduce_partials(parts: da.Array, split_every: int) -> da.Array:
     )
 
 
-def block_bounds(n_chunks: int, max_partials: int) -> list[tuple[int, int]]:
-    """Group consecutive chunks into at most ``max_partials`` blocks of equal count.
+def block_bounds(
+    n_chunks: int, max_partials: int, chunk_sizes: Sequence[int] | None = None,
+    max_block_documents: int = MAX_BLOCK_DOCUMENTS,
+) -> list[tuple[int, int]]:
+    """Group consecutive chunks into blocks: at most ``max_partials``, unless that is too big.
 
     Parameters
     ----------
     n_chunks : int
         Document chunks of X.
     max_partials : int
-        Upper bound on the number of blocks (each yields one (m, r) partial per pass).
+        Upper bound on the number of blocks (each yields one (m, r) partial per pass) while
+        every block stays within ``max_block_documents``.
+    chunk_sizes : sequence of int, optional
+        Documents per chunk (``X.chunks[1]``). Given, a block never holds more than
+        ``max_block_documents`` documents (a single larger chunk is a block of its own), so
+        the chunks one task holds at once stay bounded however large n grows.
+    max_block_documents : int, default 32768
+        See ``chunk_sizes``.
 
     Returns
     -------
     list of (int, int)
-        ``[start, stop)`` chunk ranges, ``ceil(n_chunks / max_partials)`` chunks each (the last
-        may be shorter). A function of the two counts only, so the summation order of a pass
-        never depends on the cluster.
+        ``[start, stop)`` chunk ranges of ``ceil(n_chunks / max_partials)`` chunks each, cut
+        earlier where the document bound requires. A function of the chunk layout only, so
+        the summation order of a pass never depends on the cluster.
 
     Examples
     --------
     >>> block_bounds(5, 2)
     [(0, 3), (3, 5)]
+    >>> block_bounds(4, 1, chunk_sizes=[4096] * 4, max_block_documents=8192)
+    [(0, 2), (2, 4)]
+    >>> block_bounds(3, 1, chunk_sizes=[50_000, 10, 10], max_block_documents=8192)
+    [(0, 1), (1, 3)]
     """
     size = max(1, -(-n_chunks // max(1, max_partials)))
-    return [(a, min(a + size, n_chunks)) for a in range(0, n_chunks, size)]
+    if chunk_sizes is None:
+        return [(a, min(a + size, n_chunks)) for a in range(0, n_chunks, size)]
+    bounds, start, docs = [], 0, 0
+    for i, n_i in enumerate(chunk_sizes):
+        if i > start and (i - start >= size or docs + n_i > max_block_documents):
+            bounds.append((start, i))
+            start, docs = i, 0
+        docs += n_i
+    if n_chunks:
+        bounds.append((start, n_chunks))
+    return bounds
 
 
 def _take_V(part: dict[str, Any], i: int) -> np.ndarray:
@@ -306,14 +346,15 @@ def _tree_sum(leaves: list[Any], split_every: int, name: str) -> Any:
 
 def _pass(
     X: da.Array, U: np.ndarray, V_prev: da.Array | None, lam: float, split_every: int,
-    max_partials: int = 8, dtype: Any = np.float64,
+    max_partials: int = 8, dtype: Any = np.float64, partials: str = "auto",
 ) -> tuple[da.Array, dict[str, Any]]:
     """One pass over X: new V (persisted) and the summed partials.
 
     Consecutive chunks are grouped into at most ``max_partials`` blocks (:func:`block_bounds`);
     one task per block reads its chunks once each and accumulates their partials in one
-    (m, r) float64 array (:func:`kernels.pass_block`); the block partials are summed in a
-    fixed tree of fan-in ``split_every``.
+    float64 array (:func:`kernels.pass_block`), row-sparse or dense (``partials``); the block
+    partials are summed in a fixed tree of fan-in ``split_every``, and the driver densifies
+    ``X V^T`` once.
     """
     dtype = np.dtype(dtype)
     r = U.shape[1]
@@ -324,10 +365,10 @@ def _pass(
     sizes = X.chunks[1]
     meta = np.empty((0, 0), dtype=dtype)
     leaves, V_blocks = [], []
-    for b, (start, stop) in enumerate(block_bounds(len(xs), max_partials)):
+    for b, (start, stop) in enumerate(block_bounds(len(xs), max_partials, sizes)):
         part = dask.delayed(kernels.pass_block, pure=False)(
             list(xs[start:stop]), U_d, None if vs is None else list(vs[start:stop]),
-            lam=lam, dtype=dtype, dask_key_name=(name, b),
+            lam=lam, dtype=dtype, partials=partials, dask_key_name=(name, b),
         )
         leaves.append(
             dask.delayed(kernels.partials_chunk, pure=False)(
@@ -344,6 +385,11 @@ def _pass(
     V = da.concatenate(V_blocks, axis=1)
     V, total = dask.persist(V, _tree_sum(leaves, split_every, name))
     (total,) = dask.compute(total)
+    # aligned copies: distributed may hand back an (m, r) array at an odd address, and NumPy's
+    # matmul skips BLAS for unaligned operands, which changed the U-step's rounding (and so
+    # every later bit) between a cluster and the local schedulers
+    total["XVt"] = np.require(kernels.densify(total["XVt"]), np.float64, ["C", "A"])
+    total["VVt"] = np.require(total["VVt"], np.float64, ["C", "A"])
     return V, total
 
 
@@ -401,7 +447,7 @@ def svd_init(
 def initialize(
     X: da.Array, n_components: int, *, init: str = "random", random_state: Any = None,
     init_n_iter: int = 4, split_every: int = 8, U0: np.ndarray | None = None,
-    max_partials: int = 8, dtype: Any = np.float64,
+    max_partials: int = 8, dtype: Any = np.float64, partials: str = "auto",
 ) -> FitState:
     """Iteration 0: ``U_0`` and ``V_0 = normalise(U_0^T X)``, in one pass (plus SVD passes).
 
@@ -427,6 +473,10 @@ def initialize(
         one (m, r) partial each (:func:`block_bounds`).
     dtype : numpy.float64 or numpy.float32, default float64
         Compute dtype of ``U^T X_c`` and storage dtype of V; partials are summed in float64.
+    partials : {"auto", "rows", "dense"}, default "auto"
+        Format of the ``X V^T`` block partials on the cluster (:func:`kernels.pass_block`):
+        row-sparse on the features a block touches, dense (m, r), or row-sparse while at most
+        half of m. Bitwise the same result; ``"auto"`` moves far fewer bytes.
 
     Returns
     -------
@@ -447,7 +497,7 @@ def initialize(
         U = svd_init(X, n_components, rs, n_iter=init_n_iter, split_every=split_every)
     else:
         U = kernels.random_orthonormal(m, n_components, rs)
-    V, total = _pass(X, U, None, 2.0, split_every, max_partials, dtype)
+    V, total = _pass(X, U, None, 2.0, split_every, max_partials, dtype, partials)
     sq = total["sq_norm_X"]
     if not np.isfinite(sq) or not np.all(np.isfinite(total["XVt"])):
         raise DataError(
@@ -465,6 +515,7 @@ def initialize(
 def iterate(
     X: da.Array, state: FitState, *, lam: Any = "exact", mu: Any = "exact", tol: float = 1e-4,
     split_every: int = 8, max_partials: int = 8, dtype: Any = np.float64, polar: str = "auto",
+    partials: str = "auto",
 ) -> FitState:
     """One iteration of Algorithm 1: U-step on the driver, then one pass over X.
 
@@ -480,7 +531,7 @@ def iterate(
         ``converged`` is set when ``|f_k - f_{k+1}| / |f_k| < tol``.
     split_every : int, default 8
         Fan-in of the reduction tree.
-    max_partials, dtype
+    max_partials, dtype, partials
         See :func:`initialize`.
     polar : {"auto", "svd", "gram"}, default "auto"
         Route of the U-step's polar factor (:func:`kernels.polar_factor`); ``"auto"`` uses
@@ -499,7 +550,9 @@ def iterate(
     # loaded or shared driver does not thrash (4x faster at m = 2**18, r = 100 under load 9)
     with threadpool_limits(limits=1, user_api="blas"):
         U = kernels.u_step(state.U, state.XVt, state.VVt, _mu_value(mu, state.VVt, L_c), polar)
-    V, total = _pass(X, U, state.V, _lam_value(lam, L_c), split_every, max_partials, dtype)
+    V, total = _pass(
+        X, U, state.V, _lam_value(lam, L_c), split_every, max_partials, dtype, partials
+    )
     f = kernels.objective(state.sq_norm_X, U, total["XVt"], n)
     new = dataclasses.replace(
         state,
@@ -520,6 +573,7 @@ def fit(
     init_n_iter: int = 4, split_every: int = 8, state: FitState | None = None,
     U0: np.ndarray | None = None, callback: Callable[[FitState], None] | None = None,
     max_partials: int = 8, dtype: Any = np.float64, polar: str = "auto",
+    partials: str = "auto",
 ) -> FitState:
     """Run Algorithm 1 of Liu et al. (2019) on a column-chunked X.
 
@@ -559,6 +613,9 @@ def fit(
         ``V V^T``, the objective and U on the driver stay float64.
     polar : {"auto", "svd", "gram"}, default "auto"
         Route of the U-step's polar factor (:func:`kernels.polar_factor`).
+    partials : {"auto", "rows", "dense"}, default "auto"
+        Format of the ``X V^T`` block partials (:func:`initialize`); the result is bitwise the
+        same for all three.
 
     Returns
     -------
@@ -575,25 +632,30 @@ def fit(
     Notes
     -----
     Memory per worker (w workers, one thread each; B = number of blocks,
-    ``len(block_bounds(n_chunks, max_partials))``; G chunks per block; d = itemsize of
-    ``dtype``; c_X = bytes of one chunk, about ``12 nnz_c``)::
+    ``len(block_bounds(n_chunks, max_partials, chunk_sizes))``; G chunks per block (at most
+    ``MAX_BLOCK_DOCUMENTS`` = 32768 documents, so this term does not grow with n); d = itemsize of
+    ``dtype``; c_X = bytes of one chunk, about ``12 nnz_c``; k_b = distinct features of a
+    block, k_t those of a tree node's blocks, both <= m / 2 with ``partials="auto"``, and
+    k_b = k_t = m with ``partials="dense"``)::
 
         RSS_worker ~ R_0                       Python, dask, NumPy/SciPy (~0.25 GiB)
                    + d m r                     U, broadcast once per iteration
-                   + 8 m r (1 + P)             the block accumulator, and P block partials
+                   + 8 k_b r (1 + P)           the block accumulator, and P block partials
                                                held until summed: P <= ceil(B / w), and
                                                P = min(B, split_every) + 1 on the worker that
                                                runs a combine of the tree
+                   + 8 k_t r                   the sum of a combine of the tree
                    + 2 d r n / w               V_k and V_{k+1} of its documents
                    + G c_X                     the chunks of one block
 
-    Everything but the V term is independent of n. The driver holds about six (m, r) float64
-    arrays (U_k, U_{k+1}, X V^T, M and temporaries of the U-step): ``~ 48 m r`` bytes. The
-    benchmark (``pipelines/benchmark.py``) compares this with measured peak RSS.
+    Everything but the V term is independent of n (k_b and k_t are bounded by the vocabulary
+    and by m). The driver holds about six (m, r) float64 arrays (U_k, U_{k+1}, X V^T, M and
+    temporaries of the U-step) and the received row-sparse sum: ``~ 48 m r + 8 k_t r``
+    bytes. The benchmark (``pipelines/benchmark.py``) compares this with measured peak RSS.
     """
     check_params(
         n_components, X.shape, lam=lam, mu=mu, max_iter=max_iter, tol=tol, init=init,
-        dtype=dtype, polar=polar, max_partials=max_partials,
+        dtype=dtype, polar=polar, max_partials=max_partials, partials=partials,
     )
     if X.numblocks[0] != 1:
         X = X.rechunk({0: -1})
@@ -601,14 +663,14 @@ def fit(
         state = initialize(
             X, n_components, init=init, random_state=random_state,
             init_n_iter=init_n_iter, split_every=split_every, U0=U0,
-            max_partials=max_partials, dtype=dtype,
+            max_partials=max_partials, dtype=dtype, partials=partials,
         )
         if callback is not None:
             callback(state)
     while state.iteration < max_iter and not state.converged:
         state = iterate(
             X, state, lam=lam, mu=mu, tol=tol, split_every=split_every,
-            max_partials=max_partials, dtype=dtype, polar=polar,
+            max_partials=max_partials, dtype=dtype, polar=polar, partials=partials,
         )
         if callback is not None:
             callback(state)

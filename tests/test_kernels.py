@@ -1,5 +1,7 @@
 """Kernels against a dense NumPy implementation of Liu et al. (2019) Eq. 3.11-3.12."""
 
+import sys
+
 import numpy as np
 import pytest
 import scipy.linalg
@@ -218,3 +220,99 @@ def test_pass_block_float32_keeps_float64_partials(rng):
     np.testing.assert_allclose(np.hstack(out["V"]), V, atol=1e-6)
     np.testing.assert_allclose(out["XVt"], Xd @ V.T, atol=1e-5)
     assert out["n_degenerate"] == 1
+
+
+def _bits(a):
+    """The exact bit patterns of a float64 array (distinguishes -0.0 and NaN payloads)."""
+    return np.ascontiguousarray(a, dtype=np.float64).view(np.int64)
+
+
+def _blocky_chunks(seed, m=400, n_chunks=6, cols=9):
+    """Signed CSC chunks, each on its own ~40 features, with explicit stored zeros and -0.0."""
+    rs = np.random.RandomState(seed)
+    chunks = []
+    for _ in range(n_chunks):
+        rows = np.sort(rs.choice(m, 40, replace=False))
+        X = sp.random(40, cols, density=0.3, format="csc", random_state=rs)
+        X.data = rs.standard_normal(X.data.size)
+        X.data[:3] = [0.0, -0.0, -0.0]  # products -0.0 * v: the accumulator must stay +0.0
+        full = sp.csc_matrix((X.data, rows[X.indices], X.indptr), shape=(m, cols))
+        chunks.append(full)
+    return chunks
+
+
+def test_row_sparse_block_partial_is_bitwise_the_dense_one(rng):
+    chunks = _blocky_chunks(1)
+    U = np.linalg.qr(rng.standard_normal((400, 5)))[0]
+    V_prev = [rng.standard_normal((5, c.shape[1])) for c in chunks]
+    dense = kernels.pass_block(chunks, U, V_prev, lam=3.0, partials="dense")
+    rows = kernels.pass_block(chunks, U, V_prev, lam=3.0, partials="rows")
+    assert isinstance(dense["XVt"], np.ndarray)
+    assert isinstance(rows["XVt"], kernels.RowSparse)
+    # the stored rows are exactly the features the chunks touch
+    touched = np.unique(np.concatenate([c.indices for c in chunks]))
+    np.testing.assert_array_equal(rows["XVt"].rows, touched)
+    np.testing.assert_array_equal(_bits(rows["XVt"].toarray()), _bits(dense["XVt"]))
+    # no -0.0 anywhere, although -0.0 products were added (the premise of the bitwise sums)
+    assert not np.any(np.signbit(dense["XVt"]) & (dense["XVt"] == 0))
+    # against a dense NumPy product written here: X V^T over the block
+    X = np.hstack([c.toarray() for c in chunks])
+    V = np.hstack(rows["V"])
+    np.testing.assert_allclose(rows["XVt"].toarray(), X @ V.T, atol=1e-12)
+    np.testing.assert_array_equal(_bits(rows["VVt"]), _bits(dense["VVt"]))
+    # dask's memory accounting (sys.getsizeof) sees the stored rows
+    assert sys.getsizeof(rows["XVt"]) >= rows["XVt"].values.nbytes + touched.size * 8
+
+
+def test_auto_partial_is_dense_when_rows_exceed_half_of_m(rng):
+    U = np.linalg.qr(rng.standard_normal((400, 5)))[0]
+    narrow = kernels.pass_block(_blocky_chunks(2, n_chunks=2), U, None)  # <= 80 of 400 rows
+    wide = kernels.pass_block(_blocky_chunks(2, n_chunks=12), U, None)  # most of the 400
+    assert isinstance(narrow["XVt"], kernels.RowSparse)
+    assert isinstance(wide["XVt"], np.ndarray)
+    dense_chunk = [_blocky_chunks(2, n_chunks=1)[0].toarray()]
+    assert isinstance(kernels.pass_block(dense_chunk, U, None, partials="rows")["XVt"], np.ndarray)
+    with pytest.raises(ValueError, match="partials"):
+        kernels.pass_block(dense_chunk, U, None, partials="sparse")
+
+
+@pytest.mark.parametrize("tree", ["flat", "nested"])
+def test_row_sparse_tree_sum_is_bitwise_the_dense_fold(rng, tree):
+    U = np.linalg.qr(rng.standard_normal((400, 5)))[0]
+    chunks = _blocky_chunks(3, n_chunks=12)
+    blocks = [chunks[i:i + 2] for i in range(0, 12, 2)]  # 6 block partials
+    fmts = ["rows", "rows", "dense", "rows", "auto", "rows"]  # mixed formats too
+    sparse_parts = [
+        kernels.pass_block(b, U, None, partials=f) for b, f in zip(blocks, fmts, strict=True)
+    ]
+    dense_parts = [kernels.pass_block(b, U, None, partials="dense") for b in blocks]
+    dense_parts = [kernels.partials_chunk(p) for p in dense_parts]
+    sparse_parts = [kernels.partials_chunk(p) for p in sparse_parts]
+
+    def shape(p):
+        return p if tree == "flat" else [[p[0], [p[1], p[2]]], [p[3]], p[4], p[5]]
+
+    got = kernels.partials_agg(shape(sparse_parts))
+    # the dense fold, written out in list order
+    expected = dense_parts[0]["XVt"]
+    for p in dense_parts[1:]:
+        expected = expected + p["XVt"]
+    np.testing.assert_array_equal(_bits(kernels.densify(got["XVt"])), _bits(expected))
+    assert got["sq_norm_X"] == kernels.partials_agg(shape(dense_parts))["sq_norm_X"]
+    # all-row-sparse partials on <= half of m stay row-sparse through the tree
+    only_rows = kernels.partials_agg([[sparse_parts[0]], sparse_parts[1]])  # <= 160 of 400
+    assert isinstance(only_rows["XVt"], kernels.RowSparse)
+
+
+def test_row_sparse_sum_keeps_the_rounding_order():
+    # 1e16 + 1 - 1e16 depends on the order of the additions: the fold must be t0 + t1 + t2
+    def part(row, value):
+        return {"XVt": kernels.RowSparse(np.array([row]), np.array([[value]]), (4, 1)),
+                "VVt": np.zeros((1, 1)), "sq_norm_X": 0.0, "dV_sq": 0.0, "n_degenerate": 0}
+
+    parts = [part(2, 1e16), part(2, 1.0), part(1, 5.0), part(2, -1e16), part(2, 1.0)]
+    got = kernels.densify(kernels.partials_combine(parts)["XVt"]).ravel()
+    dense = [kernels.densify(p["XVt"]) for p in parts]
+    expected = (((dense[0] + dense[1]) + dense[2]) + dense[3]) + dense[4]
+    np.testing.assert_array_equal(_bits(got), _bits(expected.ravel()))
+    assert got[2] == 1.0 and got[0] == 0.0 and not np.signbit(got[0])

@@ -142,6 +142,20 @@ def test_block_bounds_cover_chunks_in_order():
             assert bounds[0][0] == 0 and bounds[-1][1] == n_chunks
 
 
+def test_block_bounds_bound_the_documents_one_task_holds():
+    rng = np.random.default_rng(0)
+    for _ in range(50):
+        sizes = rng.integers(1, 20_000, size=rng.integers(1, 80)).tolist()
+        for max_partials in (1, 3, 8):
+            bounds = solver.block_bounds(len(sizes), max_partials, sizes, 32768)
+            assert [a for a, _ in bounds[1:]] == [b for _, b in bounds[:-1]]
+            assert bounds[0][0] == 0 and bounds[-1][1] == len(sizes)
+            for a, b in bounds:  # within the bound, or one chunk that alone exceeds it
+                assert sum(sizes[a:b]) <= 32768 or b - a == 1
+            if sum(sizes) <= 32768:  # small corpora: the count bound alone decides
+                assert bounds == solver.block_bounds(len(sizes), max_partials)
+
+
 @pytest.mark.parametrize("lam, mu", [("exact", "exact"), (2.5, 7.0)])
 def test_gram_polar_route_follows_dense_reference(lam, mu):
     # tall enough for the Gram route to be taken by "auto" too (m >= 64 r)
@@ -190,3 +204,40 @@ def test_nan_in_x_raises(X):
     bad[3, 5] = np.nan
     with pytest.raises(DataError, match="NaN or Inf"):
         solver.fit(chunked(bad, [N]), R, max_iter=1)
+
+
+def _topical_corpus(m=300, n=96, seed=5):
+    """Documents in groups of 24, each group on its own 40 of the m features (row-sparse)."""
+    rs = np.random.RandomState(seed)
+    cols = []
+    for g in range(n // 24):
+        rows = np.sort(rs.choice(m, 40, replace=False))
+        B = random_corpus(40, 24, density=0.2, seed=seed + g, n_empty=1)
+        cols.append(sp.csc_matrix((B.data, rows[B.indices], B.indptr), shape=(m, 24)))
+    return sp.csc_matrix(sp.hstack(cols))
+
+
+@pytest.mark.parametrize("split_every", [2, 8])
+def test_row_sparse_partials_give_bitwise_the_dense_fit(split_every):
+    Xs = _topical_corpus()
+    Xc = chunked(Xs, [12] * 8)
+    kw = dict(max_iter=4, tol=0, random_state=1, split_every=split_every, max_partials=4)
+    dense = solver.fit(Xc, 3, partials="dense", **kw)
+    for partials in ("rows", "auto"):
+        for scheduler in ("sync", "threads"):
+            with dask.config.set(scheduler=scheduler, num_workers=3):
+                got = solver.fit(Xc, 3, partials=partials, **kw)
+            assert got.objective == dense.objective
+            np.testing.assert_array_equal(got.U.view(np.int64), dense.U.view(np.int64))
+            np.testing.assert_array_equal(got.XVt.view(np.int64), dense.XVt.view(np.int64))
+            np.testing.assert_array_equal(got.V.compute(), dense.V.compute())
+    # and the dense route itself follows the dense NumPy reference
+    U0 = kernels.random_orthonormal(300, 3, np.random.RandomState(1))
+    expected, U, _ = algorithm1(Xs, U0, n_iter=4, lam=2.0, mu=None)
+    np.testing.assert_allclose(dense.objective, expected, rtol=1e-10)
+    np.testing.assert_allclose(dense.U, U, atol=1e-9)
+
+
+def test_partials_format_is_validated(X):
+    with pytest.raises(ParameterError, match="partials"):
+        solver.fit(chunked(X, [60, 60]), R, max_iter=1, partials="sparse")
