@@ -19,6 +19,8 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
+from .kernels import _sq_norm, flatten_partials
+
 __all__ = [
     "normalise_rows",
     "graph_gradient",
@@ -100,12 +102,6 @@ def graph_gradient(
     lam = np.einsum("ij,ij->i", HHtH, H) - np.einsum("ij,ij->i", aSH, H)
     G = HHtH - aSH - lam[:, None] * H
     return G, lam, float(np.abs(HHtH).sum() + np.abs(aSH).sum())
-
-
-def _sq_norm(X_c: Any) -> float:
-    if sp.issparse(X_c):
-        return float(X_c.data @ X_c.data)
-    return float(np.vdot(X_c, X_c).real)
 
 
 def sq_norm_chunk(X_c: Any) -> dict[str, Any]:
@@ -272,14 +268,7 @@ def sums_chunk(part: dict[str, Any], axis: Any = None, keepdims: bool = False) -
 
 def sums_combine(parts: Any, axis: Any = None, keepdims: bool = False) -> dict:
     """Sum a (possibly nested) list of partials dicts in list order (bitwise reproducible)."""
-    flat: list[dict[str, Any]] = []
-    stack = [parts]
-    while stack:
-        item = stack.pop()
-        if isinstance(item, dict):
-            flat.append(item)
-        else:
-            stack.extend(reversed(list(item)))
+    flat = flatten_partials(parts)
     total = dict(flat[0])
     for part in flat[1:]:
         for key, value in part.items():

@@ -555,13 +555,11 @@ def partials_chunk(part: dict[str, Any], axis: Any = None, keepdims: bool = Fals
     return {key: part[key] for key in _SUMMED}
 
 
-def partials_combine(parts: Any, axis: Any = None, keepdims: bool = False) -> dict:
-    """Sum a (possibly nested) list of partials in list order.
+def flatten_partials(parts: Any) -> list[dict[str, Any]]:
+    """The dicts of a (possibly nested) list of partials, depth first, in list order.
 
-    The order is fixed by the reduction tree, not by task completion, so the sum is
-    bitwise reproducible. ``"XVt"`` partials may be :class:`RowSparse`; their sum stays
-    row-sparse on the union of rows while that is at most half of m, and is bitwise the sum
-    of the dense partials either way.
+    >>> [p["i"] for p in flatten_partials([{"i": 0}, [{"i": 1}, [{"i": 2}]], {"i": 3}])]
+    [0, 1, 2, 3]
     """
     flat: list[dict[str, Any]] = []
     stack = [parts]
@@ -571,6 +569,18 @@ def partials_combine(parts: Any, axis: Any = None, keepdims: bool = False) -> di
             flat.append(item)
         else:
             stack.extend(reversed(list(item)))
+    return flat
+
+
+def partials_combine(parts: Any, axis: Any = None, keepdims: bool = False) -> dict:
+    """Sum a (possibly nested) list of partials in list order.
+
+    The order is fixed by the reduction tree, not by task completion, so the sum is
+    bitwise reproducible. ``"XVt"`` partials may be :class:`RowSparse`; their sum stays
+    row-sparse on the union of rows while that is at most half of m, and is bitwise the sum
+    of the dense partials either way.
+    """
+    flat = flatten_partials(parts)
     total = dict(flat[0])
     for part in flat[1:]:
         for key in _SUMMED:
