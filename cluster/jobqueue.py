@@ -55,7 +55,7 @@ def make_cluster(
         The scheduler's dashboard, on this host's loopback (reach it with ``ssh -L``).
     **kwargs
         More keyword arguments of the jobqueue cluster class, e.g.
-        ``security=sphdist.cluster.tls_security(ca, cert, key), protocol="tls://"`` to
+        ``security=sphdist.jobs.cluster.tls_security(ca, cert, key), protocol="tls://"`` to
         encrypt and authenticate every connection (the files must be readable on the nodes).
 
     Returns

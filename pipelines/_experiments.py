@@ -36,10 +36,10 @@ from sklearn.metrics import normalized_mutual_info_score
 from sklearn.preprocessing import MinMaxScaler, StandardScaler, normalize
 
 from sphdist import SphericalPCA
-from sphdist._text import mutual_information
 from sphdist.datasets import DATA_HOME_ENV, NEWSGROUPS_PAPER_CATEGORIES
 from sphdist.errors import DataError, InputNotFoundError, ParameterError
 from sphdist.metrics import clustering_accuracy, normalized_mutual_info
+from sphdist.text.tfidf import mutual_information
 
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "pipelines" / "results"
@@ -171,16 +171,16 @@ METHODS: dict[str, Method] = {
         Method("kmeans", "K-means", None),
         Method("nmf", "MUA (NMF)", _nmf, nonnegative=True),
         Method("pca", "PCA", lambda r, seed: TruncatedSVD(n_components=r, random_state=seed)),
-        Method("r1pca", "R1-PCA", _from("sphdist.baselines", "R1PCA")),
-        Method("ksvd", "K-SVD", _from("sphdist.baselines", "KSVD", n_nonzero_coefs=KSVD_T0)),
+        Method("r1pca", "R1-PCA", _from("sphdist.methods.baselines", "R1PCA")),
+        Method("ksvd", "K-SVD", _from("sphdist", "KSVD", n_nonzero_coefs=KSVD_T0)),
         Method("spca", "Spherical PCA", _spca),
-        Method("ad", "AD (vector)", _from("sphdist.angular", "AngularDecomposition"),
+        Method("ad", "AD (vector)", _from("sphdist.methods.angular", "AngularDecomposition"),
                extra=True),
-        Method("gad", "AD (graph)", _from("sphdist.angular", "GraphAngularDecomposition"),
+        Method("gad", "AD (graph)", _from("sphdist.methods.angular", "GraphAngularDecomposition"),
                extra=True),
-        Method("bae", "BAE", _from("sphdist.angular", "BAE"), extra=True),
+        Method("bae", "BAE", _from("sphdist.methods.angular", "BAE"), extra=True),
         Method("lidunson", "Li-Dunson SPCA",
-               _from("sphdist.spherelets", "LiDunsonSphericalPCA"), extra=True),
+               _from("sphdist.methods.spherelets", "LiDunsonSphericalPCA"), extra=True),
     )
 }
 
@@ -394,7 +394,7 @@ def score_table(summary: dict[str, dict[str, Any]], paper: dict[str, tuple[float
 
 
 # -- data: 20 Newsgroups ----------------------------------------------------------------------
-try:  # the functions behind fetch_20newsgroups(remove=...) (as sphdist.ingest uses them)
+try:  # the functions behind fetch_20newsgroups(remove=...) (as sphdist.text.ingest uses them)
     from sklearn.datasets._twenty_newsgroups import (
         strip_newsgroup_footer,
         strip_newsgroup_header,
@@ -506,7 +506,7 @@ def binary_mutual_info(B: Any, y: np.ndarray) -> np.ndarray:
 
     The same quantity as ``mutual_info_classif(B, y, discrete_features=True)`` (scikit-learn
     computes ``mutual_info_score`` column by column); here all columns at once from the
-    contingency counts ``B^T Y`` by :func:`sphdist._text.mutual_information` (the function
+    contingency counts ``B^T Y`` by :func:`sphdist.text.tfidf.mutual_information` (the function
     ``sphdist ingest --select mutual-info`` uses), which is what makes the 20-group experiment
     affordable.
 
@@ -589,7 +589,7 @@ def load_labelled(path: str | os.PathLike[str], *, label_column: str | None = No
     path : path-like
         A ``.csv`` / ``.tsv`` (optionally gzipped) file with a header row, or a zarr group
         holding ``X`` (n_samples, n_features) and ``y`` (n_samples,) (see
-        :class:`sphdist.corpus.DenseInput`).
+        :class:`sphdist.io.corpus.DenseInput`).
     label_column : str, optional
         CSV column holding the labels (any values; coded in order of first appearance after
         sorting); default the last column.
@@ -614,7 +614,7 @@ def load_labelled(path: str | os.PathLike[str], *, label_column: str | None = No
         raise InputNotFoundError(f"{path}: no such file or folder.")
     name = name or paper_key(path.name)
     if path.is_dir():
-        from sphdist.corpus import DenseInput
+        from sphdist.io.corpus import DenseInput
 
         inp = DenseInput(path)
         if inp.labels is None:

@@ -1,11 +1,12 @@
 """Performance at scale: sphdist against a bare SpMM pass and its peers, on the same corpora.
 
-For each corpus (synthetic collections of ``--sizes`` documents from :func:`sphdist.synth.synth`,
+For each corpus (synthetic collections of ``--sizes`` documents from
+:func:`sphdist.text.synth.synth`,
 2**18 hashed features, ~100 nonzeros per document; and the 20 Newsgroups archive) this measures,
 in one run on one machine:
 
 * **ingest**: seconds and peak RSS to write the ``corpus.zarr``;
-* **sphdist** (Spherical PCA, :func:`sphdist.solver.fit`, r components, a 2-worker x 1-thread
+* **sphdist** (Spherical PCA, :func:`sphdist.core.solver.fit`, r components, a 2-worker x 1-thread
   ``LocalCluster``): seconds per iteration, iterations and seconds to a relative objective change
   below ``--tol``, passes over X per iteration (chunk-read tasks in the scheduler's task stream
   divided by chunks and passes), peak RSS of every worker and of the driver;
@@ -14,7 +15,7 @@ in one run on one machine:
   an iteration is compared with;
 * **peers**, each in its own process: scikit-learn ``TruncatedSVD`` (randomized, in memory),
   gensim ``LsiModel`` (one pass, same r), dask-ml ``TruncatedSVD`` and sphdist's ``BAE``
-  (:class:`sphdist.angular.BAE`, on the same kind of cluster). Time and peak RSS are reported
+  (:class:`sphdist.BAE`, on the same kind of cluster). Time and peak RSS are reported
   as ratios to sphdist's time to tolerance and peak RSS.
 
 Every measured job runs in a fresh subprocess (so peak RSS is its own) with a time limit; a peer
@@ -67,15 +68,15 @@ def job_ingest(path: str, n_docs: int | None, seed: int) -> dict[str, Any]:
     t0 = time.perf_counter()
     if n_docs is None:
         from sphdist.datasets import newsgroups_archive
-        from sphdist.ingest import ingest
+        from sphdist.text.ingest import ingest
 
         corpus = ingest(
             newsgroups_archive(), path, remove=("headers", "footers", "quotes"),
             n_features=N_FEATURES, overwrite=True, seed=seed,
         )
     else:
-        from sphdist.corpus import Corpus
-        from sphdist.synth import synth
+        from sphdist.io.corpus import Corpus
+        from sphdist.text.synth import synth
 
         synth(path, n_docs=n_docs, n_topics=20, seed=seed, doc_length=120, format="corpus",
               n_features=N_FEATURES, chunk_size=4096, overwrite=True)
@@ -105,7 +106,7 @@ def bare_spmm(corpus: Any, r: int, seed: int) -> dict[str, float]:
     """One bare SciPy pass: ``A = X_c^T U`` then ``X_c A^T`` per chunk, one thread."""
     from threadpoolctl import threadpool_limits
 
-    from sphdist.kernels import random_orthonormal
+    from sphdist.core.kernels import random_orthonormal
 
     m = corpus.shape[0]
     U = random_orthonormal(m, r, np.random.RandomState(seed))
@@ -129,8 +130,8 @@ def job_sphdist(
 ) -> dict[str, Any]:
     from distributed import get_task_stream
 
-    from sphdist import kernels, solver
-    from sphdist.corpus import Corpus
+    from sphdist.core import kernels, solver
+    from sphdist.io.corpus import Corpus
 
     corpus = Corpus(path)
     out: dict[str, Any] = {"load_before": _load()}
@@ -195,7 +196,7 @@ def _in_memory(path: str) -> Any:
     """X as one CSR (n documents x m features), scikit-learn's orientation."""
     import scipy.sparse as sp
 
-    from sphdist.corpus import Corpus
+    from sphdist.io.corpus import Corpus
 
     corpus = Corpus(path)
     Xc = sp.hstack([corpus.read_chunk(i) for i in range(corpus.n_chunks)], format="csc")
@@ -234,7 +235,7 @@ def job_gensim(path: str, r: int, seed: int) -> dict[str, Any]:
 def job_daskml(path: str, r: int, seed: int, n_workers: int) -> dict[str, Any]:
     from dask_ml.decomposition import TruncatedSVD
 
-    from sphdist.corpus import Corpus
+    from sphdist.io.corpus import Corpus
 
     cluster, client = _cluster(n_workers)
     try:
@@ -252,8 +253,8 @@ def job_daskml(path: str, r: int, seed: int, n_workers: int) -> dict[str, Any]:
 
 
 def job_bae(path: str, r: int, seed: int, n_workers: int) -> dict[str, Any]:
-    from sphdist.angular import BAE
-    from sphdist.corpus import Corpus
+    from sphdist.io.corpus import Corpus
+    from sphdist.methods.angular import BAE
 
     cluster, client = _cluster(n_workers)
     try:
@@ -274,7 +275,7 @@ def run_levers(
     n_workers: int, max_partials: int, split_every: int, on_result: Any = None,
 ) -> dict[str, Any]:
     """The lever variants on one corpus, each in its own process, after one bare SpMM pass."""
-    from sphdist.corpus import Corpus
+    from sphdist.io.corpus import Corpus
 
     base = dict(path=str(path), r=r, iterations=iterations, tol=tol, seed=seed,
                 n_workers=n_workers, split_every=split_every, bare=False)
@@ -576,7 +577,7 @@ def run(sizes, newsgroups, r, iterations, tol, seed, n_workers, max_partials, sp
     angular_ready = Path("/work/notes/angular_ready.md").exists()
     if "bae" in peers and not angular_ready:
         peers.remove("bae")
-        results["notes"].append("sphdist BAE: not run (sphdist.angular was not ready).")
+        results["notes"].append("sphdist BAE: not run (sphdist.methods.angular was not ready).")
     todo = [(f"synthetic-{n // 1000}k", n) for n in sizes]
     if newsgroups:
         todo.append(("20newsgroups", None))

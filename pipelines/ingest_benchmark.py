@@ -1,7 +1,7 @@
 r"""Ingestion benchmark: peak memory flat in the number of documents, throughput vs scikit-learn.
 
-For each size (default 100,000 and 1,000,000 synthetic documents, ``sphdist.synth`` JSON Lines,
-``--doc-length`` tokens on average) the pipeline runs ``sphdist.ingest.ingest`` (hashing, 2**18
+For each size (default 100,000 and 1,000,000 synthetic documents, ``sphdist.text.synth`` JSON Lines,
+``--doc-length`` tokens on average) the pipeline runs ``sphdist.text.ingest.ingest`` (hashing, 2**18
 features, labels and ids) in a fresh subprocess and samples the resident set size of that
 process and all its children (the worker processes) with psutil every 50 ms: the peak of the sum
 is the peak RSS of the ingestion. At every size it also runs, in a fresh subprocess,
@@ -40,7 +40,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def _ingest_child(source: str, output: str, workers: int) -> None:
-    from sphdist.ingest import ingest
+    from sphdist.text.ingest import ingest
 
     start = time.perf_counter()
     corpus = ingest(source, output, label_field="label", id_field="id", n_workers=workers,
@@ -131,7 +131,7 @@ def main(ctx, sizes, workers, doc_length, n_topics, seed, repeats, workdir, outp
         report = json.loads(from_json.read_text())
         (output_dir / "ingest_benchmark.md").write_text(_markdown(report))
         return
-    from sphdist.synth import synth
+    from sphdist.text.synth import synth
 
     sizes = sorted(int(s) for s in sizes.split(","))
     own = workdir is None
@@ -201,7 +201,7 @@ def _markdown(report: dict) -> str:
     lines = [
         "# Ingestion benchmark",
         "",
-        f"Synthetic JSON Lines documents (`sphdist.synth`, {report['n_topics']} topics, "
+        f"Synthetic JSON Lines documents (`sphdist.text.synth`, {report['n_topics']} topics, "
         f"{report['doc_length']} tokens on average, seed {report['seed']}); hashing, 2**18 "
         f"features; {report['machine']['cpus']} CPUs. Peak RSS: sum over the ingesting process "
         "and its worker processes, sampled every 50 ms, each size in a fresh process. Load "

@@ -24,10 +24,10 @@ from pathlib import Path
 
 import click
 
-from sphdist.cluster import connect
 from sphdist.datasets import NEWSGROUPS_PAPER_CATEGORIES, newsgroups_archive
-from sphdist.ingest import ingest
-from sphdist.workflow import evaluate_model, fit_corpus
+from sphdist.jobs.cluster import connect
+from sphdist.jobs.workflow import evaluate_model, fit_corpus
+from sphdist.text.ingest import ingest
 
 logger = logging.getLogger("sphdist")
 

@@ -6,14 +6,14 @@ Usage::
 
 Every setting of ``(lam, mu)`` below is run from the same random ``U_0`` (the same
 ``random_state``) for a fixed number of iterations with ``tol=0``, through the public API
-(:func:`sphdist.solver.fit`) on Dask's threaded scheduler. Two corpora, X of shape
+(:func:`sphdist.core.solver.fit`) on Dask's threaded scheduler. Two corpora, X of shape
 (m features, n documents), documents as unit columns (empty documents as zero columns):
 
 (a) 20 Newsgroups, all 20 groups of the full "bydate" archive, ingested with
     ``remove=("headers", "footers", "quotes")`` and ``n_features=2**18`` (hashed tf-idf);
 (b) a synthetic sparse corpus: documents drawn from a few topics plus a Zipf background over
     ``2**16`` features, tf-idf weighted, written chunk by chunk with
-    :class:`sphdist.corpus.CorpusWriter`.
+    :class:`sphdist.io.corpus.CorpusWriter`.
 
 Both corpora are written once under ``--work-dir`` (default ``work/`` at the repository root,
 git-ignored) and reused when a corpus with the same parameters is there.
@@ -45,11 +45,11 @@ import numpy as np
 import scipy.sparse as sp
 from threadpoolctl import threadpool_limits
 
-from sphdist import solver
-from sphdist.corpus import Corpus, CorpusWriter
+from sphdist.core import solver
+from sphdist.core.kernels import lipschitz_constant, polar_factor
 from sphdist.datasets import DATA_HOME_ENV, NEWSGROUPS_PAPER_CATEGORIES, newsgroups_archive
-from sphdist.ingest import ingest
-from sphdist.kernels import lipschitz_constant, polar_factor
+from sphdist.io.corpus import Corpus, CorpusWriter
+from sphdist.text.ingest import ingest
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -414,9 +414,9 @@ def write_markdown(
         f"NumPy {np.__version__}, Dask {dask.__version__} threaded scheduler ({cpus} threads), "
         f"sphdist {version('sphdist')}. Total run time {wall / 60:.1f} min.",
         "",
-        f"Every setting starts from the same state, one `sphdist.solver.initialize` with "
+        f"Every setting starts from the same state, one `sphdist.core.solver.initialize` with "
         f"`init=\"random\"`, `random_state={cfg.seed}`, r = {cfg.n_components}, and runs {K} "
-        "iterations with `tol=0` via `sphdist.solver.fit`. f_k = ||X - U_k V_k||_F^2 (squared "
+        "iterations with `tol=0` via `sphdist.core.solver.fit`. f_k = ||X - U_k V_k||_F^2 (squared "
         "tf-idf units; columns of X have unit norm or are zero, columns of V have unit "
         "norm). X is read from its zarr store at every pass; Dask's threaded scheduler, no "
         "cluster.",
@@ -593,7 +593,7 @@ def main(argv: list[str] | None = None) -> int:
             + ", ".join(cfg.news_categories)
         )
     corpora = [
-        (news_name, f"`sphdist.ingest.ingest` of {news_what}, `remove=(\"headers\", "
+        (news_name, f"`sphdist.text.ingest.ingest` of {news_what}, `remove=(\"headers\", "
          f"\"footers\", \"quotes\")`, `n_features=2**18`, hashed tf-idf with unit columns "
          f"({news.path.name}).", news),
         ("synthetic", f"Built by this script ({synth.path.name}): each document picks one of "

@@ -4,10 +4,10 @@ For every data set, with k = number of classes (Sun et al. say only that k is cl
 number of clusters):
 
 - vector data (unit rows X): AD's ``||X - alpha U H^T||_F^2`` (Eq. 4, ``residual_`` of
-  :class:`sphdist.angular.AngularDecomposition`) vs BAE's ``min_beta ||X - beta U Q^T||^2``
-  (Eq. 25, :class:`sphdist.angular.BAE`);
+  :class:`sphdist.methods.angular.AngularDecomposition`) vs BAE's ``min_beta ||X - beta U Q^T||^2``
+  (Eq. 25, :class:`sphdist.methods.angular.BAE`);
 - graph data, the RBF kernel of §4.1 (``gamma = 0.7 / d^2``, d the mean pairwise distance):
-  AD's ``||S - alpha H H^T||_F^2`` (Eq. 11, :class:`~sphdist.angular.GraphAngularDecomposition`)
+  AD's ``||S - alpha H H^T||_F^2`` (Eq. 11, :class:`~sphdist.GraphAngularDecomposition`)
   vs BAE's ``min_beta ||S - beta Q Q^T||^2`` (Eq. 26).
 
 The paper does not say whether its Table 1 prints squared norms; both are given here (the
@@ -62,7 +62,7 @@ def residuals(X: np.ndarray, k: int, seed: int, max_iter: int) -> dict[str, floa
         ``bae_vector``, ``ad_vector``, ``bae_graph``, ``ad_graph`` (squared residuals),
         ``x_sq`` = ||X||_F^2, ``s_sq`` = ||S||_F^2, ``gamma`` and the seconds of each fit.
     """
-    from sphdist.angular import BAE, AngularDecomposition, GraphAngularDecomposition
+    from sphdist.methods.angular import BAE, AngularDecomposition, GraphAngularDecomposition
 
     out: dict[str, float] = {"x_sq": float(np.sum(X * X))}
     fits = {

@@ -11,11 +11,11 @@ Li & Dunson's spherical PCA, and the R1-PCA and K-SVD baselines of Liu et al. Ta
 
 from importlib.metadata import PackageNotFoundError, version
 
-from .angular import BAE, AngularDecomposition, GraphAngularDecomposition
-from .baselines import KSVD, R1PCA
-from .errors import SphdistError
-from .estimator import SphericalPCA
-from .spherelets import LiDunsonSphericalPCA
+from sphdist.errors import SphdistError
+from sphdist.methods.angular import BAE, AngularDecomposition, GraphAngularDecomposition
+from sphdist.methods.baselines import KSVD, R1PCA
+from sphdist.methods.spherelets import LiDunsonSphericalPCA
+from sphdist.methods.spherical_pca import SphericalPCA
 
 try:
     __version__ = version("sphdist")

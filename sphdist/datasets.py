@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from .errors import InputNotFoundError
+from sphdist.errors import InputNotFoundError
 
 __all__ = [
     "DATA_HOME_ENV",

@@ -17,7 +17,7 @@ from sklearn.cluster import KMeans
 from sklearn.metrics import normalized_mutual_info_score
 from sklearn.metrics.cluster import contingency_matrix
 
-from .errors import DataError
+from sphdist.errors import DataError
 
 __all__ = ["clustering_accuracy", "normalized_mutual_info", "evaluate_embedding"]
 

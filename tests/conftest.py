@@ -41,7 +41,7 @@ def newsgroups5(newsgroups_archive, tmp_path_factory):
     """The paper's five groups, 60 documents each, headers/footers/quotes removed (2**14
     hashed features, chunks of 128 documents)."""
     from sphdist.datasets import NEWSGROUPS_PAPER_CATEGORIES
-    from sphdist.ingest import ingest
+    from sphdist.text.ingest import ingest
 
     return ingest(
         newsgroups_archive, tmp_path_factory.mktemp("ng5") / "corpus.zarr",

@@ -15,7 +15,7 @@ import zlib
 
 
 def dask_setup(worker) -> None:  # the hook distributed calls on preload
-    import sphdist.corpus as corpus
+    import sphdist.io.corpus as corpus
 
     delay = float(os.environ.get("SPHDIST_TEST_READ_DELAY", "0"))
     if delay <= 0:

@@ -19,10 +19,10 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from sphdist.cluster import ProcessCluster
-from sphdist.corpus import CorpusWriter
-from sphdist.store import load_checkpoint, open_model
-from sphdist.workflow import fit_corpus
+from sphdist.io.corpus import CorpusWriter
+from sphdist.io.store import load_checkpoint, open_model
+from sphdist.jobs.cluster import ProcessCluster
+from sphdist.jobs.workflow import fit_corpus
 
 from .reference import random_corpus
 
@@ -159,7 +159,7 @@ def test_killed_fit_resumes_to_the_undisturbed_result(
 # checkpoint was moved aside and before the new one is moved in ("between")
 CRASH_SCRIPT = """
 import os, signal, sys
-from sphdist import _atomic
+from sphdist.io import _atomic
 from sphdist.cli import main
 
 crash_at, where, out = int(sys.argv[1]), sys.argv[2], sys.argv[3]

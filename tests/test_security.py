@@ -19,11 +19,11 @@ from click.testing import CliRunner
 from distributed import Client
 
 from sphdist.cli import main
-from sphdist.cluster import ProcessCluster, connect, tls_security
-from sphdist.corpus import SAFE_CODECS, CorpusWriter, open_input
 from sphdist.errors import CorpusFormatError, InputNotFoundError, ModelFormatError
-from sphdist.store import open_model
-from sphdist.workflow import fit_corpus
+from sphdist.io.corpus import SAFE_CODECS, CorpusWriter, open_input
+from sphdist.io.store import open_model
+from sphdist.jobs.cluster import ProcessCluster, connect, tls_security
+from sphdist.jobs.workflow import fit_corpus
 
 from .reference import random_corpus
 
@@ -264,7 +264,7 @@ def _add(archive, name, data=b"", **fields):
 
 
 def test_tar_members_are_never_extracted_or_followed_outside_the_target(tmp_path):
-    from sphdist.ingest import ingest
+    from sphdist.text.ingest import ingest
 
     outside = tmp_path / "outside"
     outside.mkdir()

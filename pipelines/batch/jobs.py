@@ -12,8 +12,9 @@ Layout under one root directory (a filesystem the Dask workers share)::
     ROOT/daily/<YYYY-MM-DD>/embeddings.parquet  doc_id, label, e0..e{r-1} for downstream use
     ROOT/daily/<YYYY-MM-DD>/done.json           written last: the day is complete
 
-``daily``: ``sphdist.ingest.ingest(like=current)`` (the model's feature scheme and idf), then
-``sphdist.workflow.transform_corpus`` and ``sphdist.embedding.export_embedding``. A day with a
+``daily``: ``sphdist.text.ingest.ingest(like=current)`` (the model's feature scheme and idf), then
+``sphdist.jobs.workflow.transform_corpus`` and
+``sphdist.jobs.embedding.export_embedding``. A day with a
 ``done.json`` is left alone (``--force`` redoes it with the model now current); a day without
 one (a crashed run) is redone from scratch.
 
@@ -90,10 +91,10 @@ def daily_job(root: Path, date: str, *, force: bool = False) -> dict[str, Any]:
         ``status`` (``"done"``, ``"skipped"``: already complete, ``"empty"``: no incoming
         folder) and, when done, the day's ``done.json`` content.
     """
-    from sphdist.embedding import export_embedding
-    from sphdist.ingest import ingest
-    from sphdist.store import open_model
-    from sphdist.workflow import transform_corpus
+    from sphdist.io.store import open_model
+    from sphdist.jobs.embedding import export_embedding
+    from sphdist.jobs.workflow import transform_corpus
+    from sphdist.text.ingest import ingest
 
     incoming, day = root / "incoming" / date, root / "daily" / date
     done = day / "done.json"
@@ -141,9 +142,9 @@ def weekly_job(
         ``model`` (path), ``n_iter``, ``objective``, ``warm_start`` (the previous model or
         None), ``swapped`` (False when ``current`` already pointed at this week's model).
     """
-    from sphdist.ingest import ingest, read_like
-    from sphdist.store import open_model
-    from sphdist.workflow import fit_corpus
+    from sphdist.io.store import open_model
+    from sphdist.jobs.workflow import fit_corpus
+    from sphdist.text.ingest import ingest, read_like
 
     previous = current_model(root)
     out = root / "models" / f"{week}.model.zarr"
@@ -219,7 +220,7 @@ def cli(log_level: str) -> None:
 @_CLUSTER
 def daily(root: Path, date: str, force: bool, scheduler_address: str | None) -> None:
     """Ingest incoming/<date> like the current model, embed it, export Parquet."""
-    from sphdist.cluster import connect
+    from sphdist.jobs.cluster import connect
 
     dt.date.fromisoformat(date)  # reject a malformed date before doing anything
     with connect(scheduler_address):
@@ -244,7 +245,7 @@ def _this_week() -> str:
 def weekly(root: Path, week: str, n_components: int | None, max_iter: int, tol: float,
            n_features: int, scheduler_address: str | None) -> None:
     """Refit on all incoming documents, warm-started from current, then swap current."""
-    from sphdist.cluster import connect
+    from sphdist.jobs.cluster import connect
 
     with connect(scheduler_address):
         click.echo(json.dumps(weekly_job(

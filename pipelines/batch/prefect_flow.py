@@ -24,7 +24,7 @@ import jobs  # noqa: E402  (the module beside this file)
 
 @task(retries=2, retry_delay_seconds=600)
 def embed_day(root: str, date: str, scheduler_address: str | None = None) -> dict:
-    from sphdist.cluster import connect
+    from sphdist.jobs.cluster import connect
 
     with connect(scheduler_address):
         return jobs.daily_job(Path(root), date)
@@ -33,7 +33,7 @@ def embed_day(root: str, date: str, scheduler_address: str | None = None) -> dic
 @task(retries=1, retry_delay_seconds=1800)
 def refit_week(root: str, week: str, n_components: int | None = None,
                scheduler_address: str | None = None) -> dict:
-    from sphdist.cluster import connect
+    from sphdist.jobs.cluster import connect
 
     with connect(scheduler_address):
         return jobs.weekly_job(Path(root), week, n_components=n_components)

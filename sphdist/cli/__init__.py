@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import click
 
-from ._common import Group, setup_logging
+from sphdist.cli._common import Group, setup_logging
 
 
 @click.group(cls=Group, context_settings={"help_option_names": ["-h", "--help"]})
@@ -31,11 +31,11 @@ def main(ctx: click.Context, debug: bool, log_level: str, quiet: bool) -> None:
 
 
 def _register() -> None:
-    from . import fit as _fit
-    from . import ingest as _ingest
-    from . import inspect as _inspect
-    from . import plot as _plot
-    from . import use as _use
+    from sphdist.cli import fit as _fit
+    from sphdist.cli import ingest as _ingest
+    from sphdist.cli import inspect as _inspect
+    from sphdist.cli import plot as _plot
+    from sphdist.cli import use as _use
 
     for module in (_ingest, _fit, _use, _inspect, _plot):
         for command in module.COMMANDS:

@@ -19,7 +19,7 @@ from typing import Any
 import click
 import numpy as np
 
-from ..errors import SphdistError
+from sphdist.errors import SphdistError
 
 logger = logging.getLogger("sphdist")
 
@@ -187,11 +187,11 @@ def connect_options(
     tls_cert: str | os.PathLike[str] | None = None,
     tls_key: str | os.PathLike[str] | None = None, **kwargs: Any,
 ) -> Any:
-    """:func:`sphdist.cluster.connect` with the values of :func:`cluster_options`.
+    """:func:`sphdist.jobs.cluster.connect` with the values of :func:`cluster_options`.
 
     ``kwargs`` (e.g. ``dashboard_address``) are passed on to ``connect``.
     """
-    from ..cluster import connect, tls_security
+    from sphdist.jobs.cluster import connect, tls_security
 
     limit: str | int = int(memory_limit) if memory_limit.isdigit() else memory_limit
     security = None

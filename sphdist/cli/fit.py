@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from ._common import FitProgress, StepSize, connect_options, echo_json, progress_enabled
+from sphdist.cli._common import FitProgress, StepSize, connect_options, echo_json, progress_enabled
 
 logger = logging.getLogger("sphdist")
 
@@ -65,10 +65,10 @@ def fit(
     tls_key: Path | None, retries: int, as_json: bool,
 ) -> None:
     """Fit Spherical PCA to a corpus on a Dask cluster, checkpointing every iteration."""
-    from ..cluster import fit_with_retries
-    from ..corpus import open_input
-    from ..solver import check_params
-    from ..workflow import fit_corpus, warm_start
+    from sphdist.core.solver import check_params
+    from sphdist.io.corpus import open_input
+    from sphdist.jobs.cluster import fit_with_retries
+    from sphdist.jobs.workflow import fit_corpus, warm_start
 
     # fail on bad input before starting a cluster
     source = open_input(input_)
@@ -130,7 +130,7 @@ def evaluate(
     model: Path, input_: Path, n_clusters: int | None, n_init: int, seed: int, as_json: bool
 ) -> None:
     """k-means on the embedding; clustering accuracy (Hungarian matching) and NMI."""
-    from ..workflow import evaluate_model
+    from sphdist.jobs.workflow import evaluate_model
 
     result = evaluate_model(
         model, input_, n_clusters=n_clusters, n_init=n_init, random_state=seed

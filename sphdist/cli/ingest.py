@@ -9,7 +9,7 @@ from pathlib import Path
 
 import click
 
-from .._sources import FORMATS
+from sphdist.text.sources import FORMATS
 
 logger = logging.getLogger("sphdist")
 
@@ -125,8 +125,8 @@ def ingest(
     files; several paths or quoted glob patterns. SOURCE defaults to the 20 Newsgroups archive
     in the data home ($SPHDIST_DATA_HOME).
     """
-    from ..datasets import newsgroups_archive
-    from ..ingest import ingest as run_ingest
+    from sphdist.datasets import newsgroups_archive
+    from sphdist.text.ingest import ingest as run_ingest
 
     if like is not None:
         ctx = click.get_current_context()
@@ -152,7 +152,7 @@ def ingest(
     )
     target = sources[0] if len(sources) == 1 else sources
     if scheduler_address:
-        from ..cluster import connect
+        from sphdist.jobs.cluster import connect
 
         with connect(scheduler_address):
             corpus = run_ingest(target, output, **kwargs)
@@ -205,7 +205,7 @@ def synth(
     as_json: bool,
 ) -> None:
     """Write a seeded synthetic collection: Zipfian words, topic mixtures, known labels."""
-    from ..synth import synth as run_synth
+    from sphdist.text.synth import synth as run_synth
 
     summary = run_synth(
         output, n_docs=n_docs, n_topics=n_topics, seed=seed, doc_length=doc_length,

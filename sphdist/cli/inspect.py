@@ -7,7 +7,7 @@ from typing import Any
 
 import click
 
-from ._common import echo_json
+from sphdist.cli._common import echo_json
 
 
 def _history(pairs: list[list[float]]) -> str:
@@ -75,8 +75,8 @@ def _print(info: dict[str, Any]) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object on stdout.")
 def info(path: Path | None, model: Path | None, top_terms: int | None, as_json: bool) -> None:
     """Describe a corpus.zarr, model.zarr or embedding.zarr (PATH, or --model)."""
-    from ..info import describe
-    from ..info import top_terms as list_top_terms
+    from sphdist.jobs.info import describe
+    from sphdist.jobs.info import top_terms as list_top_terms
 
     target = path or model
     if target is None:

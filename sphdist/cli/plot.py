@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from ._common import echo_json
+from sphdist.cli._common import echo_json
 
 
 @click.group()
@@ -21,7 +21,7 @@ def plot() -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object on stdout.")
 def convergence(model: Path, output: Path | None, as_json: bool) -> None:
     """Objective, ||U_k - U_{k-1}||_F and ||V_k - V_{k-1}||_F per iteration (Liu et al. Fig. 3)."""
-    from ..plotting import plot_convergence
+    from sphdist.jobs.plotting import plot_convergence
 
     output = output or model.with_name(model.name.removesuffix(".zarr") + ".convergence.png")
     plot_convergence(model, output)
@@ -47,7 +47,7 @@ def embedding(
     as_json: bool,
 ) -> None:
     """Documents on the sphere coloured by label (3-D for r = 3, else a PCA projection)."""
-    from ..plotting import plot_embedding
+    from sphdist.jobs.plotting import plot_embedding
 
     output = output or model.with_name(model.name.removesuffix(".zarr") + ".embedding.png")
     report = plot_embedding(model, output, input=input_, max_points=max_points, seed=seed)

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from ._common import cluster_options, connect_options, echo_json, progress_enabled
+from sphdist.cli._common import cluster_options, connect_options, echo_json, progress_enabled
 
 logger = logging.getLogger("sphdist")
 
@@ -30,9 +30,9 @@ def transform(
     tls_cert: str | None, tls_key: str | None, as_json: bool,
 ) -> None:
     """Embed the documents of a corpus with a fitted model (the exact V-step, on Dask)."""
-    from ..corpus import open_input
-    from ..store import open_model
-    from ..workflow import check_compatible, transform_corpus
+    from sphdist.io.corpus import open_input
+    from sphdist.io.store import open_model
+    from sphdist.jobs.workflow import check_compatible, transform_corpus
 
     # refuse a mismatched corpus before starting a cluster
     check_compatible(open_model(model), open_input(input_), input_)
@@ -71,7 +71,7 @@ def export(
     model: Path, input_: Path | None, format_: str, output: Path, overwrite: bool, as_json: bool
 ) -> None:
     """Write the embeddings with their document ids (Parquet or .npy)."""
-    from ..embedding import export_embedding
+    from sphdist.jobs.embedding import export_embedding
 
     report = export_embedding(model, output, format=format_, input=input_, overwrite=overwrite)
     if as_json:
@@ -99,7 +99,7 @@ def neighbors(
     as_json: bool,
 ) -> None:
     """Nearest documents by angle on the sphere (= by Euclidean distance of the embeddings)."""
-    from ..embedding import (
+    from sphdist.jobs.embedding import (
         document_embedding,
         embed_texts,
         nearest_neighbors,

@@ -1,0 +1,417 @@
+"""Using a fitted embedding: export it, find nearest documents, embed a text query.
+
+The embedding of a model's training corpus is the model's V (r, n); the embedding of other
+documents is an ``embedding.zarr`` written by
+:func:`sphdist.jobs.workflow.transform_corpus`. Both are
+read here through :func:`open_embedding_source`, chunk by chunk of documents, so nothing of size
+n x n (nor n x r on the driver, for a scan) is ever built.
+
+Every column of V is a unit vector, so for two documents the Euclidean distance and the angle
+between their embeddings are tied by ``||v_i - v_j||_2 = 2 sin(theta / 2) = sqrt(2 - 2 cos
+theta)``: the nearest documents by Euclidean distance are the nearest by angle, and those with
+the largest cosine ``v_i^T v_j``.
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import os
+from pathlib import Path
+from typing import Any
+
+import dask.array as da
+import numpy as np
+import zarr
+
+from sphdist.core import kernels
+from sphdist.errors import CorpusMismatchError, DataError, OutputExistsError, ParameterError
+from sphdist.io import _atomic
+from sphdist.io.corpus import open_input
+from sphdist.io.store import Model, open_embedding, open_model
+
+__all__ = [
+    "EmbeddingSource",
+    "open_embedding_source",
+    "export_embedding",
+    "nearest_neighbors",
+    "embed_texts",
+    "EXPORT_FORMATS",
+]
+
+EXPORT_FORMATS = ("parquet", "npy")
+_SCAN_DOCS = 65536  # documents per chunk of an export or a neighbour scan
+
+
+@dataclasses.dataclass
+class EmbeddingSource:
+    """Embeddings of a set of documents, with their ids and labels.
+
+    Attributes
+    ----------
+    V : dask.array.Array of shape (r, n), float64
+        Column j: the unit-norm embedding of document j (lazy, read from the store).
+    doc_ids : ndarray of shape (n,), object (str)
+    labels : ndarray of shape (n,), int32, or None
+        Codes into ``label_names``; -1 or None: unknown.
+    label_names : list of str or None
+    origin : str
+        ``"model"`` (the training corpus) or ``"embedding"`` (an ``embedding.zarr``).
+    degenerate : ndarray of shape (n,), bool, or None
+        True where the document has no direction of its own (an empty document, or one with
+        ``U^T x = 0``); its column is a placeholder unit vector.
+    """
+
+    V: da.Array
+    doc_ids: np.ndarray
+    labels: np.ndarray | None
+    label_names: list[str] | None
+    origin: str
+    degenerate: np.ndarray | None = None
+
+    @property
+    def n_documents(self) -> int:
+        """Number of documents n."""
+        return int(self.V.shape[1])
+
+    def label_strings(self, index: np.ndarray) -> list[str | None]:
+        """Label names of documents ``index`` (None where unknown)."""
+        if self.labels is None:
+            return [None] * len(index)
+        codes = self.labels[index]
+        if self.label_names is None:
+            return [str(int(c)) if c >= 0 else None for c in codes]
+        return [self.label_names[c] if 0 <= c < len(self.label_names) else None for c in codes]
+
+
+def _kind(path: Path) -> str | None:
+    try:
+        tag = zarr.open_group(store=str(path), mode="r").attrs.get("sphdist")
+    except Exception:  # not a group: a dense array, or not zarr (open_input reports it)
+        return None
+    return tag.get("kind") if isinstance(tag, dict) else None
+
+
+def open_embedding_source(
+    model: str | os.PathLike[str] | Model, input: str | os.PathLike[str] | None = None
+) -> EmbeddingSource:
+    """The embeddings a model gives: its training corpus' V, or an ``embedding.zarr``.
+
+    Parameters
+    ----------
+    model : path-like or Model
+        A ``model.zarr``.
+    input : path-like, optional
+        The model's training corpus (for the document ids and labels; default: the path the
+        model recorded), or an ``embedding.zarr`` written by ``sphdist transform`` with this
+        model.
+
+    Returns
+    -------
+    EmbeddingSource
+
+    Raises
+    ------
+    CorpusMismatchError
+        If ``input`` is another corpus than the training corpus (new documents must first be
+        embedded with ``sphdist transform``), or an embedding written with another model.
+    InputNotFoundError, CorpusFormatError, ModelFormatError
+        For a missing or unreadable path.
+    """
+    fitted = model if isinstance(model, Model) else open_model(model)
+    path = Path(input) if input is not None else Path(fitted.corpus["path"])
+    if _kind(path) == "embedding":
+        emb = open_embedding(path)
+        if emb.attrs.get("model", {}).get("u_sha256") != fitted.fingerprint:
+            raise CorpusMismatchError(
+                f"{path} was written with another model ({emb.attrs.get('model', {}).get('path')})"
+                f", not with {fitted.path}. To resolve this, use that model, or embed the "
+                f"documents again with `sphdist transform --model {fitted.path}`."
+            )
+        return EmbeddingSource(
+            V=da.from_zarr(emb.V), doc_ids=emb.doc_ids, labels=emb.labels,
+            label_names=emb.attrs.get("label_names"), origin="embedding",
+            degenerate=emb.degenerate,
+        )
+    source = open_input(path)
+    if source.fingerprint != fitted.corpus.get("fingerprint"):
+        raise CorpusMismatchError(
+            f"{path} is not the corpus {fitted.path} was fitted on "
+            f"({fitted.corpus.get('path')}). To resolve this, embed its documents first with "
+            f"`sphdist transform --model {fitted.path} --input {path} --output EMB.zarr` and "
+            "pass EMB.zarr as --input."
+        )
+    return EmbeddingSource(
+        V=fitted.V(), doc_ids=np.asarray(source.doc_ids).astype(object), labels=source.labels,
+        label_names=source.label_names, origin="model", degenerate=np.asarray(source.empty),
+    )
+
+
+def _spans(n: int, size: int) -> list[tuple[int, int]]:
+    return [(a, min(a + size, n)) for a in range(0, n, size)] or [(0, 0)]
+
+
+def export_embedding(
+    model: str | os.PathLike[str],
+    output: str | os.PathLike[str],
+    *,
+    format: str = "parquet",
+    input: str | os.PathLike[str] | None = None,
+    overwrite: bool = False,
+    chunk_size: int = _SCAN_DOCS,
+) -> dict[str, Any]:
+    """Write the embeddings with their document ids for downstream use (k-NN, clustering).
+
+    Parameters
+    ----------
+    model : path-like
+        A ``model.zarr``.
+    output : path-like
+        The file to write.
+    format : {"parquet", "npy"}, default "parquet"
+        ``"parquet"``: one row per document, columns ``doc_id`` (string), ``label`` (string,
+        only when the corpus has labels) and ``e0`` ... ``e{r-1}`` (float64), written row group
+        by row group with ``pyarrow.parquet.ParquetWriter``. ``"npy"``: an array of shape
+        (n, r), float64, one row per document (scikit-learn's orientation), plus a sidecar
+        ``<output stem>.ids.csv`` (columns ``doc_id``, ``label``; row i describes row i).
+    input : path-like, optional
+        The training corpus or an ``embedding.zarr`` (see :func:`open_embedding_source`).
+    overwrite : bool, default False
+        Replace an existing ``output``.
+    chunk_size : int, default 65536
+        Documents read and written at a time.
+
+    Returns
+    -------
+    dict
+        ``output``, ``format``, ``n_documents``, ``n_components``, ``sidecar`` (npy only).
+
+    Raises
+    ------
+    ParameterError
+        For an unknown ``format`` or ``chunk_size < 1``.
+    OutputExistsError
+        If ``output`` exists and ``overwrite`` is False.
+    CorpusMismatchError
+        See :func:`open_embedding_source`.
+
+    Notes
+    -----
+    Written to a sibling staging file and renamed into place, so ``output`` is complete or
+    absent; for npy the sidecar is renamed first, then the array. Memory: one chunk,
+    ``chunk_size * r * 8`` bytes.
+    """
+    if format not in EXPORT_FORMATS:
+        raise ParameterError(f"format={format!r}: expected one of {list(EXPORT_FORMATS)}.")
+    if chunk_size < 1:
+        raise ParameterError(f"chunk_size must be >= 1, got {chunk_size}.")
+    output = Path(output)
+    sidecar = output.with_name(output.name.removesuffix(".npy") + ".ids.csv")
+    if not overwrite and (output.exists() or (format == "npy" and sidecar.exists())):
+        raise OutputExistsError(
+            f"{output} already exists. To resolve this, choose another --output or pass "
+            "--overwrite."
+        )
+    src = open_embedding_source(model, input)
+    r, n = src.V.shape
+    staging = _atomic.staging_path(output)
+    try:
+        if format == "parquet":
+            _write_parquet(src, staging, chunk_size)
+        else:
+            side_staging = _atomic.staging_path(sidecar)
+            try:
+                _write_npy(src, staging, side_staging, chunk_size)
+                os.replace(side_staging, sidecar)
+            finally:
+                side_staging.unlink(missing_ok=True)
+        os.replace(staging, output)
+    finally:
+        staging.unlink(missing_ok=True)
+    result: dict[str, Any] = {
+        "output": str(output), "format": format, "n_documents": int(n), "n_components": int(r),
+    }
+    if format == "npy":
+        result["sidecar"] = str(sidecar)
+    return result
+
+
+def _write_parquet(src: EmbeddingSource, path: Path, chunk_size: int) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    r, n = src.V.shape
+    fields = [pa.field("doc_id", pa.string())]
+    if src.labels is not None:
+        fields.append(pa.field("label", pa.string()))
+    fields += [pa.field(f"e{i}", pa.float64()) for i in range(r)]
+    schema = pa.schema(fields)
+    with pq.ParquetWriter(str(path), schema) as writer:
+        for a, b in _spans(n, chunk_size):
+            block = np.asarray(src.V[:, a:b].compute())
+            columns: list[Any] = [pa.array(src.doc_ids[a:b].tolist(), pa.string())]
+            if src.labels is not None:
+                columns.append(pa.array(src.label_strings(np.arange(a, b)), pa.string()))
+            columns += [pa.array(block[i]) for i in range(r)]
+            writer.write_table(pa.Table.from_arrays(columns, schema=schema))
+
+
+def _write_npy(src: EmbeddingSource, path: Path, sidecar: Path, chunk_size: int) -> None:
+    r, n = src.V.shape
+    out = np.lib.format.open_memmap(path, mode="w+", dtype=np.float64, shape=(n, r))
+    with open(sidecar, "w", newline="", encoding="utf-8") as f:
+        writer = csv.writer(f)
+        writer.writerow(["doc_id", "label"])
+        for a, b in _spans(n, chunk_size):
+            out[a:b] = np.asarray(src.V[:, a:b].compute()).T
+            labels = src.label_strings(np.arange(a, b))
+            writer.writerows(
+                (d, "" if lab is None else lab)
+                for d, lab in zip(src.doc_ids[a:b], labels, strict=True)
+            )
+    out.flush()
+    del out
+
+
+def embed_texts(model: str | os.PathLike[str] | Model, texts: list[str]) -> np.ndarray:
+    """Embed raw texts the way the model's training documents were: tf-idf, then the V-step.
+
+    Parameters
+    ----------
+    model : path-like or Model
+        A ``model.zarr`` fitted on a text corpus (it records the feature scheme, tf-idf
+        options, idf and, for the vocabulary scheme, the vocabulary).
+    texts : list of str
+        The documents, as text. No header, footer or quote removal is applied (a query is not
+        a newsgroup post).
+
+    Returns
+    -------
+    ndarray of shape (r, len(texts)), float64
+        Unit columns ``U^T x / ||U^T x||_2`` (Liu et al. 2019, Eq. 3.12 with lam = 2) of the
+        tf-idf vectors x, built by the ingestion stage's code (:func:`sphdist.text.ingest.read_like`
+        for the model's feature scheme, tf-idf options, idf and vocabulary; ``weight`` of
+        :mod:`sphdist.text.tfidf` for the weighting and L2 normalisation).
+
+    Raises
+    ------
+    DataError
+        If the model has no text feature scheme (dense input), or a text shares no feature with
+        the model (``U^T x = 0``): the message names it.
+    """
+    from sphdist.text.ingest import read_like
+    from sphdist.text.tfidf import weight
+
+    fitted = model if isinstance(model, Model) else open_model(model)
+    scheme = fitted.corpus.get("feature_scheme") or {}
+    if scheme.get("type") not in ("hashing", "vocabulary") or fitted.idf is None:
+        raise DataError(
+            f"{fitted.path} was fitted on {scheme.get('type', 'unknown')!r} input, not on "
+            "text: a text query cannot be embedded. To resolve this, query by --doc-id."
+        )
+    # the ingestion stage's own reading of the model: scheme, tf-idf options, idf, vocabulary
+    options, idf, _remove, _info = read_like(fitted.path)
+    if options.fixed_vocabulary is not None:
+        vectorizer = options.count_vectorizer(list(options.fixed_vocabulary))
+    else:
+        vectorizer = options.hashing_vectorizer()
+    X = weight(vectorizer.transform(list(texts)).tocsr(), idf, options.sublinear_tf)  # (m, n_q)
+    V, degenerate = kernels.v_step(np.asarray(X.T @ fitted.U).T, None, 2.0)
+    if degenerate.any():
+        j = int(np.flatnonzero(degenerate)[0])
+        raise DataError(
+            f"query {texts[j][:60]!r} shares no term with the model's features, so it has no "
+            "direction on the sphere. To resolve this, use words that occur in the corpus."
+        )
+    return V
+
+
+def nearest_neighbors(
+    source: EmbeddingSource, query: np.ndarray, k: int = 10, *, chunk_size: int = _SCAN_DOCS
+) -> list[dict[str, Any]]:
+    """The k documents whose embeddings are nearest to ``query`` on the sphere.
+
+    Parameters
+    ----------
+    source : EmbeddingSource
+        The documents searched.
+    query : ndarray of shape (r,), float64
+        A unit vector (an embedding).
+    k : int, default 10
+        Number of neighbours (at most n).
+    chunk_size : int, default 65536
+        Documents scored at a time.
+
+    Returns
+    -------
+    list of dict
+        At most k (documents without a direction, ``source.degenerate``, are left out),
+        sorted by increasing angle (ties: document order): ``rank`` (1-based), ``index``,
+        ``doc_id``, ``label`` (or None), ``cosine`` (``v^T q``), ``angle_deg`` (``arccos`` of
+        it, in degrees, in [0, 180]) and ``distance`` (``||v - q||_2 = sqrt(2 - 2 cos)``).
+
+    Raises
+    ------
+    ParameterError
+        If ``k < 1`` or ``query`` has the wrong shape.
+
+    Notes
+    -----
+    A scan over the chunks of V keeping the k best of each: memory ``O(r * chunk_size + k)``.
+    """
+    r, n = source.V.shape
+    query = np.asarray(query, dtype=np.float64)
+    if query.shape != (r,):
+        raise ParameterError(f"query has shape {query.shape}, expected ({r},).")
+    if k < 1:
+        raise ParameterError(f"k must be >= 1, got {k}.")
+    best_idx = np.zeros(0, dtype=np.int64)
+    best_cos = np.zeros(0, dtype=np.float64)
+    for a, b in _spans(n, chunk_size):
+        cos = query @ np.asarray(source.V[:, a:b].compute())
+        if source.degenerate is not None:  # placeholders, not directions: never neighbours
+            cos = np.where(source.degenerate[a:b], -np.inf, cos)
+        idx = np.concatenate([best_idx, np.arange(a, b, dtype=np.int64)])
+        cos = np.concatenate([best_cos, cos])
+        order = np.lexsort((idx, -cos))[:k]  # largest cosine first, then document order
+        order = order[np.isfinite(cos[order])]
+        best_idx, best_cos = idx[order], cos[order]
+    cosine = np.clip(best_cos, -1.0, 1.0)
+    angle = np.degrees(np.arccos(cosine))
+    distance = np.sqrt(np.maximum(2.0 - 2.0 * cosine, 0.0))
+    labels = source.label_strings(best_idx)
+    return [
+        {
+            "rank": i + 1, "index": int(j), "doc_id": str(source.doc_ids[j]), "label": labels[i],
+            "cosine": float(best_cos[i]), "angle_deg": float(angle[i]),
+            "distance": float(distance[i]),
+        }
+        for i, j in enumerate(best_idx)
+    ]
+
+
+def document_embedding(source: EmbeddingSource, doc_id: str) -> tuple[int, np.ndarray]:
+    """Index and embedding (r,) float64 of the document ``doc_id``.
+
+    Raises
+    ------
+    ParameterError
+        If no document has that id (the message shows a few ids).
+    DataError
+        If that document has no direction (empty, or ``U^T x = 0``).
+    """
+    hits = np.flatnonzero(source.doc_ids == doc_id)
+    if hits.shape[0] == 0:
+        examples = ", ".join(map(repr, source.doc_ids[:3].tolist()))
+        raise ParameterError(
+            f"no document has id {doc_id!r} (ids look like {examples}). To resolve this, pass "
+            "an id from the corpus (see `sphdist export`)."
+        )
+    j = int(hits[0])
+    if source.degenerate is not None and source.degenerate[j]:
+        raise DataError(
+            f"document {doc_id!r} is empty (no feature in common with the model), so its "
+            "embedding is a placeholder, not a direction. To resolve this, query another "
+            "document or by --query text."
+        )
+    return j, np.asarray(source.V[:, j].compute(), dtype=np.float64)

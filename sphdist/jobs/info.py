@@ -1,0 +1,182 @@
+"""What is stored at a path: a corpus, a model (and its checkpoint state), or an embedding.
+
+:func:`describe` returns a JSON-serialisable dict (``sphdist info --json`` prints it);
+:func:`top_terms` lists the terms that weigh most in each component of a vocabulary-mode model.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from sphdist.errors import DataError, ParameterError
+from sphdist.io.corpus import open_input
+from sphdist.io.store import open_embedding, open_model
+from sphdist.jobs.embedding import _kind
+
+__all__ = ["describe", "top_terms"]
+
+_HISTORY = 5  # iterations of the histories shown
+
+
+def _label_counts(labels: np.ndarray | None, names: list[str] | None) -> dict[str, int] | None:
+    if labels is None:
+        return None
+    codes, counts = np.unique(labels, return_counts=True)
+    out = {}
+    for c, k in zip(codes.tolist(), counts.tolist(), strict=True):
+        known = names is not None and 0 <= c < len(names)
+        out[names[c] if known else ("unknown" if c < 0 else str(c))] = int(k)
+    return out
+
+
+def _chunk_summary(chunks: tuple[int, ...]) -> dict[str, int]:
+    return {
+        "n_chunks": len(chunks), "min": int(min(chunks, default=0)),
+        "max": int(max(chunks, default=0)),
+    }
+
+
+def _checkpoint_state(path: Path) -> dict[str, Any]:
+    staging = sorted(p.name for p in path.parent.glob(f"{path.name}.tmp-*"))
+    old = path.with_name(path.name + ".old")
+    return {
+        "complete": path.exists() or old.exists(),
+        "staging_dirs": staging,  # a running fit's next checkpoint, or a killed run's debris
+        "previous_kept_as_old": old.exists() and not path.exists(),
+    }
+
+
+def describe(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """Describe the corpus, model or embedding at ``path``.
+
+    Parameters
+    ----------
+    path : path-like
+
+    Returns
+    -------
+    dict
+        Always ``kind`` (``"corpus"``, ``"dense"``, ``"model"``, ``"embedding"``) and ``path``.
+        A corpus: ``shape`` [m, n], ``nnz``, ``density`` (fraction), ``chunks`` (number,
+        smallest, largest), ``feature_scheme``, ``tfidf``, ``labels`` (documents per label),
+        ``n_empty``, ``has_vocabulary``, ``fingerprint``. A model: ``n_features``,
+        ``n_components``, ``n_documents``, ``params``, ``n_iter``, ``converged``, ``objective``
+        (the last iterations, as ``[iteration, value]``), ``u_step_norm`` / ``v_step_norm``
+        (likewise), ``seconds_per_iteration`` (mean, in seconds), ``corpus``, ``has_vocabulary``
+        and ``checkpoint`` (``complete``; ``staging_dirs``, the names of uncommitted staging
+        trees beside it). An embedding: ``shape`` [r, n], ``model``, ``corpus``, ``labels``,
+        ``n_degenerate``.
+
+    Raises
+    ------
+    InputNotFoundError
+        If nothing is at ``path`` (and no staging tree of it either).
+    CorpusFormatError, ModelFormatError
+        If ``path`` is not a sphdist store.
+    """
+    path = Path(path)
+    kind = _kind(path) if path.exists() else None
+    if kind == "model" or (not path.exists() and list(path.parent.glob(f"{path.name}.tmp-*"))):
+        return _describe_model(path)
+    if not path.exists() and path.with_name(path.name + ".old").exists():
+        return _describe_model(path)  # a commit interrupted between its renames
+    if kind == "embedding":
+        emb = open_embedding(path)
+        r, n = emb.V.shape
+        return {
+            "kind": "embedding", "path": str(path), "shape": [int(r), int(n)],
+            "model": emb.attrs.get("model"), "corpus": emb.attrs.get("corpus"),
+            "labels": _label_counts(emb.labels, emb.attrs.get("label_names")),
+            "n_degenerate": emb.attrs.get("n_degenerate"), "method": emb.attrs.get("method"),
+        }
+    source = open_input(path)
+    m, n = source.shape
+    info: dict[str, Any] = {
+        "kind": "corpus" if kind == "corpus" else "dense", "path": str(path),
+        "shape": [m, n], "nnz": int(source.nnz),
+        "density": float(source.nnz / (m * n)) if m * n else 0.0,
+        "chunks": _chunk_summary(source.chunks), "feature_scheme": source.feature_scheme,
+        "tfidf": source.tfidf, "labels": _label_counts(source.labels, source.label_names),
+        "n_empty": int(source.n_empty), "fingerprint": source.fingerprint,
+    }
+    if kind == "corpus":
+        info["has_vocabulary"] = source.vocabulary is not None
+    return info
+
+
+def _describe_model(path: Path) -> dict[str, Any]:
+    state = _checkpoint_state(path)  # before opening: opening recovers an interrupted commit
+    if not state["complete"]:
+        return {"kind": "model", "path": str(path), "checkpoint": state}
+    model = open_model(path)
+    a = model.attrs
+    m, r, n = model.shape
+    objective = a["objective"]
+    seconds = a["seconds"][1:]
+
+    def last(values: list[float], first: int) -> list[list[float]]:
+        start = max(0, len(values) - _HISTORY)
+        return [[first + i, float(values[i])] for i in range(start, len(values))]
+
+    return {
+        "kind": "model", "path": str(path), "n_features": m, "n_components": r,
+        "n_documents": n, "params": a["params"], "n_iter": model.n_iter,
+        "converged": bool(a["converged"]), "objective": last(objective, 0),
+        "u_step_norm": last(a["u_step_norm"], 1), "v_step_norm": last(a["v_step_norm"], 1),
+        "seconds_per_iteration": float(np.mean(seconds)) if seconds else None,
+        "n_degenerate": a.get("n_degenerate"), "corpus": a["corpus"],
+        "has_vocabulary": model.vocabulary is not None, "checkpoint": state,
+    }
+
+
+def top_terms(model: str | os.PathLike[str], n_terms: int = 10) -> list[list[dict[str, Any]]]:
+    """The terms with the largest ``|U[i, c]|`` in each component c of a vocabulary-mode model.
+
+    Parameters
+    ----------
+    model : path-like
+        A ``model.zarr`` fitted on a vocabulary-scheme corpus.
+    n_terms : int, default 10
+        Terms per component.
+
+    Returns
+    -------
+    list of list of dict
+        One list per component (r of them), each of ``n_terms`` dicts ``term``, ``weight``
+        (the signed entry of U), by decreasing ``|weight|``.
+
+    Raises
+    ------
+    DataError
+        If the model's features are hashed (no names) or it has no vocabulary.
+    ParameterError
+        If ``n_terms < 1``.
+    InputNotFoundError, ModelFormatError
+        For a missing or unreadable model.
+    """
+    if n_terms < 1:
+        raise ParameterError(f"n_terms must be >= 1, got {n_terms}.")
+    fitted = open_model(model)
+    scheme = (fitted.corpus.get("feature_scheme") or {}).get("type")
+    vocabulary = fitted.vocabulary
+    if vocabulary is None:
+        reason = (
+            "its features are hashed, so they have no names" if scheme == "hashing"
+            else f"it has no vocabulary (feature scheme {scheme!r})"
+        )
+        raise DataError(
+            f"{model}: top terms need a vocabulary-mode corpus, but {reason}. To resolve this, "
+            "ingest with a vocabulary (`sphdist ingest --vocabulary ...`) and refit."
+        )
+    U = fitted.U
+    out = []
+    for c in range(U.shape[1]):
+        column = U[:, c]
+        order = np.lexsort((np.arange(column.shape[0]), -np.abs(column)))[:n_terms]
+        out.append([{"term": str(vocabulary[i]), "weight": float(column[i])} for i in order])
+    return out
+

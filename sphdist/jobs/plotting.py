@@ -1,0 +1,242 @@
+"""Figures of a fitted model (matplotlib, PNG): convergence history and the documents on the sphere.
+
+The figures are drawn on :class:`matplotlib.figure.Figure` objects with the Agg canvas, never
+through ``pyplot``, so no display and no global state are involved. Files are written to a
+sibling staging file and renamed into place.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from sphdist.errors import ParameterError
+from sphdist.io import _atomic
+from sphdist.io.store import open_model
+from sphdist.jobs.embedding import open_embedding_source
+
+__all__ = ["plot_convergence", "plot_embedding", "sample_documents"]
+
+
+def _save(fig: Any, output: str | os.PathLike[str]) -> Path:
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    output = Path(output)
+    FigureCanvasAgg(fig)
+    staging = _atomic.staging_path(output)
+    try:
+        fig.savefig(staging, format="png", dpi=120, bbox_inches="tight")
+        os.replace(staging, output)
+    finally:
+        staging.unlink(missing_ok=True)
+    return output
+
+
+def plot_convergence(model: str | os.PathLike[str], output: str | os.PathLike[str]) -> Path:
+    """Objective and step norms per iteration, as in Liu et al. (2019), Fig. 3.
+
+    Three panels sharing the iteration axis: the objective ``||X - U_k V_k||_F^2`` (k = 0..K),
+    ``||U_k - U_{k-1}||_F`` and ``||V_k - V_{k-1}||_F`` (k = 1..K, log scale).
+
+    Parameters
+    ----------
+    model : path-like
+        A ``model.zarr`` (its recorded histories are plotted; nothing is recomputed).
+    output : path-like
+        The PNG to write.
+
+    Returns
+    -------
+    pathlib.Path
+        ``output``.
+
+    Raises
+    ------
+    InputNotFoundError, ModelFormatError
+        For a missing or unreadable model.
+    """
+    from matplotlib.figure import Figure
+
+    fitted = open_model(model)
+    a = fitted.attrs
+    objective = np.asarray(a["objective"], dtype=np.float64)
+    du = np.asarray(a["u_step_norm"], dtype=np.float64)
+    dv = np.asarray(a["v_step_norm"], dtype=np.float64)
+    k = np.arange(1, du.shape[0] + 1)
+    fig = Figure(figsize=(6.4, 7.2))
+    axes = fig.subplots(3, 1, sharex=True)
+    axes[0].plot(np.arange(objective.shape[0]), objective, marker=".", color="C0")
+    axes[0].set_ylabel(r"$\|X - U_k V_k\|_F^2$")
+    for ax, values, label, color in (
+        (axes[1], du, r"$\|U_k - U_{k-1}\|_F$", "C1"),
+        (axes[2], dv, r"$\|V_k - V_{k-1}\|_F$", "C2"),
+    ):
+        positive = values > 0
+        ax.plot(k[positive], values[positive], marker=".", color=color)
+        if positive.any():
+            ax.set_yscale("log")
+        ax.set_ylabel(label)
+    axes[2].set_xlabel("iteration k")
+    p = fitted.params
+    fig.suptitle(
+        f"{Path(model).name}: r={fitted.shape[1]}, lam={p.get('lam')}, mu={p.get('mu')}, "
+        f"{fitted.n_iter} iterations{' (converged)' if a.get('converged') else ''}",
+        fontsize=10,
+    )
+    for ax in axes:
+        ax.grid(True, alpha=0.3)
+    return _save(fig, output)
+
+
+def sample_documents(n: int, max_points: int, seed: int = 0) -> np.ndarray:
+    """Sorted indices of at most ``max_points`` of ``n`` documents, drawn without replacement.
+
+    Parameters
+    ----------
+    n, max_points : int
+    seed : int, default 0
+        Seed of ``numpy.random.default_rng``: the same arguments give the same sample.
+
+    Returns
+    -------
+    ndarray of shape (min(n, max_points),), int64
+
+    Examples
+    --------
+    >>> sample_documents(5, 10).tolist()
+    [0, 1, 2, 3, 4]
+    >>> len(sample_documents(1000, 10))
+    10
+    """
+    if n <= max_points:
+        return np.arange(n, dtype=np.int64)
+    rng = np.random.default_rng(seed)
+    return np.sort(rng.choice(n, size=max_points, replace=False)).astype(np.int64)
+
+
+def plot_embedding(
+    model: str | os.PathLike[str],
+    output: str | os.PathLike[str],
+    *,
+    input: str | os.PathLike[str] | None = None,
+    max_points: int = 5000,
+    seed: int = 0,
+) -> dict[str, Any]:
+    """Documents on the sphere, coloured by label.
+
+    r = 3: the points on the unit sphere in 3-D (with a wireframe of the sphere); r = 2: the
+    unit circle; r = 1: the two points +-1 (jittered vertically); r > 3: a 2-D projection on the
+    first two principal axes of the plotted points (``sklearn.decomposition.PCA``), the
+    explained variance in the axis labels.
+
+    Parameters
+    ----------
+    model : path-like
+        A ``model.zarr``.
+    output : path-like
+        The PNG to write.
+    input : path-like, optional
+        The training corpus (for the labels; default the recorded path) or an
+        ``embedding.zarr`` (see :func:`sphdist.jobs.embedding.open_embedding_source`).
+    max_points : int, default 5000
+        Plot at most this many documents, a reproducible sample (:func:`sample_documents`) of
+        the documents that have a direction (empty documents, whose column is a placeholder,
+        are left out and counted in the title).
+    seed : int, default 0
+        Seed of the sample.
+
+    Returns
+    -------
+    dict
+        ``output``, ``projection`` (``"sphere-3d"``, ``"circle"``, ``"line"`` or ``"pca-2d"``),
+        ``n_points``, ``n_documents``, ``n_left_out`` (empty documents),
+        ``explained_variance_ratio`` (PCA only).
+
+    Raises
+    ------
+    ParameterError
+        If ``max_points < 1``.
+    CorpusMismatchError, InputNotFoundError, ModelFormatError
+        See :func:`sphdist.jobs.embedding.open_embedding_source`.
+    """
+    from matplotlib.figure import Figure
+
+    if max_points < 1:
+        raise ParameterError(f"max_points must be >= 1, got {max_points}.")
+    src = open_embedding_source(model, input)
+    r, n = src.V.shape
+    keep = np.arange(n) if src.degenerate is None else np.flatnonzero(~src.degenerate)
+    index = keep[sample_documents(keep.shape[0], max_points, seed)]
+    P = np.asarray(src.V[:, index].compute()).T  # (n_points, r)
+    names = src.label_strings(index)
+    groups = sorted({x for x in names if x is not None})
+    result: dict[str, Any] = {"output": str(output), "n_points": int(index.shape[0]),
+                              "n_documents": int(n), "n_left_out": int(n - keep.shape[0])}
+    fig = Figure(figsize=(7.0, 6.0))
+    if r == 3:
+        ax = fig.add_subplot(projection="3d")
+        u, w = np.mgrid[0 : 2 * np.pi : 24j, 0 : np.pi : 12j]
+        ax.plot_wireframe(np.cos(u) * np.sin(w), np.sin(u) * np.sin(w), np.cos(w),
+                          color="0.8", linewidth=0.4)
+        coords = (P[:, 0], P[:, 1], P[:, 2])
+        ax.set_box_aspect((1, 1, 1))
+        centre = P.mean(axis=0)  # look at the sphere from the side the documents are on
+        if np.linalg.norm(centre) > 1e-12:
+            ax.view_init(  # turned a little, so no axis is seen end-on
+                elev=float(np.degrees(np.arcsin(centre[2] / np.linalg.norm(centre)))) + 15,
+                azim=float(np.degrees(np.arctan2(centre[1], centre[0]))) + 30,
+            )
+        ax.set_xlabel("v1")
+        ax.set_ylabel("v2")
+        ax.set_zlabel("v3")
+        result["projection"] = "sphere-3d"
+    else:
+        ax = fig.add_subplot()
+        if r == 2:
+            t = np.linspace(0, 2 * np.pi, 200)
+            ax.plot(np.cos(t), np.sin(t), color="0.8", linewidth=0.8)
+            coords = (P[:, 0], P[:, 1])
+            ax.set_xlabel("v1")
+            ax.set_ylabel("v2")
+            result["projection"] = "circle"
+        elif r == 1:
+            jitter = np.random.default_rng(seed).uniform(-0.1, 0.1, size=P.shape[0])
+            coords = (P[:, 0], jitter)
+            ax.set_xlabel("v1")
+            ax.set_yticks([])
+            result["projection"] = "line"
+        else:
+            from sklearn.decomposition import PCA
+
+            pca = PCA(n_components=2, random_state=seed).fit(P)
+            Y = pca.transform(P)
+            ratio = pca.explained_variance_ratio_
+            coords = (Y[:, 0], Y[:, 1])
+            ax.set_xlabel(f"PC1 of the embedding ({100 * ratio[0]:.0f}% of the variance)")
+            ax.set_ylabel(f"PC2 ({100 * ratio[1]:.0f}%)")
+            result["projection"] = "pca-2d"
+            result["explained_variance_ratio"] = [float(x) for x in ratio]
+        ax.set_aspect("equal", adjustable="datalim")
+    names_arr = np.asarray([x if x is not None else "" for x in names])
+    size = 12 if index.shape[0] <= 2000 else 4
+    for i, group in enumerate(groups):
+        mask = names_arr == group
+        ax.scatter(*(c[mask] for c in coords), s=size, color=f"C{i % 10}", label=group,
+                   alpha=0.8, linewidths=0)
+    unlabeled = names_arr == ""
+    if unlabeled.any():
+        ax.scatter(*(c[unlabeled] for c in coords), s=size, color="0.5", alpha=0.6,
+                   label="(no label)" if groups else None, linewidths=0)
+    if groups:
+        ax.legend(loc="upper right", fontsize=8, markerscale=2, framealpha=0.8)
+    sampled = f"{index.shape[0]} of {n} documents" if index.shape[0] < n else f"{n} documents"
+    if n > keep.shape[0]:
+        sampled += f" ({n - keep.shape[0]} empty left out)"
+    how = {"sphere-3d": "on the unit sphere", "circle": "on the unit circle",
+           "line": "on the line", "pca-2d": f"r={r}, PCA projection to 2-D"}
+    fig.suptitle(f"{Path(model).name}: {sampled}, {how[result['projection']]}", fontsize=10)
+    _save(fig, output)
+    return result

@@ -1,0 +1,688 @@
+"""Where ingested documents come from: listing a source and reading it partition by partition.
+
+A source is planned once in the driver (:func:`plan`): the files are listed, plain JSON Lines
+files are scanned for line offsets, Parquet footers are read, and the documents are cut into
+*partitions*, picklable descriptions that a worker turns into documents with
+:meth:`Partition.records`. A record is ``(doc_id, text, label)``; a document that cannot be
+used is a :class:`Bad` naming the file and line (or row, or archive member) and the reason.
+Nothing here tokenises: that is :mod:`sphdist.text.ingest`'s job.
+"""
+
+from __future__ import annotations
+
+import glob as globmod
+import gzip
+import json
+import logging
+import os
+import posixpath
+import stat
+import tarfile
+import zlib
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from sphdist.errors import DataError, InputNotFoundError, ParameterError
+
+logger = logging.getLogger("sphdist")
+
+FORMATS = ("dir", "tar", "jsonl", "csv", "parquet")
+_TAR_SUFFIXES = (".tar", ".tar.gz", ".tgz", ".tar.bz2", ".tbz2", ".tar.xz", ".txz")
+_JSONL_SUFFIXES = (".jsonl", ".jsonl.gz", ".ndjson", ".ndjson.gz", ".json", ".json.gz")
+_CSV_SUFFIXES = (".csv", ".csv.gz", ".tsv", ".tsv.gz")
+_PARQUET_SUFFIXES = (".parquet", ".pq")
+_SCAN_BLOCK = 1 << 24  # bytes read at a time when scanning JSON Lines for line offsets
+
+
+@dataclass(frozen=True)
+class Bad:
+    """A document that cannot be ingested: ``where`` (file:line, member, row) and ``why``."""
+
+    where: str
+    why: str
+
+    def message(self) -> str:
+        """The one-line error message."""
+        return f"{self.where}: {self.why}"
+
+
+@dataclass(frozen=True)
+class Reading:
+    """How raw documents are checked and decoded (shared by every partition of a source)."""
+
+    encoding: str = "latin-1"
+    max_bytes: int = 10_000_000
+    text_field: str = "text"
+    label_field: str | None = None
+    id_field: str | None = None
+
+
+def _check_raw(where: str, content: bytes, reading: Reading) -> str | Bad:
+    """Decode the bytes of one document, refusing binary and oversized content."""
+    if len(content) > reading.max_bytes:
+        return Bad(where, f"document of {len(content)} bytes exceeds the limit of "
+                          f"{reading.max_bytes} bytes (max_document_bytes)")
+    nul = content.find(b"\x00")
+    if nul >= 0:
+        return Bad(where, f"binary content (NUL byte at offset {nul}), not text")
+    try:
+        return content.decode(reading.encoding)
+    except UnicodeDecodeError as exc:
+        return Bad(where, f"bytes {exc.start}-{exc.end} ({content[exc.start:exc.end]!r}) are "
+                          f"not valid {reading.encoding} ({exc.reason})")
+    except LookupError as exc:
+        raise ParameterError(f"encoding={reading.encoding!r}: {exc}.") from None
+
+
+def _check_text(where: str, text: Any, reading: Reading, what: str) -> str | Bad:
+    if text is None:
+        return Bad(where, f"the {what} is null")
+    if not isinstance(text, str):
+        return Bad(where, f"the {what} is a {type(text).__name__}, not a string")
+    if len(text) > reading.max_bytes:
+        return Bad(where, f"document of {len(text)} characters exceeds the limit of "
+                          f"{reading.max_bytes} (max_document_bytes)")
+    if "\x00" in text:
+        return Bad(where, "binary content (NUL character), not text")
+    return text
+
+
+Record = tuple[str, str, str | None]
+
+
+class Partition:
+    """A piece of a source read by one task; ``n_docs`` is None when unknown before reading."""
+
+    n_docs: int | None
+
+    def records(self, reading: Reading) -> Iterator[Record | Bad]:  # pragma: no cover
+        """Yield the documents of the partition, in corpus order."""
+        raise NotImplementedError
+
+
+# -- directory trees and tar archives ---------------------------------------------------------
+def _member_id(name: str) -> str:
+    return posixpath.normpath(name).lstrip("/")
+
+
+def label_of(doc_id: str) -> str:
+    """The label of a file document: the name of the folder holding it."""
+    return doc_id.rsplit("/", 2)[-2]
+
+
+@dataclass(frozen=True)
+class DirPartition(Partition):
+    """Files of a directory tree, by relative id."""
+
+    root: str
+    ids: tuple[str, ...]
+
+    @property
+    def n_docs(self) -> int:  # type: ignore[override]
+        """Number of documents."""
+        return len(self.ids)
+
+    def records(self, reading: Reading) -> Iterator[Record | Bad]:
+        """Yield ``(id, text, label)`` for each file, or a :class:`Bad`.
+
+        A file whose resolved path (symbolic links followed) is outside the source folder is
+        never opened: it is a :class:`Bad` (checked here, at read time, so that a link put in
+        place after listing is caught too).
+        """
+        root = os.path.realpath(self.root)
+        for doc_id in self.ids:
+            path = os.path.join(self.root, doc_id)
+            real = os.path.realpath(path)
+            if not _inside(real, root):
+                yield Bad(path, f"a symbolic link to {real}, outside the source folder "
+                                f"{root}: not read")
+                continue
+            try:
+                size = os.stat(path).st_size
+                if size > reading.max_bytes:
+                    yield Bad(path, f"document of {size} bytes exceeds the limit of "
+                                    f"{reading.max_bytes} bytes (max_document_bytes)")
+                    continue
+                with open(path, "rb") as f:
+                    content = f.read()
+            except OSError as exc:
+                yield Bad(path, f"could not be read ({type(exc).__name__}: {exc.strerror})")
+                continue
+            text = _check_raw(path, content, reading)
+            yield text if isinstance(text, Bad) else (doc_id, text, label_of(doc_id))
+
+
+@dataclass(frozen=True)
+class TarPartition(Partition):
+    """Members of a tar archive; the archive is read sequentially, once per partition."""
+
+    path: str
+    offsets: tuple[tuple[str, int], ...]  # (doc id, member offset), in id order
+
+    @property
+    def n_docs(self) -> int:  # type: ignore[override]
+        """Number of documents."""
+        return len(self.offsets)
+
+    def records(self, reading: Reading) -> Iterator[Record | Bad]:
+        """Yield ``(id, text, label)`` in id order (members are buffered for one partition)."""
+        wanted = dict(self.offsets)
+        found: dict[str, bytes | Bad] = {}
+        with tarfile.open(self.path, "r:*") as archive:
+            for member in archive:
+                if len(found) == len(wanted):
+                    break
+                name = _member_id(member.name)
+                if member.isfile() and wanted.get(name) == member.offset:
+                    where = f"{self.path}:{member.name}"
+                    if member.size > reading.max_bytes:
+                        found[name] = Bad(where, f"document of {member.size} bytes exceeds the "
+                                                 f"limit of {reading.max_bytes} bytes "
+                                                 "(max_document_bytes)")
+                    else:
+                        found[name] = archive.extractfile(member).read()  # type: ignore
+        for doc_id, _ in self.offsets:
+            content = found.get(doc_id)
+            where = f"{self.path}:{doc_id}"
+            if content is None:
+                yield Bad(where, "member listed at the start could not be read again (was the "
+                                 "archive modified while it was ingested?)")
+            elif isinstance(content, Bad):
+                yield content
+            else:
+                text = _check_raw(where, content, reading)
+                yield text if isinstance(text, Bad) else (doc_id, text, label_of(doc_id))
+
+
+def _inside(real: str, root: str) -> bool:
+    """Whether the resolved path ``real`` is ``root`` or below it (both resolved)."""
+    return real == root or real.startswith(root.rstrip(os.sep) + os.sep)
+
+
+def _list_directory(root: Path) -> list[str]:
+    """Ids of the documents of a directory tree: regular files and links to files, sorted later.
+
+    Symbolic links to files are listed (then read only if they resolve inside ``root``, see
+    :meth:`DirPartition.records`; a broken link or a link loop cannot be read and is a bad
+    document too); symbolic links to folders are never followed (``os.walk`` default): a
+    warning names them. Other special files (FIFOs, sockets, devices) are ignored.
+    """
+    def _raise(exc: OSError) -> None:
+        raise exc
+
+    ids, dir_links = [], []
+    for dirpath, dirnames, filenames in os.walk(root, onerror=_raise):
+        rel = Path(dirpath).relative_to(root)
+        dir_links.extend(str(Path(dirpath, d)) for d in dirnames
+                         if os.path.islink(os.path.join(dirpath, d)))
+        for name in filenames:
+            doc_id = (rel / name).as_posix()
+            if "/" not in doc_id:
+                continue
+            mode = os.lstat(os.path.join(dirpath, name)).st_mode
+            if stat.S_ISREG(mode) or stat.S_ISLNK(mode):
+                ids.append(doc_id)
+    if dir_links:
+        logger.warning(
+            "%s: %d symbolic link(s) to folders not followed (their files are not ingested), "
+            "e.g. %s. To ingest those files, copy them into the source folder.",
+            root, len(dir_links), "; ".join(sorted(dir_links)[:5]),
+        )
+    return ids
+
+
+def _list_tar(path: Path) -> dict[str, int]:
+    """Map each document id to the offset of its (last) member in the archive."""
+    try:
+        offsets = {}
+        with tarfile.open(path, "r:*") as archive:
+            for member in archive:
+                doc_id = _member_id(member.name)
+                if member.isfile() and "/" in doc_id:
+                    offsets[doc_id] = member.offset
+        return offsets
+    except (tarfile.TarError, EOFError, OSError, zlib.error) as exc:
+        raise DataError(
+            f"{path}: neither a directory nor a readable tar archive ({type(exc).__name__}: "
+            f"{exc}). To resolve this, pass a folder or a .tar/.tar.gz archive of text files, "
+            "or name the format (--format jsonl|csv|parquet)."
+        ) from exc
+
+
+def _select(
+    path: Path, doc_ids: list[str], categories: Iterable[str] | None,
+    max_docs_per_label: int | None, seed: int,
+) -> list[str]:
+    """The kept ids (sorted), after the category filter and per-label sampling."""
+    by_label: dict[str, list[str]] = {}
+    for doc_id in sorted(doc_ids):
+        by_label.setdefault(label_of(doc_id), []).append(doc_id)
+    if categories is None:
+        names = sorted(by_label)
+    else:
+        names = sorted(set(categories))
+        unknown = [c for c in names if c not in by_label]
+        if unknown:
+            raise ParameterError(
+                f"categories {unknown} are not labels of {path}; the available labels are "
+                f"{sorted(by_label)}."
+            )
+    kept = []
+    for name in names:
+        ids = by_label[name]
+        if max_docs_per_label is not None and len(ids) > max_docs_per_label:
+            rng = np.random.default_rng([seed, zlib.crc32(name.encode("utf-8"))])
+            picked = np.sort(rng.choice(len(ids), size=max_docs_per_label, replace=False))
+            ids = [ids[i] for i in picked]
+        kept.extend(ids)
+    return sorted(kept)
+
+
+# -- JSON Lines --------------------------------------------------------------------------------
+def _open_binary(path: str):
+    return gzip.open(path, "rb") if path.endswith(".gz") else open(path, "rb")
+
+
+@dataclass(frozen=True)
+class JsonlPartition(Partition):
+    """Lines ``first_line .. first_line + n_lines - 1`` (1-based) of a JSON Lines file.
+
+    ``start`` is the byte offset of ``first_line`` in a plain file; a gzip file is one
+    partition (``n_lines`` None: to the end).
+    """
+
+    path: str
+    start: int = 0
+    first_line: int = 1
+    n_lines: int | None = None
+    n_docs: int | None = None
+
+    def records(self, reading: Reading) -> Iterator[Record | Bad]:
+        """Yield ``(id, text, label)`` per non-blank line, or a :class:`Bad`."""
+        text_field, label_field, id_field = (
+            reading.text_field, reading.label_field, reading.id_field
+        )
+        with _open_binary(self.path) as f:
+            if self.start:
+                f.seek(self.start)
+            line_no = self.first_line - 1
+            while self.n_lines is None or line_no < self.first_line - 1 + self.n_lines:
+                raw = f.readline(reading.max_bytes + 2)
+                if not raw:
+                    break
+                line_no += 1
+                where = f"{self.path}:{line_no}"
+                if len(raw) > reading.max_bytes and len(raw.rstrip(b"\r\n")) > reading.max_bytes:
+                    rest = len(raw)
+                    while not raw.endswith(b"\n"):  # skip the rest of the long line
+                        raw = f.readline(1 << 20)
+                        if not raw:
+                            break
+                        rest += len(raw)
+                    yield Bad(where, f"line of {rest} bytes exceeds the limit of "
+                                     f"{reading.max_bytes} bytes (max_document_bytes)")
+                    continue
+                if not raw.strip():
+                    continue  # blank lines separate nothing in JSON Lines: not documents
+                try:
+                    line = raw.decode("utf-8")
+                except UnicodeDecodeError as exc:
+                    yield Bad(where, f"bytes {exc.start}-{exc.end} of the line are not valid "
+                                     "UTF-8 (JSON Lines must be UTF-8)")
+                    continue
+                try:
+                    obj = json.loads(line)
+                except json.JSONDecodeError as exc:
+                    yield Bad(where, f"not JSON ({exc.msg} at column {exc.colno})")
+                    continue
+                if not isinstance(obj, dict):
+                    yield Bad(where, f"a JSON {type(obj).__name__}, not an object with a "
+                                     f"{text_field!r} field")
+                    continue
+                if text_field not in obj:
+                    yield Bad(where, f"no {text_field!r} field (fields: {sorted(obj)[:10]}); "
+                                     "name the text field with --text-field")
+                    continue
+                text = _check_text(where, obj[text_field], reading, f"{text_field!r} field")
+                if isinstance(text, Bad):
+                    yield text
+                    continue
+                label = None
+                if label_field is not None:
+                    label = obj.get(label_field)
+                    if label is None or isinstance(label, (dict, list)):
+                        yield Bad(where, f"the {label_field!r} field (label) is missing, null "
+                                         "or not a scalar")
+                        continue
+                    label = str(label)
+                if id_field is not None:
+                    doc_id = obj.get(id_field)
+                    if doc_id is None or isinstance(doc_id, (dict, list)):
+                        yield Bad(where, f"the {id_field!r} field (id) is missing, null or not "
+                                         "a scalar")
+                        continue
+                    doc_id = str(doc_id)
+                else:
+                    doc_id = f"{self.path}:{line_no}"
+                yield doc_id, text, label
+
+
+def _scan_lines(path: str, lines_per_partition: int) -> tuple[list[JsonlPartition], int]:
+    """Cut a plain JSON Lines file into partitions of whole lines; return them and n lines."""
+    size = lines_per_partition
+    starts = [0]  # byte offset of the first line of every partition
+    n_newlines = offset = 0
+    last = b"\n"
+    with open(path, "rb") as f:
+        while block := f.read(_SCAN_BLOCK):
+            newlines = np.flatnonzero(np.frombuffer(block, dtype=np.uint8) == 10)
+            # partition p >= 1 starts after the newline of global index p * size - 1
+            first, stop = n_newlines, n_newlines + newlines.shape[0]
+            p = np.arange(-(-(first + 1) // size), stop // size + 1, dtype=np.int64)
+            starts.extend((offset + newlines[p * size - 1 - first] + 1).tolist())
+            n_newlines = stop
+            offset += len(block)
+            last = block[-1:]
+    n_lines = n_newlines + (last != b"\n")  # a last line without a newline counts
+    parts = []
+    for p, start in enumerate(starts):
+        first_line = p * size + 1
+        count = min(size, n_lines - first_line + 1)
+        if count > 0:
+            parts.append(JsonlPartition(path, start, first_line, count, None))
+    return parts, n_lines
+
+
+# -- CSV and Parquet ----------------------------------------------------------------------------
+def _check_columns(path: str, columns: Sequence[str], reading: Reading) -> list[str]:
+    wanted = [c for c in (reading.text_field, reading.label_field, reading.id_field) if c]
+    missing = [c for c in wanted if c not in columns]
+    if missing:
+        raise DataError(
+            f"{path}: no column {missing[0]!r} (columns: {list(columns)[:20]}). To resolve this, "
+            "name the columns with --text-field, --label-field and --id-field."
+        )
+    return wanted
+
+
+def _frame_records(frame, path: str, first_row: int, reading: Reading, what: str):
+    """Records of a pandas DataFrame whose first row is row ``first_row`` (1-based)."""
+    texts = frame[reading.text_field].tolist()
+    labels = frame[reading.label_field].tolist() if reading.label_field else None
+    ids = frame[reading.id_field].tolist() if reading.id_field else None
+    for i, text in enumerate(texts):
+        row = first_row + i
+        where = f"{path}:{what} {row}"
+        text = _check_text(where, None if _isna(text) else text, reading,
+                           f"{reading.text_field!r} value")
+        if isinstance(text, Bad):
+            yield text
+            continue
+        label = None
+        if labels is not None:
+            if _isna(labels[i]):
+                yield Bad(where, f"the {reading.label_field!r} value (label) is missing")
+                continue
+            label = str(labels[i])
+        if ids is not None:
+            if _isna(ids[i]):
+                yield Bad(where, f"the {reading.id_field!r} value (id) is missing")
+                continue
+            doc_id = str(ids[i])
+        else:
+            doc_id = f"{path}:{row}"
+        yield doc_id, text, label
+
+
+def _isna(value: Any) -> bool:
+    return value is None or (isinstance(value, float) and value != value)
+
+
+@dataclass(frozen=True)
+class CsvPartition(Partition):
+    """One CSV file, streamed ``rows`` at a time (row 1 is the first row after the header)."""
+
+    path: str
+    rows: int = 4096
+    n_docs: int | None = None
+
+    def records(self, reading: Reading) -> Iterator[Record | Bad]:
+        """Yield ``(id, text, label)`` per row, or a :class:`Bad`."""
+        import pandas as pd
+
+        wanted = [c for c in (reading.text_field, reading.label_field, reading.id_field) if c]
+        first = 1
+        try:
+            reader = pd.read_csv(
+                self.path, usecols=wanted, dtype=str, keep_default_na=False,
+                na_values=[], chunksize=self.rows, encoding="utf-8",
+                sep="\t" if ".tsv" in self.path else ",",
+            )
+            for frame in reader:
+                yield from _frame_records(frame, self.path, first, reading, "row")
+                first += len(frame)
+        except UnicodeDecodeError as exc:
+            raise DataError(
+                f"{self.path}: not valid UTF-8 after row {first - 1} ({exc.reason}). To "
+                "resolve this, re-encode the file as UTF-8."
+            ) from None
+        except (ValueError, pd.errors.ParserError) as exc:
+            raise DataError(
+                f"{self.path}: not a readable CSV file near row {first} ({exc}). To resolve "
+                "this, fix the file, or check --text-field/--label-field/--id-field."
+            ) from None
+
+
+@dataclass(frozen=True)
+class ParquetPartition(Partition):
+    """Row groups of a Parquet file, whose first row is ``first_row`` (1-based)."""
+
+    path: str
+    row_groups: tuple[int, ...] = ()
+    first_row: int = 1
+    n_docs: int | None = None
+
+    def records(self, reading: Reading) -> Iterator[Record | Bad]:
+        """Yield ``(id, text, label)`` per row, or a :class:`Bad`."""
+        import pyarrow.parquet as pq
+
+        wanted = [c for c in (reading.text_field, reading.label_field, reading.id_field) if c]
+        first = self.first_row
+        with pq.ParquetFile(self.path) as f:
+            for group in self.row_groups:
+                frame = f.read_row_group(group, columns=wanted).to_pandas()
+                yield from _frame_records(frame, self.path, first, reading, "row")
+                first += len(frame)
+
+
+# -- planning -----------------------------------------------------------------------------------
+@dataclass
+class Plan:
+    """A source cut into partitions."""
+
+    format: str
+    partitions: list[Partition]
+    n_documents: int | None  # None when unknown before reading (gzip, CSV)
+    n_available: int | None = None
+    paths: list[str] = field(default_factory=list)
+
+
+def _has_glob(text: str) -> bool:
+    return any(c in text for c in "*?[")
+
+
+def _guess_format(path: Path) -> str | None:
+    name = path.name.lower()
+    for fmt, suffixes in (("tar", _TAR_SUFFIXES), ("jsonl", _JSONL_SUFFIXES),
+                          ("csv", _CSV_SUFFIXES), ("parquet", _PARQUET_SUFFIXES)):
+        if name.endswith(suffixes):
+            return fmt
+    return None
+
+
+def _expand(source: str | os.PathLike[str] | Sequence[str | os.PathLike[str]]) -> list[Path]:
+    items = [source] if isinstance(source, (str, os.PathLike)) else list(source)
+    paths: list[Path] = []
+    for item in items:
+        text = os.fspath(item)
+        if _has_glob(text) and not Path(text).exists():
+            matches = sorted(globmod.glob(text, recursive=True))
+            if not matches:
+                raise InputNotFoundError(
+                    f"{text}: no file matches this pattern. To resolve this, check the path and "
+                    "quote the pattern so the shell does not expand it."
+                )
+            paths.extend(Path(m) for m in matches)
+        else:
+            path = Path(text)
+            if not path.exists():
+                raise InputNotFoundError(
+                    f"{path}: no such file or directory. To resolve this, pass a folder or a tar "
+                    "archive of text files, JSON Lines, CSV or Parquet files (or a quoted glob "
+                    "pattern of them)."
+                )
+            paths.append(path)
+    return paths
+
+
+def plan(
+    source: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
+    *,
+    format: str | None,
+    reading: Reading,
+    partition_size: int,
+    categories: Sequence[str] | None = None,
+    max_docs_per_label: int | None = None,
+    seed: int = 0,
+) -> Plan:
+    """List ``source`` and cut it into partitions of about ``partition_size`` documents.
+
+    Raises
+    ------
+    InputNotFoundError
+        A path (or every match of a pattern) is missing.
+    DataError
+        The source holds no document, is not of the format named, or lacks a column.
+    ParameterError
+        Unknown format or category, or options that do not apply to the format.
+    """
+    paths = _expand(source)
+    if format is None:
+        if len(paths) == 1 and paths[0].is_dir():
+            format = "dir"
+        else:
+            guesses = {_guess_format(p) for p in paths}
+            format = guesses.pop() if len(guesses) == 1 else None
+            if format is None:
+                format = "tar" if len(paths) == 1 else None
+            if format is None:
+                raise ParameterError(
+                    f"cannot tell the format of {[str(p) for p in paths][:5]} from the file "
+                    f"names. To resolve this, pass --format ({'|'.join(FORMATS)})."
+                )
+    if format not in FORMATS:
+        raise ParameterError(f"format={format!r}: expected one of {list(FORMATS)}.")
+    sampling = categories is not None or max_docs_per_label is not None
+    if format in ("dir", "tar"):
+        if len(paths) != 1:
+            raise ParameterError(
+                f"a {format} source is one path, got {len(paths)}. To resolve this, pass one "
+                "folder or archive."
+            )
+        return _plan_files(paths[0], format, partition_size, categories, max_docs_per_label,
+                           seed)
+    if sampling:
+        raise ParameterError(
+            "categories and max_docs_per_label apply to folder and tar sources (labels from "
+            "folder names). To resolve this, filter the records before ingesting."
+        )
+    files = [p for p in paths if p.is_file()]
+    for p in paths:
+        if p.is_dir():
+            raise ParameterError(
+                f"{p}: a directory given as a {format} source. To resolve this, pass its files "
+                f"with a quoted pattern, e.g. '{p}/*.{format}'."
+            )
+    partitions: list[Partition] = []
+    n_documents: int | None = 0
+    if format == "jsonl":
+        for p in files:
+            if str(p).endswith(".gz"):
+                partitions.append(JsonlPartition(str(p)))
+                n_documents = None
+            else:
+                parts, n_lines = _scan_lines(str(p), partition_size)
+                partitions.extend(parts)
+                if n_documents is not None:
+                    n_documents += n_lines
+    elif format == "csv":
+        import pandas as pd
+
+        for p in files:
+            try:
+                columns = pd.read_csv(p, nrows=0, sep="\t" if ".tsv" in p.name else ",").columns
+            except (ValueError, UnicodeDecodeError, pd.errors.ParserError) as exc:
+                raise DataError(f"{p}: not a readable CSV file ({exc}). To resolve this, pass a "
+                                "UTF-8 CSV file with a header row.") from None
+            except pd.errors.EmptyDataError:
+                columns = None  # an empty file: no documents
+            if columns is not None:
+                _check_columns(str(p), list(columns), reading)
+                partitions.append(CsvPartition(str(p), rows=min(partition_size, 1 << 16)))
+        n_documents = None
+    else:
+        import pyarrow.parquet as pq
+
+        for p in files:
+            try:
+                with pq.ParquetFile(p) as f:
+                    meta = f.metadata
+                    _check_columns(str(p), f.schema_arrow.names, reading)
+            except DataError:
+                raise
+            except Exception as exc:  # pyarrow raises ArrowInvalid, OSError, ...
+                raise DataError(f"{p}: not a readable Parquet file ({type(exc).__name__}: "
+                                f"{exc}). To resolve this, pass Parquet files.") from None
+            group, first = [], 1
+            rows = 0
+            for g in range(meta.num_row_groups):
+                group.append(g)
+                rows += meta.row_group(g).num_rows
+                if rows >= partition_size or g == meta.num_row_groups - 1:
+                    partitions.append(ParquetPartition(str(p), tuple(group), first, rows))
+                    first += rows
+                    group, rows = [], 0
+            n_documents = (n_documents or 0) + meta.num_rows
+    return Plan(format, partitions, n_documents, paths=[str(p) for p in files])
+
+
+def _plan_files(path: Path, format: str, partition_size: int, categories, max_docs_per_label,
+                seed) -> Plan:
+    if format == "dir":
+        if not path.is_dir():
+            raise DataError(f"{path}: not a directory. To resolve this, pass a folder, or name "
+                            "the format of the file with --format.")
+        ids = _list_directory(path)
+        offsets = None
+    else:
+        offsets = _list_tar(path)
+        ids = list(offsets)
+    if not ids:
+        raise DataError(
+            f"{path}: no documents found. Documents are files inside a folder named after "
+            "their label (e.g. 20news-bydate-train/sci.space/60154); files at the top level "
+            "are ignored. To resolve this, pass a source with that layout."
+        )
+    kept = _select(path, ids, categories, max_docs_per_label, seed)
+    partitions: list[Partition] = []
+    for lo in range(0, len(kept), partition_size):
+        piece = tuple(kept[lo:lo + partition_size])
+        if offsets is None:
+            partitions.append(DirPartition(str(path), piece))
+        else:
+            partitions.append(TarPartition(str(path), tuple((d, offsets[d]) for d in piece)))
+    return Plan(format, partitions, len(kept), n_available=len(ids), paths=[str(path)])

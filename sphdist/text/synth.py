@@ -1,0 +1,462 @@
+r"""Synthetic text collections with known topics, for scale work and tests.
+
+:func:`synth` draws ``n_docs`` documents from a seeded generative model and writes them either
+as raw JSON Lines (``{"id": ..., "label": ..., "text": ...}``, the input of
+``sphdist ingest --text-field text --label-field label --id-field id``) or directly as the
+``corpus.zarr`` that ingesting those lines would produce (hashing or vocabulary scheme, smooth
+idf, unit columns), without ever writing the text.
+
+The model
+---------
+A vocabulary of ``vocab_size`` pseudo-words (lowercase ASCII letters, each one token for
+scikit-learn's default token pattern, none of them an English stop word of scikit-learn's list
+by construction: every word starts with a consonant pair). Word ranks follow Zipf's law,
+:math:`p(r) \propto (r + 1)^{-s}`. There is one background distribution (the Zipf law over the
+vocabulary in its natural order) and ``n_topics`` topic distributions (the same law over a
+topic-specific permutation of the vocabulary, ``r -> (a_k r + b_k) mod V``). Document ``j``
+has a dominant topic ``z_j`` (its label, uniform over topics), a secondary topic and a
+dominant weight ``w_j ~ U(purity, 1)``; each of its ``L_j ~ max(1, Poisson(doc_length))``
+tokens comes from the background with probability ``background``, otherwise from the dominant
+topic with probability ``w_j`` and from the secondary topic otherwise. As ``purity >= 0.5``,
+the label is the topic with the largest weight.
+
+Every chunk of ``chunk_size`` documents is drawn from its own generator
+``numpy.random.default_rng([seed, 1, chunk])``, so the corpus is the same whatever the output
+format, and a chunk can be drawn again (the corpus route draws each chunk twice: document
+frequencies, then weights) instead of being kept.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import scipy.sparse as sp
+from tqdm import tqdm
+
+from sphdist.errors import OutputExistsError, ParameterError
+from sphdist.io import _atomic
+from sphdist.io.corpus import CorpusWriter
+from sphdist.text.tfidf import TextOptions, check_int, document_frequency, smooth_idf, weight
+
+__all__ = ["SynthSummary", "synth", "pseudo_words"]
+
+FORMATS = ("jsonl", "corpus")
+_CONSONANTS = "bcdfghjklmnprstvz"
+_ONSETS = [a + b for a in "bcdfgkpt" for b in "lr"] + ["st", "sp", "sk", "sm", "sn"]
+_VOWELS = "aeiou"
+
+
+def pseudo_words(n: int) -> np.ndarray:
+    """The first ``n`` pseudo-words of the synthetic vocabulary, in rank order.
+
+    Parameters
+    ----------
+    n : int
+        Number of words.
+
+    Returns
+    -------
+    ndarray of shape (n,), str
+        Distinct lowercase words: a consonant-pair onset, a vowel, then consonant-vowel
+        syllables encoding the index (each word is one token for scikit-learn's default
+        token pattern; the onset keeps them off scikit-learn's English stop-word list).
+
+    Examples
+    --------
+    >>> pseudo_words(3).tolist()
+    ['bla', 'ble', 'bli']
+    """
+    n = check_int("n", n, 0)
+    base = len(_ONSETS) * len(_VOWELS)
+    syllables = [c + v for c in _CONSONANTS for v in _VOWELS]
+    words = []
+    for i in range(n):
+        head, rest = i % base, i // base
+        word = _ONSETS[head // len(_VOWELS)] + _VOWELS[head % len(_VOWELS)]
+        while rest:
+            rest -= 1
+            word += syllables[rest % len(syllables)]
+            rest //= len(syllables)
+        words.append(word)
+    return np.asarray(words, dtype=str)
+
+
+@dataclass
+class SynthSummary:
+    """What :func:`synth` wrote.
+
+    Attributes
+    ----------
+    output : str
+        The path written.
+    format : str
+        ``"jsonl"`` or ``"corpus"``.
+    n_docs, n_topics, seed : int
+        The generation parameters.
+    n_tokens : int
+        Tokens drawn, over all documents.
+    nnz : int
+        Distinct (document, feature) pairs; ``nnz / n_docs`` is the mean number of distinct
+        features per document (distinct terms, up to hashing collisions).
+    seconds : float
+        Wall-clock time of the call, in seconds.
+    """
+
+    output: str
+    format: str
+    n_docs: int
+    n_topics: int
+    seed: int
+    n_tokens: int
+    nnz: int
+    seconds: float
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-serialisable fields."""
+        return dict(self.__dict__)
+
+
+class _Model:
+    """The topic model: Zipf CDF, topic permutations; draws chunks of term ids."""
+
+    def __init__(self, *, n_topics, vocab_size, doc_length, zipf_exponent, purity, background,
+                 seed):
+        self.n_topics, self.vocab_size = n_topics, vocab_size
+        self.doc_length, self.purity, self.background = doc_length, purity, background
+        self.seed = seed
+        p = (np.arange(1, vocab_size + 1, dtype=np.float64)) ** -zipf_exponent
+        self.cdf = np.cumsum(p / p.sum())
+        self.cdf[-1] = 1.0
+        rng = np.random.default_rng([seed, 0])
+        # affine permutations r -> (a r + b) mod V: a coprime with V
+        a = rng.integers(1, max(2, vocab_size), size=4 * n_topics + 16)
+        a = a[np.gcd(a, vocab_size) == 1]
+        while a.shape[0] < n_topics:  # pragma: no cover - V with many small factors
+            extra = rng.integers(1, max(2, vocab_size), size=64)
+            a = np.concatenate([a, extra[np.gcd(extra, vocab_size) == 1]])
+        self.a = a[:n_topics].astype(np.int64)
+        self.b = rng.integers(0, vocab_size, size=n_topics).astype(np.int64)
+
+    def draw(self, chunk: int, n_c: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Draw chunk ``chunk`` of ``n_c`` documents.
+
+        Returns ``labels`` (n_c,) int64, ``lengths`` (n_c,) int64 and the term ids of all
+        tokens, document after document, (sum(lengths),) int64.
+        """
+        rng = np.random.default_rng([self.seed, 1, chunk])
+        labels = rng.integers(0, self.n_topics, size=n_c)
+        second = rng.integers(0, self.n_topics, size=n_c)
+        w = rng.uniform(self.purity, 1.0, size=n_c)
+        lengths = np.maximum(1, rng.poisson(self.doc_length, size=n_c))
+        doc = np.repeat(np.arange(n_c), lengths)
+        n_t = doc.shape[0]
+        ranks = np.searchsorted(self.cdf, rng.random(n_t), side="right")
+        np.minimum(ranks, self.vocab_size - 1, out=ranks)
+        u = rng.random(n_t)
+        topic = np.where(rng.random(n_t) < w[doc], labels[doc], second[doc])
+        topical = u >= self.background
+        terms = ranks.astype(np.int64)
+        t = topic[topical]
+        terms[topical] = (self.a[t] * terms[topical] + self.b[t]) % self.vocab_size
+        return labels, lengths, terms
+
+
+def _check_float(name: str, value: Any, low: float, high: float) -> float:
+    try:
+        value = float(value)
+    except (TypeError, ValueError):
+        raise ParameterError(f"{name}={value!r}: expected a number.") from None
+    if not low <= value <= high:
+        raise ParameterError(f"{name}={value!r}: expected a number in [{low}, {high}].")
+    return value
+
+
+def synth(
+    output: str | os.PathLike[str],
+    *,
+    n_docs: int,
+    n_topics: int,
+    seed: int = 0,
+    doc_length: int = 100,
+    vocab_size: int = 50_000,
+    format: str = "jsonl",
+    n_features: int = 2**18,
+    vocabulary: bool = False,
+    chunk_size: int = 4096,
+    zipf_exponent: float = 1.0,
+    purity: float = 0.6,
+    background: float = 0.3,
+    overwrite: bool = False,
+    progress: bool = False,
+) -> SynthSummary:
+    """Write a synthetic collection of ``n_docs`` documents with ``n_topics`` known topics.
+
+    Parameters
+    ----------
+    output : path-like
+        For ``format="jsonl"``: the JSON Lines file (gzip-compressed when it ends in ``.gz``).
+        For ``format="corpus"``: the ``corpus.zarr`` directory.
+    n_docs : int
+        Number of documents, >= 1.
+    n_topics : int
+        Number of topics (and labels), >= 1.
+    seed : int, default 0
+        Non-negative seed; the same seed gives the same documents in both formats.
+    doc_length : int, default 100
+        Mean number of tokens per document (Poisson, at least 1). About 0.7 of them are
+        distinct terms with the defaults; ``SynthSummary.nnz / n_docs`` reports it.
+    vocab_size : int, default 50000
+        Number of distinct words V.
+    format : {"jsonl", "corpus"}, default "jsonl"
+    n_features : int, default 2**18
+        Hashed features of the corpus (``format="corpus"``, hashing scheme).
+    vocabulary : bool, default False
+        Corpus with the learned-vocabulary scheme (every word that occurs, sorted) instead
+        of hashing; as ``sphdist ingest --vocabulary``.
+    chunk_size : int, default 4096
+        Documents per generated (and stored) chunk.
+    zipf_exponent : float, default 1.0
+        Exponent s of the rank law, in [0, 5].
+    purity : float, default 0.6
+        Lower bound of the dominant topic's weight, in [0.5, 1].
+    background : float, default 0.3
+        Probability that a token comes from the topic-free background, in [0, 1).
+    overwrite : bool, default False
+        Replace an existing ``output``.
+    progress : bool, default False
+        Show a tqdm progress bar on stderr.
+
+    Returns
+    -------
+    SynthSummary
+
+    Raises
+    ------
+    ParameterError
+        If a parameter is out of range.
+    OutputExistsError
+        If ``output`` exists and ``overwrite`` is False.
+    OSError
+        If writing fails; nothing is then left at ``output`` (both formats are written to a
+        staging path and renamed at the end).
+
+    Notes
+    -----
+    The corpus route equals ``ingest`` of the JSON Lines route (same seed, same options):
+    each word is one token, so the counts of a document are the counts of its term ids mapped
+    to their features (``HashingVectorizer`` of the word, or its rank in the sorted
+    vocabulary); idf is ``ln((1 + n) / (1 + df)) + 1``, columns have unit L2 norm.
+    Memory: O(chunk_size * doc_length) per chunk plus O(n_docs) labels, O(V) vocabulary and
+    O(n_features) document frequencies. Cost: the JSON Lines route draws each chunk once; the
+    corpus route draws it twice, all vectorised.
+
+    Examples
+    --------
+    >>> import json, os, tempfile
+    >>> with tempfile.TemporaryDirectory() as folder:
+    ...     path = os.path.join(folder, "docs.jsonl")
+    ...     summary = synth(path, n_docs=3, n_topics=2, doc_length=5, seed=1)
+    ...     with open(path) as f:
+    ...         sorted(json.loads(f.readline()))
+    ['id', 'label', 'text']
+    >>> summary.n_docs, summary.format
+    (3, 'jsonl')
+    """
+    n_docs = check_int("n_docs", n_docs, 1)
+    n_topics = check_int("n_topics", n_topics, 1)
+    seed = check_int("seed", seed, 0)
+    doc_length = check_int("doc_length", doc_length, 1)
+    vocab_size = check_int("vocab_size", vocab_size, 1)
+    chunk_size = check_int("chunk_size", chunk_size, 1)
+    if format not in FORMATS:
+        raise ParameterError(f"format={format!r}: expected one of {list(FORMATS)}.")
+    options = TextOptions(vocabulary=bool(vocabulary), n_features=n_features)
+    model = _Model(
+        n_topics=n_topics, vocab_size=vocab_size, doc_length=doc_length,
+        zipf_exponent=_check_float("zipf_exponent", zipf_exponent, 0.0, 5.0),
+        purity=_check_float("purity", purity, 0.5, 1.0),
+        background=_check_float("background", background, 0.0, 0.999), seed=seed,
+    )
+    output = Path(output)
+    if output.exists() and not overwrite:
+        raise OutputExistsError(
+            f"{output} already exists. To resolve this, choose another output path or pass "
+            "--overwrite (overwrite=True)."
+        )
+    start = time.perf_counter()
+    words = pseudo_words(vocab_size)
+    bounds = [*range(0, n_docs, chunk_size), n_docs]
+    chunks = [(k, bounds[k], bounds[k + 1]) for k in range(len(bounds) - 1)]
+    width = len(str(n_docs - 1))
+    label_width = len(str(n_topics - 1))
+    if format == "jsonl":
+        n_tokens, nnz = _write_jsonl(output, model, words, chunks, width, label_width, progress)
+    else:
+        n_tokens, nnz = _write_corpus(output, model, words, chunks, width, label_width, options,
+                                      overwrite, progress)
+    return SynthSummary(
+        output=str(output), format=format, n_docs=n_docs, n_topics=n_topics, seed=seed,
+        n_tokens=int(n_tokens), nnz=int(nnz), seconds=time.perf_counter() - start,
+    )
+
+
+def _bar(total: int, desc: str, enabled: bool) -> tqdm:
+    return tqdm(total=total, desc=desc, unit="doc", disable=not enabled)
+
+
+def _doc_ids(lo: int, hi: int, width: int) -> list[str]:
+    return [f"doc{i:0{width}d}" for i in range(lo, hi)]
+
+
+def _write_jsonl(output, model, words, chunks, width, label_width, progress):
+    encoded = [w.encode("ascii") + b" " for w in words.tolist()]
+    lens = np.array([len(w) for w in encoded], dtype=np.int64)
+    offsets = np.concatenate([[0], np.cumsum(lens)])
+    buffer = np.frombuffer(b"".join(encoded), dtype=np.uint8)
+    staging = _atomic.staging_path(output)
+    opener = gzip.open if output.name.endswith(".gz") else open
+    n_tokens = nnz = 0
+    try:
+        with opener(staging, "wb", **({"compresslevel": 1} if opener is gzip.open else {})) as f, \
+                _bar(chunks[-1][2], "synth", progress) as bar:
+            for k, lo, hi in chunks:
+                labels, lengths, terms = model.draw(k, hi - lo)
+                n_tokens += terms.shape[0]
+                nnz += _distinct_pairs(lengths, terms, model.vocab_size)
+                # gather the bytes of every token ("word "), document after document
+                tok_len = lens[terms]
+                ends = np.cumsum(tok_len)
+                starts_out = ends - tok_len
+                index = np.arange(ends[-1]) - np.repeat(starts_out - offsets[terms], tok_len)
+                text = buffer[index].tobytes()
+                doc_end = ends[np.cumsum(lengths) - 1]
+                doc_start = np.concatenate([[0], doc_end[:-1]])
+                lines = [
+                    b'{"id": "doc%0*d", "label": "topic%0*d", "text": "%s"}\n'
+                    % (width, lo + i, label_width, z, text[s:e - 1])
+                    for i, (z, s, e) in enumerate(
+                        zip(labels.tolist(), doc_start.tolist(), doc_end.tolist(), strict=True)
+                    )
+                ]
+                f.write(b"".join(lines))
+                bar.update(hi - lo)
+        os.replace(staging, output) if not output.is_dir() else _replace_dir(staging, output)
+    except BaseException:
+        staging.unlink(missing_ok=True)
+        raise
+    return n_tokens, nnz
+
+
+def _replace_dir(staging: Path, output: Path) -> None:
+    _atomic.discard(output)
+    os.replace(staging, output)
+
+
+def _distinct_pairs(lengths: np.ndarray, terms: np.ndarray, v: int) -> int:
+    return int(_counts(lengths, terms, v).nnz)
+
+
+def _counts(lengths: np.ndarray, features: np.ndarray, m: int) -> sp.csr_matrix:
+    """Canonical CSR counts of shape (n_c, m), float64, from per-token feature ids."""
+    n_c = lengths.shape[0]
+    indptr = np.concatenate([[0], np.cumsum(lengths)])
+    counts = sp.csr_matrix(
+        (np.ones(features.shape[0]), features.astype(np.int32), indptr), shape=(n_c, m)
+    )
+    counts.sum_duplicates()  # sorts indices and sums repeats
+    return counts
+
+
+def _feature_map(words: np.ndarray, options: TextOptions) -> np.ndarray:
+    """Ndarray of shape (V,), int64: the hashed feature of every word."""
+    hashed = options.hashing_vectorizer().transform(words.tolist()).tocsr()
+    if not np.array_equal(np.diff(hashed.indptr), np.ones(len(words))):  # pragma: no cover
+        raise AssertionError("a synthetic word is not exactly one token")
+    return hashed.indices.astype(np.int64)
+
+
+def _write_corpus(output, model, words, chunks, width, label_width, options, overwrite,
+                  progress):
+    n = chunks[-1][2]
+    v = model.vocab_size
+    # pass 1: document frequencies, per term (vocabulary scheme) or per hashed feature
+    if options.vocabulary:
+        feature_of, m = np.arange(v, dtype=np.int64), v
+    else:
+        feature_of, m = _feature_map(words, options), options.n_features
+    df = np.zeros(m, dtype=np.int64)
+    present = np.zeros(model.n_topics, dtype=bool)
+    n_tokens = 0
+    with _bar(n, "synth pass 1/2", progress) as bar:
+        for k, lo, hi in chunks:
+            labels, lengths, terms = model.draw(k, hi - lo)
+            n_tokens += terms.shape[0]
+            present[labels] = True
+            df += document_frequency(_counts(lengths, feature_of[terms], m), m)
+            bar.update(hi - lo)
+    vocabulary = None
+    if options.vocabulary:  # every word that occurs, in sorted order (CountVectorizer's)
+        order = np.argsort(words, kind="stable")
+        kept = order[df[order] > 0]
+        feature_of = np.full(v, -1, dtype=np.int64)
+        feature_of[kept] = np.arange(kept.shape[0])
+        m, df, vocabulary = kept.shape[0], df[kept], words[kept].tolist()
+    idf = smooth_idf(df, n)
+    topics = np.flatnonzero(present)
+    label_names = [f"topic{t:0{label_width}d}" for t in topics]
+    code = np.full(model.n_topics, -1, dtype=np.int32)
+    code[topics] = np.arange(topics.shape[0], dtype=np.int32)
+    nnz = 0
+    with CorpusWriter(
+        output, n_features=m, feature_scheme=options.feature_scheme(m),
+        tfidf=options.tfidf(), label_names=label_names, vocabulary=vocabulary,
+        overwrite=overwrite,
+    ) as writer, _bar(n, "synth pass 2/2", progress) as bar:
+        for k, lo, hi in chunks:
+            labels, lengths, terms = model.draw(k, hi - lo)
+            counts = _counts(lengths, feature_of[terms], m)
+            nnz += counts.nnz
+            writer.write_chunk(weight(counts, idf, options.sublinear_tf),
+                               _doc_ids(lo, hi, width), code[labels])
+            bar.update(hi - lo)
+        writer.commit(idf, extra_attrs={
+            "source": "sphdist.text.synth",
+            "synth": {"n_docs": n, "n_topics": model.n_topics, "seed": model.seed,
+                      "doc_length": model.doc_length, "vocab_size": v,
+                      "purity": model.purity, "background": model.background},
+        })
+    return n_tokens, nnz
+
+
+def iter_documents(
+    n_docs: int, n_topics: int, *, seed: int = 0, doc_length: int = 100,
+    vocab_size: int = 50_000, chunk_size: int = 4096,
+) -> Iterator[tuple[str, str, str]]:
+    """Yield ``(id, label, text)`` of the documents :func:`synth` writes (for tests, small n).
+
+    Parameters are those of :func:`synth`; the other model parameters take their defaults.
+    """
+    model = _Model(n_topics=n_topics, vocab_size=vocab_size, doc_length=doc_length,
+                   zipf_exponent=1.0, purity=0.6, background=0.3, seed=seed)
+    words = pseudo_words(vocab_size)
+    width, label_width = len(str(n_docs - 1)), len(str(n_topics - 1))
+    for k, lo in enumerate(range(0, n_docs, chunk_size)):
+        hi = min(lo + chunk_size, n_docs)
+        labels, lengths, terms = model.draw(k, hi - lo)
+        ends = np.cumsum(lengths)
+        for i in range(hi - lo):
+            yield (f"doc{lo + i:0{width}d}", f"topic{labels[i]:0{label_width}d}",
+                   " ".join(words[terms[ends[i] - lengths[i]:ends[i]]]))
+
+
+def summary_json(summary: SynthSummary) -> str:
+    """The summary as one JSON object."""
+    return json.dumps(summary.to_dict())

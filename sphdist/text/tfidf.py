@@ -1,0 +1,282 @@
+"""Text options and tf-idf weighting shared by ingestion and synthetic corpora.
+
+Used by :mod:`sphdist.text.ingest` and :mod:`sphdist.text.synth`.
+
+Everything here reproduces scikit-learn's operations (``HashingVectorizer``,
+``CountVectorizer``, ``TfidfTransformer``) on one chunk of documents, so that a corpus built
+chunk by chunk, with document frequencies reduced across chunks, equals the in-memory
+``TfidfVectorizer`` / ``HashingVectorizer + TfidfTransformer`` result.
+"""
+
+from __future__ import annotations
+
+import numbers
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+import scipy.sparse as sp
+from sklearn.feature_extraction.text import CountVectorizer, HashingVectorizer
+from sklearn.preprocessing import normalize
+
+from sphdist.errors import ParameterError
+
+DEFAULT_TOKEN_PATTERN = r"(?u)\b\w\w+\b"
+STRIP_ACCENTS = (None, "ascii", "unicode")
+STOP_WORDS = (None, "english")
+
+
+def check_int(name: str, value: Any, low: int) -> int:
+    """Return ``value`` as an int, or raise ParameterError if it is not an integer >= low."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < low:
+        raise ParameterError(f"{name}={value!r}: expected an integer >= {low}.")
+    return int(value)
+
+
+def _check_df(name: str, value: Any) -> int | float:
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise ParameterError(f"{name}={value!r}: expected an integer >= 0 or a float in [0, 1].")
+    if isinstance(value, numbers.Integral):
+        if value < 0:
+            raise ParameterError(f"{name}={value!r}: expected an integer >= 0.")
+        return int(value)
+    if not 0.0 <= float(value) <= 1.0:
+        raise ParameterError(f"{name}={value!r}: a float must lie in [0, 1] (a fraction).")
+    return float(value)
+
+
+@dataclass(frozen=True)
+class TextOptions:
+    """How text becomes features and weights (scikit-learn's parameters of the same names).
+
+    ``vocabulary=False`` is the hashing scheme (``n_features`` hashed features, no alternate
+    sign); ``vocabulary=True`` learns a vocabulary (``min_df``, ``max_df``, ``max_features``,
+    optional mutual-information ``select``). ``fixed_vocabulary`` is a given vocabulary
+    (``ingest --like``).
+    """
+
+    vocabulary: bool = False
+    n_features: int = 2**18
+    lowercase: bool = True
+    token_pattern: str = DEFAULT_TOKEN_PATTERN
+    stop_words: str | None = None
+    strip_accents: str | None = None
+    min_df: int | float = 1
+    max_df: int | float = 1.0
+    max_features: int | None = None
+    select: str | None = None
+    n_select: int = 500
+    sublinear_tf: bool = False
+    fixed_vocabulary: tuple[str, ...] | None = field(default=None, repr=False)
+
+    def __post_init__(self) -> None:
+        check_int("n_features", self.n_features, 1)
+        if self.stop_words not in STOP_WORDS:
+            raise ParameterError(
+                f"stop_words={self.stop_words!r}: expected one of {list(STOP_WORDS)}."
+            )
+        if self.strip_accents not in STRIP_ACCENTS:
+            raise ParameterError(
+                f"strip_accents={self.strip_accents!r}: expected one of {list(STRIP_ACCENTS)}."
+            )
+        _check_df("min_df", self.min_df)
+        _check_df("max_df", self.max_df)
+        if self.max_features is not None:
+            check_int("max_features", self.max_features, 1)
+        if self.select not in (None, "mutual-info"):
+            raise ParameterError(
+                f"select={self.select!r}: expected None or 'mutual-info'."
+            )
+        check_int("n_select", self.n_select, 1)
+        learned = (self.min_df != 1, self.max_df != 1.0, self.max_features is not None,
+                   self.select is not None)
+        if not self.vocabulary and any(learned):
+            raise ParameterError(
+                "min_df, max_df, max_features and select apply to a learned vocabulary. To "
+                "resolve this, pass vocabulary=True (--vocabulary), or drop those options."
+            )
+
+    # -- scikit-learn objects -------------------------------------------------------------
+    def _common(self) -> dict[str, Any]:
+        return {
+            "lowercase": self.lowercase,
+            "token_pattern": self.token_pattern,
+            "stop_words": self.stop_words,
+            "strip_accents": self.strip_accents,
+            "dtype": np.float64,
+        }
+
+    def hashing_vectorizer(self) -> HashingVectorizer:
+        """``HashingVectorizer(n_features, alternate_sign=False, norm=None, ...)``."""
+        return HashingVectorizer(
+            n_features=self.n_features, alternate_sign=False, norm=None, **self._common()
+        )
+
+    def count_vectorizer(self, vocabulary: Any = None) -> CountVectorizer:
+        """``CountVectorizer`` with these options and no document-frequency pruning."""
+        return CountVectorizer(vocabulary=vocabulary, **self._common())
+
+    def analyzer(self):
+        """The callable turning one text into its list of tokens."""
+        return self.count_vectorizer().build_analyzer()
+
+    # -- stored attributes ----------------------------------------------------------------
+    def feature_scheme(self, n_features: int) -> dict[str, Any]:
+        """The ``feature_scheme`` attribute of a corpus with ``n_features`` rows."""
+        scheme: dict[str, Any] = {
+            "type": "vocabulary" if self.vocabulary else "hashing",
+            "n_features": int(n_features),
+            "lowercase": self.lowercase,
+            "token_pattern": self.token_pattern,
+            "ngram_range": [1, 1],
+            "analyzer": "word",
+            "stop_words": self.stop_words,
+            "strip_accents": self.strip_accents,
+        }
+        if self.vocabulary:
+            scheme.update(min_df=self.min_df, max_df=self.max_df,
+                          max_features=self.max_features, select=self.select,
+                          n_select=self.n_select if self.select else None)
+        else:
+            scheme["alternate_sign"] = False
+        return scheme
+
+    def tfidf(self, remove: tuple[str, ...] = ()) -> dict[str, Any]:
+        """The ``tfidf`` attribute."""
+        return {"smooth_idf": True, "sublinear_tf": self.sublinear_tf, "norm": "l2",
+                "remove": list(remove)}
+
+    def describe(self) -> dict[str, Any]:
+        """A JSON-serialisable summary (without the fixed vocabulary)."""
+        out = asdict(self)
+        out.pop("fixed_vocabulary")
+        return out
+
+
+def smooth_idf(df: np.ndarray, n_documents: int) -> np.ndarray:
+    """Idf = ln((1 + n) / (1 + df)) + 1, float64, with ``TfidfTransformer.fit``'s operations.
+
+    Parameters
+    ----------
+    df : ndarray of shape (m,), int
+        Documents containing each feature.
+    n_documents : int
+        Number of documents n.
+
+    Returns
+    -------
+    ndarray of shape (m,), float64
+
+    Examples
+    --------
+    >>> smooth_idf(np.array([0, 1, 3]), 3).round(4).tolist()
+    [2.3863, 1.6931, 1.0]
+    """
+    smoothed = df.astype(np.float64) + 1.0
+    idf = np.full_like(smoothed, fill_value=n_documents + 1)
+    idf /= smoothed
+    np.log(idf, out=idf)
+    idf += 1.0
+    return idf
+
+
+def weight(counts: sp.csr_matrix, idf: np.ndarray, sublinear_tf: bool = False) -> sp.csc_matrix:
+    """``TfidfTransformer(norm="l2").transform(counts).T``: documents as columns.
+
+    Parameters
+    ----------
+    counts : scipy.sparse.csr_matrix of shape (n_c, m), float64
+        Term counts of a chunk of documents (rows), modified in place.
+    idf : ndarray of shape (m,), float64
+    sublinear_tf : bool
+        Replace tf by 1 + ln(tf) first.
+
+    Returns
+    -------
+    scipy.sparse.csc_matrix of shape (m, n_c), float64
+        Unit L2 columns (zero columns stay zero), sorted indices.
+    """
+    counts = sp.csr_matrix(counts, dtype=np.float64)
+    counts.sum_duplicates()
+    if sublinear_tf:
+        np.log(counts.data, counts.data)
+        counts.data += 1.0
+    counts.data *= idf[counts.indices]
+    counts = normalize(counts, norm="l2", copy=False)
+    # the transpose of a canonical CSR matrix is a canonical CSC matrix: no copy, no sort
+    return sp.csc_matrix((counts.data, counts.indices, counts.indptr),
+                         shape=counts.shape[::-1])
+
+
+def document_frequency(counts: sp.csr_matrix, m: int) -> np.ndarray:
+    """Ndarray of shape (m,), int64: documents (rows) of canonical CSR ``counts`` per feature."""
+    return np.bincount(counts.indices, minlength=m).astype(np.int64)
+
+
+def limit_features(
+    dfs: np.ndarray, tfs: np.ndarray, n_documents: int, options: TextOptions
+) -> np.ndarray:
+    """Mask of the kept terms: ``CountVectorizer._limit_features`` on reduced statistics.
+
+    Parameters
+    ----------
+    dfs, tfs : ndarray of shape (n_terms,), int64
+        Document frequency and total count of every term, terms in sorted order.
+    n_documents : int
+    options : TextOptions
+
+    Returns
+    -------
+    ndarray of shape (n_terms,), bool
+        The same operations as scikit-learn, so ties of ``max_features`` break the same way.
+    """
+    max_df, min_df = options.max_df, options.min_df
+    high = max_df if isinstance(max_df, numbers.Integral) else max_df * n_documents
+    low = min_df if isinstance(min_df, numbers.Integral) else min_df * n_documents
+    mask = np.ones(len(dfs), dtype=bool)
+    mask &= dfs <= high
+    mask &= dfs >= low
+    limit = options.max_features
+    if limit is not None and mask.sum() > limit:
+        mask_inds = (-tfs[mask]).argsort()[:limit]
+        new_mask = np.zeros(len(dfs), dtype=bool)
+        new_mask[np.where(mask)[0][mask_inds]] = True
+        mask = new_mask
+    return mask
+
+
+def mutual_information(class_df: np.ndarray, class_sizes: np.ndarray) -> np.ndarray:
+    r"""Mutual information (nats) between each term's presence and the label.
+
+    Parameters
+    ----------
+    class_df : ndarray of shape (n_terms, n_classes), int64
+        Documents of each class containing each term.
+    class_sizes : ndarray of shape (n_classes,), int64
+        Documents per class.
+
+    Returns
+    -------
+    ndarray of shape (n_terms,), float64
+        :math:`I(x_t; y) = \sum_{x \in \{0,1\}} \sum_c p(x, c) \ln\frac{p(x, c)}{p(x) p(c)}`,
+        the value ``sklearn.feature_selection.mutual_info_classif(X > 0, y,
+        discrete_features=True)`` gives (``sklearn.metrics.mutual_info_score`` on the 2 x K
+        contingency table), computed from the reduced counts without the matrix.
+
+    Examples
+    --------
+    >>> mutual_information(np.array([[2, 0], [1, 1]]), np.array([2, 2])).round(4).tolist()
+    [0.6931, 0.0]
+    """
+    n = class_sizes.sum()
+    present = class_df.astype(np.float64)
+    absent = class_sizes[None, :] - present
+    p_c = class_sizes / n
+    mi = np.zeros(class_df.shape[0])
+    for table in (present, absent):
+        p_xc = table / n
+        p_x = p_xc.sum(axis=1, keepdims=True)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            terms = p_xc * (np.log(p_xc) - np.log(p_x) - np.log(p_c)[None, :])
+        mi += np.where(p_xc > 0, terms, 0.0).sum(axis=1)
+    return np.maximum(mi, 0.0)

@@ -1,0 +1,149 @@
+"""The sphdist command line, driven through click's runner."""
+
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from sphdist.cli import main
+from sphdist.io.store import open_model
+
+
+@pytest.fixture
+def runner():
+    return CliRunner()
+
+
+@pytest.fixture
+def source(tmp_path):
+    texts = {
+        "space": ["the rocket reached orbit", "nasa launch of the shuttle", "orbit of the moon"],
+        "sport": ["the pitcher threw a fastball", "baseball opener", "home run in the ninth"],
+    }
+    for label, docs in texts.items():
+        (tmp_path / "src" / label).mkdir(parents=True)
+        for i, text in enumerate(docs):
+            (tmp_path / "src" / label / f"{i}.txt").write_text(text)
+    return tmp_path / "src"
+
+
+def _error_line(result):
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("Error: ")
+    assert "Traceback" not in result.output
+    return lines[0]
+
+
+def test_ingest_fit_evaluate(runner, source, tmp_path):
+    corpus, model = tmp_path / "c.zarr", tmp_path / "m.zarr"
+    result = runner.invoke(main, ["ingest", str(source), "-o", str(corpus), "--n-features", "64"])
+    assert result.exit_code == 0, result.output
+    assert "6 documents" in result.stdout and "2 labels" in result.stdout
+
+    result = runner.invoke(main, [
+        "fit", "-i", str(corpus), "-o", str(model), "-r", "2", "--max-iter", "3", "--tol", "0",
+        "--n-workers", "1",
+    ])
+    assert result.exit_code == 0, result.output
+    lines = [line for line in result.stderr.splitlines() if line.startswith("iter ")]
+    assert [int(line.split()[1]) for line in lines] == [0, 1, 2, 3]
+    assert "dashboard http://127.0.0.1:" in result.stderr
+    assert open_model(model).n_iter == 3
+
+    result = runner.invoke(main, ["evaluate", "-m", str(model), "-i", str(corpus), "--json"])
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    assert report["n_documents"] == 6 and report["n_clusters"] == 2
+    assert 0.5 <= report["accuracy"] <= 1.0 and 0.0 <= report["nmi"] <= 1.0
+
+
+def test_missing_input_is_one_line_and_exit_1(runner, tmp_path):
+    result = runner.invoke(main, ["fit", "-i", str(tmp_path / "nope.zarr")])
+    assert result.exit_code == 1
+    assert "nope.zarr" in _error_line(result)
+
+
+def test_too_many_components_leaves_no_model(runner, source, tmp_path):
+    corpus, model = tmp_path / "c.zarr", tmp_path / "m.zarr"
+    runner.invoke(main, ["ingest", str(source), "-o", str(corpus), "--n-features", "64"])
+    result = runner.invoke(main, ["fit", "-i", str(corpus), "-o", str(model), "-r", "7"])
+    assert result.exit_code == 1
+    assert "n_components=7" in _error_line(result)
+    assert not model.exists()
+
+
+@pytest.mark.parametrize(
+    "args",
+    [["--lam", "fast"], ["--mu", "-1"], ["-r", "0"], ["--max-iter", "-2"], ["--tol", "x"]],
+)
+def test_bad_option_values_are_usage_errors(runner, tmp_path, args):
+    result = runner.invoke(main, ["fit", "-i", str(tmp_path), *args])
+    assert result.exit_code == 2
+    assert "Traceback" not in result.output
+
+
+def test_debug_shows_the_exception(runner, tmp_path):
+    result = runner.invoke(main, ["--debug", "fit", "-i", str(tmp_path / "nope.zarr")])
+    assert result.exit_code == 1
+    assert isinstance(result.exception, FileNotFoundError)
+
+
+def test_ingest_refuses_existing_output(runner, source, tmp_path):
+    corpus = tmp_path / "c.zarr"
+    assert runner.invoke(main, ["ingest", str(source), "-o", str(corpus)]).exit_code == 0
+    result = runner.invoke(main, ["ingest", str(source), "-o", str(corpus)])
+    assert result.exit_code == 1
+    assert "--overwrite" in _error_line(result)
+
+
+def test_quiet_and_log_level_silence_the_progress_lines(runner, source, tmp_path):
+    from distributed import LocalCluster
+
+    corpus = tmp_path / "c.zarr"
+    runner.invoke(main, ["ingest", str(source), "-o", str(corpus), "--n-features", "64"])
+    with LocalCluster(n_workers=1, processes=False, dashboard_address=None) as cluster:
+        results = {}
+        for flags in (["--quiet"], ["--log-level", "warning"]):
+            model = tmp_path / f"m{flags[-1]}.zarr"
+            results[model] = runner.invoke(main, [
+                *flags, "fit", "-i", str(corpus), "-o", str(model), "-r", "2", "--max-iter",
+                "2", "--scheduler-address", cluster.scheduler_address, "--json",
+            ])
+    for model, result in results.items():
+        assert result.exit_code == 0, result.output
+        assert "iter " not in result.stderr and "dashboard" not in result.stderr
+        report = json.loads(result.stdout)  # stdout is exactly one JSON object
+        assert report["n_iter"] == open_model(model).n_iter == 2
+
+
+def test_progress_lines_carry_objective_change_and_eta(runner, source, tmp_path):
+    from sphdist.cli._common import FitProgress
+
+    corpus = tmp_path / "c.zarr"
+    runner.invoke(main, ["ingest", str(source), "-o", str(corpus), "--n-features", "64"])
+    lines = []
+    progress = FitProgress(max_iter=3, bar=False)
+    import logging
+
+    handler = logging.Handler()
+    handler.emit = lambda record: lines.append(record.getMessage())
+    logger = logging.getLogger("sphdist")
+    logger.addHandler(handler)
+    level = logger.level
+    logger.setLevel(logging.INFO)
+    try:
+        import dask
+
+        from sphdist.jobs.workflow import fit_corpus
+
+        with dask.config.set(scheduler="sync"):
+            model = fit_corpus(corpus, tmp_path / "m.zarr", n_components=2, max_iter=3, tol=0,
+                               callback=progress)
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+    iters = [line for line in lines if line.startswith("iter ")]
+    assert len(iters) == 4
+    assert f"{model.objective[-1]:.10g}" in iters[-1] and "eta 00:00" in iters[-1]
+    assert "rel_change nan" in iters[0] and "eta ?" in iters[0]

@@ -1,0 +1,117 @@
+"""``sphdist info``: corpus, model (checkpoint state, histories), embedding, top terms."""
+
+import json
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from sphdist.cli import main
+from sphdist.io import _atomic
+from sphdist.io.corpus import CorpusWriter
+from sphdist.io.store import open_model
+from sphdist.jobs.workflow import fit_corpus
+
+from ..reference import random_corpus
+
+pytestmark = pytest.mark.usefixtures("sync_scheduler")
+
+M, N, R = 30, 40, 3
+WORDS = [f"w{i:02d}" for i in range(M)]
+
+
+def _corpus(path, vocabulary):
+    X = random_corpus(M, N, seed=4)
+    labels = np.arange(N) % 3
+    scheme = {"type": "vocabulary", "n_features": M} if vocabulary else {"type": "hashing",
+                                                                          "n_features": M}
+    with CorpusWriter(path, n_features=M, feature_scheme=scheme, label_names=["a", "b", "c"],
+                      vocabulary=WORDS if vocabulary else None) as w:
+        for a, b in ((0, 16), (16, 32), (32, N)):
+            w.write_chunk(X[:, a:b], [f"d{j}" for j in range(a, b)], labels[a:b])
+        return w.commit(idf=np.linspace(1, 2, M))
+
+
+@pytest.fixture(scope="module")
+def fitted(tmp_path_factory):
+    root = tmp_path_factory.mktemp("info")
+    out = {}
+    import dask
+
+    with dask.config.set(scheduler="sync"):
+        for name, vocab in (("vocab", True), ("hashed", False)):
+            corpus = _corpus(root / f"{name}.zarr", vocab)
+            model = fit_corpus(corpus.path, root / f"{name}.model.zarr", n_components=R,
+                               max_iter=8, tol=0, callback=None,
+                               checkpoint_every=100)
+            out[name] = (corpus, model)
+    return out
+
+
+def _run(*args):
+    result = CliRunner().invoke(main, list(map(str, args)))
+    return result
+
+
+def test_info_corpus(fitted):
+    corpus, _ = fitted["vocab"]
+    result = _run("info", corpus.path, "--json")
+    assert result.exit_code == 0, result.output
+    info = json.loads(result.stdout)
+    assert info["kind"] == "corpus" and info["shape"] == [M, N]
+    X = corpus.to_dask().compute()
+    assert info["nnz"] == X.nnz and info["density"] == pytest.approx(X.nnz / (M * N))
+    assert info["chunks"] == {"n_chunks": 3, "min": 8, "max": 16}
+    counts = np.bincount(np.arange(N) % 3)
+    assert info["labels"] == dict(zip("abc", counts.tolist(), strict=True))
+    assert info["has_vocabulary"] is True
+    text = _run("info", corpus.path)
+    assert "30 features x 40 documents" in text.stdout and "a 14, b 13, c 13" in text.stdout
+
+
+def test_info_model_histories_and_checkpoint_state(fitted, tmp_path):
+    _, model = fitted["hashed"]
+    result = _run("info", model.path, "--json")
+    info = json.loads(result.stdout)
+    assert info["kind"] == "model" and info["n_iter"] == 8
+    assert [info["n_features"], info["n_components"], info["n_documents"]] == [M, R, N]
+    assert info["objective"] == [[k, model.objective[k]] for k in range(4, 9)]
+    assert info["v_step_norm"][-1] == [8, model.attrs["v_step_norm"][-1]]
+    assert info["checkpoint"] == {"complete": True, "staging_dirs": [],
+                                  "previous_kept_as_old": False}
+    assert info["params"]["n_components"] == R
+    # a checkpoint being written (or left by a killed run) is reported, not hidden
+    staging = _atomic.staging_path(model.path)
+    staging.mkdir()
+    try:
+        info = json.loads(_run("info", model.path, "--json").stdout)
+        assert info["checkpoint"]["staging_dirs"] == [staging.name]
+        assert "staging dirs present: " + staging.name in _run("info", model.path).stdout
+    finally:
+        staging.rmdir()
+
+
+def test_top_terms(fitted):
+    _, model = fitted["vocab"]
+    result = _run("info", "--model", model.path, "--top-terms", "4", "--json")
+    assert result.exit_code == 0, result.output
+    top = json.loads(result.stdout)["top_terms"]
+    U = open_model(model.path).U
+    assert len(top) == R
+    for c in range(R):
+        expected = np.argsort(-np.abs(U[:, c]), kind="stable")[:4]
+        assert [t["term"] for t in top[c]] == [WORDS[i] for i in expected]
+        np.testing.assert_array_equal([t["weight"] for t in top[c]], U[expected, c])
+    assert "component 0" in _run("info", "--model", model.path, "--top-terms", "2").stdout
+
+
+def test_top_terms_of_a_hashed_model_is_a_clear_error(fitted):
+    _, model = fitted["hashed"]
+    result = _run("info", "--model", model.path, "--top-terms", "3")
+    assert result.exit_code == 1
+    assert "hashed" in result.stderr and "Traceback" not in result.output
+
+
+def test_info_missing_path(tmp_path):
+    result = _run("info", tmp_path / "nope.zarr")
+    assert result.exit_code == 1 and "nope.zarr" in result.stderr

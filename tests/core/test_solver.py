@@ -1,0 +1,243 @@
+"""The Dask solver against the dense reference, across chunk layouts and step-size modes."""
+
+import dask
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+from sphdist.core import kernels, solver
+from sphdist.errors import DataError, ParameterError
+
+from ..reference import LAYOUTS, algorithm1, chunked, random_corpus
+
+M, N, R = 80, 120, 4
+
+
+@pytest.fixture(scope="module")
+def X():
+    return random_corpus(M, N, density=0.08, seed=7, n_empty=3)
+
+
+pytestmark = pytest.mark.usefixtures("sync_scheduler")
+
+
+def _U0(seed=0):
+    return kernels.random_orthonormal(M, R, np.random.RandomState(seed))
+
+
+@pytest.mark.parametrize("layout", sorted(LAYOUTS))
+@pytest.mark.parametrize(
+    "lam, mu, ref",
+    [("exact", "exact", dict(lam=2.0, mu=None)),
+     (2.5, 7.0, dict(lam=2.5, mu=7.0)),
+     ("theory", "theory", dict(lam=None, mu=None, lc=True))],
+)
+def test_objective_history_equals_dense_reference(X, layout, lam, mu, ref):
+    state = solver.fit(
+        chunked(X, LAYOUTS[layout](N)), R, lam=lam, mu=mu, max_iter=8, tol=0, random_state=0
+    )
+    expected, U, V = algorithm1(X, _U0(), n_iter=8, **ref)
+    np.testing.assert_allclose(state.objective, expected, rtol=1e-10)
+    np.testing.assert_allclose(state.U, U, atol=1e-9)
+    np.testing.assert_allclose(state.V.compute(), V, atol=1e-9)
+
+
+def test_dense_blocks_give_the_same_fit(X):
+    sparse = solver.fit(chunked(X, [50, 70]), R, max_iter=5, tol=0, random_state=0)
+    dense = solver.fit(chunked(X.toarray(), [50, 70]), R, max_iter=5, tol=0, random_state=0)
+    np.testing.assert_allclose(sparse.objective, dense.objective, rtol=1e-12)
+
+
+@pytest.mark.parametrize("lam, mu", [("exact", "exact"), ("palm", "palm"), ("theory", "theory")])
+def test_constraints_hold_and_objective_never_increases(X, lam, mu):
+    seen = []
+
+    def check(state):
+        assert np.abs(state.U.T @ state.U - np.eye(R)).max() <= 1e-10
+        V = state.V.compute()
+        assert np.abs(np.linalg.norm(V, axis=0) - 1.0).max() <= 1e-10
+        seen.append(state.iteration)
+
+    state = solver.fit(
+        chunked(X, [30] * 4), R, lam=lam, mu=mu, max_iter=15, tol=0, random_state=1,
+        callback=check,
+    )
+    assert seen == list(range(16))
+    assert np.all(np.diff(state.objective) <= 1e-9 * state.objective[0])
+    # empty documents: q = 0 only when lam = 2; otherwise q = (lam - 2) v keeps v
+    assert state.n_degenerate == (3 if lam == "exact" else 0)
+    assert np.all(np.isfinite(state.V.compute()))
+
+
+def test_exact_block_minimisation_decreases_faster_than_theory(X):
+    exact = solver.fit(chunked(X, [60, 60]), R, max_iter=10, tol=0, random_state=0)
+    theory = solver.fit(
+        chunked(X, [60, 60]), R, lam="theory", mu="theory", max_iter=10, tol=0, random_state=0
+    )
+    assert exact.objective[0] == theory.objective[0]
+    assert exact.objective[-1] < theory.objective[-1]
+
+
+def test_tol_stops_on_relative_change(X):
+    state = solver.fit(chunked(X, [60, 60]), R, max_iter=500, tol=1e-3, random_state=0)
+    f = np.asarray(state.objective)
+    assert state.converged
+    assert abs(f[-2] - f[-1]) / f[-2] < 1e-3
+    assert np.all(np.abs(np.diff(f[:-1])) / f[:-2] >= 1e-3)
+
+
+def test_bitwise_identical_across_schedulers(X):
+    Xc = chunked(X, [13] * 9 + [3])
+    a = solver.fit(Xc, R, max_iter=5, tol=0, random_state=3, split_every=3)
+    with dask.config.set(scheduler="threads", num_workers=4):
+        b = solver.fit(Xc, R, max_iter=5, tol=0, random_state=3, split_every=3)
+    assert a.objective == b.objective
+    np.testing.assert_array_equal(a.U, b.U)
+    np.testing.assert_array_equal(a.V.compute(), b.V.compute())
+
+
+def test_svd_init_spans_the_leading_singular_subspace(X):
+    U0 = solver.svd_init(chunked(X, [40] * 3), R, np.random.RandomState(0), n_iter=6)
+    Y = np.linalg.svd(X.toarray(), full_matrices=False)[0][:, :R]
+    cosines = np.linalg.svd(Y.T @ U0, compute_uv=False)  # cosines of the principal angles
+    assert cosines.min() > 0.99
+    np.testing.assert_allclose(U0.T @ U0, np.eye(R), atol=1e-12)
+
+
+def test_svd_init_starts_lower_than_random(X):
+    Xc = chunked(X, [60, 60])
+    svd = solver.fit(Xc, R, init="svd", max_iter=0, random_state=0)
+    rnd = solver.fit(Xc, R, init="random", max_iter=0, random_state=0)
+    assert svd.objective[0] < rnd.objective[0]
+
+
+@pytest.mark.parametrize("max_partials", [1, 2, 8])
+def test_one_read_of_every_chunk_per_iteration(X, max_partials):
+    reads = []
+    Xc = chunked(X, [24] * 5).map_blocks(
+        lambda b: (reads.append(1), b)[1], dtype=float, meta=sp.csc_matrix((0, 0))
+    )
+    solver.fit(Xc, R, max_iter=4, tol=0, random_state=0, max_partials=max_partials)
+    assert len(reads) == 5 * (1 + 4)
+
+
+@pytest.mark.parametrize("max_partials", [1, 3, 100])
+def test_any_grouping_of_chunks_equals_dense_reference(X, max_partials):
+    state = solver.fit(
+        chunked(X, LAYOUTS["irregular"](N)), R, max_iter=6, tol=0, random_state=0,
+        max_partials=max_partials,
+    )
+    expected, U, V = algorithm1(X, _U0(), n_iter=6, lam=2.0, mu=None)
+    np.testing.assert_allclose(state.objective, expected, rtol=1e-10)
+    np.testing.assert_allclose(state.U, U, atol=1e-9)
+    np.testing.assert_allclose(state.V.compute(), V, atol=1e-9)
+
+
+def test_block_bounds_cover_chunks_in_order():
+    for n_chunks in (1, 2, 7, 49, 245):
+        for max_partials in (1, 2, 8, 300):
+            bounds = solver.block_bounds(n_chunks, max_partials)
+            assert len(bounds) <= max_partials
+            assert [a for a, _ in bounds[1:]] == [b for _, b in bounds[:-1]]
+            assert bounds[0][0] == 0 and bounds[-1][1] == n_chunks
+
+
+def test_block_bounds_bound_the_documents_one_task_holds():
+    rng = np.random.default_rng(0)
+    for _ in range(50):
+        sizes = rng.integers(1, 20_000, size=rng.integers(1, 80)).tolist()
+        for max_partials in (1, 3, 8):
+            bounds = solver.block_bounds(len(sizes), max_partials, sizes, 32768)
+            assert [a for a, _ in bounds[1:]] == [b for _, b in bounds[:-1]]
+            assert bounds[0][0] == 0 and bounds[-1][1] == len(sizes)
+            for a, b in bounds:  # within the bound, or one chunk that alone exceeds it
+                assert sum(sizes[a:b]) <= 32768 or b - a == 1
+            if sum(sizes) <= 32768:  # small corpora: the count bound alone decides
+                assert bounds == solver.block_bounds(len(sizes), max_partials)
+
+
+@pytest.mark.parametrize("lam, mu", [("exact", "exact"), (2.5, 7.0)])
+def test_gram_polar_route_follows_dense_reference(lam, mu):
+    # tall enough for the Gram route to be taken by "auto" too (m >= 64 r)
+    Xt = random_corpus(400, 60, density=0.1, seed=2, n_empty=0)
+    U0 = kernels.random_orthonormal(400, 3, np.random.RandomState(0))
+    ref = dict(lam=2.0, mu=None) if lam == "exact" else dict(lam=lam, mu=mu)
+    expected, U, V = algorithm1(Xt, U0, n_iter=6, **ref)
+    for polar in ("gram", "auto"):
+        state = solver.fit(
+            chunked(Xt, [25, 35]), 3, lam=lam, mu=mu, max_iter=6, tol=0, random_state=0,
+            polar=polar,
+        )
+        np.testing.assert_allclose(state.objective, expected, rtol=1e-10)
+        np.testing.assert_allclose(state.U, U, atol=1e-8)
+        np.testing.assert_allclose(state.V.compute(), V, atol=1e-8)
+
+
+def test_float32_compute_stays_close_to_float64(X):
+    Xc = chunked(X, [50, 70])
+    f64 = solver.fit(Xc, R, max_iter=6, tol=0, random_state=0)
+    f32 = solver.fit(Xc, R, max_iter=6, tol=0, random_state=0, dtype=np.float32)
+    assert f32.V.dtype == np.float32 and f32.U.dtype == f32.XVt.dtype == np.float64
+    np.testing.assert_allclose(f32.objective, f64.objective, rtol=1e-5)
+    np.testing.assert_allclose(f32.U, f64.U, atol=1e-4)
+    V = f32.V.compute()
+    assert np.abs(np.linalg.norm(V.astype(np.float64), axis=0) - 1.0).max() <= 1e-6
+    np.testing.assert_allclose(f32.U.T @ f32.U, np.eye(R), atol=1e-12)
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [(dict(n_components=0), "n_components=0"), (dict(n_components=M + 1), "n_components"),
+     (dict(lam=1.5), "lam=1.5"), (dict(mu=-1.0), "mu=-1.0"), (dict(lam="fast"), "lam='fast'"),
+     (dict(max_iter=-1), "max_iter"), (dict(tol=float("nan")), "tol"),
+     (dict(init="pca"), "init"), (dict(dtype=np.int64), "dtype"), (dict(polar="qr"), "polar"),
+     (dict(max_partials=0), "max_partials")],
+)
+def test_bad_parameters_raise(X, kwargs, match):
+    args = dict(n_components=R) | kwargs
+    with pytest.raises(ParameterError, match=match):
+        solver.fit(chunked(X, [N]), args.pop("n_components"), **args)
+
+
+def test_nan_in_x_raises(X):
+    bad = X.toarray()
+    bad[3, 5] = np.nan
+    with pytest.raises(DataError, match="NaN or Inf"):
+        solver.fit(chunked(bad, [N]), R, max_iter=1)
+
+
+def _topical_corpus(m=300, n=96, seed=5):
+    """Documents in groups of 24, each group on its own 40 of the m features (row-sparse)."""
+    rs = np.random.RandomState(seed)
+    cols = []
+    for g in range(n // 24):
+        rows = np.sort(rs.choice(m, 40, replace=False))
+        B = random_corpus(40, 24, density=0.2, seed=seed + g, n_empty=1)
+        cols.append(sp.csc_matrix((B.data, rows[B.indices], B.indptr), shape=(m, 24)))
+    return sp.csc_matrix(sp.hstack(cols))
+
+
+@pytest.mark.parametrize("split_every", [2, 8])
+def test_row_sparse_partials_give_bitwise_the_dense_fit(split_every):
+    Xs = _topical_corpus()
+    Xc = chunked(Xs, [12] * 8)
+    kw = dict(max_iter=4, tol=0, random_state=1, split_every=split_every, max_partials=4)
+    dense = solver.fit(Xc, 3, partials="dense", **kw)
+    for partials in ("rows", "auto"):
+        for scheduler in ("sync", "threads"):
+            with dask.config.set(scheduler=scheduler, num_workers=3):
+                got = solver.fit(Xc, 3, partials=partials, **kw)
+            assert got.objective == dense.objective
+            np.testing.assert_array_equal(got.U.view(np.int64), dense.U.view(np.int64))
+            np.testing.assert_array_equal(got.XVt.view(np.int64), dense.XVt.view(np.int64))
+            np.testing.assert_array_equal(got.V.compute(), dense.V.compute())
+    # and the dense route itself follows the dense NumPy reference
+    U0 = kernels.random_orthonormal(300, 3, np.random.RandomState(1))
+    expected, U, _ = algorithm1(Xs, U0, n_iter=4, lam=2.0, mu=None)
+    np.testing.assert_allclose(dense.objective, expected, rtol=1e-10)
+    np.testing.assert_allclose(dense.U, U, atol=1e-9)
+
+
+def test_partials_format_is_validated(X):
+    with pytest.raises(ParameterError, match="partials"):
+        solver.fit(chunked(X, [60, 60]), R, max_iter=1, partials="sparse")

@@ -1,0 +1,570 @@
+"""sphdist.text.ingest over every kind of source, against scikit-learn's in-memory tf-idf.
+
+References are computed here, in memory, with scikit-learn: ``TfidfVectorizer`` (vocabulary
+scheme) and ``HashingVectorizer(alternate_sign=False, norm=None)`` + ``TfidfTransformer``
+(hashing scheme), on the same texts; the stored matrix must equal them to 1e-12 whatever the
+source format and the partitioning.
+"""
+
+from __future__ import annotations
+
+import gzip
+import io
+import json
+import logging
+import tarfile
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import scipy.sparse as sp
+import zarr
+from click.testing import CliRunner
+from sklearn.feature_extraction.text import (
+    CountVectorizer,
+    HashingVectorizer,
+    TfidfTransformer,
+    TfidfVectorizer,
+)
+from sklearn.feature_selection import mutual_info_classif
+
+from sphdist.cli import main
+from sphdist.errors import (
+    CorpusFormatError,
+    DataError,
+    InputNotFoundError,
+    ParameterError,
+)
+from sphdist.text.ingest import ingest
+
+M = 2**10
+
+RECORDS = [  # (id, label, text)
+    ("d00", "space", "The Shuttle launch was delayed; the shuttle crew waited."),
+    ("d01", "space", "Orbit, orbit, ORBIT: launch windows and orbit insertion."),
+    ("d02", "food", "Café naïve crème brûlée, a café classic."),
+    ("d03", "food", "cafe creme and the bread and the butter"),
+    ("d04", "space", "moon rocket fuel rocket rocket"),
+    ("d05", "food", ""),  # empty text: a zero column, kept
+    ("d06", "food", "a b c ! ?"),  # no token of two word characters
+    ("d07", "space", "Shuttle orbit moon; the crew of the shuttle."),
+    ("d08", "food", "bread butter bread jam 42 42 x1"),
+    ("d09", "space", "Über straße naïve orbit"),
+    ("d10", "food", "jam and butter, toast and jam"),
+]
+IDS = [r[0] for r in RECORDS]
+TEXT = {r[0]: r[2] for r in RECORDS}
+LABEL = {r[0]: r[1] for r in RECORDS}
+
+
+# -- writing the same records in every format --------------------------------------------------
+def _jsonl(tmp_path: Path) -> str:
+    path = tmp_path / "docs.jsonl"
+    path.write_text("".join(json.dumps({"id": i, "label": lab, "text": t}) + "\n"
+                            for i, lab, t in RECORDS), encoding="utf-8")
+    return str(path)
+
+
+def _jsonl_gz_split(tmp_path: Path) -> str:
+    """Two gzip files and one plain file, matched by a pattern, in name order."""
+    pieces = [RECORDS[:4], RECORDS[4:9], RECORDS[9:]]
+    for k, piece in enumerate(pieces):
+        lines = "".join(json.dumps({"id": i, "label": lab, "text": t}) + "\n"
+                        for i, lab, t in piece).encode()
+        if k < 2:
+            with gzip.open(tmp_path / f"part{k}.jsonl.gz", "wb") as f:
+                f.write(lines)
+        else:
+            (tmp_path / f"part{k}.jsonl").write_bytes(lines.rstrip(b"\n"))  # no final newline
+    return str(tmp_path / "part*.jsonl*")
+
+
+def _csv(tmp_path: Path) -> str:
+    import pandas as pd
+
+    path = tmp_path / "docs.csv"
+    pd.DataFrame(RECORDS, columns=["id", "label", "text"]).to_csv(path, index=False)
+    return str(path)
+
+
+def _parquet(tmp_path: Path) -> str:
+    path = tmp_path / "docs.parquet"
+    table = pa.table({"id": IDS, "label": [r[1] for r in RECORDS],
+                      "text": [r[2] for r in RECORDS]})
+    pq.write_table(table, path, row_group_size=3)
+    return str(path)
+
+
+def _tree(tmp_path: Path) -> str:
+    for i, lab, t in RECORDS:
+        (tmp_path / "tree" / lab).mkdir(parents=True, exist_ok=True)
+        (tmp_path / "tree" / lab / i).write_bytes(t.encode("utf-8"))
+    return str(tmp_path / "tree")
+
+
+def _tar(tmp_path: Path) -> str:
+    path = tmp_path / "docs.tar.gz"
+    with tarfile.open(path, "w:gz") as archive:
+        for i, lab, t in reversed(RECORDS):
+            data = t.encode("utf-8")
+            info = tarfile.TarInfo(f"{lab}/{i}")
+            info.size = len(data)
+            archive.addfile(info, io.BytesIO(data))
+    return str(path)
+
+
+WRITERS = {"jsonl": _jsonl, "jsonl-gz-glob": _jsonl_gz_split, "csv": _csv,
+           "parquet": _parquet, "dir": _tree, "tar": _tar}
+FIELDS = {"text_field": "text", "label_field": "label", "id_field": "id"}
+
+
+def _ingest(kind: str, tmp_path: Path, out: str = "out.zarr", **kwargs):
+    source = WRITERS[kind](tmp_path)
+    fields = {} if kind in ("dir", "tar") else FIELDS
+    kwargs = {"encoding": "utf-8", "n_workers": 1, **fields, **kwargs}
+    return ingest(source, tmp_path / out, **kwargs)
+
+
+def _record_id(doc_id: str) -> str:
+    return doc_id.rsplit("/", 1)[-1]  # "space/d00" (tree, tar) -> "d00"
+
+
+def _matrix(corpus) -> np.ndarray:
+    return sp.hstack([corpus.read_chunk(i) for i in range(corpus.n_chunks)]).toarray()
+
+
+def _hashing_reference(texts, **options):
+    sublinear = options.pop("sublinear_tf", False)
+    counts = HashingVectorizer(n_features=M, alternate_sign=False, norm=None,
+                               **options).transform(texts)
+    tfidf = TfidfTransformer(sublinear_tf=sublinear)
+    return tfidf.fit_transform(counts).T.toarray(), tfidf.idf_
+
+
+# -- exactness across sources and partitions ---------------------------------------------------
+@pytest.mark.parametrize("partition_size", [1, 3, None])
+@pytest.mark.parametrize("kind", list(WRITERS))
+def test_hashing_matches_sklearn_across_sources(tmp_path, kind, partition_size):
+    corpus = _ingest(kind, tmp_path, n_features=M, chunk_size=2, partition_size=partition_size)
+    ids = [_record_id(d) for d in corpus.doc_ids]
+    assert sorted(ids) == IDS
+    if kind not in ("dir", "tar"):
+        assert ids == IDS  # file order, then line order
+    expected, idf = _hashing_reference([TEXT[i] for i in ids])
+    np.testing.assert_allclose(_matrix(corpus), expected, rtol=0, atol=1e-12)
+    np.testing.assert_allclose(corpus.idf, idf, rtol=1e-15)
+    assert corpus.label_names == ["food", "space"]
+    assert [corpus.label_names[c] for c in corpus.labels] == [LABEL[i] for i in ids]
+    assert set(np.asarray(ids)[corpus.empty]) == {"d05", "d06"}
+    assert corpus.attrs["ingest"]["n_documents"] == len(RECORDS)
+    assert corpus.attrs["ingest"]["n_skipped"] == 0
+    # chunks never straddle partitions, never exceed chunk_size
+    assert max(corpus.chunks) <= 2 and sum(corpus.chunks) == len(RECORDS)
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {},
+        {"min_df": 2},
+        {"max_df": 0.25},
+        {"min_df": 0.1, "max_df": 3},
+        {"max_features": 6},
+        {"stop_words": "english", "strip_accents": "unicode", "sublinear_tf": True},
+        {"lowercase": False, "token_pattern": r"(?u)\b\w+\b", "strip_accents": "ascii"},
+    ],
+)
+@pytest.mark.parametrize("partition_size", [2, None])
+def test_vocabulary_matches_tfidfvectorizer(tmp_path, options, partition_size):
+    corpus = _ingest("jsonl", tmp_path, vocabulary=True, chunk_size=2,
+                     partition_size=partition_size, **options)
+    reference = TfidfVectorizer(**options)
+    expected = reference.fit_transform([TEXT[i] for i in IDS]).T.toarray()
+    assert list(corpus.vocabulary) == list(reference.get_feature_names_out())
+    assert corpus.feature_scheme["type"] == "vocabulary"
+    assert corpus.shape == expected.shape
+    np.testing.assert_allclose(_matrix(corpus), expected, rtol=0, atol=1e-12)
+    np.testing.assert_allclose(corpus.idf, reference.idf_, rtol=1e-15)
+    norms = np.linalg.norm(_matrix(corpus), axis=0)
+    np.testing.assert_allclose(norms[~corpus.empty], 1.0, rtol=1e-14)
+    assert not norms[corpus.empty].any()
+
+
+def test_hashing_options_match_sklearn(tmp_path):
+    options = {"stop_words": "english", "strip_accents": "unicode", "sublinear_tf": True,
+               "lowercase": False}
+    corpus = _ingest("parquet", tmp_path, n_features=M, partition_size=4, **options)
+    expected, _ = _hashing_reference([TEXT[i] for i in IDS], **options)
+    np.testing.assert_allclose(_matrix(corpus), expected, rtol=0, atol=1e-12)
+    assert corpus.feature_scheme["stop_words"] == "english"
+    assert corpus.tfidf["sublinear_tf"] is True
+
+
+def test_select_mutual_information_matches_sklearn(tmp_path):
+    corpus = _ingest("jsonl", tmp_path, vocabulary=True, min_df=2, select="mutual-info",
+                     n_select=4, partition_size=3, chunk_size=1)
+    texts = [TEXT[i] for i in IDS]
+    y = [LABEL[i] for i in IDS]
+    counts = CountVectorizer(min_df=2).fit(texts)
+    terms = counts.get_feature_names_out()
+    presence = (counts.transform(texts) > 0).astype(np.int64)
+    mi = mutual_info_classif(presence, y, discrete_features=True)
+    best = np.sort(np.argsort(-mi, kind="stable")[:4])  # ties: the earlier term (documented)
+    assert list(corpus.vocabulary) == list(terms[best])
+    assert mi[best].min() >= np.delete(mi, best).max()  # the four highest
+    reference = TfidfVectorizer(vocabulary=list(terms[best]))
+    np.testing.assert_allclose(_matrix(corpus), reference.fit_transform(texts).T.toarray(),
+                               rtol=0, atol=1e-12)
+
+
+def test_select_needs_labels_and_vocabulary(tmp_path):
+    source = _jsonl(tmp_path)
+    with pytest.raises(ParameterError, match="labels"):
+        ingest(source, tmp_path / "a.zarr", vocabulary=True, select="mutual-info")
+    with pytest.raises(ParameterError, match="vocabulary"):
+        ingest(source, tmp_path / "b.zarr", label_field="label", select="mutual-info")
+    with pytest.raises(DataError, match="no term is left"):
+        ingest(source, tmp_path / "c.zarr", vocabulary=True, min_df=len(RECORDS))
+    assert not list(tmp_path.glob("*.zarr*"))
+
+
+# -- --like ----------------------------------------------------------------------------------
+NEW_TEXTS = ["shuttle orbit bread", "unknown words only", "Jam jam CAFÉ"]
+
+
+def _write_new(tmp_path: Path) -> str:
+    path = tmp_path / "new.jsonl"
+    path.write_text("".join(json.dumps({"text": t}) + "\n" for t in NEW_TEXTS))
+    return str(path)
+
+
+@pytest.mark.parametrize("vocabulary", [True, False])
+def test_like_corpus_transforms_as_the_fitted_vectorizer(tmp_path, vocabulary):
+    options = {"stop_words": "english", "sublinear_tf": True, "strip_accents": "unicode"}
+    base = _ingest("jsonl", tmp_path, "base.zarr", vocabulary=vocabulary, n_features=M,
+                   **options)
+    new = ingest(_write_new(tmp_path), tmp_path / "new.zarr", like=base.path, n_workers=1,
+                 stop_words=None)  # feature options are taken from `like`
+    texts = [TEXT[i] for i in IDS]
+    if vocabulary:
+        reference = TfidfVectorizer(**options).fit(texts)
+        expected = reference.transform(NEW_TEXTS).T.toarray()
+        assert list(new.vocabulary) == list(base.vocabulary)
+    else:
+        sub = options.pop("sublinear_tf")
+        hv = HashingVectorizer(n_features=M, alternate_sign=False, norm=None, **options)
+        tfidf = TfidfTransformer(sublinear_tf=sub).fit(hv.transform(texts))
+        expected = tfidf.transform(hv.transform(NEW_TEXTS)).T.toarray()
+    np.testing.assert_allclose(_matrix(new), expected, rtol=0, atol=1e-12)
+    np.testing.assert_array_equal(new.idf, base.idf)
+    assert new.feature_scheme == base.feature_scheme and new.tfidf == base.tfidf
+    assert new.attrs["ingest"]["like"]["fingerprint"] == base.fingerprint
+
+
+def test_like_model(tmp_path):
+    base = _ingest("jsonl", tmp_path, "base.zarr", vocabulary=True)
+    model = zarr.open_group(store=str(tmp_path / "model.zarr"), mode="w")
+    model.attrs.update({"sphdist": {"kind": "model", "format_version": 1},
+                        "corpus": {"feature_scheme": base.feature_scheme, "tfidf": base.tfidf,
+                                   "fingerprint": base.fingerprint}})
+    model.create_array("idf", data=base.idf)
+    vocab = model.create_array("vocabulary", shape=(base.n_features,), dtype=str)
+    vocab[:] = np.asarray(base.vocabulary, dtype=object)
+    new = ingest(_write_new(tmp_path), tmp_path / "new.zarr", like=tmp_path / "model.zarr",
+                 n_workers=1)
+    again = ingest(_write_new(tmp_path), tmp_path / "again.zarr", like=base.path, n_workers=1)
+    np.testing.assert_array_equal(_matrix(new), _matrix(again))
+
+
+def test_like_errors(tmp_path):
+    source = _write_new(tmp_path)
+    with pytest.raises(InputNotFoundError, match="nowhere.zarr"):
+        ingest(source, tmp_path / "a.zarr", like=tmp_path / "nowhere.zarr")
+    zarr.open_group(store=str(tmp_path / "other.zarr"), mode="w")
+    with pytest.raises(CorpusFormatError, match="other.zarr"):
+        ingest(source, tmp_path / "a.zarr", like=tmp_path / "other.zarr")
+    assert not (tmp_path / "a.zarr").exists()
+
+
+# -- bad input -----------------------------------------------------------------------------------
+def _lines(tmp_path: Path, lines: list[bytes], name: str = "bad.jsonl") -> str:
+    path = tmp_path / name
+    path.write_bytes(b"\n".join(lines) + b"\n")
+    return str(path)
+
+
+GOOD = [json.dumps({"text": t}).encode() for t in ("first good text", "second good one")]
+BAD_LINES = {
+    "not JSON": (b'{"text": "unterminated', "not JSON"),
+    "no text field": (b'{"body": "wrong field"}', "no 'text' field"),
+    "null text": (b'{"text": null}', "null"),
+    "text not a string": (b'{"text": 42}', "not a string"),
+    "not an object": (b'["text", "in a list"]', "not an object"),
+    "undecodable": (b'{"text": "caf\xe9"}', "not valid UTF-8"),
+    "binary": (b'{"text": "nul \\u0000 inside"}', "binary"),
+    "too long": (json.dumps({"text": "x" * 5000}).encode(), "exceeds the limit"),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD_LINES))
+def test_bad_jsonl_line_fails_naming_file_and_line(tmp_path, case):
+    line, reason = BAD_LINES[case]
+    source = _lines(tmp_path, [GOOD[0], b"", line, GOOD[1]])  # line 2 is blank
+    with pytest.raises(DataError, match=reason) as info:
+        ingest(source, tmp_path / "out.zarr", max_document_bytes=1000, n_workers=1)
+    message = str(info.value)
+    assert f"{source}:3" in message and "--on-error skip" in message
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.jsonl"]  # nothing left
+
+
+@pytest.mark.parametrize("case", list(BAD_LINES))
+def test_bad_jsonl_line_skipped_and_counted(tmp_path, case, caplog):
+    line, reason = BAD_LINES[case]
+    source = _lines(tmp_path, [GOOD[0], line, GOOD[1], line])
+    with caplog.at_level(logging.WARNING, logger="sphdist"):
+        corpus = ingest(source, tmp_path / "out.zarr", max_document_bytes=1000, on_error="skip",
+                        n_features=M, n_workers=1)
+    meta = corpus.attrs["ingest"]
+    assert meta["n_skipped"] == 2 and corpus.n_documents == 2
+    assert f"{source}:2" in meta["skipped_examples"][0] and reason in meta["skipped_examples"][0]
+    assert f"{source}:4" in meta["skipped_examples"][1]
+    assert list(corpus.doc_ids) == [f"{source}:1", f"{source}:3"]
+    expected, _ = _hashing_reference(["first good text", "second good one"])
+    np.testing.assert_allclose(_matrix(corpus), expected, rtol=0, atol=1e-12)
+    logging.getLogger("sphdist").propagate = True
+
+
+def test_skip_everything_is_an_error(tmp_path):
+    source = _lines(tmp_path, [b"nonsense", b"{}"])
+    with pytest.raises(DataError, match="2 skipped"):
+        ingest(source, tmp_path / "out.zarr", on_error="skip", n_workers=1)
+
+
+def _bad_tree(tmp_path: Path, content: bytes) -> str:
+    (tmp_path / "tree" / "a").mkdir(parents=True)
+    (tmp_path / "tree" / "a" / "good").write_bytes(b"fine text here")
+    (tmp_path / "tree" / "a" / "bad").write_bytes(content)
+    return str(tmp_path / "tree")
+
+
+@pytest.mark.parametrize(
+    ("content", "reason"),
+    [(b"caf\xe9 au lait", "not valid utf-8"), (b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR", "binary")],
+)
+def test_bad_file_in_tree(tmp_path, content, reason):
+    source = _bad_tree(tmp_path, content)
+    with pytest.raises(DataError, match=reason) as info:
+        ingest(source, tmp_path / "out.zarr", encoding="utf-8", n_workers=1)
+    assert str(Path(source) / "a" / "bad") in str(info.value)
+    corpus = ingest(source, tmp_path / "out.zarr", encoding="utf-8", on_error="skip",
+                    n_workers=1)
+    assert list(corpus.doc_ids) == ["a/good"] and corpus.attrs["ingest"]["n_skipped"] == 1
+
+
+def test_binary_member_in_tar(tmp_path):
+    path = tmp_path / "a.tar"
+    with tarfile.open(path, "w") as archive:
+        for name, data in (("x/ok", b"plain words"), ("x/blob", b"\x00\x01\x02")):
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            archive.addfile(info, io.BytesIO(data))
+    with pytest.raises(DataError, match=r"a\.tar:x/blob: binary"):
+        ingest(path, tmp_path / "out.zarr", n_workers=1)
+
+
+def test_fifty_megabyte_document(tmp_path):
+    source = _bad_tree(tmp_path, b"word " * (10 * 2**20))  # 50 MiB
+    with pytest.raises(DataError, match="52428800 bytes exceeds the limit") as info:
+        ingest(source, tmp_path / "out.zarr", n_workers=1)
+    assert "a/bad" in str(info.value)
+    corpus = ingest(source, tmp_path / "out.zarr", on_error="skip", n_workers=1)
+    assert corpus.n_documents == 1
+
+
+def test_long_jsonl_line_is_skipped_without_reading_the_next(tmp_path):
+    source = _lines(tmp_path, [GOOD[0], json.dumps({"text": "y" * 3000}).encode(), GOOD[1]])
+    corpus = ingest(source, tmp_path / "out.zarr", max_document_bytes=100, on_error="skip",
+                    n_workers=1)
+    assert list(corpus.doc_ids) == [f"{source}:1", f"{source}:3"]
+
+
+@pytest.mark.parametrize("partition_size", [1, None])
+def test_empty_documents_are_kept_and_counted(tmp_path, partition_size):
+    source = _lines(tmp_path, [b'{"text": ""}', GOOD[0], b'{"text": "   "}', b'{"text": "!"}'])
+    corpus = ingest(source, tmp_path / "out.zarr", n_workers=1, partition_size=partition_size)
+    np.testing.assert_array_equal(corpus.empty, [True, False, True, True])
+    assert corpus.n_empty == 3 and corpus.attrs["ingest"]["n_blank_text"] == 2
+
+
+def test_empty_and_missing_sources(tmp_path):
+    (tmp_path / "empty.jsonl").write_bytes(b"")
+    with pytest.raises(DataError, match="empty.jsonl"):
+        ingest(tmp_path / "empty.jsonl", tmp_path / "out.zarr")
+    (tmp_path / "blank.jsonl").write_bytes(b"\n\n")
+    with pytest.raises(DataError, match="no documents"):
+        ingest(tmp_path / "blank.jsonl", tmp_path / "out.zarr")
+    with pytest.raises(InputNotFoundError, match="missing.jsonl"):
+        ingest(tmp_path / "missing.jsonl", tmp_path / "out.zarr")
+    with pytest.raises(InputNotFoundError, match="no file matches"):
+        ingest(str(tmp_path / "none-*.jsonl"), tmp_path / "out.zarr")
+    assert not (tmp_path / "out.zarr").exists()
+
+
+def test_csv_and_parquet_columns(tmp_path):
+    csv = _csv(tmp_path)
+    with pytest.raises(DataError, match="no column 'body'"):
+        ingest(csv, tmp_path / "out.zarr", text_field="body")
+    path = tmp_path / "nulls.parquet"
+    pq.write_table(pa.table({"text": ["fine words", None, "more words"]}), path)
+    with pytest.raises(DataError, match=r"nulls\.parquet:row 2: the 'text' value is null"):
+        ingest(path, tmp_path / "out.zarr", n_workers=1)
+    corpus = ingest(path, tmp_path / "out.zarr", on_error="skip", n_workers=1)
+    assert list(corpus.doc_ids) == [f"{path}:1", f"{path}:3"]
+
+
+def test_unknown_format(tmp_path):
+    (tmp_path / "a.txt").write_text("text")
+    (tmp_path / "b.csv").write_text("text\nx\n")
+    with pytest.raises(ParameterError, match="--format"):
+        ingest([tmp_path / "a.txt", tmp_path / "b.csv"], tmp_path / "out.zarr")
+    with pytest.raises(ParameterError, match="categories"):
+        ingest(tmp_path / "b.csv", tmp_path / "out.zarr", categories=["x"])
+
+
+# -- parallel ------------------------------------------------------------------------------------
+@pytest.mark.slow
+@pytest.mark.cluster
+@pytest.mark.parametrize("method", ["fork", "spawn"])
+def test_process_pool_same_as_in_process(tmp_path, monkeypatch, method):
+    import sphdist.text.ingest
+
+    if method not in __import__("multiprocessing").get_all_start_methods():
+        pytest.skip(f"no {method} start method here")
+    monkeypatch.setattr(sphdist.text.ingest, "_start_method", lambda: method)
+    serial = _ingest("jsonl", tmp_path, "a.zarr", vocabulary=True, partition_size=2,
+                     chunk_size=1)
+    parallel = ingest(_jsonl(tmp_path), tmp_path / "b.zarr", vocabulary=True, partition_size=2,
+                      chunk_size=1, n_workers=2, **FIELDS)
+    assert parallel.attrs["ingest"]["workers"] == 2
+    assert list(parallel.doc_ids) == list(serial.doc_ids)
+    np.testing.assert_array_equal(_matrix(parallel), _matrix(serial))
+    np.testing.assert_array_equal(parallel.labels, serial.labels)
+
+
+# -- command line --------------------------------------------------------------------------------
+def test_cli_ingest_json_summary(tmp_path):
+    source = _jsonl(tmp_path)
+    result = CliRunner().invoke(main, [
+        "ingest", source, "-o", str(tmp_path / "out.zarr"), "--text-field", "text",
+        "--label-field", "label", "--id-field", "id", "--vocabulary", "--min-df", "2",
+        "--max-df", "0.9", "--stop-words", "english", "--n-workers", "1", "--json",
+    ])
+    assert result.exit_code == 0, result.output
+    summary = json.loads(result.stdout.splitlines()[-1])
+    assert summary["n_documents"] == len(RECORDS) and summary["n_skipped"] == 0
+    reference = TfidfVectorizer(min_df=2, max_df=0.9, stop_words="english")
+    reference.fit([TEXT[i] for i in IDS])
+    assert summary["n_features"] == len(reference.vocabulary_)
+
+
+def test_cli_bad_line(tmp_path):
+    source = _lines(tmp_path, [GOOD[0], b"oops"])
+    runner = CliRunner()
+    result = runner.invoke(main, ["ingest", source, "-o", str(tmp_path / "out.zarr")])
+    assert result.exit_code == 1
+    assert f"Error: {source}:2: not JSON" in result.output
+    assert "Traceback" not in result.output
+    result = runner.invoke(main, ["ingest", source, "-o", str(tmp_path / "out.zarr"),
+                                  "--on-error", "skip", "--json"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout.splitlines()[-1])["n_skipped"] == 1
+    assert "skipped 1 document" in result.stderr
+
+
+def test_cli_like_refuses_feature_options(tmp_path):
+    base = _ingest("jsonl", tmp_path, "base.zarr", n_features=M)
+    result = CliRunner().invoke(main, ["ingest", _write_new(tmp_path), "-o",
+                                       str(tmp_path / "new.zarr"), "--like", str(base.path),
+                                       "--stop-words", "english", "--n-features", "64"])
+    assert result.exit_code == 2
+    assert "--n-features, --stop-words" in result.output
+    assert not (tmp_path / "new.zarr").exists()
+
+
+def test_active_distributed_client_runs_the_partitions(tmp_path):
+    from distributed import Client, LocalCluster
+
+    serial = _ingest("jsonl", tmp_path, "a.zarr", partition_size=2, chunk_size=2, n_features=M)
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=False,
+                      dashboard_address=":0") as cluster, Client(cluster):
+        parallel = ingest(_jsonl(tmp_path), tmp_path / "b.zarr", partition_size=2, chunk_size=2,
+                          n_features=M, encoding="utf-8", **FIELDS)
+    assert parallel.attrs["ingest"]["workers"] == 2
+    assert list(parallel.doc_ids) == list(serial.doc_ids)
+    assert parallel.chunks == serial.chunks
+    np.testing.assert_array_equal(_matrix(parallel), _matrix(serial))
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [{"stop_words": "french"}, {"strip_accents": "latin"}, {"vocabulary": True, "min_df": -1},
+     {"vocabulary": True, "max_df": 1.5}, {"vocabulary": True, "max_features": 0},
+     {"min_df": 2}, {"vocabulary": True, "select": "chi2"},
+     {"vocabulary": True, "min_df": 5, "max_df": 2}],
+)
+def test_bad_text_options(tmp_path, kwargs):
+    with pytest.raises(ParameterError):
+        ingest(_jsonl(tmp_path), tmp_path / "out.zarr", n_workers=1, **kwargs)
+    assert not (tmp_path / "out.zarr").exists()
+
+
+def _linked_tree(tmp_path: Path) -> tuple[Path, Path]:
+    """A tree with links out of it (file, folder), a link loop and a link inside it."""
+    outside = tmp_path / "outside"
+    (outside / "secret").mkdir(parents=True)
+    (outside / "passwd").write_bytes(b"outside words never ingested")
+    (outside / "secret" / "key").write_bytes(b"outside folder words")
+    tree = tmp_path / "tree"
+    (tree / "a").mkdir(parents=True)
+    (tree / "a" / "good").write_bytes(b"shuttle orbit launch")
+    (tree / "a" / "link_in").symlink_to(tree / "a" / "good")  # inside -> inside: read
+    (tree / "a" / "link_out").symlink_to(outside / "passwd")  # file outside: refused
+    (tree / "a" / "loop").symlink_to(tree / "a" / "loop")  # loop: unreadable
+    (tree / "b").symlink_to(outside / "secret", target_is_directory=True)  # not followed
+    return tree, outside
+
+
+def test_symlinks_never_read_outside_the_source_folder(tmp_path, caplog):
+    tree, outside = _linked_tree(tmp_path)
+    with pytest.raises(DataError, match="outside the source folder") as info:
+        ingest(tree, tmp_path / "out.zarr", n_workers=1)
+    assert str(tree / "a" / "link_out") in str(info.value)
+    assert not (tmp_path / "out.zarr").exists()
+    with caplog.at_level(logging.WARNING, logger="sphdist"):
+        corpus = ingest(tree, tmp_path / "out.zarr", on_error="skip", n_workers=1,
+                        n_features=M)
+    # the link inside the tree is a document (its own id, same text); the link out and the
+    # loop are skipped and counted; the linked folder is not followed, and named
+    assert list(corpus.doc_ids) == ["a/good", "a/link_in"]
+    summary = corpus.attrs["ingest"]
+    assert summary["n_skipped"] == 2
+    assert any("link_out" in e and "outside" in e for e in summary["skipped_examples"])
+    assert any("loop" in e for e in summary["skipped_examples"])
+    assert str(tree / "b") in caplog.text and "not followed" in caplog.text
+    X = _matrix(corpus)
+    np.testing.assert_array_equal(X[:, 0], X[:, 1])
+    reference, _ = _hashing_reference(["shuttle orbit launch"] * 2)
+    np.testing.assert_allclose(X, reference, atol=1e-12)
+
+
+def test_link_swapped_in_after_listing_is_not_read(tmp_path):
+    from sphdist.text.sources import DirPartition, Reading
+
+    tree, outside = _linked_tree(tmp_path)
+    part = DirPartition(str(tree), ("a/good",))
+    (tree / "a" / "good").unlink()
+    (tree / "a" / "good").symlink_to(outside / "passwd")
+    (record,) = list(part.records(Reading()))
+    assert "outside the source folder" in record.message()

@@ -1,0 +1,143 @@
+"""sphdist.text.synth: the synthetic collection, its two formats, and what ingest makes of them."""
+
+from __future__ import annotations
+
+import gzip
+import json
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+from click.testing import CliRunner
+from sklearn.feature_extraction.text import (
+    ENGLISH_STOP_WORDS,
+    HashingVectorizer,
+    TfidfTransformer,
+    TfidfVectorizer,
+)
+
+from sphdist.cli import main
+from sphdist.errors import OutputExistsError, ParameterError
+from sphdist.io.corpus import Corpus
+from sphdist.text.ingest import ingest
+from sphdist.text.synth import iter_documents, pseudo_words, synth
+
+M = 2**12
+
+
+def _matrix(corpus) -> np.ndarray:
+    return sp.hstack([corpus.read_chunk(i) for i in range(corpus.n_chunks)]).toarray()
+
+
+def _read_jsonl(path):
+    opener = gzip.open if str(path).endswith(".gz") else open
+    with opener(path, "rt", encoding="utf-8") as f:
+        return [json.loads(line) for line in f]
+
+
+def test_pseudo_words_are_single_tokens_and_not_stop_words():
+    words = pseudo_words(5000)
+    assert len(set(words.tolist())) == 5000
+    assert not set(words.tolist()) & ENGLISH_STOP_WORDS
+    analyzer = TfidfVectorizer().build_analyzer()
+    assert all(analyzer(w) == [w] for w in words[::7])
+
+
+@pytest.mark.parametrize("name", ["docs.jsonl", "docs.jsonl.gz"])
+def test_jsonl_is_seeded_and_labelled(tmp_path, name):
+    summary = synth(tmp_path / name, n_docs=50, n_topics=3, seed=7, doc_length=20,
+                    vocab_size=300, chunk_size=16)
+    records = _read_jsonl(tmp_path / name)
+    assert [r["id"] for r in records] == [f"doc{i:02d}" for i in range(50)]
+    assert {r["label"] for r in records} <= {"topic0", "topic1", "topic2"}
+    assert [(r["id"], r["label"], r["text"]) for r in records] == list(
+        iter_documents(50, 3, seed=7, doc_length=20, vocab_size=300, chunk_size=16)
+    )
+    assert summary.n_tokens == sum(len(r["text"].split()) for r in records)
+    synth(tmp_path / "again.jsonl", n_docs=50, n_topics=3, seed=7, doc_length=20,
+          vocab_size=300, chunk_size=16)
+    assert _read_jsonl(tmp_path / "again.jsonl") == records
+    synth(tmp_path / "other.jsonl", n_docs=50, n_topics=3, seed=8, doc_length=20,
+          vocab_size=300, chunk_size=16)
+    assert _read_jsonl(tmp_path / "other.jsonl") != records
+
+
+def test_labels_are_the_dominant_topic(tmp_path):
+    # documents of the same label share far more vocabulary than documents of different ones
+    synth(tmp_path / "d.jsonl", n_docs=300, n_topics=3, seed=0, doc_length=80, vocab_size=2000)
+    records = _read_jsonl(tmp_path / "d.jsonl")
+    X = TfidfVectorizer().fit_transform([r["text"] for r in records])
+    y = np.array([r["label"] for r in records])
+    sims = (X @ X.T).toarray()
+    same = sims[y[:, None] == y[None, :]].mean()
+    other = sims[y[:, None] != y[None, :]].mean()
+    assert same > 2 * other
+
+
+@pytest.mark.parametrize("chunk_size", [7, 1000])
+def test_corpus_equals_sklearn_on_the_jsonl_text(tmp_path, chunk_size):
+    kwargs = {"n_docs": 60, "n_topics": 4, "seed": 3, "doc_length": 30, "vocab_size": 500,
+              "chunk_size": chunk_size}
+    synth(tmp_path / "d.jsonl", **kwargs)
+    synth(tmp_path / "h.zarr", format="corpus", n_features=M, **kwargs)
+    synth(tmp_path / "v.zarr", format="corpus", vocabulary=True, **kwargs)
+    records = _read_jsonl(tmp_path / "d.jsonl")
+    texts = [r["text"] for r in records]
+
+    hashed = Corpus(tmp_path / "h.zarr")
+    counts = HashingVectorizer(n_features=M, alternate_sign=False, norm=None).transform(texts)
+    np.testing.assert_allclose(_matrix(hashed), TfidfTransformer().fit_transform(counts).T
+                               .toarray(), rtol=0, atol=1e-12)
+    assert list(hashed.doc_ids) == [r["id"] for r in records]
+    assert [hashed.label_names[c] for c in hashed.labels] == [r["label"] for r in records]
+
+    learned = Corpus(tmp_path / "v.zarr")
+    reference = TfidfVectorizer()
+    expected = reference.fit_transform(texts).T.toarray()
+    assert list(learned.vocabulary) == list(reference.get_feature_names_out())
+    np.testing.assert_allclose(_matrix(learned), expected, rtol=0, atol=1e-12)
+
+    # and it is what `ingest` writes from the lines
+    ingested = ingest(tmp_path / "d.jsonl", tmp_path / "i.zarr", n_features=M,
+                      label_field="label", id_field="id", n_workers=1, chunk_size=chunk_size)
+    np.testing.assert_array_equal(_matrix(ingested), _matrix(hashed))
+    np.testing.assert_array_equal(ingested.idf, hashed.idf)
+    assert ingested.feature_scheme == hashed.feature_scheme
+    assert ingested.tfidf == hashed.tfidf
+    assert ingested.chunks == hashed.chunks
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [{"n_docs": 0}, {"n_topics": 0}, {"format": "csv"}, {"purity": 0.2}, {"seed": -1},
+     {"background": 1.0}, {"doc_length": 0}],
+)
+def test_bad_parameters(tmp_path, kwargs):
+    params = {"n_docs": 5, "n_topics": 2, **kwargs}
+    with pytest.raises(ParameterError):
+        synth(tmp_path / "x.jsonl", **params)
+    assert not list(tmp_path.iterdir())
+
+
+def test_existing_output(tmp_path):
+    (tmp_path / "x.jsonl").write_text("keep")
+    with pytest.raises(OutputExistsError):
+        synth(tmp_path / "x.jsonl", n_docs=5, n_topics=2)
+    assert (tmp_path / "x.jsonl").read_text() == "keep"
+    synth(tmp_path / "x.jsonl", n_docs=5, n_topics=2, overwrite=True)
+    assert len(_read_jsonl(tmp_path / "x.jsonl")) == 5
+
+
+def test_cli_synth(tmp_path):
+    result = CliRunner().invoke(main, [
+        "synth", "--n-docs", "40", "--n-topics", "2", "--seed", "1", "--doc-length", "10",
+        "--format", "corpus", "--n-features", "256", "-o", str(tmp_path / "c.zarr"), "--json",
+    ])
+    assert result.exit_code == 0, result.output
+    summary = json.loads(result.stdout)
+    corpus = Corpus(tmp_path / "c.zarr")
+    assert summary["n_docs"] == corpus.n_documents == 40
+    assert summary["nnz"] == corpus.nnz and corpus.shape == (256, 40)
+    result = CliRunner().invoke(main, ["synth", "--n-docs", "4", "--n-topics", "2",
+                                       "-o", str(tmp_path / "c.zarr")])
+    assert result.exit_code == 1 and "Error:" in result.output and "exists" in result.output
