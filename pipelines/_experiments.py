@@ -25,8 +25,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import click
 import numpy as np
 import scipy.sparse as sp
+from _paper_tables import LIU_TABLE1, LIU_TABLE2, SUN_TABLE1  # noqa: F401 - ex.LIU_TABLE1 ...
 from sklearn.cluster import KMeans
 from sklearn.decomposition import NMF, TruncatedSVD
 from sklearn.exceptions import ConvergenceWarning
@@ -36,51 +38,16 @@ from sklearn.metrics import normalized_mutual_info_score
 from sklearn.preprocessing import MinMaxScaler, StandardScaler, normalize
 
 from sphdist import SphericalPCA
-from sphdist.datasets import DATA_HOME_ENV, NEWSGROUPS_PAPER_CATEGORIES
+from sphdist.datasets import DATA_HOME_ENV, NEWSGROUPS_PAPER_CATEGORIES, get_data_home
 from sphdist.errors import DataError, InputNotFoundError, ParameterError
+from sphdist.io import atomic_path
 from sphdist.metrics import clustering_accuracy, normalized_mutual_info
+from sphdist.text._passes import STRIPPERS, clean
+from sphdist.text.ingest import REMOVE_OPTIONS
 from sphdist.text.tfidf import mutual_information
 
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "pipelines" / "results"
-
-# -- the papers' printed numbers --------------------------------------------------------------
-#: Liu et al. 2019, Table 1 (20 Newsgroups): groups -> method -> (accuracy, NMI). Means of 10
-#: repetitions; the paper prints no standard deviations.
-LIU_TABLE1: dict[int, dict[str, tuple[float, float]]] = {
-    5: {"kmeans": (0.651, 0.621), "nmf": (0.674, 0.614), "pca": (0.703, 0.628),
-        "r1pca": (0.745, 0.647), "ksvd": (0.789, 0.673), "spca": (0.838, 0.695)},
-    10: {"kmeans": (0.487, 0.316), "nmf": (0.478, 0.320), "pca": (0.502, 0.383),
-         "r1pca": (0.535, 0.398), "ksvd": (0.527, 0.394), "spca": (0.588, 0.401)},
-    15: {"kmeans": (0.398, 0.307), "nmf": (0.387, 0.301), "pca": (0.412, 0.319),
-         "r1pca": (0.423, 0.320), "ksvd": (0.461, 0.377), "spca": (0.486, 0.385)},
-    20: {"kmeans": (0.315, 0.242), "nmf": (0.314, 0.221), "pca": (0.362, 0.248),
-         "r1pca": (0.394, 0.260), "ksvd": (0.412, 0.280), "spca": (0.431, 0.294)},
-}
-
-#: Liu et al. 2019, Table 2 (UCI): data set name -> (number of classes, method -> (acc, NMI)).
-LIU_TABLE2: dict[str, tuple[int, dict[str, tuple[float, float]]]] = {
-    "glass": (6, {"kmeans": (0.687, 0.566), "nmf": (0.692, 0.574), "pca": (0.732, 0.608),
-                  "r1pca": (0.769, 0.626), "ksvd": (0.801, 0.648), "spca": (0.788, 0.635)}),
-    "diabetes": (2, {"kmeans": (0.775, 0.632), "nmf": (0.788, 0.654), "pca": (0.761, 0.613),
-                     "r1pca": (0.808, 0.631), "ksvd": (0.827, 0.672),
-                     "spca": (0.832, 0.680)}),
-    "mfeat": (10, {"kmeans": (0.365, 0.223), "nmf": (0.358, 0.211), "pca": (0.371, 0.225),
-                   "r1pca": (0.431, 0.342), "ksvd": (0.412, 0.328), "spca": (0.425, 0.330)}),
-    "isolet": (26, {"kmeans": (0.267, 0.198), "nmf": (0.253, 0.181), "pca": (0.262, 0.182),
-                    "r1pca": (0.324, 0.201), "ksvd": (0.357, 0.246), "spca": (0.373, 0.250)}),
-}
-
-#: Sun et al. 2011, Table 1: data set -> residuals (BAE vector, AD vector, BAE graph, AD graph).
-SUN_TABLE1: dict[str, tuple[float, float, float, float]] = {
-    "at&t": (3.949, 2.302, 17.396, 16.612),
-    "binalp": (16.579, 14.183, 24.060, 23.026),
-    "mnist": (10.328, 9.583, 24.590, 22.869),
-    "news": (18.664, 15.110, 34.023, 29.012),
-    "lung": (1.887, 0.956, 18.600, 16.429),
-    "glass": (4.206, 2.798, 14.210, 12.643),
-}
-
 
 def paper_key(name: str) -> str:
     """Normalised data-set name used to look a data set up in the papers' tables.
@@ -176,9 +143,9 @@ METHODS: dict[str, Method] = {
         Method("spca", "Spherical PCA", _spca),
         Method("ad", "AD (vector)", _from("sphdist.methods.angular", "AngularDecomposition"),
                extra=True),
-        Method("gad", "AD (graph)", _from("sphdist.methods.angular", "GraphAngularDecomposition"),
+        Method("gad", "AD (graph)", _from("sphdist", "GraphAngularDecomposition"),
                extra=True),
-        Method("bae", "BAE", _from("sphdist.methods.angular", "BAE"), extra=True),
+        Method("bae", "BAE", _from("sphdist", "BAE"), extra=True),
         Method("lidunson", "Li-Dunson SPCA",
                _from("sphdist.methods.spherelets", "LiDunsonSphericalPCA"), extra=True),
     )
@@ -394,18 +361,6 @@ def score_table(summary: dict[str, dict[str, Any]], paper: dict[str, tuple[float
 
 
 # -- data: 20 Newsgroups ----------------------------------------------------------------------
-try:  # the functions behind fetch_20newsgroups(remove=...) (as sphdist.text.ingest uses them)
-    from sklearn.datasets._twenty_newsgroups import (
-        strip_newsgroup_footer,
-        strip_newsgroup_header,
-        strip_newsgroup_quoting,
-    )
-
-    _STRIP = {"headers": strip_newsgroup_header, "footers": strip_newsgroup_footer,
-              "quotes": strip_newsgroup_quoting}
-except ImportError:  # pragma: no cover
-    _STRIP = {}
-
 #: Group order for the 5/10/15/20-group subsets: Liu et al.'s five named groups first (§5.2),
 #: then the other fifteen in alphabetical order (the paper does not list its 10/15 groups).
 NEWSGROUP_ORDER: tuple[str, ...] = tuple(NEWSGROUPS_PAPER_CATEGORIES) + tuple(sorted({
@@ -417,12 +372,14 @@ NEWSGROUP_ORDER: tuple[str, ...] = tuple(NEWSGROUPS_PAPER_CATEGORIES) + tuple(so
 
 
 def data_home() -> Path:
-    """``$SPHDIST_DATA_HOME``, else ``../shared/data`` next to the repository when it exists."""
-    env = os.environ.get(DATA_HOME_ENV)
-    if env:
-        return Path(env).expanduser()
+    """The data home (:func:`sphdist.datasets.get_data_home`).
+
+    When ``$SPHDIST_DATA_HOME`` is unset: ``../shared/data`` next to the repository if it
+    exists.
+    """
     shared = REPO.parent / "shared" / "data"
-    return shared if shared.is_dir() else Path("~/sphdist_data").expanduser()
+    unset = not os.environ.get(DATA_HOME_ENV)
+    return get_data_home(shared if unset and shared.is_dir() else None)
 
 
 def read_newsgroups(archive: str | os.PathLike[str],
@@ -454,20 +411,18 @@ def read_newsgroups(archive: str | os.PathLike[str],
             f"{path}: 20 Newsgroups archive not found. To resolve this, set {DATA_HOME_ENV} to "
             "the folder holding 20news-bydate.tar.gz (e.g. ../shared/data)."
         )
-    bad = [r for r in remove if r not in _STRIP]
+    bad = [r for r in remove if r not in (STRIPPERS or {})]
     if bad:
-        raise ParameterError(f"remove={bad}: choose from {sorted(_STRIP)}.")
+        raise ParameterError(f"remove={bad}: choose from {sorted(STRIPPERS or {})}.")
+    parts = tuple(r for r in REMOVE_OPTIONS if r in remove)  # fetch_20newsgroups' order
     docs: dict[str, list[str]] = {}
     with tarfile.open(path, "r:*") as tar:
         for member in tar:
-            parts = member.name.split("/")
-            if not member.isfile() or len(parts) < 3:
+            path_parts = member.name.split("/")
+            if not member.isfile() or len(path_parts) < 3:
                 continue
             text = tar.extractfile(member).read().decode("latin-1")
-            for part in ("headers", "footers", "quotes"):  # fetch_20newsgroups' order
-                if part in remove:
-                    text = _STRIP[part](text)
-            docs.setdefault(parts[-2], []).append(text)
+            docs.setdefault(path_parts[-2], []).append(clean(text, parts))
     return docs
 
 
@@ -671,11 +626,10 @@ def prepare_vectors(X: np.ndarray, scale: str = "minmax", unit_rows: bool = True
 
 # -- output ---------------------------------------------------------------------------------
 def write_text(path: Path, text: str) -> None:
-    """Write a text file atomically (a temporary sibling, then ``os.replace``)."""
+    """Write a text file atomically (:func:`sphdist.io.atomic_path`)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
+    with atomic_path(path) as tmp:
+        tmp.write_text(text, encoding="utf-8")
 
 
 def write_json(path: Path, obj: Any) -> None:
@@ -691,9 +645,24 @@ def save_figure(fig: Any, path: Path) -> None:
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=110, bbox_inches="tight")
     plt.close(fig)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_bytes(buf.getvalue())
-    os.replace(tmp, path)
+    with atomic_path(path) as tmp:
+        tmp.write_bytes(buf.getvalue())
+
+
+def write_report(out_dir: Path, name: str, title: str, lines: list[str], results: Any,
+                 plot: Callable[[Any, Path], None], t_start: float) -> None:
+    """Finish a table's report: the figure link and wall time, then ``name``.md/.json/.png.
+
+    Writes ``out_dir/<name>.md`` (``lines`` plus the figure and the wall time since
+    ``t_start``), ``<name>.json`` (``results``) and ``<name>.png`` (``plot(results, path)``),
+    and echoes the markdown.
+    """
+    lines += [f"![{title}]({name}.png)", "",
+              f"Total wall time {time.perf_counter() - t_start:.0f} s. {environment()}.", ""]
+    write_text(out_dir / f"{name}.md", "\n".join(lines))
+    write_json(out_dir / f"{name}.json", results)
+    plot(results, out_dir / f"{name}.png")
+    click.echo("\n".join(lines))
 
 
 def environment() -> str:

@@ -6,10 +6,12 @@ For each corpus (synthetic collections of ``--sizes`` documents from
 in one run on one machine:
 
 * **ingest**: seconds and peak RSS to write the ``corpus.zarr``;
-* **sphdist** (Spherical PCA, :func:`sphdist.core.solver.fit`, r components, a 2-worker x 1-thread
-  ``LocalCluster``): seconds per iteration, iterations and seconds to a relative objective change
-  below ``--tol``, passes over X per iteration (chunk-read tasks in the scheduler's task stream
-  divided by chunks and passes), peak RSS of every worker and of the driver;
+* **sphdist** (Spherical PCA by :func:`sphdist.jobs.fit.fit_corpus`, the job ``sphdist fit``
+  runs, r components, a 2-worker x 1-thread ``LocalCluster``; the model is written at
+  iteration 0 and at the end, outside the per-iteration seconds): seconds per iteration,
+  iterations and seconds to a relative objective change below ``--tol``, passes over X per
+  iteration (chunk-read tasks in the scheduler's task stream divided by chunks and passes),
+  peak RSS of every worker and of the driver;
 * **bare SpMM pass**: ``A = X_c^T U`` and ``X_c A^T`` over the same chunks with SciPy in the
   driver process (one thread, chunks already in memory; read time reported apart) -- the floor
   an iteration is compared with;
@@ -37,6 +39,7 @@ import json
 import os
 import platform
 import resource
+import shutil
 import subprocess
 import sys
 import time
@@ -130,8 +133,9 @@ def job_sphdist(
 ) -> dict[str, Any]:
     from distributed import get_task_stream
 
-    from sphdist.core import kernels, solver
+    from sphdist.core import kernels
     from sphdist.io.corpus import Corpus
+    from sphdist.jobs.fit import fit_corpus
 
     corpus = Corpus(path)
     out: dict[str, Any] = {"load_before": _load()}
@@ -150,7 +154,11 @@ def job_sphdist(
     cluster, client = _cluster(n_workers)
     progress = Path(path).with_suffix(".progress.json")
 
+    states: list[Any] = []
+    model = Path(path).with_suffix(".model.zarr")
+
     def record(state: Any) -> None:  # what a run stopped early still tells
+        states[:] = [state]
         progress.write_text(json.dumps({
             "iteration": state.iteration, "seconds": state.seconds,
             "objective": state.objective, "u_step_s": u_step_s,
@@ -162,17 +170,20 @@ def job_sphdist(
         X = corpus.to_dask()
         t0 = time.perf_counter()
         with get_task_stream(client) as ts:
-            state = solver.fit(
-                X, r, max_iter=iterations, tol=0.0, random_state=seed, max_partials=max_partials,
-                split_every=split_every, dtype=np.dtype(dtype), polar=polar, callback=record,
-                partials=partials,
+            fit_corpus(
+                path, model, n_components=r, max_iter=iterations, tol=0.0, random_state=seed,
+                max_partials=max_partials, split_every=split_every, dtype=dtype, polar=polar,
+                partials=partials, checkpoint_every=iterations + 1, overwrite=True,
+                callback=record,
             )
         wall = time.perf_counter() - t0
+        (state,) = states
         reads = sum(1 for t in ts.data if str(t["key"]).find(X.name) >= 0)
         workers = client.run(_worker_peak_rss)
     finally:
         client.close()
         cluster.close()
+        shutil.rmtree(model, ignore_errors=True)
     f = np.asarray(state.objective)
     rel = np.abs(np.diff(f)) / np.abs(f[:-1])
     below = np.flatnonzero(rel < tol)
@@ -254,7 +265,7 @@ def job_daskml(path: str, r: int, seed: int, n_workers: int) -> dict[str, Any]:
 
 def job_bae(path: str, r: int, seed: int, n_workers: int) -> dict[str, Any]:
     from sphdist.io.corpus import Corpus
-    from sphdist.methods.angular import BAE
+    from sphdist.methods.bae import BAE
 
     cluster, client = _cluster(n_workers)
     try:
@@ -360,6 +371,8 @@ def _peer_cells(peer: dict[str, Any] | None, s: dict[str, Any]) -> tuple[str, st
 
 
 def write_report(results: dict[str, Any], out: Path) -> None:
+    from sphdist.io import atomic_path
+
     corpora = results["corpora"]
     lines = [
         "# sphdist at scale: iteration cost, memory and peers",
@@ -454,8 +467,10 @@ def write_report(results: dict[str, Any], out: Path) -> None:
                   "the rows of the features its chunks contain (sorted indices + rows), the tree "
                   "adds them on the union of rows, and the driver densifies once; a partial "
                   "whose rows exceed m / 2 stays dense."]
-    (out.with_suffix(".md")).write_text("\n".join(lines) + "\n")
-    (out.with_suffix(".json")).write_text(json.dumps(results, indent=1))
+    with atomic_path(out.with_suffix(".md")) as tmp:
+        tmp.write_text("\n".join(lines) + "\n")
+    with atomic_path(out.with_suffix(".json")) as tmp:
+        tmp.write_text(json.dumps(results, indent=1))
 
 
 def plot(results: dict[str, Any], out: Path) -> None:
@@ -463,6 +478,8 @@ def plot(results: dict[str, Any], out: Path) -> None:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+
+    from sphdist.io import atomic_path
 
     synth = [(c["ingest"]["n_documents"], c) for name, c in results["corpora"].items()
              if name.startswith("synthetic") and "error" not in c.get("sphdist", {"error": 1})]
@@ -506,7 +523,8 @@ def plot(results: dict[str, Any], out: Path) -> None:
     fig.suptitle(f"sphdist scaling, r = {results['r']}, 2**18 features, "
                  f"{results['n_workers']} workers")
     fig.tight_layout()
-    fig.savefig(out.with_suffix(".png"), dpi=110)
+    with atomic_path(out.with_suffix(".png")) as tmp:
+        fig.savefig(tmp, dpi=110)
     plt.close(fig)
 
 
@@ -643,6 +661,8 @@ def run(sizes, newsgroups, r, iterations, tol, seed, n_workers, max_partials, sp
               default=RESULTS / "benchmark_peers.json", show_default=True)
 def peers_command(names, peers, r, seed, n_workers, peer_timeout, work_dir, output) -> None:
     """Run only the peers on already-ingested corpora (merged into the report by `render`)."""
+    from sphdist.io import atomic_path
+
     done = json.loads(output.read_text()) if output.exists() else {}
     for name in names:
         path = work_dir / f"{name}.zarr"
@@ -652,7 +672,8 @@ def peers_command(names, peers, r, seed, n_workers, peer_timeout, work_dir, outp
             if peer in ("daskml", "bae"):
                 kwargs["n_workers"] = n_workers
             done.setdefault(name, {})[peer] = run_job(peer, peer_timeout, **kwargs)
-            output.write_text(json.dumps(done, indent=1))
+            with atomic_path(output) as tmp:
+                tmp.write_text(json.dumps(done, indent=1))
 
 
 @cli.command("levers")

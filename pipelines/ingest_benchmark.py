@@ -129,7 +129,7 @@ def main(ctx, sizes, workers, doc_length, n_topics, seed, repeats, workdir, outp
         return
     if from_json is not None:
         report = json.loads(from_json.read_text())
-        (output_dir / "ingest_benchmark.md").write_text(_markdown(report))
+        _write_result(output_dir / "ingest_benchmark.md", _markdown(report))
         return
     from sphdist.text.synth import synth
 
@@ -190,9 +190,17 @@ def main(ctx, sizes, workers, doc_length, n_topics, seed, repeats, workdir, outp
                     "python": platform.python_version()},
     }
     output_dir.mkdir(parents=True, exist_ok=True)
-    (output_dir / "ingest_benchmark.json").write_text(json.dumps(report, indent=2) + "\n")
-    (output_dir / "ingest_benchmark.md").write_text(_markdown(report))
+    _write_result(output_dir / "ingest_benchmark.json", json.dumps(report, indent=2) + "\n")
+    _write_result(output_dir / "ingest_benchmark.md", _markdown(report))
     click.echo(_markdown(report))
+
+
+def _write_result(path: Path, text: str) -> None:
+    """Write a results file atomically (a reader sees the old report or the new one)."""
+    from sphdist.io import atomic_path
+
+    with atomic_path(path) as tmp:
+        tmp.write_text(text)
 
 
 def _markdown(report: dict) -> str:

@@ -161,12 +161,7 @@ def main(data, label_column, names, scale, unit_rows, reps, n_components, method
     if skipped:
         lines += ["Methods not run (not available in this checkout):", ""]
         lines += [f"- {k}: {why}" for k, why in skipped.items()] + [""]
-    lines += ["![Table 2](liu_table2.png)", "",
-              f"Total wall time {time.perf_counter() - t_start:.0f} s. {ex.environment()}.", ""]
-    ex.write_text(out_dir / "liu_table2.md", "\n".join(lines))
-    ex.write_json(out_dir / "liu_table2.json", results)
-    plot(results, out_dir / "liu_table2.png")
-    click.echo("\n".join(lines))
+    ex.write_report(out_dir, "liu_table2", "Table 2", lines, results, plot, t_start)
 
 
 if __name__ == "__main__":

@@ -26,7 +26,8 @@ import click
 
 from sphdist.datasets import NEWSGROUPS_PAPER_CATEGORIES, newsgroups_archive
 from sphdist.jobs.cluster import connect
-from sphdist.jobs.workflow import evaluate_model, fit_corpus
+from sphdist.jobs.evaluate import evaluate_model
+from sphdist.jobs.fit import fit_corpus
 from sphdist.text.ingest import ingest
 
 logger = logging.getLogger("sphdist")

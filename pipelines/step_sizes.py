@@ -13,7 +13,7 @@ Every setting of ``(lam, mu)`` below is run from the same random ``U_0`` (the sa
     ``remove=("headers", "footers", "quotes")`` and ``n_features=2**18`` (hashed tf-idf);
 (b) a synthetic sparse corpus: documents drawn from a few topics plus a Zipf background over
     ``2**16`` features, tf-idf weighted, written chunk by chunk with
-    :class:`sphdist.io.corpus.CorpusWriter`.
+    :class:`sphdist.io.corpus_writer.CorpusWriter`.
 
 Both corpora are written once under ``--work-dir`` (default ``work/`` at the repository root,
 git-ignored) and reused when a corpus with the same parameters is there.
@@ -40,6 +40,7 @@ from importlib.metadata import version
 from pathlib import Path
 from typing import Any
 
+import _experiments as ex
 import dask
 import numpy as np
 import scipy.sparse as sp
@@ -47,8 +48,10 @@ from threadpoolctl import threadpool_limits
 
 from sphdist.core import solver
 from sphdist.core.kernels import lipschitz_constant, polar_factor
-from sphdist.datasets import DATA_HOME_ENV, NEWSGROUPS_PAPER_CATEGORIES, newsgroups_archive
-from sphdist.io.corpus import Corpus, CorpusWriter
+from sphdist.datasets import NEWSGROUPS_PAPER_CATEGORIES, newsgroups_archive
+from sphdist.io import atomic_path
+from sphdist.io.corpus import Corpus
+from sphdist.io.corpus_writer import CorpusWriter
 from sphdist.text.ingest import ingest
 
 REPO = Path(__file__).resolve().parents[1]
@@ -122,7 +125,7 @@ def newsgroups_corpus(work_dir: Path, cfg: Config) -> Corpus:
             return corpus
     t0 = time.perf_counter()
     corpus = ingest(
-        newsgroups_archive(), path, categories=cfg.news_categories,
+        newsgroups_archive(ex.data_home()), path, categories=cfg.news_categories,
         max_docs_per_label=cfg.news_docs_per_label, seed=cfg.seed, n_features=n_features,
         remove=remove, overwrite=True,
     )
@@ -483,7 +486,8 @@ def write_markdown(
         "",
     ]
     out += _verdict(results, cfg)
-    path.write_text("\n".join(out) + "\n")
+    with atomic_path(path) as tmp:
+        tmp.write_text("\n".join(out) + "\n")
 
 
 def _verdict(results: list[dict[str, Any]], cfg: Config) -> list[str]:
@@ -558,7 +562,8 @@ def plot(path: Path, results: list[dict[str, Any]], cfg: Config) -> None:
         f"Step sizes of Algorithm 1 (Liu et al. 2019): same random U_0, {cfg.n_iter} iterations"
     )
     fig.tight_layout(rect=(0, 0.04, 1, 1))
-    fig.savefig(path, dpi=120)
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, dpi=120)
     plt.close(fig)
 
 
@@ -573,8 +578,6 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     cfg = QUICK if args.quick else FULL
-    if not os.environ.get(DATA_HOME_ENV) and (REPO.parent / "shared" / "data").is_dir():
-        os.environ[DATA_HOME_ENV] = str(REPO.parent / "shared" / "data")
     args.out_dir.mkdir(parents=True, exist_ok=True)
     args.work_dir.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()

@@ -5,7 +5,7 @@ number of clusters):
 
 - vector data (unit rows X): AD's ``||X - alpha U H^T||_F^2`` (Eq. 4, ``residual_`` of
   :class:`sphdist.methods.angular.AngularDecomposition`) vs BAE's ``min_beta ||X - beta U Q^T||^2``
-  (Eq. 25, :class:`sphdist.methods.angular.BAE`);
+  (Eq. 25, :class:`sphdist.methods.bae.BAE`);
 - graph data, the RBF kernel of §4.1 (``gamma = 0.7 / d^2``, d the mean pairwise distance):
   AD's ``||S - alpha H H^T||_F^2`` (Eq. 11, :class:`~sphdist.GraphAngularDecomposition`)
   vs BAE's ``min_beta ||S - beta Q Q^T||^2`` (Eq. 26).
@@ -62,7 +62,7 @@ def residuals(X: np.ndarray, k: int, seed: int, max_iter: int) -> dict[str, floa
         ``bae_vector``, ``ad_vector``, ``bae_graph``, ``ad_graph`` (squared residuals),
         ``x_sq`` = ||X||_F^2, ``s_sq`` = ||S||_F^2, ``gamma`` and the seconds of each fit.
     """
-    from sphdist.methods.angular import BAE, AngularDecomposition, GraphAngularDecomposition
+    from sphdist import BAE, AngularDecomposition, GraphAngularDecomposition
 
     out: dict[str, float] = {"x_sq": float(np.sum(X * X))}
     fits = {
@@ -165,12 +165,8 @@ def main(data, label_column, scale, no_newsgroups, max_iter, seed, data_home, ou
               "| data set | BAE vec | AD vec | BAE graph | AD graph |", "|---|---:|---:|---:|---:|"]
     lines += [f"| {n} | " + " | ".join(f"{v:.3f}" for v in vals) + " |"
               for n, vals in ex.SUN_TABLE1.items()]
-    lines += ["", "![Sun Table 1](sun_table1.png)", "",
-              f"Total wall time {time.perf_counter() - t_start:.0f} s. {ex.environment()}.", ""]
-    ex.write_text(out_dir / "sun_table1.md", "\n".join(lines))
-    ex.write_json(out_dir / "sun_table1.json", rows)
-    plot(rows, out_dir / "sun_table1.png")
-    click.echo("\n".join(lines))
+    lines.append("")
+    ex.write_report(out_dir, "sun_table1", "Sun Table 1", lines, rows, plot, t_start)
 
 
 if __name__ == "__main__":

@@ -5,15 +5,29 @@ Spherical PCA (Liu et al. 2019) factorises a corpus X (m features x n documents)
 distance between embeddings is angle distance. sphdist computes it on column-chunked Dask arrays
 with one pass over X per iteration, zarr checkpoints and a tf-idf ingestion stage.
 
-The seeds' other methods are here too: Angular Decomposition and BAE (Sun et al. 2011),
-Li & Dunson's spherical PCA, and the R1-PCA and K-SVD baselines of Liu et al. Table 1.
+The other methods of the papers are here too: Angular Decomposition and BAE (Sun et al. 2011),
+Li & Dunson's spherical PCA, and the R1-PCA (Ding et al. 2006) and K-SVD (Aharon et al. 2006)
+baselines of Liu et al. (2019), Table 1.
+
+References
+----------
+.. [1] Liu, K., Li, Q., Wang, H. and Tang, G. (2019). Spherical Principal Component Analysis. SDM.
+.. [2] Sun, D., Ding, C., Luo, B. and Tang, J. (2011). Angular Decomposition. IJCAI.
+.. [3] Li, D. and Dunson, D. B. (2019). Geodesic Distance Estimation with Spherelets.
+   arXiv:1907.00296.
+.. [4] Ding, C., Zhou, D., He, X. and Zha, H. (2006). R1-PCA: Rotational Invariant L1-norm
+   Principal Component Analysis for Robust Subspace Factorization. ICML.
+.. [5] Aharon, M., Elad, M. and Bruckstein, A. (2006). K-SVD: An Algorithm for Designing
+   Overcomplete Dictionaries for Sparse Representation. IEEE Trans. Signal Processing 54(11).
 """
 
 from importlib.metadata import PackageNotFoundError, version
 
 from sphdist.errors import SphdistError
-from sphdist.methods.angular import BAE, AngularDecomposition, GraphAngularDecomposition
+from sphdist.methods.angular import AngularDecomposition
+from sphdist.methods.bae import BAE
 from sphdist.methods.baselines import KSVD, R1PCA
+from sphdist.methods.graph_angular import GraphAngularDecomposition
 from sphdist.methods.spherelets import LiDunsonSphericalPCA
 from sphdist.methods.spherical_pca import SphericalPCA
 

@@ -18,7 +18,7 @@ import zarr
 from click.testing import CliRunner
 
 from sphdist.cli import main
-from sphdist.io.corpus import CorpusWriter
+from sphdist.io.corpus_writer import CorpusWriter
 
 from .reference import random_corpus
 

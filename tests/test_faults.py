@@ -19,11 +19,11 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from sphdist.io.corpus import CorpusWriter
-from sphdist.io.store import load_checkpoint, open_model
-from sphdist.jobs.cluster import ProcessCluster
-from sphdist.jobs.workflow import fit_corpus
+from sphdist.io.corpus_writer import CorpusWriter
+from sphdist.io.model import load_checkpoint, open_model
+from sphdist.jobs.fit import fit_corpus
 
+from ._process_cluster import ProcessCluster
 from .reference import random_corpus
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]

@@ -3,6 +3,7 @@ code when loaded, archives never extracted outside the target."""
 
 from __future__ import annotations
 
+import gc
 import importlib.util
 import io
 import json
@@ -20,11 +21,14 @@ from distributed import Client
 
 from sphdist.cli import main
 from sphdist.errors import CorpusFormatError, InputNotFoundError, ModelFormatError
-from sphdist.io.corpus import SAFE_CODECS, CorpusWriter, open_input
-from sphdist.io.store import open_model
-from sphdist.jobs.cluster import ProcessCluster, connect, tls_security
-from sphdist.jobs.workflow import fit_corpus
+from sphdist.io._zarr import SAFE_CODECS
+from sphdist.io.corpus import open_input
+from sphdist.io.corpus_writer import CorpusWriter
+from sphdist.io.model import open_model
+from sphdist.jobs.cluster import connect, tls_security
+from sphdist.jobs.fit import fit_corpus
 
+from ._process_cluster import ProcessCluster
 from .reference import random_corpus
 
 REPO = Path(__file__).resolve().parents[1]
@@ -74,6 +78,11 @@ def test_fit_over_tls_and_plain_or_foreign_clients_are_refused(tmp_path):
         other = _make_certs(tmp_path / "other")
         with pytest.raises(OSError):
             Client(cluster.address, security=tls_security(*other), timeout="3s")
+    # the two half-built clients sit in reference cycles; collected later, their __del__ can
+    # run inside the bootstrap of the next LoopRunner's thread while that LoopRunner holds
+    # distributed's class-wide lock, which Client.close needs: a deadlock of the next test
+    # that starts a cluster (seen as a hang in Thread.start). Finalise them here.
+    gc.collect()
 
 
 def test_tls_files_must_exist(tmp_path):

@@ -13,7 +13,7 @@ Layout under one root directory (a filesystem the Dask workers share)::
     ROOT/daily/<YYYY-MM-DD>/done.json           written last: the day is complete
 
 ``daily``: ``sphdist.text.ingest.ingest(like=current)`` (the model's feature scheme and idf), then
-``sphdist.jobs.workflow.transform_corpus`` and
+``sphdist.jobs.transform.transform_corpus`` and
 ``sphdist.jobs.embedding.export_embedding``. A day with a
 ``done.json`` is left alone (``--force`` redoes it with the model now current); a day without
 one (a crashed run) is redone from scratch.
@@ -52,9 +52,10 @@ DEFAULT_N_FEATURES = 2**18
 
 
 def _write_json(path: Path, payload: dict[str, Any]) -> None:
-    tmp = path.with_name(f"{path.name}.tmp-{uuid.uuid4().hex[:8]}")
-    tmp.write_text(json.dumps(payload, indent=1, sort_keys=True) + "\n")
-    os.replace(tmp, path)
+    from sphdist.io import atomic_path
+
+    with atomic_path(path) as tmp:
+        tmp.write_text(json.dumps(payload, indent=1, sort_keys=True) + "\n")
 
 
 def current_model(root: Path) -> Path | None:
@@ -91,9 +92,9 @@ def daily_job(root: Path, date: str, *, force: bool = False) -> dict[str, Any]:
         ``status`` (``"done"``, ``"skipped"``: already complete, ``"empty"``: no incoming
         folder) and, when done, the day's ``done.json`` content.
     """
-    from sphdist.io.store import open_model
+    from sphdist.io.model import open_model
     from sphdist.jobs.embedding import export_embedding
-    from sphdist.jobs.workflow import transform_corpus
+    from sphdist.jobs.transform import transform_corpus
     from sphdist.text.ingest import ingest
 
     incoming, day = root / "incoming" / date, root / "daily" / date
@@ -142,8 +143,8 @@ def weekly_job(
         ``model`` (path), ``n_iter``, ``objective``, ``warm_start`` (the previous model or
         None), ``swapped`` (False when ``current`` already pointed at this week's model).
     """
-    from sphdist.io.store import open_model
-    from sphdist.jobs.workflow import fit_corpus
+    from sphdist.io.model import open_model
+    from sphdist.jobs.fit import fit_corpus
     from sphdist.text.ingest import ingest, read_like
 
     previous = current_model(root)

@@ -14,33 +14,101 @@ import math
 import os
 import sys
 from collections.abc import Callable
+from numbers import Integral
 from typing import Any
 
 import click
 import numpy as np
+from sklearn.utils._param_validation import Interval, Options
 
+from sphdist._progress import progress
+from sphdist._validation import describe
+from sphdist.core.params import PARAMS, Param
 from sphdist.errors import SphdistError
 
 logger = logging.getLogger("sphdist")
 
-STEP_MODES = ("exact", "palm", "theory")
+def _range(interval: Interval) -> click.ParamType:
+    """IntRange / FloatRange with the ends of a scikit-learn ``Interval``."""
+    kind = click.IntRange if interval.type is Integral else click.FloatRange
+    return kind(
+        min=interval.left, max=interval.right,
+        min_open=interval.closed in ("right", "neither"),
+        max_open=interval.closed in ("left", "neither"),
+    )
 
 
-class StepSize(click.ParamType):
-    """A step size: a non-negative number or one of the modes."""
+class _NumberOrChoice(click.ParamType):
+    """A number in a range, or one of some words (a union of an Interval and StrOptions)."""
 
-    name = "FLOAT|exact|palm|theory"
+    def __init__(self, number: click.ParamType, choices: list[str], words: str):
+        self.number, self.choices, self.words = number, choices, words
+        number_name = "INTEGER" if isinstance(number, click.IntRange) else "FLOAT"
+        self.name = f"{number_name}|{'|'.join(choices)}"
 
-    def convert(self, value: Any, param: Any, ctx: Any) -> float | str:
-        if isinstance(value, (int, float)) or value in STEP_MODES:
+    def get_metavar(self, param: click.Parameter, ctx: click.Context) -> str:
+        return f"[{self.name}]"
+
+    def convert(self, value: Any, param: Any, ctx: Any) -> Any:
+        if value in self.choices:
             return value
         try:
-            number = float(value)
-        except ValueError:
-            self.fail(f"{value!r} is neither a number nor one of {', '.join(STEP_MODES)}.")
-        if not np.isfinite(number) or number < 0:
-            self.fail(f"{value!r} must be a finite number >= 0.")
-        return number
+            return self.number.convert(value, param, ctx)
+        except click.BadParameter:
+            self.fail(f"{value!r} is not {self.words}.", param, ctx)
+
+
+def param_type(param: Param) -> click.ParamType:
+    """The click type of a fit parameter, derived from its constraints.
+
+    ``Interval`` -> ``IntRange`` / ``FloatRange`` with the same open or closed ends,
+    ``StrOptions`` (and ``Options``) -> ``Choice``, an Interval or words (``lam``, ``mu``) -> one
+    type taking either; constraints a command line cannot express (None, a RandomState) are left
+    out.
+
+    Parameters
+    ----------
+    param : sphdist.core.params.Param
+        A row of :data:`sphdist.core.params.PARAMS` (or of a job's table).
+
+    Returns
+    -------
+    click.ParamType
+    """
+    ranges = [c for c in param.constraints if isinstance(c, Interval)]
+    choices = sorted(o for c in param.constraints if isinstance(c, Options) for o in c.options)
+    if ranges and choices:
+        return _NumberOrChoice(_range(ranges[0]), choices, describe(param.constraints))
+    if ranges:
+        return _range(ranges[0])
+    return click.Choice(choices)
+
+
+def param_option(
+    name: str, *decls: str, table: dict[str, Param] | None = None, **overrides: Any
+) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """A click option for the fit parameter ``name``: type, default and help from the table.
+
+    Parameters
+    ----------
+    name : str
+        A key of ``table``.
+    *decls : str
+        Option names (default ``--<name with dashes>``); the function argument is ``name``.
+    table : dict, optional
+        The parameter table; default :data:`sphdist.core.params.PARAMS`.
+    **overrides
+        Other arguments of :func:`click.option` (e.g. another ``default``).
+    """
+    param = (PARAMS if table is None else table)[name]
+    kind = param_type(param)
+    help_ = param.help
+    if isinstance(kind, _NumberOrChoice):
+        help_ += f" Must be {kind.words}."
+    options: dict[str, Any] = dict(
+        type=kind, default=param.default, show_default=True, help=help_
+    )
+    return click.option(*(decls or (f"--{name.replace('_', '-')}",)), name, **(options | overrides))
 
 
 class Group(click.Group):
@@ -103,8 +171,8 @@ class FitProgress:
     max_iter : int
         The iteration the fit stops at at the latest (the ETA is to it).
     bar : bool
-        Draw a tqdm bar on stderr (objective, relative change, s/iteration, ETA); else log one
-        INFO line per iteration on the ``sphdist`` logger.
+        Draw a bar on stderr (:func:`sphdist._progress.progress`: objective, relative change,
+        s/iteration, ETA); else log one INFO line per iteration on the ``sphdist`` logger.
 
     Notes
     -----
@@ -115,13 +183,10 @@ class FitProgress:
 
     def __init__(self, max_iter: int, bar: bool):
         self.max_iter = max_iter
-        self.bar = None
+        self._lines = not bar  # one log line per iteration (a counter of tenths is too sparse)
         self._first: int | None = None
         self._seconds: list[float] = []
-        if bar:
-            from tqdm import tqdm
-
-            self.bar = tqdm(total=max_iter, desc="fit", unit="it", file=sys.stderr,
+        self.bar = progress(max_iter, "fit", unit="it", mode=bool(bar),
                             bar_format="{desc}: {percentage:3.0f}%|{bar}| {n}/{total} "
                                        "[{elapsed}]{postfix}")
 
@@ -134,8 +199,8 @@ class FitProgress:
         eta = per_it * max(0, self.max_iter - state.iteration)
         if state.converged:
             eta = 0.0
-        if self.bar is not None:
-            self.bar.n = state.iteration
+        self.bar.n = state.iteration
+        if not self._lines:
             self.bar.set_postfix_str(
                 f"objective {state.objective[-1]:.6g}, rel {state.relative_change:.2e}, "
                 f"{per_it:.2f} s/it, ETA {_clock(eta)}"
@@ -150,9 +215,8 @@ class FitProgress:
         )
 
     def close(self) -> None:
-        """Close the bar (if any)."""
-        if self.bar is not None:
-            self.bar.close()
+        """Close the bar."""
+        self.bar.close()
 
 
 def cluster_options(command: Callable[..., Any]) -> Callable[..., Any]:

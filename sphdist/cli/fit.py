@@ -4,10 +4,18 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
+from typing import Any
 
 import click
 
-from sphdist.cli._common import FitProgress, StepSize, connect_options, echo_json, progress_enabled
+from sphdist.cli._common import (
+    FitProgress,
+    connect_options,
+    echo_json,
+    param_option,
+    progress_enabled,
+)
+from sphdist.core.params import JOB_PARAMS
 
 logger = logging.getLogger("sphdist")
 
@@ -17,26 +25,25 @@ logger = logging.getLogger("sphdist")
               help="corpus.zarr or dense 2-D zarr array.")
 @click.option("--output", "-o", type=click.Path(path_type=Path),
               help="model.zarr to write [default: <input>.model.zarr beside the input].")
-@click.option("--n-components", "-r", type=click.IntRange(min=1), default=20, show_default=True,
-              help="Dimension r of the embedding.")
-@click.option("--max-iter", type=click.IntRange(min=0), default=100, show_default=True)
-@click.option("--tol", type=click.FloatRange(min=0), default=1e-4, show_default=True,
-              help="Stop when the relative objective change is below this.")
-@click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True,
-              help="Seed of the initialisation.")
-@click.option("--lam", type=StepSize(), default="exact", show_default=True,
-              help="V-step parameter (Eq. 3.12): a number >= 2 or exact|palm|theory.")
-@click.option("--mu", type=StepSize(), default="exact", show_default=True,
-              help="U-step parameter (Eq. 3.11): a number >= 0 or exact|palm|theory.")
-@click.option("--init", type=click.Choice(["random", "svd"]), default="random",
-              show_default=True)
+@param_option("n_components", "--n-components", "-r", default=20)
+@param_option("max_iter")
+@param_option("tol")
+@param_option("random_state", "--seed")
+@param_option("lam")
+@param_option("mu")
+@param_option("init")
+@param_option("init_n_iter")
+@param_option("split_every")
+@param_option("max_partials")
+@param_option("dtype")
+@param_option("polar")
+@param_option("partials")
 @click.option("--init-from", type=click.Path(path_type=Path),
               help="Warm start: U_0 from this model.zarr (same features and r); --init and "
                    "--seed are then not used.")
 @click.option("--resume", is_flag=True, help="Continue from the checkpoint at --output.")
 @click.option("--overwrite", is_flag=True, help="Replace an existing --output.")
-@click.option("--checkpoint-every", type=click.IntRange(min=1), default=1, show_default=True,
-              help="Write the model every N iterations (and at the end).")
+@param_option("checkpoint_every", table=JOB_PARAMS)
 @click.option("--scheduler-address", envvar="DASK_SCHEDULER_ADDRESS",
               help="Existing Dask scheduler [env DASK_SCHEDULER_ADDRESS]; default: start a "
                    "LocalCluster.")
@@ -53,33 +60,28 @@ logger = logging.getLogger("sphdist")
               help="Client certificate (PEM) [env SPHDIST_TLS_CERT].")
 @click.option("--tls-key", type=click.Path(path_type=Path), envvar="SPHDIST_TLS_KEY",
               help="Client private key (PEM) [env SPHDIST_TLS_KEY].")
-@click.option("--retries", type=click.IntRange(min=0), default=3, show_default=True,
-              help="Resume from the last checkpoint this many times when a worker dies.")
+@param_option("retries", table=JOB_PARAMS)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object on stdout.")
 def fit(
-    input_: Path, output: Path | None, n_components: int, max_iter: int, tol: float, seed: int,
-    lam: float | str, mu: float | str, init: str, init_from: Path | None, resume: bool,
-    overwrite: bool, checkpoint_every: int, scheduler_address: str | None,
-    n_workers: int | None, threads_per_worker: int, memory_limit: str,
-    dashboard_address: str, tls_ca_file: Path | None, tls_cert: Path | None,
-    tls_key: Path | None, retries: int, as_json: bool,
+    input_: Path, output: Path | None, init_from: Path | None, resume: bool, overwrite: bool,
+    checkpoint_every: int, scheduler_address: str | None, n_workers: int | None,
+    threads_per_worker: int, memory_limit: str, dashboard_address: str,
+    tls_ca_file: Path | None, tls_cert: Path | None, tls_key: Path | None, retries: int,
+    as_json: bool, **params: Any,
 ) -> None:
     """Fit Spherical PCA to a corpus on a Dask cluster, checkpointing every iteration."""
-    from sphdist.core.solver import check_params
-    from sphdist.io.corpus import open_input
-    from sphdist.jobs.cluster import fit_with_retries
-    from sphdist.jobs.workflow import fit_corpus, warm_start
+    from sphdist.jobs.fit import fit_with_retries, prepare_fit
 
-    # fail on bad input before starting a cluster
-    source = open_input(input_)
-    source.require_documents()
-    check_params(
-        n_components, source.shape, lam=lam, mu=mu, max_iter=max_iter, tol=tol, init=init
-    )
-    if init_from is not None:
-        warm_start(init_from, source, input_, n_components)
+    # validate the parameters, open the input and decide on the output once, before any
+    # cluster starts; the retries reuse this preparation
+
     if output is None:
         output = input_.with_name(input_.name.removesuffix(".zarr") + ".model.zarr")
+    prepared = prepare_fit(
+        input_, output, checkpoint_every=checkpoint_every, resume=resume, overwrite=overwrite,
+        init_from=init_from, **params,
+    )
+    n_components, max_iter = params["n_components"], params["max_iter"]
     with connect_options(
         scheduler_address, n_workers, threads_per_worker, memory_limit, tls_ca_file, tls_cert,
         tls_key, dashboard_address=dashboard_address,
@@ -87,10 +89,8 @@ def fit(
         progress = FitProgress(max_iter, bar=progress_enabled())
         try:
             model = fit_with_retries(
-                fit_corpus, input_, output, retries=retries, n_components=n_components,
-                lam=lam, mu=mu, max_iter=max_iter, tol=tol, init=init, random_state=seed,
-                checkpoint_every=checkpoint_every,
-                resume=resume, overwrite=overwrite, init_from=init_from, callback=progress,
+                prepared.attempt, input_, output, resume=resume, overwrite=overwrite,
+                retries=retries, callback=progress,
             )
         finally:
             progress.close()
@@ -130,7 +130,7 @@ def evaluate(
     model: Path, input_: Path, n_clusters: int | None, n_init: int, seed: int, as_json: bool
 ) -> None:
     """k-means on the embedding; clustering accuracy (Hungarian matching) and NMI."""
-    from sphdist.jobs.workflow import evaluate_model
+    from sphdist.jobs.evaluate import evaluate_model
 
     result = evaluate_model(
         model, input_, n_clusters=n_clusters, n_init=n_init, random_state=seed

@@ -103,7 +103,8 @@ class _DocumentCount(click.ParamType):
 @click.option("--partition-size", type=click.IntRange(min=1),
               help="Documents per counting task (default 4 chunks).")
 @click.option("--n-workers", "--workers", "workers", type=click.IntRange(min=1),
-              help="Local worker processes (default: one per core for large sources).")
+              help="Local worker processes (default: one per core above 20,000 documents; "
+                   "1: in this process).")
 @click.option("--scheduler-address", envvar="DASK_SCHEDULER_ADDRESS",
               help="Run on an existing Dask scheduler [env DASK_SCHEDULER_ADDRESS].")
 @click.option("--overwrite", is_flag=True, help="Replace an existing output.")

@@ -13,6 +13,21 @@ logger = logging.getLogger("sphdist")
 
 _MODEL = click.option("--model", "-m", required=True, type=click.Path(path_type=Path),
                       help="model.zarr.")
+#: The documents of ``export`` and ``neighbors``: a corpus or an embedding.zarr.
+_EMBEDDED = click.option(
+    "--input", "-i", "input_", type=click.Path(path_type=Path),
+    help="The documents: the training corpus [default: the path the model recorded] or an "
+         "embedding.zarr from `sphdist transform`.",
+)
+_JSON = click.option("--json", "as_json", is_flag=True, help="Print one JSON object on stdout.")
+
+
+def _report(report: dict, as_json: bool, line: str) -> None:
+    """Print the command's ``report`` as one JSON object (``--json``), else ``line``."""
+    if as_json:
+        echo_json(report)
+    else:
+        click.echo(line)
 
 
 @click.command()
@@ -23,7 +38,7 @@ _MODEL = click.option("--model", "-m", required=True, type=click.Path(path_type=
               help="embedding.zarr to write.")
 @click.option("--overwrite", is_flag=True, help="Replace an existing --output.")
 @cluster_options
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON object on stdout.")
+@_JSON
 def transform(
     model: Path, input_: Path, output: Path, overwrite: bool, scheduler_address: str | None,
     n_workers: int | None, threads_per_worker: int, memory_limit: str, tls_ca_file: str | None,
@@ -31,8 +46,9 @@ def transform(
 ) -> None:
     """Embed the documents of a corpus with a fitted model (the exact V-step, on Dask)."""
     from sphdist.io.corpus import open_input
-    from sphdist.io.store import open_model
-    from sphdist.jobs.workflow import check_compatible, transform_corpus
+    from sphdist.io.model import open_model
+    from sphdist.jobs.fit import check_compatible
+    from sphdist.jobs.transform import transform_corpus
 
     # refuse a mismatched corpus before starting a cluster
     check_compatible(open_model(model), open_input(input_), input_)
@@ -46,27 +62,20 @@ def transform(
         "output": str(output), "n_documents": int(n), "n_components": int(r),
         "n_degenerate": emb.attrs["n_degenerate"], "model": emb.attrs["model"]["path"],
     }
-    if as_json:
-        echo_json(report)
-    else:
-        click.echo(
-            f"wrote {output}: {n} documents embedded in r={r} dimensions "
-            f"({report['n_degenerate']} with no feature in common with the model)"
-        )
+    _report(report, as_json, f"wrote {output}: {n} documents embedded in r={r} dimensions "
+                             f"({report['n_degenerate']} with no feature in common with the model)")
 
 
 @click.command()
 @_MODEL
-@click.option("--input", "-i", "input_", type=click.Path(path_type=Path),
-              help="The training corpus [default: the path the model recorded] or an "
-                   "embedding.zarr from `sphdist transform`.")
+@_EMBEDDED
 @click.option("--format", "-f", "format_", type=click.Choice(["parquet", "npy"]),
               default="parquet", show_default=True,
               help="parquet: columns doc_id, label, e0..e{r-1}; npy: array (n, r) + "
                    "<stem>.ids.csv (doc_id, label per row).")
 @click.option("--output", "-o", required=True, type=click.Path(path_type=Path))
 @click.option("--overwrite", is_flag=True, help="Replace an existing --output.")
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON object on stdout.")
+@_JSON
 def export(
     model: Path, input_: Path | None, format_: str, output: Path, overwrite: bool, as_json: bool
 ) -> None:
@@ -74,26 +83,19 @@ def export(
     from sphdist.jobs.embedding import export_embedding
 
     report = export_embedding(model, output, format=format_, input=input_, overwrite=overwrite)
-    if as_json:
-        echo_json(report)
-    else:
-        extra = f" (+ ids in {report['sidecar']})" if "sidecar" in report else ""
-        click.echo(
-            f"wrote {output}: {report['n_documents']} documents x {report['n_components']} "
-            f"components, {format_}{extra}"
-        )
+    extra = f" (+ ids in {report['sidecar']})" if "sidecar" in report else ""
+    _report(report, as_json, f"wrote {output}: {report['n_documents']} documents x "
+                             f"{report['n_components']} components, {format_}{extra}")
 
 
 @click.command()
 @_MODEL
-@click.option("--input", "-i", "input_", type=click.Path(path_type=Path),
-              help="Documents searched: the training corpus [default: the path the model "
-                   "recorded] or an embedding.zarr from `sphdist transform`.")
+@_EMBEDDED
 @click.option("--query", "-q", help="Text to embed with the model's feature scheme and idf.")
 @click.option("--doc-id", help="Id of a document of --input.")
 @click.option("-k", "k", type=click.IntRange(min=1), default=10, show_default=True,
               help="Number of neighbours.")
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON object on stdout.")
+@_JSON
 def neighbors(
     model: Path, input_: Path | None, query: str | None, doc_id: str | None, k: int,
     as_json: bool,

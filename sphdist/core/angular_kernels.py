@@ -3,13 +3,19 @@ r"""NumPy/SciPy kernels of Angular Decomposition (Sun et al. 2011) on one chunk 
 Pure functions of in-memory arrays; nothing here imports dask. The papers' orientation is used:
 a chunk ``X_c`` has shape (m features, n_c documents), ``U`` (m, r), and the embedding rows of
 the chunk ``H_c`` (n_c, r) (Sun et al. write ``X ~ alpha U H^T``, one row of H per document).
-Symbols follow Sun, Ding, Luo, Tang, *Angular Decomposition*, IJCAI 2011
-(``../shared/seeds/001_b7627b751b2be62b.txt``).
+Symbols follow Sun, Ding, Luo and Tang, *Angular Decomposition* (IJCAI 2011).
 
-Each ``*_chunk`` kernel returns a dict with the per-chunk arrays (kept chunked on the cluster)
-and a ``"sums"`` dict of partials that :func:`sums_chunk` / :func:`sums_combine` /
-:func:`sums_agg` add up in a fixed tree (the ``<op>_chunk`` / ``_combine`` / ``_agg`` triple of
-``dask.array.reduction``).
+The kernels are those of Spherical PCA wherever the maths is the same: a row of H scaled to
+unit length is :func:`sphdist.core.kernels.v_step` at ``lam = 2`` on the transposed rows, and
+the partials ``X_c H_c`` and ``H_c^T H_c`` are :func:`sphdist.core.kernels.chunk_partials`'
+``"XVt"`` and ``"VVt"`` (``V = H^T``). Every ``*_chunk`` kernel returns one flat dict: the
+per-chunk arrays (``"H"``, ``"G"``, kept chunked on the cluster) and the partials that
+:func:`sphdist.core.kernels.partials_chunk` / ``_combine`` / ``_agg`` add up in a fixed tree.
+
+References
+----------
+.. [1] Sun, D., Ding, C., Luo, B. and Tang, J. (2011). Angular Decomposition. IJCAI.
+.. [2] Liu, K., Li, Q., Wang, H. and Tang, G. (2019). Spherical Principal Component Analysis. SDM.
 """
 
 from __future__ import annotations
@@ -19,7 +25,7 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
-from sphdist.core.kernels import _sq_norm, flatten_partials
+from sphdist.core.kernels import _sq_norm, chunk_partials, v_step
 
 __all__ = [
     "normalise_rows",
@@ -27,16 +33,9 @@ __all__ = [
     "sq_norm_chunk",
     "ad_pass_chunk",
     "graph_gradient_chunk",
-    "graph_init_chunk",
     "graph_update_chunk",
     "gram_sq_norm_pair",
-    "sums_chunk",
-    "sums_combine",
-    "sums_agg",
 ]
-
-#: A row of norm at or below this is treated as zero (an empty document).
-_TINY = np.finfo(np.float64).tiny
 
 #: Entries of ``X_c^T X_d`` formed at once by :func:`gram_sq_norm_pair` (32 MiB of float64).
 _PAIR_BLOCK_ENTRIES = 1 << 22
@@ -53,20 +52,15 @@ def normalise_rows(A: np.ndarray) -> tuple[np.ndarray, int]:
     Returns
     -------
     H : ndarray of shape (n_c, r), float64
-        ``A_i / ||A_i||``; a row with ``||A_i|| = 0`` (an empty document, or one orthogonal to
-        span(U)) becomes ``e_1``, which is as optimal as any unit row there (the objective does
-        not depend on it). Every row has unit norm.
+        ``A_i / ||A_i||`` (Sun et al. 2011, Eq. 14); a row with ``||A_i|| = 0`` (an empty
+        document, or one orthogonal to span(U)) becomes ``e_1``, which is as optimal as any
+        unit row there (the objective does not depend on it). Every row has unit norm. This is
+        :func:`sphdist.core.kernels.v_step` with ``lam = 2`` on ``A^T``, bit for bit.
     n_degenerate : int
         Number of such zero rows.
     """
-    norms = np.sqrt(np.einsum("ij,ij->i", A, A))
-    zero = norms <= _TINY
-    with np.errstate(invalid="ignore"):  # inf/inf for Inf input; reported by the caller
-        H = A / np.where(zero, 1.0, norms)[:, None]
-    if zero.any():
-        H[zero] = 0.0
-        H[zero, 0] = 1.0
-    return H, int(zero.sum())
+    V, degenerate = v_step(A.T, None, 2.0)  # Liu et al. 2019, Eq. 3.12 at lam = 2, on rows
+    return V.T, int(degenerate.sum())
 
 
 def graph_gradient(
@@ -105,38 +99,41 @@ def graph_gradient(
 
 
 def sq_norm_chunk(X_c: Any) -> dict[str, Any]:
-    """``{"sums": {"sq_norm_X": ||X_c||_F^2}}`` for a chunk (a finiteness check)."""
-    return {"sums": {"sq_norm_X": _sq_norm(X_c)}}
+    """``{"sq_norm_X": ||X_c||_F^2}`` for a chunk (a finiteness check)."""
+    return {"sq_norm_X": _sq_norm(X_c)}
+
+
+def _rows_chunk(X_c: Any, A: np.ndarray) -> dict[str, Any]:
+    """``"H"``: :func:`normalise_rows` of the (n_c, r) rows A, and ``chunk_partials(X_c, H^T)``.
+
+    The rows of the chunk and their partials in one read of the chunk (the steps that end on
+    unit rows: V2, G0 and G3); ``"n_degenerate"`` counts the zero rows set to ``e_1``.
+    """
+    H, n_degenerate = normalise_rows(A)
+    return {"H": H, **chunk_partials(X_c, H.T, n_degenerate)}
 
 
 def ad_pass_chunk(X_c: Any, U: np.ndarray) -> dict[str, Any]:
-    """One read of a chunk for Angular Decomposition of vector data: step V2 and V3's partial.
+    """Step V2 (and G0 for the linear kernel) for a chunk, with the partials of step V3.
 
     Parameters
     ----------
     X_c : scipy.sparse matrix or ndarray of shape (m, n_c), float64
         Document columns of the chunk.
     U : ndarray of shape (m, r), float64
-        Current U, orthonormal columns.
+        Current U, orthonormal columns: for V2 the U of the last V3 step, for G0 (and the
+        first V2) the leading left singular vectors of X from step V0.
 
     Returns
     -------
     dict
-        ``"H"``: ndarray (n_c, r), the rows ``normalise(X_c^T U)`` (Sun et al. 2011, Eq. 14);
-        ``"sums"``: ``"XH"`` (m, r) ``X_c H_c`` (Eq. 18's matrix), ``"HtH"`` (r, r)
-        ``H_c^T H_c``, ``"sq_norm_X"`` ``||X_c||_F^2``, ``"n_degenerate"``.
+        ``"H"`` (n_c, r), the rows ``normalise(X_c^T U)`` (Sun et al. 2011, Eq. 14; for G0
+        the rows of ``V Sigma^{1/2}`` of ``S = X^T X`` scaled to unit length), and
+        :func:`sphdist.core.kernels.chunk_partials` of ``V = H_c^T``: ``"XVt"`` (m, r)
+        ``X_c H_c`` (Eq. 18's matrix), ``"VVt"`` (r, r) ``H_c^T H_c``, ``"sq_norm_X"``,
+        ``"dV_sq"`` (0), ``"n_degenerate"`` (zero rows set to ``e_1``).
     """
-    A = np.asarray(X_c.T @ U)
-    H, n_degenerate = normalise_rows(A)
-    return {
-        "H": H,
-        "sums": {
-            "XH": np.asarray(X_c @ H),
-            "HtH": H.T @ H,
-            "sq_norm_X": _sq_norm(X_c),
-            "n_degenerate": n_degenerate,
-        },
-    }
+    return _rows_chunk(X_c, np.asarray(X_c.T @ U))
 
 
 def graph_gradient_chunk(
@@ -161,50 +158,16 @@ def graph_gradient_chunk(
     -------
     dict
         ``"G"``: ndarray (n_c, r), the bracket of Eq. 24 (:func:`graph_gradient`);
-        ``"sums"``: ``"abs_G"`` ``sum |G_ij|`` and ``"abs_H"`` ``sum |H_ij|`` over the chunk
+        ``"abs_G"`` ``sum |G_ij|`` and ``"abs_H"`` ``sum |H_ij|`` over the chunk
         (the step size rule of Sun et al. 2011 after Eq. 24), ``"scale"`` (see
         :func:`graph_gradient`).
     """
     SH = np.asarray(X_c.T @ P)
     G, _, scale = graph_gradient(H_c, SH, HtH, alpha)
     return {
-        "G": G,
-        "sums": {
-            "abs_G": float(np.abs(G).sum()), "abs_H": float(np.abs(H_c).sum()),
-            "scale": scale,
-        },
+        "G": G, "abs_G": float(np.abs(G).sum()), "abs_H": float(np.abs(H_c).sum()),
+        "scale": scale,
     }
-
-
-def _graph_rows(X_c: Any, A: np.ndarray) -> dict[str, Any]:
-    """The chunk's new rows ``H_c = normalise(A)`` and their partials ``X_c H_c``, ``H_c^T H_c``."""
-    H, n_degenerate = normalise_rows(A)
-    return {
-        "H": H,
-        "sums": {"P": np.asarray(X_c @ H), "HtH": H.T @ H, "n_degenerate": n_degenerate},
-    }
-
-
-def graph_init_chunk(X_c: Any, U: np.ndarray) -> dict[str, Any]:
-    """Step G0 for a chunk, linear kernel: ``H_0`` from ``V Sigma^{1/2}``, and its partials.
-
-    Parameters
-    ----------
-    X_c : scipy.sparse matrix or ndarray of shape (m, n_c), float64
-        Document columns of the chunk.
-    U : ndarray of shape (m, r), float64
-        Leading left singular vectors of X, ``X = U Sigma' V^T``.
-
-    Returns
-    -------
-    dict
-        ``"H"``: ndarray (n_c, r), the rows of ``X_c^T U`` scaled to unit length.
-        ``X_c^T U`` is the chunk's rows of ``V Sigma'``, which is ``V Sigma^{1/2}`` for the
-        eigendecomposition ``S = X^T X = V Sigma V^T`` (``Sigma = Sigma'^2``);
-        ``"sums"``: ``"P"`` (m, r) ``X_c H_c``, ``"HtH"`` (r, r) ``H_c^T H_c``,
-        ``"n_degenerate"``.
-    """
-    return _graph_rows(X_c, np.asarray(X_c.T @ U))
 
 
 def graph_update_chunk(
@@ -225,11 +188,11 @@ def graph_update_chunk(
     -------
     dict
         ``"H"``: ndarray (n_c, r), ``normalise(H_c - eta G_c)`` (Eq. 24, then rows scaled
-        back to the unit sphere, see :class:`sphdist.methods.angular.GraphAngularDecomposition`);
-        ``"sums"``: ``"P"`` (m, r) ``X_c H_c``, ``"HtH"`` (r, r) ``H_c^T H_c``,
-        ``"n_degenerate"``.
+        back to the unit sphere, see
+        :class:`sphdist.methods.graph_angular.GraphAngularDecomposition`), and its partials
+        (:func:`sphdist.core.kernels.chunk_partials`).
     """
-    return _graph_rows(X_c, H_c - eta * G_c)
+    return _rows_chunk(X_c, H_c - eta * G_c)
 
 
 def gram_sq_norm_pair(X_c: Any, X_d: Any) -> np.ndarray:
@@ -259,23 +222,3 @@ def gram_sq_norm_pair(X_c: Any, X_d: Any) -> np.ndarray:
         B = B.toarray() if sp.issparse(B) else np.asarray(B)
         total += float(np.vdot(B, B))
     return np.array([[total]])
-
-
-def sums_chunk(part: dict[str, Any], axis: Any = None, keepdims: bool = False) -> dict:
-    """The summable partials of one chunk's result (drops the per-chunk arrays)."""
-    return dict(part["sums"])
-
-
-def sums_combine(parts: Any, axis: Any = None, keepdims: bool = False) -> dict:
-    """Sum a (possibly nested) list of partials dicts in list order (bitwise reproducible)."""
-    flat = flatten_partials(parts)
-    total = dict(flat[0])
-    for part in flat[1:]:
-        for key, value in part.items():
-            total[key] = total[key] + value
-    return total
-
-
-def sums_agg(parts: Any, axis: Any = None, keepdims: bool = False) -> dict:
-    """Final step of the tree sum: the same as :func:`sums_combine`."""
-    return sums_combine(parts)

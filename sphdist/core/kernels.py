@@ -2,8 +2,8 @@ r"""NumPy/SciPy kernels of Spherical PCA on one chunk of documents, and on the d
 
 Pure functions of in-memory arrays; nothing here imports dask or zarr. The papers' orientation
 is used throughout: a chunk ``X_c`` has shape (m features, n_c documents), ``U`` (m, r),
-``V_c`` (r, n_c). Symbols follow Liu et al. (2019), *Spherical Principal Component Analysis*,
-SIAM SDM (``../shared/seeds/000_f9330fd720f25aba.txt``):
+``V_c`` (r, n_c). Symbols follow Liu et al. (2019), *Spherical Principal Component Analysis*
+(SIAM SDM):
 
 * model ``min ||X - UV||_F^2`` s.t. ``U^T U = I``, ``||v_j||_2 = 1`` (Eq. 2.3-2.4);
 * U-step (Eq. 3.11): ``M = 2 (X - U_k V_k) V_k^T + mu U_k``, ``U_{k+1} = Y Z^T`` with
@@ -22,6 +22,13 @@ Since ``U^T U = I`` and every ``||v_j|| = 1``, ``||UV||_F^2 = n`` and the object
 extra pass (:func:`objective`)::
 
     ||X - UV||_F^2 = ||X||_F^2 - 2 <U, X V^T> + n.
+
+References
+----------
+.. [1] Liu, K., Li, Q., Wang, H. and Tang, G. (2019). Spherical Principal Component Analysis. SDM.
+.. [2] Halko, N., Martinsson, P.-G. and Tropp, J. A. (2011). Finding Structure with Randomness:
+   Probabilistic Algorithms for Constructing Approximate Matrix Decompositions. SIAM Review.
+.. [3] Sun, D., Ding, C., Luo, B. and Tang, J. (2011). Angular Decomposition. IJCAI.
 """
 
 from __future__ import annotations
@@ -49,7 +56,9 @@ __all__ = [
     "RowSparse",
     "densify",
     "spmm_accumulate",
+    "chunk_partials",
     "project_chunk",
+    "PER_CHUNK_KEYS",
     "partials_chunk",
     "partials_combine",
     "partials_agg",
@@ -70,7 +79,9 @@ _GRAM_MAX_COND_SQ = 1e6
 _GRAM_MIN_ROWS_PER_COL = 64
 
 
-def polar_factor(M: np.ndarray, method: str = "svd") -> np.ndarray:
+def polar_factor(
+    M: np.ndarray, method: str = "svd", *, return_singular_values: bool = False
+) -> Any:
     """Orthonormal polar factor of M: ``argmax_{U^T U = I} trace(U^T M)``.
 
     Parameters
@@ -85,11 +96,16 @@ def polar_factor(M: np.ndarray, method: str = "svd") -> np.ndarray:
         ``H = (M^T M)^{1/2}``), two O(m r^2) GEMMs; its error is about ``eps cond(M)^2``, so
         it falls back to the SVD when ``cond(M)^2 > 1e6`` or M is rank deficient.
         ``"auto"``: ``"gram"`` when ``m >= 64 r``, else ``"svd"``.
+    return_singular_values : bool, default False
+        Also return the singular values S of M (decreasing); ``sum(S) = trace(U^T M)`` is the
+        nuclear norm of M (Sun et al. 2011 take alpha of Eq. 12 from it after step V3).
 
     Returns
     -------
-    ndarray of shape (m, r), float64
+    U : ndarray of shape (m, r), float64
         The orthonormal polar factor (Liu et al. 2019, Lemma 1 and Eq. 3.11).
+    S : ndarray of shape (r,), float64
+        Only with ``return_singular_values``.
 
     Raises
     ------
@@ -117,9 +133,11 @@ def polar_factor(M: np.ndarray, method: str = "svd") -> np.ndarray:
         G = M.T @ M
         evals, W = np.linalg.eigh((G + G.T) * 0.5)
         if evals[0] > 0 and evals[-1] <= _GRAM_MAX_COND_SQ * evals[0]:
-            return M @ ((W / np.sqrt(evals)) @ W.T)
-    Y, _, Zt = scipy.linalg.svd(M, full_matrices=False, lapack_driver="gesdd")
-    return Y @ Zt
+            root = np.sqrt(evals)
+            U = M @ ((W / root) @ W.T)
+            return (U, root[::-1]) if return_singular_values else U
+    Y, S, Zt = scipy.linalg.svd(M, full_matrices=False, lapack_driver="gesdd")
+    return (Y @ Zt, S) if return_singular_values else Y @ Zt
 
 
 def u_step(
@@ -236,15 +254,10 @@ def pass_chunk(
     A = np.ascontiguousarray(np.asarray(X_c.T @ U).T)
     V_prev = None if V_prev is None else np.ascontiguousarray(V_prev)
     V, degenerate = v_step(A, V_prev, lam)
-    dV_sq = 0.0 if V_prev is None else float(np.sum((V - V_prev) ** 2))
-    return {
-        "V": V,
-        "XVt": np.asarray(X_c @ V.T),
-        "VVt": V @ V.T,
-        "sq_norm_X": _sq_norm(X_c),
-        "dV_sq": dV_sq,
-        "n_degenerate": int(degenerate.sum()),
-    }
+    part = {"V": V, **chunk_partials(X_c, V, int(degenerate.sum()))}
+    if V_prev is not None:
+        part["dV_sq"] = float(np.sum((V - V_prev) ** 2))
+    return part
 
 
 PARTIAL_FORMATS = ("auto", "rows", "dense")
@@ -514,6 +527,29 @@ def _block_rows(X_blocks: list[Any], m: int, partials: str) -> tuple[Any, list[A
     return rows.astype(np.int64, copy=False), targets
 
 
+def chunk_partials(X_c: Any, V: np.ndarray, n_degenerate: int = 0) -> dict[str, Any]:
+    """The summable partials of a chunk and its embedding columns V (no V-step).
+
+    Parameters
+    ----------
+    X_c : scipy.sparse matrix or ndarray of shape (m, n_c), float64
+        Document columns of the chunk.
+    V : ndarray of shape (r, n_c), float64
+        The chunk's columns of V (or of any (r, n) factor).
+    n_degenerate : int, default 0
+        Counted columns (:func:`v_step`), passed through.
+
+    Returns
+    -------
+    dict
+        ``"XVt"`` ndarray (m, r) ``X_c V^T``, ``"VVt"`` ndarray (r, r) ``V V^T``, ``"sq_norm_X"``
+        ``||X_c||_F^2``, ``"dV_sq"`` 0.0, ``"n_degenerate"``; summed by :func:`partials_combine`.
+    """
+    XVt, VVt = np.asarray(X_c @ V.T), V @ V.T
+    return {"XVt": XVt, "VVt": VVt, "sq_norm_X": _sq_norm(X_c), "dV_sq": 0.0,
+            "n_degenerate": n_degenerate}
+
+
 def project_chunk(X_c: Any, Q: np.ndarray) -> dict[str, Any]:
     """Partials of one subspace (power) iteration on ``X X^T`` for a chunk.
 
@@ -527,9 +563,9 @@ def project_chunk(X_c: Any, Q: np.ndarray) -> dict[str, Any]:
     Returns
     -------
     dict
-        ``"XVt"``: ndarray (m, k), ``X_c X_c^T Q``; ``"VVt"``: ndarray (k, k),
-        ``Q^T X_c X_c^T Q``; ``"sq_norm_X"``, ``"dV_sq"`` (0), ``"n_degenerate"`` (0), so
-        that the same reduction (:func:`partials_agg`) sums them.
+        :func:`chunk_partials` of ``B = Q^T X_c``: ``"XVt"`` (m, k) ``X_c X_c^T Q``,
+        ``"VVt"`` (k, k) ``Q^T X_c X_c^T Q``, ``"sq_norm_X"``, ``"dV_sq"`` (0),
+        ``"n_degenerate"`` (0), so that the same reduction (:func:`partials_agg`) sums them.
 
     Notes
     -----
@@ -537,22 +573,16 @@ def project_chunk(X_c: Any, Q: np.ndarray) -> dict[str, Any]:
     2011, Alg. 4.4) and its Rayleigh-Ritz matrix, used for ``init="svd"`` (Sun et al. 2011,
     step V0: U_0 = the leading left singular vectors of X).
     """
-    B = np.asarray(X_c.T @ Q).T
-    return {
-        "XVt": np.asarray(X_c @ B.T),
-        "VVt": B @ B.T,
-        "sq_norm_X": _sq_norm(X_c),
-        "dV_sq": 0.0,
-        "n_degenerate": 0,
-    }
+    return chunk_partials(X_c, np.asarray(X_c.T @ Q).T)
 
 
-_SUMMED = ("XVt", "VVt", "sq_norm_X", "dV_sq", "n_degenerate")
+#: Keys of a chunk's result that hold per-chunk arrays (kept chunked), not summable partials.
+PER_CHUNK_KEYS = ("V", "H", "G")
 
 
 def partials_chunk(part: dict[str, Any], axis: Any = None, keepdims: bool = False) -> dict:
-    """Keep the summable partials of a :func:`pass_chunk` result (drops ``"V"``)."""
-    return {key: part[key] for key in _SUMMED}
+    """Keep the summable partials of a chunk's result (drops :data:`PER_CHUNK_KEYS`)."""
+    return {key: value for key, value in part.items() if key not in PER_CHUNK_KEYS}
 
 
 def flatten_partials(parts: Any) -> list[dict[str, Any]]:
@@ -573,20 +603,22 @@ def flatten_partials(parts: Any) -> list[dict[str, Any]]:
 
 
 def partials_combine(parts: Any, axis: Any = None, keepdims: bool = False) -> dict:
-    """Sum a (possibly nested) list of partials in list order.
+    """Sum a (possibly nested) list of partials dicts, key by key, in list order.
 
     The order is fixed by the reduction tree, not by task completion, so the sum is
     bitwise reproducible. ``"XVt"`` partials may be :class:`RowSparse`; their sum stays
     row-sparse on the union of rows while that is at most half of m, and is bitwise the sum
-    of the dense partials either way.
+    of the dense partials either way. Every other key is summed with ``+`` (arrays, floats,
+    ints), whatever the kernel that produced it.
     """
     flat = flatten_partials(parts)
     total = dict(flat[0])
     for part in flat[1:]:
-        for key in _SUMMED:
+        for key in total:
             if key != "XVt":
                 total[key] = total[key] + part[key]
-    total["XVt"] = _sum_xvt([part["XVt"] for part in flat])
+    if "XVt" in total:
+        total["XVt"] = _sum_xvt([part["XVt"] for part in flat])
     return total
 
 

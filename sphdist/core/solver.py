@@ -5,7 +5,7 @@ Each iteration k -> k+1 is
 1. **U-step, on the driver** (Eq. 3.11): ``U_{k+1} = polar(M)`` from the reduced partials
    ``X V_k^T`` (m, r) and ``V_k V_k^T`` (r, r) of the previous pass (:func:`kernels.u_step`);
 2. **one pass over X**: the document chunks are grouped into at most ``max_partials`` blocks
-   of consecutive chunks (:func:`block_bounds`, a function of the chunk count only); one task
+   of consecutive chunks (:func:`graph.block_bounds`, a function of the chunk count only); one task
    per block reads each of its chunks once and returns their new ``V_c`` (Eq. 3.12) together
    with ``sum_c X_c V_c^T``, ``sum_c V_c V_c^T`` and the objective terms, accumulated in place
    in one float64 array in chunk order (:func:`kernels.pass_block`); the block partials
@@ -38,32 +38,39 @@ Step sizes (``lam``, ``mu``)
     the steps are tiny at realistic n.
 a float
     A fixed value; lam must be >= 2 (the V-block constant), mu >= 0 (mu = 0 is not monotone).
+
+References
+----------
+.. [1] Liu, K., Li, Q., Wang, H. and Tang, G. (2019). Spherical Principal Component Analysis. SDM.
+.. [2] Bolte, J., Sabach, S. and Teboulle, M. (2014). Proximal Alternating Linearized Minimization
+   for Nonconvex and Nonsmooth Problems. Mathematical Programming 146, 459-494.
+.. [3] Halko, N., Martinsson, P.-G. and Tropp, J. A. (2011). Finding Structure with Randomness:
+   Probabilistic Algorithms for Constructing Approximate Matrix Decompositions. SIAM Review.
+.. [4] Sun, D., Ding, C., Luo, B. and Tang, J. (2011). Angular Decomposition. IJCAI.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import time
-import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
-import dask
 import dask.array as da
 import numpy as np
 from sklearn.utils import check_random_state
 from threadpoolctl import threadpool_limits
 
-from sphdist.core import kernels
-from sphdist.errors import DataError, ParameterError
+from sphdist._validation import check_bound, skip_validation
+from sphdist.core import graph, kernels
+from sphdist.core import params as params_table
+from sphdist.core.params import STEP_MODES
+from sphdist.errors import DataError
 
 __all__ = [
-    "FitState", "check_params", "initialize", "iterate", "fit", "block_bounds", "STEP_MODES",
+    "FitState", "check_params", "initialize", "iterate", "fit", "STEP_MODES",
 ]
 
-STEP_MODES = ("exact", "palm", "theory")
-#: Most documents one pass task holds at once (8 chunks of the default 4096).
-MAX_BLOCK_DOCUMENTS = 32768
 _PALM_FACTOR = 1.1
 
 
@@ -119,29 +126,11 @@ class FitState:
         return abs(prev - cur) / abs(prev) if prev != 0 else 0.0
 
 
-def _check_step(name: str, value: Any, minimum: float) -> None:
-    if isinstance(value, str):
-        if value not in STEP_MODES:
-            raise ParameterError(
-                f"{name}={value!r} is not a step-size mode. To resolve this, use one of "
-                f"{', '.join(map(repr, STEP_MODES))} or a number >= {minimum:g}."
-            )
-        return
-    if isinstance(value, bool) or not isinstance(value, (int, float, np.number)):
-        raise ParameterError(f"{name} must be a number or one of {STEP_MODES}, got {value!r}.")
-    if not np.isfinite(value) or value < minimum:
-        raise ParameterError(
-            f"{name}={value!r} is out of range. To resolve this, use a finite value >= "
-            f"{minimum:g} (or one of {', '.join(map(repr, STEP_MODES))})."
-        )
-
-
 def check_params(
-    n_components: Any, shape: tuple[int, int], *, lam: Any, mu: Any, max_iter: Any, tol: Any,
-    init: Any, dtype: Any = np.float64, polar: Any = "auto", max_partials: Any = 8,
-    partials: Any = "auto",
+    n_components: Any, shape: tuple[int, int], *, caller: str = "sphdist.core.solver.fit",
+    **params: Any,
 ) -> None:
-    """Validate solver parameters against the shape of X.
+    """Validate solver parameters against :data:`sphdist.core.params.PARAMS` and the shape of X.
 
     Parameters
     ----------
@@ -149,69 +138,31 @@ def check_params(
         r, with ``1 <= r <= min(m, n)``.
     shape : tuple of int
         (m features, n documents).
-    lam, mu : float or str
-        Step sizes (module docstring); lam >= 2, mu >= 0.
-    max_iter : int
-        >= 0.
-    tol : float
-        >= 0, relative objective decrease.
-    init : str
-        ``"random"`` or ``"svd"``.
-    dtype : numpy.float64 or numpy.float32
-        Compute dtype of the pass.
-    polar : str
-        ``"svd"``, ``"gram"`` or ``"auto"``.
-    max_partials : int
-        >= 1.
-    partials : str
-        ``"auto"``, ``"rows"`` or ``"dense"``.
+    **params
+        Any of the other parameters of :func:`fit` (``lam``, ``mu``, ``max_iter``, ``tol``,
+        ``init``, ``random_state``, ``init_n_iter``, ``split_every``, ``max_partials``,
+        ``dtype``, ``polar``, ``partials``); their constraints are the table's.
+    caller : str, default "sphdist.core.solver.fit"
+        Named in the message.
 
     Raises
     ------
     ParameterError
         Naming the first value out of range and its valid range.
+
+    Notes
+    -----
+    Inside :func:`sphdist._validation.validated` (scikit-learn's
+    ``skip_parameter_validation``) the caller has validated the table's constraints, and only
+    ``n_components`` is checked against the shape (:func:`sphdist._validation.check_bound`).
     """
+    if not skip_validation():
+        params_table.validate(
+            {"n_components": n_components, **params}, caller=caller
+        )
     m, n = shape
-    if isinstance(n_components, bool) or not isinstance(n_components, (int, np.integer)):
-        raise ParameterError(f"n_components must be an integer, got {n_components!r}.")
-    if not 1 <= n_components <= min(m, n):
-        raise ParameterError(
-            f"n_components={n_components} is out of range for X with {m} features and {n} "
-            f"documents. To resolve this, choose 1 <= n_components <= {min(m, n)}."
-        )
-    _check_step("lam", lam, 2.0)
-    _check_step("mu", mu, 0.0)
-    if isinstance(max_iter, bool) or not isinstance(max_iter, (int, np.integer)) or max_iter < 0:
-        raise ParameterError(f"max_iter must be an integer >= 0, got {max_iter!r}.")
-    if not isinstance(tol, (int, float, np.number)) or not np.isfinite(tol) or tol < 0:
-        raise ParameterError(f"tol must be a finite number >= 0, got {tol!r}.")
-    if init not in ("random", "svd"):
-        raise ParameterError(f"init must be 'random' or 'svd', got {init!r}.")
-    if _dtype(dtype) is None:
-        raise ParameterError(f"dtype must be float64 or float32, got {dtype!r}.")
-    if polar not in kernels.POLAR_METHODS:
-        raise ParameterError(
-            f"polar={polar!r} is not a polar-factor route. To resolve this, use one of "
-            f"{', '.join(map(repr, kernels.POLAR_METHODS))}."
-        )
-    if (
-        isinstance(max_partials, bool) or not isinstance(max_partials, (int, np.integer))
-        or max_partials < 1
-    ):
-        raise ParameterError(f"max_partials must be an integer >= 1, got {max_partials!r}.")
-    if partials not in kernels.PARTIAL_FORMATS:
-        raise ParameterError(
-            f"partials={partials!r} is not a partial format. To resolve this, use one of "
-            f"{', '.join(map(repr, kernels.PARTIAL_FORMATS))}."
-        )
-
-
-def _dtype(dtype: Any) -> np.dtype | None:
-    try:
-        dt = np.dtype(dtype)
-    except TypeError:
-        return None
-    return dt if dt in (np.dtype(np.float64), np.dtype(np.float32)) else None
+    check_bound("n_components", n_components, min(m, n),
+                f" for X with {m} features and {n} documents")
 
 
 def _lam_value(lam: float | str, L_c: float) -> float:
@@ -232,175 +183,6 @@ def _mu_value(mu: float | str, VVt: np.ndarray, L_c: float) -> float | None:
     if mu == "theory":
         return L_c
     return float(mu)
-
-
-def _scattered(U: np.ndarray) -> Any:
-    """U as a dask.delayed: broadcast once to every worker when a cluster is active.
-
-    Every block task of the pass depends on this one key, so each worker receives U once per
-    iteration (pushed up front by ``broadcast=True``, not fetched on first use).
-    """
-    try:
-        from distributed import default_client
-
-        client = default_client()
-    except (ImportError, ValueError):
-        return dask.delayed(U, name=f"sphdist-U-{uuid.uuid4().hex}")  # no hashing of U
-    return dask.delayed(client.scatter(U, hash=False, broadcast=True))
-
-
-def _on_cluster(U: np.ndarray) -> da.Array:
-    """U as a one-block dask array, scattered once to the cluster when one is active."""
-    try:
-        from distributed import default_client
-
-        client = default_client()
-    except (ImportError, ValueError):
-        return da.from_array(U, chunks=U.shape, name=False)  # no hashing of m x r floats
-    future = client.scatter(U, hash=False)
-    return da.from_delayed(dask.delayed(future), shape=U.shape, dtype=U.dtype)
-
-
-def _reduce_partials(parts: da.Array, split_every: int) -> da.Array:
-    return da.reduction(
-        parts,
-        kernels.partials_chunk,
-        kernels.partials_agg,
-        combine=kernels.partials_combine,
-        axis=0,
-        keepdims=False,
-        concatenate=False,
-        split_every=split_every,
-        dtype=object,
-        meta=np.empty((), dtype=object),
-    )
-
-
-def block_bounds(
-    n_chunks: int, max_partials: int, chunk_sizes: Sequence[int] | None = None,
-    max_block_documents: int = MAX_BLOCK_DOCUMENTS,
-) -> list[tuple[int, int]]:
-    """Group consecutive chunks into blocks: at most ``max_partials``, unless that is too big.
-
-    Parameters
-    ----------
-    n_chunks : int
-        Document chunks of X.
-    max_partials : int
-        Upper bound on the number of blocks (each yields one (m, r) partial per pass) while
-        every block stays within ``max_block_documents``.
-    chunk_sizes : sequence of int, optional
-        Documents per chunk (``X.chunks[1]``). Given, a block never holds more than
-        ``max_block_documents`` documents (a single larger chunk is a block of its own), so
-        the chunks one task holds at once stay bounded however large n grows.
-    max_block_documents : int, default 32768
-        See ``chunk_sizes``.
-
-    Returns
-    -------
-    list of (int, int)
-        ``[start, stop)`` chunk ranges of ``ceil(n_chunks / max_partials)`` chunks each, cut
-        earlier where the document bound requires. A function of the chunk layout only, so
-        the summation order of a pass never depends on the cluster.
-
-    Examples
-    --------
-    >>> block_bounds(5, 2)
-    [(0, 3), (3, 5)]
-    >>> block_bounds(4, 1, chunk_sizes=[4096] * 4, max_block_documents=8192)
-    [(0, 2), (2, 4)]
-    >>> block_bounds(3, 1, chunk_sizes=[50_000, 10, 10], max_block_documents=8192)
-    [(0, 1), (1, 3)]
-    """
-    size = max(1, -(-n_chunks // max(1, max_partials)))
-    if chunk_sizes is None:
-        return [(a, min(a + size, n_chunks)) for a in range(0, n_chunks, size)]
-    bounds, start, docs = [], 0, 0
-    for i, n_i in enumerate(chunk_sizes):
-        if i > start and (i - start >= size or docs + n_i > max_block_documents):
-            bounds.append((start, i))
-            start, docs = i, 0
-        docs += n_i
-    if n_chunks:
-        bounds.append((start, n_chunks))
-    return bounds
-
-
-def _take_V(part: dict[str, Any], i: int) -> np.ndarray:
-    return part["V"][i]
-
-
-def _tree_sum(leaves: list[Any], split_every: int, name: str) -> Any:
-    """Sum delayed partials in a fixed tree of fan-in ``split_every``, in list order."""
-    level, depth = leaves, 0
-    while len(level) > 1:
-        level = [
-            dask.delayed(kernels.partials_combine, pure=False)(
-                level[i:i + split_every], dask_key_name=(f"{name}-sum{depth}", i)
-            )
-            for i in range(0, len(level), split_every)
-        ]
-        depth += 1
-    return level[0]
-
-
-def _pass(
-    X: da.Array, U: np.ndarray, V_prev: da.Array | None, lam: float, split_every: int,
-    max_partials: int = 8, dtype: Any = np.float64, partials: str = "auto",
-) -> tuple[da.Array, dict[str, Any]]:
-    """One pass over X: new V (persisted) and the summed partials.
-
-    Consecutive chunks are grouped into at most ``max_partials`` blocks (:func:`block_bounds`);
-    one task per block reads its chunks once each and accumulates their partials in one
-    float64 array (:func:`kernels.pass_block`), row-sparse or dense (``partials``); the block
-    partials are summed in a fixed tree of fan-in ``split_every``, and the driver densifies
-    ``X V^T`` once.
-    """
-    dtype = np.dtype(dtype)
-    r = U.shape[1]
-    name = f"sphdist-pass-{uuid.uuid4().hex}"
-    U_d = _scattered(np.asarray(U, dtype=dtype))
-    xs = X.to_delayed().ravel()
-    vs = None if V_prev is None else V_prev.to_delayed().ravel()
-    sizes = X.chunks[1]
-    meta = np.empty((0, 0), dtype=dtype)
-    leaves, V_blocks = [], []
-    for b, (start, stop) in enumerate(block_bounds(len(xs), max_partials, sizes)):
-        part = dask.delayed(kernels.pass_block, pure=False)(
-            list(xs[start:stop]), U_d, None if vs is None else list(vs[start:stop]),
-            lam=lam, dtype=dtype, partials=partials, dask_key_name=(name, b),
-        )
-        leaves.append(
-            dask.delayed(kernels.partials_chunk, pure=False)(
-                part, dask_key_name=(f"{name}-partial", b)
-            )
-        )
-        V_blocks += [
-            da.from_delayed(
-                dask.delayed(_take_V, pure=False)(part, j - start, dask_key_name=(f"{name}-V", j)),
-                shape=(r, sizes[j]), dtype=dtype, meta=meta,
-            )
-            for j in range(start, stop)
-        ]
-    V = da.concatenate(V_blocks, axis=1)
-    V, total = dask.persist(V, _tree_sum(leaves, split_every, name))
-    (total,) = dask.compute(total)
-    # aligned copies: distributed may hand back an (m, r) array at an odd address, and NumPy's
-    # matmul skips BLAS for unaligned operands, which changed the U-step's rounding (and so
-    # every later bit) between a cluster and the local schedulers
-    total["XVt"] = np.require(kernels.densify(total["XVt"]), np.float64, ["C", "A"])
-    total["VVt"] = np.require(total["VVt"], np.float64, ["C", "A"])
-    return V, total
-
-
-def _power_pass(X: da.Array, Q: np.ndarray, split_every: int) -> dict[str, Any]:
-    parts = da.blockwise(
-        kernels.project_chunk, "j", X, "ij", _on_cluster(Q), "ik",
-        concatenate=True, adjust_chunks={"j": 1},
-        dtype=object, meta=np.empty((0,), dtype=object),
-    )
-    (total,) = dask.compute(_reduce_partials(parts, split_every))
-    return total
 
 
 def svd_init(
@@ -435,7 +217,8 @@ def svd_init(
     k = min(n_components + n_oversamples, m, n)
     Q, _ = np.linalg.qr(random_state.standard_normal(size=(m, k)))
     for i in range(n_iter + 1):
-        total = _power_pass(X, Q, split_every)
+        parts = graph.per_chunk(kernels.project_chunk, X, graph.broadcast(Q), "ik")
+        total = graph.sum_parts(parts, split_every)
         if i < n_iter:
             Q, _ = np.linalg.qr(total["XVt"])
     # Rayleigh-Ritz on the last basis: T = Q^T X X^T Q
@@ -470,7 +253,7 @@ def initialize(
         Start from this U instead (warm start); orthonormalised by its polar factor.
     max_partials : int, default 8
         Chunks are grouped into at most this many blocks of consecutive chunks, one task and
-        one (m, r) partial each (:func:`block_bounds`).
+        one (m, r) partial each (:func:`graph.block_bounds`).
     dtype : numpy.float64 or numpy.float32, default float64
         Compute dtype of ``U^T X_c`` and storage dtype of V; partials are summed in float64.
     partials : {"auto", "rows", "dense"}, default "auto"
@@ -497,7 +280,10 @@ def initialize(
         U = svd_init(X, n_components, rs, n_iter=init_n_iter, split_every=split_every)
     else:
         U = kernels.random_orthonormal(m, n_components, rs)
-    V, total = _pass(X, U, None, 2.0, split_every, max_partials, dtype, partials)
+    V, total = graph.block_pass(
+        X, U, None, lam=2.0, split_every=split_every, max_partials=max_partials,
+        dtype=dtype, partials=partials,
+    )
     sq = total["sq_norm_X"]
     if not np.isfinite(sq) or not np.all(np.isfinite(total["XVt"])):
         raise DataError(
@@ -550,8 +336,9 @@ def iterate(
     # loaded or shared driver does not thrash (4x faster at m = 2**18, r = 100 under load 9)
     with threadpool_limits(limits=1, user_api="blas"):
         U = kernels.u_step(state.U, state.XVt, state.VVt, _mu_value(mu, state.VVt, L_c), polar)
-    V, total = _pass(
-        X, U, state.V, _lam_value(lam, L_c), split_every, max_partials, dtype, partials
+    V, total = graph.block_pass(
+        X, U, state.V, lam=_lam_value(lam, L_c), split_every=split_every,
+        max_partials=max_partials, dtype=dtype, partials=partials,
     )
     f = kernels.objective(state.sq_norm_X, U, total["XVt"], n)
     new = dataclasses.replace(
@@ -607,7 +394,7 @@ def fit(
         progress lines).
     max_partials : int, default 8
         At most this many (m, r) partials per pass: chunks are grouped into blocks of
-        consecutive chunks (:func:`block_bounds`), each accumulated by one task.
+        consecutive chunks (:func:`graph.block_bounds`), each accumulated by one task.
     dtype : numpy.float64 or numpy.float32, default float64
         Compute dtype of ``U^T X_c`` and the V-step, and storage dtype of V. ``X V^T``,
         ``V V^T``, the objective and U on the driver stay float64.
@@ -632,11 +419,11 @@ def fit(
     Notes
     -----
     Memory per worker (w workers, one thread each; B = number of blocks,
-    ``len(block_bounds(n_chunks, max_partials, chunk_sizes))``; G chunks per block (at most
-    ``MAX_BLOCK_DOCUMENTS`` = 32768 documents, so this term does not grow with n); d = itemsize of
-    ``dtype``; c_X = bytes of one chunk, about ``12 nnz_c``; k_b = distinct features of a
-    block, k_t those of a tree node's blocks, both <= m / 2 with ``partials="auto"``, and
-    k_b = k_t = m with ``partials="dense"``)::
+    ``len(graph.block_bounds(n_chunks, max_partials, chunk_sizes))``; G chunks per block (at
+    most ``graph.MAX_BLOCK_DOCUMENTS`` = 32768 documents, so this term does not grow with n);
+    d = itemsize of ``dtype``; c_X = bytes of one chunk, about ``12 nnz_c``; k_b = distinct
+    features of a block, k_t those of a tree node's blocks, both <= m / 2 with
+    ``partials="auto"``, and k_b = k_t = m with ``partials="dense"``)::
 
         RSS_worker ~ R_0                       Python, dask, NumPy/SciPy (~0.25 GiB)
                    + d m r                     U, broadcast once per iteration
@@ -655,6 +442,7 @@ def fit(
     """
     check_params(
         n_components, X.shape, lam=lam, mu=mu, max_iter=max_iter, tol=tol, init=init,
+        random_state=random_state, init_n_iter=init_n_iter, split_every=split_every,
         dtype=dtype, polar=polar, max_partials=max_partials, partials=partials,
     )
     if X.numblocks[0] != 1:

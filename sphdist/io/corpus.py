@@ -20,16 +20,31 @@ Group attributes: ``sphdist = {"kind": "corpus", "format_version": 1}``, ``shape
 ``nnz``, ``chunk_boundaries`` (document offsets, ``[0, n_0, n_0 + n_1, ..., n]``),
 ``feature_scheme`` (``{"type": "hashing", "n_features": m, ...}`` or
 ``{"type": "vocabulary", "n_features": m}``), ``tfidf`` (the weighting options),
-``label_names``, ``n_empty``, ``corpus_id`` (random, set at writing) and ``fingerprint``
-(sha256 of the other attributes and the idf).
+``label_names``, ``n_empty``, ``corpus_id`` (random, set at writing), ``chunk_nnz`` (values
+per document chunk), ``chunk_sha256`` (per document chunk, the sha256 of the little-endian
+bytes of its data, indices and indptr), ``sha256`` (the same digest of ``idf``, ``labels`` and
+``empty``) and ``fingerprint`` (sha256 of the canonical JSON of all of these: it covers the
+data through the digests).
+
+Integrity: every chunk is stored and zstd-compressed with its content checksum. Each document
+chunk read is checked against its ``chunk_sha256`` and ``chunk_nnz``, each 1-D array against its
+``sha256``; a missing chunk file, a flipped bit or edited values raise
+:class:`~sphdist.errors.CorpusFormatError` naming the file, never read as zeros. The
+fingerprint is recomputed from the attributes at opening, so ``--resume`` on a corpus whose data
+(with their digests) or attributes changed is refused. Opening checks the attributes against the
+arrays (integer shape, ``nnz``, ``n_empty``, the lengths of ``idf`` and the per-document arrays).
+Corpora written before the digests (same format version 1, no ``chunk_sha256``) are read as
+before: their stored fingerprint is used, chunks of ``data``, ``indices`` and ``idf`` must be
+stored, and ``nnz`` and the dtype of ``data`` are checked against every chunk's metadata at
+opening.
 
 A dense 2-D zarr array of shape (n_samples, n_features) (numeric UCI-style data), or a group
 holding such an array ``X`` and optional integer labels ``y``, is accepted as input too
 (:class:`DenseInput`); it is read in the papers' orientation, transposed.
 
-Writing goes through :class:`CorpusWriter`: chunk by chunk into a staging directory, committed
-atomically by a rename at the end, so an interrupted ingest never leaves a ``corpus.zarr`` that
-looks complete.
+This module reads the format; :mod:`sphdist.io.corpus_writer` writes it (chunk by chunk into a
+staging directory, committed atomically by a rename at the end, so an interrupted ingest never
+leaves a ``corpus.zarr`` that looks complete).
 """
 
 from __future__ import annotations
@@ -37,36 +52,41 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import uuid
-from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
 import dask.array as da
 import numpy as np
 import scipy.sparse as sp
 import zarr
 
-from sphdist.errors import CorpusFormatError, DataError, InputNotFoundError, OutputExistsError
-from sphdist.io import _atomic
+from sphdist.errors import CorpusFormatError, DataError
+from sphdist.io._zarr import checked_array, content_sha256, open_node, read_checked, read_tag
 
 __all__ = [
     "FORMAT_VERSION",
+    "KIND",
     "Corpus",
-    "CorpusWriter",
     "DenseInput",
-    "StoredChunk",
     "open_input",
     "open_corpus",
-    "store_chunk",
 ]
 
 FORMAT_VERSION = 1
-_KIND = "corpus"
+KIND = "corpus"  # the group attribute sphdist.kind
 
 
 def _chunk_key(i: int) -> str:
     return f"X/{i:05d}"
+
+
+_REMEDY = "re-ingest the corpus"
+
+#: The attributes the fingerprint of a corpus with digests covers (the data through the digests).
+_FINGERPRINTED = (
+    "sphdist", "shape", "nnz", "chunk_boundaries", "feature_scheme", "tfidf", "label_names",
+    "n_empty", "corpus_id", "chunk_nnz", "chunk_sha256", "sha256",
+)
 
 
 def _fingerprint(meta: dict[str, Any], idf: np.ndarray | None) -> str:
@@ -77,21 +97,44 @@ def _fingerprint(meta: dict[str, Any], idf: np.ndarray | None) -> str:
     return h.hexdigest()
 
 
-def _open_group(path: str | os.PathLike[str]) -> zarr.Group:
-    path = Path(path)
-    if not path.exists():
-        raise InputNotFoundError(
-            f"{path}: no such file or directory. To resolve this, check the path, or create a "
-            "corpus with `sphdist ingest SOURCE --output PATH`."
-        )
-    try:
-        node = zarr.open(store=str(path), mode="r")
-    except Exception as exc:  # zarr raises several types for "not zarr"
+def data_fingerprint(attrs: dict[str, Any]) -> str:
+    """Fingerprint of a corpus with digests: sha256 of the JSON of :data:`_FINGERPRINTED`.
+
+    ``attrs`` must be JSON-clean (as stored); the per-chunk digests make it cover the data.
+    """
+    return _fingerprint({k: attrs.get(k) for k in _FINGERPRINTED}, None)
+
+
+def _integer(path: Path, name: str, value: Any, low: int = 0, high: int | None = None) -> int:
+    """``value`` if it is an integer in [low, high], else a CorpusFormatError naming it."""
+    if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < low or (
+        high is not None and value > high
+    ):
+        bound = f"[{low}, {high}]" if high is not None else f">= {low}"
         raise CorpusFormatError(
-            f"{path}: not a zarr v3 group or array ({type(exc).__name__}: {exc}). To resolve "
-            "this, pass a corpus written by `sphdist ingest` or a dense 2-D zarr array."
-        ) from exc
-    return node
+            f"{path}: attribute {name}={value!r} is not an integer {bound}. To resolve this, "
+            f"{_REMEDY}."
+        )
+    return int(value)
+
+
+def _open_group(path: str | os.PathLike[str]) -> zarr.Group | zarr.Array:
+    path = Path(path)
+    return open_node(
+        path,
+        missing=f"{path}: no such file or directory. To resolve this, check the path, or create "
+        "a corpus with `sphdist ingest SOURCE --output PATH`.",
+        unreadable=lambda exc: f"{path}: not a zarr v3 group or array ({type(exc).__name__}: "
+        f"{exc}). To resolve this, pass a corpus written by `sphdist ingest` or a dense 2-D "
+        "zarr array.",
+        error=CorpusFormatError, group=False,
+    )
+
+
+def _checked_array(group: zarr.Group, name: str, path: str, what: str) -> zarr.Array:
+    """``group[name]``, a plain array with safe codecs (KeyError if absent)."""
+    return checked_array(group, name, path, what, error=CorpusFormatError,
+                         remedy="re-ingest the corpus")
 
 
 class _Input:
@@ -151,9 +194,8 @@ class Corpus(_Input):
         self.path = Path(path)
         group = _open_group(self.path)
         attrs = dict(group.attrs) if isinstance(group, zarr.Group) else {}
-        tag = attrs.get("sphdist")
-        tag = tag if isinstance(tag, dict) else {}
-        if tag.get("kind") != _KIND:
+        tag = read_tag(group)
+        if tag.get("kind") != KIND:
             raise CorpusFormatError(
                 f"{self.path}: not a sphdist corpus (group attribute sphdist.kind is "
                 f"{tag.get('kind')!r}). To resolve this, create one with `sphdist ingest`."
@@ -174,15 +216,22 @@ class Corpus(_Input):
         self.attrs = attrs
         try:
             m, n = attrs["shape"]
-            self.shape: tuple[int, int] = (int(m), int(n))
-            self.nnz: int = int(attrs["nnz"])
-            self.chunk_boundaries = np.asarray(attrs["chunk_boundaries"], dtype=np.int64)
+            self.shape: tuple[int, int] = (
+                _integer(self.path, "shape[0]", m), _integer(self.path, "shape[1]", n)
+            )
+            self.nnz: int = _integer(self.path, "nnz", attrs["nnz"])
+            bounds = attrs["chunk_boundaries"]
+            for j, b in enumerate(bounds):
+                _integer(self.path, f"chunk_boundaries[{j}]", b)
+            self.chunk_boundaries = np.asarray(bounds, dtype=np.int64)
             self.feature_scheme: dict[str, Any] = dict(attrs["feature_scheme"])
             self.tfidf: dict[str, Any] = attrs.get("tfidf") or {}
             self.label_names: list[str] | None = attrs.get("label_names")
-            self.n_empty: int = int(attrs.get("n_empty", 0))
+            self.n_empty: int = _integer(self.path, "n_empty", attrs.get("n_empty", 0), 0, n)
             self.fingerprint: str = str(attrs["fingerprint"])
         except (KeyError, TypeError, ValueError) as exc:
+            if isinstance(exc, CorpusFormatError):
+                raise
             raise CorpusFormatError(
                 f"{self.path}: corpus metadata is incomplete or malformed ({type(exc).__name__}: "
                 f"{exc}). To resolve this, re-ingest the corpus."
@@ -196,6 +245,65 @@ class Corpus(_Input):
                 f"{self.path}: chunk_boundaries {b.tolist()[:5]}... do not partition the "
                 f"{self.shape[1]} documents. To resolve this, re-ingest the corpus."
             )
+        #: per chunk (sha256, nnz) recorded at writing; None for a corpus written before them
+        self._expected: tuple[tuple[str, int], ...] | None = None
+        self._digests: dict[str, str] = {}
+        if "chunk_sha256" in attrs:
+            self._expected, self._digests = self._recorded_digests(attrs)
+            self.fingerprint = data_fingerprint(attrs)
+        self._check_lengths()
+
+    def _recorded_digests(
+        self, attrs: dict[str, Any]
+    ) -> tuple[tuple[tuple[str, int], ...], dict[str, str]]:
+        sha, nnz, digests = attrs.get("chunk_sha256"), attrs.get("chunk_nnz"), attrs.get("sha256")
+        if (
+            not isinstance(sha, list) or not isinstance(nnz, list) or not isinstance(digests, dict)
+            or len(sha) != self.n_chunks or len(nnz) != self.n_chunks
+        ):
+            raise CorpusFormatError(
+                f"{self.path}: attributes chunk_sha256, chunk_nnz and sha256 do not describe the "
+                f"{self.n_chunks} document chunks. To resolve this, {_REMEDY}."
+            )
+        nnz = [_integer(self.path, f"chunk_nnz[{i}]", v) for i, v in enumerate(nnz)]
+        if sum(nnz) != self.nnz:
+            raise CorpusFormatError(
+                f"{self.path}: attribute nnz={self.nnz} but the chunks hold {sum(nnz)} values "
+                f"(chunk_nnz). To resolve this, {_REMEDY}."
+            )
+        return tuple(zip(map(str, sha), nnz, strict=True)), {k: str(v) for k, v in digests.items()}
+
+    def _check_lengths(self) -> None:
+        """Refuse attributes that disagree with the arrays' metadata (no chunk is read)."""
+        m, n = self.shape
+        for name, length, what in (
+            ("idf", m, "m"), ("vocabulary", m, "m"), ("doc_ids", n, "n"), ("empty", n, "n"),
+            ("labels", n, "n"),
+        ):
+            try:
+                arr = _checked_array(self._group, name, str(self.path), name)
+            except (KeyError, CorpusFormatError):
+                continue  # absent, or unreadable metadata: refused when it is read
+            if arr.shape != (length,):
+                raise CorpusFormatError(
+                    f"{self.path}: {name} has shape {arr.shape} but attribute shape says "
+                    f"{what} = {length}. To resolve this, {_REMEDY}."
+                )
+        if self._expected is not None:
+            return
+        total = 0  # a corpus written before the digests: the metadata of every chunk
+        for i in range(self.n_chunks):
+            try:
+                data = self._group[f"{_chunk_key(i)}/data"]
+            except Exception:  # absent or unreadable metadata: refused when the chunk is read
+                continue
+            _check_dtypes(str(self.path), i, data.dtype)
+            total += data.shape[0]
+        if total != self.nnz:
+            raise CorpusFormatError(
+                f"{self.path}: attribute nnz={self.nnz} but the chunks hold {total} values. "
+                f"To resolve this, {_REMEDY}."
+            )
 
     # -- metadata -------------------------------------------------------------------------
     @property
@@ -208,12 +316,17 @@ class Corpus(_Input):
         """Documents per chunk, in order."""
         return tuple(int(c) for c in np.diff(self.chunk_boundaries))
 
-    def _optional(self, name: str) -> np.ndarray | None:
+    def _optional(self, name: str, required: bool = True) -> np.ndarray | None:
         try:
             arr = _checked_array(self._group, name, str(self.path), name)
         except KeyError:
             return None
-        return np.asarray(arr[:])
+        # labels and empty of a corpus written before every chunk was stored may leave out a
+        # chunk equal to the fill value (all 0, all False)
+        return read_checked(
+            arr, str(self.path), name, error=CorpusFormatError, remedy=_REMEDY,
+            sha256=self._digests.get(name), required=required or self._expected is not None,
+        )
 
     @property
     def idf(self) -> np.ndarray | None:
@@ -223,17 +336,17 @@ class Corpus(_Input):
     @property
     def labels(self) -> np.ndarray | None:
         """Ndarray of shape (n,), int32: label code per document (-1: unknown), or None."""
-        return self._optional("labels")
+        return self._optional("labels", required=False)
 
     @property
     def doc_ids(self) -> np.ndarray:
         """Ndarray of shape (n,), str: document identifiers."""
-        return np.asarray(_checked_array(self._group, "doc_ids", str(self.path), "doc_ids")[:])
+        return _required(self._optional("doc_ids"), self.path, "doc_ids")
 
     @property
     def empty(self) -> np.ndarray:
         """Ndarray of shape (n,), bool: True where the document column is all zero."""
-        return np.asarray(_checked_array(self._group, "empty", str(self.path), "empty")[:])
+        return _required(self._optional("empty", required=False), self.path, "empty")
 
     @property
     def vocabulary(self) -> np.ndarray | None:
@@ -257,13 +370,14 @@ class Corpus(_Input):
         Raises
         ------
         CorpusFormatError
-            If the chunk is missing, corrupted, stored with codecs other than
-            :data:`SAFE_CODECS`, or its CSC arrays are inconsistent (lengths, decreasing
-            column pointers, feature indices outside ``[0, m)``).
+            If the chunk is missing, corrupted, stored with codecs other than the safe ones
+            (:data:`sphdist.io._zarr.SAFE_CODECS`), or its CSC arrays are inconsistent
+            (lengths, decreasing column pointers, feature indices outside ``[0, m)``).
         DataError
             If a value is NaN or Inf (naming the document and the feature).
         """
-        return _read_chunk(str(self.path), i, self.n_features, self.chunks[i])
+        expected = None if self._expected is None else self._expected[i]
+        return _read_chunk(str(self.path), i, self.n_features, self.chunks[i], expected)
 
     def to_dask(self) -> da.Array:
         """Return X as a lazy, column-chunked dask array.
@@ -280,6 +394,7 @@ class Corpus(_Input):
             str(self.path),
             self.chunks,
             m,
+            self._expected,
             chunks=((m,), self.chunks),
             dtype=np.float64,
             meta=sp.csc_matrix((0, 0), dtype=np.float64),
@@ -293,74 +408,87 @@ class Corpus(_Input):
         )
 
 
-#: zarr v3 codecs sphdist reads: none of them can execute code (no pickle, no object dtype).
-SAFE_CODECS = frozenset({
-    "bytes", "zstd", "blosc", "gzip", "crc32c", "transpose", "vlen-utf8", "sharding_indexed",
-})
+def _required(values: np.ndarray | None, path: Path, name: str) -> np.ndarray:
+    if values is None:
+        raise CorpusFormatError(f"{path}: the array {name} is missing. To resolve this, {_REMEDY}.")
+    return values
 
 
-def _checked_array(group: zarr.Group, name: str, path: str, what: str) -> zarr.Array:
-    """``group[name]`` if it is a zarr v3 array of a plain dtype and safe codecs.
-
-    Raises KeyError if absent; CorpusFormatError if it is anything else.
-    """
-    try:
-        arr = group[name]
-    except KeyError:
-        raise
-    except Exception as exc:  # unknown codec, malformed metadata, ...
-        raise CorpusFormatError(
-            f"{path}: {what} ({name}) is unreadable ({type(exc).__name__}: {exc}). To resolve "
-            "this, re-ingest the corpus."
-        ) from None
-    if not isinstance(arr, zarr.Array):
-        raise KeyError(name)
-    meta = arr.metadata
-    codecs = [c.to_dict().get("name") for c in getattr(meta, "codecs", ())]
-    if (
-        meta.zarr_format != 3
-        or arr.dtype.kind not in "biufT"
-        and not (arr.dtype.kind == "O" and codecs[:1] == ["vlen-utf8"])
-        or not set(codecs) <= SAFE_CODECS
+def _check_dtypes(path: str, i: int, data: np.dtype, indices: np.dtype | None = None,
+                  indptr: np.dtype | None = None) -> None:
+    """Refuse a chunk whose data are not float64 or whose indices / indptr are not integers."""
+    for name, dtype, ok in (
+        ("data", data, data == np.float64),
+        ("indices", indices, indices is None or indices.kind in "iu"),
+        ("indptr", indptr, indptr is None or indptr.kind in "iu"),
     ):
-        raise CorpusFormatError(
-            f"{path}: {what} ({name}) is stored as zarr v{meta.zarr_format}, dtype "
-            f"{arr.dtype}, codecs {codecs}; sphdist reads only zarr v3 numeric or UTF-8 arrays "
-            f"with the codecs {sorted(SAFE_CODECS)} (nothing that can execute code). To "
-            "resolve this, re-ingest the corpus."
-        )
-    return arr
+        if not ok:
+            raise CorpusFormatError(
+                f"{path}: document chunk {i} ({_chunk_key(i)}/{name}) has dtype {dtype}, "
+                f"expected {'float64' if name == 'data' else 'an integer'}. To resolve this, "
+                f"{_REMEDY}."
+            )
 
 
-def _read_chunk(path: str, i: int, m: int, n_i: int) -> sp.csc_matrix:
+def _read_chunk(
+    path: str, i: int, m: int, n_i: int, expected: tuple[str, int] | None = None
+) -> sp.csc_matrix:
     # runs in worker tasks: the client must unpickle the error, and zarr's exceptions (kept in
     # __cause__ / __context__) do not unpickle, so the error leaves without them
     try:
-        return _read_chunk_checked(path, i, m, n_i)
+        return _read_chunk_checked(path, i, m, n_i, expected)
     except (CorpusFormatError, DataError) as exc:
         error = exc
     error.__cause__ = error.__context__ = None
     raise error
 
 
-def _read_chunk_checked(path: str, i: int, m: int, n_i: int) -> sp.csc_matrix:
+def _read_chunk_arrays(
+    path: str, i: int, expected: tuple[str, int] | None
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """data, indices, indptr of chunk ``i``: every chunk file stored, decoded, as recorded."""
     what = f"document chunk {i}"
     try:
         g = zarr.open_group(store=path, path=_chunk_key(i), mode="r")
         arrays = [_checked_array(g, name, path, what) for name in ("data", "indices", "indptr")]
-        data, indices, indptr = (a[:] for a in arrays)
     except (KeyError, FileNotFoundError) as exc:
         raise CorpusFormatError(
             f"{path}: document chunk {i} ({_chunk_key(i)}) is missing or unreadable "
             f"({type(exc).__name__}). To resolve this, re-ingest the corpus."
         ) from None
-    except CorpusFormatError:
-        raise
-    except Exception as exc:  # a truncated or corrupted chunk file: the codec fails
+    _check_dtypes(path, i, *(a.dtype for a in arrays))
+    data, indices, indptr = (
+        # without digests (an older corpus), indptr of a chunk of empty documents is all zero
+        # and may have been left out as the fill value
+        read_checked(
+            a, path, f"{what} ({_chunk_key(i)})", error=CorpusFormatError,
+            remedy=_REMEDY,
+            required=expected is not None or name != "indptr" or arrays[0].shape[0] > 0,
+        )
+        for a, name in zip(arrays, ("data", "indices", "indptr"), strict=True)
+    )
+    return data, indices, indptr
+
+
+def _check_digest(
+    path: str, i: int, expected: tuple[str, int] | None, *arrays: np.ndarray
+) -> None:
+    """Refuse chunk ``i`` unless its nnz and sha256 are the ones recorded at writing."""
+    if expected is None:
+        return
+    sha256, nnz = expected
+    if arrays[0].shape[0] != nnz or content_sha256(*arrays) != sha256:
         raise CorpusFormatError(
-            f"{path}: document chunk {i} ({_chunk_key(i)}) is corrupted "
-            f"({type(exc).__name__}: {exc}). To resolve this, re-ingest the corpus."
-        ) from None
+            f"{path}: document chunk {i} ({_chunk_key(i)}) does not match its recorded "
+            f"chunk_sha256 and chunk_nnz ({arrays[0].shape[0]} values, {nnz} recorded): the "
+            f"stored values were changed or damaged. To resolve this, {_REMEDY}."
+        )
+
+
+def _read_chunk_checked(
+    path: str, i: int, m: int, n_i: int, expected: tuple[str, int] | None
+) -> sp.csc_matrix:
+    data, indices, indptr = _read_chunk_arrays(path, i, expected)
     if (
         indptr.shape != (n_i + 1,)
         or indptr[0] != 0
@@ -395,6 +523,7 @@ def _read_chunk_checked(path: str, i: int, m: int, n_i: int) -> sp.csc_matrix:
             f"({data[pos]}) at feature {int(indices[pos])}. To resolve this, clean the source "
             "and re-ingest it."
         )
+    _check_digest(path, i, expected, data, indices, indptr)  # last: the checks above name more
     return sp.csc_matrix((data, indices, indptr), shape=(m, n_i))
 
 
@@ -406,9 +535,12 @@ def _chunk_start(path: str, i: int) -> int:
         return 0
 
 
-def _load_block(path: str, chunks: tuple[int, ...], m: int, block_id=None) -> sp.csc_matrix:
+def _load_block(
+    path: str, chunks: tuple[int, ...], m: int,
+    expected: tuple[tuple[str, int], ...] | None, block_id=None,
+) -> sp.csc_matrix:
     i = block_id[1]
-    return _read_chunk(path, i, m, chunks[i])
+    return _read_chunk(path, i, m, chunks[i], None if expected is None else expected[i])
 
 
 class DenseInput(_Input):
@@ -547,280 +679,3 @@ def open_input(path: str | os.PathLike[str]) -> Corpus | DenseInput:
 def open_corpus(path: str | os.PathLike[str]) -> Corpus:
     """Open a sparse ``corpus.zarr``; see :class:`Corpus`."""
     return Corpus(path)
-
-
-class StoredChunk(NamedTuple):
-    """A document chunk written by :func:`store_chunk`: its index, nonzeros, empty columns."""
-
-    index: int
-    nnz: int
-    empty: np.ndarray  # (n_c,) bool
-
-
-def store_chunk(
-    staging: str | os.PathLike[str], index: int, X_chunk: sp.spmatrix | sp.sparray,
-    n_features: int, compressors: Any = "auto",
-) -> StoredChunk:
-    """Write document chunk ``index`` into a :class:`CorpusWriter`'s staging directory.
-
-    For writers that build chunks in parallel (workers of ``sphdist.text.ingest``); the driver
-    then calls :meth:`CorpusWriter.append_stored_chunk` in chunk order.
-
-    Parameters
-    ----------
-    staging : path-like
-        :attr:`CorpusWriter.staging`, on a filesystem the caller can write.
-    index : int
-        Chunk index.
-    X_chunk : scipy.sparse matrix of shape (n_features, n_c)
-        As for :meth:`CorpusWriter.write_chunk`.
-    n_features : int
-    compressors : zarr codec(s) or "auto", default "auto"
-        Compression of the three arrays (zarr's default: zstd). Any codec of the safe list
-        that readers accept.
-
-    Returns
-    -------
-    StoredChunk
-
-    Raises
-    ------
-    ValueError
-        If the shape disagrees or the values are not finite.
-    """
-    group = zarr.open_group(store=str(staging), mode="r+")
-    return _store_chunk(group, index, X_chunk, n_features, compressors)
-
-
-def _store_chunk(group: zarr.Group, index: int, X_chunk, n_features: int,
-                 compressors: Any = "auto") -> StoredChunk:
-    X_c = sp.csc_matrix(X_chunk, dtype=np.float64)
-    X_c.sort_indices()
-    m, n_c = X_c.shape
-    if m != n_features:
-        raise ValueError(f"chunk has {m} features, expected {n_features}")
-    if not np.all(np.isfinite(X_c.data)):
-        raise ValueError(f"chunk {index} holds NaN or Inf values")
-    key = _chunk_key(index)
-    for name, values in (
-        ("data", X_c.data),
-        ("indices", X_c.indices.astype(np.int32)),
-        ("indptr", X_c.indptr.astype(np.int64)),
-    ):
-        arr = group.create_array(
-            f"{key}/{name}", shape=values.shape, dtype=values.dtype,
-            chunks=(max(1, values.shape[0]),), compressors=compressors,
-        )
-        if values.shape[0]:
-            arr[:] = values
-    return StoredChunk(index, int(X_c.nnz), np.diff(X_c.indptr) == 0)
-
-
-class CorpusWriter:
-    """Write a ``corpus.zarr`` chunk by chunk, committing it atomically at the end.
-
-    Parameters
-    ----------
-    path : path-like
-        Final location of the corpus.
-    n_features : int
-        Number of features m (rows of every chunk).
-    feature_scheme : dict
-        JSON-serialisable description, with at least ``"type"`` (``"hashing"`` or
-        ``"vocabulary"``); stored as the ``feature_scheme`` attribute.
-    tfidf : dict, optional
-        JSON-serialisable tf-idf options, stored as the ``tfidf`` attribute.
-    label_names : sequence of str, optional
-        Names of the label codes passed to :meth:`write_chunk`.
-    vocabulary : sequence of str, optional
-        Feature names, of length ``n_features``.
-    overwrite : bool, default False
-        Replace an existing ``path`` on :meth:`commit`.
-
-    Raises
-    ------
-    OutputExistsError
-        If ``path`` exists and ``overwrite`` is False.
-
-    Notes
-    -----
-    Only one chunk is held in memory at a time, plus the per-document ids and labels
-    (O(n) small values). Use as a context manager: leaving the block without :meth:`commit`
-    (an exception, an interrupt) removes the staging directory and leaves ``path`` untouched.
-    """
-
-    def __init__(
-        self,
-        path: str | os.PathLike[str],
-        *,
-        n_features: int,
-        feature_scheme: dict[str, Any],
-        tfidf: dict[str, Any] | None = None,
-        label_names: Sequence[str] | None = None,
-        vocabulary: Sequence[str] | None = None,
-        overwrite: bool = False,
-    ):
-        self.path = Path(path)
-        if self.path.exists() and not overwrite:
-            raise OutputExistsError(
-                f"{self.path} already exists. To resolve this, choose another --output or "
-                "pass --overwrite."
-            )
-        self.n_features = int(n_features)
-        self.feature_scheme = dict(feature_scheme)
-        self.tfidf = dict(tfidf or {})
-        self.label_names = list(label_names) if label_names is not None else None
-        self.vocabulary = list(vocabulary) if vocabulary is not None else None
-        self._staging = _atomic.staging_path(self.path)
-        self._group = zarr.open_group(store=str(self._staging), mode="w-")
-        self._boundaries = [0]
-        self._doc_ids: list[str] = []
-        self._labels: list[np.ndarray] = []
-        self._empty: list[np.ndarray] = []
-        self._nnz = 0
-        self._committed = False
-
-    def __enter__(self) -> CorpusWriter:
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        if not self._committed:
-            self.abort()
-
-    def write_chunk(
-        self,
-        X_chunk: sp.spmatrix | sp.sparray,
-        doc_ids: Sequence[str],
-        labels: Sequence[int] | np.ndarray | None = None,
-    ) -> None:
-        """Append one chunk of documents (columns).
-
-        Parameters
-        ----------
-        X_chunk : scipy.sparse matrix of shape (n_features, n_c)
-            The weighted, normalised document columns; converted to CSC float64.
-        doc_ids : sequence of str, length n_c
-            Identifiers of the documents.
-        labels : array-like of int, length n_c, optional
-            Label codes (index into ``label_names``); required for every chunk or none.
-
-        Raises
-        ------
-        ValueError
-            If the shapes disagree, or the values are not finite.
-        """
-        if len(doc_ids) != X_chunk.shape[1]:
-            raise ValueError(f"{len(doc_ids)} document ids for {X_chunk.shape[1]} documents")
-        stored = _store_chunk(self._group, len(self._boundaries) - 1, X_chunk, self.n_features)
-        self.append_stored_chunk(stored, doc_ids, labels)
-
-    @property
-    def staging(self) -> Path:
-        """The staging directory: :func:`store_chunk` may write chunks into it (workers)."""
-        return self._staging
-
-    @property
-    def n_chunks(self) -> int:
-        """Chunks appended so far (the index of the next one)."""
-        return len(self._boundaries) - 1
-
-    def append_stored_chunk(
-        self,
-        stored: StoredChunk,
-        doc_ids: Sequence[str],
-        labels: Sequence[int] | np.ndarray | None = None,
-    ) -> None:
-        """Record chunk ``stored.index``, written into :attr:`staging` by :func:`store_chunk`.
-
-        Parameters
-        ----------
-        stored : StoredChunk
-            What :func:`store_chunk` returned; its index must be :attr:`n_chunks`.
-        doc_ids, labels
-            As for :meth:`write_chunk`.
-
-        Raises
-        ------
-        ValueError
-            If the chunk is out of order or the lengths disagree.
-        """
-        if stored.index != self.n_chunks:
-            raise ValueError(f"chunk {stored.index} appended as chunk {self.n_chunks}")
-        if len(doc_ids) != stored.empty.shape[0]:
-            raise ValueError(f"{len(doc_ids)} document ids for {stored.empty.shape[0]} documents")
-        self._boundaries.append(self._boundaries[-1] + stored.empty.shape[0])
-        self._nnz += stored.nnz
-        self._doc_ids.extend(str(d) for d in doc_ids)
-        self._empty.append(stored.empty)
-        if labels is not None:
-            self._labels.append(np.asarray(labels, dtype=np.int32))
-
-    def _write_1d(self, name: str, values: np.ndarray) -> None:
-        # strings as zarr's variable-length UTF-8 type, the one with a v3 specification
-        dtype = str if values.dtype.kind in "UO" else values.dtype
-        arr = self._group.create_array(
-            name, shape=values.shape, dtype=dtype,
-            chunks=(max(1, min(values.shape[0], 1 << 17)),),
-        )
-        if values.shape[0]:
-            arr[:] = values
-
-    def commit(
-        self, idf: np.ndarray | None = None, extra_attrs: dict[str, Any] | None = None
-    ) -> Corpus:
-        """Write the per-document arrays and attributes, then make the corpus visible.
-
-        Parameters
-        ----------
-        idf : ndarray of shape (n_features,), float64, optional
-            The idf weights applied to the stored matrix.
-        extra_attrs : dict, optional
-            More JSON-serialisable attributes (e.g. the ingest source).
-
-        Returns
-        -------
-        Corpus
-            The committed corpus, opened for reading.
-
-        Raises
-        ------
-        ValueError
-            If labels were given for some chunks but not others.
-        """
-        n = self._boundaries[-1]
-        self._write_1d("doc_ids", np.asarray(self._doc_ids, dtype=object))
-        empty = np.concatenate(self._empty) if self._empty else np.zeros(0, dtype=bool)
-        self._write_1d("empty", empty)
-        if self._labels:
-            labels = np.concatenate(self._labels)
-            if labels.shape[0] != n:
-                raise ValueError("labels were given for some chunks but not for others")
-            self._write_1d("labels", labels)
-        if idf is not None:
-            idf = np.asarray(idf, dtype=np.float64)
-            if idf.shape != (self.n_features,):
-                raise ValueError(f"idf has shape {idf.shape}, expected ({self.n_features},)")
-            self._write_1d("idf", idf)
-        if self.vocabulary is not None:
-            self._write_1d("vocabulary", np.asarray(self.vocabulary, dtype=str))
-        meta = {
-            "sphdist": {"kind": _KIND, "format_version": FORMAT_VERSION},
-            "shape": [self.n_features, n],
-            "nnz": self._nnz,
-            "chunk_boundaries": self._boundaries,
-            "feature_scheme": self.feature_scheme,
-            "tfidf": self.tfidf,
-            "label_names": self.label_names,
-            "n_empty": int(empty.sum()),
-            "corpus_id": uuid.uuid4().hex,
-        }
-        meta["fingerprint"] = _fingerprint(meta, idf)
-        self._group.attrs.update({**(extra_attrs or {}), **meta})
-        _atomic.commit_directory(self._staging, self.path)
-        self._committed = True
-        return Corpus(self.path)
-
-    def abort(self) -> None:
-        """Discard everything written so far; ``path`` is left as it was."""
-        _atomic.discard(self._staging)
-        self._committed = True

@@ -2,7 +2,7 @@
 
 The embedding of a model's training corpus is the model's V (r, n); the embedding of other
 documents is an ``embedding.zarr`` written by
-:func:`sphdist.jobs.workflow.transform_corpus`. Both are
+:func:`sphdist.jobs.transform.transform_corpus`. Both are
 read here through :func:`open_embedding_source`, chunk by chunk of documents, so nothing of size
 n x n (nor n x r on the driver, for a scan) is ever built.
 
@@ -22,13 +22,11 @@ from typing import Any
 
 import dask.array as da
 import numpy as np
-import zarr
 
 from sphdist.core import kernels
 from sphdist.errors import CorpusMismatchError, DataError, OutputExistsError, ParameterError
-from sphdist.io import _atomic
-from sphdist.io.corpus import open_input
-from sphdist.io.store import Model, open_embedding, open_model
+from sphdist.io import atomic_path, open_stored, stored_kind
+from sphdist.io.model import Model, open_model
 
 __all__ = [
     "EmbeddingSource",
@@ -84,14 +82,6 @@ class EmbeddingSource:
         return [self.label_names[c] if 0 <= c < len(self.label_names) else None for c in codes]
 
 
-def _kind(path: Path) -> str | None:
-    try:
-        tag = zarr.open_group(store=str(path), mode="r").attrs.get("sphdist")
-    except Exception:  # not a group: a dense array, or not zarr (open_input reports it)
-        return None
-    return tag.get("kind") if isinstance(tag, dict) else None
-
-
 def open_embedding_source(
     model: str | os.PathLike[str] | Model, input: str | os.PathLike[str] | None = None
 ) -> EmbeddingSource:
@@ -120,8 +110,8 @@ def open_embedding_source(
     """
     fitted = model if isinstance(model, Model) else open_model(model)
     path = Path(input) if input is not None else Path(fitted.corpus["path"])
-    if _kind(path) == "embedding":
-        emb = open_embedding(path)
+    if stored_kind(path) == "embedding":
+        emb = open_stored(path, "embedding")
         if emb.attrs.get("model", {}).get("u_sha256") != fitted.fingerprint:
             raise CorpusMismatchError(
                 f"{path} was written with another model ({emb.attrs.get('model', {}).get('path')})"
@@ -133,7 +123,7 @@ def open_embedding_source(
             label_names=emb.attrs.get("label_names"), origin="embedding",
             degenerate=emb.degenerate,
         )
-    source = open_input(path)
+    source = open_stored(path, "input")
     if source.fingerprint != fitted.corpus.get("fingerprint"):
         raise CorpusMismatchError(
             f"{path} is not the corpus {fitted.path} was fitted on "
@@ -165,7 +155,8 @@ def export_embedding(
     Parameters
     ----------
     model : path-like
-        A ``model.zarr``.
+        A ``model.zarr``: its V embeds its training corpus; other documents are read from the
+        ``embedding.zarr`` given as ``input``.
     output : path-like
         The file to write.
     format : {"parquet", "npy"}, default "parquet"
@@ -214,20 +205,12 @@ def export_embedding(
         )
     src = open_embedding_source(model, input)
     r, n = src.V.shape
-    staging = _atomic.staging_path(output)
-    try:
+    with atomic_path(output) as staging:
         if format == "parquet":
             _write_parquet(src, staging, chunk_size)
         else:
-            side_staging = _atomic.staging_path(sidecar)
-            try:
+            with atomic_path(sidecar) as side_staging:
                 _write_npy(src, staging, side_staging, chunk_size)
-                os.replace(side_staging, sidecar)
-            finally:
-                side_staging.unlink(missing_ok=True)
-        os.replace(staging, output)
-    finally:
-        staging.unlink(missing_ok=True)
     result: dict[str, Any] = {
         "output": str(output), "format": format, "n_documents": int(n), "n_components": int(r),
     }

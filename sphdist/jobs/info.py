@@ -13,9 +13,8 @@ from typing import Any
 import numpy as np
 
 from sphdist.errors import DataError, ParameterError
-from sphdist.io.corpus import open_input
-from sphdist.io.store import open_embedding, open_model
-from sphdist.jobs.embedding import _kind
+from sphdist.io import CommitState, commit_state, open_stored, stored_kind
+from sphdist.io.model import open_model
 
 __all__ = ["describe", "top_terms"]
 
@@ -40,13 +39,11 @@ def _chunk_summary(chunks: tuple[int, ...]) -> dict[str, int]:
     }
 
 
-def _checkpoint_state(path: Path) -> dict[str, Any]:
-    staging = sorted(p.name for p in path.parent.glob(f"{path.name}.tmp-*"))
-    old = path.with_name(path.name + ".old")
+def _checkpoint_state(state: CommitState) -> dict[str, Any]:
     return {
-        "complete": path.exists() or old.exists(),
-        "staging_dirs": staging,  # a running fit's next checkpoint, or a killed run's debris
-        "previous_kept_as_old": old.exists() and not path.exists(),
+        "complete": state.complete,
+        "staging_dirs": list(state.staging),  # a running fit's next checkpoint, or debris
+        "previous_kept_as_old": state.interrupted,
     }
 
 
@@ -79,13 +76,12 @@ def describe(path: str | os.PathLike[str]) -> dict[str, Any]:
         If ``path`` is not a sphdist store.
     """
     path = Path(path)
-    kind = _kind(path) if path.exists() else None
-    if kind == "model" or (not path.exists() and list(path.parent.glob(f"{path.name}.tmp-*"))):
-        return _describe_model(path)
-    if not path.exists() and path.with_name(path.name + ".old").exists():
-        return _describe_model(path)  # a commit interrupted between its renames
+    state = commit_state(path)  # what is committed, staged or interrupted; changes nothing
+    kind = stored_kind(path) if state.committed else None
+    if kind == "model" or (not state.committed and (state.staging or state.interrupted)):
+        return _describe_model(path, state)  # also a fit's first checkpoint still being written
     if kind == "embedding":
-        emb = open_embedding(path)
+        emb = open_stored(path, "embedding")
         r, n = emb.V.shape
         return {
             "kind": "embedding", "path": str(path), "shape": [int(r), int(n)],
@@ -93,7 +89,7 @@ def describe(path: str | os.PathLike[str]) -> dict[str, Any]:
             "labels": _label_counts(emb.labels, emb.attrs.get("label_names")),
             "n_degenerate": emb.attrs.get("n_degenerate"), "method": emb.attrs.get("method"),
         }
-    source = open_input(path)
+    source = open_stored(path, "input")
     m, n = source.shape
     info: dict[str, Any] = {
         "kind": "corpus" if kind == "corpus" else "dense", "path": str(path),
@@ -108,11 +104,11 @@ def describe(path: str | os.PathLike[str]) -> dict[str, Any]:
     return info
 
 
-def _describe_model(path: Path) -> dict[str, Any]:
-    state = _checkpoint_state(path)  # before opening: opening recovers an interrupted commit
-    if not state["complete"]:
-        return {"kind": "model", "path": str(path), "checkpoint": state}
-    model = open_model(path)
+def _describe_model(path: Path, state: CommitState) -> dict[str, Any]:
+    checkpoint = _checkpoint_state(state)
+    if not state.complete:
+        return {"kind": "model", "path": str(path), "checkpoint": checkpoint}
+    model = open_stored(path, "model")
     a = model.attrs
     m, r, n = model.shape
     objective = a["objective"]
@@ -129,7 +125,7 @@ def _describe_model(path: Path) -> dict[str, Any]:
         "u_step_norm": last(a["u_step_norm"], 1), "v_step_norm": last(a["v_step_norm"], 1),
         "seconds_per_iteration": float(np.mean(seconds)) if seconds else None,
         "n_degenerate": a.get("n_degenerate"), "corpus": a["corpus"],
-        "has_vocabulary": model.vocabulary is not None, "checkpoint": state,
+        "has_vocabulary": model.vocabulary is not None, "checkpoint": checkpoint,
     }
 
 

@@ -14,8 +14,8 @@ from typing import Any
 import numpy as np
 
 from sphdist.errors import ParameterError
-from sphdist.io import _atomic
-from sphdist.io.store import open_model
+from sphdist.io import atomic_path
+from sphdist.io.model import open_model
 from sphdist.jobs.embedding import open_embedding_source
 
 __all__ = ["plot_convergence", "plot_embedding", "sample_documents"]
@@ -26,12 +26,8 @@ def _save(fig: Any, output: str | os.PathLike[str]) -> Path:
 
     output = Path(output)
     FigureCanvasAgg(fig)
-    staging = _atomic.staging_path(output)
-    try:
+    with atomic_path(output) as staging:
         fig.savefig(staging, format="png", dpi=120, bbox_inches="tight")
-        os.replace(staging, output)
-    finally:
-        staging.unlink(missing_ok=True)
     return output
 
 

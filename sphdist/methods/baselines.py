@@ -14,12 +14,20 @@ The other baselines of Table 1 are scikit-learn's own, used directly by the pipe
 Orientation: scikit-learn's, X of shape (n_samples, n_features), dense or ``scipy.sparse``.
 Internally the papers' orientation is used (samples as columns: Ding et al.'s x_i, Aharon et
 al.'s Y = [y_1 ... y_N]).
+
+References
+----------
+.. [1] Ding, C., Zhou, D., He, X. and Zha, H. (2006). R1-PCA: Rotational Invariant L1-norm
+   Principal Component Analysis for Robust Subspace Factorization. ICML.
+.. [2] Aharon, M., Elad, M. and Bruckstein, A. (2006). K-SVD: An Algorithm for Designing
+   Overcomplete Dictionaries for Sparse Representation. IEEE Trans. Signal Processing 54(11).
+.. [3] Liu, K., Li, Q., Wang, H. and Tang, G. (2019). Spherical Principal Component Analysis. SDM.
 """
 
 from __future__ import annotations
 
-import numbers
 import warnings
+from numbers import Real
 from typing import Any
 
 import numpy as np
@@ -28,30 +36,15 @@ import scipy.sparse as sp
 from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, TransformerMixin
 from sklearn.linear_model import orthogonal_mp_gram
 from sklearn.utils import check_random_state
+from sklearn.utils._param_validation import StrOptions
 from sklearn.utils.extmath import svd_flip
 from sklearn.utils.validation import check_array, check_is_fitted
 
-from sphdist.errors import ParameterError
-from sphdist.methods.spherelets import _row_sq_dists, _SparseInput, centered_top_directions
+from sphdist._validation import Number, at_least, check_bound
+from sphdist.methods._base import SparseInput, affine_coordinates, fit_context
+from sphdist.methods.spherelets import _row_sq_dists, centered_top_directions
 
 __all__ = ["R1PCA", "KSVD"]
-
-
-def _check_int(name: str, value: Any, low: int, high: int | None = None, why: str = "") -> int:
-    ok = isinstance(value, numbers.Integral) and not isinstance(value, bool)
-    if not ok or value < low or (high is not None and value > high):
-        bound = f"{low} <= {name}" + (f" <= {high}" if high is not None else "")
-        raise ParameterError(
-            f"{name}={value!r} must be an integer with {bound}{why}. To resolve this, pass a "
-            "value in that range."
-        )
-    return int(value)
-
-
-def _check_tol(tol: Any) -> float:
-    if not isinstance(tol, numbers.Real) or isinstance(tol, bool) or not tol >= 0:
-        raise ParameterError(f"tol={tol!r} must be a real number >= 0. To resolve this, pass one.")
-    return float(tol)
 
 
 def huber_objective(s: np.ndarray, c: float) -> float:
@@ -86,7 +79,7 @@ def huber_objective(s: np.ndarray, c: float) -> float:
     return float(np.where(s <= c, s**2, 2 * c * s - c**2).sum())
 
 
-class R1PCA(_SparseInput, ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
+class R1PCA(SparseInput, ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
     """Rotational invariant L1-norm PCA (R1-PCA), Ding, Zhou, He & Zha (ICML 2006).
 
     Finds the k-dimensional subspace (orthonormal U, ``components_ = U^T``) minimising a robust
@@ -182,6 +175,16 @@ class R1PCA(_SparseInput, ClassNamePrefixFeaturesOutMixin, TransformerMixin, Bas
     True
     """
 
+    _parameter_constraints: dict = {
+        "n_components": [at_least(1)],
+        "c": [StrOptions({"median"}), Number(Real, 0, np.inf, closed="both")],
+        "update": [StrOptions({"subspace", "eigh"})],
+        "center": "no_validation",
+        "max_iter": [at_least(0)],
+        "tol": [Number(Real, 0, np.inf, closed="both")],
+        "random_state": "no_validation",
+    }
+
     def __init__(
         self,
         n_components: int,
@@ -201,25 +204,7 @@ class R1PCA(_SparseInput, ClassNamePrefixFeaturesOutMixin, TransformerMixin, Bas
         self.tol = tol
         self.random_state = random_state
 
-    def _check_params(self, n: int, m: int) -> None:
-        _check_int(
-            "n_components", self.n_components, 1, min(n, m),
-            f" (n_samples = {n}, n_features = {m})",
-        )
-        _check_int("max_iter", self.max_iter, 0)
-        _check_tol(self.tol)
-        if self.update not in ("subspace", "eigh"):
-            raise ParameterError(
-                f"update={self.update!r} is not 'subspace' or 'eigh'. To resolve this, pass one."
-            )
-        c = self.c
-        if not (isinstance(c, str) and c == "median") and not (
-            isinstance(c, numbers.Real) and not isinstance(c, bool) and c >= 0
-        ):
-            raise ParameterError(
-                f"c={c!r} must be 'median' or a real number >= 0. To resolve this, pass one."
-            )
-
+    @fit_context
     def fit(self, X: Any, y: Any = None) -> R1PCA:
         """Fit the robust subspace (Ding et al. 2006, Algorithm R1-PCA; see the class docstring).
 
@@ -237,14 +222,16 @@ class R1PCA(_SparseInput, ClassNamePrefixFeaturesOutMixin, TransformerMixin, Bas
         Raises
         ------
         ParameterError
-            If a parameter is out of its documented range (a ``ValueError``).
+            If a parameter is out of its documented range, or ``n_components`` exceeds
+            ``min(n_samples, n_features)`` (a ``ValueError``).
         ValueError
             If X holds NaN or Inf.
         """
         X = self._validate(X, reset=True)
         n, m = X.shape
-        self._check_params(n, m)
-        k = self.n_components
+        k = check_bound(
+            "n_components", self.n_components, min(n, m), f" (n_samples = {n}, n_features = {m})"
+        )
         mu = (
             np.asarray(X.mean(axis=0), dtype=np.float64).ravel() if self.center
             else np.zeros(m)
@@ -334,9 +321,7 @@ class R1PCA(_SparseInput, ClassNamePrefixFeaturesOutMixin, TransformerMixin, Bas
         ValueError
             If X has another number of features than in ``fit``, or holds NaN or Inf.
         """
-        check_is_fitted(self)
-        X = self._validate(X, reset=False)
-        return np.asarray(X @ self.components_.T) - self.components_ @ self.mean_
+        return affine_coordinates(self, X, self.mean_)[1]
 
     def inverse_transform(self, X: Any) -> np.ndarray:
         """Points of the subspace from their coordinates, ``X U^T + mean_``.
@@ -400,7 +385,7 @@ def _replace_by_worst_sample(
         taken[i] = True
 
 
-class KSVD(_SparseInput, ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
+class KSVD(SparseInput, ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
     """K-SVD dictionary learning, Aharon, Elad & Bruckstein (2006).
 
     Solves ``min_{D, Gamma} ||Y - D Gamma||_F^2`` s.t. ``||gamma_i||_0 <= T0`` for every
@@ -488,6 +473,15 @@ class KSVD(_SparseInput, ClassNamePrefixFeaturesOutMixin, TransformerMixin, Base
     ((40, 8), 2)
     """
 
+    _parameter_constraints: dict = {
+        "n_components": [at_least(1)],
+        "n_nonzero_coefs": [None, at_least(1)],
+        "max_iter": [at_least(0)],
+        "keep_better_codes": "no_validation",
+        "max_coherence": "no_validation",
+        "random_state": "no_validation",
+    }
+
     def __init__(
         self,
         n_components: int,
@@ -505,6 +499,7 @@ class KSVD(_SparseInput, ClassNamePrefixFeaturesOutMixin, TransformerMixin, Base
         self.max_coherence = max_coherence
         self.random_state = random_state
 
+    @fit_context
     def fit(self, X: Any, y: Any = None) -> KSVD:
         """Learn the dictionary (Aharon et al. 2006, the K-SVD algorithm).
 
@@ -522,21 +517,21 @@ class KSVD(_SparseInput, ClassNamePrefixFeaturesOutMixin, TransformerMixin, Base
         Raises
         ------
         ParameterError
-            If a parameter is out of its documented range (a ``ValueError``).
+            If a parameter is out of its documented range, or ``n_nonzero_coefs`` exceeds
+            ``min(n_components, n_features)`` (a ``ValueError``).
         ValueError
             If X holds NaN or Inf.
         """
         X = self._validate(X, reset=True)
         n, m = X.shape
-        K = _check_int("n_components", self.n_components, 1)
+        K = int(self.n_components)
         T0 = self.n_nonzero_coefs
         if T0 is None:
             T0 = max(1, min(K, m // 10))
-        T0 = _check_int(
-            "n_nonzero_coefs", T0, 1, min(K, m),
-            f" (n_components = {K}, n_features = {m})",
+        T0 = check_bound(
+            "n_nonzero_coefs", T0, min(K, m), f" (n_components = {K}, n_features = {m})"
         )
-        n_iter = _check_int("max_iter", self.max_iter, 0)
+        n_iter = int(self.max_iter)
         rng = check_random_state(self.random_state)
         Y = (X.toarray() if sp.issparse(X) else np.array(X)).T  # (m, n), papers' orientation
         norms = np.linalg.norm(Y, axis=0)
@@ -615,8 +610,7 @@ class KSVD(_SparseInput, ClassNamePrefixFeaturesOutMixin, TransformerMixin, Base
         ValueError
             If X has another number of features than in ``fit``, or holds NaN or Inf.
         """
-        check_is_fitted(self)
-        X = self._validate(X, reset=False)
+        X = self._transform_input(X)
         D = self.components_.T
         DtY = np.asarray(X @ D).T
         return _omp(D, DtY, self.n_nonzero_coefs_).T

@@ -3,8 +3,8 @@
 A different "spherical PCA" from Liu et al. (2019): instead of embedding samples on the unit
 sphere, it approximates the data by a d-dimensional sphere ``S_V(c, r)`` of centre c and radius r
 that lives in a (d+1)-dimensional affine subspace ``c + span(V)`` (Li & Dunson, "Geodesic
-distance estimation with spherelets"; notes in ``../shared/seeds/003_4c028128ee98fb3c.txt``,
-cited below as "Li & Dunson"). Everything has a closed form:
+distance estimation with spherelets", cited below as "Li & Dunson"). Everything has a closed
+form:
 
 * ``V_hat``: the top d+1 eigenvectors of ``(X - 1 x_bar^T)^T (X - 1 x_bar^T)``, i.e. the top
   d+1 principal directions;
@@ -15,13 +15,18 @@ cited below as "Li & Dunson"). Everything has a closed form:
 * the projection ``Psi_hat(x) = c_hat + r_hat V_hat V_hat^T (x - c_hat) / ||V_hat V_hat^T
   (x - c_hat)||``.
 
-Orientation: scikit-learn's, X of shape (n_samples, n_features) (the seed's N x D data matrix),
-dense or ``scipy.sparse``. Centering is implicit for sparse X: X is never densified.
+Orientation: scikit-learn's, X of shape (n_samples, n_features) (Li & Dunson's N x D data
+matrix), dense or ``scipy.sparse``. Centering is implicit for sparse X: X is never densified.
+
+References
+----------
+.. [1] Li, D. and Dunson, D. B. (2019). Geodesic Distance Estimation with Spherelets.
+   arXiv:1907.00296.
+.. [2] Liu, K., Li, Q., Wang, H. and Tang, G. (2019). Spherical Principal Component Analysis. SDM.
 """
 
 from __future__ import annotations
 
-import numbers
 from typing import Any
 
 import numpy as np
@@ -29,10 +34,13 @@ import scipy.sparse as sp
 from scipy.sparse.linalg import LinearOperator, svds
 from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, TransformerMixin
 from sklearn.utils import check_random_state
+from sklearn.utils._param_validation import StrOptions
 from sklearn.utils.extmath import svd_flip
-from sklearn.utils.validation import check_array, check_is_fitted, validate_data
+from sklearn.utils.validation import check_array, check_is_fitted
 
+from sphdist._validation import at_least, check_bound
 from sphdist.errors import ParameterError
+from sphdist.methods._base import SparseInput, affine_coordinates, fit_context
 
 __all__ = ["LiDunsonSphericalPCA", "centered_top_directions"]
 
@@ -49,28 +57,6 @@ def _row_sq_dists(X: Any, c: np.ndarray) -> np.ndarray:
     if sp.issparse(X):
         return _row_sq_norms(X) - 2.0 * np.asarray(X @ c).ravel() + c @ c
     return _row_sq_norms(X - c)
-
-
-class _SparseInput:
-    """Dense or CSR / CSC float64 input: scikit-learn's sparse tag and ``validate_data`` call.
-
-    Shared by the estimators here and in :mod:`sphdist.methods.baselines` (mixed in before
-    ``BaseEstimator``).
-    """
-
-    #: ``ensure_min_samples`` when fitting.
-    _min_fit_samples = 1
-
-    def __sklearn_tags__(self):
-        tags = super().__sklearn_tags__()
-        tags.input_tags.sparse = True
-        return tags
-
-    def _validate(self, X: Any, reset: bool) -> Any:
-        return validate_data(
-            self, X, accept_sparse=["csr", "csc"], dtype=np.float64, reset=reset,
-            ensure_min_samples=self._min_fit_samples if reset else 1,
-        )
 
 
 def centered_top_directions(
@@ -157,7 +143,8 @@ def centered_top_directions(
 
 
 class LiDunsonSphericalPCA(
-    _SparseInput, ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
+    SparseInput, ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator
+):
     """Li & Dunson's spherical PCA: the sphere ``S_V(c, r)`` that best fits the data.
 
     Fits a d-sphere of centre ``center_`` and radius ``radius_`` in the (d+1)-dimensional
@@ -230,7 +217,13 @@ class LiDunsonSphericalPCA(
         self.random_state = random_state
 
     _min_fit_samples = 2
+    _parameter_constraints: dict = {
+        "n_components": [at_least(1)],
+        "svd_solver": [StrOptions({"auto", "full", "arpack"})],
+        "random_state": "no_validation",
+    }
 
+    @fit_context
     def fit(self, X: Any, y: Any = None) -> LiDunsonSphericalPCA:
         """Fit the sphere (Li & Dunson: V_hat, c_hat = -eta*/2, r_hat).
 
@@ -249,19 +242,18 @@ class LiDunsonSphericalPCA(
         ------
         ParameterError
             If ``n_components`` is not an integer with ``1 <= n_components`` and
-            ``n_components + 1 <= n_features``, or ``svd_solver`` is unknown (a ``ValueError``).
+            ``n_components + 1 <= n_features``, or ``svd_solver`` is unknown (a ``ValueError``;
+            also scikit-learn's ``InvalidParameterError``).
         ValueError
             If X holds NaN or Inf, or has fewer than 2 samples.
         """
         X = self._validate(X, reset=True)
         n, m = X.shape
-        d = self.n_components
-        if not isinstance(d, numbers.Integral) or isinstance(d, bool) or not 1 <= d < m:
-            raise ParameterError(
-                f"n_components={d!r} must be an integer with 1 <= n_components <= "
-                f"n_features - 1, and X has n_features = {m} (the sphere of dimension d lives "
-                "in a (d+1)-dimensional subspace). To resolve this, lower n_components."
-            )
+        d = check_bound(
+            "n_components", self.n_components, m - 1,
+            f" for X with n_features = {m} (the sphere of dimension d lives in a "
+            "(d+1)-dimensional subspace, so n_components <= n_features - 1)",
+        )
         mean = np.asarray(X.mean(axis=0), dtype=np.float64).ravel()
         k = min(d + 1, n)
         Vt = centered_top_directions(
@@ -286,10 +278,6 @@ class LiDunsonSphericalPCA(
         self.fitting_error_ = self.fitting_error(X)
         return self
 
-    def _coordinates(self, X: Any) -> np.ndarray:
-        """``V_hat^T (x_i - c_hat)`` per row, (n_samples, d+1)."""
-        return np.asarray(X @ self.components_.T) - self.components_ @ self.center_
-
     def transform(self, X: Any) -> np.ndarray:
         """Coordinates on the sphere: ``V_hat^T (x - c_hat) / ||V_hat^T (x - c_hat)||``.
 
@@ -310,9 +298,7 @@ class LiDunsonSphericalPCA(
         ValueError
             If X has another number of features than in ``fit``, or holds NaN or Inf.
         """
-        check_is_fitted(self)
-        X = self._validate(X, reset=False)
-        P = self._coordinates(X)
+        _, P = affine_coordinates(self, X, self.center_)  # V_hat^T (x_i - c_hat), (n, d+1)
         norms = np.linalg.norm(P, axis=1)
         U = np.zeros_like(P)
         ok = norms > 0
@@ -355,7 +341,7 @@ class LiDunsonSphericalPCA(
         Parameters
         ----------
         X : {ndarray, sparse matrix} of shape (n_samples, n_features)
-            Samples.
+            Samples to project, in the fitted feature space.
 
         Returns
         -------
@@ -376,7 +362,7 @@ class LiDunsonSphericalPCA(
         Parameters
         ----------
         X : {ndarray, sparse matrix} of shape (n_samples, n_features)
-            Samples.
+            Samples; sparse X stays sparse (the orthogonal part comes from ``||x - c||^2``).
 
         Returns
         -------
@@ -390,9 +376,7 @@ class LiDunsonSphericalPCA(
         ValueError
             As :meth:`transform`.
         """
-        check_is_fitted(self)
-        X = self._validate(X, reset=False)
-        P = self._coordinates(X)
+        X, P = affine_coordinates(self, X, self.center_)
         p = np.linalg.norm(P, axis=1)
         if sp.issparse(X):
             sq = _row_sq_dists(X, self.center_)
@@ -408,7 +392,7 @@ class LiDunsonSphericalPCA(
         Parameters
         ----------
         X : {ndarray, sparse matrix} of shape (n_samples, n_features)
-            Samples.
+            Samples, e.g. held-out data (``fitting_error_`` is that of the training data).
 
         Returns
         -------
@@ -428,7 +412,7 @@ class LiDunsonSphericalPCA(
         Parameters
         ----------
         X : {ndarray, sparse matrix} of shape (n_samples, n_features)
-            Samples.
+            Samples to score one by one.
 
         Returns
         -------
@@ -448,7 +432,7 @@ class LiDunsonSphericalPCA(
         Parameters
         ----------
         X : {ndarray, sparse matrix} of shape (n_samples, n_features)
-            Samples.
+            Samples scored together (scikit-learn's ``score``, e.g. in a grid search).
         y : ignored
 
         Returns

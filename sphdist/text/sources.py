@@ -351,24 +351,22 @@ class JsonlPartition(Partition):
                 if isinstance(text, Bad):
                     yield text
                     continue
-                label = None
-                if label_field is not None:
-                    label = obj.get(label_field)
-                    if label is None or isinstance(label, (dict, list)):
-                        yield Bad(where, f"the {label_field!r} field (label) is missing, null "
-                                         "or not a scalar")
-                        continue
-                    label = str(label)
-                if id_field is not None:
-                    doc_id = obj.get(id_field)
-                    if doc_id is None or isinstance(doc_id, (dict, list)):
-                        yield Bad(where, f"the {id_field!r} field (id) is missing, null or not "
-                                         "a scalar")
-                        continue
-                    doc_id = str(doc_id)
-                else:
-                    doc_id = f"{self.path}:{line_no}"
-                yield doc_id, text, label
+                label = _scalar_field(obj, label_field, "label", where)
+                doc_id = _scalar_field(obj, id_field, "id", where)
+                if isinstance(label, Bad) or isinstance(doc_id, Bad):
+                    yield label if isinstance(label, Bad) else doc_id
+                    continue
+                yield (f"{self.path}:{line_no}" if doc_id is None else doc_id), text, label
+
+
+def _scalar_field(obj: dict, name: str | None, role: str, where: str) -> str | Bad | None:
+    """The optional field ``name`` of a JSON object as a string (None if no field is named)."""
+    if name is None:
+        return None
+    value = obj.get(name)
+    if value is None or isinstance(value, (dict, list)):
+        return Bad(where, f"the {name!r} field ({role}) is missing, null or not a scalar")
+    return str(value)
 
 
 def _scan_lines(path: str, lines_per_partition: int) -> tuple[list[JsonlPartition], int]:

@@ -34,17 +34,19 @@ import os
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from numbers import Real
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
-from tqdm import tqdm
 
+from sphdist._progress import progress as _progress
+from sphdist._validation import Number, check_int, check_param
 from sphdist.errors import OutputExistsError, ParameterError
-from sphdist.io import _atomic
-from sphdist.io.corpus import CorpusWriter
-from sphdist.text.tfidf import TextOptions, check_int, document_frequency, smooth_idf, weight
+from sphdist.io import atomic_path
+from sphdist.io.corpus_writer import CorpusWriter
+from sphdist.text.tfidf import TextOptions, document_frequency, smooth_idf, weight
 
 __all__ = ["SynthSummary", "synth", "pseudo_words"]
 
@@ -170,13 +172,7 @@ class _Model:
 
 
 def _check_float(name: str, value: Any, low: float, high: float) -> float:
-    try:
-        value = float(value)
-    except (TypeError, ValueError):
-        raise ParameterError(f"{name}={value!r}: expected a number.") from None
-    if not low <= value <= high:
-        raise ParameterError(f"{name}={value!r}: expected a number in [{low}, {high}].")
-    return value
+    return float(check_param(name, value, Number(Real, low, high, closed="both")))
 
 
 def synth(
@@ -231,8 +227,9 @@ def synth(
         Probability that a token comes from the topic-free background, in [0, 1).
     overwrite : bool, default False
         Replace an existing ``output``.
-    progress : bool, default False
-        Show a tqdm progress bar on stderr.
+    progress : bool or "log", default False
+        True: a tqdm progress bar on stderr; ``"log"``: INFO lines on the ``sphdist`` logger
+        at every tenth of the documents (see :func:`sphdist._progress.progress`).
 
     Returns
     -------
@@ -308,10 +305,6 @@ def synth(
     )
 
 
-def _bar(total: int, desc: str, enabled: bool) -> tqdm:
-    return tqdm(total=total, desc=desc, unit="doc", disable=not enabled)
-
-
 def _doc_ids(lo: int, hi: int, width: int) -> list[str]:
     return [f"doc{i:0{width}d}" for i in range(lo, hi)]
 
@@ -321,12 +314,11 @@ def _write_jsonl(output, model, words, chunks, width, label_width, progress):
     lens = np.array([len(w) for w in encoded], dtype=np.int64)
     offsets = np.concatenate([[0], np.cumsum(lens)])
     buffer = np.frombuffer(b"".join(encoded), dtype=np.uint8)
-    staging = _atomic.staging_path(output)
     opener = gzip.open if output.name.endswith(".gz") else open
     n_tokens = nnz = 0
-    try:
+    with atomic_path(output) as staging:
         with opener(staging, "wb", **({"compresslevel": 1} if opener is gzip.open else {})) as f, \
-                _bar(chunks[-1][2], "synth", progress) as bar:
+                _progress(chunks[-1][2], "synth", mode=progress) as bar:
             for k, lo, hi in chunks:
                 labels, lengths, terms = model.draw(k, hi - lo)
                 n_tokens += terms.shape[0]
@@ -348,16 +340,7 @@ def _write_jsonl(output, model, words, chunks, width, label_width, progress):
                 ]
                 f.write(b"".join(lines))
                 bar.update(hi - lo)
-        os.replace(staging, output) if not output.is_dir() else _replace_dir(staging, output)
-    except BaseException:
-        staging.unlink(missing_ok=True)
-        raise
     return n_tokens, nnz
-
-
-def _replace_dir(staging: Path, output: Path) -> None:
-    _atomic.discard(output)
-    os.replace(staging, output)
 
 
 def _distinct_pairs(lengths: np.ndarray, terms: np.ndarray, v: int) -> int:
@@ -395,7 +378,7 @@ def _write_corpus(output, model, words, chunks, width, label_width, options, ove
     df = np.zeros(m, dtype=np.int64)
     present = np.zeros(model.n_topics, dtype=bool)
     n_tokens = 0
-    with _bar(n, "synth pass 1/2", progress) as bar:
+    with _progress(n, "synth pass 1/2", mode=progress) as bar:
         for k, lo, hi in chunks:
             labels, lengths, terms = model.draw(k, hi - lo)
             n_tokens += terms.shape[0]
@@ -419,7 +402,7 @@ def _write_corpus(output, model, words, chunks, width, label_width, options, ove
         output, n_features=m, feature_scheme=options.feature_scheme(m),
         tfidf=options.tfidf(), label_names=label_names, vocabulary=vocabulary,
         overwrite=overwrite,
-    ) as writer, _bar(n, "synth pass 2/2", progress) as bar:
+    ) as writer, _progress(n, "synth pass 2/2", mode=progress) as bar:
         for k, lo, hi in chunks:
             labels, lengths, terms = model.draw(k, hi - lo)
             counts = _counts(lengths, feature_of[terms], m)

@@ -10,39 +10,35 @@ chunk by chunk, with document frequencies reduced across chunks, equals the in-m
 
 from __future__ import annotations
 
-import numbers
 from dataclasses import asdict, dataclass, field
+from numbers import Integral, Real
 from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
 from sklearn.feature_extraction.text import CountVectorizer, HashingVectorizer
 from sklearn.preprocessing import normalize
+from sklearn.utils._param_validation import StrOptions
 
+from sphdist._validation import Number, at_least, validate
 from sphdist.errors import ParameterError
 
 DEFAULT_TOKEN_PATTERN = r"(?u)\b\w\w+\b"
 STRIP_ACCENTS = (None, "ascii", "unicode")
 STOP_WORDS = (None, "english")
 
-
-def check_int(name: str, value: Any, low: int) -> int:
-    """Return ``value`` as an int, or raise ParameterError if it is not an integer >= low."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < low:
-        raise ParameterError(f"{name}={value!r}: expected an integer >= {low}.")
-    return int(value)
-
-
-def _check_df(name: str, value: Any) -> int | float:
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise ParameterError(f"{name}={value!r}: expected an integer >= 0 or a float in [0, 1].")
-    if isinstance(value, numbers.Integral):
-        if value < 0:
-            raise ParameterError(f"{name}={value!r}: expected an integer >= 0.")
-        return int(value)
-    if not 0.0 <= float(value) <= 1.0:
-        raise ParameterError(f"{name}={value!r}: a float must lie in [0, 1] (a fraction).")
-    return float(value)
+_DOCUMENT_COUNT = (at_least(0), Number(Real, 0, 1, closed="both"))  # a count or a fraction
+#: scikit-learn constraints of :class:`TextOptions`, checked in this order.
+_TEXT_CONSTRAINTS: dict[str, tuple[Any, ...]] = {
+    "n_features": (at_least(1),),
+    "stop_words": (StrOptions({s for s in STOP_WORDS if s}), None),
+    "strip_accents": (StrOptions({s for s in STRIP_ACCENTS if s}), None),
+    "min_df": _DOCUMENT_COUNT,
+    "max_df": _DOCUMENT_COUNT,
+    "max_features": (at_least(1), None),
+    "select": (StrOptions({"mutual-info"}), None),
+    "n_select": (at_least(1),),
+}
 
 
 @dataclass(frozen=True)
@@ -70,24 +66,8 @@ class TextOptions:
     fixed_vocabulary: tuple[str, ...] | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
-        check_int("n_features", self.n_features, 1)
-        if self.stop_words not in STOP_WORDS:
-            raise ParameterError(
-                f"stop_words={self.stop_words!r}: expected one of {list(STOP_WORDS)}."
-            )
-        if self.strip_accents not in STRIP_ACCENTS:
-            raise ParameterError(
-                f"strip_accents={self.strip_accents!r}: expected one of {list(STRIP_ACCENTS)}."
-            )
-        _check_df("min_df", self.min_df)
-        _check_df("max_df", self.max_df)
-        if self.max_features is not None:
-            check_int("max_features", self.max_features, 1)
-        if self.select not in (None, "mutual-info"):
-            raise ParameterError(
-                f"select={self.select!r}: expected None or 'mutual-info'."
-            )
-        check_int("n_select", self.n_select, 1)
+        validate({name: getattr(self, name) for name in _TEXT_CONSTRAINTS}, _TEXT_CONSTRAINTS,
+                 type(self).__name__)
         learned = (self.min_df != 1, self.max_df != 1.0, self.max_features is not None,
                    self.select is not None)
         if not self.vocabulary and any(learned):
@@ -231,8 +211,8 @@ def limit_features(
         The same operations as scikit-learn, so ties of ``max_features`` break the same way.
     """
     max_df, min_df = options.max_df, options.min_df
-    high = max_df if isinstance(max_df, numbers.Integral) else max_df * n_documents
-    low = min_df if isinstance(min_df, numbers.Integral) else min_df * n_documents
+    high = max_df if isinstance(max_df, Integral) else max_df * n_documents
+    low = min_df if isinstance(min_df, Integral) else min_df * n_documents
     mask = np.ones(len(dfs), dtype=bool)
     mask &= dfs <= high
     mask &= dfs >= low

@@ -6,7 +6,7 @@ import pytest
 from click.testing import CliRunner
 
 from sphdist.cli import main
-from sphdist.io.store import open_model
+from sphdist.io.model import open_model
 
 
 @pytest.fixture
@@ -135,7 +135,7 @@ def test_progress_lines_carry_objective_change_and_eta(runner, source, tmp_path)
     try:
         import dask
 
-        from sphdist.jobs.workflow import fit_corpus
+        from sphdist.jobs.fit import fit_corpus
 
         with dask.config.set(scheduler="sync"):
             model = fit_corpus(corpus, tmp_path / "m.zarr", n_components=2, max_iter=3, tol=0,

@@ -8,9 +8,9 @@ from click.testing import CliRunner
 
 from sphdist.cli import main
 from sphdist.io import _atomic
-from sphdist.io.corpus import CorpusWriter
-from sphdist.io.store import open_model
-from sphdist.jobs.workflow import fit_corpus
+from sphdist.io.corpus_writer import CorpusWriter
+from sphdist.io.model import open_model
+from sphdist.jobs.fit import fit_corpus
 
 from ..reference import random_corpus
 

@@ -14,7 +14,8 @@ from click.testing import CliRunner
 
 from sphdist.cli import main
 from sphdist.io.corpus import open_corpus
-from sphdist.io.store import open_embedding, open_model
+from sphdist.io.embedding import open_embedding
+from sphdist.io.model import open_model
 
 from .._textcorpus import write_text_tree
 
@@ -268,8 +269,9 @@ def test_fit_init_from_warm_starts_from_the_model(trained, runner, scheduler, tm
 def test_transform_irregular_chunks_on_the_local_scheduler(tmp_path):
     import dask
 
-    from sphdist.io.corpus import CorpusWriter
-    from sphdist.jobs.workflow import fit_corpus, transform_corpus
+    from sphdist.io.corpus_writer import CorpusWriter
+    from sphdist.jobs.fit import fit_corpus
+    from sphdist.jobs.transform import transform_corpus
 
     from ..reference import random_corpus
 

@@ -316,3 +316,31 @@ def test_row_sparse_sum_keeps_the_rounding_order():
     expected = (((dense[0] + dense[1]) + dense[2]) + dense[3]) + dense[4]
     np.testing.assert_array_equal(_bits(got), _bits(expected.ravel()))
     assert got[2] == 1.0 and got[0] == 0.0 and not np.signbit(got[0])
+
+
+@pytest.mark.parametrize("method", ["svd", "gram"])
+def test_polar_factor_singular_values_are_the_nuclear_norm(rng, method):
+    # Sun et al. (2011), V3 and Eq. 12: alpha n = tr(U^T X H) = ||X H||_* at U = polar(X H)
+    M = rng.standard_normal((200, 3))
+    U, S = kernels.polar_factor(M, method, return_singular_values=True)
+    np.testing.assert_allclose(S, np.linalg.svd(M, compute_uv=False), rtol=1e-10)
+    np.testing.assert_allclose(np.trace(U.T @ M), S.sum(), rtol=1e-12)
+    np.testing.assert_array_equal(U, kernels.polar_factor(M, method))
+
+
+def test_chunk_partials_match_dense_products(chunk, rng):
+    V = rng.standard_normal((3, chunk.shape[1]))
+    got = kernels.chunk_partials(chunk, V, 2)
+    D = chunk.toarray() if sp.issparse(chunk) else chunk
+    np.testing.assert_allclose(got["XVt"], D @ V.T, atol=1e-12)
+    np.testing.assert_allclose(got["VVt"], V @ V.T, atol=1e-12)
+    assert got["sq_norm_X"] == pytest.approx(float((D**2).sum()), rel=1e-13)
+    assert got["n_degenerate"] == 2 and got["dV_sq"] == 0.0
+
+
+def test_partials_combine_sums_any_keys_in_order():
+    parts = [{"XVt": np.full((2, 1), v), "abs_G": v, "n": 1, "H": None} for v in (1e16, 1.0, -1e16)]
+    total = kernels.partials_agg([kernels.partials_chunk(p) for p in parts])
+    assert "H" not in total and total["n"] == 3
+    assert total["abs_G"] == (1e16 + 1.0) - 1e16
+    np.testing.assert_array_equal(total["XVt"], np.full((2, 1), (1e16 + 1.0) - 1e16))

@@ -133,29 +133,6 @@ def test_any_grouping_of_chunks_equals_dense_reference(X, max_partials):
     np.testing.assert_allclose(state.V.compute(), V, atol=1e-9)
 
 
-def test_block_bounds_cover_chunks_in_order():
-    for n_chunks in (1, 2, 7, 49, 245):
-        for max_partials in (1, 2, 8, 300):
-            bounds = solver.block_bounds(n_chunks, max_partials)
-            assert len(bounds) <= max_partials
-            assert [a for a, _ in bounds[1:]] == [b for _, b in bounds[:-1]]
-            assert bounds[0][0] == 0 and bounds[-1][1] == n_chunks
-
-
-def test_block_bounds_bound_the_documents_one_task_holds():
-    rng = np.random.default_rng(0)
-    for _ in range(50):
-        sizes = rng.integers(1, 20_000, size=rng.integers(1, 80)).tolist()
-        for max_partials in (1, 3, 8):
-            bounds = solver.block_bounds(len(sizes), max_partials, sizes, 32768)
-            assert [a for a, _ in bounds[1:]] == [b for _, b in bounds[:-1]]
-            assert bounds[0][0] == 0 and bounds[-1][1] == len(sizes)
-            for a, b in bounds:  # within the bound, or one chunk that alone exceeds it
-                assert sum(sizes[a:b]) <= 32768 or b - a == 1
-            if sum(sizes) <= 32768:  # small corpora: the count bound alone decides
-                assert bounds == solver.block_bounds(len(sizes), max_partials)
-
-
 @pytest.mark.parametrize("lam, mu", [("exact", "exact"), (2.5, 7.0)])
 def test_gram_polar_route_follows_dense_reference(lam, mu):
     # tall enough for the Gram route to be taken by "auto" too (m >= 64 r)

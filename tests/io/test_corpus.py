@@ -8,7 +8,8 @@ import scipy.sparse as sp
 import zarr
 
 from sphdist.errors import CorpusFormatError, InputNotFoundError, OutputExistsError
-from sphdist.io.corpus import Corpus, CorpusWriter, DenseInput, open_corpus, open_input
+from sphdist.io.corpus import Corpus, DenseInput, open_corpus, open_input
+from sphdist.io.corpus_writer import CorpusWriter
 
 from ..reference import LAYOUTS, random_corpus
 

@@ -10,7 +10,8 @@ import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner
 
-from sphdist.io.store import open_embedding, open_model
+from sphdist.io.embedding import open_embedding
+from sphdist.io.model import open_model
 
 from .._textcorpus import write_text_tree
 

@@ -5,7 +5,8 @@ import numpy as np
 import pytest
 
 from sphdist.jobs.cluster import connect
-from sphdist.jobs.workflow import evaluate_model, fit_corpus
+from sphdist.jobs.evaluate import evaluate_model
+from sphdist.jobs.fit import fit_corpus
 from sphdist.metrics import evaluate_embedding
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
@@ -62,7 +63,7 @@ def test_fit_with_retries_resumes_then_gives_a_typed_error(tmp_path):
     from distributed.client import FutureCancelledError
 
     from sphdist.errors import WorkersLostError
-    from sphdist.jobs.cluster import fit_with_retries
+    from sphdist.jobs.fit import fit_with_retries
 
     calls = []
 

@@ -8,9 +8,9 @@ from click.testing import CliRunner
 from matplotlib.image import imread
 
 from sphdist.cli import main
-from sphdist.io.corpus import CorpusWriter
+from sphdist.io.corpus_writer import CorpusWriter
+from sphdist.jobs.fit import fit_corpus
 from sphdist.jobs.plotting import sample_documents
-from sphdist.jobs.workflow import fit_corpus
 
 from ..reference import random_corpus
 

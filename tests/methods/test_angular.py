@@ -15,8 +15,8 @@ import pytest
 import scipy.sparse as sp
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
+from sphdist import BAE, AngularDecomposition, GraphAngularDecomposition
 from sphdist.errors import DataError, ParameterError
-from sphdist.methods.angular import BAE, AngularDecomposition, GraphAngularDecomposition
 
 from ..reference import LAYOUTS, chunked, random_corpus
 

@@ -1,10 +1,11 @@
 """LiDunsonSphericalPCA against a dense NumPy reference of Li & Dunson's closed forms.
 
-The reference below follows the seed (``../shared/seeds/003_4c028128ee98fb3c.txt``) literally in
-the ambient space R^D: V_hat from the eigenvectors of (X - 1 x_bar)^T (X - 1 x_bar), z_i, H, omega,
-eta* = -H^+ omega, c_hat = -eta*/2, r_hat = mean ||z_i - c_hat||, Psi_hat. H has rank d+1 in R^D,
-so the seed's centre is determined only up to a vector orthogonal to span(V_hat); the reference
-moves it into the affine subspace x_bar + span(V_hat), which is what the estimator documents.
+The reference below follows Li & Dunson (2019, "Geodesic Distance Estimation with Spherelets")
+literally in the ambient space R^D: V_hat from the eigenvectors of (X - 1 x_bar)^T (X - 1 x_bar),
+z_i, H, omega, eta* = -H^+ omega, c_hat = -eta*/2, r_hat = mean ||z_i - c_hat||, Psi_hat. H has
+rank d+1 in R^D, so the centre is determined only up to a vector orthogonal to span(V_hat); the
+reference moves it into the affine subspace x_bar + span(V_hat), which is what the estimator
+documents.
 Orientation: (n_samples, n_features), as the estimator.
 """
 

@@ -21,7 +21,7 @@ from sklearn.datasets._twenty_newsgroups import (
 )
 from sklearn.feature_extraction.text import HashingVectorizer, TfidfTransformer
 
-import sphdist.text.ingest as ingest_module
+import sphdist.text._passes as passes_module
 from sphdist.datasets import (
     NEWSGROUPS_PAPER_CATEGORIES,
     get_data_home,
@@ -322,7 +322,7 @@ def test_existing_output(tree, tmp_path):
 
 def test_failure_mid_ingest_leaves_nothing(tree, tmp_path, monkeypatch):
     calls = []
-    weight = ingest_module.weight
+    weight = passes_module.weight
 
     def failing_weight(counts, idf, sublinear_tf):
         calls.append(1)
@@ -330,7 +330,7 @@ def test_failure_mid_ingest_leaves_nothing(tree, tmp_path, monkeypatch):
             raise RuntimeError("disk on fire")
         return weight(counts, idf, sublinear_tf)
 
-    monkeypatch.setattr(ingest_module, "weight", failing_weight)
+    monkeypatch.setattr(passes_module, "weight", failing_weight)
     with pytest.raises(RuntimeError, match="disk on fire"):
         ingest(tree, tmp_path / "out.zarr", n_features=M, chunk_size=2)
     assert len(calls) == 2

@@ -442,7 +442,8 @@ def test_process_pool_same_as_in_process(tmp_path, monkeypatch, method):
 
     if method not in __import__("multiprocessing").get_all_start_methods():
         pytest.skip(f"no {method} start method here")
-    monkeypatch.setattr(sphdist.text.ingest, "_start_method", lambda: method)
+    # fork: dask's multiprocessing scheduler; spawn: a distributed LocalCluster
+    monkeypatch.setattr(sphdist.text.ingest, "_fork_safe", lambda: method == "fork")
     serial = _ingest("jsonl", tmp_path, "a.zarr", vocabulary=True, partition_size=2,
                      chunk_size=1)
     parallel = ingest(_jsonl(tmp_path), tmp_path / "b.zarr", vocabulary=True, partition_size=2,

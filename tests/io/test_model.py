@@ -14,9 +14,9 @@ from sphdist.errors import (
     OutputExistsError,
 )
 from sphdist.io import _atomic
-from sphdist.io.corpus import CorpusWriter
-from sphdist.io.store import load_checkpoint, open_model
-from sphdist.jobs.workflow import fit_corpus
+from sphdist.io.corpus_writer import CorpusWriter
+from sphdist.io.model import load_checkpoint, open_model
+from sphdist.jobs.fit import fit_corpus
 
 from ..reference import random_corpus
 
@@ -125,6 +125,10 @@ def test_crash_between_renames_recovers_previous_checkpoint(corpus, tmp_path):
     (staging / "zarr.json").write_text("{")
     model = open_model(out)
     assert model.objective == expected
+    # a reader reads m.zarr.old in place and changes nothing (issue 15, item 3) ...
+    assert out.with_name("m.zarr.old").exists() and not out.exists()
+    # ... the writer moves it back before it writes
+    assert load_checkpoint(out, recover=True).objective == expected
     assert not out.with_name("m.zarr.old").exists()
 
 
@@ -136,7 +140,7 @@ def test_failed_checkpoint_write_keeps_the_previous_one(corpus, tmp_path, monkey
     def crash(*args, **kwargs):
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr("sphdist.io.store._atomic.commit_directory", crash)
+    monkeypatch.setattr("sphdist.io.model._atomic.commit_directory", crash)
     with pytest.raises(OSError, match="No space left"):
         _fit(corpus, out, max_iter=4, resume=True)
     assert open_model(out).objective == before

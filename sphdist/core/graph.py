@@ -1,0 +1,502 @@
+"""All Dask plumbing of sphdist, each piece once: kernels -> **graph** -> solver and methods.
+
+The kernels (:mod:`sphdist.core.kernels`, :mod:`sphdist.core.angular_kernels`) are NumPy/SciPy
+functions of one chunk; the solver and the methods are iterations on the driver. Everything in
+between lives here, composed from dask primitives (:func:`dask.array.blockwise`,
+:func:`dask.array.reduction`, :func:`dask.delayed`):
+
+* :func:`document_chunks` -- the papers' X (m features, n documents) of any input, chunked along
+  the documents (:func:`default_chunk_size`);
+* :func:`broadcast` -- a small driver array (U) sent once to every worker;
+* :func:`per_chunk` -- a kernel applied to every document chunk, one result dict per chunk;
+  :func:`block_pass` -- :func:`sphdist.core.kernels.pass_block` applied to blocks of
+  consecutive chunks (:func:`block_bounds`);
+* :func:`tree_sum` -- the partials of those dicts summed in a fixed tree
+  (``dask.array.reduction`` over :func:`kernels.partials_chunk` / ``_combine`` / ``_agg``), so
+  the sum never depends on the number of workers or on task completion order;
+* :func:`chunk_rows`, :func:`persist_rows_and_sum` -- per-chunk arrays kept on the cluster;
+* :func:`pairs_sum` -- a kernel of two chunks summed over all pairs of chunks;
+* :func:`map_rows` -- a row-wise kernel over a (n_samples, n_features) input (transform);
+* :func:`compute` -- a computation with a progress counter (:func:`sphdist._progress.progress`).
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import dask
+import dask.array as da
+import numpy as np
+import scipy.sparse as sp
+from dask.callbacks import Callback
+
+from sphdist._progress import progress
+from sphdist.core import kernels
+
+__all__ = [
+    "MAX_BLOCK_DOCUMENTS",
+    "default_chunk_size",
+    "document_chunks",
+    "broadcast",
+    "per_chunk",
+    "block_bounds",
+    "block_pass",
+    "tree_sum",
+    "sum_parts",
+    "pairs_sum",
+    "chunk_rows",
+    "persist_rows_and_sum",
+    "map_rows",
+    "compute",
+]
+
+#: Most documents one pass task holds at once (8 chunks of the default 4096).
+MAX_BLOCK_DOCUMENTS = 32768
+
+_OBJECTS = np.empty((0,), dtype=object)
+
+
+def _unfused() -> Any:
+    """Dask's low-level task fusion off, for the graphs this module computes.
+
+    A fused task keeps the key of a chunk of X with a task spec that depends on the graph
+    around it (which tasks consume the chunk). Submitted again in another graph, the same key
+    then comes with another spec, and distributed can deadlock ("Detected different
+    run_spec", dask/dask#9888): repeated fits on one corpus in one session hung so. Unfused,
+    every key keeps one spec; the values are the same.
+    """
+    return dask.config.set({"optimization.fuse.active": False})
+
+
+def default_chunk_size(n_features: int, itemsize: int = 8, target_bytes: int = 64 << 20) -> int:
+    """Samples per chunk so that a dense chunk of X takes about ``target_bytes``.
+
+    Parameters
+    ----------
+    n_features : int
+        m.
+    itemsize : int, default 8
+        Bytes per value (float64).
+    target_bytes : int, default 64 MiB
+        Memory target per dense chunk, in bytes.
+
+    Returns
+    -------
+    int
+        ``max(1, target_bytes // (n_features * itemsize))``.
+
+    Examples
+    --------
+    >>> default_chunk_size(1000)
+    8388
+    """
+    return max(1, target_bytes // max(1, n_features * itemsize))
+
+
+def document_chunks(X: Any, chunk_size: int | None) -> da.Array:
+    """X (n_samples, n_features) -> the papers' X (n_features, n_samples), chunked along samples.
+
+    Parameters
+    ----------
+    X : {ndarray, sparse matrix, dask.array.Array} of shape (n_samples, n_features)
+        scikit-learn orientation. In-memory input must already be float64 (validated).
+    chunk_size : int or None
+        Samples per chunk. None: dask input keeps its row chunks, in-memory input gets
+        :func:`default_chunk_size`.
+
+    Returns
+    -------
+    dask.array.Array of shape (n_features, n_samples), float64
+        One block along the features. Sparse input gives CSC blocks, dense input ndarray
+        blocks; dask input is cast to float64. In-memory input is persisted, so that on a
+        distributed cluster its chunks are sent to the workers once, not with every pass.
+    """
+    if isinstance(X, da.Array):
+        Xt = X.T.astype(np.float64)
+        if chunk_size is not None:
+            Xt = Xt.rechunk({1: chunk_size})
+        return Xt.rechunk({0: -1})
+    n, m = X.shape
+    size = chunk_size or default_chunk_size(m)
+    if sp.issparse(X):
+        Xt = sp.csc_matrix(X.T, dtype=np.float64)
+        bounds = [*range(0, n, size), n]
+        blocks = [
+            da.from_delayed(
+                dask.delayed(Xt[:, a:b]), shape=(m, b - a), dtype=np.float64,
+                meta=sp.csc_matrix((0, 0), dtype=np.float64),
+            )
+            for a, b in zip(bounds[:-1], bounds[1:], strict=True)
+        ]
+        return da.concatenate(blocks, axis=1).persist()
+    return da.from_array(np.asarray(X, dtype=np.float64).T, chunks=(m, size)).persist()
+
+
+def broadcast(A: np.ndarray, *, as_delayed: bool = False) -> Any:
+    """A small driver array (U) sent once to every worker, for the graph of one pass.
+
+    Parameters
+    ----------
+    A : ndarray of shape (m, r)
+        Typically U.
+    as_delayed : bool, default False
+        Return a :class:`dask.delayed.Delayed` (for graphs of delayed tasks) instead of a
+        one-block dask array (for :func:`dask.array.blockwise`).
+
+    Returns
+    -------
+    dask.array.Array of shape (m, r), or Delayed
+        With a distributed client active, backed by ``client.scatter(A, broadcast=True)``: every
+        worker receives A once, up front, and every task that depends on it reads its local
+        copy; the returned object holds the future, so A stays on the cluster while the graph
+        lives. Without a client, A itself (never hashed: a random name).
+    """
+    try:
+        from distributed import default_client
+
+        client = default_client()
+    except (ImportError, ValueError):
+        if as_delayed:
+            return dask.delayed(A, name=f"sphdist-U-{uuid.uuid4().hex}")
+        return da.from_array(A, chunks=A.shape, name=False)  # no hashing of m x r floats
+    future = dask.delayed(client.scatter(A, hash=False, broadcast=True))
+    return future if as_delayed else da.from_delayed(future, shape=A.shape, dtype=A.dtype)
+
+
+def per_chunk(func: Callable[..., Any], X: da.Array, *args: Any, dtype: Any = object,
+              **kwargs: Any) -> da.Array:
+    """``func(X_c, *chunk args, **kwargs)`` for every document chunk X_c of X.
+
+    Parameters
+    ----------
+    func : callable
+        A kernel of one chunk, returning a dict (``dtype=object``) or a 1-element ndarray.
+    X : dask.array.Array of shape (m, n)
+        Column-chunked, one block along the features (index "ij").
+    *args
+        Arrays and their index strings, alternating, as in :func:`dask.array.blockwise`: "i"
+        is the feature axis (one block), "j" the documents (one block per chunk of X, not
+        realigned), "k" the components.
+    dtype : numpy dtype, default object
+        Of the result.
+    **kwargs
+        Passed to ``func``.
+
+    Returns
+    -------
+    dask.array.Array of shape (n_chunks,)
+        One element per chunk: ``func``'s result.
+    """
+    return da.blockwise(
+        func, "j", X, "ij", *args, concatenate=True, align_arrays=False,
+        adjust_chunks={"j": 1}, dtype=dtype, meta=np.empty((0,), dtype=dtype), **kwargs,
+    )
+
+
+def block_bounds(
+    n_chunks: int, max_partials: int, chunk_sizes: Sequence[int] | None = None,
+    max_block_documents: int = MAX_BLOCK_DOCUMENTS,
+) -> list[tuple[int, int]]:
+    """Group consecutive chunks into blocks: at most ``max_partials``, unless that is too big.
+
+    Parameters
+    ----------
+    n_chunks : int
+        Document chunks of X.
+    max_partials : int
+        Upper bound on the number of blocks (each yields one (m, r) partial per pass) while
+        every block stays within ``max_block_documents``.
+    chunk_sizes : sequence of int, optional
+        Documents per chunk (``X.chunks[1]``). Given, a block never holds more than
+        ``max_block_documents`` documents (a single larger chunk is a block of its own), so
+        the chunks one task holds at once stay bounded however large n grows.
+    max_block_documents : int, default 32768
+        See ``chunk_sizes``.
+
+    Returns
+    -------
+    list of (int, int)
+        ``[start, stop)`` chunk ranges of ``ceil(n_chunks / max_partials)`` chunks each, cut
+        earlier where the document bound requires. A function of the chunk layout only, so
+        the summation order of a pass never depends on the cluster.
+
+    Examples
+    --------
+    >>> block_bounds(5, 2)
+    [(0, 3), (3, 5)]
+    >>> block_bounds(4, 1, chunk_sizes=[4096] * 4, max_block_documents=8192)
+    [(0, 2), (2, 4)]
+    >>> block_bounds(3, 1, chunk_sizes=[50_000, 10, 10], max_block_documents=8192)
+    [(0, 1), (1, 3)]
+    """
+    size = max(1, -(-n_chunks // max(1, max_partials)))
+    if chunk_sizes is None:
+        return [(a, min(a + size, n_chunks)) for a in range(0, n_chunks, size)]
+    bounds, start, docs = [], 0, 0
+    for i, n_i in enumerate(chunk_sizes):
+        if i > start and (i - start >= size or docs + n_i > max_block_documents):
+            bounds.append((start, i))
+            start, docs = i, 0
+        docs += n_i
+    if n_chunks:
+        bounds.append((start, n_chunks))
+    return bounds
+
+
+def tree_sum(parts: da.Array, split_every: int) -> da.Array:
+    """Sum per-chunk (or per-block) result dicts in a fixed tree of fan-in ``split_every``.
+
+    Parameters
+    ----------
+    parts : dask.array.Array of shape (n_parts,), object
+        Result dicts of a kernel (:func:`per_chunk`, :func:`block_pass`).
+    split_every : int
+        Fan-in of the tree, >= 2.
+
+    Returns
+    -------
+    dask.array.Array of shape (), object
+        The dict of summed partials (:func:`sphdist.core.kernels.partials_agg`): consecutive
+        groups of ``split_every`` parts are summed in list order, level by level, so the
+        result depends on the chunk layout only.
+    """
+    return da.reduction(
+        parts, kernels.partials_chunk, kernels.partials_agg, combine=kernels.partials_combine,
+        axis=0, keepdims=False, concatenate=False, split_every=split_every, dtype=object,
+        meta=np.empty((), dtype=object),
+    )
+
+
+def pairs_sum(func: Callable[[Any, Any], np.ndarray], X: da.Array) -> float:
+    """``sum_{c, d} func(X_c, X_d)`` over all ordered pairs of document chunks of X.
+
+    Parameters
+    ----------
+    func : callable
+        Maps two chunks (m, n_c) and (m, n_d) to a (1, 1) float64 ndarray.
+    X : dask.array.Array of shape (m, n)
+        Column-chunked, one block along the features.
+
+    Returns
+    -------
+    float
+        The sum of the ``n_chunks^2`` values (dask's ``sum``).
+    """
+    pairs = da.blockwise(
+        func, "cd", X, "ic", X, "id", concatenate=True, adjust_chunks={"c": 1, "d": 1},
+        dtype=np.float64, meta=np.empty((0, 0)),
+    )
+    with _unfused():
+        return float(pairs.sum().compute())
+
+
+def sum_parts(parts: da.Array, split_every: int) -> dict[str, Any]:
+    """The dict of summed partials of :func:`tree_sum`, computed.
+
+    Parameters
+    ----------
+    parts : dask.array.Array of shape (n_parts,), object
+        Result dicts of a kernel (:func:`per_chunk`).
+    split_every : int
+        Fan-in of the tree.
+
+    Returns
+    -------
+    dict
+        :func:`sphdist.core.kernels.partials_agg` of all parts, in the tree's fixed order.
+    """
+    with _unfused():
+        (total,) = dask.compute(tree_sum(parts, split_every))
+    return total
+
+
+def _take(part: dict[str, Any], key: str, index: int | None = None) -> np.ndarray:
+    return part[key] if index is None else part[key][index]
+
+
+def block_pass(
+    X: da.Array, U: np.ndarray, V_prev: da.Array | None, *, lam: float, split_every: int,
+    max_partials: int, dtype: Any, partials: str,
+) -> tuple[da.Array, dict[str, Any]]:
+    """One read of every chunk: :func:`sphdist.core.kernels.pass_block` per block of chunks.
+
+    Parameters
+    ----------
+    X : dask.array.Array of shape (m, n), float64
+        Column-chunked, one block along the features.
+    U : ndarray of shape (m, r), float64
+        Broadcast to the workers in ``dtype`` (:func:`broadcast`).
+    V_prev : dask.array.Array of shape (r, n), or None
+        Chunked like the documents of X.
+    lam, dtype, partials
+        Passed to :func:`kernels.pass_block`.
+    split_every : int
+        Fan-in of the tree that sums the block partials (:func:`tree_sum`).
+    max_partials : int
+        At most this many blocks of consecutive chunks (:func:`block_bounds`), one task each.
+
+    Returns
+    -------
+    V : dask.array.Array of shape (r, n), ``dtype``
+        The new V, persisted, chunked like X.
+    total : dict
+        The summed partials (:func:`kernels.pass_block`), with ``"XVt"`` a dense, aligned
+        (m, r) float64 ndarray and ``"VVt"`` an aligned (r, r) one.
+    """
+    dtype = np.dtype(dtype)
+    r = U.shape[1]
+    name = f"sphdist-pass-{uuid.uuid4().hex}"
+    U_d = broadcast(np.asarray(U, dtype=dtype), as_delayed=True)
+    with _unfused():
+        xs = X.to_delayed().ravel()
+        vs = None if V_prev is None else V_prev.to_delayed().ravel()
+    sizes = X.chunks[1]
+    meta = np.empty((0, 0), dtype=dtype)
+    leaves, V_blocks = [], []
+    for b, (start, stop) in enumerate(block_bounds(len(xs), max_partials, sizes)):
+        part = dask.delayed(kernels.pass_block, pure=False)(
+            list(xs[start:stop]), U_d, None if vs is None else list(vs[start:stop]),
+            lam=lam, dtype=dtype, partials=partials, dask_key_name=(name, b),
+        )
+        leaves.append(da.from_delayed(part, shape=(1,), dtype=object, meta=_OBJECTS))
+        V_blocks += [
+            da.from_delayed(
+                dask.delayed(_take, pure=False)(
+                    part, "V", j - start, dask_key_name=(f"{name}-V", j)
+                ),
+                shape=(r, sizes[j]), dtype=dtype, meta=meta,
+            )
+            for j in range(start, stop)
+        ]
+    V = da.concatenate(V_blocks, axis=1)
+    with _unfused():
+        V, total = dask.persist(V, tree_sum(da.concatenate(leaves), split_every))
+        (total,) = dask.compute(total)
+    # aligned copies: distributed may hand back an (m, r) array at an odd address, and NumPy's
+    # matmul skips BLAS for unaligned operands, which changed the U-step's rounding (and so
+    # every later bit) between a cluster and the local schedulers
+    total["XVt"] = np.require(kernels.densify(total["XVt"]), np.float64, ["C", "A"])
+    total["VVt"] = np.require(total["VVt"], np.float64, ["C", "A"])
+    return V, total
+
+
+def chunk_rows(parts: da.Array, key: str, chunks: tuple[int, ...], r: int) -> da.Array:
+    """The (n, r) float64 array of the per-chunk rows ``part[key]`` of :func:`per_chunk` dicts.
+
+    ``chunks`` are the documents per chunk (``X.chunks[1]``); the result is chunked like them.
+    """
+    return da.blockwise(
+        _take, "jk", parts, "j", key=key, new_axes={"k": r}, adjust_chunks={"j": chunks},
+        dtype=np.float64, meta=np.empty((0, 0), dtype=np.float64),
+    )
+
+
+def persist_rows_and_sum(
+    parts: da.Array, X: da.Array, r: int, keys: Sequence[str], split_every: int,
+) -> tuple[Any, ...]:
+    """Persist the per-chunk rows ``keys`` and compute the summed partials, in one graph.
+
+    Parameters
+    ----------
+    parts : dask.array.Array of shape (n_chunks,), object
+        Result dicts of :func:`per_chunk` over X.
+    X : dask.array.Array of shape (m, n)
+        The input the parts were computed from (for its document chunks).
+    r : int
+        Columns of the rows.
+    keys : sequence of str
+        Per-chunk arrays of shape (n_c, r) in the dicts.
+    split_every : int
+        Fan-in of :func:`tree_sum`.
+
+    Returns
+    -------
+    tuple
+        One persisted (n, r) dask array per key, then the dict of summed partials. Every
+        chunk is read once.
+    """
+    arrays = [chunk_rows(parts, key, X.chunks[1], r) for key in keys]
+    with _unfused():
+        *arrays, total = dask.persist(*arrays, tree_sum(parts, split_every))
+        (total,) = dask.compute(total)
+    return (*arrays, total)
+
+
+def map_rows(func: Callable[[Any, np.ndarray], np.ndarray], X: Any, U: np.ndarray) -> Any:
+    """``func(X_block, U)`` on the row blocks of a (n_samples, n_features) input (transform).
+
+    Parameters
+    ----------
+    func : callable
+        Maps a (n_b, m) block and U (m, r) to a (n_b, r) float64 ndarray.
+    X : {ndarray, sparse matrix, dask.array.Array} of shape (n_samples, n_features)
+        scikit-learn orientation.
+    U : ndarray of shape (m, r), float64
+
+    Returns
+    -------
+    ndarray or dask.array.Array of shape (n_samples, r), float64
+        Dask input stays lazy and keeps its row chunks (one block along the features).
+    """
+    if isinstance(X, da.Array):
+        return X.rechunk({1: -1}).map_blocks(
+            func, U, chunks=(X.chunks[0], (U.shape[1],)), dtype=np.float64,
+            meta=np.empty((0, 0)),
+        )
+    return func(X, U)
+
+
+class _BlocksDone(Callback):
+    """A local-scheduler callback that counts finished output blocks on a progress counter."""
+
+    def __init__(self, keys: set[Any], bar: Any):
+        super().__init__()
+        self._keys, self._bar = keys, bar
+
+    def _posttask(self, key: Any, result: Any, dsk: Any, state: Any, worker_id: Any) -> None:
+        if key in self._keys:
+            self._bar.update(1)
+
+
+def compute(result: da.Array, desc: str, mode: bool | str = False) -> np.ndarray:
+    """Compute a 1-D dask array block by block, counting finished blocks.
+
+    Parameters
+    ----------
+    result : dask.array.Array of shape (n,)
+        Typically one small block per document chunk (:func:`per_chunk`).
+    desc : str
+        What is counted, shown first ("transform").
+    mode : {True, False, "log"}, default False
+        The progress display (:func:`sphdist._progress.progress`, unit "chunk").
+
+    Returns
+    -------
+    ndarray of shape (n,)
+        The blocks, concatenated in order.
+
+    Notes
+    -----
+    On a distributed client the blocks are submitted at once and counted as they complete
+    (``distributed.as_completed``); on a local scheduler a dask callback counts them.
+    """
+    with _unfused():
+        blocks = list(result.to_delayed().ravel())
+    try:
+        from distributed import as_completed, default_client
+
+        client = default_client()
+    except (ImportError, ValueError):
+        client = None
+    with progress(len(blocks), desc, unit="chunk", mode=mode) as bar, _unfused():
+        if client is None:
+            with _BlocksDone({b.key for b in blocks}, bar):
+                values = dask.compute(*blocks)
+        else:
+            futures = client.compute(blocks)
+            for _ in as_completed(futures):
+                bar.update(1)
+            values = [f.result() for f in futures]
+    return np.concatenate([np.ravel(v) for v in values])

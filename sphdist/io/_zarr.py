@@ -1,0 +1,464 @@
+"""The zarr plumbing every sphdist store shares: opening, the format tag, the safe-codec check.
+
+``corpus.zarr``, ``model.zarr`` and ``embedding.zarr`` are zarr v3 groups tagged with the group
+attribute ``sphdist = {"kind": ..., "format_version": ...}``. This module opens a path read-only
+(:func:`open_node`, :func:`open_tagged`), reads the tag (:func:`read_tag`), and refuses any array
+that is not a plain zarr v3 array with codecs from :data:`SAFE_CODECS` (:func:`check_array`,
+:func:`checked_array`, :func:`check_members`): nothing sphdist reads can execute code. It also
+holds the small writing helpers the three formats share (:func:`write_array`,
+:func:`write_vector`, :func:`json_clean`).
+
+Damaged data is refused, never read as zeros (zarr returns an array's fill value for a chunk
+that has no file): every array is written with zstd's content checksum and with every chunk
+stored, even one equal to the fill value (:data:`CHECKSUMMED`, :data:`WRITE_CONFIG`), and
+:func:`read_checked` refuses a missing chunk file, a chunk the codec cannot decode (a flipped
+bit fails the checksum) and values that do not match their recorded sha256
+(:func:`content_sha256`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import itertools
+import json
+import math
+import os
+import warnings
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import zarr
+from zarr.codecs import ZstdCodec
+from zarr.core.sync import sync
+
+from sphdist.errors import InputNotFoundError, ModelFormatError, SphdistError
+from sphdist.io._atomic import readable_path
+
+__all__ = [
+    "SAFE_CODECS",
+    "open_node",
+    "read_tag",
+    "open_tagged",
+    "TaggedStore",
+    "check_array",
+    "checked_array",
+    "check_members",
+    "write_array",
+    "write_vector",
+    "json_clean",
+    "regular_chunks",
+    "CHECKSUMMED",
+    "WRITE_CONFIG",
+    "checksummed",
+    "content_sha256",
+    "missing_chunks",
+    "read_checked",
+]
+
+#: zarr v3 codecs sphdist reads: none of them can execute code (no pickle, no object dtype).
+SAFE_CODECS = frozenset({
+    "bytes", "zstd", "blosc", "gzip", "crc32c", "transpose", "vlen-utf8", "sharding_indexed",
+})
+
+_VECTOR_CHUNK = 1 << 17  # elements per chunk of a 1-D array
+
+#: The compressor sphdist writes: zarr's default zstd, with the frame's content checksum, so a
+#: flipped bit in a stored chunk fails the read instead of changing a value.
+CHECKSUMMED = ZstdCodec(level=0, checksum=True)
+
+#: Array configuration of every write: store every chunk, even one equal to the fill value, so
+#: that a chunk without a file is always damage.
+WRITE_CONFIG = {"write_empty_chunks": True}
+
+
+def open_node(
+    path: str | os.PathLike[str], *, missing: str, unreadable: Callable[[Exception], str],
+    error: type[SphdistError], group: bool,
+) -> zarr.Group | zarr.Array:
+    """Open ``path`` read-only as a zarr group (or, with ``group=False``, a group or an array).
+
+    Parameters
+    ----------
+    path : path-like
+    missing : str
+        Message of the :class:`~sphdist.errors.InputNotFoundError` when nothing is at ``path``.
+    unreadable : callable
+        Message of ``error`` when zarr cannot open it, from zarr's exception (which is kept as
+        ``__cause__``).
+    error : type
+        The format error of the caller (``CorpusFormatError``, ``ModelFormatError``).
+    group : bool
+        Open only a group (``zarr.open_group``) or a group or an array (``zarr.open``).
+
+    Returns
+    -------
+    zarr.Group or zarr.Array
+    """
+    path = Path(path)
+    if not path.exists():
+        raise InputNotFoundError(missing)
+    try:
+        if group:
+            return zarr.open_group(store=str(path), mode="r")
+        return zarr.open(store=str(path), mode="r")
+    except Exception as exc:  # zarr raises several types for "not zarr"
+        raise error(unreadable(exc)) from exc
+
+
+def read_tag(node: zarr.Group | zarr.Array) -> dict[str, Any]:
+    """The ``sphdist`` group attribute (``kind``, ``format_version``), or {} if there is none."""
+    tag = node.attrs.get("sphdist") if isinstance(node, zarr.Group) else None
+    return tag if isinstance(tag, dict) else {}
+
+
+def open_tagged(
+    path: str | os.PathLike[str], kind: str, version: int, *, missing: str, stale: str,
+) -> zarr.Group:
+    """Open ``path`` read-only as a sphdist group of ``kind`` and format ``version``.
+
+    Parameters
+    ----------
+    path : path-like
+    kind : str
+        ``"model"`` or ``"embedding"``.
+    version : int
+        The format version this sphdist reads.
+    missing, stale : str
+        Complete "To resolve this, ..." when nothing is at ``path`` and when its tag names
+        another kind or format version.
+
+    Returns
+    -------
+    zarr.Group
+
+    Raises
+    ------
+    InputNotFoundError
+        If nothing is at ``path``.
+    ModelFormatError
+        If it is not a zarr v3 group, or not tagged ``kind`` of ``version``.
+    """
+    path = Path(path)
+    group = open_node(
+        path, missing=f"{path}: no such {kind}. To resolve this, {missing}.",
+        unreadable=lambda exc: f"{path}: not a zarr v3 group ({type(exc).__name__}: {exc}).",
+        error=ModelFormatError, group=True,
+    )
+    tag = read_tag(group)
+    if tag.get("kind") != kind or tag.get("format_version") != version:
+        raise ModelFormatError(
+            f"{path}: not a sphdist {kind} of format version {version} "
+            f"(found {tag!r}). To resolve this, {stale}."
+        )
+    return group
+
+
+class TaggedStore:
+    """Read handle on a sphdist group tagged :attr:`KIND` of :attr:`FORMAT_VERSION`.
+
+    Opening checks the tag and every array (:func:`open_tagged`, :func:`check_members`);
+    subclasses (a model, an embedding) add the properties of their layout. After a commit
+    interrupted between its two renames, the previous complete version (``<path>.old``) is read
+    in place (:func:`sphdist.io._atomic.readable_path`): opening never changes the tree.
+
+    Parameters
+    ----------
+    path : path-like
+
+    Attributes
+    ----------
+    path : pathlib.Path
+        As given.
+    location : pathlib.Path
+        The directory read: ``path``, or ``<path>.old`` after an interrupted commit.
+    attrs : dict
+        The group attributes.
+    """
+
+    KIND: str
+    FORMAT_VERSION: int
+    _MISSING: str  # "To resolve this, ..." when nothing is at path
+    _STALE: str  # ... when the tag names another kind or version
+    _REWRITE: str  # ... when an array is unreadable or unsafe
+
+    def __init__(self, path: str | os.PathLike[str]):
+        self.path = Path(path)
+        self.location = readable_path(self.path)
+        self._group = open_tagged(
+            self.location, self.KIND, self.FORMAT_VERSION, missing=self._MISSING,
+            stale=self._STALE,
+        )
+        check_members(
+            self._group, str(self.location), error=ModelFormatError, remedy=self._REWRITE
+        )
+        self.attrs: dict[str, Any] = dict(self._group.attrs)
+
+    def _array(self, name: str) -> zarr.Array:
+        """``group[name]`` after checking that every chunk of it is stored."""
+        arr = self._group[name]
+        require_chunks(arr, str(self.location), name, error=ModelFormatError,
+                       remedy=self._REWRITE)
+        return arr
+
+    def _read(
+        self, name: str, sha256: str | None = None, digest: str = "sha256",
+        required: bool = True,
+    ) -> np.ndarray:
+        """All of ``group[name]`` through :func:`read_checked` (recorded digest ``sha256``)."""
+        return read_checked(
+            self._group[name], str(self.location), name, error=ModelFormatError,
+            remedy=self._REWRITE, sha256=sha256, digest=digest, required=required,
+        )
+
+
+def check_array(
+    arr: zarr.Array, path: str, what: str, *, error: type[SphdistError], remedy: str,
+) -> zarr.Array:
+    """Return ``arr`` if it is a zarr v3 array of a plain dtype stored with :data:`SAFE_CODECS`.
+
+    Plain dtypes: bool, integers, floats, and UTF-8 strings (zarr's ``vlen-utf8``).
+
+    Raises
+    ------
+    error
+        Naming ``path``, ``what``, the format, dtype and codecs found, and ``remedy``.
+    """
+    meta = arr.metadata
+    codecs = [c.to_dict().get("name") for c in getattr(meta, "codecs", ())]
+    if (
+        meta.zarr_format != 3
+        or arr.dtype.kind not in "biufT"
+        and not (arr.dtype.kind == "O" and codecs[:1] == ["vlen-utf8"])
+        or not set(codecs) <= SAFE_CODECS
+    ):
+        raise error(
+            f"{path}: {what} is stored as zarr v{meta.zarr_format}, dtype "
+            f"{arr.dtype}, codecs {codecs}; sphdist reads only zarr v3 numeric or UTF-8 arrays "
+            f"with the codecs {sorted(SAFE_CODECS)} (nothing that can execute code). To "
+            f"resolve this, {remedy}."
+        )
+    return arr
+
+
+def checked_array(
+    group: zarr.Group, name: str, path: str, what: str, *,
+    error: type[SphdistError], remedy: str,
+) -> zarr.Array:
+    """``group[name]`` if it is an array that passes :func:`check_array`.
+
+    Raises
+    ------
+    KeyError
+        If there is no array ``name``.
+    error
+        If its metadata is unreadable (an unknown codec, malformed JSON) or it fails the check.
+    """
+    try:
+        arr = group[name]
+    except KeyError:
+        raise
+    except Exception as exc:  # unknown codec, malformed metadata, ...
+        raise error(
+            f"{path}: {what} ({name}) is unreadable ({type(exc).__name__}: {exc}). To resolve "
+            f"this, {remedy}."
+        ) from None
+    if not isinstance(arr, zarr.Array):
+        raise KeyError(name)
+    return check_array(arr, path, f"{what} ({name})", error=error, remedy=remedy)
+
+
+def check_members(
+    group: zarr.Group, path: str, *, error: type[SphdistError], remedy: str,
+) -> None:
+    """Parse the metadata of every array under ``group`` now and :func:`check_array` each.
+
+    For stores with a handful of arrays (a model, an embedding): an unknown codec, a stray
+    node or a zarr v2 array is refused at opening, before any chunk is read.
+
+    Raises
+    ------
+    error
+        Naming ``path`` and ``remedy``.
+    """
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            members = list(group.members(max_depth=None))
+    except Exception as exc:
+        raise error(
+            f"{path}: unreadable array metadata ({type(exc).__name__}: {exc}). Only "
+            f"zarr's built-in codecs are read, never pickled objects. To resolve this, {remedy}."
+        ) from None
+    for name, node in members:
+        if isinstance(node, zarr.Array):
+            check_array(node, path, f"array {name}", error=error, remedy=remedy)
+
+
+def write_array(group: zarr.Group, name: str, values: np.ndarray) -> None:
+    """Store ``values`` as one chunk at ``group[name]`` (zstd with checksum, every chunk)."""
+    arr = group.create_array(
+        name, shape=values.shape, dtype=values.dtype, chunks=values.shape,
+        compressors=CHECKSUMMED, config=WRITE_CONFIG,
+    )
+    arr[...] = values
+
+
+def write_vector(group: zarr.Group, name: str, values: np.ndarray) -> None:
+    """Store a 1-D array at ``group[name]`` in chunks of at most 2**17 elements.
+
+    Strings (numpy ``U`` or ``O`` dtype) are stored as zarr's variable-length UTF-8 type, the
+    one with a v3 specification; other dtypes as they are.
+    """
+    arr = group.create_array(
+        name, shape=values.shape, dtype=str if values.dtype.kind in "UO" else values.dtype,
+        chunks=(max(1, min(values.shape[0], _VECTOR_CHUNK)),), compressors=CHECKSUMMED,
+        config=WRITE_CONFIG,
+    )
+    if values.shape[0]:
+        arr[:] = values
+
+
+def json_clean(value: Any) -> Any:
+    """Round-trip through JSON so numpy scalars and tuples become plain types."""
+    return json.loads(
+        json.dumps(value, default=lambda o: o.item() if hasattr(o, "item") else str(o))
+    )
+
+
+def regular_chunks(chunks: tuple[int, ...]) -> bool:
+    """True if ``chunks`` are equal but for a last one no larger (a regular zarr chunking)."""
+    return all(c == chunks[0] for c in chunks[:-1]) and chunks[-1] <= chunks[0]
+
+
+def checksummed(compressors: Any = "auto") -> Any:
+    """``compressors`` with zstd's content checksum switched on.
+
+    ``"auto"`` (zarr's default, zstd) becomes :data:`CHECKSUMMED`; a :class:`ZstdCodec`
+    without the checksum gets it, at the same level; anything else is returned as it is.
+    The stored values are the same either way.
+    """
+    if isinstance(compressors, str) and compressors == "auto":
+        return CHECKSUMMED
+    if isinstance(compressors, ZstdCodec) and not compressors.checksum:
+        return ZstdCodec(level=compressors.level, checksum=True)
+    return compressors
+
+
+def content_sha256(*arrays: np.ndarray) -> str:
+    """Hex sha256 of the little-endian bytes of ``arrays`` (C order), one after the other.
+
+    For one float64 array this is :func:`sphdist.io.model.u_sha256`.
+    """
+    h = hashlib.sha256()
+    for values in arrays:
+        values = np.asarray(values)
+        h.update(np.ascontiguousarray(values, dtype=values.dtype.newbyteorder("<")).tobytes())
+    return h.hexdigest()
+
+
+def _storage_keys(arr: zarr.Array) -> list[str]:
+    """Store keys of every chunk (or shard) of ``arr``."""
+    grid = arr.cdata_shape if arr.shards is None else tuple(
+        math.ceil(s / c) for s, c in zip(arr.shape, arr.shards, strict=True)
+    )
+    prefix = f"{arr.store_path.path}/" if arr.store_path.path else ""
+    return [
+        prefix + arr.metadata.encode_chunk_key(coords)
+        for coords in itertools.product(*(range(g) for g in grid))
+    ]
+
+
+def missing_chunks(arr: zarr.Array) -> list[str]:
+    """Store keys of the chunks of ``arr`` that are not stored (zarr would read the fill value).
+
+    Parameters
+    ----------
+    arr : zarr.Array
+
+    Returns
+    -------
+    list of str
+        Keys relative to the store root (for a local store, paths under it), in chunk order.
+    """
+    keys = _storage_keys(arr)
+    store = arr.store_path.store
+
+    async def exist() -> list[bool]:
+        return list(await asyncio.gather(*(store.exists(k) for k in keys)))
+
+    return [k for k, ok in zip(keys, sync(exist()), strict=True) if not ok]
+
+
+def require_chunks(
+    arr: zarr.Array, path: str, what: str, *, error: type[SphdistError], remedy: str,
+) -> None:
+    """Refuse ``arr`` if a chunk of it is not stored.
+
+    Raises
+    ------
+    error
+        Naming ``path``, the first missing chunk file, how many are missing, and ``remedy``.
+    """
+    missing = missing_chunks(arr)
+    if missing:
+        more = f" and {len(missing) - 1} more" if len(missing) > 1 else ""
+        raise error(
+            f"{path}: {what}: chunk file {missing[0]}{more} is missing (zarr would read it as "
+            f"the fill value {arr.fill_value!r}). To resolve this, {remedy}."
+        )
+
+
+def read_checked(
+    arr: zarr.Array, path: str, what: str, *, error: type[SphdistError], remedy: str,
+    sha256: str | None = None, digest: str = "sha256", required: bool = True,
+) -> np.ndarray:
+    """Read all of ``arr``, refusing missing chunks, undecodable chunks and changed values.
+
+    Parameters
+    ----------
+    arr : zarr.Array
+    path, what : str
+        The store and the array, for messages.
+    error : type
+        ``CorpusFormatError`` or ``ModelFormatError``.
+    remedy : str
+        Completes "To resolve this, ...".
+    sha256 : str, optional
+        The recorded :func:`content_sha256` of the values; not checked when None (stores
+        written before digests were recorded).
+    digest : str, default "sha256"
+        The attribute the digest was recorded as, for the message.
+    required : bool, default True
+        Refuse a chunk that is not stored. False only for arrays of stores written before
+        every chunk was stored, where a chunk equal to the fill value (all False, all 0) was
+        legitimately left out.
+
+    Returns
+    -------
+    ndarray
+        The values, bitwise as stored.
+
+    Raises
+    ------
+    error
+        If a chunk file is missing, a chunk does not decode (a truncated file, a failed zstd
+        checksum), or the values do not match ``sha256``.
+    """
+    if required:
+        require_chunks(arr, path, what, error=error, remedy=remedy)
+    try:
+        values = np.asarray(arr[...])
+    except Exception as exc:  # the codec fails: truncated, or the checksum does not match
+        raise error(
+            f"{path}: {what} is corrupted ({type(exc).__name__}: {exc}). To resolve this, "
+            f"{remedy}."
+        ) from None
+    if sha256 is not None and content_sha256(values) != sha256:
+        raise error(
+            f"{path}: {what} does not match its recorded {digest} (the stored values were "
+            f"changed or damaged). To resolve this, {remedy}."
+        )
+    return values

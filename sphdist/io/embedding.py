@@ -1,0 +1,198 @@
+"""The ``embedding.zarr`` format: embeddings of documents by a fitted model (``sphdist transform``).
+
+::
+
+    embedding.zarr/              zarr v3 group
+      V           (r, n)         float64   column j: unit-norm embedding of document j
+      degenerate  (n,)           bool      True where U^T x_j = 0 (V[:, j] is then e_1)
+      doc_ids     (n,)           str       the corpus' document ids
+      labels      (n,)           int32     the corpus' label codes (absent: unknown)
+
+with attributes ``sphdist = {"kind": "embedding", "format_version": 1}``, ``model``
+(``path``, ``u_sha256``), ``corpus`` (``path``, ``fingerprint``, ``shape``), ``label_names``,
+``n_degenerate`` and ``method``.
+
+:class:`EmbeddingWriter` builds the group in a sibling staging directory, the tasks write their
+chunks of V into it (:func:`write_embedding_block`), and :meth:`EmbeddingWriter.commit` makes it
+visible with an atomic rename (:mod:`sphdist.io._atomic`). Exporting and searching embeddings is
+:mod:`sphdist.jobs.embedding`.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import zarr
+
+from sphdist.io import _atomic
+from sphdist.io._zarr import (
+    CHECKSUMMED,
+    WRITE_CONFIG,
+    TaggedStore,
+    json_clean,
+    regular_chunks,
+    write_array,
+    write_vector,
+)
+
+__all__ = [
+    "FORMAT_VERSION", "KIND", "Embedding", "EmbeddingWriter", "open_embedding",
+    "write_embedding_block",
+]
+
+FORMAT_VERSION = 1
+KIND = "embedding"  # the group attribute sphdist.kind
+
+
+def _zarr_chunk(chunks: tuple[int, ...]) -> int:
+    """Columns per zarr chunk such that every document chunk starts on a zarr chunk boundary.
+
+    >>> _zarr_chunk((128, 128, 44)), _zarr_chunk((25, 25, 40))
+    (128, 5)
+    """
+    if regular_chunks(chunks):
+        return max(1, max(chunks, default=1))
+    return max(1, int(np.gcd.reduce(np.asarray(chunks, dtype=np.int64))))
+
+
+class EmbeddingWriter:
+    """Build an ``embedding.zarr`` in a staging directory; :meth:`commit` makes it visible.
+
+    Parameters
+    ----------
+    path : path-like
+        Final location.
+    n_components : int
+        r.
+    chunks : tuple of int
+        Documents per chunk of the corpus; tasks write one chunk each (through
+        :func:`write_embedding_block`) without sharing a zarr chunk, so no lock is needed.
+
+    Notes
+    -----
+    Use as a context manager: leaving the block without :meth:`commit` removes the staging
+    directory. The staging directory must be on a filesystem the workers share.
+    """
+
+    def __init__(self, path: str | os.PathLike[str], *, n_components: int, chunks: tuple[int, ...]):
+        self.path = Path(path)
+        self.staging = _atomic.staging_path(self.path)
+        n = int(sum(chunks))
+        self.offsets = tuple(int(o) for o in np.concatenate([[0], np.cumsum(chunks)[:-1]]))
+        group = zarr.open_group(store=str(self.staging), mode="w-")
+        c = _zarr_chunk(tuple(chunks))
+        group.create_array("V", shape=(n_components, n), dtype=np.float64,
+                           chunks=(n_components, c), compressors=CHECKSUMMED, config=WRITE_CONFIG)
+        group.create_array("degenerate", shape=(n,), dtype=bool, chunks=(c,),
+                           compressors=CHECKSUMMED, config=WRITE_CONFIG)
+        self._group = group
+        self._committed = False
+
+    def __enter__(self) -> EmbeddingWriter:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        if not self._committed:
+            _atomic.discard(self.staging)
+
+    def commit(
+        self, *, doc_ids: np.ndarray, labels: np.ndarray | None,
+        label_names: list[str] | None, attrs: dict[str, Any],
+    ) -> Embedding:
+        """Write ids, labels and attributes, then rename the staging tree to ``path``.
+
+        Parameters
+        ----------
+        doc_ids : ndarray of shape (n,), str
+        labels : ndarray of shape (n,), int32, or None
+        label_names : list of str or None
+        attrs : dict
+            More JSON-serialisable attributes (``model``, ``corpus``, ...).
+
+        Returns
+        -------
+        Embedding
+        """
+        group = self._group
+        write_vector(group, "doc_ids", np.asarray(doc_ids, dtype=object))
+        if labels is not None:
+            write_array(group, "labels", np.asarray(labels, dtype=np.int32))
+        group.attrs.update(json_clean({
+            **attrs,
+            "sphdist": {"kind": KIND, "format_version": FORMAT_VERSION},
+            "label_names": label_names,
+        }))
+        _atomic.commit_directory(self.staging, self.path)
+        self._committed = True
+        return Embedding(self.path)
+
+
+def write_embedding_block(
+    staging: str, start: int, V: np.ndarray, degenerate: np.ndarray
+) -> None:
+    """Write columns ``start:start + n_c`` of an embedding being built (runs in a task).
+
+    Parameters
+    ----------
+    staging : str
+        :attr:`EmbeddingWriter.staging`.
+    start : int
+        First document of the chunk.
+    V : ndarray of shape (r, n_c), float64
+    degenerate : ndarray of shape (n_c,), bool
+    """
+    group = zarr.open_group(store=staging, mode="r+")
+    stop = start + V.shape[1]
+    group["V"].with_config(WRITE_CONFIG)[:, start:stop] = V
+    group["degenerate"].with_config(WRITE_CONFIG)[start:stop] = degenerate
+
+
+class Embedding(TaggedStore):
+    """Read handle on an ``embedding.zarr`` written by ``sphdist transform``.
+
+    Parameters
+    ----------
+    path : path-like
+
+    Raises
+    ------
+    InputNotFoundError
+        If nothing is at ``path``.
+    ModelFormatError
+        If ``path`` is not a sphdist embedding.
+    """
+
+    KIND = KIND
+    FORMAT_VERSION = FORMAT_VERSION
+    _MISSING = "write one with `sphdist transform --model MODEL --input CORPUS --output PATH`"
+    _STALE = _REWRITE = "write it again with `sphdist transform`"
+
+    @property
+    def V(self) -> zarr.Array:
+        """The (r, n) float64 zarr array of unit columns (read slices of it); every chunk stored."""
+        return self._array("V")
+
+    @property
+    def doc_ids(self) -> np.ndarray:
+        """Ndarray of shape (n,), object (Python str)."""
+        return self._read("doc_ids").astype(object)
+
+    @property
+    def labels(self) -> np.ndarray | None:
+        """Ndarray of shape (n,), int32, or None."""
+        # labels and degenerate: embeddings written before every chunk was stored left out
+        # chunks equal to the fill value (all 0, all False)
+        return self._read("labels", required=False) if "labels" in self._group else None
+
+    @property
+    def degenerate(self) -> np.ndarray:
+        """Ndarray of shape (n,), bool: True where ``U^T x_j = 0``."""
+        return self._read("degenerate", required=False)
+
+
+def open_embedding(path: str | os.PathLike[str]) -> Embedding:
+    """Open an ``embedding.zarr``; see :class:`Embedding`."""
+    return Embedding(path)

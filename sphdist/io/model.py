@@ -1,0 +1,345 @@
+"""The ``model.zarr`` format: a fitted model that is also the solver's checkpoint.
+
+This is the only module that knows the model layout::
+
+    model.zarr/                  zarr v3 group
+      zarr.json                  attributes (below)
+      U        (m, r)            float64   U_k, orthonormal columns
+      V        (r, n)            float64   V_k, unit columns (embedding of document j: V[:, j]),
+                                           chunked along documents
+      state/XVt (m, r)           float64   X V_k^T   } the partials the next U-step needs,
+      state/VVt (r, r)           float64   V_k V_k^T } so --resume makes no extra pass over X
+      idf      (m,)              float64   the corpus idf (absent for dense input)
+      vocabulary (m,)            str       the corpus feature names (vocabulary scheme only)
+
+Attributes: ``sphdist = {"kind": "model", "format_version": 1}``, ``params`` (every solver
+parameter and the seed), ``n_iter``, ``objective`` (n_iter + 1 values, iteration 0 first),
+``u_step_norm`` / ``v_step_norm`` (``||U_k - U_{k-1}||_F``, ``||V_k - V_{k-1}||_F``, n_iter
+values), ``seconds`` (wall time per iteration), ``converged``, ``n_degenerate``,
+``sq_norm_X``, ``u_sha256`` (sha256 of the bytes of U, an identifier of the iterate, checked
+whenever U is read), ``sha256`` (the same digest of ``state/XVt``, ``state/VVt`` and ``idf``,
+checked when they are read; absent in models written before it was recorded), and ``corpus``
+(``path``, ``fingerprint``, ``shape``, ``feature_scheme``, ``tfidf``).
+
+Every array is written with zstd's content checksum and every chunk stored
+(:data:`sphdist.io._zarr.CHECKSUMMED`): a missing chunk file, a flipped bit or an edited U is
+refused with a :class:`~sphdist.errors.ModelFormatError`, never read as zeros.
+
+Everything a new document needs to be embedded the way the training documents were is in the
+model: ``corpus.feature_scheme``, ``corpus.tfidf``, ``idf`` and ``vocabulary`` (``sphdist ingest
+--like model.zarr`` reads them). The histories (``objective``, step norms, ``seconds``) are
+complete across ``--resume``: a resumed fit continues the saved lists. Embeddings of other
+documents (``sphdist transform``) are stored as ``embedding.zarr`` (:mod:`sphdist.io.embedding`).
+
+Every write builds the whole group in a sibling staging directory and commits it with an atomic
+rename (:mod:`sphdist.io._atomic`): a crash at any instant leaves the previous complete checkpoint
+(or none), never a torn one. A reader of a commit interrupted between its renames reads the
+previous version (``model.zarr.old``) in place and changes nothing; the next writer moves it
+back (:func:`save_checkpoint`, ``load_checkpoint(path, recover=True)``). The path must be on a
+filesystem the driver and the workers share (V is written by the workers).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+from typing import Any
+
+import dask.array as da
+import numpy as np
+import zarr
+from dask.base import tokenize
+
+from sphdist.core.solver import FitState
+from sphdist.errors import InputNotFoundError, ModelFormatError
+from sphdist.io import _atomic
+from sphdist.io._zarr import (
+    CHECKSUMMED,
+    WRITE_CONFIG,
+    TaggedStore,
+    content_sha256,
+    json_clean,
+    regular_chunks,
+    write_array,
+    write_vector,
+)
+
+__all__ = [
+    "FORMAT_VERSION", "KIND", "save_checkpoint", "load_checkpoint", "open_model", "Model",
+    "u_sha256", "idf_sha256",
+]
+
+FORMAT_VERSION = 1
+KIND = "model"  # the group attribute sphdist.kind
+
+
+def save_checkpoint(
+    path: str | os.PathLike[str],
+    state: FitState,
+    *,
+    params: dict[str, Any],
+    corpus: dict[str, Any],
+    idf: np.ndarray | None = None,
+    vocabulary: np.ndarray | None = None,
+) -> None:
+    """Write ``state`` as a complete ``model.zarr``, replacing any previous one atomically.
+
+    Parameters
+    ----------
+    path : path-like
+        The model directory.
+    state : FitState
+        The solver state to save (U, V, partials, histories).
+    params : dict
+        Solver parameters (JSON-serialisable), stored as the ``params`` attribute.
+    corpus : dict
+        Description of the input: ``path``, ``fingerprint``, ``shape`` and optionally
+        ``feature_scheme``, ``tfidf``.
+    idf : ndarray of shape (m,), float64, optional
+        The corpus idf, kept so new documents can be weighted the same way.
+    vocabulary : ndarray of shape (m,), str, optional
+        The corpus feature names (vocabulary scheme), kept for ``ingest --like`` and the top
+        terms of each component.
+
+    Raises
+    ------
+    OSError
+        If the location is not writable or full; the previous checkpoint is kept.
+
+    Notes
+    -----
+    Writes ``(2 m r + r^2 + r n) * 8`` bytes (before compression). V is written by the
+    tasks that hold it.
+    """
+    path = Path(path)
+    staging = _atomic.staging_path(path)
+    try:
+        group = zarr.open_group(store=str(staging), mode="w-")
+        write_array(group, "U", np.asarray(state.U, dtype=np.float64))
+        digests = {}
+        for name, values in (("state/XVt", state.XVt), ("state/VVt", state.VVt), ("idf", idf)):
+            if values is not None:
+                values = np.asarray(values, dtype=np.float64)
+                write_array(group, name, values)
+                digests[name] = content_sha256(values)
+        if vocabulary is not None:
+            write_vector(group, "vocabulary", np.asarray(vocabulary, dtype=object))
+        V = state.V
+        r, chunks = V.shape[0], V.chunks[1]
+        if not regular_chunks(chunks):
+            V = V.rechunk((r, max(chunks)))
+        target = group.create_array(
+            "V", shape=V.shape, dtype=np.float64, chunks=(r, max(V.chunks[1])),
+            compressors=CHECKSUMMED, config=WRITE_CONFIG,
+        )
+        da.store(V, target, lock=False)
+        group.attrs.update(json_clean({
+            "sphdist": {"kind": KIND, "format_version": FORMAT_VERSION},
+            "params": params,
+            "corpus": corpus,
+            "n_iter": state.iteration,
+            "objective": state.objective,
+            "u_step_norm": state.u_step_norm,
+            "v_step_norm": state.v_step_norm,
+            "seconds": state.seconds,
+            "converged": state.converged,
+            "n_degenerate": state.n_degenerate,
+            "sq_norm_X": state.sq_norm_X,
+            "u_sha256": u_sha256(state.U),
+            "sha256": digests,
+        }))
+        _atomic.commit_directory(staging, path)
+    finally:
+        _atomic.discard(staging)
+
+
+def u_sha256(U: np.ndarray) -> str:
+    """Hex sha256 of the little-endian float64 bytes of U, shape (m, r), C order."""
+    return hashlib.sha256(np.ascontiguousarray(U, dtype="<f8").tobytes()).hexdigest()
+
+
+def idf_sha256(idf: np.ndarray | None) -> str | None:
+    """Hex sha256 of the little-endian float64 bytes of an idf vector (None for None)."""
+    if idf is None:
+        return None
+    return hashlib.sha256(np.ascontiguousarray(idf, dtype="<f8").tobytes()).hexdigest()
+
+
+class Model(TaggedStore):
+    """Read handle on a complete ``model.zarr``.
+
+    Opening reads the last complete version and changes nothing on disk: after a commit
+    interrupted between its two renames, ``<path>.old`` is read in place (see
+    :class:`~sphdist.io._zarr.TaggedStore`).
+
+    Parameters
+    ----------
+    path : path-like
+        The model directory.
+
+    Raises
+    ------
+    InputNotFoundError
+        If there is no model (nor an interrupted commit of one) at ``path``.
+    ModelFormatError
+        If ``path`` is not a sphdist model of a supported format version; when an array is
+        read, if a chunk file of it is missing, does not decode (zstd checksum), or U does not
+        match ``u_sha256`` (and XVt, VVt, idf their recorded ``sha256``).
+    """
+
+    KIND = KIND
+    FORMAT_VERSION = FORMAT_VERSION
+    _MISSING = "check the path, or fit one with `sphdist fit --input CORPUS --output PATH`"
+    _STALE = "refit with this version of sphdist"
+    _REWRITE = "refit with `sphdist fit`"
+
+    @property
+    def params(self) -> dict[str, Any]:
+        """Solver parameters the model was fitted with."""
+        return self.attrs["params"]
+
+    @property
+    def n_iter(self) -> int:
+        """Completed iterations."""
+        return int(self.attrs["n_iter"])
+
+    @property
+    def objective(self) -> list[float]:
+        """Objective per iteration, iteration 0 first (n_iter + 1 values)."""
+        return list(self.attrs["objective"])
+
+    @property
+    def corpus(self) -> dict[str, Any]:
+        """Path, fingerprint and shape of the corpus the model was fitted on."""
+        return self.attrs["corpus"]
+
+    @property
+    def U(self) -> np.ndarray:
+        """Ndarray of shape (m, r), float64: the orthonormal basis."""
+        stored = self.attrs.get("u_sha256")
+        return self._read("U", stored if isinstance(stored, str) else None, "u_sha256")
+
+    def _state_array(self, name: str) -> np.ndarray:
+        digests = self.attrs.get("sha256")
+        return self._read(name, digests.get(name) if isinstance(digests, dict) else None)
+
+    @property
+    def idf(self) -> np.ndarray | None:
+        """Ndarray of shape (m,), float64: the corpus idf, or None."""
+        return self._state_array("idf") if "idf" in self._group else None
+
+    @property
+    def vocabulary(self) -> np.ndarray | None:
+        """Ndarray of shape (m,), object (str): feature names (vocabulary scheme), or None."""
+        if "vocabulary" not in self._group:
+            return None
+        return self._read("vocabulary").astype(object)
+
+    @property
+    def shape(self) -> tuple[int, int, int]:
+        """(m features, r components, n documents) of the fitted factors."""
+        m, r = self._group["U"].shape
+        return int(m), int(r), int(self._group["V"].shape[1])
+
+    @property
+    def fingerprint(self) -> str:
+        """Identifier of the fitted U: hex sha256 of its bytes (see :func:`u_sha256`)."""
+        stored = self.attrs.get("u_sha256")
+        return stored if isinstance(stored, str) else u_sha256(self.U)
+
+    def V(self, chunks: tuple[int, ...] | None = None) -> da.Array:
+        """The embedding as a lazy dask array.
+
+        Parameters
+        ----------
+        chunks : tuple of int, optional
+            Documents per chunk; default the stored zarr chunks.
+
+        Returns
+        -------
+        dask.array.Array of shape (r, n), float64
+            Column j is the unit-norm embedding of document j.
+        """
+        V = self._array("V")
+        r, c = V.chunks
+        starts = range(0, V.shape[1], c)
+        V = da.map_blocks(
+            _read_v_block, str(self.location), c, dtype=np.float64,
+            chunks=((r,), tuple(min(c, V.shape[1] - s) for s in starts) or (0,)),
+            meta=np.empty((0, 0)),
+            name=f"sphdist-model-V-{tokenize(str(self.location), self.fingerprint, c)}",
+        )
+        return V if chunks is None else V.rechunk((V.shape[0], chunks))
+
+    def state(self, chunks: tuple[int, ...]) -> FitState:
+        """The saved solver state, with V chunked as ``chunks`` (the corpus' document chunks).
+
+        Parameters
+        ----------
+        chunks : tuple of int
+            Documents per chunk of the corpus being resumed.
+
+        Returns
+        -------
+        FitState
+            Bitwise the state that was saved; V is persisted.
+        """
+        a = self.attrs
+        return FitState(
+            iteration=int(a["n_iter"]), U=self.U, V=self.V(chunks).persist(),
+            XVt=self._state_array("state/XVt"), VVt=self._state_array("state/VVt"),
+            sq_norm_X=float(a["sq_norm_X"]), objective=list(a["objective"]),
+            u_step_norm=list(a["u_step_norm"]), v_step_norm=list(a["v_step_norm"]),
+            seconds=list(a["seconds"]), n_degenerate=int(a["n_degenerate"]),
+            converged=bool(a["converged"]),
+        )
+
+
+def _read_v_block(location: str, c: int, block_id=None) -> np.ndarray:
+    """Columns of V in zarr chunk ``block_id[1]`` (runs in a task); a bad chunk is refused."""
+    start = block_id[1] * c
+    arr = zarr.open_array(store=location, path="V", mode="r")
+    try:
+        return np.asarray(arr[:, start:start + c])
+    except Exception as exc:  # the zstd checksum fails, or the file is truncated
+        error = ModelFormatError(
+            f"{location}: V (columns {start}:{start + c}) is corrupted ({type(exc).__name__}: "
+            f"{exc}). To resolve this, {Model._REWRITE}."
+        )
+    raise error  # outside the except block: the client must unpickle it without zarr's cause
+
+
+def open_model(path: str | os.PathLike[str]) -> Model:
+    """Open a ``model.zarr``; see :class:`Model`."""
+    return Model(path)
+
+
+def load_checkpoint(path: str | os.PathLike[str], *, recover: bool = False) -> Model | None:
+    """The last complete checkpoint at ``path``, or None when there is none.
+
+    Parameters
+    ----------
+    path : path-like
+        The model directory given to :func:`save_checkpoint`.
+    recover : bool, default False
+        Move an interrupted commit's ``<path>.old`` back to ``path`` first
+        (:func:`sphdist.io._atomic.recover_directory`). Only the writer of ``path`` (the fit
+        that will write the next checkpoint, holding the output) passes True; without it
+        nothing on disk changes.
+
+    Returns
+    -------
+    Model or None
+
+    Raises
+    ------
+    ModelFormatError
+        If something that is not a sphdist model is at ``path``.
+    """
+    if recover:
+        _atomic.recover_directory(path)
+    try:
+        return Model(path)
+    except InputNotFoundError:
+        return None

@@ -1,0 +1,578 @@
+"""The fit job: Spherical PCA of a stored corpus, checkpointed, resumable, retried.
+
+A fit is prepared, then run. :func:`prepare_fit` is cheap and needs no cluster: it validates
+the parameters against :data:`sphdist.core.params.PARAMS`, opens the input once, decides what
+to do with ``output`` (a fresh fit, a resume of its checkpoint, or an error) and reads the warm
+start. :meth:`PreparedFit.run` then runs :func:`sphdist.core.solver.fit` on the active Dask
+scheduler (see :func:`sphdist.jobs.cluster.connect`) without validating again.
+:func:`fit_corpus` does both; ``sphdist fit`` prepares before it starts a cluster.
+
+Everything about resuming is here: the decision to resume, the checks that a checkpoint belongs
+to this corpus and these parameters (:data:`RESUME_KEYS`), and the restart after a worker loss
+(:func:`fit_with_retries`).
+
+References
+----------
+.. [1] Liu, K., Li, Q., Wang, H. and Tang, G. (2019). Spherical Principal Component Analysis. SDM.
+   (Algorithm 1.)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import numpy as np
+
+from sphdist.core import params as fit_params
+from sphdist.core import solver
+from sphdist.errors import (
+    CheckpointMismatchError,
+    CorpusMismatchError,
+    OutputExistsError,
+    ParameterError,
+    WorkersLostError,
+)
+from sphdist.io import _atomic
+from sphdist.io.corpus import open_input
+from sphdist.io.model import (
+    Model,
+    idf_sha256,
+    load_checkpoint,
+    open_model,
+    save_checkpoint,
+    u_sha256,
+)
+
+__all__ = [
+    "fit_corpus", "prepare_fit", "PreparedFit", "fit_with_retries", "warm_start",
+    "check_compatible", "RESUME_KEYS", "WORKER_LOSS",
+]
+
+logger = logging.getLogger("sphdist")
+
+T = TypeVar("T")
+
+#: Parameters that change the sequence of iterates: a checkpoint resumes only if they match.
+#: A checkpoint written before ``max_partials``, ``dtype`` and ``polar`` were recorded was
+#: fitted with their defaults.
+RESUME_KEYS = (
+    "n_components", "lam", "mu", "init", "random_state", "init_n_iter", "split_every",
+    "max_partials", "dtype", "polar", "init_from",
+)
+
+
+def _log_iteration(state: solver.FitState) -> None:
+    logger.info(
+        "iter %4d  objective %.10g  rel_change %.3e  %.2fs%s",
+        state.iteration, state.objective[-1], state.relative_change, state.seconds[-1],
+        "  (converged)" if state.converged else "",
+    )
+
+
+@dataclasses.dataclass
+class PreparedFit:
+    """A validated fit, its input open, its output situation decided (:func:`prepare_fit`).
+
+    Attributes
+    ----------
+    input, output : Path
+        The corpus and the ``model.zarr`` to write.
+    source : Corpus or DenseInput
+        The open input (:func:`sphdist.io.corpus.open_input`).
+    params : dict
+        The solver parameters (every name of :data:`sphdist.core.params.SOLVER_PARAMS`,
+        validated, ``dtype`` by name) and ``init_from``: what is stored with the model.
+    checkpoint_every : int
+        Write the model every this many iterations (and at the end).
+    resume, overwrite : bool
+        The flags the output situation was decided for.
+    previous : Model or None
+        The checkpoint to resume, or None for a fresh fit.
+    U0 : ndarray of shape (m, r), float64, or None
+        The warm start.
+    """
+
+    input: Path
+    output: Path
+    source: Any
+    params: dict[str, Any]
+    checkpoint_every: int
+    resume: bool
+    overwrite: bool
+    previous: Model | None
+    U0: np.ndarray | None
+    _ran: bool = dataclasses.field(default=False, init=False, repr=False)
+
+    def run(
+        self, callback: Callable[[solver.FitState], None] | None = _log_iteration
+    ) -> Model:
+        """Run the fit on the active Dask scheduler, checkpointing to ``output``.
+
+        Parameters
+        ----------
+        callback : callable or None
+            Called with the solver state after the initialisation and every iteration.
+
+        Returns
+        -------
+        Model
+            The final model, read back from ``output``.
+        """
+        source, output, max_iter = self.source, self.output, self.params["max_iter"]
+        self._ran = True
+        _atomic.discard_stale(output)  # staging trees of a killed run are never read
+        state = None
+        if self.previous is not None:
+            state = self.previous.state(source.chunks)
+            state.converged = bool(
+                state.iteration > 0 and state.relative_change < self.params["tol"]
+            )
+            logger.info("resuming %s from iteration %d", output, state.iteration)
+        corpus_info = {
+            "path": str(self.input.resolve()), "fingerprint": source.fingerprint,
+            "shape": list(source.shape), "feature_scheme": source.feature_scheme,
+            "tfidf": source.tfidf,
+        }
+        vocabulary = getattr(source, "vocabulary", None)  # a Corpus of the vocabulary scheme
+
+        def on_state(s: solver.FitState) -> None:
+            if callback is not None:
+                callback(s)
+            if s.iteration % self.checkpoint_every == 0 or s.converged or s.iteration >= max_iter:
+                save_checkpoint(
+                    output, s, params=self.params, corpus=corpus_info, idf=source.idf,
+                    vocabulary=vocabulary,
+                )
+
+        # on_state saves the last state too: the loop ends converged or at max_iter
+        with fit_params.validated():  # prepare_fit validated every parameter
+            solver.fit(
+                source.to_dask(), state=state, U0=self.U0, callback=on_state,
+                **{name: self.params[name] for name in fit_params.SOLVER_PARAMS},
+            )
+        return open_model(output)
+
+    def attempt(
+        self, input: Any, output: Any, *, resume: bool, overwrite: bool,
+        callback: Callable[[solver.FitState], None] | None = _log_iteration,
+    ) -> Model:
+        """:meth:`run` with :func:`fit_corpus`'s call signature, for :func:`fit_with_retries`.
+
+        The input stays open and the parameters validated; the output situation is decided
+        again for every attempt after the first (a retry resumes the checkpoint an earlier
+        attempt wrote).
+
+        Raises
+        ------
+        ParameterError
+            If ``input`` or ``output`` is not this fit's.
+        """
+        if Path(input) != self.input or Path(output) != self.output:
+            raise ParameterError(
+                f"this fit was prepared for {self.input} -> {self.output}, not {input} -> "
+                f"{output}. To resolve this, prepare a fit for those paths."
+            )
+        prepared = self
+        if self._ran or (resume, overwrite) != (self.resume, self.overwrite):
+            prepared = dataclasses.replace(
+                self, resume=resume, overwrite=overwrite,
+                previous=_checkpoint_to_resume(
+                    self.input, self.output, self.source, self.params, resume, overwrite
+                ),
+            )
+        return prepared.run(callback)
+
+
+def prepare_fit(
+    input: str | os.PathLike[str],
+    output: str | os.PathLike[str],
+    *,
+    n_components: int,
+    checkpoint_every: int = 1,
+    resume: bool = False,
+    overwrite: bool = False,
+    init_from: str | os.PathLike[str] | None = None,
+    **params: Any,
+) -> PreparedFit:
+    """Everything of a fit that needs no cluster: validate, open, decide, read the warm start.
+
+    Parameters
+    ----------
+    input, output, n_components, checkpoint_every, resume, overwrite, init_from
+        As for :func:`fit_corpus`.
+    **params
+        The other solver parameters of :data:`sphdist.core.params.SOLVER_PARAMS`; those not
+        given take the table's defaults.
+
+    Returns
+    -------
+    PreparedFit
+        To :meth:`~PreparedFit.run` on a cluster.
+
+    Raises
+    ------
+    ParameterError
+        If a parameter is outside :data:`sphdist.core.params.PARAMS` or
+        :data:`sphdist.core.params.JOB_PARAMS`, or ``n_components`` exceeds the corpus' shape.
+    OutputExistsError, CheckpointMismatchError, CorpusMismatchError, DataError
+        See :func:`fit_corpus`.
+    """
+    unknown = set(params) - set(fit_params.SOLVER_PARAMS)
+    if unknown:
+        raise TypeError(f"prepare_fit() got unexpected keyword arguments {sorted(unknown)}")
+    values = {**fit_params.defaults(), **params, "n_components": n_components}
+    fit_params.validate(
+        {"checkpoint_every": checkpoint_every}, "sphdist.jobs.fit.fit_corpus", fit_params.JOB_PARAMS
+    )
+    source = open_input(input)
+    source.require_documents()
+    solver.check_params(shape=source.shape, caller="sphdist.jobs.fit.fit_corpus", **values)
+    values["dtype"] = np.dtype(values["dtype"]).name  # stored by name
+    U0 = None
+    if init_from is not None:
+        U0 = warm_start(init_from, source, input, n_components)
+    values["init_from"] = None if U0 is None else {
+        "path": str(Path(init_from).resolve()), "u_sha256": u_sha256(U0),
+    }
+    previous = _checkpoint_to_resume(input, output, source, values, resume, overwrite)
+    return PreparedFit(
+        input=Path(input), output=Path(output), source=source, params=values,
+        checkpoint_every=checkpoint_every, resume=resume, overwrite=overwrite,
+        previous=previous, U0=U0,
+    )
+
+
+def fit_corpus(
+    input: str | os.PathLike[str],
+    output: str | os.PathLike[str],
+    *,
+    n_components: int,
+    lam: float | str = "exact",
+    mu: float | str = "exact",
+    max_iter: int = 100,
+    tol: float = 1e-4,
+    init: str = "random",
+    random_state: int | None = 0,
+    init_n_iter: int = 4,
+    split_every: int = 8,
+    max_partials: int = 8,
+    dtype: Any = "float64",
+    polar: str = "auto",
+    partials: str = "auto",
+    checkpoint_every: int = 1,
+    resume: bool = False,
+    overwrite: bool = False,
+    init_from: str | os.PathLike[str] | None = None,
+    callback: Callable[[solver.FitState], None] | None = _log_iteration,
+) -> Model:
+    """Fit Spherical PCA to a stored corpus, checkpointing to ``output``.
+
+    :func:`prepare_fit`, then :meth:`PreparedFit.run`.
+
+    Parameters
+    ----------
+    input : path-like
+        A ``corpus.zarr`` or a dense 2-D zarr array (see :mod:`sphdist.io.corpus`).
+    output : path-like
+        The ``model.zarr`` to write (see :mod:`sphdist.io.model`).
+    n_components : int
+        r, ``1 <= r <= min(m, n)``.
+    lam, mu, max_iter, tol, init, init_n_iter, split_every, max_partials, dtype, polar, partials
+        Solver parameters, see :func:`sphdist.core.solver.fit`; constraints and defaults are
+        those of :data:`sphdist.core.params.PARAMS`.
+    random_state : int or None, default 0
+        Seed of the initialisation (stored with the model). 0, as for
+        :class:`sphdist.SphericalPCA` and ``sphdist fit``: a checkpointed fit that restarts
+        (:func:`fit_with_retries`) or is rerun from its stored parameters must reach the same
+        iterates, which a fresh draw (None) would not.
+    checkpoint_every : int, default 1
+        Write the model every this many iterations (and always at the end).
+    resume : bool, default False
+        Continue from the checkpoint at ``output`` if there is one (else start afresh). The
+        resumed run reaches the same U, V and objective history as an uninterrupted one.
+    overwrite : bool, default False
+        Replace an existing ``output`` when not resuming.
+    init_from : path-like, optional
+        A ``model.zarr`` whose U (m, r) is the warm start U_0 (orthonormalised by its polar
+        factor, :func:`sphdist.core.solver.initialize`); ``init`` and ``random_state`` are then not
+        used. Its feature space must be the corpus' (same feature scheme; same vocabulary when
+        both have one); the idf may differ (a refit on newer documents). Recorded in the
+        parameters as ``init_from`` (the sha256 of that U), so ``resume`` continues only the
+        same warm start.
+    callback : callable or None
+        Called with the solver state after every iteration; default logs one line
+        (iteration, objective, relative change, seconds) to the ``sphdist`` logger.
+
+    Returns
+    -------
+    Model
+        The final model, read back from ``output``.
+
+    See Also
+    --------
+    fit_with_retries : Resume from the last checkpoint when a worker is lost (what ``sphdist
+        fit --retries`` uses).
+
+    Raises
+    ------
+    OutputExistsError
+        If ``output`` exists and neither ``resume`` nor ``overwrite`` is set.
+    DataError
+        If every document of ``input`` is empty (nothing to fit).
+    CheckpointMismatchError
+        If the checkpoint at ``output`` was written for another corpus or other parameters.
+    CorpusMismatchError
+        If ``init_from`` was fitted in another feature space.
+    ParameterError, DataError, CorpusFormatError, InputNotFoundError, ModelFormatError
+        For invalid parameters or input (``ParameterError`` also when the r of ``init_from``
+        is not ``n_components``).
+    """
+    return prepare_fit(
+        input, output, n_components=n_components, lam=lam, mu=mu, max_iter=max_iter, tol=tol,
+        init=init, random_state=random_state, init_n_iter=init_n_iter, split_every=split_every,
+        max_partials=max_partials, dtype=dtype, polar=polar, partials=partials,
+        checkpoint_every=checkpoint_every, resume=resume, overwrite=overwrite,
+        init_from=init_from,
+    ).run(callback)
+
+
+def _checkpoint_to_resume(
+    input: Any, output: Any, source: Any, params: dict[str, Any], resume: bool,
+    overwrite: bool,
+) -> Model | None:
+    """The checkpoint at ``output`` to resume, None for a fresh fit, or why neither."""
+    previous = load_checkpoint(output, recover=True)  # this fit is the writer of output
+    if previous is None:
+        return None
+    if not resume:
+        if overwrite:
+            return None
+        raise OutputExistsError(
+            f"{output} already exists. To resolve this, pass --resume to continue it, "
+            "--overwrite to replace it, or choose another --output."
+        )
+    if previous.corpus.get("fingerprint") != source.fingerprint:
+        raise CheckpointMismatchError(
+            f"{output} was fitted on {previous.corpus.get('path')!r} (fingerprint "
+            f"{previous.corpus.get('fingerprint', '?')[:12]}), not on {input} (fingerprint "
+            f"{source.fingerprint[:12]}). To resolve this, resume with the original "
+            "corpus, or start a new fit with another --output (or --overwrite)."
+        )
+    changed = {}
+    for key in RESUME_KEYS:
+        default = fit_params.PARAMS[key].default if key in fit_params.PARAMS else None
+        before = previous.params.get(key, default)
+        if _resume_value(key, before) != _resume_value(key, params[key]):
+            changed[key] = (before, params[key])
+    if changed:
+        detail = ", ".join(f"{k}: {a!r} -> {b!r}" for k, (a, b) in changed.items())
+        raise CheckpointMismatchError(
+            f"{output} was written with other parameters ({detail}). To resolve this, "
+            "resume with the same parameters, or start a new fit with another --output "
+            "(or --overwrite)."
+        )
+    return previous
+
+
+def _resume_value(key: str, value: Any) -> Any:
+    # a warm start is the same warm start when its U is the same, wherever the model lies now
+    if key == "init_from" and isinstance(value, dict):
+        return value.get("u_sha256")
+    return value
+
+
+def warm_start(
+    init_from: str | os.PathLike[str], source: Any, input: Any, n_components: int
+) -> np.ndarray:
+    """The U of the model at ``init_from``, after checking it fits ``source`` and r.
+
+    Parameters
+    ----------
+    init_from : path-like
+        A ``model.zarr``.
+    source : Corpus or DenseInput
+        The corpus to fit.
+    input : path-like
+        Its path, for messages.
+    n_components : int
+        The r asked for.
+
+    Returns
+    -------
+    ndarray of shape (m, r), float64
+
+    Raises
+    ------
+    ParameterError
+        If the model's r is not ``n_components``.
+    CorpusMismatchError
+        If the model was fitted in another feature space (see :func:`check_compatible`).
+    """
+    previous = open_model(init_from)
+    m, r, _ = previous.shape
+    if r != n_components:
+        raise ParameterError(
+            f"--init-from {init_from} has r={r} components, but n_components={n_components} "
+            f"was asked. To resolve this, fit with -r {r}, or warm-start from a model with "
+            f"{n_components} components."
+        )
+    check_compatible(previous, source, input, check_idf=False)
+    return previous.U
+
+
+def check_compatible(
+    model: Model, source: Any, input: str | os.PathLike[str], *, check_idf: bool = True
+) -> None:
+    """Check that a corpus lives in the feature space (and weighting) a model was fitted in.
+
+    Parameters
+    ----------
+    model : Model
+        An open ``model.zarr``.
+    source : Corpus or DenseInput
+        An open input (:func:`sphdist.io.corpus.open_input`).
+    input : path-like
+        Its path, for the message.
+    check_idf : bool, default True
+        Also require the same idf (sha256 of its bytes) and tf-idf options, as
+        :func:`sphdist.jobs.transform.transform_corpus` does: a document weighted with another
+        idf is not the document the model saw. A warm start (``fit_corpus(init_from=...)``)
+        needs only the same features.
+
+    Raises
+    ------
+    CorpusMismatchError
+        Naming each difference (number of features, feature scheme, vocabulary, idf, tf-idf
+        options) and how to re-ingest the corpus the model's way (``ingest --like``).
+    """
+    fitted = model.corpus
+    problems = []
+    m_model = model.shape[0]
+    if source.n_features != m_model:
+        problems.append(f"{source.n_features} features, the model has {m_model}")
+    scheme = fitted.get("feature_scheme")
+    if scheme is not None and source.feature_scheme != scheme:
+        problems.append(
+            f"feature scheme {source.feature_scheme!r}, the model's is {scheme!r}"
+        )
+    if not problems:
+        theirs, ours = getattr(source, "vocabulary", None), model.vocabulary
+        if theirs is not None and ours is not None and not np.array_equal(theirs, ours):
+            problems.append("another vocabulary than the model's")
+    if check_idf and not problems:
+        a, b = idf_sha256(source.idf), idf_sha256(model.idf)
+        if a != b:
+            problems.append(
+                f"idf fingerprint {(a or 'none')[:12]}, the model's is {(b or 'none')[:12]}"
+            )
+        options = fitted.get("tfidf") or {}
+        differ = sorted(
+            k for k in set(options) & set(source.tfidf) if options[k] != source.tfidf[k]
+        )
+        if differ:
+            problems.append(f"other tf-idf options ({', '.join(differ)})")
+    if problems:
+        raise CorpusMismatchError(
+            f"{input} does not match the model {model.path}: it has {'; '.join(problems)}. "
+            f"To resolve this, ingest the documents with `sphdist ingest SOURCE --like "
+            f"{model.path} --output NEW.zarr` (the model's feature scheme and idf)."
+        )
+
+
+def _worker_loss_errors() -> tuple[type[BaseException], ...]:
+    from distributed.client import FutureCancelledError
+    from distributed.comm.core import CommClosedError
+    from distributed.scheduler import KilledWorker
+
+    return (FutureCancelledError, KilledWorker, CommClosedError)
+
+
+#: Exceptions with which a computation fails when a worker holding its data dies.
+WORKER_LOSS: tuple[type[BaseException], ...] = _worker_loss_errors()
+
+
+def _committed(output: str | os.PathLike[str]) -> tuple[int, int] | None:
+    """Identity of what is committed at ``output``: (inode, mtime in ns), or None.
+
+    A checkpoint is committed by renaming its complete staging tree onto ``output``
+    (:mod:`sphdist.io._atomic`), so every commit changes it; a checkpoint that was there before
+    (one ``overwrite`` is to replace) keeps it. Clock-free: file times come from the kernel's
+    coarse clock, which may lag ``time.time_ns()``.
+    """
+    try:
+        st = os.stat(output)
+    except FileNotFoundError:
+        return None
+    return st.st_ino, st.st_mtime_ns
+
+
+def fit_with_retries(
+    fit: Callable[..., T],
+    input: str | os.PathLike[str],
+    output: str | os.PathLike[str],
+    *,
+    resume: bool = False,
+    overwrite: bool = False,
+    retries: int = 3,
+    **kwargs: Any,
+) -> T:
+    """Run ``fit(input, output, ...)``, resuming from its last checkpoint when a worker dies.
+
+    When a worker is lost in the middle of an iteration (killed, pre-empted, out of memory),
+    data the iteration needs may be gone with it; the fit is then restarted with
+    ``resume=True`` from the last complete checkpoint at ``output``, which reaches bitwise the
+    same U, V and objective history as an undisturbed run.
+
+    Parameters
+    ----------
+    fit : callable
+        :func:`fit_corpus`, :meth:`PreparedFit.attempt` (what ``sphdist fit`` uses: the input
+        is not opened again), or a function with their signature.
+    input, output : path-like
+        Passed to ``fit``.
+    resume, overwrite : bool
+        Passed to the first attempt. A retry resumes the checkpoint written by the attempts of
+        this call; if none was written yet, it repeats the first attempt's flags.
+    retries : int, default 3
+        Restarts allowed after a worker loss; 0 disables them.
+    **kwargs
+        More arguments of ``fit``.
+
+    Returns
+    -------
+    object
+        What ``fit`` returns.
+
+    Raises
+    ------
+    ParameterError
+        If ``retries`` < 0.
+    WorkersLostError
+        When workers are still lost after ``retries`` restarts (the cause is chained).
+    """
+    fit_params.validate({"retries": retries}, "fit_with_retries", fit_params.JOB_PARAMS)
+    before = _committed(output)
+    for attempt in range(retries + 1):
+        try:
+            return fit(input, output, resume=resume, overwrite=overwrite, **kwargs)
+        except WORKER_LOSS as exc:
+            if attempt == retries:
+                raise WorkersLostError(
+                    f"workers were lost in {retries + 1} attempts to fit {output} (last: "
+                    f"{type(exc).__name__}: {str(exc)[:200]}). The last complete checkpoint is "
+                    "kept. To resolve this, check the workers' logs (often a memory limit "
+                    "below what sphdist.core.solver.fit's Notes give), then rerun with --resume."
+                ) from exc
+            if _committed(output) not in (None, before):
+                resume, overwrite = True, False  # continue our own checkpoint
+            logger.warning(
+                "a worker was lost (%s: %s); resuming %s from its last checkpoint "
+                "(retry %d of %d)", type(exc).__name__, str(exc)[:200], output, attempt + 1,
+                retries,
+            )
+    raise AssertionError("unreachable")  # pragma: no cover

@@ -1,0 +1,123 @@
+"""The transform job: embed the documents of a stored corpus with a fitted model.
+
+The function behind ``sphdist transform``; batch jobs and pipelines call it directly. It runs on
+whatever Dask scheduler is active (see :func:`sphdist.jobs.cluster.connect`).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+from typing import Any
+
+import dask.array as da
+import numpy as np
+
+from sphdist.core import graph
+from sphdist.errors import OutputExistsError
+from sphdist.io.corpus import open_input
+from sphdist.io.embedding import Embedding, EmbeddingWriter
+from sphdist.io.model import open_model
+from sphdist.jobs.fit import check_compatible
+
+__all__ = ["transform_corpus"]
+
+logger = logging.getLogger("sphdist")
+
+
+def transform_corpus(
+    model: str | os.PathLike[str],
+    input: str | os.PathLike[str],
+    output: str | os.PathLike[str],
+    *,
+    overwrite: bool = False,
+    progress: bool | str = False,
+) -> Embedding:
+    """Embed the documents of a corpus with a fitted model: the exact V-step, chunk by chunk.
+
+    Parameters
+    ----------
+    model : path-like
+        A ``model.zarr``.
+    input : path-like
+        A corpus in the model's feature space, with the model's idf (written by ``sphdist
+        ingest --like MODEL``, or the training corpus itself).
+    output : path-like
+        The ``embedding.zarr`` to write (layout in :mod:`sphdist.io.model`), committed atomically.
+    overwrite : bool, default False
+        Replace an existing ``output``.
+    progress : {False, True, "log"}, default False
+        Chunks done / total: a tqdm bar on stderr (True) or INFO lines on the ``sphdist``
+        logger ("log"), see :func:`sphdist._progress.progress`.
+
+    Returns
+    -------
+    Embedding
+        The written embedding: V of shape (r, n), float64, column j the unit vector
+        ``v_j = U^T x_j / ||U^T x_j||_2`` (Liu et al. 2019, Eq. 3.12 with lam = 2, the exact
+        minimiser of ``||x_j - U v||_2`` over the unit sphere), with the corpus' document ids
+        and labels. A document with ``U^T x_j = 0`` (empty) gets ``e_1`` and is flagged in
+        ``degenerate``.
+
+    Raises
+    ------
+    CorpusMismatchError
+        If the corpus' feature scheme, number of features, idf or tf-idf options differ from
+        the model's (see :func:`sphdist.jobs.fit.check_compatible`).
+    OutputExistsError
+        If ``output`` exists and ``overwrite`` is False.
+    InputNotFoundError, CorpusFormatError, ModelFormatError
+        For a missing or unreadable input.
+
+    Notes
+    -----
+    One read of every chunk of X, on the active Dask scheduler; each task writes its columns of
+    V (r n_c float64) to the staging store, so the driver holds only U (m r floats). For the
+    training corpus of a model fitted with lam = "exact" (lam = 2), the result equals the
+    model's V: the last pass of the fit computed V by this same step from the stored U.
+    """
+    fitted = open_model(model)
+    source = open_input(input)
+    check_compatible(fitted, source, input)
+    output = Path(output)
+    if output.exists() and not overwrite:
+        raise OutputExistsError(
+            f"{output} already exists. To resolve this, choose another --output or pass "
+            "--overwrite."
+        )
+    U = fitted.U
+    X = source.to_dask()
+    if X.numblocks[0] != 1:
+        X = X.rechunk({0: -1})
+    n = source.n_documents
+    with EmbeddingWriter(output, n_components=U.shape[1], chunks=source.chunks) as writer:
+        starts = da.from_array(np.asarray(writer.offsets, dtype=np.int64), chunks=1)
+        counts = graph.per_chunk(
+            _embed_chunk, X, graph.broadcast(U), "ik", starts, "j",
+            staging=str(writer.staging), dtype=np.int64,
+        )
+        n_degenerate = int(graph.compute(counts, "transform", progress).sum())
+        return writer.commit(
+            doc_ids=source.doc_ids, labels=source.labels, label_names=source.label_names,
+            attrs={
+                "model": {"path": str(Path(model).resolve()), "u_sha256": fitted.fingerprint},
+                "corpus": {
+                    "path": str(Path(input).resolve()), "fingerprint": source.fingerprint,
+                    "shape": [source.n_features, n],
+                },
+                "n_degenerate": n_degenerate,
+                "method": "exact V-step, Liu et al. 2019 Eq. 3.12 with lam = 2",
+            },
+        )
+
+
+def _embed_chunk(X_c: Any, U: np.ndarray, start: np.ndarray, staging: str) -> np.ndarray:
+    """Exact V-step of one chunk, written to the staging embedding; returns [n_degenerate]."""
+    from sphdist.core import kernels
+    from sphdist.io.embedding import write_embedding_block
+
+    A = np.asarray(X_c.T @ U).T
+    V, degenerate = kernels.v_step(A, None, 2.0)
+    write_embedding_block(staging, int(start[0]), V, degenerate)
+    return np.array([int(degenerate.sum())], dtype=np.int64)

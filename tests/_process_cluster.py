@@ -1,0 +1,219 @@
+"""A real cluster on loopback for the fault and security tests (a test harness, not sphdist API).
+
+:class:`ProcessCluster` starts one ``dask scheduler`` and N ``dask worker`` processes from the
+command line, as ``cluster/local.sh`` does from the shell, so that a test can SIGKILL a worker,
+grow the cluster, read every party's log, or require TLS. distributed's own
+``SubprocessCluster`` (experimental in distributed 2026.8) serves none of these: it has no TLS
+(its spec is JSON: it takes no ``Security``), keeps the scheduler's stderr in an undrained
+pipe, writes no log files and passes no per-process environment.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from distributed import Client
+from distributed.security import Security
+
+from sphdist.errors import ParameterError
+from sphdist.jobs.cluster import tls_security
+
+__all__ = ["ProcessCluster"]
+
+
+def _dask_command() -> list[str]:
+    """The ``dask`` command of this interpreter's environment."""
+    exe = Path(sys.executable).with_name("dask")
+    return [str(exe)] if exe.exists() else [sys.executable, "-m", "dask"]
+
+
+class ProcessCluster:
+    """A real cluster on loopback: one ``dask scheduler`` and N ``dask worker`` processes.
+
+    Unlike ``LocalCluster``, every party is a separate OS process started from the command line
+    exactly as on a cluster's nodes, so processes can be killed (``SIGKILL``) to test fault
+    tolerance. Use as a context manager; leaving it terminates every process it started.
+
+    Parameters
+    ----------
+    n_workers : int, default 2
+        Worker processes started on entry (each ``--nworkers 1``).
+    memory_limit : str or int, default "2GiB"
+        ``--memory-limit`` of every worker: the worker spills to disk above 60 % of it and is
+        restarted by its nanny above 95 % (distributed's defaults).
+    nthreads : int, default 1
+        ``--nthreads`` of every worker.
+    security : tuple of path-like (ca, cert, key), optional
+        TLS files: the scheduler listens on ``tls://127.0.0.1`` and requires them.
+    dashboard : bool, default False
+        Start the scheduler's dashboard (on 127.0.0.1, a free port).
+    nanny : bool, default True
+        Run every worker under a nanny, which restarts it if it dies.
+    worker_args : sequence of str, optional
+        More ``dask worker`` options (e.g. ``["--preload", "module"]``).
+    env : dict, optional
+        Extra environment variables of every process (e.g. ``DASK_DISTRIBUTED__...`` config).
+    log_dir : path-like, optional
+        Where ``scheduler.log`` and ``worker-<i>.log`` are written; default a temporary
+        directory removed on exit.
+    timeout : float, default 60
+        Seconds to wait for the scheduler and for the workers to connect.
+
+    Attributes
+    ----------
+    address : str
+        The scheduler address, ``tcp://127.0.0.1:PORT`` or ``tls://127.0.0.1:PORT``.
+
+    Raises
+    ------
+    ParameterError
+        If ``n_workers`` < 0 or ``nthreads`` < 1.
+    TimeoutError
+        If the scheduler or the workers do not come up within ``timeout`` seconds of
+        :meth:`start` / :meth:`add_workers`.
+    """
+
+    def __init__(
+        self,
+        n_workers: int = 2,
+        *,
+        memory_limit: str | int = "2GiB",
+        nthreads: int = 1,
+        security: Sequence[str | os.PathLike[str]] | None = None,
+        dashboard: bool = False,
+        nanny: bool = True,
+        worker_args: Sequence[str] = (),
+        env: dict[str, str] | None = None,
+        log_dir: str | os.PathLike[str] | None = None,
+        timeout: float = 60.0,
+    ):
+        if n_workers < 0:
+            raise ParameterError(f"n_workers must be >= 0, got {n_workers}.")
+        if nthreads < 1:
+            raise ParameterError(f"nthreads must be >= 1, got {nthreads}.")
+        self.n_workers = n_workers
+        self.memory_limit = str(memory_limit)
+        self.nthreads = nthreads
+        self.tls_files = [str(p) for p in security] if security is not None else None
+        self.dashboard = dashboard
+        self.nanny = nanny
+        self.worker_args = list(worker_args)
+        self.env = {**os.environ, **(env or {})}
+        self.timeout = timeout
+        self._own_log_dir = log_dir is None
+        self.log_dir = Path(log_dir or tempfile.mkdtemp(prefix="sphdist-cluster-"))
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        self.scheduler_file = self.log_dir / "scheduler.json"
+        self.address = ""
+        self.scheduler: subprocess.Popen[bytes] | None = None
+        self.workers: list[subprocess.Popen[bytes]] = []
+        self._logs: list = []
+
+    # -- lifecycle ----------------------------------------------------------------------
+    def _tls_args(self) -> list[str]:
+        if self.tls_files is None:
+            return []
+        ca, cert, key = self.tls_files
+        return ["--tls-ca-file", ca, "--tls-cert", cert, "--tls-key", key]
+
+    def _spawn(self, args: list[str], log_name: str) -> subprocess.Popen[bytes]:
+        log = open(self.log_dir / log_name, "ab")  # noqa: SIM115 - closed in stop()
+        self._logs.append(log)
+        return subprocess.Popen(
+            _dask_command() + args, stdout=log, stderr=subprocess.STDOUT, env=self.env,
+            start_new_session=True,  # a Ctrl-C of the caller does not race our shutdown
+        )
+
+    def start(self) -> ProcessCluster:
+        """Start the scheduler and ``n_workers`` workers; wait until all are connected."""
+        protocol = "tls" if self.tls_files else "tcp"
+        self.scheduler_file.unlink(missing_ok=True)
+        dash = (["--dashboard-address", "127.0.0.1:0"] if self.dashboard
+                else ["--no-dashboard"])
+        self.scheduler = self._spawn(
+            ["scheduler", "--host", "127.0.0.1", "--port", "0", "--protocol", protocol,
+             "--scheduler-file", str(self.scheduler_file), *dash, *self._tls_args()],
+            "scheduler.log",
+        )
+        deadline = time.monotonic() + self.timeout
+        while not self.scheduler_file.exists() or not self.scheduler_file.stat().st_size:
+            if self.scheduler.poll() is not None or time.monotonic() > deadline:
+                self.stop()
+                raise TimeoutError(
+                    f"the dask scheduler did not start; see {self.log_dir / 'scheduler.log'}"
+                )
+            time.sleep(0.1)
+        self.address = json.loads(self.scheduler_file.read_text())["address"]
+        self.add_workers(self.n_workers)
+        return self
+
+    def add_workers(self, n: int) -> None:
+        """Start ``n`` more workers and wait until the scheduler sees all of them."""
+        for _ in range(n):
+            i = len(self.workers)
+            self.workers.append(self._spawn(
+                ["worker", self.address, "--host", "127.0.0.1", "--nthreads",
+                 str(self.nthreads), "--nworkers", "1", "--memory-limit", self.memory_limit,
+                 "--name", f"worker-{i}", "--no-dashboard",
+                 # the worker's HTTP server (/health, /metrics) stays up without a dashboard
+                 "--dashboard-address", "127.0.0.1:0",
+                 "--nanny" if self.nanny else "--no-nanny",
+                 "--local-directory", str(self.log_dir / f"worker-{i}"),
+                 *self._tls_args(), *self.worker_args],
+                f"worker-{i}.log",
+            ))
+        self.wait_for_workers(len(self.workers))
+
+    def security(self) -> Security | None:
+        """The client-side ``Security`` for this cluster (None without TLS)."""
+        return tls_security(*self.tls_files) if self.tls_files else None
+
+    def client(self, **kwargs) -> Client:
+        """A new ``distributed.Client`` connected to the scheduler."""
+        return Client(self.address, security=self.security(), **kwargs)
+
+    def wait_for_workers(self, n: int) -> None:
+        """Block until ``n`` workers are connected (or raise TimeoutError)."""
+        with self.client(set_as_default=False) as client:
+            client.wait_for_workers(n, timeout=self.timeout)
+
+    def stop(self) -> None:
+        """Terminate every process started (SIGTERM, then SIGKILL after 10 s)."""
+        procs = [*self.workers, *([self.scheduler] if self.scheduler else [])]
+        for p in procs:
+            if p.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(p.pid, signal.SIGTERM)
+        for p in procs:
+            try:
+                p.wait(10)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(p.pid, signal.SIGKILL)
+                p.wait()
+        self.workers, self.scheduler = [], None
+        for log in self._logs:
+            log.close()
+        self._logs = []
+        if self._own_log_dir:
+            shutil.rmtree(self.log_dir, ignore_errors=True)
+
+    def logs(self) -> dict[str, str]:
+        """Text of every log file, by name (``scheduler.log``, ``worker-0.log``, ...)."""
+        return {p.name: p.read_text(errors="replace") for p in sorted(self.log_dir.glob("*.log"))}
+
+    def __enter__(self) -> ProcessCluster:
+        return self.start()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()

@@ -1,0 +1,105 @@
+"""``sphdist fit`` validates its parameters and opens its input once, before any cluster starts."""
+
+import contextlib
+
+import pytest
+from click.testing import CliRunner
+
+from sphdist.cli import main
+from sphdist.core import params
+from sphdist.jobs import cluster, fit
+
+
+@pytest.fixture
+def runner():
+    return CliRunner()
+
+
+@pytest.fixture
+def corpus(runner, tmp_path):
+    path = tmp_path / "corpus.zarr"
+    result = runner.invoke(main, [
+        "synth", "--n-docs", "40", "--n-topics", "2", "--vocab-size", "50", "--format", "corpus",
+        "--n-features", "64", "--chunk-size", "16", "-o", str(path),
+    ])
+    assert result.exit_code == 0, result.output
+    return path
+
+
+@pytest.fixture
+def connects(monkeypatch):
+    """Calls of ``connect`` (what starts or joins a cluster); the fit then runs in-process."""
+    calls = []
+
+    @contextlib.contextmanager
+    def fake_connect(*args, **kwargs):
+        calls.append(args)
+        yield None
+
+    monkeypatch.setattr(cluster, "connect", fake_connect)
+    return calls
+
+
+def _fit(runner, corpus, *args):
+    return runner.invoke(main, ["--quiet", "fit", "-i", str(corpus), *args])
+
+
+@pytest.mark.parametrize(
+    "args, needle",
+    [(["--tol", "nan"], "tol=nan"),  # a float to the command line, not to the table
+     (["-r", "41"], "n_components=41"),  # beyond the corpus' 40 documents
+     (["--init-from", "missing.model.zarr"], "missing.model.zarr")],
+)
+def test_bad_parameter_fails_before_any_cluster_starts(runner, corpus, connects, tmp_path,
+                                                       args, needle):
+    result = _fit(runner, corpus, "-o", str(tmp_path / "m.zarr"), *args)
+    assert result.exit_code == 1, result.output
+    assert needle in result.stderr and "Traceback" not in result.output
+    assert connects == []
+    assert not (tmp_path / "m.zarr").exists()
+
+
+def test_existing_output_fails_before_any_cluster_starts(runner, corpus, connects, tmp_path):
+    out = tmp_path / "m.zarr"
+    assert _fit(runner, corpus, "-o", str(out), "-r", "2", "--max-iter", "1").exit_code == 0
+    assert len(connects) == 1
+    result = _fit(runner, corpus, "-o", str(out), "-r", "2")
+    assert result.exit_code == 1 and "already exists" in result.stderr
+    assert len(connects) == 1  # the second run never reached connect
+
+
+def test_lam_below_two_is_a_usage_error(runner, corpus, connects):
+    result = _fit(runner, corpus, "--lam", "1")
+    assert result.exit_code == 2
+    assert "Invalid value for '--lam'" in result.stderr and "'1'" in result.stderr
+    assert connects == []
+
+
+def test_fit_opens_and_validates_once(runner, corpus, connects, monkeypatch, tmp_path):
+    opened, validated = [], []
+    open_input, validate = fit.open_input, params.validate
+
+    def counting_open(path):
+        opened.append(path)
+        return open_input(path)
+
+    def counting_validate(values, caller, table=params.PARAMS):
+        if table is params.PARAMS:
+            validated.append(dict(values))
+        return validate(values, caller, table)
+
+    monkeypatch.setattr(fit, "open_input", counting_open)
+    monkeypatch.setattr(params, "validate", counting_validate)
+    result = _fit(runner, corpus, "-o", str(tmp_path / "m.zarr"), "-r", "2", "--max-iter", "2",
+                  "--dtype", "float32", "--polar", "svd", "--partials", "dense",
+                  "--max-partials", "2", "--split-every", "3", "--init-n-iter", "1")
+    assert result.exit_code == 0, result.output
+    assert opened == [corpus] and len(connects) == 1
+    assert len(validated) == 1
+    assert {k: validated[0][k] for k in ("dtype", "polar", "partials", "max_partials")} == {
+        "dtype": "float32", "polar": "svd", "partials": "dense", "max_partials": 2}
+    from sphdist.io.model import open_model
+
+    stored = open_model(tmp_path / "m.zarr").params
+    assert stored["dtype"] == "float32" and stored["split_every"] == 3
+    assert stored["init_n_iter"] == 1

@@ -1,0 +1,224 @@
+"""The Dask plumbing (sphdist.core.graph) against dense NumPy references, across chunk layouts.
+
+Every graph runs on the synchronous scheduler (and, where the order of a sum matters, on the
+threaded one too); the references are plain NumPy on the whole matrix, or sums written out in
+the order the tree of fan-in ``split_every`` must take.
+"""
+
+import logging
+
+import dask
+import dask.array as da
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+from sphdist.core import graph, kernels
+
+from ..reference import LAYOUTS, chunked, random_corpus
+
+M, N, R = 40, 60, 3
+
+pytestmark = pytest.mark.usefixtures("sync_scheduler")
+
+
+@pytest.fixture(scope="module")
+def X():
+    return random_corpus(M, N, density=0.1, seed=5, n_empty=2)
+
+
+def _bits(a):
+    return np.ascontiguousarray(a, dtype=np.float64).view(np.int64)
+
+
+@pytest.mark.parametrize("layout", sorted(LAYOUTS))
+@pytest.mark.parametrize("split_every", [2, 3, 8])
+def test_tree_sum_equals_the_plain_sum(X, layout, split_every):
+    Q = np.linalg.qr(np.random.default_rng(0).standard_normal((M, R)))[0]
+    Xc = chunked(X, LAYOUTS[layout](N))
+    parts = graph.per_chunk(kernels.project_chunk, Xc, graph.broadcast(Q), "ik")
+    (total,) = dask.compute(graph.tree_sum(parts, split_every))
+    D = X.toarray()
+    np.testing.assert_allclose(total["XVt"], D @ D.T @ Q, atol=1e-12)
+    np.testing.assert_allclose(total["VVt"], Q.T @ D @ D.T @ Q, atol=1e-12)
+    assert total["sq_norm_X"] == pytest.approx(float((D**2).sum()), rel=1e-13)
+
+
+def _fold_tree(values, split_every):
+    """The reference order: consecutive groups of split_every, summed left to right, level by
+    level, until one value is left."""
+    level = list(values)
+    while len(level) > 1:
+        level = [sum(level[i + 1:i + split_every], level[i]) for i in range(0, len(level),
+                                                                               split_every)]
+    return level[0]
+
+
+@pytest.mark.parametrize("n_parts, split_every", [(1, 2), (5, 2), (9, 3), (10, 3), (27, 3)])
+def test_tree_sum_keeps_the_fixed_order_of_the_tree(n_parts, split_every):
+    # values whose sum depends on the order of the additions
+    values = [(1e16, 1.0, -1e16, 3.0, 1e-3)[i % 5] * (1 + i) for i in range(n_parts)]
+    parts = da.concatenate([  # one dict per block, as per_chunk and block_pass make them
+        da.from_delayed(dask.delayed({"s": v}), shape=(1,), dtype=object,
+                        meta=np.empty((0,), dtype=object))
+        for v in values
+    ])
+    expected = _fold_tree(values, split_every)
+    for scheduler in ("sync", "threads"):
+        with dask.config.set(scheduler=scheduler, num_workers=4):
+            (total,) = dask.compute(graph.tree_sum(parts, split_every))
+        assert _bits(total["s"]) == _bits(expected)
+
+
+@pytest.mark.parametrize("layout", sorted(LAYOUTS))
+@pytest.mark.parametrize("max_partials", [1, 2, 8])
+def test_block_pass_reads_every_chunk_once_and_follows_eq_3_12(X, layout, max_partials):
+    sizes = LAYOUTS[layout](N)
+    reads = []
+    Xc = chunked(X, sizes).map_blocks(
+        lambda b: (reads.append(1), b)[1], dtype=float, meta=sp.csc_matrix((0, 0))
+    )
+    U = np.linalg.qr(np.random.default_rng(1).standard_normal((M, R)))[0]
+    V, total = graph.block_pass(
+        Xc, U, None, lam=2.0, split_every=2, max_partials=max_partials, dtype=np.float64,
+        partials="auto",
+    )
+    assert len(reads) == len(sizes)
+    D = X.toarray()
+    Q = U.T @ D  # Eq. 3.12 at initialisation: v_j = normalise(U^T x_j), e_1 where it is 0
+    norms = np.linalg.norm(Q, axis=0)
+    expected = np.where(norms > 0, Q / np.where(norms > 0, norms, 1.0), np.eye(R)[:, [0]])
+    assert V.chunks[1] == tuple(sizes)
+    np.testing.assert_allclose(V.compute(), expected, atol=1e-12)
+    np.testing.assert_allclose(total["XVt"], D @ expected.T, atol=1e-12)
+    np.testing.assert_allclose(total["VVt"], expected @ expected.T, atol=1e-12)
+    assert total["n_degenerate"] == int((norms == 0).sum())
+    assert total["XVt"].flags.c_contiguous and total["XVt"].flags.aligned
+
+
+@pytest.mark.parametrize(
+    "kind", ["numpy", "csr", "dask-dense", "dask-float32", "dask-rechunked"]
+)
+def test_document_chunks_is_the_transpose_chunked_along_samples(X, kind):
+    A = sp.csr_matrix(X.T)  # (n_samples, n_features)
+    dense = A.toarray()
+    chunk_size = {"numpy": 7, "csr": 13, "dask-rechunked": 11}.get(kind)
+    source = {
+        "numpy": dense,
+        "csr": A,
+        "dask-dense": da.from_array(dense, chunks=((20, 40), M)),
+        "dask-float32": da.from_array(dense.astype(np.float32), chunks=((30, 30), M)),
+        "dask-rechunked": da.from_array(dense, chunks=((20, 40), M)),
+    }[kind]
+    Xt = graph.document_chunks(source, chunk_size)
+    assert Xt.dtype == np.float64 and Xt.numblocks[0] == 1
+    got = Xt.compute()
+    got = got.toarray() if sp.issparse(got) else got
+    np.testing.assert_array_equal(got, dense.T.astype(dense.dtype if kind != "dask-float32"
+                                                      else np.float32).astype(np.float64))
+    if chunk_size is not None:
+        assert set(Xt.chunks[1][:-1]) == {chunk_size}
+    elif kind.startswith("dask"):
+        assert Xt.chunks[1] == source.chunks[0]
+
+
+def test_default_chunk_size_targets_the_bytes_of_a_dense_chunk():
+    assert graph.default_chunk_size(1000) * 1000 * 8 <= 64 << 20
+    assert (graph.default_chunk_size(1000) + 1) * 1000 * 8 > 64 << 20
+    assert graph.default_chunk_size(10**9) == 1
+
+
+def test_block_bounds_cover_chunks_in_order():
+    for n_chunks in (1, 2, 7, 49, 245):
+        for max_partials in (1, 2, 8, 300):
+            bounds = graph.block_bounds(n_chunks, max_partials)
+            assert len(bounds) <= max_partials
+            assert [a for a, _ in bounds[1:]] == [b for _, b in bounds[:-1]]
+            assert bounds[0][0] == 0 and bounds[-1][1] == n_chunks
+
+
+def test_block_bounds_bound_the_documents_one_task_holds():
+    rng = np.random.default_rng(0)
+    for _ in range(50):
+        sizes = rng.integers(1, 20_000, size=rng.integers(1, 80)).tolist()
+        for max_partials in (1, 3, 8):
+            bounds = graph.block_bounds(len(sizes), max_partials, sizes, 32768)
+            assert [a for a, _ in bounds[1:]] == [b for _, b in bounds[:-1]]
+            assert bounds[0][0] == 0 and bounds[-1][1] == len(sizes)
+            for a, b in bounds:  # within the bound, or one chunk that alone exceeds it
+                assert sum(sizes[a:b]) <= 32768 or b - a == 1
+            if sum(sizes) <= 32768:  # small corpora: the count bound alone decides
+                assert bounds == graph.block_bounds(len(sizes), max_partials)
+
+
+@pytest.mark.parametrize("layout", sorted(LAYOUTS))
+def test_persist_rows_and_sum_keeps_rows_chunked_like_the_documents(X, layout):
+    sizes = LAYOUTS[layout](N)
+    Xc = chunked(X, sizes)
+    W = np.random.default_rng(2).standard_normal((M, R))
+
+    def rows(X_c, W):
+        H = np.asarray(X_c.T @ W)
+        return {"H": H, "XVt": np.asarray(X_c @ H), "count": X_c.shape[1]}
+
+    parts = graph.per_chunk(rows, Xc, graph.broadcast(W), "ik")
+    H, total = graph.persist_rows_and_sum(parts, Xc, R, ["H"], split_every=2)
+    D = X.toarray()
+    assert H.chunks == (tuple(sizes), (R,))
+    np.testing.assert_allclose(H.compute(), D.T @ W, atol=1e-12)
+    np.testing.assert_allclose(total["XVt"], D @ D.T @ W, atol=1e-12)
+    assert total["count"] == N
+
+
+def test_pairs_sum_is_the_sum_over_all_pairs_of_chunks(X):
+    D = X.toarray()
+    got = graph.pairs_sum(lambda a, b: np.array([[float(np.sum(a.T @ b))]]),
+                          chunked(X, [10, 20, 30]))
+    assert got == pytest.approx(float(np.sum(D.T @ D)), rel=1e-12)
+
+
+def test_map_rows_keeps_the_row_chunks_of_dask_input():
+    A = np.random.default_rng(3).standard_normal((25, 6))
+    U = np.linalg.qr(np.random.default_rng(4).standard_normal((6, 2)))[0]
+    lazy = graph.map_rows(lambda B, U: np.asarray(B @ U), da.from_array(A, chunks=(10, 3)), U)
+    assert isinstance(lazy, da.Array) and lazy.chunks == ((10, 10, 5), (2,))
+    np.testing.assert_allclose(lazy.compute(), A @ U, atol=1e-14)
+    np.testing.assert_allclose(graph.map_rows(lambda B, U: B @ U, A, U), A @ U, atol=1e-14)
+
+
+def test_broadcast_without_a_cluster_is_the_array_itself():
+    U = np.arange(6.0).reshape(3, 2)
+    B = graph.broadcast(U)
+    assert B.numblocks == (1, 1)
+    np.testing.assert_array_equal(B.compute(), U)
+
+
+def test_compute_counts_every_block_once_in_order(X, caplog):
+    Xc = chunked(X, LAYOUTS["irregular"](N))
+    counts = graph.per_chunk(lambda X_c: np.array([X_c.shape[1]]), Xc, dtype=np.int64)
+    with caplog.at_level(logging.INFO, logger="sphdist"):
+        got = graph.compute(counts, "count", mode="log")
+    np.testing.assert_array_equal(got, LAYOUTS["irregular"](N))
+    last = [r.getMessage() for r in caplog.records if r.getMessage().startswith("count")][-1]
+    assert "4/4 chunks" in last
+
+
+def test_a_distributed_client_gives_bitwise_the_local_pass_and_counts(X, scheduler):
+    from distributed import Client
+
+    Xc = chunked(X, LAYOUTS["irregular"](N))
+    U = np.linalg.qr(np.random.default_rng(5).standard_normal((M, R)))[0]
+    kw = dict(lam=2.0, split_every=2, max_partials=2, dtype=np.float64, partials="auto")
+    V_local, local = graph.block_pass(Xc, U, None, **kw)
+    other = chunked(random_corpus(M, N, density=0.1, seed=6), LAYOUTS["irregular"](N))
+    counts = graph.per_chunk(lambda X_c, U: np.array([X_c.shape[1]]), other,
+                             graph.broadcast(U), "ik", dtype=np.int64)
+    with Client(scheduler):  # U is scattered to the workers; the graphs keep it there
+        V, total = graph.block_pass(Xc, U, None, **kw)
+        V2, total2 = graph.block_pass(Xc, U, V, **{**kw, "lam": 3.0})  # reads the persisted V
+        got = graph.compute(counts, "count")
+        np.testing.assert_array_equal(V.compute(), V_local.compute())
+        assert V2.shape == V.shape and total2["dV_sq"] > 0
+    np.testing.assert_array_equal(got, LAYOUTS["irregular"](N))
+    np.testing.assert_array_equal(_bits(total["XVt"]), _bits(local["XVt"]))
+    np.testing.assert_array_equal(_bits(total["VVt"]), _bits(local["VVt"]))

@@ -1,0 +1,118 @@
+"""The one table of fit parameters: validation, and what the estimator, job and CLI derive."""
+
+import inspect
+
+import click
+import numpy as np
+import pytest
+from sklearn.utils._param_validation import InvalidParameterError
+
+from sphdist import SphericalPCA
+from sphdist.cli._common import param_type
+from sphdist.core import params, solver
+from sphdist.errors import ParameterError
+from sphdist.jobs.fit import fit_corpus
+
+# (value on the command line, the Python value it stands for, valid?) -- written from the
+# documented ranges (solver module docstring), not from the table
+CASES = {
+    "n_components": [("1", 1, True), ("0", 0, False), ("-3", -3, False)],
+    "lam": [("2", 2.0, True), ("1", 1.0, False), ("1.999", 1.999, False), ("exact", "exact", True),
+            ("palm", "palm", True), ("theory", "theory", True), ("fast", "fast", False),
+            ("inf", np.inf, False)],
+    "mu": [("0", 0.0, True), ("7.5", 7.5, True), ("-1", -1.0, False), ("exact", "exact", True)],
+    "max_iter": [("0", 0, True), ("-1", -1, False)],
+    "tol": [("0", 0.0, True), ("1e-4", 1e-4, True), ("-0.1", -0.1, False)],
+    "init": [("svd", "svd", True), ("pca", "pca", False)],
+    "random_state": [("0", 0, True), ("-5", -5, False)],
+    "init_n_iter": [("0", 0, True), ("-1", -1, False)],
+    "split_every": [("2", 2, True), ("1", 1, False)],
+    "max_partials": [("1", 1, True), ("0", 0, False)],
+    "dtype": [("float32", "float32", True), ("int64", "int64", False)],
+    "polar": [("gram", "gram", True), ("qr", "qr", False)],
+    "partials": [("rows", "rows", True), ("sparse", "sparse", False)],
+}
+
+
+def _valid(name, value):
+    try:
+        params.validate({name: value}, "test")
+    except ParameterError:
+        return False
+    return True
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_table_and_cli_accept_the_documented_values(name):
+    kind = param_type(params.PARAMS[name])
+    for text, value, ok in CASES[name]:
+        assert _valid(name, value) == ok, (name, value)
+        if ok:
+            assert kind.convert(text, None, None) == value
+        else:
+            with pytest.raises(click.BadParameter):
+                kind.convert(text, None, None)
+
+
+def test_cli_ranges_keep_the_open_and_closed_ends():
+    lam = param_type(params.PARAMS["lam"])
+    assert lam.convert("2", None, None) == 2.0  # closed at 2
+    tol = param_type(params.PARAMS["tol"])
+    with pytest.raises(click.BadParameter):
+        tol.convert("inf", None, None)  # open at infinity
+    assert isinstance(param_type(params.PARAMS["max_iter"]), click.IntRange)
+    assert isinstance(param_type(params.PARAMS["init"]), click.Choice)
+
+
+@pytest.mark.parametrize("value", [True, np.bool_(False), None, "3", 2.0])
+def test_integers_refuse_booleans_and_other_types(value):
+    assert not _valid("n_components", value)
+
+
+@pytest.mark.parametrize("dtype", ["float64", np.float32, np.dtype("float64"), "float32"])
+def test_dtype_accepts_float_dtypes_in_any_spelling(dtype):
+    assert _valid("dtype", dtype)
+    assert not _valid("dtype", np.int64) and not _valid("dtype", object())
+
+
+def test_error_is_sphdists_and_scikit_learns():
+    with pytest.raises(ParameterError, match=r"The 'lam' parameter of caller must be .* "
+                                             r"Got lam=1\.5 instead\.") as info:
+        params.validate({"lam": 1.5}, "caller")
+    assert isinstance(info.value, InvalidParameterError)
+
+
+def test_validated_context_skips_the_table_but_not_the_shape():
+    with pytest.raises(ParameterError, match="lam=1.5"):
+        solver.check_params(2, (10, 10), lam=1.5)
+    with params.validated():
+        solver.check_params(2, (10, 10), lam=1.5)
+        with pytest.raises(ParameterError, match="1 <= n_components <= 10"):
+            solver.check_params(11, (10, 10), lam="exact")
+
+
+def test_step_modes_are_defined_once():
+    assert solver.STEP_MODES is params.STEP_MODES
+
+
+def test_estimator_constraints_and_defaults_are_the_tables():
+    estimator = SphericalPCA()
+    names = list(estimator.get_params())
+    assert set(names) == set(params.PARAMS)
+    assert estimator._parameter_constraints == params.constraints(names)
+    assert estimator.get_params() == {name: params.PARAMS[name].default for name in names}
+
+
+def test_fit_corpus_defaults_are_the_tables():
+    signature = inspect.signature(fit_corpus).parameters
+    for name in params.SOLVER_PARAMS:
+        if name != "n_components":
+            assert signature[name].default == params.PARAMS[name].default, name
+    for name, param in params.JOB_PARAMS.items():
+        if name in signature:
+            assert signature[name].default == param.default
+
+
+def test_solver_takes_every_solver_parameter():
+    signature = inspect.signature(solver.fit).parameters
+    assert set(params.SOLVER_PARAMS) <= set(signature)

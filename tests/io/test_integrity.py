@@ -1,0 +1,315 @@
+"""Damaged or edited stores are refused, never read as zeros; readers never write (issue 15).
+
+Item 3: opening a model in an interrupted-commit state reads the last complete version in
+place and leaves the directory tree byte for byte as it was. Item 4: a missing chunk file, a
+flipped bit, edited data, an edited U, and attributes that disagree with the arrays are each
+refused with a ``CorpusFormatError`` / ``ModelFormatError`` naming the file and the remedy.
+"""
+
+import hashlib
+import os
+import shutil
+
+import numpy as np
+import pytest
+import zarr
+
+from sphdist.errors import CheckpointMismatchError, CorpusFormatError, ModelFormatError
+from sphdist.io import _atomic, open_stored
+from sphdist.io._zarr import content_sha256
+from sphdist.io.corpus import Corpus
+from sphdist.io.corpus_writer import CorpusWriter
+from sphdist.io.model import load_checkpoint, open_model
+from sphdist.jobs.fit import fit_corpus
+from sphdist.jobs.info import describe
+
+from ..reference import random_corpus
+
+M, N, R = 40, 90, 3
+SIZES = [25, 25, 40]
+
+pytestmark = pytest.mark.usefixtures("sync_scheduler")
+
+
+def _write_corpus(path):
+    X = random_corpus(M, N, seed=2)
+    bounds = np.concatenate([[0], np.cumsum(SIZES)])
+    with CorpusWriter(path, n_features=M, feature_scheme={"type": "hashing"}) as w:
+        for a, b in zip(bounds[:-1], bounds[1:], strict=True):
+            w.write_chunk(X[:, a:b], [str(j) for j in range(a, b)])
+        return w.commit(idf=np.linspace(1.0, 2.0, M))
+
+
+def _fit(corpus_path, out, **kw):
+    args = dict(n_components=R, max_iter=2, tol=0, random_state=0, callback=None) | kw
+    return fit_corpus(corpus_path, out, **args)
+
+
+@pytest.fixture(scope="module")
+def stores(tmp_path_factory):
+    """A corpus and a model fitted on it, written once; tests damage copies."""
+    root = tmp_path_factory.mktemp("intact")
+    import dask
+
+    with dask.config.set(scheduler="synchronous"):
+        corpus = _write_corpus(root / "corpus.zarr")
+        _fit(corpus.path, root / "model.zarr")
+    return root
+
+
+@pytest.fixture
+def copies(stores, tmp_path):
+    for name in ("corpus.zarr", "model.zarr"):
+        shutil.copytree(stores / name, tmp_path / name)
+    return tmp_path / "corpus.zarr", tmp_path / "model.zarr"
+
+
+def _chunk_files(array_dir):
+    return sorted(p for p in (array_dir / "c").rglob("*") if p.is_file())
+
+
+def _tree(root):
+    """Every path under ``root`` with the sha256 of each file: the listing, byte for byte."""
+    return {
+        str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest() if p.is_file() else ""
+        for p in sorted(root.rglob("*"))
+    }
+
+
+# -- item 3: read-only commands do not write ---------------------------------------------------
+
+
+@pytest.mark.parametrize("debris", ["only_old", "old_and_staging"])
+def test_opening_an_interrupted_model_reads_the_old_version_in_place(copies, debris):
+    _, out = copies
+    expected = open_model(out)
+    objective, U, V = expected.objective, expected.U, expected.V().compute()
+    os.replace(out, out.with_name("model.zarr.old"))  # after rename 1 of a commit
+    if debris == "old_and_staging":
+        staging = _atomic.staging_path(out)
+        staging.mkdir()  # a torn new checkpoint that was never committed
+        (staging / "zarr.json").write_text("{")
+    before = _tree(out.parent)
+    model = open_model(out)
+    assert model.objective == objective
+    np.testing.assert_array_equal(model.U, U)
+    np.testing.assert_array_equal(model.V().compute(), V)
+    info = describe(out)
+    assert info["n_iter"] == 2 and info["objective"][-1][1] == objective[-1]
+    assert load_checkpoint(out).objective == objective
+    assert open_stored(out).objective == objective
+    assert _tree(out.parent) == before  # nothing moved, created or removed
+
+
+def test_the_writer_recovers_an_interrupted_commit(copies):
+    _, out = copies
+    objective = open_model(out).objective
+    os.replace(out, out.with_name("model.zarr.old"))
+    model = load_checkpoint(out, recover=True)
+    assert model.objective == objective
+    assert out.exists() and not out.with_name("model.zarr.old").exists()
+
+
+# -- item 4: a missing chunk file ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize("array", ["X/00000/data", "X/00001/indices", "X/00002/indptr", "idf"])
+def test_missing_corpus_chunk_is_refused(copies, array):
+    path, _ = copies
+    for f in _chunk_files(path / array):
+        f.unlink()
+    corpus = Corpus(path)
+    with pytest.raises(CorpusFormatError, match=rf"{array}.*missing.*re-ingest"):
+        if array == "idf":
+            corpus.idf  # noqa: B018
+        else:
+            corpus.to_dask().compute()
+
+
+@pytest.mark.parametrize("array", ["U", "V"])
+def test_missing_model_chunk_is_refused(copies, array):
+    _, out = copies
+    _chunk_files(out / array)[0].unlink()
+    with pytest.raises(ModelFormatError, match=rf"{array}.*missing.*refit"):
+        model = open_model(out)
+        model.U  # noqa: B018
+        model.V().compute()
+
+
+# -- item 4: flipped bits -----------------------------------------------------------------------
+
+
+def _read_everything(corpus_path, model_path):
+    corpus = Corpus(corpus_path)
+    corpus.to_dask().compute()
+    corpus.idf  # noqa: B018
+    load_checkpoint(model_path).U  # noqa: B018
+
+
+def test_flipped_bits_are_detected(copies, tmp_path):
+    corpus_path, model_path = copies
+    rng = np.random.default_rng(15)
+    targets = [f for name in ("X/00000/data", "X/00001/data", "X/00000/indices",
+                              "X/00002/indices", "idf") for f in _chunk_files(corpus_path / name)]
+    targets += _chunk_files(model_path / "U")
+    n_flips, undetected, unclean = 40, [], []
+    for k in range(n_flips):
+        f = targets[k % len(targets)]
+        pristine = f.read_bytes()
+        raw = bytearray(pristine)
+        bit = int(rng.integers(len(raw) * 8))
+        raw[bit // 8] ^= 1 << (bit % 8)
+        f.write_bytes(bytes(raw))
+        try:
+            _read_everything(corpus_path, model_path)
+            undetected.append(f"{f.relative_to(tmp_path)} bit {bit}")
+        except (CorpusFormatError, ModelFormatError):
+            pass
+        except Exception as exc:  # detected, but not as a sphdist error (a raw codec error)
+            unclean.append(f"{f.relative_to(tmp_path)} bit {bit}: {type(exc).__name__}")
+        f.write_bytes(pristine)
+    assert not undetected and not unclean, (undetected, unclean)
+
+
+# -- item 4: edited data, edited U -------------------------------------------------------------
+
+
+def _rewrite(array_path, values):
+    arr = zarr.open_array(store=str(array_path), mode="r+")
+    arr[...] = values
+
+
+def _scale_chunk_1(corpus_path):
+    """Multiply the values of document chunk 1 by 1.5 in place; its data, indices, indptr."""
+    g = zarr.open_group(store=str(corpus_path), mode="r+")
+    data, indices, indptr = (g[f"X/00001/{name}"][:] for name in ("data", "indices", "indptr"))
+    _rewrite(corpus_path / "X/00001/data", data * 1.5)
+    return data * 1.5, indices, indptr
+
+
+def test_edited_corpus_data_is_refused_and_not_resumed(copies):
+    corpus_path, out = copies
+    _scale_chunk_1(corpus_path)
+    with pytest.raises(CorpusFormatError, match=r"X/00001.*re-ingest"):
+        Corpus(corpus_path).read_chunk(1)
+    with pytest.raises((CorpusFormatError, CheckpointMismatchError)):
+        _fit(corpus_path, out, max_iter=3, resume=True)
+
+
+def test_edited_corpus_data_with_new_digests_changes_the_fingerprint(copies):
+    corpus_path, out = copies
+    before = Corpus(corpus_path)
+    chunk = _scale_chunk_1(corpus_path)
+    g = zarr.open_group(store=str(corpus_path), mode="r+")
+    digests = list(g.attrs["chunk_sha256"])
+    digests[1] = content_sha256(*chunk)
+    g.attrs["chunk_sha256"] = digests  # the data and their digest edited together
+    after = Corpus(corpus_path)
+    after.read_chunk(1)
+    assert after.fingerprint != before.fingerprint
+    with pytest.raises(CheckpointMismatchError, match="fingerprint"):
+        _fit(corpus_path, out, max_iter=3, resume=True)
+
+
+def test_edited_u_is_refused_on_load(copies):
+    _, out = copies
+    U = open_model(out).U
+    _rewrite(out / "U", U[:, ::-1])
+    with pytest.raises(ModelFormatError, match=r"u_sha256.*refit"):
+        load_checkpoint(out).U  # noqa: B018
+
+
+# -- item 4: attributes that disagree with the arrays -------------------------------------------
+
+
+def _edit_attr(path, key, value):
+    zarr.open_group(store=str(path), mode="r+").attrs[key] = value
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "named"),
+    [
+        ("shape", [M + 1000, N], "idf"),  # m disagrees with the idf (and vocabulary) length
+        ("nnz", 7, "nnz"),  # disagrees with the values the chunks hold
+        ("n_empty", -100, "n_empty"),
+        ("shape", [M + 0.7, N], "shape"),  # not an integer
+    ],
+    ids=["shape_m_plus_1000", "nnz_7", "n_empty_minus_100", "shape_not_integer"],
+)
+def test_attributes_that_disagree_with_the_arrays_are_refused(copies, key, value, named):
+    path, _ = copies
+    _edit_attr(path, key, value)
+    with pytest.raises(CorpusFormatError, match=rf"{named}.*re-ingest"):
+        Corpus(path)
+
+
+def test_integer_data_is_refused(copies):
+    path, _ = copies
+    data = zarr.open_array(store=str(path / "X/00000/data"), mode="r")[:]
+    shutil.rmtree(path / "X/00000/data")
+    g = zarr.open_group(store=str(path / "X/00000"), mode="r+")
+    g.create_array("data", shape=data.shape, dtype=np.int64, chunks=data.shape)[:] = 1
+    with pytest.raises(CorpusFormatError, match=r"X/00000.*data.*float64.*re-ingest"):
+        Corpus(path).to_dask().compute()
+
+
+# -- corpora written before the digests (format version 1 without chunk_sha256) ----------------
+
+
+def _as_written_before_digests(path):
+    """Rewrite a corpus the way the writer did before issue 15.
+
+    zarr's default codecs (zstd without checksum), chunks equal to the fill value left out,
+    no ``chunk_nnz`` / ``chunk_sha256`` / ``sha256``, and the fingerprint of the metadata and
+    the idf bytes.
+    """
+    from sphdist.io.corpus import _fingerprint
+
+    g = zarr.open_group(store=str(path), mode="r+")
+    arrays = [(name, node) for name, node in g.members(max_depth=None)
+              if isinstance(node, zarr.Array)]
+    for name, arr in arrays:
+        values, chunks = arr[...], arr.chunks
+        shutil.rmtree(path / name)
+        dtype = str if values.dtype.kind in "OUT" else values.dtype
+        new = g.create_array(name, shape=values.shape, dtype=dtype, chunks=chunks)
+        if values.size:
+            new[...] = values
+    attrs = dict(g.attrs)
+    for key in ("chunk_nnz", "chunk_sha256", "sha256", "fingerprint"):
+        del g.attrs[key]
+        attrs.pop(key)
+    idf = g["idf"][...] if "idf" in g else None
+    g.attrs["fingerprint"] = _fingerprint(attrs, idf)
+    return g.attrs["fingerprint"]
+
+
+def test_a_corpus_written_before_the_digests_still_opens_and_reads_the_same(tmp_path):
+    X = random_corpus(M, N, seed=2).tolil()
+    X[:, 25:50] = 0  # chunk 1: every document empty, its indptr all 0 (the fill value)
+    X = X.tocsc()
+    path = tmp_path / "corpus.zarr"
+    with CorpusWriter(path, n_features=M, feature_scheme={"type": "hashing"},
+                      label_names=["a"]) as w:
+        for a, b in ((0, 25), (25, 50), (50, 90)):
+            w.write_chunk(X[:, a:b], [str(j) for j in range(a, b)], np.zeros(b - a, np.int32))
+        w.commit(idf=np.linspace(1.0, 2.0, M))
+    fingerprint = _as_written_before_digests(path)
+    assert not (path / "X/00001/indptr/c/0").exists()  # left out as the fill value
+    assert not (path / "labels/c/0").exists()
+    corpus = Corpus(path)
+    assert corpus.fingerprint == fingerprint
+    np.testing.assert_array_equal(corpus.to_dask().compute().toarray(), X.toarray())
+    np.testing.assert_array_equal(corpus.labels, np.zeros(N, np.int32))
+    np.testing.assert_array_equal(corpus.idf, np.linspace(1.0, 2.0, M))
+    _chunk_files(path / "X/00002/data")[0].unlink()  # damage is still refused
+    with pytest.raises(CorpusFormatError, match=r"X/00002/data.*missing.*re-ingest"):
+        Corpus(path).read_chunk(2)
+
+
+def test_wrong_nnz_is_refused_in_a_corpus_written_before_the_digests(copies):
+    path, _ = copies
+    _as_written_before_digests(path)
+    _edit_attr(path, "nnz", 7)
+    with pytest.raises(CorpusFormatError, match=r"nnz.*re-ingest"):
+        Corpus(path)
