@@ -66,6 +66,26 @@ def paper_key(name: str) -> str:
     return key.split("(")[0].strip()
 
 
+def liu_table2_paper(name: str) -> tuple[str, tuple[int, dict[str, tuple[float, float]]]] | None:
+    """The paper's Table 2 entry for a data set, as ``(key, entry)``, or None.
+
+    A single mfeat feature set (``mfeat-factors.csv.gz`` ...) gets the paper's mfeat row: the
+    paper does not say which feature set it used.
+
+    Examples
+    --------
+    >>> liu_table2_paper("mfeat-zernike.csv.gz")[0]
+    'mfeat'
+    >>> liu_table2_paper("iris.csv") is None
+    True
+    """
+    key = paper_key(name)
+    for k in (key, key.split("-")[0]):
+        if k in LIU_TABLE2:
+            return k, LIU_TABLE2[k]
+    return None
+
+
 # -- method registry --------------------------------------------------------------------------
 class MethodUnavailable(RuntimeError):
     """The module or class a method needs is not importable (not written yet)."""

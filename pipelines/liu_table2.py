@@ -75,7 +75,7 @@ def plot(results: dict[str, dict], path: Path) -> None:
                     xs.append(i + (j - (len(keys) - 1) / 2) * width)
                     ms.append(s[f"{stat}_mean"])
                     ss.append(s[f"{stat}_std"])
-                paper = ex.LIU_TABLE2.get(ex.paper_key(name))
+                paper = (ex.liu_table2_paper(name) or (None, None))[1]
                 if paper and key in paper[1]:
                     x = i + (j - (len(keys) - 1) / 2) * width
                     ax.plot([x - width / 2, x + width / 2], [paper[1][key][pi]] * 2, color="k")
@@ -151,11 +151,11 @@ def main(data, label_column, names, scale, unit_rows, reps, n_components, method
              f"restarts; {reps} repetitions (seeds {seed}..{seed + reps - 1}; data fixed). "
              f"K-SVD with T0 = {ex.KSVD_T0}. Mean ± sample std.", ""]
     for name, res in results.items():
-        paper = ex.LIU_TABLE2.get(ex.paper_key(name))
+        key, paper = ex.liu_table2_paper(name) or (None, None)
         lines += [f"## {name} ({res['n_classes']} classes, {res['shape'][0]} samples x "
                   f"{res['shape'][1]} features, r = {res['r']})", "",
                   f"Source: `{res['path']}`. Paper's figures: "
-                  f"{'Table 2, ' + ex.paper_key(name) if paper else 'none (not a paper data set)'}"
+                  f"{'Table 2, ' + key if paper else 'none (not a paper data set)'}"
                   ".", ""]
         lines += ex.score_table(res["summary"], paper[1] if paper else None, reps) + [""]
     if skipped:
