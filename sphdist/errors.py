@@ -16,6 +16,7 @@ __all__ = [
     "CheckpointMismatchError",
     "CorpusMismatchError",
     "OutputExistsError",
+    "OutputLockedError",
     "ParameterError",
     "DataError",
     "WorkersLostError",
@@ -48,6 +49,10 @@ class CorpusMismatchError(SphdistError, ValueError):
 
 class OutputExistsError(SphdistError, FileExistsError):
     """An output path exists and overwriting it was not requested."""
+
+
+class OutputLockedError(SphdistError, RuntimeError):
+    """Another process is writing the output (it holds its lock, :func:`sphdist.io.output_lock`)."""
 
 
 class ParameterError(SphdistError, ValueError):

@@ -42,7 +42,8 @@ logger = logging.getLogger("sphdist")
               help="Warm start: U_0 from this model.zarr (same features and r); --init and "
                    "--seed are then not used.")
 @click.option("--resume", is_flag=True, help="Continue from the checkpoint at --output.")
-@click.option("--overwrite", is_flag=True, help="Replace an existing --output.")
+@click.option("--overwrite", is_flag=True,
+              help="Replace an existing --output (never one another process is writing).")
 @param_option("checkpoint_every", table=JOB_PARAMS)
 @click.option("--scheduler-address", envvar="DASK_SCHEDULER_ADDRESS",
               help="Existing Dask scheduler [env DASK_SCHEDULER_ADDRESS]; default: start a "
@@ -77,12 +78,12 @@ def fit(
 
     if output is None:
         output = input_.with_name(input_.name.removesuffix(".zarr") + ".model.zarr")
-    prepared = prepare_fit(
+    # the output's lock is held from here until the last checkpoint is committed
+    n_components, max_iter = params["n_components"], params["max_iter"]
+    with prepare_fit(
         input_, output, checkpoint_every=checkpoint_every, resume=resume, overwrite=overwrite,
         init_from=init_from, **params,
-    )
-    n_components, max_iter = params["n_components"], params["max_iter"]
-    with connect_options(
+    ) as prepared, connect_options(
         scheduler_address, n_workers, threads_per_worker, memory_limit, tls_ca_file, tls_cert,
         tls_key, dashboard_address=dashboard_address,
     ):

@@ -118,11 +118,20 @@ def discard(path: str | os.PathLike[str]) -> None:
 def discard_stale(target: str | os.PathLike[str]) -> None:
     """Remove staging trees of ``target`` left by a writer that was killed.
 
-    Call it only where no other writer of ``target`` can be running (one fit per output).
+    Holds ``target``'s lock meanwhile (:func:`sphdist.io.output_lock`, reentrant: a writer
+    calls this while it holds it): the lock proves that no other writer is building them.
+
+    Raises
+    ------
+    OutputLockedError
+        If another process is writing ``target`` (its staging trees are then left alone).
     """
+    from sphdist.io._lock import output_lock
+
     target = Path(target)
-    for stale in target.parent.glob(f"{target.name}.tmp-*"):
-        shutil.rmtree(stale, ignore_errors=True)
+    with output_lock(target):
+        for stale in target.parent.glob(f"{target.name}.tmp-*"):
+            shutil.rmtree(stale, ignore_errors=True)
 
 
 class CommitState(NamedTuple):

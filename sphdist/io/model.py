@@ -54,6 +54,7 @@ from dask.base import tokenize
 from sphdist.core.solver import FitState
 from sphdist.errors import InputNotFoundError, ModelFormatError
 from sphdist.io import _atomic
+from sphdist.io._lock import output_lock
 from sphdist.io._zarr import (
     CHECKSUMMED,
     WRITE_CONFIG,
@@ -326,7 +327,8 @@ def load_checkpoint(path: str | os.PathLike[str], *, recover: bool = False) -> M
         Move an interrupted commit's ``<path>.old`` back to ``path`` first
         (:func:`sphdist.io._atomic.recover_directory`). Only the writer of ``path`` (the fit
         that will write the next checkpoint, holding the output) passes True; without it
-        nothing on disk changes.
+        nothing on disk changes. Recovery holds the output's lock
+        (:func:`sphdist.io.output_lock`, reentrant: the fit already holds it).
 
     Returns
     -------
@@ -336,9 +338,12 @@ def load_checkpoint(path: str | os.PathLike[str], *, recover: bool = False) -> M
     ------
     ModelFormatError
         If something that is not a sphdist model is at ``path``.
+    OutputLockedError
+        With ``recover``, if another process is writing ``path``.
     """
     if recover:
-        _atomic.recover_directory(path)
+        with output_lock(path):  # refused while another process writes path
+            _atomic.recover_directory(path)
     try:
         return Model(path)
     except InputNotFoundError:

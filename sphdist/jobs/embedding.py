@@ -26,6 +26,7 @@ import numpy as np
 from sphdist.core import kernels
 from sphdist.errors import CorpusMismatchError, DataError, OutputExistsError, ParameterError
 from sphdist.io import atomic_path, open_stored, stored_kind
+from sphdist.io._lock import locks_output
 from sphdist.io.model import Model, open_model
 
 __all__ = [
@@ -141,6 +142,7 @@ def _spans(n: int, size: int) -> list[tuple[int, int]]:
     return [(a, min(a + size, n)) for a in range(0, n, size)] or [(0, 0)]
 
 
+@locks_output("output")  # one writer per output (and its npy sidecar), until the commit
 def export_embedding(
     model: str | os.PathLike[str],
     output: str | os.PathLike[str],
@@ -183,6 +185,8 @@ def export_embedding(
         For an unknown ``format`` or ``chunk_size < 1``.
     OutputExistsError
         If ``output`` exists and ``overwrite`` is False.
+    OutputLockedError
+        If another process is writing ``output`` (``overwrite`` does not take it over).
     CorpusMismatchError
         See :func:`open_embedding_source`.
 

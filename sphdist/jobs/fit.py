@@ -11,6 +11,12 @@ Everything about resuming is here: the decision to resume, the checks that a che
 to this corpus and these parameters (:data:`RESUME_KEYS`), and the restart after a worker loss
 (:func:`fit_with_retries`).
 
+One writer per output: :func:`prepare_fit` takes the output's lock
+(:func:`sphdist.io.output_lock`) before it looks at what is there, and the fit holds it until
+its last checkpoint is committed (across the attempts of :func:`fit_with_retries`); a second fit
+of the same output is refused with :class:`~sphdist.errors.OutputLockedError`, before it
+recovers, cleans up or writes anything.
+
 References
 ----------
 .. [1] Liu, K., Li, Q., Wang, H. and Tang, G. (2019). Spherical Principal Component Analysis. SDM.
@@ -19,9 +25,11 @@ References
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import os
+import weakref
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -37,7 +45,7 @@ from sphdist.errors import (
     ParameterError,
     WorkersLostError,
 )
-from sphdist.io import _atomic
+from sphdist.io import _atomic, output_lock
 from sphdist.io.corpus import open_input
 from sphdist.io.model import (
     Model,
@@ -95,6 +103,11 @@ class PreparedFit:
         The checkpoint to resume, or None for a fresh fit.
     U0 : ndarray of shape (m, r), float64, or None
         The warm start.
+
+    Notes
+    -----
+    Holds the lock on ``output`` (:func:`sphdist.io.output_lock`) from :func:`prepare_fit`
+    until :meth:`close` (or the end of a ``with`` block, or garbage collection).
     """
 
     input: Path
@@ -107,6 +120,19 @@ class PreparedFit:
     previous: Model | None
     U0: np.ndarray | None
     _ran: bool = dataclasses.field(default=False, init=False, repr=False)
+    _held: contextlib.ExitStack = dataclasses.field(
+        default_factory=contextlib.ExitStack, init=False, repr=False
+    )
+
+    def close(self) -> None:
+        """Release the output (its lock, taken by :func:`prepare_fit`); idempotent."""
+        self._held.close()
+
+    def __enter__(self) -> PreparedFit:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
 
     def run(
         self, callback: Callable[[solver.FitState], None] | None = _log_iteration
@@ -123,9 +149,13 @@ class PreparedFit:
         Model
             The final model, read back from ``output``.
         """
+        with output_lock(self.output):  # held since prepare_fit (reentrant)
+            return self._run(callback)
+
+    def _run(self, callback: Callable[[solver.FitState], None] | None) -> Model:
         source, output, max_iter = self.source, self.output, self.params["max_iter"]
         self._ran = True
-        _atomic.discard_stale(output)  # staging trees of a killed run are never read
+        _atomic.discard_stale(output)  # the lock proves them a killed run's; never read
         state = None
         if self.previous is not None:
             state = self.previous.state(source.chunks)
@@ -177,15 +207,16 @@ class PreparedFit:
                 f"this fit was prepared for {self.input} -> {self.output}, not {input} -> "
                 f"{output}. To resolve this, prepare a fit for those paths."
             )
-        prepared = self
-        if self._ran or (resume, overwrite) != (self.resume, self.overwrite):
-            prepared = dataclasses.replace(
-                self, resume=resume, overwrite=overwrite,
-                previous=_checkpoint_to_resume(
-                    self.input, self.output, self.source, self.params, resume, overwrite
-                ),
-            )
-        return prepared.run(callback)
+        with output_lock(self.output):  # held since prepare_fit (reentrant)
+            prepared = self
+            if self._ran or (resume, overwrite) != (self.resume, self.overwrite):
+                prepared = dataclasses.replace(
+                    self, resume=resume, overwrite=overwrite,
+                    previous=_checkpoint_to_resume(
+                        self.input, self.output, self.source, self.params, resume, overwrite
+                    ),
+                )
+            return prepared.run(callback)
 
 
 def prepare_fit(
@@ -212,10 +243,13 @@ def prepare_fit(
     Returns
     -------
     PreparedFit
-        To :meth:`~PreparedFit.run` on a cluster.
+        To :meth:`~PreparedFit.run` on a cluster; it holds the lock on ``output`` until it is
+        closed (use it as a context manager).
 
     Raises
     ------
+    OutputLockedError
+        If another process is writing ``output``.
     ParameterError
         If a parameter is outside :data:`sphdist.core.params.PARAMS` or
         :data:`sphdist.core.params.JOB_PARAMS`, or ``n_components`` exceeds the corpus' shape.
@@ -229,6 +263,23 @@ def prepare_fit(
     fit_params.validate(
         {"checkpoint_every": checkpoint_every}, "sphdist.jobs.fit.fit_corpus", fit_params.JOB_PARAMS
     )
+    held = contextlib.ExitStack()
+    held.enter_context(output_lock(output))  # before anything at output is looked at
+    try:
+        prepared = _prepare(input, output, n_components, checkpoint_every, resume, overwrite,
+                            init_from, values)
+    except BaseException:
+        held.close()
+        raise
+    prepared._held = held
+    weakref.finalize(prepared, held.close)  # released even if never closed
+    return prepared
+
+
+def _prepare(
+    input: Any, output: Any, n_components: int, checkpoint_every: int, resume: bool,
+    overwrite: bool, init_from: Any, values: dict[str, Any],
+) -> PreparedFit:
     source = open_input(input)
     source.require_documents()
     solver.check_params(shape=source.shape, caller="sphdist.jobs.fit.fit_corpus", **values)
@@ -322,6 +373,8 @@ def fit_corpus(
     ------
     OutputExistsError
         If ``output`` exists and neither ``resume`` nor ``overwrite`` is set.
+    OutputLockedError
+        If another process is writing ``output`` (``overwrite`` does not take it over).
     DataError
         If every document of ``input`` is empty (nothing to fit).
     CheckpointMismatchError
@@ -332,13 +385,14 @@ def fit_corpus(
         For invalid parameters or input (``ParameterError`` also when the r of ``init_from``
         is not ``n_components``).
     """
-    return prepare_fit(
+    with prepare_fit(
         input, output, n_components=n_components, lam=lam, mu=mu, max_iter=max_iter, tol=tol,
         init=init, random_state=random_state, init_n_iter=init_n_iter, split_every=split_every,
         max_partials=max_partials, dtype=dtype, polar=polar, partials=partials,
         checkpoint_every=checkpoint_every, resume=resume, overwrite=overwrite,
         init_from=init_from,
-    ).run(callback)
+    ) as prepared:
+        return prepared.run(callback)
 
 
 def _checkpoint_to_resume(
@@ -552,10 +606,20 @@ def fit_with_retries(
     ------
     ParameterError
         If ``retries`` < 0.
+    OutputLockedError
+        If another process is writing ``output``: the lock is held across the attempts.
     WorkersLostError
         When workers are still lost after ``retries`` restarts (the cause is chained).
     """
     fit_params.validate({"retries": retries}, "fit_with_retries", fit_params.JOB_PARAMS)
+    with output_lock(output):  # reentrant: a PreparedFit's attempts hold it already
+        return _with_retries(fit, input, output, resume, overwrite, retries, kwargs)
+
+
+def _with_retries(
+    fit: Callable[..., T], input: Any, output: Any, resume: bool, overwrite: bool,
+    retries: int, kwargs: dict[str, Any],
+) -> T:
     before = _committed(output)
     for attempt in range(retries + 1):
         try:

@@ -16,6 +16,7 @@ import numpy as np
 
 from sphdist.core import graph
 from sphdist.errors import OutputExistsError
+from sphdist.io._lock import locks_output
 from sphdist.io.corpus import open_input
 from sphdist.io.embedding import Embedding, EmbeddingWriter
 from sphdist.io.model import open_model
@@ -26,6 +27,7 @@ __all__ = ["transform_corpus"]
 logger = logging.getLogger("sphdist")
 
 
+@locks_output("output")  # one writer per output, until the commit
 def transform_corpus(
     model: str | os.PathLike[str],
     input: str | os.PathLike[str],
@@ -67,6 +69,8 @@ def transform_corpus(
         the model's (see :func:`sphdist.jobs.fit.check_compatible`).
     OutputExistsError
         If ``output`` exists and ``overwrite`` is False.
+    OutputLockedError
+        If another process is writing ``output`` (``overwrite`` does not take it over).
     InputNotFoundError, CorpusFormatError, ModelFormatError
         For a missing or unreadable input.
 

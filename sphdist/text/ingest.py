@@ -49,6 +49,7 @@ from sphdist._progress import progress as _progress
 from sphdist._validation import check_int
 from sphdist.errors import DataError, InputNotFoundError, OutputExistsError, ParameterError
 from sphdist.io import _atomic
+from sphdist.io._lock import locks_output
 from sphdist.io.corpus import Corpus
 from sphdist.io.corpus_writer import CorpusWriter
 from sphdist.text._passes import (
@@ -75,6 +76,7 @@ _SMALL_SOURCE = 20_000  # documents: below, the default is to run in this proces
 
 
 # -- the public function ------------------------------------------------------------------------
+@locks_output("output")  # one writer per output, until the commit
 def ingest(
     source: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
     output: str | os.PathLike[str],
@@ -220,6 +222,8 @@ def ingest(
         If ``like`` is neither a corpus with an idf nor a model with one.
     OutputExistsError
         If ``output`` exists and ``overwrite`` is False.
+    OutputLockedError
+        If another process is writing ``output`` (``overwrite`` does not take it over).
     OSError
         If reading or writing fails. On any error nothing is left at ``output``.
 

@@ -45,6 +45,7 @@ from sphdist._progress import progress as _progress
 from sphdist._validation import Number, check_int, check_param
 from sphdist.errors import OutputExistsError, ParameterError
 from sphdist.io import atomic_path
+from sphdist.io._lock import locks_output
 from sphdist.io.corpus_writer import CorpusWriter
 from sphdist.text.tfidf import TextOptions, document_frequency, smooth_idf, weight
 
@@ -175,6 +176,7 @@ def _check_float(name: str, value: Any, low: float, high: float) -> float:
     return float(check_param(name, value, Number(Real, low, high, closed="both")))
 
 
+@locks_output("output")  # one writer per output, until the commit
 def synth(
     output: str | os.PathLike[str],
     *,
@@ -241,6 +243,8 @@ def synth(
         If a parameter is out of range.
     OutputExistsError
         If ``output`` exists and ``overwrite`` is False.
+    OutputLockedError
+        If another process is writing ``output`` (``overwrite`` does not take it over).
     OSError
         If writing fails; nothing is then left at ``output`` (both formats are written to a
         staging path and renamed at the end).

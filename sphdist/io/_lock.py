@@ -1,0 +1,240 @@
+"""One writer per output: an exclusive lock on an output for the life of its writer.
+
+A writer of ``<target>`` (a ``corpus.zarr``, ``model.zarr``, ``embedding.zarr``, an export)
+holds :func:`output_lock` from before it looks at what is on disk until after its last commit.
+The lock is a :class:`filelock.FileLock` (``flock(2)``) on ``<target>.lock``, beside the output,
+so it also guards the output's staging trees (``<target>.tmp-*``) and previous version
+(``<target>.old``, :mod:`sphdist.io._atomic`): while it is held nobody else commits, recovers or
+cleans up there, and whoever holds it knows that staging trees it did not make are a dead
+writer's. A second writer is refused at once with :class:`~sphdist.errors.OutputLockedError`,
+naming the holder recorded in ``<target>.lock.json`` (host, pid, command, start time).
+
+The kernel releases an ``flock`` when its process ends however it ends (even SIGKILL), so a
+killed writer leaves no stale lock, only a stale record, which the next holder replaces. On
+release the record and the lock file are removed (the lock file while still locked; an
+acquirer that locked a removed file notices and tries again). ``flock`` works between the
+processes of one machine and, on Linux, across NFS clients (emulated with ``fcntl`` locks).
+
+Readers take no lock: they read the last complete version
+(:func:`~sphdist.io._atomic.readable_path`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import functools
+import inspect
+import json
+import os
+import socket
+import sys
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any, TypeVar
+
+import filelock
+
+from sphdist.errors import OutputLockedError
+from sphdist.io._atomic import atomic_path
+
+__all__ = ["output_lock", "locks_output", "holds_lock", "lock_holder"]
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+_ATTEMPTS = 5  # acquisitions of a lock file another holder removed meanwhile
+
+
+class _Held:
+    def __init__(self, lock: filelock.BaseFileLock, owner: tuple[int, int]):
+        self.lock, self.owner, self.depth = lock, owner, 1
+
+
+_HELD: dict[str, _Held] = {}  # lock path -> the hold of this process
+_HELD_GUARD = threading.Lock()
+
+
+def _lock_path(target: str | os.PathLike[str]) -> Path:
+    target = Path(os.path.abspath(target))
+    return target.with_name(target.name + ".lock")
+
+
+def _record_path(lock: Path) -> Path:
+    return lock.with_name(lock.name + ".json")
+
+
+def _owner() -> tuple[int, int]:
+    return os.getpid(), threading.get_ident()
+
+
+def lock_holder(target: str | os.PathLike[str]) -> dict[str, Any] | None:
+    """The writer recorded as holding ``target``'s lock: host, pid, command, since; or None.
+
+    The record is written by the holder after it acquired the lock; None when there is none
+    (no writer, or one that is just acquiring or releasing). Changes nothing.
+
+    Parameters
+    ----------
+    target : path-like
+        The output.
+
+    Returns
+    -------
+    dict or None
+    """
+    try:
+        record = json.loads(_record_path(_lock_path(target)).read_text())
+    except (OSError, ValueError):
+        return None
+    return record if isinstance(record, dict) else None
+
+
+def holds_lock(target: str | os.PathLike[str]) -> bool:
+    """Whether this thread of this process holds ``target``'s lock (:func:`output_lock`)."""
+    held = _HELD.get(str(_lock_path(target)))
+    return held is not None and held.owner == _owner()
+
+
+def _refusal(target: Path, record: dict[str, Any] | None) -> OutputLockedError:
+    if record is None:
+        who, stop = "another process (not recorded yet)", "stop it"
+    else:
+        pid, host = record.get("pid", "?"), record.get("host", "?")
+        command = str(record.get("command", ""))[:200]
+        who = f"pid {pid} on {host}" + (f" (`{command}`)" if command else "")
+        who += f", since {record.get('since', '?')}"
+        stop = f"stop it (kill {pid}" + ("" if host == socket.gethostname() else f" on {host}")
+        stop += ")"
+    return OutputLockedError(
+        f"{target} is being written by {who}. To resolve this, wait for it to finish, or "
+        f"{stop}, or choose another --output."
+    )
+
+
+def _write_record(record_path: Path) -> None:
+    record = {
+        "host": socket.gethostname(), "pid": os.getpid(),
+        "command": " ".join([os.path.basename(sys.argv[0] or "python"), *sys.argv[1:]]),
+        "since": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+    }
+    with atomic_path(record_path) as tmp:
+        tmp.write_text(json.dumps(record))
+
+
+def _locked_file_is_current(lock: filelock.BaseFileLock, path: Path) -> bool:
+    """Whether the file this lock holds is still the one at ``path`` (not removed meanwhile)."""
+    fd = getattr(getattr(lock, "_context", None), "lock_file_fd", None)
+    if fd is None:  # pragma: no cover  (filelock's internals changed: trust it)
+        return True
+    try:
+        held, current = os.fstat(fd), os.stat(path)
+    except OSError:
+        return False
+    return held.st_nlink > 0 and (held.st_dev, held.st_ino) == (current.st_dev, current.st_ino)
+
+
+def _acquire(target: Path, path: Path) -> filelock.BaseFileLock:
+    for _ in range(_ATTEMPTS):
+        lock = filelock.FileLock(str(path), timeout=0, thread_local=False)
+        try:
+            lock.acquire()
+        except filelock.Timeout:
+            raise _refusal(target, lock_holder(target)) from None
+        if _locked_file_is_current(lock, path):
+            return lock
+        lock.release(force=True)  # a holder removed that file as we locked it: again
+    raise _refusal(target, lock_holder(target))  # pragma: no cover
+
+
+@contextlib.contextmanager
+def output_lock(target: str | os.PathLike[str]) -> Iterator[Path]:
+    """Hold the exclusive lock on the output ``target`` for the block; refuse if another has it.
+
+    Reentrant in one thread (a job that holds it may call a writer that takes it again); another
+    thread or process is refused. Released on exit whatever happens; the kernel releases it if
+    the process dies.
+
+    Parameters
+    ----------
+    target : path-like
+        The output (file or directory), existing or not. Its parent directory is created if
+        missing (as a writer would).
+
+    Yields
+    ------
+    pathlib.Path
+        The lock file, ``<target>.lock``.
+
+    Raises
+    ------
+    OutputLockedError
+        If another process (or thread) holds it; the message names the holder (host, pid,
+        command, since) and the remedies.
+    OSError
+        If the lock file cannot be created (a read-only or missing location).
+    """
+    path = _lock_path(target)
+    key, owner = str(path), _owner()
+    with _HELD_GUARD:
+        held = _HELD.get(key)
+        if held is not None and held.owner == owner:
+            held.depth += 1
+        elif held is not None:
+            raise _refusal(Path(target), lock_holder(target))
+    if held is None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        lock = _acquire(Path(target), path)
+        try:
+            _write_record(_record_path(path))
+        except BaseException:
+            lock.release(force=True)
+            raise
+        held = _HELD[key] = _Held(lock, owner)
+    try:
+        yield path
+    finally:
+        held.depth -= 1
+        if held.depth == 0:
+            _HELD.pop(key, None)
+            with contextlib.suppress(OSError):  # record first, then the file, while locked
+                _record_path(path).unlink(missing_ok=True)
+            with contextlib.suppress(OSError):
+                if _locked_file_is_current(held.lock, path):
+                    path.unlink()
+            held.lock.release(force=True)
+
+
+def locks_output(parameter: str = "output") -> Callable[[F], F]:
+    """Decorate a writer so that it holds :func:`output_lock` on its ``parameter`` throughout.
+
+    For the jobs that write one output (ingest, synth, transform, export): the lock is taken
+    before the function looks at the output (whether it exists, ``overwrite``) and released
+    after its commit, or its failure.
+
+    Parameters
+    ----------
+    parameter : str, default "output"
+        The name of the decorated function's argument that is the output path.
+
+    Returns
+    -------
+    callable
+        The decorator; the decorated function keeps its name, signature and docstring.
+    """
+
+    def decorate(function: F) -> F:
+        signature = inspect.signature(function)
+
+        @functools.wraps(function)
+        def locked(*args: Any, **kwargs: Any) -> Any:
+            try:
+                target = signature.bind(*args, **kwargs).arguments[parameter]
+            except (TypeError, KeyError):  # the function's own TypeError says what is wrong
+                return function(*args, **kwargs)
+            with output_lock(target):
+                return function(*args, **kwargs)
+
+        return locked  # type: ignore[return-value]
+
+    return decorate
