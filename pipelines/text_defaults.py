@@ -333,27 +333,11 @@ def main(settings, ranks, seeds, methods, tol, chunk_size, reference, work_dir, 
             result["settings"][key] = s
             save()
         if reference:
-            import tarfile
-
-            from sklearn.datasets._twenty_newsgroups import (
-                strip_newsgroup_footer,
-                strip_newsgroup_header,
-                strip_newsgroup_quoting,
-            )
-
             log(f"reference: scikit-learn recipe from the raw texts (load {loadavg()})")
             t0 = time.perf_counter()
-            texts, groups = [], []
-            with tarfile.open(archive, "r:*") as tar:
-                for member in tar:
-                    parts = member.name.split("/")
-                    if not member.isfile() or len(parts) < 3:
-                        continue
-                    text = tar.extractfile(member).read().decode("latin-1")
-                    text = strip_newsgroup_quoting(strip_newsgroup_footer(
-                        strip_newsgroup_header(text)))
-                    texts.append(text)
-                    groups.append(parts[-2])
+            docs = ex.read_newsgroups(archive, remove=("headers", "footers", "quotes"))
+            texts = [text for group in docs for text in docs[group]]
+            groups = [group for group in docs for _ in docs[group]]
             names, y = np.unique(groups, return_inverse=True)
             ref = {"read_seconds": time.perf_counter() - t0, "n_documents": len(texts),
                    "variants": []}
