@@ -50,7 +50,8 @@ logger = logging.getLogger("sphdist")
                    "LocalCluster.")
 @click.option("--n-workers", type=click.IntRange(min=1),
               help="LocalCluster worker processes [default: one per core].")
-@click.option("--threads-per-worker", type=click.IntRange(min=1), default=1, show_default=True)
+@click.option("--threads-per-worker", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Threads per LocalCluster worker (each task runs one BLAS thread).")
 @click.option("--memory-limit", default="auto", show_default=True,
               help="LocalCluster memory limit per worker (bytes or e.g. 4GiB).")
 @click.option("--dashboard-address", default="127.0.0.1:0", show_default=True,
@@ -119,13 +120,16 @@ def fit(
 
 
 @click.command()
-@click.option("--model", "-m", required=True, type=click.Path(path_type=Path))
+@click.option("--model", "-m", required=True, type=click.Path(path_type=Path),
+              help="The model.zarr to evaluate.")
 @click.option("--input", "-i", "input_", required=True, type=click.Path(path_type=Path),
               help="The corpus the model was fitted on (for its labels).")
 @click.option("--n-clusters", "-k", type=click.IntRange(min=1),
               help="k of k-means [default: number of labels].")
-@click.option("--n-init", type=click.IntRange(min=1), default=10, show_default=True)
-@click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True)
+@click.option("--n-init", type=click.IntRange(min=1), default=10, show_default=True,
+              help="k-means restarts (the best inertia is kept).")
+@click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True,
+              help="Seed of k-means.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 def evaluate(
     model: Path, input_: Path, n_clusters: int | None, n_init: int, seed: int, as_json: bool

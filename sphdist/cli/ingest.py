@@ -77,11 +77,14 @@ class _DocumentCount(click.ParamType):
 @click.option("--select", type=click.Choice(["mutual-info"]),
               help="Vocabulary with labels: keep the --n-select terms of highest mutual "
                    "information with the label.")
-@click.option("--n-select", type=click.IntRange(min=1), default=500, show_default=True)
+@click.option("--n-select", type=click.IntRange(min=1), default=500, show_default=True,
+              help="Terms kept by --select.")
 @click.option("--stop-words", type=click.Choice(["english"]), help="Drop English stop words.")
-@click.option("--strip-accents", type=click.Choice(["ascii", "unicode"]))
+@click.option("--strip-accents", type=click.Choice(["ascii", "unicode"]),
+              help="Remove accents as scikit-learn's vectorizers do (ascii: fast, unicode: all).")
 @click.option("--no-lowercase", is_flag=True, help="Keep the case of the tokens.")
-@click.option("--token-pattern", default=r"(?u)\b\w\w+\b", show_default=True)
+@click.option("--token-pattern", default=r"(?u)\b\w\w+\b", show_default=True,
+              help="Regular expression of a token (scikit-learn's token_pattern).")
 @click.option("--sublinear-tf", is_flag=True, help="Use 1 + ln(tf) instead of tf.")
 @click.option("--remove-headers", is_flag=True,
               help="Strip headers, signature footers and quoted replies (scikit-learn's "
@@ -181,7 +184,8 @@ def ingest(
 @click.option("--n-docs", required=True, type=click.IntRange(min=1), help="Documents to draw.")
 @click.option("--n-topics", required=True, type=click.IntRange(min=1),
               help="Topics (= labels, the dominant topic of each document).")
-@click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True)
+@click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True,
+              help="Seed of the generator: the same seed writes the same collection.")
 @click.option("--doc-length", type=click.IntRange(min=1), default=100, show_default=True,
               help="Mean tokens per document (Poisson).")
 @click.option("--vocab-size", type=click.IntRange(min=1), default=50_000, show_default=True,

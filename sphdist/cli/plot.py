@@ -15,7 +15,8 @@ def plot() -> None:
 
 
 @plot.command()
-@click.option("--model", "-m", required=True, type=click.Path(path_type=Path))
+@click.option("--model", "-m", required=True, type=click.Path(path_type=Path),
+              help="The fitted model.zarr.")
 @click.option("--output", "-o", type=click.Path(path_type=Path),
               help="PNG to write [default: <model>.convergence.png beside the model].")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object on stdout.")
@@ -32,7 +33,8 @@ def convergence(model: Path, output: Path | None, as_json: bool) -> None:
 
 
 @plot.command()
-@click.option("--model", "-m", required=True, type=click.Path(path_type=Path))
+@click.option("--model", "-m", required=True, type=click.Path(path_type=Path),
+              help="The fitted model.zarr.")
 @click.option("--input", "-i", "input_", type=click.Path(path_type=Path),
               help="The training corpus (labels) [default: the path the model recorded] or an "
                    "embedding.zarr.")
@@ -40,7 +42,8 @@ def convergence(model: Path, output: Path | None, as_json: bool) -> None:
               help="PNG to write [default: <model>.embedding.png beside the model].")
 @click.option("--max-points", type=click.IntRange(min=1), default=5000, show_default=True,
               help="Plot a reproducible sample of at most this many documents.")
-@click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True)
+@click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True,
+              help="Seed of the subsample of documents drawn.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object on stdout.")
 def embedding(
     model: Path, input_: Path | None, output: Path | None, max_points: int, seed: int,

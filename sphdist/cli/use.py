@@ -73,7 +73,8 @@ def transform(
               default="parquet", show_default=True,
               help="parquet: columns doc_id, label, e0..e{r-1}; npy: array (n, r) + "
                    "<stem>.ids.csv (doc_id, label per row).")
-@click.option("--output", "-o", required=True, type=click.Path(path_type=Path))
+@click.option("--output", "-o", required=True, type=click.Path(path_type=Path),
+              help="File to write, in --format (npy: with <stem>.ids.csv beside it).")
 @click.option("--overwrite", is_flag=True, help="Replace an existing --output.")
 @_JSON
 def export(

@@ -2,6 +2,7 @@
 
 import json
 
+import click
 import pytest
 from click.testing import CliRunner
 
@@ -147,3 +148,22 @@ def test_progress_lines_carry_objective_change_and_eta(runner, source, tmp_path)
     assert len(iters) == 4
     assert f"{model.objective[-1]:.10g}" in iters[-1] and "eta 00:00" in iters[-1]
     assert "rel_change nan" in iters[0] and "eta ?" in iters[0]
+
+
+def _commands(command, path):
+    """Every command under ``command``, with its path of names (``sphdist plot embedding``)."""
+    yield path, command
+    if isinstance(command, click.Group):
+        ctx = click.Context(command)
+        for name in command.list_commands(ctx):
+            yield from _commands(command.get_command(ctx, name), [*path, name])
+
+
+def test_every_option_has_help_text():
+    missing = [
+        f"{' '.join(path)} {option.opts[0]}"
+        for path, command in _commands(main, ["sphdist"])
+        for option in command.params
+        if isinstance(option, click.Option) and not (option.help or "").strip()
+    ]
+    assert not missing, missing
