@@ -11,7 +11,8 @@ from sphdist.cli._common import echo_json
 
 
 def _history(pairs: list[list[float]]) -> str:
-    return ", ".join(f"{int(k)}: {v:.6g}" for k, v in pairs) or "-"
+    # a value is None where it was not recorded (||dV|| of the stateless iteration)
+    return ", ".join(f"{int(k)}: {'-' if v is None else f'{v:.6g}'}" for k, v in pairs) or "-"
 
 
 def _print(info: dict[str, Any]) -> None:

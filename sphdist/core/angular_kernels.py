@@ -10,7 +10,7 @@ unit length is :func:`sphdist.core.kernels.v_step` at ``lam = 2`` on the transpo
 the partials ``X_c H_c`` and ``H_c^T H_c`` are :func:`sphdist.core.kernels.chunk_partials`'
 ``"XVt"`` and ``"VVt"`` (``V = H^T``). Every ``*_chunk`` kernel returns one flat dict: the
 per-chunk arrays (``"H"``, ``"G"``, kept chunked on the cluster) and the partials that
-:func:`sphdist.core.kernels.partials_chunk` / ``_combine`` / ``_agg`` add up in a fixed tree.
+:func:`sphdist.core.partials.partials_chunk` / ``_combine`` / ``_agg`` add up in a fixed tree.
 
 References
 ----------

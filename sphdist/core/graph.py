@@ -12,7 +12,7 @@ between lives here, composed from dask primitives (:func:`dask.array.blockwise`,
   :func:`block_pass` -- :func:`sphdist.core.kernels.pass_block` applied to blocks of
   consecutive chunks (:func:`block_bounds`);
 * :func:`tree_sum` -- the partials of those dicts summed in a fixed tree
-  (``dask.array.reduction`` over :func:`kernels.partials_chunk` / ``_combine`` / ``_agg``), so
+  (``dask.array.reduction`` over :func:`sphdist.core.partials.partials_chunk` and its pair), so
   the sum never depends on the number of workers or on task completion order;
 * :func:`chunk_rows`, :func:`persist_rows_and_sum` -- per-chunk arrays kept on the cluster;
 * :func:`pairs_sum` -- a kernel of two chunks summed over all pairs of chunks;
@@ -22,6 +22,8 @@ between lives here, composed from dask primitives (:func:`dask.array.blockwise`,
 
 from __future__ import annotations
 
+import functools
+import sys
 import uuid
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -34,15 +36,18 @@ from dask.callbacks import Callback
 
 from sphdist._progress import progress
 from sphdist.core import kernels
+from sphdist.core.partials import densify, partials_agg, partials_chunk, partials_combine
 
 __all__ = [
     "MAX_BLOCK_DOCUMENTS",
+    "active_client",
     "default_chunk_size",
     "document_chunks",
     "broadcast",
     "per_chunk",
     "block_bounds",
     "block_pass",
+    "embedding",
     "tree_sum",
     "sum_parts",
     "pairs_sum",
@@ -134,6 +139,21 @@ def document_chunks(X: Any, chunk_size: int | None) -> da.Array:
     return da.from_array(np.asarray(X, dtype=np.float64).T, chunks=(m, size)).persist()
 
 
+def active_client() -> Any:
+    """The default ``distributed.Client``, or None when dask's local schedulers run the graphs.
+
+    Never imports ``distributed`` (about 1 s) when nothing has: no client can exist then.
+    """
+    if "distributed" not in sys.modules:
+        return None
+    from distributed import default_client
+
+    try:
+        return default_client()
+    except ValueError:
+        return None
+
+
 def broadcast(A: np.ndarray, *, as_delayed: bool = False) -> Any:
     """A small driver array (U) sent once to every worker, for the graph of one pass.
 
@@ -148,20 +168,22 @@ def broadcast(A: np.ndarray, *, as_delayed: bool = False) -> Any:
     Returns
     -------
     dask.array.Array of shape (m, r), or Delayed
-        With a distributed client active, backed by ``client.scatter(A, broadcast=True)``: every
-        worker receives A once, up front, and every task that depends on it reads its local
-        copy; the returned object holds the future, so A stays on the cluster while the graph
-        lives. Without a client, A itself (never hashed: a random name).
+        With a distributed client active, backed by ``client.scatter(A)``: one worker receives
+        A, every other worker fetches it once from a peer when its first task needs it, and
+        every task reads its worker's copy; the returned object holds the future, so A stays
+        on the cluster while the graph lives. Without a client, A itself (never hashed: a
+        random name).
     """
-    try:
-        from distributed import default_client
-
-        client = default_client()
-    except (ImportError, ValueError):
+    client = active_client()
+    if client is None:
         if as_delayed:
             return dask.delayed(A, name=f"sphdist-U-{uuid.uuid4().hex}")
         return da.from_array(A, chunks=A.shape, name=False)  # no hashing of m x r floats
-    future = dask.delayed(client.scatter(A, hash=False, broadcast=True))
+    # one copy, fetched by the other workers on demand: replication to every worker
+    # (``broadcast=True``) could hang for good when a worker died during it
+    # (dask/distributed#5704); a lost copy now fails the tasks that need it, which the fit
+    # job's retries catch
+    future = dask.delayed(client.scatter(A, hash=False))
     return future if as_delayed else da.from_delayed(future, shape=A.shape, dtype=A.dtype)
 
 
@@ -258,12 +280,12 @@ def tree_sum(parts: da.Array, split_every: int) -> da.Array:
     Returns
     -------
     dask.array.Array of shape (), object
-        The dict of summed partials (:func:`sphdist.core.kernels.partials_agg`): consecutive
+        The dict of summed partials (:func:`sphdist.core.partials.partials_agg`): consecutive
         groups of ``split_every`` parts are summed in list order, level by level, so the
         result depends on the chunk layout only.
     """
     return da.reduction(
-        parts, kernels.partials_chunk, kernels.partials_agg, combine=kernels.partials_combine,
+        parts, partials_chunk, partials_agg, combine=partials_combine,
         axis=0, keepdims=False, concatenate=False, split_every=split_every, dtype=object,
         meta=np.empty((), dtype=object),
     )
@@ -305,7 +327,7 @@ def sum_parts(parts: da.Array, split_every: int) -> dict[str, Any]:
     Returns
     -------
     dict
-        :func:`sphdist.core.kernels.partials_agg` of all parts, in the tree's fixed order.
+        :func:`sphdist.core.partials.partials_agg` of all parts, in the tree's fixed order.
     """
     with _unfused():
         (total,) = dask.compute(tree_sum(parts, split_every))
@@ -318,19 +340,21 @@ def _take(part: dict[str, Any], key: str, index: int | None = None) -> np.ndarra
 
 def block_pass(
     X: da.Array, U: np.ndarray, V_prev: da.Array | None, *, lam: float, split_every: int,
-    max_partials: int, dtype: Any, partials: str,
-) -> tuple[da.Array, dict[str, Any]]:
+    max_partials: int, dtype: Any, partials: str, features: np.ndarray | None = None,
+    keep_V: bool = True, find_features: bool = False,
+) -> tuple[da.Array | None, dict[str, Any]]:
     """One read of every chunk: :func:`sphdist.core.kernels.pass_block` per block of chunks.
 
     Parameters
     ----------
     X : dask.array.Array of shape (m, n), float64
         Column-chunked, one block along the features.
-    U : ndarray of shape (m, r), float64
+    U : ndarray of shape (m, r), or (k, r) with ``features``; float64
         Broadcast to the workers in ``dtype`` (:func:`broadcast`).
     V_prev : dask.array.Array of shape (r, n), or None
-        Chunked like the documents of X.
-    lam, dtype, partials
+        Chunked like the documents of X; persisted, or lazy (read chunk by chunk by the
+        tasks that need it).
+    lam, dtype, partials, features, keep_V, find_features
         Passed to :func:`kernels.pass_block`.
     split_every : int
         Fan-in of the tree that sums the block partials (:func:`tree_sum`).
@@ -339,11 +363,11 @@ def block_pass(
 
     Returns
     -------
-    V : dask.array.Array of shape (r, n), ``dtype``
-        The new V, persisted, chunked like X.
+    V : dask.array.Array of shape (r, n), ``dtype``, or None
+        With ``keep_V``, the new V, persisted, chunked like X; else None (the tasks drop it).
     total : dict
         The summed partials (:func:`kernels.pass_block`), with ``"XVt"`` a dense, aligned
-        (m, r) float64 ndarray and ``"VVt"`` an aligned (r, r) one.
+        (m, r) (or (k, r)) float64 ndarray and ``"VVt"`` an aligned (r, r) one.
     """
     dtype = np.dtype(dtype)
     r = U.shape[1]
@@ -358,28 +382,64 @@ def block_pass(
     for b, (start, stop) in enumerate(block_bounds(len(xs), max_partials, sizes)):
         part = dask.delayed(kernels.pass_block, pure=False)(
             list(xs[start:stop]), U_d, None if vs is None else list(vs[start:stop]),
-            lam=lam, dtype=dtype, partials=partials, dask_key_name=(name, b),
+            lam=lam, dtype=dtype, partials=partials, features=features, keep_V=keep_V,
+            find_features=find_features, dask_key_name=(name, b),
         )
         leaves.append(da.from_delayed(part, shape=(1,), dtype=object, meta=_OBJECTS))
-        V_blocks += [
-            da.from_delayed(
-                dask.delayed(_take, pure=False)(
-                    part, "V", j - start, dask_key_name=(f"{name}-V", j)
-                ),
-                shape=(r, sizes[j]), dtype=dtype, meta=meta,
-            )
-            for j in range(start, stop)
-        ]
-    V = da.concatenate(V_blocks, axis=1)
+        if keep_V:
+            V_blocks += [
+                da.from_delayed(
+                    dask.delayed(_take, pure=False)(
+                        part, "V", j - start, dask_key_name=(f"{name}-V", j)
+                    ),
+                    shape=(r, sizes[j]), dtype=dtype, meta=meta,
+                )
+                for j in range(start, stop)
+            ]
+    total = tree_sum(da.concatenate(leaves), split_every)
     with _unfused():
-        V, total = dask.persist(V, tree_sum(da.concatenate(leaves), split_every))
+        if keep_V:
+            V, total = dask.persist(da.concatenate(V_blocks, axis=1), total)
+        else:
+            V = None
         (total,) = dask.compute(total)
     # aligned copies: distributed may hand back an (m, r) array at an odd address, and NumPy's
     # matmul skips BLAS for unaligned operands, which changed the U-step's rounding (and so
     # every later bit) between a cluster and the local schedulers
-    total["XVt"] = np.require(kernels.densify(total["XVt"]), np.float64, ["C", "A"])
+    total["XVt"] = np.require(densify(total["XVt"]), np.float64, ["C", "A"])
     total["VVt"] = np.require(total["VVt"], np.float64, ["C", "A"])
     return V, total
+
+
+def embedding(
+    X: da.Array, U: np.ndarray, *, dtype: Any, features: np.ndarray | None = None,
+) -> da.Array:
+    """``V = normalise(U^T X)`` chunk by chunk, lazily (:func:`kernels.embed_block`).
+
+    Parameters
+    ----------
+    X : dask.array.Array of shape (m, n), float64
+        Column-chunked, one block along the features.
+    U : ndarray of shape (m, r), or (k, r) with ``features``
+        Broadcast once (:func:`broadcast`) when the result is computed.
+    dtype, features
+        As for :func:`block_pass`.
+
+    Returns
+    -------
+    dask.array.Array of shape (r, n), ``dtype``
+        Chunked like the documents of X and not computed: storing it (``dask.array.store``)
+        makes each task read one chunk of X and write its columns, so V is never gathered.
+    """
+    dtype = np.dtype(dtype)
+    U_d = broadcast(np.asarray(U, dtype=dtype))
+    with _unfused():
+        return da.blockwise(
+            functools.partial(kernels.embed_block, dtype=dtype), "kj", X, "ij", U_d, "ik",
+            concatenate=True,
+            align_arrays=False, dtype=dtype, meta=np.empty((0, 0), dtype=dtype),
+            features=features, name=f"sphdist-embedding-{uuid.uuid4().hex}",
+        )
 
 
 def chunk_rows(parts: da.Array, key: str, chunks: tuple[int, ...], r: int) -> da.Array:
@@ -484,17 +544,14 @@ def compute(result: da.Array, desc: str, mode: bool | str = False) -> np.ndarray
     """
     with _unfused():
         blocks = list(result.to_delayed().ravel())
-    try:
-        from distributed import as_completed, default_client
-
-        client = default_client()
-    except (ImportError, ValueError):
-        client = None
+    client = active_client()
     with progress(len(blocks), desc, unit="chunk", mode=mode) as bar, _unfused():
         if client is None:
             with _BlocksDone({b.key for b in blocks}, bar):
                 values = dask.compute(*blocks)
         else:
+            from distributed import as_completed
+
             futures = client.compute(blocks)
             for _ in as_completed(futures):
                 bar.update(1)

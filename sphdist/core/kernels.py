@@ -12,11 +12,12 @@ is used throughout: a chunk ``X_c`` has shape (m features, n_c documents), ``U``
 
 The distributed solver evaluates the V-step of one iteration and the partial products the next
 U-step needs, ``X_c V_c^T`` (m, r) and ``V_c V_c^T`` (r, r), in one pass over ``X_c``
-(:func:`pass_chunk`), then sums the partials with :func:`partials_combine` /
-:func:`partials_agg` in a tree (the ``<op>_chunk`` / ``_combine`` / ``_agg`` triple of
-``dask.array.reduction``). A block's ``X_c V_c^T`` is row-sparse (only features that occur in
-its chunks have nonzero rows), so :func:`pass_block` may return it as a :class:`RowSparse`
-and the tree sums it on the union of rows; :func:`densify` makes it dense on the driver.
+(:func:`pass_block`), which :mod:`sphdist.core.partials` sums in a tree. A block's
+``X_c V_c^T`` is row-sparse (only features that occur in its chunks have nonzero rows), so
+:func:`pass_block` may return it as a :class:`~sphdist.core.partials.RowSparse`. With the
+exact V-step the pass keeps no V (:func:`embed_block` recomputes it from U when it is
+stored), and it may run on the features that occur in the corpus alone
+(:func:`~sphdist.core.partials.renumber`).
 
 Since ``U^T U = I`` and every ``||v_j|| = 1``, ``||UV||_F^2 = n`` and the objective needs no
 extra pass (:func:`objective`)::
@@ -40,10 +41,14 @@ import scipy.linalg
 import scipy.sparse as sp
 from threadpoolctl import threadpool_limits
 
-try:  # the C++ loop behind ``csc @ dense``; it accumulates into its output
-    from scipy.sparse._sparsetools import csc_matvecs as _csc_matvecs
-except ImportError:  # pragma: no cover - a SciPy without it falls back to ``out += X @ W``
-    _csc_matvecs = None
+from sphdist.core.partials import (
+    PARTIAL_FORMATS,
+    RowSparse,
+    block_rows,
+    occurring,
+    renumber,
+    spmm_accumulate,
+)
 
 __all__ = [
     "polar_factor",
@@ -52,16 +57,9 @@ __all__ = [
     "v_step",
     "pass_chunk",
     "pass_block",
-    "PARTIAL_FORMATS",
-    "RowSparse",
-    "densify",
-    "spmm_accumulate",
+    "embed_block",
     "chunk_partials",
     "project_chunk",
-    "PER_CHUNK_KEYS",
-    "partials_chunk",
-    "partials_combine",
-    "partials_agg",
     "objective",
     "lipschitz_constant",
     "random_orthonormal",
@@ -260,164 +258,10 @@ def pass_chunk(
     return part
 
 
-PARTIAL_FORMATS = ("auto", "rows", "dense")
-
-#: ``"auto"`` keeps a partial row-sparse while its rows are at most this fraction of m.
-_ROWS_MAX_FRACTION = 0.5
-
-
-class RowSparse:
-    """An (m, r) float64 matrix stored as its possibly nonzero rows; all other rows are +0.0.
-
-    Parameters
-    ----------
-    rows : ndarray of shape (k,), int64
-        Sorted, unique row indices in ``[0, m)``.
-    values : ndarray of shape (k, r), float64
-        The rows ``rows`` of the matrix.
-    shape : tuple of int
-        (m, r) of the dense matrix.
-
-    Notes
-    -----
-    Used for ``X V^T`` partials (:func:`pass_block`): a block of documents touches only the
-    features that occur in it, so ``k`` is the block's vocabulary, not m. Memory ``16 k + 8 k r``
-    bytes instead of ``8 m r``.
-
-    Examples
-    --------
-    >>> RowSparse(np.array([1]), np.array([[2.0, 3.0]]), (3, 2)).toarray()
-    array([[0., 0.],
-           [2., 3.],
-           [0., 0.]])
-    """
-
-    __slots__ = ("rows", "values", "shape")
-
-    def __init__(self, rows: np.ndarray, values: np.ndarray, shape: tuple[int, int]) -> None:
-        self.rows = rows
-        self.values = values
-        self.shape = (int(shape[0]), int(shape[1]))
-
-    @property
-    def nbytes(self) -> int:
-        """Bytes of ``rows`` and ``values``."""
-        return int(self.rows.nbytes + self.values.nbytes)
-
-    def toarray(self) -> np.ndarray:
-        """The dense (m, r) float64 matrix (absent rows +0.0)."""
-        out = np.zeros(self.shape)
-        out[self.rows] = self.values
-        return out
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        return (RowSparse, (self.rows, self.values, self.shape))
-
-    def __sizeof__(self) -> int:  # what dask's memory accounting sees (sys.getsizeof)
-        return object.__sizeof__(self) + self.nbytes
-
-
-def densify(XVt: Any) -> np.ndarray:
-    """An ``X V^T`` partial as a dense (m, r) float64 ndarray (a :class:`RowSparse` or ndarray).
-
-    Examples
-    --------
-    >>> densify(np.ones((2, 1))).ravel()
-    array([1., 1.])
-    """
-    return XVt.toarray() if isinstance(XVt, RowSparse) else XVt
-
-
-def _sum_xvt(terms: list[Any]) -> Any:
-    """Left-fold sum of ``X V^T`` partials (ndarray or :class:`RowSparse`) in list order.
-
-    Every element of the result is ``((t_0 + t_1) + t_2) + ...`` over the terms that store the
-    element, exactly as the dense fold, minus additions of a stored +0.0. Those are identities
-    (``x + 0.0 == x`` bitwise for every x but -0.0, and a partial accumulated from +0.0 never
-    holds -0.0: under round-to-nearest a sum is -0.0 only if both addends are), so the result
-    is bitwise the dense sum. Row-sparse when every term is and the union of their rows is at
-    most half of m, dense otherwise.
-    """
-    if len(terms) == 1:
-        return terms[0]
-    if all(isinstance(t, np.ndarray) for t in terms):  # the dense route, as before
-        total = terms[0]
-        for t in terms[1:]:
-            total = total + t
-        return total
-    m, r = terms[0].shape
-    sparse = [t for t in terms if isinstance(t, RowSparse)]
-    union = None
-    if len(sparse) == len(terms):
-        mask = np.zeros(m, dtype=bool)
-        for t in sparse:
-            mask[t.rows] = True
-        k = int(np.count_nonzero(mask))
-        if k <= _ROWS_MAX_FRACTION * m:
-            union = np.flatnonzero(mask)
-    if union is None:
-        acc = np.zeros((m, r))
-        for t in terms:
-            if isinstance(t, RowSparse):
-                acc[t.rows] += t.values
-            else:
-                acc += t
-        return acc
-    acc = np.zeros((union.size, r))
-    for t in sparse:
-        acc[np.searchsorted(union, t.rows)] += t.values
-    return RowSparse(union.astype(np.int64), acc, (m, r))
-
-
-def spmm_accumulate(X_c: Any, W: np.ndarray, out: np.ndarray) -> np.ndarray:
-    """``out += X_c @ W`` in place, without an (m, r) temporary for sparse ``X_c``.
-
-    Parameters
-    ----------
-    X_c : scipy.sparse matrix or ndarray of shape (m, n_c)
-        Document columns; CSC takes the in-place route, other formats go through a temporary.
-    W : ndarray of shape (n_c, r)
-        Dense right factor (``V_c^T``).
-    out : ndarray of shape (m, r), float64, C-contiguous
-        The accumulator; modified in place.
-
-    Returns
-    -------
-    ndarray of shape (m, r), float64
-        ``out``.
-
-    Notes
-    -----
-    For a CSC chunk this is SciPy's own ``csc @ dense`` loop (``csc_matvecs``, which adds into
-    its output) called on ``out`` directly, in float64 whatever the chunk's dtype: it skips
-    allocating, zeroing and adding a fresh (m, r) product per chunk, which at m = 2**18,
-    r = 100 is 210 MB of memory traffic three times over.
-
-    Examples
-    --------
-    >>> X = sp.csc_matrix(np.array([[1.0, 0.0], [0.0, 2.0], [3.0, 0.0]]))
-    >>> out = np.ones((3, 1))
-    >>> spmm_accumulate(X, np.array([[1.0], [1.0]]), out).ravel()
-    array([2., 3., 4.])
-    """
-    m, n_c = X_c.shape
-    r = W.shape[1]
-    if (
-        _csc_matvecs is not None and sp.issparse(X_c) and X_c.format == "csc"
-        and out.dtype == np.float64 and out.flags.c_contiguous and out.shape == (m, r)
-        and X_c.indices.dtype == X_c.indptr.dtype
-    ):
-        W = np.ascontiguousarray(W, dtype=np.float64)
-        data = np.asarray(X_c.data, dtype=np.float64)
-        _csc_matvecs(m, n_c, r, X_c.indptr, X_c.indices, data, W.ravel(), out.reshape(-1))
-    else:
-        out += np.asarray(X_c @ W, dtype=np.float64)
-    return out
-
-
 def pass_block(
     X_blocks: list[Any], U: np.ndarray, V_prev_blocks: list[np.ndarray] | None = None, *,
     lam: float = 2.0, dtype: Any = np.float64, partials: str = "auto",
+    features: np.ndarray | None = None, keep_V: bool = True, find_features: bool = False,
 ) -> dict[str, Any]:
     """:func:`pass_chunk` over consecutive chunks, summing their partials into one.
 
@@ -425,10 +269,11 @@ def pass_block(
     ----------
     X_blocks : list of scipy.sparse matrix or ndarray, each of shape (m, n_c)
         Consecutive document chunks (CSC is the efficient sparse format).
-    U : ndarray of shape (m, r), float64 or float32
+    U : ndarray of shape (m, r), or (k, r) with ``features``; float64 or float32
         ``U_{k+1}``, orthonormal columns.
     V_prev_blocks : list of ndarray of shape (r, n_c), or None
-        ``V_k`` of each chunk; None at initialisation.
+        ``V_k`` of each chunk; None at initialisation, and for the exact step (lam = 2),
+        whose V-step ``v_j = normalise(U^T x_j)`` does not depend on ``V_k``.
     lam : float, default 2.0
         Proximal parameter of Eq. 3.12.
     dtype : {numpy.float64, numpy.float32}, default float64
@@ -439,15 +284,25 @@ def pass_block(
         chunks' nonzero rows (features), when every chunk is CSC; ``"dense"``: an (m, r)
         ndarray; ``"auto"``: ``"rows"`` while that union is at most half of m. Either way the
         values are bitwise the same (the same additions into the same +0.0-initialised rows).
+    features : ndarray of shape (k,), int64, optional
+        Sorted indices of the features U's rows stand for (the features that occur in the
+        corpus, :func:`restrict`); every CSC chunk is renumbered onto them, so U, the partial
+        and its rows live in a k-row space. A chunk with a feature outside them is refused.
+    keep_V : bool, default True
+        Return the new V columns; False drops them once the partials are accumulated (the
+        stateless pass: nothing of size n leaves the task).
+    find_features : bool, default False
+        Also return ``"occurs"``, the (m,) bool mask of the features the chunks contain
+        (OR-ed by :func:`partials_combine`, which adds bool arrays).
 
     Returns
     -------
     dict
-        ``"V"``: list of ndarray (r, n_c) of ``dtype``, the new ``V_{k+1}`` per chunk
-        (Eq. 3.12); ``"XVt"``: ndarray (m, r) or :class:`RowSparse`, float64,
-        ``sum_c X_c V_c^T``; ``"VVt"``:
-        ndarray (r, r), float64; ``"sq_norm_X"``, ``"dV_sq"`` (float) and ``"n_degenerate"``
-        (int), summed over the chunks (see :func:`pass_chunk`).
+        ``"V"`` (with ``keep_V``): list of ndarray (r, n_c) of ``dtype``, the new ``V_{k+1}``
+        per chunk (Eq. 3.12); ``"XVt"``: ndarray (m, r) (or (k, r)) or :class:`RowSparse`,
+        float64, ``sum_c X_c V_c^T``; ``"VVt"``: ndarray (r, r), float64; ``"sq_norm_X"``,
+        ``"dV_sq"`` (float) and ``"n_degenerate"`` (int), summed over the chunks (see
+        :func:`pass_chunk`); ``"occurs"`` with ``find_features``.
 
     Notes
     -----
@@ -461,14 +316,18 @@ def pass_block(
     Raises
     ------
     ValueError
-        If ``partials`` is not one of :data:`PARTIAL_FORMATS`.
+        If ``partials`` is not one of :data:`PARTIAL_FORMATS`, or a chunk contains a feature
+        outside ``features``.
     """
     if partials not in PARTIAL_FORMATS:
         raise ValueError(f"partials must be one of {PARTIAL_FORMATS}, got {partials!r}")
     dtype = np.dtype(dtype)
+    occurs = occurring(X_blocks) if find_features else None
+    if features is not None:
+        X_blocks = renumber(X_blocks, features)
     m, r = U.shape
     U = np.asarray(U, dtype=dtype)
-    rows, targets = _block_rows(X_blocks, m, partials)
+    rows, targets = block_rows(X_blocks, m, partials)
     XVt = np.zeros((m if rows is None else rows.size, r))
     VVt = np.zeros((r, r))
     sq_norm_X = dV_sq = 0.0
@@ -476,15 +335,11 @@ def pass_block(
     Vs = []
     with threadpool_limits(limits=1, user_api="blas"):
         for i, X_c in enumerate(X_blocks):
-            X_d = X_c if X_c.dtype == dtype else X_c.astype(dtype)
-            # C order for A and V_prev: the rounding of the V-step and of V V^T then never
-            # depends on the memory layout V_prev arrived in (a checkpoint, a persisted chunk)
-            A = np.ascontiguousarray(np.asarray(X_d.T @ U).T)
             V_prev = None if V_prev_blocks is None else np.ascontiguousarray(V_prev_blocks[i])
-            V, degenerate = v_step(A, V_prev, lam)
-            V = np.asarray(V, dtype=dtype)
+            V, degenerate = _chunk_v(X_c, U, V_prev, lam, dtype)
             V64 = np.asarray(V, dtype=np.float64)
-            Vs.append(V)
+            if keep_V:
+                Vs.append(V)
             VVt += V64 @ V64.T
             spmm_accumulate(X_c if rows is None else targets[i], V64.T, XVt)
             sq_norm_X += _sq_norm(X_c)
@@ -493,38 +348,57 @@ def pass_block(
             n_degenerate += int(degenerate.sum())
     if rows is not None:
         XVt = RowSparse(rows, XVt, (m, r))
-    return {
-        "V": Vs, "XVt": XVt, "VVt": VVt, "sq_norm_X": sq_norm_X, "dV_sq": dV_sq,
+    part = {
+        "XVt": XVt, "VVt": VVt, "sq_norm_X": sq_norm_X, "dV_sq": dV_sq,
         "n_degenerate": n_degenerate,
     }
+    if keep_V:
+        part["V"] = Vs
+    if occurs is not None:
+        part["occurs"] = occurs
+    return part
 
 
-def _block_rows(X_blocks: list[Any], m: int, partials: str) -> tuple[Any, list[Any]]:
-    """The union of the chunks' nonzero rows, and each CSC chunk with its rows renumbered.
+def _chunk_v(
+    X_c: Any, U: np.ndarray, V_prev: np.ndarray | None, lam: float, dtype: np.dtype
+) -> tuple[np.ndarray, np.ndarray]:
+    """The V-step of one chunk in ``dtype`` (U already in ``dtype``): Eq. 3.12."""
+    X_d = X_c if X_c.dtype == dtype else X_c.astype(dtype)
+    # C order for A and V_prev: the rounding of the V-step and of V V^T then never depends on
+    # the memory layout V_prev arrived in (a checkpoint, a persisted chunk)
+    A = np.ascontiguousarray(np.asarray(X_d.T @ U).T)
+    V, degenerate = v_step(A, V_prev, lam)
+    return np.asarray(V, dtype=dtype), degenerate
 
-    ``(None, [])`` when the block partial is to be dense. The renumbered chunk shares data and
-    indptr with the original and has rows ``searchsorted(union, indices)``, so
-    ``csc @ dense`` on it performs, row for row, the additions it performs on the original.
+
+def embed_block(
+    X_c: Any, U: np.ndarray, *, dtype: Any = np.float64, features: np.ndarray | None = None,
+) -> np.ndarray:
+    """``V_c = normalise(U^T X_c)``: the exact V-step of one chunk (lam = 2, Eq. 3.12).
+
+    Parameters
+    ----------
+    X_c : scipy.sparse matrix or ndarray of shape (m, n_c), float64
+        Document columns of the chunk.
+    U : ndarray of shape (m, r), or (k, r) with ``features``
+        Orthonormal columns.
+    dtype : {numpy.float64, numpy.float32}, default float64
+        Compute dtype, as in :func:`pass_block`.
+    features : ndarray of shape (k,), int64, optional
+        As in :func:`pass_block`.
+
+    Returns
+    -------
+    ndarray of shape (r, n_c), ``dtype``
+        Bitwise the ``V`` that :func:`pass_block` computes with the same U (unit columns; a
+        document with ``U^T x_j = 0`` gets ``e_1``).
     """
-    if partials == "dense" or not all(
-        sp.issparse(X_c) and X_c.format == "csc" for X_c in X_blocks
-    ):
-        return None, []
-    mask = np.zeros(m, dtype=bool)
-    for X_c in X_blocks:
-        mask[X_c.indices] = True
-    rows = np.flatnonzero(mask)
-    if partials == "auto" and rows.size > _ROWS_MAX_FRACTION * m:
-        return None, []
-    position = np.zeros(m, dtype=np.int64)
-    position[rows] = np.arange(rows.size)
-    targets = []
-    for X_c in X_blocks:
-        indices = position[X_c.indices].astype(X_c.indptr.dtype, copy=False)
-        targets.append(
-            sp.csc_matrix((X_c.data, indices, X_c.indptr), shape=(rows.size, X_c.shape[1]))
-        )
-    return rows.astype(np.int64, copy=False), targets
+    dtype = np.dtype(dtype)
+    if features is not None:
+        (X_c,) = renumber([X_c], features)
+    with threadpool_limits(limits=1, user_api="blas"):
+        V, _ = _chunk_v(X_c, np.asarray(U, dtype=dtype), None, 2.0, dtype)
+    return V
 
 
 def chunk_partials(X_c: Any, V: np.ndarray, n_degenerate: int = 0) -> dict[str, Any]:
@@ -574,57 +448,6 @@ def project_chunk(X_c: Any, Q: np.ndarray) -> dict[str, Any]:
     step V0: U_0 = the leading left singular vectors of X).
     """
     return chunk_partials(X_c, np.asarray(X_c.T @ Q).T)
-
-
-#: Keys of a chunk's result that hold per-chunk arrays (kept chunked), not summable partials.
-PER_CHUNK_KEYS = ("V", "H", "G")
-
-
-def partials_chunk(part: dict[str, Any], axis: Any = None, keepdims: bool = False) -> dict:
-    """Keep the summable partials of a chunk's result (drops :data:`PER_CHUNK_KEYS`)."""
-    return {key: value for key, value in part.items() if key not in PER_CHUNK_KEYS}
-
-
-def flatten_partials(parts: Any) -> list[dict[str, Any]]:
-    """The dicts of a (possibly nested) list of partials, depth first, in list order.
-
-    >>> [p["i"] for p in flatten_partials([{"i": 0}, [{"i": 1}, [{"i": 2}]], {"i": 3}])]
-    [0, 1, 2, 3]
-    """
-    flat: list[dict[str, Any]] = []
-    stack = [parts]
-    while stack:
-        item = stack.pop()
-        if isinstance(item, dict):
-            flat.append(item)
-        else:
-            stack.extend(reversed(list(item)))
-    return flat
-
-
-def partials_combine(parts: Any, axis: Any = None, keepdims: bool = False) -> dict:
-    """Sum a (possibly nested) list of partials dicts, key by key, in list order.
-
-    The order is fixed by the reduction tree, not by task completion, so the sum is
-    bitwise reproducible. ``"XVt"`` partials may be :class:`RowSparse`; their sum stays
-    row-sparse on the union of rows while that is at most half of m, and is bitwise the sum
-    of the dense partials either way. Every other key is summed with ``+`` (arrays, floats,
-    ints), whatever the kernel that produced it.
-    """
-    flat = flatten_partials(parts)
-    total = dict(flat[0])
-    for part in flat[1:]:
-        for key in total:
-            if key != "XVt":
-                total[key] = total[key] + part[key]
-    if "XVt" in total:
-        total["XVt"] = _sum_xvt([part["XVt"] for part in flat])
-    return total
-
-
-def partials_agg(parts: Any, axis: Any = None, keepdims: bool = False) -> dict:
-    """Final step of the tree sum: the same as :func:`partials_combine`."""
-    return partials_combine(parts)
 
 
 def objective(sq_norm_X: float, U: np.ndarray, XVt: np.ndarray, n: int) -> float:

@@ -34,10 +34,11 @@ from sklearn.utils._param_validation import StrOptions
 
 from sphdist import _validation
 from sphdist._validation import Number, at_least, skip_validation, validated
-from sphdist.core import kernels
+from sphdist.core import kernels, partials
 
 __all__ = [
-    "PARAMS", "SOLVER_PARAMS", "JOB_PARAMS", "STEP_MODES", "Param", "Number", "FloatDtype",
+    "PARAMS", "SOLVER_PARAMS", "JOB_PARAMS", "STEP_MODES", "MAX_STEP", "Param", "Number",
+    "FloatDtype",
     "validate", "defaults", "validated", "constraints", "skip_validation",
 ]
 
@@ -86,14 +87,36 @@ def _finite(left: float) -> Number:
     return Number(Real, left, np.inf, closed="left")
 
 
+#: Largest fixed ``lam`` and ``mu``: 2**52 = 1 / eps(float64) (4.5e15).
+#:
+#: Above it a step computes nothing more: in the V-step ``q = 2 U^T x_j + (lam - 2) v_j`` (Liu
+#: et al. 2019, Eq. 3.12) the data term of a unit-norm document, ``|2 U^T x_j| <= 2``, is then
+#: within a couple of ulps of the proximal term (``(lam - 2) |v_ij| <= lam``, whose ulp reaches
+#: ``lam * eps = 1`` at the bound), so ``v_j`` moves by rounding alone. ``mu`` takes the same
+#: bound: the data term of the U-step's ``M = 2 (X V^T - U V V^T) + mu U`` (Eq. 3.11) grows
+#: with the number of documents, so it still counts at 2**52. What a larger value does
+#: risk is overflow: ``||q||^2 <= (lam + 2 ||U^T x_j||)^2`` leaves float32 above ~1.8e19 (the
+#: ``dtype="float32"`` V-step) and float64 above ~1.3e154, and the Gram route of the polar
+#: factor squares ``mu`` (``M^T M``); ``lam=1e160`` then made the objective rise and flagged
+#: most documents degenerate, ``mu=1e200`` stopped the fit with a LinAlgError. Up to 2**52
+#: every step stays finite in both compute dtypes. ``"theory"`` (L_c ~ 2 n) is not bounded.
+MAX_STEP = float(2**52)
+
+
+def _step(left: float) -> Number:
+    return Number(Real, left, MAX_STEP, closed="both")
+
+
 #: Every parameter of a Spherical PCA fit, in the order of the estimator's signature.
 PARAMS: dict[str, Param] = {p.name: p for p in (
     Param("n_components", (at_least(1),), 2,
           "r, the dimension of the embedding; at most min(features, documents)."),
-    Param("lam", (_finite(2.0), StrOptions(set(STEP_MODES))), "exact",
-          "Proximal parameter of the V-step (Liu et al. 2019, Eq. 3.12)."),
-    Param("mu", (_finite(0.0), StrOptions(set(STEP_MODES))), "exact",
-          "Proximal parameter of the U-step (Liu et al. 2019, Eq. 3.11); exact: U = polar(X V^T)."),
+    Param("lam", (_step(2.0), StrOptions(set(STEP_MODES))), "exact",
+          "Proximal parameter of the V-step (Liu et al. 2019, Eq. 3.12); at most 2**52 (beyond, "
+          "the step leaves V as it is, to rounding, and its arithmetic can overflow)."),
+    Param("mu", (_step(0.0), StrOptions(set(STEP_MODES))), "exact",
+          "Proximal parameter of the U-step (Liu et al. 2019, Eq. 3.11); exact: U = polar(X V^T); "
+          "at most 2**52, as lam."),
     Param("max_iter", (at_least(0),), 100, "Maximum iterations after the initialisation."),
     Param("tol", (_finite(0.0),), 1e-4,
           "Stop when the relative objective change |f_{k-1} - f_k| / |f_{k-1}| is below this."),
@@ -110,7 +133,7 @@ PARAMS: dict[str, Param] = {p.name: p for p in (
           "Compute dtype of U^T X and of V; partials, objective and U stay float64."),
     Param("polar", (StrOptions(set(kernels.POLAR_METHODS)),), "auto",
           "Route of the U-step's polar factor (auto: the r x r Gram matrix when m >= 64 r)."),
-    Param("partials", (StrOptions(set(kernels.PARTIAL_FORMATS)),), "auto",
+    Param("partials", (StrOptions(set(partials.PARTIAL_FORMATS)),), "auto",
           "Format of the X V^T block partials (bitwise the same result; auto moves fewer bytes)."),
     Param("max_partials", (at_least(1),), 8,
           "At most this many (m, r) partials per pass: blocks of consecutive document chunks."),

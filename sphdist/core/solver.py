@@ -15,8 +15,8 @@ Each iteration k -> k+1 is
 
    ``X V^T`` partials are **row-sparse** by default (``partials="auto"``): a block's
    ``sum_c X_c V_c^T`` is nonzero only on the features that occur in its chunks, so it is kept
-   as those rows (:class:`kernels.RowSparse`), the tree adds partials on the union of their
-   rows, and the driver densifies the result once (:func:`kernels.densify`). The values are
+   as those rows (:class:`partials.RowSparse`), the tree adds partials on the union of their
+   rows, and the driver densifies the result once (:func:`partials.densify`). The values are
    bitwise those of the dense route; a partial whose rows exceed half of m is dense.
 
 The objective ``||X - U_{k+1} V_{k+1}||_F^2`` follows from the same partials
@@ -52,6 +52,7 @@ References
 from __future__ import annotations
 
 import dataclasses
+import logging
 import time
 from collections.abc import Callable
 from typing import Any
@@ -65,50 +66,64 @@ from sphdist._validation import check_bound, skip_validation
 from sphdist.core import graph, kernels
 from sphdist.core import params as params_table
 from sphdist.core.params import STEP_MODES
-from sphdist.errors import DataError
+from sphdist.errors import CheckpointMismatchError, DataError
 
 __all__ = [
-    "FitState", "check_params", "initialize", "iterate", "fit", "STEP_MODES",
+    "FitState", "check_params", "initialize", "resume", "iterate", "fit", "embedding",
+    "stateless", "STEP_MODES",
 ]
 
 _PALM_FACTOR = 1.1
 
+logger = logging.getLogger("sphdist")
+
 
 @dataclasses.dataclass
 class FitState:
-    """Everything Algorithm 1 carries from one iteration to the next (a checkpoint).
+    """Everything Algorithm 1 carries from one iteration to the next.
 
     Attributes
     ----------
     iteration : int
         Completed iterations k (0 after initialisation).
-    U : ndarray of shape (m, r), float64
-        ``U_k``, orthonormal columns.
-    V : dask.array.Array of shape (r, n), float64
-        ``V_k``, unit columns, chunked like the document chunks of X (persisted).
-    XVt : ndarray of shape (m, r), float64
-        ``X V_k^T``.
-    VVt : ndarray of shape (r, r), float64
-        ``V_k V_k^T``.
+    U : ndarray of shape (m, r), or (k, r) when ``features`` is set; float64
+        ``U_k``, orthonormal columns; with ``features``, its rows of those features (every
+        other row of ``U_k`` is zero; :attr:`U_full` is the (m, r) matrix).
+    V : dask.array.Array of shape (r, n), or None
+        ``V_k``, unit columns, chunked like the document chunks of X, when the iteration
+        keeps it (a step with lam != 2, or ``keep_V``); None for the stateless exact
+        iteration, where ``V_k = normalise(U_k^T X)`` (:func:`embedding`).
+    XVt : ndarray of shape (m, r) (or (k, r) with ``features``), float64, or None
+        ``X V_k^T``; None in a checkpoint that stores U alone (the next pass recomputes it).
+    VVt : ndarray of shape (r, r), float64, or None
+        ``V_k V_k^T``; None as ``XVt``.
     sq_norm_X : float
         ``||X||_F^2``.
     objective : list of float
         ``||X - U_i V_i||_F^2`` for i = 0..k (k + 1 values).
     u_step_norm, v_step_norm : list of float
-        ``||U_i - U_{i-1}||_F`` and ``||V_i - V_{i-1}||_F`` for i = 1..k (k values).
+        ``||U_i - U_{i-1}||_F`` and ``||V_i - V_{i-1}||_F`` for i = 1..k (k values); the V
+        step norm is NaN where V_{i-1} was not kept (the stateless iteration).
     seconds : list of float
         Wall time of each iteration i = 0..k, in seconds (not part of the maths).
     n_degenerate : int
-        Columns of ``V_k`` whose ``q`` was zero (kept from the previous iterate).
+        Columns of ``V_k`` whose ``q`` was zero (kept from the previous iterate, or ``e_1``).
     converged : bool
         Whether the relative objective decrease fell below ``tol``.
+    features : ndarray of shape (k,), int64, or None
+        The features (rows of X) that occur in the corpus, when the iteration runs on them
+        alone (:func:`iterate`); None: all m.
+    occurring : ndarray of shape (m,), bool, or None
+        The features found by the last full-space pass, to restrict to at the next U-step.
+    n_features : int
+        m (0: ``U.shape[0]``).
     """
 
     iteration: int
     U: np.ndarray
-    V: da.Array
-    XVt: np.ndarray
-    VVt: np.ndarray
+    V: da.Array | None
+    XVt: np.ndarray | None
+    VVt: np.ndarray | None
     sq_norm_X: float
     objective: list[float]
     u_step_norm: list[float]
@@ -116,6 +131,18 @@ class FitState:
     seconds: list[float]
     n_degenerate: int = 0
     converged: bool = False
+    features: np.ndarray | None = None
+    occurring: np.ndarray | None = None
+    n_features: int = 0
+
+    @property
+    def U_full(self) -> np.ndarray:
+        """Ndarray of shape (m, r), float64: ``U_k`` in the whole feature space."""
+        if self.features is None:
+            return self.U
+        full = np.zeros((self.n_features, self.U.shape[1]))
+        full[self.features] = self.U
+        return full
 
     @property
     def relative_change(self) -> float:
@@ -231,6 +258,7 @@ def initialize(
     X: da.Array, n_components: int, *, init: str = "random", random_state: Any = None,
     init_n_iter: int = 4, split_every: int = 8, U0: np.ndarray | None = None,
     max_partials: int = 8, dtype: Any = np.float64, partials: str = "auto",
+    keep_V: bool = False, find_features: bool = False,
 ) -> FitState:
     """Iteration 0: ``U_0`` and ``V_0 = normalise(U_0^T X)``, in one pass (plus SVD passes).
 
@@ -260,6 +288,11 @@ def initialize(
         Format of the ``X V^T`` block partials on the cluster (:func:`kernels.pass_block`):
         row-sparse on the features a block touches, dense (m, r), or row-sparse while at most
         half of m. Bitwise the same result; ``"auto"`` moves far fewer bytes.
+    keep_V : bool, default False
+        Keep ``V_0`` on the cluster (persisted) for a V-step that needs it (lam != 2).
+    find_features : bool, default False
+        Also find the features that occur in X (``state.occurring``), so that
+        :func:`iterate` runs on them alone from the first U-step on.
 
     Returns
     -------
@@ -272,7 +305,7 @@ def initialize(
         If X contains NaN or Inf.
     """
     t0 = time.perf_counter()
-    m, n = X.shape
+    m = X.shape[0]
     rs = check_random_state(random_state)
     if U0 is not None:
         U = kernels.polar_factor(np.asarray(U0, dtype=np.float64))
@@ -280,22 +313,108 @@ def initialize(
         U = svd_init(X, n_components, rs, n_iter=init_n_iter, split_every=split_every)
     else:
         U = kernels.random_orthonormal(m, n_components, rs)
+    state = FitState(
+        iteration=0, U=U, V=None, XVt=None, VVt=None, sq_norm_X=0.0, objective=[],
+        u_step_norm=[], v_step_norm=[], seconds=[], n_features=m,
+    )
+    state = _full_pass(
+        X, state, keep_V=keep_V, find_features=find_features, split_every=split_every,
+        max_partials=max_partials, dtype=dtype, partials=partials,
+    )
+    state.objective = [state.objective[0]]
+    state.seconds = [time.perf_counter() - t0]
+    return state
+
+
+def _full_pass(
+    X: da.Array, state: FitState, *, keep_V: bool, find_features: bool, split_every: int,
+    max_partials: int, dtype: Any, partials: str,
+) -> FitState:
+    """The pass with ``U_k`` on all m rows that starts a fit (k = 0) or resumes one (k > 0).
+
+    Returns the state with ``V_k`` (if kept), the partials and ``f_k`` appended to the
+    objective history. At k > 0 of a fit that restricts itself to the occurring features,
+    the result is restricted at once, as the uninterrupted run had it.
+    """
+    n = X.shape[1]
+    U = state.U_full
     V, total = graph.block_pass(
         X, U, None, lam=2.0, split_every=split_every, max_partials=max_partials,
-        dtype=dtype, partials=partials,
+        dtype=dtype, partials=partials, keep_V=keep_V, find_features=find_features,
     )
     sq = total["sq_norm_X"]
     if not np.isfinite(sq) or not np.all(np.isfinite(total["XVt"])):
         raise DataError(
-            "X contains NaN or Inf values (||X||_F^2 is not finite). To resolve this, clean "
-            "the input data before fitting."
+            "X contains NaN or Inf values, or values so large that ||X||_F^2 overflows. To "
+            "resolve this, clean the input data before fitting."
         )
-    return FitState(
-        iteration=0, U=U, V=V, XVt=total["XVt"], VVt=total["VVt"], sq_norm_X=sq,
-        objective=[kernels.objective(sq, U, total["XVt"], n)],
-        u_step_norm=[], v_step_norm=[], seconds=[time.perf_counter() - t0],
-        n_degenerate=total["n_degenerate"],
+    XVt, features, occurring = total["XVt"], None, None
+    if find_features:
+        occurring = total["occurs"]
+        if state.iteration > 0:
+            features, occurring = _features(occurring), None
+            if features is not None:
+                U, XVt = U[features], XVt[features]
+    return dataclasses.replace(
+        state, U=U, V=V, XVt=XVt, VVt=total["VVt"], sq_norm_X=sq,
+        objective=[*state.objective, kernels.objective(sq, U, XVt, n)],
+        n_degenerate=total["n_degenerate"], features=features, occurring=occurring,
+        n_features=X.shape[0],
     )
+
+
+def _features(occurring: np.ndarray) -> np.ndarray | None:
+    """Indices of the occurring features, or None when every feature occurs."""
+    features = np.flatnonzero(occurring)
+    return None if features.size == occurring.size else features
+
+
+def resume(
+    X: da.Array, state: FitState, *, keep_V: bool, find_features: bool, split_every: int = 8,
+    max_partials: int = 8, dtype: Any = np.float64, partials: str = "auto",
+) -> FitState:
+    """The state of a checkpoint that stores ``U_k`` alone, completed by one pass over X.
+
+    Parameters
+    ----------
+    X : dask.array.Array of shape (m, n), float64
+        The corpus the checkpoint was fitted on.
+    state : FitState
+        A checkpoint at iteration k: ``U`` (m, r) and the histories; ``V``, ``XVt`` and
+        ``VVt`` are recomputed.
+    keep_V, find_features
+        As the fit that wrote the checkpoint had them (:func:`fit`).
+    split_every, max_partials, dtype, partials
+        See :func:`initialize`.
+
+    Returns
+    -------
+    FitState
+        Bitwise the state the uninterrupted fit had at iteration k: ``V_k = normalise(U_k^T X)``
+        depends on ``U_k`` and X alone (Liu et al. 2019, Eq. 3.12 with lam = 2).
+
+    Raises
+    ------
+    CheckpointMismatchError
+        If the pass does not reproduce the recorded objective ``f_k`` (X is not the corpus
+        the checkpoint was fitted on).
+    """
+    t0 = time.perf_counter()
+    recorded = state.objective[-1]
+    new = _full_pass(
+        X, dataclasses.replace(state, objective=state.objective[:-1]), keep_V=keep_V,
+        find_features=find_features, split_every=split_every, max_partials=max_partials,
+        dtype=dtype, partials=partials,
+    )
+    if new.objective[-1] != recorded:
+        raise CheckpointMismatchError(
+            f"the corpus gives the objective {new.objective[-1]!r} at iteration "
+            f"{state.iteration}, the checkpoint recorded {recorded!r}: it was fitted on other "
+            "data. To resolve this, resume with the original corpus, or start a new fit."
+        )
+    logger.info("recomputed iteration %d from its U in %.2fs", state.iteration,
+                time.perf_counter() - t0)
+    return new
 
 
 def iterate(
@@ -332,26 +451,75 @@ def iterate(
     m, n = X.shape
     r = state.U.shape[1]
     L_c = kernels.lipschitz_constant(r, n, state.sq_norm_X)
+    U_prev, XVt, features = state.U, state.XVt, state.features
+    dropped = 0.0  # ||U_k||_F^2 on the rows the restriction drops
+    if state.occurring is not None and mu == "exact":
+        features = _features(state.occurring)
+        if features is not None:
+            dropped = float(np.sum(np.delete(U_prev, features, axis=0) ** 2))
+            U_prev, XVt = U_prev[features], XVt[features]
     # one BLAS thread: the U-step's GEMMs are then bitwise the same on any driver, and a
     # loaded or shared driver does not thrash (4x faster at m = 2**18, r = 100 under load 9)
     with threadpool_limits(limits=1, user_api="blas"):
-        U = kernels.u_step(state.U, state.XVt, state.VVt, _mu_value(mu, state.VVt, L_c), polar)
+        U = kernels.u_step(U_prev, XVt, state.VVt, _mu_value(mu, state.VVt, L_c), polar)
+    keep_V = state.V is not None
     V, total = graph.block_pass(
         X, U, state.V, lam=_lam_value(lam, L_c), split_every=split_every,
-        max_partials=max_partials, dtype=dtype, partials=partials,
+        max_partials=max_partials, dtype=dtype, partials=partials, features=features,
+        keep_V=keep_V,
     )
     f = kernels.objective(state.sq_norm_X, U, total["XVt"], n)
+    step = np.sqrt(np.sum((U - U_prev) ** 2) + dropped) if dropped else np.linalg.norm(
+        U - U_prev
+    )
     new = dataclasses.replace(
         state,
         iteration=state.iteration + 1, U=U, V=V, XVt=total["XVt"], VVt=total["VVt"],
         objective=[*state.objective, f],
-        u_step_norm=[*state.u_step_norm, float(np.linalg.norm(U - state.U))],
-        v_step_norm=[*state.v_step_norm, float(np.sqrt(total["dV_sq"]))],
+        u_step_norm=[*state.u_step_norm, float(step)],
+        v_step_norm=[*state.v_step_norm,
+                     float(np.sqrt(total["dV_sq"])) if keep_V else float("nan")],
         seconds=[*state.seconds, time.perf_counter() - t0],
-        n_degenerate=total["n_degenerate"],
+        n_degenerate=total["n_degenerate"], features=features, occurring=None,
     )
     new.converged = bool(new.relative_change < tol)
     return new
+
+
+def stateless(lam: Any, keep_V: bool = False) -> bool:
+    """Whether the iteration keeps no V between passes: exact V-step (lam = 2), V not asked.
+
+    With lam = 2, Eq. 3.12 is ``v_j = normalise(U_{k+1}^T x_j)`` (Liu et al. 2019): V_{k+1}
+    depends on U_{k+1} and X alone, so a pass computes each chunk's V, uses it for the
+    partials and drops it.
+    """
+    return not keep_V and (lam == "exact" or (not isinstance(lam, str) and float(lam) == 2.0))
+
+
+def embedding(X: da.Array, state: FitState, *, dtype: Any = np.float64) -> da.Array:
+    """``V_k`` of a state, as a lazy dask array chunked like the documents of X.
+
+    Parameters
+    ----------
+    X : dask.array.Array of shape (m, n), float64
+        The corpus of the fit.
+    state : FitState
+        Any iteration k.
+    dtype : numpy.float64 or numpy.float32, default float64
+        The fit's compute dtype.
+
+    Returns
+    -------
+    dask.array.Array of shape (r, n), ``dtype``
+        ``state.V`` when the iteration kept it, else ``normalise(U_k^T X)`` chunk by chunk
+        (:func:`sphdist.core.graph.embedding`): bitwise the V of the pass that computed
+        ``f_k``. Storing it writes each chunk's columns from the task that computed them.
+    """
+    if state.V is not None:
+        return state.V
+    if X.numblocks[0] != 1:
+        X = X.rechunk({0: -1})
+    return graph.embedding(X, state.U, dtype=dtype, features=state.features)
 
 
 def fit(
@@ -360,7 +528,7 @@ def fit(
     init_n_iter: int = 4, split_every: int = 8, state: FitState | None = None,
     U0: np.ndarray | None = None, callback: Callable[[FitState], None] | None = None,
     max_partials: int = 8, dtype: Any = np.float64, polar: str = "auto",
-    partials: str = "auto",
+    partials: str = "auto", keep_V: bool = False,
 ) -> FitState:
     """Run Algorithm 1 of Liu et al. (2019) on a column-chunked X.
 
@@ -403,11 +571,16 @@ def fit(
     partials : {"auto", "rows", "dense"}, default "auto"
         Format of the ``X V^T`` block partials (:func:`initialize`); the result is bitwise the
         same for all three.
+    keep_V : bool, default False
+        Keep ``V_k`` on the cluster between iterations even with lam = 2, to record
+        ``||V_{k+1} - V_k||_F`` (``v_step_norm``). Always kept for lam != 2, whose V-step
+        needs it.
 
     Returns
     -------
     FitState
-        The last iteration.
+        The last iteration. Its ``V`` is None for the stateless iteration: the embedding is
+        :func:`embedding` of the state, computed (or stored) by the caller.
 
     Raises
     ------
@@ -418,6 +591,17 @@ def fit(
 
     Notes
     -----
+    **The stateless iteration** (the default: lam = 2, ``keep_V=False``). ``V_{k+1} =
+    normalise(U_{k+1}^T X)`` (Eq. 3.12 with lam = 2) depends on ``U_{k+1}`` and X alone, so
+    each pass computes a chunk's V, adds its partials and drops it: nothing of size n lives on
+    the cluster between iterations, and a checkpoint needs ``U_k`` alone (:func:`resume`
+    recomputes the rest in one pass, bitwise). With ``mu="exact"`` it also runs on the
+    features that occur in X (k of the m rows, found by the first pass): ``X V^T`` is zero on
+    the others, so ``U_{k+1} = polar(X V_k^T)`` is too, and U, its broadcast, the partials
+    and the polar factor shrink from m to k rows (:attr:`FitState.U_full` restores them).
+    Columns whose ``U^T x_j`` is zero get ``e_1`` (the kept path keeps ``V_k``'s column
+    instead; both give ``e_1`` to an empty document). ``v_step_norm`` is NaN there.
+
     Memory per worker (w workers, one thread each; B = number of blocks,
     ``len(graph.block_bounds(n_chunks, max_partials, chunk_sizes))``; G chunks per block (at
     most ``graph.MAX_BLOCK_DOCUMENTS`` = 32768 documents, so this term does not grow with n);
@@ -432,13 +616,16 @@ def fit(
                                                P = min(B, split_every) + 1 on the worker that
                                                runs a combine of the tree
                    + 8 k_t r                   the sum of a combine of the tree
-                   + 2 d r n / w               V_k and V_{k+1} of its documents
                    + G c_X                     the chunks of one block
+                   [+ 2 d r n / w]             V_k and V_{k+1} of its documents, only
+                                               when V is kept (lam != 2 or keep_V)
 
-    Everything but the V term is independent of n (k_b and k_t are bounded by the vocabulary
-    and by m). The driver holds about six (m, r) float64 arrays (U_k, U_{k+1}, X V^T, M and
-    temporaries of the U-step) and the received row-sparse sum: ``~ 48 m r + 8 k_t r``
-    bytes. The benchmark (``pipelines/benchmark.py``) compares this with measured peak RSS.
+    With the stateless iteration every term is independent of n (k_b and k_t are bounded by
+    the vocabulary and by m; m is then the number of occurring features). The driver holds
+    about six (m, r) float64 arrays (U_k, U_{k+1}, X V^T, M and temporaries of the U-step)
+    and the received row-sparse sum: ``~ 48 m r + 8 k_t r`` bytes (after the first pass, m
+    the occurring features). The benchmark (``pipelines/benchmark.py``) compares this with
+    measured peak RSS.
     """
     check_params(
         n_components, X.shape, lam=lam, mu=mu, max_iter=max_iter, tol=tol, init=init,
@@ -447,19 +634,25 @@ def fit(
     )
     if X.numblocks[0] != 1:
         X = X.rechunk({0: -1})
+    keep_V = not stateless(lam, keep_V)
+    # the stateless exact iteration with the exact U-step runs on the occurring features:
+    # X V^T is zero on every other row, so U_{k+1} = polar(X V_k^T) is zero there too
+    find_features = not keep_V and mu == "exact"
+    passes = {"split_every": split_every, "max_partials": max_partials, "dtype": dtype,
+              "partials": partials}
     if state is None:
         state = initialize(
-            X, n_components, init=init, random_state=random_state,
-            init_n_iter=init_n_iter, split_every=split_every, U0=U0,
-            max_partials=max_partials, dtype=dtype, partials=partials,
+            X, n_components, init=init, random_state=random_state, init_n_iter=init_n_iter,
+            U0=U0, keep_V=keep_V, find_features=find_features, **passes,
         )
         if callback is not None:
             callback(state)
+    elif state.XVt is None and state.iteration < max_iter and not state.converged:
+        state = resume(X, state, keep_V=keep_V, find_features=find_features, **passes)
+    elif not keep_V:
+        state = dataclasses.replace(state, V=None)  # a checkpoint that stored V_k too
     while state.iteration < max_iter and not state.converged:
-        state = iterate(
-            X, state, lam=lam, mu=mu, tol=tol, split_every=split_every,
-            max_partials=max_partials, dtype=dtype, polar=polar, partials=partials,
-        )
+        state = iterate(X, state, lam=lam, mu=mu, tol=tol, polar=polar, **passes)
         if callback is not None:
             callback(state)
     return state

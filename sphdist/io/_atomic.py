@@ -8,6 +8,10 @@ complete tree or the new complete tree, never a mixture:
 2. ``staging`` -> ``target``
 3. remove ``target.old``
 
+Before step 1 every file and directory of the staging tree is flushed to disk (``fsync``), and
+the parent directory after step 2, so the commit is durable against a power loss, not only a
+killed process.
+
 A crash between 1 and 2 leaves ``target.old`` (complete) and no ``target``; readers then read
 ``target.old`` in place (:func:`readable_path`) and change nothing, and the next writer puts it
 back (:func:`recover_directory`, which :func:`commit_directory` calls first). ``rename(2)`` of
@@ -33,6 +37,7 @@ from typing import NamedTuple
 __all__ = [
     "staging_path",
     "commit_directory",
+    "fsync_tree",
     "recover_directory",
     "discard",
     "discard_stale",
@@ -101,13 +106,40 @@ def commit_directory(staging: str | os.PathLike[str], target: str | os.PathLike[
         :func:`recover_directory` restores).
     """
     staging, target = Path(staging), Path(target)
+    fsync_tree(staging)  # the data reach the disk before a rename makes them the target
     recover_directory(target)
     old = _old(target)
     if target.exists():
         os.replace(target, old)
     os.replace(staging, target)
+    _fsync_directory(target.parent)  # the renames too: a power loss keeps the new tree
     if old.exists():
         shutil.rmtree(old, ignore_errors=True)
+
+
+def fsync_tree(root: str | os.PathLike[str]) -> None:
+    """Flush every file and directory of a tree to disk (``fsync(2)``), files first.
+
+    Parameters
+    ----------
+    root : path-like
+        A complete staging tree.
+
+    Notes
+    -----
+    Without it a rename can reach the disk before the data it publishes (ext4's and XFS's
+    delayed allocation), and a power loss then leaves a committed tree of empty or torn
+    files; a killed process alone cannot cause that, since the kernel's page cache survives
+    it.
+    """
+    for directory, _, files in os.walk(root, topdown=False):
+        for name in files:
+            fd = os.open(os.path.join(directory, name), os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        _fsync_directory(Path(directory))
 
 
 def discard(path: str | os.PathLike[str]) -> None:

@@ -4,11 +4,13 @@ This is the only module that knows the model layout::
 
     model.zarr/                  zarr v3 group
       zarr.json                  attributes (below)
-      U        (m, r)            float64   U_k, orthonormal columns
+      U        (m, r)            float64   U_k, orthonormal columns (zero on the rows of
+                                           features absent from the corpus)
       V        (r, n)            float64   V_k, unit columns (embedding of document j: V[:, j]),
-                                           chunked along documents
-      state/XVt (m, r)           float64   X V_k^T   } the partials the next U-step needs,
-      state/VVt (r, r)           float64   V_k V_k^T } so --resume makes no extra pass over X
+                                           chunked along documents; only in the final model
+                                           (and in checkpoints of fits that keep V)
+      state/XVt (m, r)           float64   X V_k^T   } only for fits that keep V (lam != 2):
+      state/VVt (r, r)           float64   V_k V_k^T } the partials the next U-step needs
       idf      (m,)              float64   the corpus idf (absent for dense input)
       vocabulary (m,)            str       the corpus feature names (vocabulary scheme only)
 
@@ -31,9 +33,16 @@ model: ``corpus.feature_scheme``, ``corpus.tfidf``, ``idf`` and ``vocabulary`` (
 complete across ``--resume``: a resumed fit continues the saved lists. Embeddings of other
 documents (``sphdist transform``) are stored as ``embedding.zarr`` (:mod:`sphdist.io.embedding`).
 
+A **checkpoint** of the default (stateless) fit holds ``U_k`` and the histories alone:
+``(m r + O(m)) * 8`` bytes before compression, whatever n (``V_k = normalise(U_k^T X)`` is
+recomputed by one pass on ``--resume``, :func:`sphdist.core.solver.resume`). The **final
+model** adds V, written chunk by chunk by the tasks that compute it, never gathered on the
+driver. :meth:`Model.V` of a checkpoint says the fit stopped and how to finish it.
+
 Every write builds the whole group in a sibling staging directory and commits it with an atomic
-rename (:mod:`sphdist.io._atomic`): a crash at any instant leaves the previous complete checkpoint
-(or none), never a torn one. A reader of a commit interrupted between its renames reads the
+rename (:mod:`sphdist.io._atomic`), after flushing every file and directory of the tree to disk:
+a crash at any instant, a power loss included, leaves the previous complete checkpoint (or
+none), never a torn one. A reader of a commit interrupted between its renames reads the
 previous version (``model.zarr.old``) in place and changes nothing; the next writer moves it
 back (:func:`save_checkpoint`, ``load_checkpoint(path, recover=True)``). The path must be on a
 filesystem the driver and the workers share (V is written by the workers).
@@ -83,6 +92,7 @@ def save_checkpoint(
     corpus: dict[str, Any],
     idf: np.ndarray | None = None,
     vocabulary: np.ndarray | None = None,
+    V: da.Array | None = None,
 ) -> None:
     """Write ``state`` as a complete ``model.zarr``, replacing any previous one atomically.
 
@@ -91,7 +101,7 @@ def save_checkpoint(
     path : path-like
         The model directory.
     state : FitState
-        The solver state to save (U, V, partials, histories).
+        The solver state to save (U, histories; V and the partials when the fit keeps V).
     params : dict
         Solver parameters (JSON-serialisable), stored as the ``params`` attribute.
     corpus : dict
@@ -102,6 +112,10 @@ def save_checkpoint(
     vocabulary : ndarray of shape (m,), str, optional
         The corpus feature names (vocabulary scheme), kept for ``ingest --like`` and the top
         terms of each component.
+    V : dask.array.Array of shape (r, n), optional
+        The embedding to store (the final model, :func:`sphdist.core.solver.embedding`); each
+        task writes the columns it computes. Default ``state.V`` (a fit that keeps V), else
+        none: a checkpoint of U alone.
 
     Raises
     ------
@@ -110,31 +124,29 @@ def save_checkpoint(
 
     Notes
     -----
-    Writes ``(2 m r + r^2 + r n) * 8`` bytes (before compression). V is written by the
-    tasks that hold it.
+    Writes ``m r * 8`` bytes for U (its zero rows compress away) and ``m * 8`` for the idf,
+    plus, when V is stored, ``r n * 8`` (and ``(m r + r^2) * 8`` for the partials of a fit that
+    keeps V).
     """
     path = Path(path)
     staging = _atomic.staging_path(path)
+    kept = state.V is not None
+    V = state.V if V is None else V
     try:
         group = zarr.open_group(store=str(staging), mode="w-")
-        write_array(group, "U", np.asarray(state.U, dtype=np.float64))
+        U = np.asarray(state.U_full, dtype=np.float64)
+        write_array(group, "U", U)
         digests = {}
-        for name, values in (("state/XVt", state.XVt), ("state/VVt", state.VVt), ("idf", idf)):
+        partials = (("state/XVt", state.XVt), ("state/VVt", state.VVt)) if kept else ()
+        for name, values in (*partials, ("idf", idf)):
             if values is not None:
                 values = np.asarray(values, dtype=np.float64)
                 write_array(group, name, values)
                 digests[name] = content_sha256(values)
         if vocabulary is not None:
             write_vector(group, "vocabulary", np.asarray(vocabulary, dtype=object))
-        V = state.V
-        r, chunks = V.shape[0], V.chunks[1]
-        if not regular_chunks(chunks):
-            V = V.rechunk((r, max(chunks)))
-        target = group.create_array(
-            "V", shape=V.shape, dtype=np.float64, chunks=(r, max(V.chunks[1])),
-            compressors=CHECKSUMMED, config=WRITE_CONFIG,
-        )
-        da.store(V, target, lock=False)
+        if V is not None:
+            _store_V(group, V)
         group.attrs.update(json_clean({
             "sphdist": {"kind": KIND, "format_version": FORMAT_VERSION},
             "params": params,
@@ -142,17 +154,29 @@ def save_checkpoint(
             "n_iter": state.iteration,
             "objective": state.objective,
             "u_step_norm": state.u_step_norm,
-            "v_step_norm": state.v_step_norm,
+            "v_step_norm": [None if np.isnan(x) else x for x in state.v_step_norm],
             "seconds": state.seconds,
             "converged": state.converged,
             "n_degenerate": state.n_degenerate,
             "sq_norm_X": state.sq_norm_X,
-            "u_sha256": u_sha256(state.U),
+            "u_sha256": u_sha256(U),
             "sha256": digests,
         }))
         _atomic.commit_directory(staging, path)
     finally:
         _atomic.discard(staging)
+
+
+def _store_V(group: zarr.Group, V: da.Array) -> None:
+    """Store V (r, n) at ``group/V`` in regular chunks along the documents, task by task."""
+    r, chunks = V.shape[0], V.chunks[1]
+    if not regular_chunks(chunks):
+        V = V.rechunk((r, max(chunks)))
+    target = group.create_array(
+        "V", shape=V.shape, dtype=np.float64, chunks=(r, max(V.chunks[1])),
+        compressors=CHECKSUMMED, config=WRITE_CONFIG,
+    )
+    da.store(V.astype(np.float64), target, lock=False)
 
 
 def u_sha256(U: np.ndarray) -> str:
@@ -241,7 +265,14 @@ class Model(TaggedStore):
     def shape(self) -> tuple[int, int, int]:
         """(m features, r components, n documents) of the fitted factors."""
         m, r = self._group["U"].shape
-        return int(m), int(r), int(self._group["V"].shape[1])
+        if "V" in self._group:
+            return int(m), int(r), int(self._group["V"].shape[1])
+        return int(m), int(r), int(self.corpus["shape"][1])
+
+    @property
+    def has_embedding(self) -> bool:
+        """Whether V is stored (a final model); a checkpoint of U alone has none."""
+        return "V" in self._group
 
     @property
     def fingerprint(self) -> str:
@@ -262,6 +293,13 @@ class Model(TaggedStore):
         dask.array.Array of shape (r, n), float64
             Column j is the unit-norm embedding of document j.
         """
+        if not self.has_embedding:
+            raise ModelFormatError(
+                f"{self.path} is a checkpoint of a fit stopped at iteration {self.n_iter} of "
+                f"{self.params.get('max_iter', '?')}: it holds U, not the embedding V. To "
+                f"resolve this, finish the fit: `sphdist fit --input "
+                f"{self.corpus.get('path', 'CORPUS')} --output {self.path} --resume`."
+            )
         V = self._array("V")
         r, c = V.chunks
         starts = range(0, V.shape[1], c)
@@ -284,16 +322,22 @@ class Model(TaggedStore):
         Returns
         -------
         FitState
-            Bitwise the state that was saved; V is persisted.
+            Bitwise the state that was saved: U and the histories; for a fit that keeps V,
+            also V (persisted) and the partials; otherwise these are None and
+            :func:`sphdist.core.solver.resume` recomputes them in one pass.
         """
         a = self.attrs
+        kept = "state/XVt" in self._group
+        U = self.U
         return FitState(
-            iteration=int(a["n_iter"]), U=self.U, V=self.V(chunks).persist(),
-            XVt=self._state_array("state/XVt"), VVt=self._state_array("state/VVt"),
+            iteration=int(a["n_iter"]), U=U, V=self.V(chunks).persist() if kept else None,
+            XVt=self._state_array("state/XVt") if kept else None,
+            VVt=self._state_array("state/VVt") if kept else None,
             sq_norm_X=float(a["sq_norm_X"]), objective=list(a["objective"]),
-            u_step_norm=list(a["u_step_norm"]), v_step_norm=list(a["v_step_norm"]),
+            u_step_norm=list(a["u_step_norm"]),
+            v_step_norm=[float("nan") if x is None else x for x in a["v_step_norm"]],
             seconds=list(a["seconds"]), n_degenerate=int(a["n_degenerate"]),
-            converged=bool(a["converged"]),
+            converged=bool(a["converged"]), n_features=U.shape[0],
         )
 
 

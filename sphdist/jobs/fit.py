@@ -27,8 +27,10 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import logging
 import os
+import time
 import weakref
 from collections.abc import Callable
 from pathlib import Path
@@ -36,8 +38,8 @@ from typing import Any, TypeVar
 
 import numpy as np
 
+from sphdist.core import graph, solver
 from sphdist.core import params as fit_params
-from sphdist.core import solver
 from sphdist.errors import (
     CheckpointMismatchError,
     CorpusMismatchError,
@@ -170,21 +172,32 @@ class PreparedFit:
         }
         vocabulary = getattr(source, "vocabulary", None)  # a Corpus of the vocabulary scheme
 
+        save = functools.partial(
+            save_checkpoint, output, params=self.params, corpus=corpus_info, idf=source.idf,
+            vocabulary=vocabulary,
+        )
+
         def on_state(s: solver.FitState) -> None:
             if callback is not None:
                 callback(s)
-            if s.iteration % self.checkpoint_every == 0 or s.converged or s.iteration >= max_iter:
-                save_checkpoint(
-                    output, s, params=self.params, corpus=corpus_info, idf=source.idf,
-                    vocabulary=vocabulary,
-                )
+            final = s.converged or s.iteration >= max_iter
+            if s.iteration % self.checkpoint_every == 0 and not final:
+                save(s)  # U_k alone (and V_k, for a fit that keeps it)
 
-        # on_state saves the last state too: the loop ends converged or at max_iter
+        X = source.to_dask()
+        if graph.active_client() is None:  # threads of this process: X read once, kept
+            X = X.persist()
         with fit_params.validated():  # prepare_fit validated every parameter
-            solver.fit(
-                source.to_dask(), state=state, U0=self.U0, callback=on_state,
+            final = solver.fit(
+                X, state=state, U0=self.U0, callback=on_state,
                 **{name: self.params[name] for name in fit_params.SOLVER_PARAMS},
             )
+        if final is not state or not open_model(output).has_embedding:
+            t0 = time.perf_counter()
+            # the final model: V written chunk by chunk by the tasks that compute it
+            save(final, V=solver.embedding(X, final, dtype=self.params["dtype"]))
+            logger.info("wrote the embedding and committed %s in %.2fs", output,
+                        time.perf_counter() - t0)
         return open_model(output)
 
     def attempt(

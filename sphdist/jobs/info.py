@@ -116,7 +116,8 @@ def _describe_model(path: Path, state: CommitState) -> dict[str, Any]:
 
     def last(values: list[float], first: int) -> list[list[float]]:
         start = max(0, len(values) - _HISTORY)
-        return [[first + i, float(values[i])] for i in range(start, len(values))]
+        return [[first + i, None if values[i] is None else float(values[i])]
+                for i in range(start, len(values))]
 
     return {
         "kind": "model", "path": str(path), "n_features": m, "n_components": r,

@@ -168,9 +168,10 @@ class SphericalPCA(
         """
         X = self._validate(X, reset=True)
         solver_params = {name: getattr(self, name) for name in params.SOLVER_PARAMS}
-        state = solver.fit(graph.document_chunks(X, self.chunk_size), **solver_params)
-        self.components_ = state.U.T
-        embedding = state.V.T
+        Xc = graph.document_chunks(X, self.chunk_size)
+        state = solver.fit(Xc, **solver_params)
+        self.components_ = state.U_full.T
+        embedding = solver.embedding(Xc, state, dtype=self.dtype).T
         self.embedding_ = embedding if isinstance(X, da.Array) else embedding.compute()
         self.objective_ = np.asarray(state.objective)
         self.u_step_norm_ = np.asarray(state.u_step_norm)

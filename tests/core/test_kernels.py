@@ -7,7 +7,7 @@ import pytest
 import scipy.linalg
 import scipy.sparse as sp
 
-from sphdist.core import kernels
+from sphdist.core import kernels, partials
 
 from ..reference import random_corpus
 
@@ -110,7 +110,7 @@ def test_partials_combine_sums_nested_lists_in_order(rng):
          "sq_norm_X": float(i), "dV_sq": 1.0, "n_degenerate": i}
         for i in range(5)
     ]
-    total = kernels.partials_agg([[parts[0], [parts[1], parts[2]]], [parts[3]], parts[4]])
+    total = partials.partials_agg([[parts[0], [parts[1], parts[2]]], [parts[3]], parts[4]])
     np.testing.assert_allclose(total["XVt"], sum(p["XVt"] for p in parts))
     assert total["sq_norm_X"] == 10.0
     assert total["n_degenerate"] == 10
@@ -177,7 +177,7 @@ def test_spmm_accumulate_adds_into_out(rng, fmt):
     W = rng.standard_normal((30, 4))
     start = rng.standard_normal((40, 4))
     out = start.copy()
-    got = kernels.spmm_accumulate(X_c, W, out)
+    got = partials.spmm_accumulate(X_c, W, out)
     assert got is out
     Xref = Xd.astype(np.float32).astype(np.float64) if fmt.endswith("float32") else Xd
     np.testing.assert_allclose(out, start + Xref @ W, atol=1e-13)
@@ -248,7 +248,7 @@ def test_row_sparse_block_partial_is_bitwise_the_dense_one(rng):
     dense = kernels.pass_block(chunks, U, V_prev, lam=3.0, partials="dense")
     rows = kernels.pass_block(chunks, U, V_prev, lam=3.0, partials="rows")
     assert isinstance(dense["XVt"], np.ndarray)
-    assert isinstance(rows["XVt"], kernels.RowSparse)
+    assert isinstance(rows["XVt"], partials.RowSparse)
     # the stored rows are exactly the features the chunks touch
     touched = np.unique(np.concatenate([c.indices for c in chunks]))
     np.testing.assert_array_equal(rows["XVt"].rows, touched)
@@ -268,7 +268,7 @@ def test_auto_partial_is_dense_when_rows_exceed_half_of_m(rng):
     U = np.linalg.qr(rng.standard_normal((400, 5)))[0]
     narrow = kernels.pass_block(_blocky_chunks(2, n_chunks=2), U, None)  # <= 80 of 400 rows
     wide = kernels.pass_block(_blocky_chunks(2, n_chunks=12), U, None)  # most of the 400
-    assert isinstance(narrow["XVt"], kernels.RowSparse)
+    assert isinstance(narrow["XVt"], partials.RowSparse)
     assert isinstance(wide["XVt"], np.ndarray)
     dense_chunk = [_blocky_chunks(2, n_chunks=1)[0].toarray()]
     assert isinstance(kernels.pass_block(dense_chunk, U, None, partials="rows")["XVt"], np.ndarray)
@@ -286,33 +286,33 @@ def test_row_sparse_tree_sum_is_bitwise_the_dense_fold(rng, tree):
         kernels.pass_block(b, U, None, partials=f) for b, f in zip(blocks, fmts, strict=True)
     ]
     dense_parts = [kernels.pass_block(b, U, None, partials="dense") for b in blocks]
-    dense_parts = [kernels.partials_chunk(p) for p in dense_parts]
-    sparse_parts = [kernels.partials_chunk(p) for p in sparse_parts]
+    dense_parts = [partials.partials_chunk(p) for p in dense_parts]
+    sparse_parts = [partials.partials_chunk(p) for p in sparse_parts]
 
     def shape(p):
         return p if tree == "flat" else [[p[0], [p[1], p[2]]], [p[3]], p[4], p[5]]
 
-    got = kernels.partials_agg(shape(sparse_parts))
+    got = partials.partials_agg(shape(sparse_parts))
     # the dense fold, written out in list order
     expected = dense_parts[0]["XVt"]
     for p in dense_parts[1:]:
         expected = expected + p["XVt"]
-    np.testing.assert_array_equal(_bits(kernels.densify(got["XVt"])), _bits(expected))
-    assert got["sq_norm_X"] == kernels.partials_agg(shape(dense_parts))["sq_norm_X"]
+    np.testing.assert_array_equal(_bits(partials.densify(got["XVt"])), _bits(expected))
+    assert got["sq_norm_X"] == partials.partials_agg(shape(dense_parts))["sq_norm_X"]
     # all-row-sparse partials on <= half of m stay row-sparse through the tree
-    only_rows = kernels.partials_agg([[sparse_parts[0]], sparse_parts[1]])  # <= 160 of 400
-    assert isinstance(only_rows["XVt"], kernels.RowSparse)
+    only_rows = partials.partials_agg([[sparse_parts[0]], sparse_parts[1]])  # <= 160 of 400
+    assert isinstance(only_rows["XVt"], partials.RowSparse)
 
 
 def test_row_sparse_sum_keeps_the_rounding_order():
     # 1e16 + 1 - 1e16 depends on the order of the additions: the fold must be t0 + t1 + t2
     def part(row, value):
-        return {"XVt": kernels.RowSparse(np.array([row]), np.array([[value]]), (4, 1)),
+        return {"XVt": partials.RowSparse(np.array([row]), np.array([[value]]), (4, 1)),
                 "VVt": np.zeros((1, 1)), "sq_norm_X": 0.0, "dV_sq": 0.0, "n_degenerate": 0}
 
     parts = [part(2, 1e16), part(2, 1.0), part(1, 5.0), part(2, -1e16), part(2, 1.0)]
-    got = kernels.densify(kernels.partials_combine(parts)["XVt"]).ravel()
-    dense = [kernels.densify(p["XVt"]) for p in parts]
+    got = partials.densify(partials.partials_combine(parts)["XVt"]).ravel()
+    dense = [partials.densify(p["XVt"]) for p in parts]
     expected = (((dense[0] + dense[1]) + dense[2]) + dense[3]) + dense[4]
     np.testing.assert_array_equal(_bits(got), _bits(expected.ravel()))
     assert got[2] == 1.0 and got[0] == 0.0 and not np.signbit(got[0])
@@ -340,7 +340,7 @@ def test_chunk_partials_match_dense_products(chunk, rng):
 
 def test_partials_combine_sums_any_keys_in_order():
     parts = [{"XVt": np.full((2, 1), v), "abs_G": v, "n": 1, "H": None} for v in (1e16, 1.0, -1e16)]
-    total = kernels.partials_agg([kernels.partials_chunk(p) for p in parts])
+    total = partials.partials_agg([partials.partials_chunk(p) for p in parts])
     assert "H" not in total and total["n"] == 3
     assert total["abs_G"] == (1e16 + 1.0) - 1e16
     np.testing.assert_array_equal(total["XVt"], np.full((2, 1), (1e16 + 1.0) - 1e16))

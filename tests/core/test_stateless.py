@@ -1,0 +1,148 @@
+"""The stateless exact iteration: equal to the path that keeps V, resumable from U alone,
+restricted to the occurring features, and holding nothing of size n on the cluster."""
+
+import dask
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+from sphdist.core import solver
+from sphdist.errors import CheckpointMismatchError
+
+from ..reference import LAYOUTS, algorithm1, chunked, random_corpus
+
+R = 3
+
+
+def _topical(m=600, n=120, seed=5):
+    """Groups of 24 documents, each group on its own 40 of the m features: most rows empty."""
+    rs = np.random.RandomState(seed)
+    cols = []
+    for g in range(n // 24):
+        rows = np.sort(rs.choice(m, 40, replace=False))
+        B = random_corpus(40, 24, density=0.2, seed=seed + g, n_empty=1)
+        cols.append(sp.csc_matrix((B.data, rows[B.indices], B.indptr), shape=(m, 24)))
+    return sp.csc_matrix(sp.hstack(cols))
+
+
+@pytest.fixture(scope="module")
+def X():
+    return _topical()
+
+
+def _checkpoint(state):
+    """What a checkpoint of the stateless fit stores: U_k (m, r) and the histories."""
+    return solver.FitState(
+        iteration=state.iteration, U=state.U_full.copy(), V=None, XVt=None, VVt=None,
+        sq_norm_X=state.sq_norm_X, objective=list(state.objective),
+        u_step_norm=list(state.u_step_norm), v_step_norm=list(state.v_step_norm),
+        seconds=list(state.seconds), n_degenerate=state.n_degenerate,
+        converged=state.converged, n_features=state.U_full.shape[0],
+    )
+
+
+pytestmark = pytest.mark.usefixtures("sync_scheduler")
+
+
+@pytest.mark.parametrize("layout", sorted(LAYOUTS))
+@pytest.mark.parametrize("corpus", ["topical", "random"])
+def test_objective_history_equals_the_path_that_keeps_V(X, layout, corpus):
+    X = X if corpus == "topical" else random_corpus(80, 120, density=0.08, seed=7, n_empty=3)
+    Xc = chunked(X, LAYOUTS[layout](X.shape[1]))
+    kw = dict(max_iter=12, tol=0, random_state=0)
+    stateless = solver.fit(Xc, R, **kw)
+    kept = solver.fit(Xc, R, keep_V=True, **kw)
+    assert kept.V is not None and stateless.V is None
+    np.testing.assert_allclose(stateless.objective, kept.objective, rtol=1e-12, atol=0)
+    np.testing.assert_allclose(stateless.U_full, kept.U, atol=1e-10)
+    V = solver.embedding(Xc, stateless).compute()
+    np.testing.assert_allclose(V, kept.V.compute(), atol=1e-10)
+
+
+def test_restricted_to_the_occurring_features_and_equal_to_the_dense_reference(X):
+    occurring = np.flatnonzero(np.diff(sp.csr_matrix(X).indptr))
+    assert occurring.size < X.shape[0] / 2
+    Xc = chunked(X, [24] * 5)
+    state = solver.fit(Xc, R, max_iter=6, tol=0, random_state=0)
+    np.testing.assert_array_equal(state.features, occurring)
+    assert state.U.shape == (occurring.size, R)  # U, its broadcast and X V^T on k rows
+    assert state.XVt.shape == (occurring.size, R)
+    U = state.U_full
+    assert U.shape == (X.shape[0], R)
+    assert not np.delete(U, occurring, axis=0).any()
+    np.testing.assert_allclose(U.T @ U, np.eye(R), atol=1e-12)
+    from sphdist.core import kernels
+
+    U0 = kernels.random_orthonormal(X.shape[0], R, np.random.RandomState(0))
+    expected, U_ref, V_ref = algorithm1(X, U0, n_iter=6, lam=2.0, mu=None)
+    np.testing.assert_allclose(state.objective, expected, rtol=1e-10)
+    np.testing.assert_allclose(U, U_ref, atol=1e-9)
+    np.testing.assert_allclose(solver.embedding(Xc, state).compute(), V_ref, atol=1e-9)
+
+
+def test_a_step_size_that_needs_V_is_not_restricted(X):
+    state = solver.fit(chunked(X, [60, 60]), R, mu=5.0, max_iter=3, tol=0, random_state=0)
+    assert state.features is None and state.U.shape == (X.shape[0], R)
+
+
+@pytest.mark.parametrize("stop_after", [0, 1, 4])
+@pytest.mark.parametrize("max_partials", [1, 3])
+def test_resume_from_U_alone_is_bitwise_the_uninterrupted_run(X, stop_after, max_partials):
+    Xc = chunked(X, [24] * 5)
+    kw = dict(tol=0, random_state=0, max_partials=max_partials)
+    full = solver.fit(Xc, R, max_iter=7, **kw)
+    part = solver.fit(Xc, R, max_iter=stop_after, **kw)
+    resumed = solver.fit(Xc, R, max_iter=7, state=_checkpoint(part), **kw)
+    assert resumed.objective == full.objective
+    assert resumed.u_step_norm == full.u_step_norm
+    np.testing.assert_array_equal(resumed.U_full.view(np.int64), full.U_full.view(np.int64))
+    np.testing.assert_array_equal(
+        solver.embedding(Xc, resumed).compute(), solver.embedding(Xc, full).compute()
+    )
+
+
+def test_resume_on_other_data_is_refused(X):
+    Xc = chunked(X, [24] * 5)
+    part = solver.fit(Xc, R, max_iter=2, tol=0, random_state=0)
+    edited = X.copy()
+    edited.data[5] *= 1.5
+    with pytest.raises(CheckpointMismatchError, match="iteration 2"):
+        solver.fit(chunked(edited, [24] * 5), R, max_iter=4, tol=0,
+                   state=_checkpoint(part))
+
+
+def test_nothing_of_size_n_stays_on_the_cluster_between_iterations():
+    distributed = pytest.importorskip("distributed")
+    m, n, r = 60, 6000, 4
+    X = random_corpus(m, n, density=0.05, seed=3, n_empty=0)
+    held = []
+    with dask.config.set(scheduler=None), distributed.LocalCluster(
+        n_workers=2, threads_per_worker=1, processes=False, dashboard_address=None,
+    ) as cluster, distributed.Client(cluster) as client:
+        Xc = chunked(X, [500] * 12).persist()
+        distributed.wait(Xc)
+        x_keys = {k for k in client.has_what().values() for k in k}
+
+        def held_bytes():
+            who, sizes = client.who_has(), client.nbytes(summary=False)
+            return sum(sizes.get(k, 0) for k, where in who.items() if where and k not in x_keys)
+
+        state = solver.fit(Xc, r, max_iter=4, tol=0, random_state=0,
+                           callback=lambda s: held.append(held_bytes()))
+        kept = []
+        solver.fit(Xc, r, max_iter=4, tol=0, random_state=0, keep_V=True,
+                   callback=lambda s: kept.append(held_bytes()))
+    assert state.iteration == 4 and len(held) == 5
+    V_bytes = 8 * r * n
+    assert max(held) < V_bytes / 4, held  # U (m r) at most, never V
+    assert min(kept) >= V_bytes  # the control: the kept path holds V
+
+
+def test_degenerate_documents_get_e1_in_both_paths():
+    X = random_corpus(30, 40, density=0.1, seed=4, n_empty=4)
+    Xc = chunked(X, [10] * 4)
+    state = solver.fit(Xc, 2, max_iter=3, tol=0, random_state=0)
+    V = solver.embedding(Xc, state).compute()
+    empty = ~np.asarray(X.astype(bool).sum(axis=0)).ravel().astype(bool)
+    assert empty.sum() >= 4 and empty.sum() == state.n_degenerate
+    np.testing.assert_array_equal(V[:, empty], np.eye(2)[:, [0]].repeat(empty.sum(), axis=1))
