@@ -62,6 +62,9 @@ MAX_BLOCK_DOCUMENTS = 32768
 
 _OBJECTS = np.empty((0,), dtype=object)
 
+#: Where a pass puts the V it keeps: lazy V -> (store to compute, lazy reader of the stored V).
+Spill = Callable[[da.Array], tuple[Any, da.Array]]
+
 
 def _unfused() -> Any:
     """Dask's low-level task fusion off, for the graphs this module computes.
@@ -341,7 +344,7 @@ def _take(part: dict[str, Any], key: str, index: int | None = None) -> np.ndarra
 def block_pass(
     X: da.Array, U: np.ndarray, V_prev: da.Array | None, *, lam: float, split_every: int,
     max_partials: int, dtype: Any, partials: str, features: np.ndarray | None = None,
-    keep_V: bool = True, find_features: bool = False,
+    keep_V: bool = True, find_features: bool = False, spill: Spill | None = None,
 ) -> tuple[da.Array | None, dict[str, Any]]:
     """One read of every chunk: :func:`sphdist.core.kernels.pass_block` per block of chunks.
 
@@ -360,11 +363,17 @@ def block_pass(
         Fan-in of the tree that sums the block partials (:func:`tree_sum`).
     max_partials : int
         At most this many blocks of consecutive chunks (:func:`block_bounds`), one task each.
+    spill : callable, optional
+        With ``keep_V``, where the new V goes instead of worker memory: called with the lazy
+        V, it returns the store to compute with the pass (``dask.array.store(...,
+        compute=False)``) and the lazy array that reads V back, chunk by chunk
+        (:class:`sphdist.io.model.ScratchV`).
 
     Returns
     -------
     V : dask.array.Array of shape (r, n), ``dtype``, or None
-        With ``keep_V``, the new V, persisted, chunked like X; else None (the tasks drop it).
+        With ``keep_V``, the new V chunked like X: persisted on the workers, or the reader
+        ``spill`` returned; else None (the tasks drop it).
     total : dict
         The summed partials (:func:`kernels.pass_block`), with ``"XVt"`` a dense, aligned
         (m, r) (or (k, r)) float64 ndarray and ``"VVt"`` an aligned (r, r) one.
@@ -398,11 +407,15 @@ def block_pass(
             ]
     total = tree_sum(da.concatenate(leaves), split_every)
     with _unfused():
-        if keep_V:
-            V, total = dask.persist(da.concatenate(V_blocks, axis=1), total)
+        V = da.concatenate(V_blocks, axis=1) if keep_V else None
+        if V is not None and spill is None:
+            V, total = dask.persist(V, total)
+            (total,) = dask.compute(total)
+        elif V is not None:
+            stored, V = spill(V)
+            _, total = dask.compute(stored, total)
         else:
-            V = None
-        (total,) = dask.compute(total)
+            (total,) = dask.compute(total)
     # aligned copies: distributed may hand back an (m, r) array at an odd address, and NumPy's
     # matmul skips BLAS for unaligned operands, which changed the U-step's rounding (and so
     # every later bit) between a cluster and the local schedulers

@@ -52,6 +52,7 @@ References
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import time
 from collections.abc import Callable
@@ -259,6 +260,7 @@ def initialize(
     init_n_iter: int = 4, split_every: int = 8, U0: np.ndarray | None = None,
     max_partials: int = 8, dtype: Any = np.float64, partials: str = "auto",
     keep_V: bool = False, find_features: bool = False,
+    spill: Callable[[int, da.Array], Any] | None = None,
 ) -> FitState:
     """Iteration 0: ``U_0`` and ``V_0 = normalise(U_0^T X)``, in one pass (plus SVD passes).
 
@@ -293,6 +295,8 @@ def initialize(
     find_features : bool, default False
         Also find the features that occur in X (``state.occurring``), so that
         :func:`iterate` runs on them alone from the first U-step on.
+    spill : callable, optional
+        Where a kept ``V_0`` goes (:func:`iterate`).
 
     Returns
     -------
@@ -320,6 +324,7 @@ def initialize(
     state = _full_pass(
         X, state, keep_V=keep_V, find_features=find_features, split_every=split_every,
         max_partials=max_partials, dtype=dtype, partials=partials,
+        spill=None if spill is None else functools.partial(spill, 0),
     )
     state.objective = [state.objective[0]]
     state.seconds = [time.perf_counter() - t0]
@@ -328,7 +333,7 @@ def initialize(
 
 def _full_pass(
     X: da.Array, state: FitState, *, keep_V: bool, find_features: bool, split_every: int,
-    max_partials: int, dtype: Any, partials: str,
+    max_partials: int, dtype: Any, partials: str, spill: graph.Spill | None = None,
 ) -> FitState:
     """The pass with ``U_k`` on all m rows that starts a fit (k = 0) or resumes one (k > 0).
 
@@ -341,6 +346,7 @@ def _full_pass(
     V, total = graph.block_pass(
         X, U, None, lam=2.0, split_every=split_every, max_partials=max_partials,
         dtype=dtype, partials=partials, keep_V=keep_V, find_features=find_features,
+        spill=spill,
     )
     sq = total["sq_norm_X"]
     if not np.isfinite(sq) or not np.all(np.isfinite(total["XVt"])):
@@ -420,7 +426,7 @@ def resume(
 def iterate(
     X: da.Array, state: FitState, *, lam: Any = "exact", mu: Any = "exact", tol: float = 1e-4,
     split_every: int = 8, max_partials: int = 8, dtype: Any = np.float64, polar: str = "auto",
-    partials: str = "auto",
+    partials: str = "auto", spill: Callable[[int, da.Array], Any] | None = None,
 ) -> FitState:
     """One iteration of Algorithm 1: U-step on the driver, then one pass over X.
 
@@ -441,6 +447,9 @@ def iterate(
     polar : {"auto", "svd", "gram"}, default "auto"
         Route of the U-step's polar factor (:func:`kernels.polar_factor`); ``"auto"`` uses
         the r x r Gram matrix when ``m >= 64 r``.
+    spill : callable, optional
+        For an iteration that keeps V: ``spill(k + 1, V)`` stores ``V_{k+1}`` outside worker
+        memory (:func:`sphdist.core.graph.block_pass`); default persisted on the workers.
 
     Returns
     -------
@@ -467,6 +476,7 @@ def iterate(
         X, U, state.V, lam=_lam_value(lam, L_c), split_every=split_every,
         max_partials=max_partials, dtype=dtype, partials=partials, features=features,
         keep_V=keep_V,
+        spill=None if spill is None else functools.partial(spill, state.iteration + 1),
     )
     f = kernels.objective(state.sq_norm_X, U, total["XVt"], n)
     step = np.sqrt(np.sum((U - U_prev) ** 2) + dropped) if dropped else np.linalg.norm(
@@ -529,6 +539,7 @@ def fit(
     U0: np.ndarray | None = None, callback: Callable[[FitState], None] | None = None,
     max_partials: int = 8, dtype: Any = np.float64, polar: str = "auto",
     partials: str = "auto", keep_V: bool = False,
+    spill: Callable[[int, da.Array], Any] | None = None,
 ) -> FitState:
     """Run Algorithm 1 of Liu et al. (2019) on a column-chunked X.
 
@@ -575,6 +586,10 @@ def fit(
         Keep ``V_k`` on the cluster between iterations even with lam = 2, to record
         ``||V_{k+1} - V_k||_F`` (``v_step_norm``). Always kept for lam != 2, whose V-step
         needs it.
+    spill : callable, optional
+        Where a kept V goes between iterations (:func:`iterate`): the fit job writes it to a
+        scratch zarr array chunk by chunk (:class:`sphdist.io.model.ScratchV`), so worker
+        memory stays flat in n for every step size. Default: persisted on the workers.
 
     Returns
     -------
@@ -618,7 +633,8 @@ def fit(
                    + 8 k_t r                   the sum of a combine of the tree
                    + G c_X                     the chunks of one block
                    [+ 2 d r n / w]             V_k and V_{k+1} of its documents, only
-                                               when V is kept (lam != 2 or keep_V)
+                                               when V is kept (lam != 2 or keep_V) in
+                                               worker memory (no ``spill``)
 
     With the stateless iteration every term is independent of n (k_b and k_t are bounded by
     the vocabulary and by m; m is then the number of occurring features). The driver holds
@@ -643,7 +659,7 @@ def fit(
     if state is None:
         state = initialize(
             X, n_components, init=init, random_state=random_state, init_n_iter=init_n_iter,
-            U0=U0, keep_V=keep_V, find_features=find_features, **passes,
+            U0=U0, keep_V=keep_V, find_features=find_features, spill=spill, **passes,
         )
         if callback is not None:
             callback(state)
@@ -652,7 +668,7 @@ def fit(
     elif not keep_V:
         state = dataclasses.replace(state, V=None)  # a checkpoint that stored V_k too
     while state.iteration < max_iter and not state.converged:
-        state = iterate(X, state, lam=lam, mu=mu, tol=tol, polar=polar, **passes)
+        state = iterate(X, state, lam=lam, mu=mu, tol=tol, polar=polar, spill=spill, **passes)
         if callback is not None:
             callback(state)
     return state

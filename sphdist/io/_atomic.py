@@ -18,7 +18,8 @@ back (:func:`recover_directory`, which :func:`commit_directory` calls first). ``
 a directory within one filesystem is atomic on POSIX, which is all this relies on.
 :func:`commit_state` describes what is on disk (committed, staging, interrupted) without
 changing it. This is the only module that knows the
-names of the staging trees (``<target>.tmp-*``) and of the previous version (``<target>.old``).
+names of the staging trees (``<target>.tmp-*``), of the previous version (``<target>.old``)
+and of a writer's scratch directory (``<target>.scratch``).
 
 Single files (plots, exports, reports) are written with :func:`atomic_path`: a temporary
 sibling, flushed and renamed onto the target.
@@ -36,6 +37,7 @@ from typing import NamedTuple
 
 __all__ = [
     "staging_path",
+    "scratch_path",
     "commit_directory",
     "fsync_tree",
     "recover_directory",
@@ -67,6 +69,16 @@ def staging_path(target: str | os.PathLike[str]) -> Path:
     """
     target = Path(target)
     return target.with_name(f"{target.name}.tmp-{uuid.uuid4().hex[:12]}")
+
+
+def scratch_path(target: str | os.PathLike[str]) -> Path:
+    """The sibling directory a writer of ``target`` keeps temporary arrays in while it runs.
+
+    ``<target>.scratch``: never read as ``target``; removed by its writer at the end and,
+    after a killed writer, by :func:`discard_stale`.
+    """
+    target = Path(target)
+    return target.with_name(f"{target.name}.scratch")
 
 
 def recover_directory(target: str | os.PathLike[str]) -> None:
@@ -164,6 +176,7 @@ def discard_stale(target: str | os.PathLike[str]) -> None:
     with output_lock(target):
         for stale in target.parent.glob(f"{target.name}.tmp-*"):
             shutil.rmtree(stale, ignore_errors=True)
+        shutil.rmtree(scratch_path(target), ignore_errors=True)
 
 
 class CommitState(NamedTuple):

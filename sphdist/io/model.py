@@ -52,6 +52,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -77,7 +78,7 @@ from sphdist.io._zarr import (
 
 __all__ = [
     "FORMAT_VERSION", "KIND", "save_checkpoint", "load_checkpoint", "open_model", "Model",
-    "u_sha256", "idf_sha256",
+    "u_sha256", "idf_sha256", "ScratchV",
 ]
 
 FORMAT_VERSION = 1
@@ -177,6 +178,53 @@ def _store_V(group: zarr.Group, V: da.Array) -> None:
         compressors=CHECKSUMMED, config=WRITE_CONFIG,
     )
     da.store(V.astype(np.float64), target, lock=False)
+
+
+class ScratchV:
+    """``V_k`` of a fit that keeps V, on disk beside the output instead of in worker memory.
+
+    The pass of iteration k writes ``V_k`` chunk by chunk to ``<output>.scratch/V<k mod 2>``
+    (the task that computes a chunk's columns writes them) and the pass of iteration k + 1
+    reads it back chunk by chunk, while writing ``V_{k+1}`` to the other array. Used as the
+    ``spill`` of :func:`sphdist.core.solver.fit` for steps with lam != 2, whose V-step needs
+    ``V_k`` (Liu et al. 2019, Eq. 3.12); the exact step keeps no V at all.
+
+    Parameters
+    ----------
+    output : path-like
+        The ``model.zarr`` being fitted; the scratch directory is its sibling (hence on the
+        filesystem the workers share with the driver).
+
+    Notes
+    -----
+    Disk: ``2 r n d`` bytes (d the itemsize of V). Removed by :meth:`remove` when the fit ends
+    and, after a killed fit, by the next writer of the output (:func:`sphdist.io._atomic
+    .discard_stale`).
+    """
+
+    def __init__(self, output: str | os.PathLike[str]) -> None:
+        self.root = _atomic.scratch_path(output)
+
+    def __call__(self, iteration: int, V: da.Array) -> tuple[Any, da.Array]:
+        """Store ``V`` (r, n) as ``V_iteration``: (the store to compute, the lazy reader)."""
+        r, chunks = V.shape[0], V.chunks[1]
+        if not regular_chunks(chunks):
+            V = V.rechunk((r, max(chunks)))
+        path = self.root / f"V{iteration % 2}"
+        target = zarr.create_array(
+            store=str(path), shape=V.shape, dtype=V.dtype, chunks=(r, max(V.chunks[1])),
+            overwrite=True,
+        )
+        stored = da.store(V, target, lock=False, compute=False)
+        reader = da.from_zarr(
+            str(path), chunks=(r, chunks),
+            name=f"sphdist-scratch-V{iteration}-{uuid.uuid4().hex}",
+        )
+        return stored, reader
+
+    def remove(self) -> None:
+        """Delete the scratch directory."""
+        _atomic.discard(self.root)
 
 
 def u_sha256(U: np.ndarray) -> str:
@@ -323,14 +371,15 @@ class Model(TaggedStore):
         -------
         FitState
             Bitwise the state that was saved: U and the histories; for a fit that keeps V,
-            also V (persisted) and the partials; otherwise these are None and
+            also V (lazy: read chunk by chunk by the tasks of the next pass) and the
+            partials; otherwise these are None and
             :func:`sphdist.core.solver.resume` recomputes them in one pass.
         """
         a = self.attrs
         kept = "state/XVt" in self._group
         U = self.U
         return FitState(
-            iteration=int(a["n_iter"]), U=U, V=self.V(chunks).persist() if kept else None,
+            iteration=int(a["n_iter"]), U=U, V=self.V(chunks) if kept else None,
             XVt=self._state_array("state/XVt") if kept else None,
             VVt=self._state_array("state/VVt") if kept else None,
             sq_norm_X=float(a["sq_norm_X"]), objective=list(a["objective"]),

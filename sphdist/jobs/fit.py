@@ -51,6 +51,7 @@ from sphdist.io import _atomic, output_lock
 from sphdist.io.corpus import open_input
 from sphdist.io.model import (
     Model,
+    ScratchV,
     idf_sha256,
     load_checkpoint,
     open_model,
@@ -187,9 +188,10 @@ class PreparedFit:
         X = source.to_dask()
         if graph.active_client() is None:  # threads of this process: X read once, kept
             X = X.persist()
+        scratch = ScratchV(output)  # V_k of a fit that keeps it (lam != 2): on disk
         with fit_params.validated():  # prepare_fit validated every parameter
             final = solver.fit(
-                X, state=state, U0=self.U0, callback=on_state,
+                X, state=state, U0=self.U0, callback=on_state, spill=scratch,
                 **{name: self.params[name] for name in fit_params.SOLVER_PARAMS},
             )
         if final is not state or not open_model(output).has_embedding:
@@ -198,6 +200,7 @@ class PreparedFit:
             save(final, V=solver.embedding(X, final, dtype=self.params["dtype"]))
             logger.info("wrote the embedding and committed %s in %.2fs", output,
                         time.perf_counter() - t0)
+        scratch.remove()
         return open_model(output)
 
     def attempt(

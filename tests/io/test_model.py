@@ -85,6 +85,23 @@ def test_a_fit_that_keeps_V_stores_V_and_its_partials(corpus, tmp_path):
     np.testing.assert_allclose(state.VVt, V @ V.T, atol=1e-12)
 
 
+def test_a_kept_V_goes_through_scratch_zarr_and_gives_the_in_memory_fit(corpus, tmp_path):
+    from sphdist.core import solver
+
+    seen = []
+    out = tmp_path / "m.zarr"
+
+    def record(state):
+        seen.append(sorted(p.name for p in (tmp_path / "m.zarr.scratch").glob("V*")))
+
+    model = _fit(corpus, out, lam=2.5, max_iter=4, callback=record)
+    assert seen[0] == ["V0"] and seen[-1] == ["V0", "V1"]  # V_k on disk, not in memory
+    assert not (tmp_path / "m.zarr.scratch").exists()  # removed at the end
+    memory = solver.fit(corpus.to_dask(), R, lam=2.5, max_iter=4, tol=0, random_state=0)
+    assert model.objective == memory.objective
+    np.testing.assert_array_equal(model.V().compute(), memory.V.compute())
+
+
 def test_checkpoints_hold_U_alone_and_their_bytes_do_not_grow_with_n(tmp_path):
     sizes = {}
     for n in (90, 900):
