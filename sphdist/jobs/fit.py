@@ -182,7 +182,11 @@ class PreparedFit:
             if callback is not None:
                 callback(s)
             final = s.converged or s.iteration >= max_iter
-            if s.iteration % self.checkpoint_every == 0 and not final:
+            # iteration 0 of the stateless fit is not saved: its U_0 (random or svd) fills all
+            # m rows, U_1 only the occurring features' (8 m r bytes against 8 k r), and
+            # redoing it is the seed plus one pass
+            first = s.iteration == 0 and s.V is None
+            if s.iteration % self.checkpoint_every == 0 and not final and not first:
                 save(s)  # U_k alone (and V_k, for a fit that keeps it)
 
         X = source.to_dask()
