@@ -1,36 +1,39 @@
-"""Performance at scale: sphdist against a bare SpMM pass and its peers, on the same corpora.
+"""Performance at scale: ``sphdist fit`` as a user runs it, a bare SpMM floor, and its peers.
 
-For each corpus (synthetic collections of ``--sizes`` documents from
-:func:`sphdist.text.synth.synth`,
-2**18 hashed features, ~100 nonzeros per document; and the 20 Newsgroups archive) this measures,
-in one run on one machine:
+For each corpus -- 20 Newsgroups with hashed features and with a learned vocabulary (the
+recipe of ``pipelines/results/text_defaults.md``: English stop words, sublinear tf, and for the
+vocabulary min_df 5, max_df 0.5, which hashed features cannot express), and synthetic
+collections of ``--sizes`` documents (``sphdist synth``: 2**18 hashed features, ~100 nonzeros
+per document, 20 topics) -- this measures, in one run on one machine, one job at a time, each
+in its own process tree with a time limit (and killed above a memory limit), the load average
+recorded before each:
 
-* **ingest**: seconds and peak RSS to write the ``corpus.zarr``;
-* **sphdist** (Spherical PCA by :func:`sphdist.jobs.fit.fit_corpus`, the job ``sphdist fit``
-  runs, r components, a 2-worker x 1-thread ``LocalCluster``; the model is written at
-  iteration 0 and at the end, outside the per-iteration seconds): seconds per iteration,
-  iterations and seconds to a relative objective change below ``--tol``, passes over X per
-  iteration (chunk-read tasks in the scheduler's task stream divided by chunks and passes),
-  peak RSS of every worker and of the driver;
-* **bare SpMM pass**: ``A = X_c^T U`` and ``X_c A^T`` over the same chunks with SciPy in the
-  driver process (one thread, chunks already in memory; read time reported apart) -- the floor
+* **ingest** (``sphdist ingest`` / ``sphdist synth``; cached under ``--work-dir``);
+* **bare**: one single-process SpMM pass over the same chunks (:mod:`_bench_jobs`), the floor
   an iteration is compared with;
-* **peers**, each in its own process: scikit-learn ``TruncatedSVD`` (randomized, in memory),
-  gensim ``LsiModel`` (one pass, same r), dask-ml ``TruncatedSVD`` and sphdist's ``BAE``
-  (:class:`sphdist.BAE`, on the same kind of cluster). Time and peak RSS are reported
-  as ratios to sphdist's time to tolerance and peak RSS.
+* **sphdist**: the CLI, ``sphdist fit --input corpus.zarr --output model.zarr -r R``, every
+  other option at its default (tol 1e-4, a checkpoint every iteration): wall seconds to the
+  committed model, iterations and seconds per iteration (read from the model), bytes written
+  per iteration (``/proc/<pid>/io`` of the fit's processes between its iteration log lines),
+  the committed checkpoint's size, peak RSS of the driver and of every worker process
+  (:mod:`_bench_monitor`), and the scheduler the fit reports in its log; where that fit of a
+  synthetic corpus started no worker process (the in-process path), a second fit with
+  ``--n-workers <cores>`` weighs the workers;
+* **peers**, each a whole process reading the same corpus.zarr: scikit-learn
+  ``TruncatedSVD`` (randomized, n_iter=5) + ``normalize``, gensim ``LsiModel``, sphdist's
+  ``BAE`` (:mod:`_bench_jobs`); time and peak RSS as ratios to sphdist's.
 
-Every measured job runs in a fresh subprocess (so peak RSS is its own) with a time limit; a peer
-that fails or times out is reported with its error, not dropped. The system load average
-(``os.getloadavg``) is recorded before every job: the machine may be shared.
+The report (``--output``: ``.md``, ``.json``, ``.png``; :mod:`_bench_report`) is rewritten
+after every job, so an interrupted run keeps what it measured, and states each target of
+issue 13 with its figure. Run from the repository root (peers: ``pip install -e ".[bench]"``;
+20 Newsgroups: ``SPHDIST_DATA_HOME``), small first::
 
-Run from the repository root (small sizes first)::
+    .venv/bin/python pipelines/benchmark.py run --sizes 20000 --max-iter 3 --output x/smoke
+    .venv/bin/python pipelines/benchmark.py run      # 20 Newsgroups x 2, 100k .. 2M
 
-    .venv/bin/python pipelines/benchmark.py --sizes 20000 --iterations 5
-    .venv/bin/python pipelines/benchmark.py            # 100k, 250k, 500k, 1M + 20 Newsgroups
-
-Writes ``pipelines/results/benchmark.{md,json,png}``; corpora are cached under
-``work/bench/`` (``--work-dir``) with their ingest figures.
+``--peer-max-docs gensim=250000`` (repeatable) keeps a slow peer off the large corpora; a
+later ``run --jobs peers`` of them, merged with ``render --merge``, adds them.
+``render`` rewrites the report from a results JSON.
 """
 
 from __future__ import annotations
@@ -38,7 +41,8 @@ from __future__ import annotations
 import json
 import os
 import platform
-import resource
+import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -49,500 +53,196 @@ from typing import Any
 import click
 import numpy as np
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _bench_monitor import error_of, load_average, run_monitored  # noqa: E402
+from _bench_report import PEERS, merge, plot, write_report  # noqa: E402
+
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "pipelines" / "results"
-N_FEATURES = 2**18
-PEERS = ("sklearn", "gensim", "daskml", "bae")
+SPHDIST = str(Path(sys.executable).with_name("sphdist"))
+JOBS_PY = str(Path(__file__).with_name("_bench_jobs.py"))
+ITER_LINE = re.compile(r"^iter\s+(\d+)\s")
+SCHEDULER_LINE = re.compile(r"cluster|scheduler|thread|process", re.IGNORECASE)
+DASHBOARD = re.compile(r",?\s*\(?dashboard \S+")
+MEASURED = ("wall_s", "load_before", "driver_peak_rss_gib", "worker_peak_rss_gib",
+            "n_workers_seen", "max_workers_alive", "summed_peak_rss_gib",
+            "simultaneous_peak_rss_gib", "total_write_bytes", "wait4_maxrss_gib", "processes")
+NOTES = [
+    "The lever table of the earlier benchmark (dense vs row-sparse partials, float32, SVD "
+    "polar factor, one partial per chunk; `solver.fit` called directly, without checkpoints) "
+    "is not re-measured: it timed the reduction of the stateful pass that issue 13 replaces. "
+    "It is in the git history of `pipelines/results/benchmark.md` (commit 560ed8d). "
+    "`benchmark.py run --fit-args '...'` passes options of `sphdist fit` to every fit of a run.",
+    "`DASK_SCHEDULER_ADDRESS` and `SPHDIST_TLS_*` are removed from the environment of every "
+    "job, so each fit chooses its scheduler as it does by default. Where the default fit of a "
+    "synthetic corpus started no worker process (the in-process path for corpora that fit in "
+    "memory), the corpus is fitted a second time with `--n-workers <cores>` (the rows marked "
+    "so): the worker peak RSS target is read from that fit.",
+]
 
 
-def _peak_rss_gib() -> float:
-    """Peak resident set size of this process, GiB (Linux ru_maxrss is in KiB)."""
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
+def _env() -> dict[str, str]:
+    """The jobs' environment: this one without a scheduler address or TLS files."""
+    return {k: v for k, v in os.environ.items()
+            if k != "DASK_SCHEDULER_ADDRESS" and not k.startswith("SPHDIST_TLS_")}
 
 
-def _load() -> list[float]:
-    return [round(x, 2) for x in os.getloadavg()]
+def _measured(res: dict[str, Any]) -> dict[str, Any]:
+    return {k: res[k] for k in MEASURED}
 
 
-# ---------------------------------------------------------------------------------------------
-# jobs (each runs in its own process: `benchmark.py job KIND ARGS_JSON`, prints one JSON line)
-# ---------------------------------------------------------------------------------------------
-def job_ingest(path: str, n_docs: int | None, seed: int) -> dict[str, Any]:
-    t0 = time.perf_counter()
-    if n_docs is None:
-        from sphdist.datasets import newsgroups_archive
-        from sphdist.text.ingest import ingest
+def du(path: Path) -> int:
+    """Apparent size in bytes of the files under ``path`` (0 if it is absent)."""
+    total = 0
+    for root, _, files in os.walk(path):
+        for name in files:
+            try:
+                total += os.stat(os.path.join(root, name)).st_size
+            except OSError:  # a checkpoint being replaced
+                pass
+    return total
 
-        corpus = ingest(
-            newsgroups_archive(), path, remove=("headers", "footers", "quotes"),
-            n_features=N_FEATURES, overwrite=True, seed=seed,
-        )
-    else:
-        from sphdist.io.corpus import Corpus
-        from sphdist.text.synth import synth
 
-        synth(path, n_docs=n_docs, n_topics=20, seed=seed, doc_length=120, format="corpus",
-              n_features=N_FEATURES, chunk_size=4096, overwrite=True)
-        corpus = Corpus(path)
-    return {
-        "ingest_s": time.perf_counter() - t0, "ingest_peak_rss_gib": _peak_rss_gib(),
-        "n_documents": corpus.shape[1], "n_features": corpus.shape[0], "nnz": corpus.nnz,
-        "n_chunks": corpus.n_chunks,
+def corpus_plan(sizes: list[int], newsgroups: bool, seed: int) -> list[tuple[str, list[str]]]:
+    """``(name, sphdist arguments)`` of every corpus, small first (the output path apart)."""
+    plan = []
+    if newsgroups:
+        hashed = ["ingest", "--remove-headers", "--stop-words", "english", "--sublinear-tf"]
+        plan += [("20newsgroups-hashed", hashed),
+                 ("20newsgroups-vocabulary",
+                  [*hashed, "--vocabulary", "--min-df", "5", "--max-df", "0.5"])]
+    for n in sorted(sizes):
+        plan.append((f"synthetic-{n // 1000}k" if n % 1000 == 0 else f"synthetic-{n}",
+                     ["synth", "--n-docs", str(n), "--n-topics", "20", "--seed", str(seed),
+                      "--doc-length", "120", "--format", "corpus", "--n-features", str(2**18)]))
+    return plan
+
+
+def build_corpus(name: str, args: list[str], work_dir: Path, *, reingest: bool,
+                 timeout: float, mem_limit: float) -> dict[str, Any]:
+    """Write (or reuse) ``work_dir/<name>.zarr``; its ingest figures and shape."""
+    path, meta = work_dir / f"{name}.zarr", work_dir / f"{name}.ingest.json"
+    if not reingest and path.exists() and meta.exists():
+        cached = json.loads(meta.read_text())
+        if cached.get("command") == args:
+            return cached | {"cached": True}
+    shutil.rmtree(path, ignore_errors=True)
+    res = run_monitored([SPHDIST, *args, "-o", str(path)], timeout=timeout,
+                        mem_limit_gib=mem_limit, env=_env(), cwd=REPO)
+    entry: dict[str, Any] = {"command": args, **_measured(res)}
+    if error_of(res):
+        return entry | {"error": error_of(res)}
+    info = json.loads(subprocess.run([SPHDIST, "info", "--json", str(path)], env=_env(),
+                                     capture_output=True, text=True, check=True).stdout)
+    entry.update(n_features=info["shape"][0], n_documents=info["shape"][1], nnz=info["nnz"],
+                 n_chunks=info["chunks"]["n_chunks"])
+    del entry["processes"]
+    meta.write_text(json.dumps(entry))
+    return entry
+
+
+def python_job(kind: str, *, timeout: float, mem_limit: float, **kwargs: Any) -> dict[str, Any]:
+    """One job of :mod:`_bench_jobs` under the monitor: its own figures and the measured."""
+    res = run_monitored([sys.executable, JOBS_PY, kind, json.dumps(kwargs)], timeout=timeout,
+                        mem_limit_gib=mem_limit, env=_env(), cwd=REPO)
+    found = [line for line in res["stdout"] if line.startswith("{")]
+    if error_of(res) or not found:
+        return {"error": error_of(res) or "no result printed", "load_before": res["load_before"],
+                "wall_s": res["wall_s"]}
+    return {**json.loads(found[-1]), **_measured(res)}
+
+
+def _read_model(model: Path) -> dict[str, Any]:
+    """Iterations, convergence and the seconds history, from the committed model."""
+    try:
+        from sphdist.io.model import open_model
+
+        m = open_model(model)
+        seconds = [float(s) for s in m.attrs["seconds"]]
+        out = {"n_iter": m.n_iter, "converged": bool(m.attrs["converged"]),
+               "objective": [float(f) for f in m.objective], "seconds": seconds}
+    except Exception as exc:  # the model API may change under the solver's rewrite: use info
+        info = json.loads(subprocess.run([SPHDIST, "info", "--json", str(model)], env=_env(),
+                                         capture_output=True, text=True, check=True).stdout)
+        return {"n_iter": info["n_iter"], "converged": info["converged"],
+                "s_per_iter": info["seconds_per_iteration"], "model_read_error": repr(exc)}
+    it = np.asarray(seconds[1:])
+    return out | {"init_s": seconds[0],
+                  "s_per_iter": float(it.mean()) if it.size else None,
+                  "s_per_iter_median": float(np.median(it)) if it.size else None}
+
+
+def _short(line: str) -> str:
+    """A scheduler log line without its dashboard and its reasons (after ';' or '(')."""
+    line = DASHBOARD.sub("", line).split(";")[0]
+    return line[: line.rfind(" (")] if line.count("(") > line.count(")") else line
+
+
+def fit_job(path: Path, model: Path, *, r: int, max_iter: int | None, fit_args: list[str],
+            timeout: float, mem_limit: float) -> dict[str, Any]:
+    """``sphdist fit`` as a user runs it, measured; the model is removed afterwards."""
+    args = ["fit", "--input", str(path), "--output", str(model), "-r", str(r),
+            *(["--max-iter", str(max_iter)] if max_iter is not None else []), *fit_args]
+    shutil.rmtree(model, ignore_errors=True)
+    marks: list[dict[str, Any]] = []
+
+    def on_line(t: float, line: str, watch: Any) -> None:
+        found = ITER_LINE.match(line)
+        if found:
+            marks.append({"t": round(t, 3), "iteration": int(found[1]),
+                          "written": watch.written(), "committed": du(model)})
+
+    res = run_monitored([SPHDIST, *args], timeout=timeout, mem_limit_gib=mem_limit, env=_env(),
+                        cwd=REPO, on_line=on_line)
+    setup = []
+    for _, line in res["stderr"]:
+        if ITER_LINE.match(line):
+            break
+        setup.append(line)
+    entry: dict[str, Any] = {
+        "command": ["sphdist", *args], **_measured(res), "marks": marks, "log_head": setup[:10],
+        "scheduler": next((_short(ln) for ln in setup if SCHEDULER_LINE.search(ln)), None),
+        "log_tail": [line for _, line in res["stderr"][-3:]],
     }
-
-
-def _worker_peak_rss() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
-
-
-def _cluster(n_workers: int):
-    from distributed import Client, LocalCluster
-
-    cluster = LocalCluster(
-        n_workers=n_workers, threads_per_worker=1, processes=True, memory_limit="8GiB",
-        host="127.0.0.1", dashboard_address="127.0.0.1:0",
+    if error_of(res):
+        return entry | {"error": error_of(res)}
+    entry.update(_read_model(model))
+    # checkpoint k is written between the lines of iterations k and k + 1 (the callback that
+    # logs a state runs before its checkpoint); checkpoint 0 also holds the initialisation's
+    # writes, so the typical checkpoint is the median over k >= 1 where there is one
+    written = np.asarray([m["written"] for m in marks], dtype=float)
+    per_iter = np.diff(written)
+    typical = per_iter[1:] if per_iter.size > 1 else per_iter
+    committed = [m["committed"] for m in marks[2:] if m["committed"]]
+    entry.update(
+        checkpoint_bytes_per_interval=per_iter.tolist(),
+        first_checkpoint_bytes=float(per_iter[0]) if per_iter.size else None,
+        checkpoint_bytes_per_iteration=float(np.median(typical)) if typical.size else None,
+        committed_checkpoint_bytes=float(np.median(committed)) if committed else None,
+        final_write_bytes=float(res["total_write_bytes"] - written[-1]) if marks else None,
+        model_bytes=du(model),
     )
-    return cluster, Client(cluster)
+    shutil.rmtree(model, ignore_errors=True)
+    return entry
 
 
-def bare_spmm(corpus: Any, r: int, seed: int) -> dict[str, float]:
-    """One bare SciPy pass: ``A = X_c^T U`` then ``X_c A^T`` per chunk, one thread."""
-    from threadpoolctl import threadpool_limits
-
-    from sphdist.core.kernels import random_orthonormal
-
-    m = corpus.shape[0]
-    U = random_orthonormal(m, r, np.random.RandomState(seed))
-    read = spmm = 0.0
-    with threadpool_limits(limits=1):
-        for i in range(corpus.n_chunks):
-            t0 = time.perf_counter()
-            X_c = corpus.read_chunk(i)
-            t1 = time.perf_counter()
-            A = np.asarray(X_c.T @ U)
-            np.asarray(X_c @ A)
-            spmm += time.perf_counter() - t1
-            read += t1 - t0
-    return {"bare_spmm_s": spmm, "bare_read_s": read}
+def _commit() -> str:
+    def git(*a: str) -> str:
+        return subprocess.run(["git", *a], cwd=REPO, capture_output=True, text=True).stdout
+    dirty = " with uncommitted changes" if git("status", "--porcelain", "--", "sphdist").strip() \
+        else ""
+    return git("rev-parse", "--short", "HEAD").strip() + dirty
 
 
-def job_sphdist(
-    path: str, r: int, iterations: int, tol: float, seed: int, n_workers: int,
-    max_partials: int, split_every: int, dtype: str, polar: str, bare: bool,
-    partials: str = "auto",
-) -> dict[str, Any]:
-    from distributed import get_task_stream
-
-    from sphdist.core import kernels
-    from sphdist.io.corpus import Corpus
-    from sphdist.jobs.fit import fit_corpus
-
-    corpus = Corpus(path)
-    out: dict[str, Any] = {"load_before": _load()}
-    if bare:
-        out.update(bare_spmm(corpus, r, seed))
-    u_step_s: list[float] = []
-    u_step = kernels.u_step
-
-    def timed_u_step(*args: Any, **kwargs: Any) -> np.ndarray:
-        t0 = time.perf_counter()
-        U = u_step(*args, **kwargs)
-        u_step_s.append(time.perf_counter() - t0)
-        return U
-
-    kernels.u_step = timed_u_step
-    cluster, client = _cluster(n_workers)
-    progress = Path(path).with_suffix(".progress.json")
-
-    states: list[Any] = []
-    model = Path(path).with_suffix(".model.zarr")
-
-    def record(state: Any) -> None:  # what a run stopped early still tells
-        states[:] = [state]
-        progress.write_text(json.dumps({
-            "iteration": state.iteration, "seconds": state.seconds,
-            "objective": state.objective, "u_step_s": u_step_s,
-            "worker_peak_rss_gib": sorted(client.run(_worker_peak_rss).values()),
-            "driver_peak_rss_gib": _peak_rss_gib(), "load": _load(), **out,
-        }))
-
-    try:
-        X = corpus.to_dask()
-        t0 = time.perf_counter()
-        with get_task_stream(client) as ts:
-            fit_corpus(
-                path, model, n_components=r, max_iter=iterations, tol=0.0, random_state=seed,
-                max_partials=max_partials, split_every=split_every, dtype=dtype, polar=polar,
-                partials=partials, checkpoint_every=iterations + 1, overwrite=True,
-                callback=record,
-            )
-        wall = time.perf_counter() - t0
-        (state,) = states
-        reads = sum(1 for t in ts.data if str(t["key"]).find(X.name) >= 0)
-        workers = client.run(_worker_peak_rss)
-    finally:
-        client.close()
-        cluster.close()
-        shutil.rmtree(model, ignore_errors=True)
-    f = np.asarray(state.objective)
-    rel = np.abs(np.diff(f)) / np.abs(f[:-1])
-    below = np.flatnonzero(rel < tol)
-    seconds = np.asarray(state.seconds)
-    it_tol = int(below[0]) + 1 if below.size else None
-    out.update(
-        seconds=state.seconds, objective=state.objective, u_step_s=u_step_s, wall_s=wall,
-        s_per_iter=float(np.mean(seconds[1:])) if len(seconds) > 1 else None,
-        init_s=float(seconds[0]), iterations_to_tol=it_tol,
-        time_to_tol_s=float(seconds[: it_tol + 1].sum()) if it_tol else None,
-        passes_per_iteration=reads / corpus.n_chunks / (state.iteration + 1),
-        chunk_reads=reads, worker_peak_rss_gib=sorted(workers.values()),
-        driver_peak_rss_gib=_peak_rss_gib(), load_after=_load(),
-        params=dict(max_partials=max_partials, split_every=split_every, dtype=dtype,
-                    polar=polar, n_workers=n_workers, partials=partials),
-    )
-    return out
-
-
-def _in_memory(path: str) -> Any:
-    """X as one CSR (n documents x m features), scikit-learn's orientation."""
-    import scipy.sparse as sp
-
-    from sphdist.io.corpus import Corpus
-
-    corpus = Corpus(path)
-    Xc = sp.hstack([corpus.read_chunk(i) for i in range(corpus.n_chunks)], format="csc")
-    return Xc.T.tocsr()
-
-
-def job_sklearn(path: str, r: int, seed: int) -> dict[str, Any]:
-    from sklearn.decomposition import TruncatedSVD
-
-    t0 = time.perf_counter()
-    X = _in_memory(path)
-    t1 = time.perf_counter()
-    TruncatedSVD(n_components=r, algorithm="randomized", random_state=seed).fit_transform(X)
-    return {"load_s": t1 - t0, "fit_s": time.perf_counter() - t1,
-            "peak_rss_gib": _peak_rss_gib()}
-
-
-def job_gensim(path: str, r: int, seed: int) -> dict[str, Any]:
-    import logging
-
-    from gensim.matutils import Sparse2Corpus
-    from gensim.models import LsiModel
-
-    logging.getLogger("gensim").setLevel(logging.WARNING)
-    t0 = time.perf_counter()
-    X = _in_memory(path)
-    t1 = time.perf_counter()
-    LsiModel(
-        Sparse2Corpus(X, documents_columns=False), num_topics=r, id2word=None, onepass=True,
-        chunksize=20000, random_seed=seed,
-    )
-    return {"load_s": t1 - t0, "fit_s": time.perf_counter() - t1,
-            "peak_rss_gib": _peak_rss_gib()}
-
-
-def job_daskml(path: str, r: int, seed: int, n_workers: int) -> dict[str, Any]:
-    from dask_ml.decomposition import TruncatedSVD
-
-    from sphdist.io.corpus import Corpus
-
-    cluster, client = _cluster(n_workers)
-    try:
-        X = Corpus(path).to_dask().T  # (n, m), sparse blocks, like SphericalPCA's dask input
-        t0 = time.perf_counter()
-        model = TruncatedSVD(n_components=r, algorithm="randomized", random_state=seed)
-        model.fit(X)
-        fit_s = time.perf_counter() - t0
-        workers = client.run(_worker_peak_rss)
-    finally:
-        client.close()
-        cluster.close()
-    return {"fit_s": fit_s, "peak_rss_gib": max(workers.values()) + _peak_rss_gib(),
-            "worker_peak_rss_gib": sorted(workers.values())}
-
-
-def job_bae(path: str, r: int, seed: int, n_workers: int) -> dict[str, Any]:
-    from sphdist.io.corpus import Corpus
-    from sphdist.methods.bae import BAE
-
-    cluster, client = _cluster(n_workers)
-    try:
-        X = Corpus(path).to_dask().T
-        t0 = time.perf_counter()
-        BAE(n_components=r, random_state=seed).fit(X)
-        fit_s = time.perf_counter() - t0
-        workers = client.run(_worker_peak_rss)
-    finally:
-        client.close()
-        cluster.close()
-    return {"fit_s": fit_s, "worker_peak_rss_gib": sorted(workers.values()),
-            "driver_peak_rss_gib": _peak_rss_gib()}
-
-
-def run_levers(
-    name: str, path: Path, n_chunks: int, *, r: int, iterations: int, tol: float, seed: int,
-    n_workers: int, max_partials: int, split_every: int, on_result: Any = None,
-) -> dict[str, Any]:
-    """The lever variants on one corpus, each in its own process, after one bare SpMM pass."""
-    from sphdist.io.corpus import Corpus
-
-    base = dict(path=str(path), r=r, iterations=iterations, tol=tol, seed=seed,
-                n_workers=n_workers, split_every=split_every, bare=False)
-    variants = {
-        "one dense partial per chunk (pre-change structure)":
-            dict(max_partials=n_chunks, dtype="float64", polar="auto", partials="dense"),
-        f"blocks (max_partials={max_partials}), float64, polar gram, dense partials":
-            dict(max_partials=max_partials, dtype="float64", polar="auto", partials="dense"),
-        "blocks, float64, polar gram, row-sparse partials (default)":
-            dict(max_partials=max_partials, dtype="float64", polar="auto", partials="auto"),
-        "blocks, row-sparse, float32 compute": dict(max_partials=max_partials,
-                                                    dtype="float32", polar="auto"),
-        "blocks, row-sparse, polar by SVD": dict(max_partials=max_partials, dtype="float64",
-                                                 polar="svd"),
-    }
-    bare = bare_spmm(Corpus(path), r, seed)
-    out: dict[str, Any] = {"corpus": name, "bare_spmm_s": bare["bare_spmm_s"], "runs": {}}
-    for label, v in variants.items():
-        click.echo(f"[levers] {label}", err=True)
-        out["runs"][label] = run_job("sphdist", 3600, **base, **v)
-        if on_result is not None:
-            on_result(out)
-    return out
-
-
-JOBS = {"ingest": job_ingest, "sphdist": job_sphdist, "sklearn": job_sklearn,
-        "gensim": job_gensim, "daskml": job_daskml, "bae": job_bae}
-
-
-def run_job(kind: str, timeout: float, **kwargs: Any) -> dict[str, Any]:
-    """Run one job in a fresh process; its result, or ``{"error": ...}``."""
-    load = _load()
-    t0 = time.perf_counter()
-    try:
-        proc = subprocess.run(
-            [sys.executable, __file__, "job", kind, json.dumps(kwargs)],
-            capture_output=True, text=True, timeout=timeout, cwd=REPO,
-        )
-    except subprocess.TimeoutExpired:
-        return {"error": f"timed out after {timeout:.0f} s", "load_before": load}
-    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
-    if proc.returncode != 0 or not lines:
-        tail = [ln for ln in proc.stderr.strip().splitlines() if ln.strip()][-1:]
-        return {"error": (tail[0] if tail else f"exit status {proc.returncode}")[:300],
-                "load_before": load, "elapsed_s": time.perf_counter() - t0}
-    result = json.loads(lines[-1])
-    result.setdefault("load_before", load)
-    return result
-
-
-# ---------------------------------------------------------------------------------------------
-# report
-# ---------------------------------------------------------------------------------------------
-def _fmt(x: Any, nd: int = 2) -> str:
-    if x is None:
-        return "-"
-    if isinstance(x, str):
-        return x
-    return f"{x:.{nd}f}"
-
-
-def _sphdist_peak(s: dict[str, Any]) -> float | None:
-    if "error" in s:
-        return None
-    return float(sum(s["worker_peak_rss_gib"]) + s["driver_peak_rss_gib"])
-
-
-def _peer_cells(peer: dict[str, Any] | None, s: dict[str, Any]) -> tuple[str, str]:
-    if peer is None:
-        return "not run", "-"
-    if "error" in peer:
-        return f"failed: {peer['error']}", "-"
-    base_t = s.get("time_to_tol_s") or (s["init_s"] + sum(s["seconds"][1:]))
-    t = peer["fit_s"]
-    if "worker_peak_rss_gib" in peer:
-        mem = sum(peer["worker_peak_rss_gib"]) + peer.get("driver_peak_rss_gib", 0.0)
-    else:
-        mem = peer["peak_rss_gib"]
-    base_m = _sphdist_peak(s)
-    return (f"{t:.1f} s ({t / base_t:.2f}x)",
-            f"{mem:.2f} GiB ({mem / base_m:.2f}x)" if base_m else f"{mem:.2f} GiB")
-
-
-def write_report(results: dict[str, Any], out: Path) -> None:
-    from sphdist.io import atomic_path
-
-    corpora = results["corpora"]
-    lines = [
-        "# sphdist at scale: iteration cost, memory and peers",
-        "",
-        f"Generated by `pipelines/benchmark.py` on {results['started']} "
-        f"({results['machine']}). r = {results['r']}, {results['iterations']} iterations, "
-        f"tol = {results['tol']:g}, 2**18 hashed features, LocalCluster of "
-        f"{results['n_workers']} workers x 1 thread. Load average (1, 5, 15 min) at start: "
-        f"{results['load_start']}, at end: {results.get('load_end', '(running)')} "
-        "(shared machine: absolute times carry that noise; ratios are measured in the same run).",
-        "",
-        "## sphdist",
-        "",
-        "| corpus | documents | nnz | chunks | ingest s | s/iter mean (median) | bare SpMM s | "
-        "iter / bare SpMM, mean (median) | iter / (SpMM + read) | passes / iter | "
-        "iters to tol | s to tol | worker peak RSS GiB | driver peak RSS GiB | U-step s |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
-    ]
-    for name, c in corpora.items():
-        s = c.get("sphdist", {"error": "not run yet"})
-        ing = c.get("ingest", {})
-        if "error" in s:
-            lines.append(f"| {name} | {ing.get('n_documents', '-')} | | | | failed: "
-                         f"{s['error']} ||||||||||")
-            continue
-        spi = s["s_per_iter"]
-        med = float(np.median(s["seconds"][1:]))
-        to_tol = s["iterations_to_tol"] or f"> {results['iterations']}"
-        lines.append(
-            f"| {name} | {ing.get('n_documents')} | {ing.get('nnz')} | {ing.get('n_chunks')} | "
-            f"{_fmt(ing.get('ingest_s'), 1)} | {_fmt(spi)} ({_fmt(med)}) | "
-            f"{_fmt(s['bare_spmm_s'])} | "
-            f"{_fmt(spi / s['bare_spmm_s'])} ({_fmt(med / s['bare_spmm_s'])}) | "
-            f"{_fmt(spi / (s['bare_spmm_s'] + s['bare_read_s']))} | "
-            f"{_fmt(s['passes_per_iteration'])} | {to_tol} | "
-            f"{_fmt(s['time_to_tol_s'], 1)} | "
-            f"{', '.join(_fmt(w) for w in s['worker_peak_rss_gib'])} | "
-            f"{_fmt(s['driver_peak_rss_gib'])} | {_fmt(float(np.mean(s['u_step_s'] or [0])))} |"
-        )
-    lines += [
-        "",
-        "*iter / bare SpMM*: mean seconds per iteration (2 workers) divided by one single-process,"
-        " one-thread SciPy pass computing `U^T X_c` and `X_c V_c^T` over the same chunks held in "
-        "memory; *iter / (SpMM + read)* also counts reading the chunks from the store, which an "
-        "iteration does. *passes / iter*: chunk-read tasks in the scheduler's task stream / "
-        "(chunks x (iterations + 1)).",
-        "",
-        "## Peers (time and peak RSS as ratios to sphdist)",
-        "",
-        "sphdist's time is its time to tolerance (initialisation included; all iterations if the"
-        " tolerance was not reached), its memory the sum of the peak RSS of its workers and "
-        "driver. Peers fit in one process (in memory) unless noted.",
-        "",
-        "| corpus | sklearn TruncatedSVD time | sklearn memory | gensim LsiModel time | "
-        "gensim memory | dask-ml TruncatedSVD time | dask-ml memory | sphdist BAE time | "
-        "BAE memory |",
-        "|---|---|---|---|---|---|---|---|---|",
-    ]
-    for name, c in corpora.items():
-        s = c.get("sphdist", {"error": "not run yet"})
-        if "error" in s:
-            continue
-        cells = []
-        for peer in PEERS:
-            cells += list(_peer_cells(c.get("peers", {}).get(peer), s))
-        lines.append(f"| {name} | " + " | ".join(cells) + " |")
-    for note in results.get("notes", []):
-        lines += ["", note]
-    levers = results.get("levers")
-    if levers:
-        lines += ["", "## Levers (same corpus, same run)", "",
-                  "| variant | s/iter | iter / bare SpMM | worker peak RSS GiB | "
-                  "mean U-step s | final objective |", "|---|---|---|---|---|---|"]
-        for name, s in levers["runs"].items():
-            if "error" in s:
-                lines.append(f"| {name} | failed: {s['error']} |||||")
-                continue
-            lines.append(
-                f"| {name} | {_fmt(s['s_per_iter'])} | "
-                f"{_fmt(s['s_per_iter'] / levers['bare_spmm_s'])} | "
-                f"{', '.join(_fmt(w) for w in s['worker_peak_rss_gib'])} | "
-                f"{_fmt(float(np.mean(s['u_step_s'] or [0])), 3)} | {s['objective'][-1]!r} |"
-            )
-        lines += ["", f"Lever corpus: {levers['corpus']}; bare SpMM pass "
-                  f"{levers['bare_spmm_s']:.2f} s.", "",
-                  "*final objective* is printed with all its digits: variants with the same "
-                  "grouping of chunks and float64 compute must agree bitwise (the polar route "
-                  "and float32 change the arithmetic; one partial per chunk changes the order "
-                  "of the sums). *dense partials*: every block returns an (m, r) float64 "
-                  "`X V^T` partial (210 MB at m = 2**18, r = 100), summed densely up the tree "
-                  "and sent densely to the driver. *row-sparse partials*: a block returns only "
-                  "the rows of the features its chunks contain (sorted indices + rows), the tree "
-                  "adds them on the union of rows, and the driver densifies once; a partial "
-                  "whose rows exceed m / 2 stays dense."]
-    with atomic_path(out.with_suffix(".md")) as tmp:
-        tmp.write_text("\n".join(lines) + "\n")
-    with atomic_path(out.with_suffix(".json")) as tmp:
-        tmp.write_text(json.dumps(results, indent=1))
-
-
-def plot(results: dict[str, Any], out: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    from sphdist.io import atomic_path
-
-    synth = [(c["ingest"]["n_documents"], c) for name, c in results["corpora"].items()
-             if name.startswith("synthetic") and "error" not in c.get("sphdist", {"error": 1})]
-    synth.sort(key=lambda t: t[0])
-    if not synth:
-        return
-    n = np.array([t[0] for t in synth])
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4.2))
-    ax1.plot(n, [c["sphdist"]["s_per_iter"] for _, c in synth], "o-", label="sphdist s/iteration")
-    ax1.plot(n, [c["sphdist"]["bare_spmm_s"] for _, c in synth], "s--",
-             label="bare SpMM pass (1 process)")
-    for peer, marker in (("sklearn", "^"), ("gensim", "v"), ("bae", "D")):
-        pts = [(k, c["peers"][peer]["fit_s"]) for k, (_, c) in zip(n, synth, strict=True)
-               if peer in c.get("peers", {}) and "fit_s" in c["peers"][peer]]
-        if pts:
-            ax1.plot(*zip(*pts, strict=True), marker + ":", label=f"{peer} fit (total)")
-    tol = [(k, c["sphdist"]["time_to_tol_s"]) for k, (_, c) in zip(n, synth, strict=True)
-           if c["sphdist"]["time_to_tol_s"]]
-    if tol:
-        ax1.plot(*zip(*tol, strict=True), "o-", label="sphdist time to tol (total)")
-    ax1.set_xscale("log")
-    ax1.set_yscale("log")
-    ax1.set_xlabel("documents")
-    ax1.set_ylabel("seconds")
-    ax1.legend(fontsize=7)
-    ax1.set_title("time")
-    ax2.plot(n, [max(c["sphdist"]["worker_peak_rss_gib"]) for _, c in synth], "o-",
-             label="sphdist max worker peak RSS")
-    ax2.plot(n, [c["sphdist"]["driver_peak_rss_gib"] for _, c in synth], "s-",
-             label="sphdist driver peak RSS")
-    for peer, marker in (("sklearn", "^"), ("gensim", "v")):
-        pts = [(k, c["peers"][peer]["peak_rss_gib"]) for k, (_, c) in zip(n, synth, strict=True)
-               if peer in c.get("peers", {}) and "peak_rss_gib" in c["peers"][peer]]
-        if pts:
-            ax2.plot(*zip(*pts, strict=True), marker + ":", label=f"{peer} peak RSS")
-    ax2.set_xscale("log")
-    ax2.set_xlabel("documents")
-    ax2.set_ylabel("GiB")
-    ax2.legend(fontsize=7)
-    ax2.set_title("peak memory")
-    fig.suptitle(f"sphdist scaling, r = {results['r']}, 2**18 features, "
-                 f"{results['n_workers']} workers")
-    fig.tight_layout()
-    with atomic_path(out.with_suffix(".png")) as tmp:
-        fig.savefig(tmp, dpi=110)
-    plt.close(fig)
-
-
-# ---------------------------------------------------------------------------------------------
-# CLI
-# ---------------------------------------------------------------------------------------------
-@click.group()
-def cli() -> None:
-    """Benchmark of sphdist at scale (see the module docstring)."""
-
-
-@cli.command("job", hidden=True)
-@click.argument("kind", type=click.Choice(sorted(JOBS)))
-@click.argument("args")
-def job(kind: str, args: str) -> None:
-    """Run one measured job in this process and print its result as one JSON line."""
-    result = JOBS[kind](**json.loads(args))
-    click.echo(json.dumps(result))
+def _peer_limits(ctx: Any, param: Any, value: tuple[str, ...]) -> dict[str, int]:
+    limits = {}
+    for item in value:
+        peer, _, n = item.partition("=")
+        if peer not in PEERS or not n.isdigit():
+            raise click.BadParameter(f"{item!r}: expected PEER=DOCUMENTS, PEER one of {PEERS}")
+        limits[peer] = int(n)
+    return limits
 
 
 def _sizes(ctx: Any, param: Any, value: str) -> list[int]:
@@ -552,182 +252,118 @@ def _sizes(ctx: Any, param: Any, value: str) -> list[int]:
         raise click.BadParameter(f"{value!r}: expected comma-separated integers") from exc
 
 
+@click.group()
+def cli() -> None:
+    """Benchmark of sphdist at scale (see the module docstring)."""
+
+
 @cli.command("run")
-@click.option("--sizes", default="100000,250000,500000,1000000", callback=_sizes,
+@click.option("--sizes", default="100000,250000,1000000,2000000", callback=_sizes,
               show_default=True, help="Synthetic corpus sizes (documents), comma-separated.")
 @click.option("--newsgroups/--no-newsgroups", default=True, show_default=True,
-              help="Include the 20 Newsgroups archive (all 20 groups).")
-@click.option("--n-components", "r", default=100, show_default=True)
-@click.option("--iterations", default=20, show_default=True)
-@click.option("--tol", default=1e-4, show_default=True)
-@click.option("--seed", default=0, show_default=True)
-@click.option("--n-workers", default=2, show_default=True)
-@click.option("--max-partials", default=8, show_default=True)
-@click.option("--split-every", default=8, show_default=True)
+              help="Include 20 Newsgroups, hashed and vocabulary features.")
+@click.option("-r", "--n-components", "r", default=100, show_default=True,
+              help="r of every method.")
+@click.option("--max-iter", type=int, default=None,
+              help="Pass --max-iter to sphdist fit (default: the CLI's own; for smoke runs).")
+@click.option("--fit-args", default="", help="More options of sphdist fit (one string).")
+@click.option("--seed", default=0, show_default=True,
+              help="Seed of the synthetic corpora and of every method.")
 @click.option("--peers", default=",".join(PEERS), show_default=True,
               help="Comma-separated subset of " + ", ".join(PEERS) + " (empty: none).")
-@click.option("--peer-timeout", default=900.0, show_default=True,
-              help="Seconds before a peer job is stopped and reported as timed out.")
-@click.option("--levers/--no-levers", default=True, show_default=True,
-              help="Also run lever variants (one partial per chunk, dense vs row-sparse partials, "
-                   "float32, SVD polar factor) "
-                   "on the smallest synthetic corpus.")
+@click.option("--jobs", default="bare,sphdist,peers", show_default=True,
+              help="Which measurements to run on every corpus (a later run of some can be merged "
+                   "with `render --merge`).")
+@click.option("--peer-max-docs", multiple=True, callback=_peer_limits,
+              help="PEER=N: run PEER only on corpora of at most N documents (repeatable).")
+@click.option("--fit-timeout", default=3600.0, show_default=True, help="Seconds per fit.")
+@click.option("--peer-timeout", default=1800.0, show_default=True, help="Seconds per peer.")
+@click.option("--mem-limit-gib", type=float, default=round(0.8 * os.sysconf("SC_PAGE_SIZE")
+                                               * os.sysconf("SC_PHYS_PAGES") / 2**30),
+              show_default=True, help="Kill a job whose processes hold more than this.")
+@click.option("--reingest", is_flag=True, help="Rebuild cached corpora.")
 @click.option("--work-dir", type=click.Path(path_type=Path), default=REPO / "work" / "bench",
               show_default=True)
 @click.option("--output", type=click.Path(path_type=Path), default=RESULTS / "benchmark",
               show_default=True, help="Output stem: writes .md, .json and .png.")
-def run(sizes, newsgroups, r, iterations, tol, seed, n_workers, max_partials, split_every,
-        peers, peer_timeout, levers, work_dir, output) -> None:
-    """Ingest (or reuse) the corpora, measure sphdist and its peers, write the report."""
-    peers = [p for p in peers.split(",") if p]
-    unknown = set(peers) - set(PEERS)
-    if unknown:
-        raise click.BadParameter(f"unknown peers {sorted(unknown)}", param_hint="--peers")
+def run(sizes, newsgroups, r, max_iter, fit_args, seed, peers, jobs, peer_max_docs,
+        fit_timeout, peer_timeout, mem_limit_gib, reingest, work_dir, output) -> None:
+    """Build (or reuse) the corpora, measure sphdist and its peers, write the report."""
+    jobs = {j for j in jobs.split(",") if j}
+    peers = [p for p in peers.split(",") if p] if "peers" in jobs else []
+    for given, known, hint in ((set(peers), PEERS, "--peers"),
+                               (jobs, ("bare", "sphdist", "peers"), "--jobs")):
+        if given - set(known):
+            raise click.BadParameter(f"unknown {sorted(given - set(known))}; choose from "
+                                     f"{', '.join(known)}", param_hint=hint)
     work_dir.mkdir(parents=True, exist_ok=True)
     output.parent.mkdir(parents=True, exist_ok=True)
     results: dict[str, Any] = {
-        "started": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "command": "python pipelines/benchmark.py " + shlex.join(sys.argv[1:]),
+        "commit": _commit(), "started": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         "machine": f"{platform.machine()}, {os.cpu_count()} cores, "
                    f"{os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES') / 2**30:.0f} GiB",
-        "r": r, "iterations": iterations, "tol": tol, "seed": seed, "n_workers": n_workers,
-        "load_start": _load(), "corpora": {}, "notes": [],
+        "r": r, "max_iter": max_iter, "fit_args": shlex.split(fit_args), "seed": seed,
+        "peers": peers, "peer_max_docs": peer_max_docs, "load_start": load_average(),
+        "corpora": {}, "notes": list(NOTES),
     }
-    angular_ready = Path("/work/notes/angular_ready.md").exists()
-    if "bae" in peers and not angular_ready:
-        peers.remove("bae")
-        results["notes"].append("sphdist BAE: not run (sphdist.methods.angular was not ready).")
-    todo = [(f"synthetic-{n // 1000}k", n) for n in sizes]
-    if newsgroups:
-        todo.append(("20newsgroups", None))
-    # phase 1: ingest and sphdist on every corpus; phase 2: lever variants; phase 3: peers.
-    # The report is rewritten after every job, so an interrupted run keeps what it measured.
-    paths = {}
-    for name, n_docs in todo:
-        path = work_dir / f"{name}.zarr"
-        meta = work_dir / f"{name}.ingest.json"
+    limits = {"mem_limit": mem_limit_gib}
+    for name, args in corpus_plan(sizes, newsgroups, seed):
         entry: dict[str, Any] = {"peers": {}}
         results["corpora"][name] = entry
-        if path.exists() and meta.exists():
-            entry["ingest"] = json.loads(meta.read_text()) | {"cached": True}
-        else:
-            click.echo(f"[{name}] ingest", err=True)
-            entry["ingest"] = run_job("ingest", 3600, path=str(path), n_docs=n_docs, seed=seed)
-            if "error" in entry["ingest"]:
-                entry["sphdist"] = entry["ingest"]
-                write_report(results, output)
-                continue
-            meta.write_text(json.dumps(entry["ingest"]))
-        paths[name] = path
-        click.echo(f"[{name}] sphdist fit", err=True)
-        entry["sphdist"] = run_job(
-            "sphdist", 3600, path=str(path), r=r, iterations=iterations, tol=tol, seed=seed,
-            n_workers=n_workers, max_partials=max_partials, split_every=split_every,
-            dtype="float64", polar="auto", bare=True,
-        )
+        click.echo(f"[{name}] corpus", err=True)
+        entry["ingest"] = build_corpus(name, args, work_dir, reingest=reingest,
+                                       timeout=3600, **limits)
         write_report(results, output)
-    lever_name = f"synthetic-{min(sizes) // 1000}k" if sizes else None
-    if levers and lever_name in paths:
-        results["levers"] = run_levers(
-            lever_name, paths[lever_name], results["corpora"][lever_name]["ingest"]["n_chunks"],
-            r=r, iterations=min(iterations, 3), tol=tol, seed=seed, n_workers=n_workers,
-            max_partials=max_partials, split_every=split_every,
-            on_result=lambda _: write_report(results, output),
-        )
-    for name, path in paths.items():
-        for peer in peers:
-            click.echo(f"[{name}] {peer}", err=True)
-            kwargs: dict[str, Any] = {"path": str(path), "r": r, "seed": seed}
-            if peer in ("daskml", "bae"):
-                kwargs["n_workers"] = n_workers
-            results["corpora"][name]["peers"][peer] = run_job(peer, peer_timeout, **kwargs)
+        if "error" in entry["ingest"]:
+            continue
+        path = work_dir / f"{name}.zarr"
+        if "bare" in jobs:
+            click.echo(f"[{name}] bare SpMM pass", err=True)
+            entry["bare"] = python_job("bare", timeout=fit_timeout, **limits, path=str(path),
+                                       r=r, seed=seed)
             write_report(results, output)
-    results["load_end"] = _load()
+        fit = {"path": path, "model": work_dir / f"{name}.model.zarr", "r": r,
+               "max_iter": max_iter, "timeout": fit_timeout, **limits}
+        if "sphdist" in jobs:
+            click.echo(f"[{name}] sphdist fit", err=True)
+            entry["sphdist"] = fit_job(**fit, fit_args=results["fit_args"])
+            write_report(results, output)
+        if name.startswith("synthetic") and entry.get("sphdist", {}).get("n_workers_seen") == 0:
+            # the in-process fast path: no worker to weigh; fit again on a LocalCluster
+            click.echo(f"[{name}] sphdist fit --n-workers {os.cpu_count()}", err=True)
+            entry["sphdist_cluster"] = fit_job(
+                **fit, fit_args=[*results["fit_args"], "--n-workers", str(os.cpu_count())])
+            write_report(results, output)
+        for peer in peers:
+            n_docs = entry["ingest"]["n_documents"]
+            if n_docs > peer_max_docs.get(peer, n_docs):
+                entry["peers"][peer] = {"error": f"not run (--peer-max-docs "
+                                                 f"{peer}={peer_max_docs[peer]})"}
+                continue
+            click.echo(f"[{name}] {peer}", err=True)
+            entry["peers"][peer] = python_job(peer, timeout=peer_timeout, **limits,
+                                              path=str(path), r=r, seed=seed)
+            write_report(results, output)
+    results["load_end"] = load_average()
     write_report(results, output)
     plot(results, output)
     click.echo(output.with_suffix(".md").read_text())
 
 
-@cli.command("peers")
-@click.option("--corpus", "names", multiple=True, required=True,
-              help="Corpus name as in the report (e.g. synthetic-100k); repeatable.")
-@click.option("--peers", default=",".join(PEERS), show_default=True)
-@click.option("--n-components", "r", default=100, show_default=True)
-@click.option("--seed", default=0, show_default=True)
-@click.option("--n-workers", default=2, show_default=True)
-@click.option("--peer-timeout", default=900.0, show_default=True)
-@click.option("--work-dir", type=click.Path(path_type=Path), default=REPO / "work" / "bench",
-              show_default=True)
-@click.option("--output", type=click.Path(path_type=Path),
-              default=RESULTS / "benchmark_peers.json", show_default=True)
-def peers_command(names, peers, r, seed, n_workers, peer_timeout, work_dir, output) -> None:
-    """Run only the peers on already-ingested corpora (merged into the report by `render`)."""
-    from sphdist.io import atomic_path
-
-    done = json.loads(output.read_text()) if output.exists() else {}
-    for name in names:
-        path = work_dir / f"{name}.zarr"
-        for peer in [p for p in peers.split(",") if p]:
-            click.echo(f"[{name}] {peer}", err=True)
-            kwargs: dict[str, Any] = {"path": str(path), "r": r, "seed": seed}
-            if peer in ("daskml", "bae"):
-                kwargs["n_workers"] = n_workers
-            done.setdefault(name, {})[peer] = run_job(peer, peer_timeout, **kwargs)
-            with atomic_path(output) as tmp:
-                tmp.write_text(json.dumps(done, indent=1))
-
-
-@cli.command("levers")
-@click.option("--corpus", "name", required=True, help="Corpus name, e.g. synthetic-100k.")
-@click.option("--iterations", default=3, show_default=True)
-@click.option("--n-components", "r", default=100, show_default=True)
-@click.option("--seed", default=0, show_default=True)
-@click.option("--n-workers", default=2, show_default=True)
-@click.option("--max-partials", default=8, show_default=True)
-@click.option("--split-every", default=8, show_default=True)
-@click.option("--work-dir", type=click.Path(path_type=Path), default=REPO / "work" / "bench",
-              show_default=True)
-@click.option("--output", type=click.Path(path_type=Path),
-              default=RESULTS / "benchmark_levers.json", show_default=True)
-def levers_command(name, iterations, r, seed, n_workers, max_partials, split_every, work_dir,
-                   output) -> None:
-    """Run only the lever variants on an ingested corpus (merged into the report by `render`)."""
-    n_chunks = json.loads((work_dir / f"{name}.ingest.json").read_text())["n_chunks"]
-    run_levers(
-        name, work_dir / f"{name}.zarr", n_chunks, r=r, iterations=iterations, tol=1e-4,
-        seed=seed, n_workers=n_workers, max_partials=max_partials, split_every=split_every,
-        on_result=lambda res: output.write_text(json.dumps(res, indent=1)),
-    )
-
-
 @cli.command("render")
-@click.option("--results", type=click.Path(path_type=Path), default=RESULTS / "benchmark.json",
-              show_default=True)
-@click.option("--merge-peers", type=click.Path(path_type=Path), default=None,
-              help="A JSON written by `peers`, merged into the results first.")
-@click.option("--merge-levers", type=click.Path(path_type=Path), default=None,
-              help="A JSON written by `levers`, merged into the results first.")
-@click.option("--merge-results", type=click.Path(path_type=Path), multiple=True,
-              help="Another results JSON of `run` whose corpora are added (repeatable).")
-@click.option("--note", "notes", multiple=True, help="A line added under the peers table.")
-def render(results: Path, merge_peers: Path | None, merge_levers: Path | None,
-           merge_results: tuple[Path, ...], notes: tuple[str, ...]) -> None:
-    """Rewrite the .md and .png (and .json) from a results JSON."""
+@click.option("--results", type=click.Path(path_type=Path, exists=True),
+              default=RESULTS / "benchmark.json", show_default=True)
+@click.option("--merge", "others", multiple=True, type=click.Path(path_type=Path, exists=True),
+              help="Results JSON of another run: its jobs that this one lacks or failed are "
+                   "added, with a note (repeatable).")
+@click.option("--note", "notes", multiple=True, help="A line added to the report's notes.")
+def render(results: Path, others: tuple[Path, ...], notes: tuple[str, ...]) -> None:
+    """Rewrite the .md, .png and .json from a results JSON."""
     data = json.loads(results.read_text())
-    for other in merge_results:
-        more = json.loads(other.read_text())
-        for name, entry in more["corpora"].items():
-            if "error" in data["corpora"].get(name, {}).get("sphdist", {"error": "absent"}):
-                data["corpora"][name] = entry
-        data["notes"] = [*data.get("notes", []),
-                         f"Corpora {', '.join(more['corpora'])} measured in a second run started "
-                         f"{more['started']}, load average at start {more['load_start']}."]
+    for other in others:
+        merge(data, json.loads(other.read_text()))
     data["notes"] = [*data.get("notes", []), *notes]
-    if merge_levers is not None and merge_levers.exists():
-        data["levers"] = json.loads(merge_levers.read_text())
-    if merge_peers is not None and merge_peers.exists():
-        for name, found in json.loads(merge_peers.read_text()).items():
-            if name in data["corpora"]:
-                data["corpora"][name].setdefault("peers", {}).update(found)
     stem = results.with_suffix("")
     write_report(data, stem)
     plot(data, stem)

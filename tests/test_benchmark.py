@@ -1,0 +1,152 @@
+"""The measuring harness of pipelines/benchmark.py: real processes, hand-computed targets."""
+
+from __future__ import annotations
+
+import json
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+PIPELINES = Path(__file__).resolve().parents[1] / "pipelines"
+sys.path.insert(0, str(PIPELINES))
+
+import _bench_monitor as mon  # noqa: E402
+import _bench_report as rep  # noqa: E402
+import benchmark  # noqa: E402
+
+MB = 2**20
+
+# a driver holding 150 MiB that starts one multiprocessing (spawn) worker holding 250 MiB and
+# writing 30 MiB to a file, each alive long enough to be polled after its peak
+TREE = textwrap.dedent("""
+    import multiprocessing as mp, os, sys, time
+    def work(path):
+        block = bytearray(os.urandom(1)) * (250 * 2**20)
+        with open(path, "wb") as f:
+            f.write(os.urandom(30 * 2**20))
+            f.flush()
+        time.sleep(1.0)
+    if __name__ == "__main__":
+        held = bytearray(os.urandom(1)) * (150 * 2**20)
+        p = mp.get_context("spawn").Process(target=work, args=(sys.argv[1],))
+        p.start()
+        p.join()
+        print("done", p.exitcode)
+""")
+
+
+def test_tree_peaks_and_bytes_written_of_a_real_process_tree(tmp_path):
+    script = tmp_path / "tree.py"
+    script.write_text(TREE)
+    lines = []
+    res = mon.run_monitored(
+        [sys.executable, str(script), str(tmp_path / "out.bin")], timeout=60,
+        on_line=lambda t, line, watch: lines.append(line), interval=0.05,
+    )
+    assert res["returncode"] == 0 and res["stopped"] is None and res["stdout"] == ["done 0"]
+    assert mon.error_of(res) is None
+    assert res["n_workers_seen"] == 1 and res["max_workers_alive"] == 1
+    (worker,) = res["worker_peak_rss_gib"]
+    assert 250 * MB <= worker * 2**30 < 400 * MB
+    assert 150 * MB <= res["driver_peak_rss_gib"] * 2**30 < worker * 2**30
+    assert res["summed_peak_rss_gib"] >= worker + res["driver_peak_rss_gib"]
+    assert res["simultaneous_peak_rss_gib"] >= (250 + 150) * MB / 2**30
+    # the kernel's count for the whole reaped tree, and the polled count of the worker
+    assert 30 * MB <= res["total_write_bytes"] < 31 * MB
+    (w,) = [p for p in res["processes"] if p["role"] == "worker"]
+    assert 30 * MB <= w["write_bytes"] < 31 * MB
+    assert res["wait4_maxrss_gib"] == pytest.approx(worker, rel=0.05)
+
+
+def test_time_and_memory_limits_kill_the_process_group(tmp_path):
+    sleeper = [sys.executable, "-c", "import time; time.sleep(60)"]
+    res = mon.run_monitored(sleeper, timeout=1, interval=0.05)
+    assert res["wall_s"] < 10 and res["returncode"] == -9
+    assert mon.error_of(res) == "timed out after 1 s"
+    hog = [sys.executable, "-c",
+           "import os, time; b = bytearray(os.urandom(1)) * (300 * 2**20); time.sleep(60)"]
+    res = mon.run_monitored(hog, timeout=30, mem_limit_gib=0.2, interval=0.05)
+    assert res["wall_s"] < 20 and "more than 0.2 GiB" in mon.error_of(res)
+    failing = [sys.executable, "-c", "import sys; sys.exit('Error: no such corpus')"]
+    assert mon.error_of(mon.run_monitored(failing, timeout=30)) == "Error: no such corpus"
+
+
+def test_the_fit_log_lines_the_benchmark_reads(caplog):
+    """benchmark.py finds the iterations and the scheduler in what `sphdist fit` logs."""
+    from types import SimpleNamespace
+
+    from sphdist.cli._common import FitProgress
+
+    progress = FitProgress(3, bar=False)
+    with caplog.at_level("INFO", logger="sphdist"):
+        for k in range(3):
+            progress(SimpleNamespace(iteration=k, objective=[10.0 - k], relative_change=0.1,
+                                     seconds=[0.5] * (k + 1), converged=False))
+    found = [benchmark.ITER_LINE.match(r.getMessage()) for r in caplog.records]
+    assert [int(m[1]) for m in found if m] == [0, 1, 2]
+    line = "started LocalCluster: 2 workers x 1 threads, dashboard http://127.0.0.1:1/status"
+    assert benchmark.SCHEDULER_LINE.search(line)
+    assert benchmark._short(line) == "started LocalCluster: 2 workers x 1 threads"
+    line = ("started LocalCluster tls://127.0.0.1:1: 2 workers x 1 threads (X is 23.43 MiB "
+            "stored; --n-workers 2), dashboard http://127.0.0.1:2/status")
+    assert benchmark._short(line) == "started LocalCluster tls://127.0.0.1:1: 2 workers x 1 threads"
+    line = "running on dask's threaded scheduler in this process (2 threads): X is 23 MiB; at most"
+    assert benchmark._short(line) == line.split(";")[0]
+
+
+def _corpus(n, wall, sklearn_wall, workers, per_iter, s_per_iter, bare_all, converged=True):
+    return {
+        "ingest": {"n_documents": n},
+        "bare": {"bare_all_rows_s": bare_all, "bare_occurring_rows_s": bare_all / 2,
+                 "occurring_features": 1000},
+        "sphdist": {"wall_s": wall, "converged": converged, "n_iter": 12,
+                    "worker_peak_rss_gib": workers, "n_workers_seen": len(workers),
+                    "checkpoint_bytes_per_iteration": per_iter,
+                    "s_per_iter": s_per_iter},
+        "peers": {"sklearn": {"wall_s": sklearn_wall}},
+    }
+
+
+def test_targets_against_hand_computed_ratios():
+    corpora = {
+        "20newsgroups-hashed": _corpus(18846, 9.0, 10.0, [], None, 0.5, 1.0),
+        "synthetic-100k": _corpus(100_000, 30.0, 25.0, [], 80e6, 2.0, 3.0),
+        "synthetic-250k": _corpus(250_000, 40.0, 60.0, [1.0, 1.0], 84e6, 4.0, 6.0,
+                                  converged=False),
+        "synthetic-2000k": _corpus(2_000_000, 500.0, 900.0, [1.05, 1.12], 82e6, 40.0, 50.0),
+    }
+    # the 100k fit ran in one process: its workers are weighed in the forced LocalCluster fit
+    corpora["synthetic-100k"]["sphdist_cluster"] = {"n_workers_seen": 2,
+                                                    "worker_peak_rss_gib": [1.0, 0.9]}
+    got = {t["target"]: t for t in rep.targets({"corpora": corpora})}
+    time_ = "time to a converged embedding <= 1.0x scikit-learn TruncatedSVD, "
+    assert got[time_ + "20newsgroups-hashed"]["met"] is True  # 9 / 10
+    assert got[time_ + "synthetic-100k"]["met"] is False  # 30 / 25
+    assert got[time_ + "synthetic-100k"]["figure"].startswith("1.20x")
+    assert got[time_ + "synthetic-250k"]["met"] is False  # 0.67x but not converged
+    assert got[time_ + "synthetic-1000k"]["met"] is None
+    rss = got["worker peak RSS at 2M documents <= 1.1x that at 100k"]
+    assert rss["met"] is False and rss["figure"].startswith("1.12x")  # 1.12 / 1.0
+    (ckpt,) = [t for t in got.values() if t["target"].startswith("checkpoint bytes")]
+    assert ckpt["met"] is True and ckpt["figure"].startswith("1.05")  # 84 / 80
+    bare = "iteration / bare single-process SpMM pass <= 0.7, "
+    assert got[bare + "synthetic-250k"]["figure"].startswith("0.67")  # 4 / 6
+    assert got[bare + "synthetic-250k"]["met"] is True
+    assert got[bare + "synthetic-2000k"]["met"] is False  # 40 / 50
+    assert bare + "synthetic-100k" not in got
+
+
+def test_merge_takes_only_what_the_first_run_lacks():
+    first = {"peers": ["sklearn"], "corpora": {"a": {
+        "sphdist": {"wall_s": 1.0}, "peers": {"sklearn": {"error": "timed out after 9 s"}}}}}
+    second = {"started": "then", "load_start": [1, 1, 1], "peers": ["sklearn", "bae"],
+              "corpora": {"a": {"sphdist": {"wall_s": 2.0}, "sphdist_cluster": {"wall_s": 5.0},
+                                "peers": {"sklearn": {"wall_s": 3.0}, "bae": {"wall_s": 4.0}}},
+                          "b": {"bare": {"bare_all_rows_s": 1.0}, "peers": {}}}}
+    added = rep.merge(first, json.loads(json.dumps(second)))
+    assert sorted(added) == ["a bae", "a sklearn", "a sphdist_cluster", "b bare"]
+    assert first["corpora"]["a"]["sphdist"]["wall_s"] == 1.0
+    assert first["corpora"]["a"]["peers"]["sklearn"]["wall_s"] == 3.0
+    assert first["peers"] == ["sklearn", "bae"] and "a sklearn" in first["notes"][-1]
