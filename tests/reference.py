@@ -25,8 +25,15 @@ def normalise_columns(Q, fallback):
     return V
 
 
-def algorithm1(X, U0, *, lam, mu, n_iter, lc=False):
-    """Return (objective history, U, V); mu=None is exact block minimisation."""
+def algorithm1(X, U0, *, lam, mu, n_iter, lc=False, accelerate=None):
+    """Return (objective history, U, V); mu=None is exact block minimisation.
+
+    ``accelerate`` (default: on for the exact steps, as sphdist's default) extrapolates the
+    exact U-step from the second iteration on, as in Ang and Gillis (2019): with
+    ``P = polar(X V^T)``, try ``E = polar(P + beta (P - U))`` and keep it when the objective
+    does not rise (beta grows by 1.05 up to beta_bar, which grows by 1.01 up to 1), else take
+    P (beta_bar = beta, beta shrinks by 1.5); beta starts at 0.5, beta_bar at 1.
+    """
     X = X.toarray() if sp.issparse(X) else np.asarray(X)
     m, n = X.shape
     r = U0.shape[1]
@@ -36,13 +43,27 @@ def algorithm1(X, U0, *, lam, mu, n_iter, lc=False):
     V = normalise_columns(U.T @ X, e1)
     history = [np.linalg.norm(X - U @ V) ** 2]
     L_c = 2 * (r + n + np.sqrt(r * n) + np.linalg.norm(X))
-    for _ in range(n_iter):
+    if accelerate is None:
+        accelerate = mu is None and lam == 2.0 and not lc
+    beta, beta_bar = 0.5, 1.0
+    for k in range(n_iter):
         mu_k = L_c if lc else mu
         lam_k = L_c if lc else lam
         if mu_k is None:
-            U = polar(X @ V.T)
+            P = polar(X @ V.T)
         else:
-            U = polar(2 * (X - U @ V) @ V.T + mu_k * U)  # Eq. 3.11
+            P = polar(2 * (X - U @ V) @ V.T + mu_k * U)  # Eq. 3.11
+        if accelerate and k >= 1:
+            E = polar(P + beta * (P - U))
+            V_E = normalise_columns(2 * E.T @ X + (lam_k - 2) * V, V)
+            f_E = np.linalg.norm(X - E @ V_E) ** 2
+            if f_E <= history[-1]:
+                U, V = E, V_E
+                beta, beta_bar = min(beta_bar, 1.05 * beta), min(1.0, 1.01 * beta_bar)
+                history.append(f_E)
+                continue
+            beta, beta_bar = beta / 1.5, beta
+        U = P
         V = normalise_columns(2 * U.T @ X + (lam_k - 2) * V, V)  # Eq. 3.12
         history.append(np.linalg.norm(X - U @ V) ** 2)
     return np.array(history), U, V

@@ -47,6 +47,8 @@ References
 .. [3] Halko, N., Martinsson, P.-G. and Tropp, J. A. (2011). Finding Structure with Randomness:
    Probabilistic Algorithms for Constructing Approximate Matrix Decompositions. SIAM Review.
 .. [4] Sun, D., Ding, C., Luo, B. and Tang, J. (2011). Angular Decomposition. IJCAI.
+.. [5] Ang, A. M. S. and Gillis, N. (2019). Accelerating Nonnegative Matrix Factorization
+   Algorithms Using Extrapolation. Neural Computation 31(2), 417-439.
 """
 
 from __future__ import annotations
@@ -118,6 +120,8 @@ class FitState:
         The features found by the last full-space pass, to restrict to at the next U-step.
     n_features : int
         m (0: ``U.shape[0]``).
+    beta, beta_bar : float
+        Extrapolation weight of the accelerated U-step and its cap (:func:`iterate`).
     """
 
     iteration: int
@@ -135,6 +139,8 @@ class FitState:
     features: np.ndarray | None = None
     occurring: np.ndarray | None = None
     n_features: int = 0
+    beta: float = 0.5
+    beta_bar: float = 1.0
 
     @property
     def U_full(self) -> np.ndarray:
@@ -427,6 +433,7 @@ def iterate(
     X: da.Array, state: FitState, *, lam: Any = "exact", mu: Any = "exact", tol: float = 1e-4,
     split_every: int = 8, max_partials: int = 8, dtype: Any = np.float64, polar: str = "auto",
     partials: str = "auto", spill: Callable[[int, da.Array], Any] | None = None,
+    accelerate: bool = False,
 ) -> FitState:
     """One iteration of Algorithm 1: U-step on the driver, then one pass over X.
 
@@ -450,6 +457,15 @@ def iterate(
     spill : callable, optional
         For an iteration that keeps V: ``spill(k + 1, V)`` stores ``V_{k+1}`` outside worker
         memory (:func:`sphdist.core.graph.block_pass`); default persisted on the workers.
+    accelerate : bool, default False
+        Extrapolate the exact U-step (stateless iteration with ``mu="exact"``, k >= 1):
+        ``P = polar(X V_k^T)``, ``E = polar(P + beta (P - U_k))``; the pass is made with E
+        and E is kept if ``f(E) <= f_k``, with beta grown (``min(beta_bar, 1.05 beta)``,
+        ``beta_bar = min(1, 1.01 beta_bar)``); otherwise a second pass is made with P (the
+        plain step, which never increases the objective) and ``beta_bar = beta``,
+        ``beta = beta / 1.5`` (the safeguard and step-size rules of Ang and Gillis 2019).
+        Monotone by construction; 14-20 % fewer passes to tol 1e-4 on 20 Newsgroups
+        (``pipelines/results/iterations_to_tol.md``).
 
     Returns
     -------
@@ -472,13 +488,27 @@ def iterate(
     with threadpool_limits(limits=1, user_api="blas"):
         U = kernels.u_step(U_prev, XVt, state.VVt, _mu_value(mu, state.VVt, L_c), polar)
     keep_V = state.V is not None
-    V, total = graph.block_pass(
-        X, U, state.V, lam=_lam_value(lam, L_c), split_every=split_every,
-        max_partials=max_partials, dtype=dtype, partials=partials, features=features,
-        keep_V=keep_V,
+    one_pass = functools.partial(
+        graph.block_pass, X, V_prev=state.V, lam=_lam_value(lam, L_c),
+        split_every=split_every, max_partials=max_partials, dtype=dtype, partials=partials,
+        features=features, keep_V=keep_V,
         spill=None if spill is None else functools.partial(spill, state.iteration + 1),
     )
-    f = kernels.objective(state.sq_norm_X, U, total["XVt"], n)
+    beta, beta_bar = state.beta, state.beta_bar
+    if accelerate and not keep_V and mu == "exact" and state.iteration >= 1:
+        with threadpool_limits(limits=1, user_api="blas"):
+            E = kernels.polar_factor(U + beta * (U - U_prev), polar)
+        V, total = one_pass(E)
+        f = kernels.objective(state.sq_norm_X, E, total["XVt"], n)
+        if f <= state.objective[-1]:  # the extrapolated step is kept: never a rise
+            U, beta, beta_bar = E, min(beta_bar, 1.05 * beta), min(1.0, 1.01 * beta_bar)
+        else:  # the plain step, which never increases the objective
+            V, total = one_pass(U)
+            f = kernels.objective(state.sq_norm_X, U, total["XVt"], n)
+            beta, beta_bar = beta / 1.5, beta
+    else:
+        V, total = one_pass(U)
+        f = kernels.objective(state.sq_norm_X, U, total["XVt"], n)
     step = np.sqrt(np.sum((U - U_prev) ** 2) + dropped) if dropped else np.linalg.norm(
         U - U_prev
     )
@@ -490,7 +520,8 @@ def iterate(
         v_step_norm=[*state.v_step_norm,
                      float(np.sqrt(total["dV_sq"])) if keep_V else float("nan")],
         seconds=[*state.seconds, time.perf_counter() - t0],
-        n_degenerate=total["n_degenerate"], features=features, occurring=None,
+        n_degenerate=total["n_degenerate"], features=features, occurring=None, beta=beta,
+        beta_bar=beta_bar,
     )
     new.converged = bool(new.relative_change < tol)
     return new
@@ -538,7 +569,7 @@ def fit(
     init_n_iter: int = 4, split_every: int = 8, state: FitState | None = None,
     U0: np.ndarray | None = None, callback: Callable[[FitState], None] | None = None,
     max_partials: int = 8, dtype: Any = np.float64, polar: str = "auto",
-    partials: str = "auto", keep_V: bool = False,
+    partials: str = "auto", accelerate: bool = True, keep_V: bool = False,
     spill: Callable[[int, da.Array], Any] | None = None,
 ) -> FitState:
     """Run Algorithm 1 of Liu et al. (2019) on a column-chunked X.
@@ -582,6 +613,9 @@ def fit(
     partials : {"auto", "rows", "dense"}, default "auto"
         Format of the ``X V^T`` block partials (:func:`initialize`); the result is bitwise the
         same for all three.
+    accelerate : bool, default True
+        Extrapolated U-step with a monotone safeguard (:func:`iterate`), for the exact steps
+        (lam and mu "exact"); no effect with other steps.
     keep_V : bool, default False
         Keep ``V_k`` on the cluster between iterations even with lam = 2, to record
         ``||V_{k+1} - V_k||_F`` (``v_step_norm``). Always kept for lam != 2, whose V-step
@@ -647,6 +681,7 @@ def fit(
         n_components, X.shape, lam=lam, mu=mu, max_iter=max_iter, tol=tol, init=init,
         random_state=random_state, init_n_iter=init_n_iter, split_every=split_every,
         dtype=dtype, polar=polar, max_partials=max_partials, partials=partials,
+        accelerate=accelerate,
     )
     if X.numblocks[0] != 1:
         X = X.rechunk({0: -1})
@@ -668,7 +703,8 @@ def fit(
     elif not keep_V:
         state = dataclasses.replace(state, V=None)  # a checkpoint that stored V_k too
     while state.iteration < max_iter and not state.converged:
-        state = iterate(X, state, lam=lam, mu=mu, tol=tol, polar=polar, spill=spill, **passes)
+        state = iterate(X, state, lam=lam, mu=mu, tol=tol, polar=polar, spill=spill,
+                        accelerate=accelerate, **passes)
         if callback is not None:
             callback(state)
     return state

@@ -18,9 +18,11 @@ Attributes: ``sphdist = {"kind": "model", "format_version": 1}``, ``params`` (ev
 parameter and the seed), ``n_iter``, ``objective`` (n_iter + 1 values, iteration 0 first),
 ``u_step_norm`` / ``v_step_norm`` (``||U_k - U_{k-1}||_F``, ``||V_k - V_{k-1}||_F``, n_iter
 values), ``seconds`` (wall time per iteration), ``converged``, ``n_degenerate``,
-``sq_norm_X``, ``u_sha256`` (sha256 of the bytes of U, an identifier of the iterate, checked
-whenever U is read), ``sha256`` (the same digest of ``state/XVt``, ``state/VVt`` and ``idf``,
-checked when they are read; absent in models written before it was recorded), and ``corpus``
+``sq_norm_X``, ``extrapolation`` (``beta``, ``beta_bar`` of the accelerated U-step, so a
+resumed fit continues it), ``u_sha256`` (sha256 of the bytes of U, an identifier of the
+iterate, checked whenever U is read), ``sha256`` (the same digest of ``state/XVt``,
+``state/VVt`` and ``idf``, checked when they are read; absent in models written before it was
+recorded), and ``corpus``
 (``path``, ``fingerprint``, ``shape``, ``feature_scheme``, ``tfidf``).
 
 Every array is written with zstd's content checksum and every chunk stored
@@ -160,6 +162,7 @@ def save_checkpoint(
             "converged": state.converged,
             "n_degenerate": state.n_degenerate,
             "sq_norm_X": state.sq_norm_X,
+            "extrapolation": {"beta": state.beta, "beta_bar": state.beta_bar},
             "u_sha256": u_sha256(U),
             "sha256": digests,
         }))
@@ -387,6 +390,7 @@ class Model(TaggedStore):
             v_step_norm=[float("nan") if x is None else x for x in a["v_step_norm"]],
             seconds=list(a["seconds"]), n_degenerate=int(a["n_degenerate"]),
             converged=bool(a["converged"]), n_features=U.shape[0],
+            **a.get("extrapolation", {}),
         )
 
 

@@ -73,8 +73,10 @@ T = TypeVar("T")
 #: fitted with their defaults.
 RESUME_KEYS = (
     "n_components", "lam", "mu", "init", "random_state", "init_n_iter", "split_every",
-    "max_partials", "dtype", "polar", "init_from",
+    "max_partials", "dtype", "polar", "init_from", "accelerate",
 )
+#: The value a parameter had in checkpoints written before it was recorded (else the default).
+_BEFORE_RECORDED = {"accelerate": False}
 
 
 def _log_iteration(state: solver.FitState) -> None:
@@ -335,6 +337,7 @@ def fit_corpus(
     dtype: Any = "float64",
     polar: str = "auto",
     partials: str = "auto",
+    accelerate: bool = True,
     checkpoint_every: int = 1,
     resume: bool = False,
     overwrite: bool = False,
@@ -353,9 +356,11 @@ def fit_corpus(
         The ``model.zarr`` to write (see :mod:`sphdist.io.model`).
     n_components : int
         r, ``1 <= r <= min(m, n)``.
-    lam, mu, max_iter, tol, init, init_n_iter, split_every, max_partials, dtype, polar, partials
+    lam, mu, max_iter, tol, init, init_n_iter, split_every, max_partials, dtype, polar
         Solver parameters, see :func:`sphdist.core.solver.fit`; constraints and defaults are
         those of :data:`sphdist.core.params.PARAMS`.
+    partials, accelerate
+        As well (the extrapolated U-step is on by default).
     random_state : int or None, default 0
         Seed of the initialisation (stored with the model). 0, as for
         :class:`sphdist.SphericalPCA` and ``sphdist fit``: a checkpointed fit that restarts
@@ -409,8 +414,8 @@ def fit_corpus(
         input, output, n_components=n_components, lam=lam, mu=mu, max_iter=max_iter, tol=tol,
         init=init, random_state=random_state, init_n_iter=init_n_iter, split_every=split_every,
         max_partials=max_partials, dtype=dtype, polar=polar, partials=partials,
-        checkpoint_every=checkpoint_every, resume=resume, overwrite=overwrite,
-        init_from=init_from,
+        accelerate=accelerate, checkpoint_every=checkpoint_every, resume=resume,
+        overwrite=overwrite, init_from=init_from,
     ) as prepared:
         return prepared.run(callback)
 
@@ -439,7 +444,9 @@ def _checkpoint_to_resume(
         )
     changed = {}
     for key in RESUME_KEYS:
-        default = fit_params.PARAMS[key].default if key in fit_params.PARAMS else None
+        default = _BEFORE_RECORDED.get(
+            key, fit_params.PARAMS[key].default if key in fit_params.PARAMS else None
+        )
         before = previous.params.get(key, default)
         if _resume_value(key, before) != _resume_value(key, params[key]):
             changed[key] = (before, params[key])

@@ -73,6 +73,9 @@ class SphericalPCA(
         Format of the ``X V^T`` block partials; the result is bitwise the same for all three.
     max_partials : int, default 8
         At most this many (m, r) partials per pass (blocks of consecutive chunks).
+    accelerate : bool, default True
+        Extrapolated exact U-step with a monotone safeguard (Ang and Gillis 2019;
+        :func:`sphdist.core.solver.iterate`); no effect unless lam and mu are "exact".
 
     The constraints of every parameter are those of :data:`sphdist.core.params.PARAMS`.
 
@@ -85,7 +88,8 @@ class SphericalPCA(
     objective_ : ndarray of shape (n_iter_ + 1,), float64
         ``||X^T - U V||_F^2`` after initialisation and after every iteration.
     u_step_norm_, v_step_norm_ : ndarray of shape (n_iter_,), float64
-        ``||U_k - U_{k-1}||_F`` and ``||V_k - V_{k-1}||_F``.
+        ``||U_k - U_{k-1}||_F`` and ``||V_k - V_{k-1}||_F`` (NaN for the exact V-step, which
+        keeps no ``V_{k-1}``).
     n_iter_ : int
         Iterations run.
     n_degenerate_ : int
@@ -121,6 +125,7 @@ class SphericalPCA(
         polar: str = "auto",
         partials: str = "auto",
         max_partials: int = 8,
+        accelerate: bool = True,
     ):
         self.n_components = n_components
         self.lam = lam
@@ -136,10 +141,11 @@ class SphericalPCA(
         self.polar = polar
         self.partials = partials
         self.max_partials = max_partials
+        self.accelerate = accelerate
 
     _parameter_constraints: dict = params.constraints((
         "n_components", "lam", "mu", "max_iter", "tol", "init", "random_state", "init_n_iter",
-        "chunk_size", "split_every", "dtype", "polar", "partials", "max_partials",
+        "chunk_size", "split_every", "dtype", "polar", "partials", "max_partials", "accelerate",
     ))
 
     _lazy_input = True

@@ -1,6 +1,8 @@
 """The stateless exact iteration: equal to the path that keeps V, resumable from U alone,
 restricted to the occurring features, and holding nothing of size n on the cluster."""
 
+import dataclasses
+
 import dask
 import numpy as np
 import pytest
@@ -37,7 +39,8 @@ def _checkpoint(state):
         sq_norm_X=state.sq_norm_X, objective=list(state.objective),
         u_step_norm=list(state.u_step_norm), v_step_norm=list(state.v_step_norm),
         seconds=list(state.seconds), n_degenerate=state.n_degenerate,
-        converged=state.converged, n_features=state.U_full.shape[0],
+        converged=state.converged, n_features=state.U_full.shape[0], beta=state.beta,
+        beta_bar=state.beta_bar,
     )
 
 
@@ -49,7 +52,7 @@ pytestmark = pytest.mark.usefixtures("sync_scheduler")
 def test_objective_history_equals_the_path_that_keeps_V(X, layout, corpus):
     X = X if corpus == "topical" else random_corpus(80, 120, density=0.08, seed=7, n_empty=3)
     Xc = chunked(X, LAYOUTS[layout](X.shape[1]))
-    kw = dict(max_iter=12, tol=0, random_state=0)
+    kw = dict(max_iter=12, tol=0, random_state=0, accelerate=False)  # the kept path is plain
     stateless = solver.fit(Xc, R, **kw)
     kept = solver.fit(Xc, R, keep_V=True, **kw)
     assert kept.V is not None and stateless.V is None
@@ -146,3 +149,17 @@ def test_degenerate_documents_get_e1_in_both_paths():
     empty = ~np.asarray(X.astype(bool).sum(axis=0)).ravel().astype(bool)
     assert empty.sum() >= 4 and empty.sum() == state.n_degenerate
     np.testing.assert_array_equal(V[:, empty], np.eye(2)[:, [0]].repeat(empty.sum(), axis=1))
+
+
+def test_a_rejected_extrapolation_takes_the_plain_step_and_shrinks_beta(X):
+    Xc = chunked(X, [24] * 5)
+    state = solver.fit(Xc, R, max_iter=2, tol=0, random_state=0)
+    wild = dataclasses.replace(state, beta=1e3, beta_bar=1.0)  # E far beyond the plain step
+    plain = solver.iterate(Xc, wild, tol=0, accelerate=False)
+    got = solver.iterate(Xc, wild, tol=0, accelerate=True)
+    assert got.objective == plain.objective  # the plain step, never a rise
+    np.testing.assert_array_equal(got.U, plain.U)
+    assert (got.beta, got.beta_bar) == (1e3 / 1.5, 1e3)
+    kept = solver.iterate(Xc, state, tol=0, accelerate=True)  # beta 0.5 from the fit
+    assert kept.objective[-1] <= state.objective[-1]
+    assert kept.beta > state.beta or kept.objective == plain.objective
