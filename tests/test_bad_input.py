@@ -117,7 +117,7 @@ def test_too_many_components(runner, scheduler, corpus, tmp_path, r):
     "option, value",
     [("-r", "0"), ("-r", "-3"), ("-r", "two"), ("--max-iter", "-1"), ("--tol", "-0.1"),
      ("--tol", "x"), ("--seed", "-5"), ("--lam", "fast"), ("--lam", "1"), ("--mu", "-1"),
-     ("--checkpoint-every", "0"), ("--n-workers", "0"), ("--retries", "-1")],
+     ("--checkpoint-every", "0"), ("--n-workers", "-1"), ("--retries", "-1")],
 )
 def test_negative_or_non_numeric_option(runner, scheduler, corpus, tmp_path, option, value):
     result = _run(runner, scheduler, "fit", "-i", str(corpus.path), "-o",

@@ -10,8 +10,12 @@ from pathlib import Path
 import click
 
 from sphdist.text.sources import FORMATS
+from sphdist.text.tfidf import MAX_CHUNK_SIZE, MAX_FEATURES
 
 logger = logging.getLogger("sphdist")
+
+_N_FEATURES = click.IntRange(min=1, max=MAX_FEATURES)
+_DOCUMENTS = click.IntRange(min=1, max=MAX_CHUNK_SIZE)  # a chunk or partition size
 
 
 _FEATURE_OPTIONS = (
@@ -64,8 +68,8 @@ class _DocumentCount(click.ParamType):
               help="Sample at most this many documents per label (folder / tar sources).")
 @click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True,
               help="Seed of the per-label sampling.")
-@click.option("--n-features", type=click.IntRange(min=1), default=2**18, show_default=True,
-              help="Hashed feature space size m.")
+@click.option("--n-features", type=_N_FEATURES, default=2**18, show_default=True,
+              help="Hashed feature space size m (scikit-learn's HashingVectorizer bound).")
 @click.option("--vocabulary", is_flag=True,
               help="Learn a vocabulary (stored in the corpus) instead of hashing.")
 @click.option("--min-df", type=_DocumentCount(), default=1, show_default=True,
@@ -101,9 +105,9 @@ class _DocumentCount(click.ParamType):
                    "it, or skip it and count it.")
 @click.option("--max-doc-bytes", type=click.IntRange(min=1), default=10_000_000,
               show_default=True, help="Longest accepted document, in bytes.")
-@click.option("--chunk-size", type=click.IntRange(min=1), default=4096, show_default=True,
+@click.option("--chunk-size", type=_DOCUMENTS, default=4096, show_default=True,
               help="Documents per stored chunk.")
-@click.option("--partition-size", type=click.IntRange(min=1),
+@click.option("--partition-size", type=_DOCUMENTS,
               help="Documents per counting task (default 4 chunks).")
 @click.option("--n-workers", "--workers", "workers", type=click.IntRange(min=1),
               help="Local worker processes (default: one per core above 20,000 documents; "
@@ -194,7 +198,7 @@ def ingest(
               show_default=True,
               help="jsonl: raw text lines {id, label, text} (.gz compresses); corpus: a tf-idf "
                    "corpus.zarr, as `sphdist ingest` of those lines would write.")
-@click.option("--n-features", type=click.IntRange(min=1), default=2**18, show_default=True,
+@click.option("--n-features", type=_N_FEATURES, default=2**18, show_default=True,
               help="Hashed features (--format corpus).")
 @click.option("--vocabulary", is_flag=True,
               help="Corpus with the learned-vocabulary scheme instead of hashing.")

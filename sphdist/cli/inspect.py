@@ -32,7 +32,7 @@ def _print(info: dict[str, Any]) -> None:
         cp = info["checkpoint"]
         staging = f", staging dirs present: {', '.join(cp['staging_dirs'])}" \
             if cp["staging_dirs"] else ", no staging dirs"
-        click.echo(f"  checkpoint     {'complete' if cp['complete'] else 'none'}{staging}")
+        click.echo(f"  checkpoint     {'committed' if cp['complete'] else 'none'}{staging}")
         if "n_iter" not in info:
             return
         p = info["params"]
@@ -45,8 +45,9 @@ def _print(info: dict[str, Any]) -> None:
         )
         if p.get("init_from"):
             click.echo(f"  warm start     {p['init_from']['path']}")
+        click.echo(f"  status         {info['status']}")
         click.echo(
-            f"  iterations     {info['n_iter']}{' (converged)' if info['converged'] else ''}, "
+            f"  iterations     {info['n_iter']}, "
             f"{info['seconds_per_iteration'] or float('nan'):.3g} s/iteration"
         )
         click.echo(f"  objective      {_history(info['objective'])}")
@@ -82,7 +83,7 @@ def info(path: Path | None, model: Path | None, top_terms: int | None, as_json: 
     target = path or model
     if target is None:
         raise click.UsageError("pass a PATH (or --model MODEL).")
-    report = describe(target)
+    report = describe(target, "model" if path is None else None)
     if top_terms is not None:
         if report["kind"] != "model":
             raise click.UsageError("--top-terms needs a model (--model MODEL).")

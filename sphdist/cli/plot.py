@@ -42,7 +42,7 @@ def convergence(model: Path, output: Path | None, as_json: bool) -> None:
               help="PNG to write [default: <model>.embedding.png beside the model].")
 @click.option("--max-points", type=click.IntRange(min=1), default=5000, show_default=True,
               help="Plot a reproducible sample of at most this many documents.")
-@click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True,
+@click.option("--seed", type=click.IntRange(min=0, max=2**32 - 1), default=0, show_default=True,
               help="Seed of the subsample of documents drawn.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object on stdout.")
 def embedding(

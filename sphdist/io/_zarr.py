@@ -25,7 +25,7 @@ import json
 import math
 import os
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +42,7 @@ __all__ = [
     "open_node",
     "read_tag",
     "open_tagged",
+    "wrong_kind",
     "TaggedStore",
     "check_array",
     "checked_array",
@@ -56,6 +57,7 @@ __all__ = [
     "content_sha256",
     "missing_chunks",
     "read_checked",
+    "require_finite",
 ]
 
 #: zarr v3 codecs sphdist reads: none of them can execute code (no pickle, no object dtype).
@@ -114,6 +116,33 @@ def read_tag(node: zarr.Group | zarr.Array) -> dict[str, Any]:
     return tag if isinstance(tag, dict) else {}
 
 
+#: kind -> the remedy when another sphdist kind is where that kind was expected (a corpus
+#: given as a model, as the --output of a fit, ...): what to pass, and how to make one.
+_KINDS: dict[str, Callable[[Path], str]] = {
+    "corpus": lambda p: "pass a corpus.zarr written by `sphdist ingest SOURCE --output PATH`",
+    "model": lambda p: (
+        "pass a model.zarr, written by `sphdist fit --input CORPUS --output MODEL.zarr` (as the "
+        f"--output of a fit, choose a new path: {p.name} is never overwritten by a model)"
+    ),
+    "embedding": lambda p: (
+        "pass an embedding.zarr, written by `sphdist transform --model MODEL --input CORPUS "
+        "--output EMBEDDING.zarr`"
+    ),
+}
+
+
+def wrong_kind(path: Path, found: str, wanted: str) -> str:
+    """The message for a sphdist ``found`` (a corpus, ...) where a ``wanted`` was expected.
+
+    >>> wrong_kind(Path("c.zarr"), "corpus", "embedding")  # doctest: +ELLIPSIS
+    'c.zarr is a sphdist corpus, not a sphdist embedding. To resolve this, pass an embedding...'
+    """
+    return (
+        f"{path} is a sphdist {found}, not a sphdist {wanted}. To resolve this, "
+        f"{_KINDS[wanted](path)}."
+    )
+
+
 def open_tagged(
     path: str | os.PathLike[str], kind: str, version: int, *, missing: str, stale: str,
 ) -> zarr.Group:
@@ -139,7 +168,8 @@ def open_tagged(
     InputNotFoundError
         If nothing is at ``path``.
     ModelFormatError
-        If it is not a zarr v3 group, or not tagged ``kind`` of ``version``.
+        If it is not a zarr v3 group, or not tagged ``kind`` of ``version`` (another sphdist
+        kind is named as such: ``c.zarr is a sphdist corpus, not a sphdist model``).
     """
     path = Path(path)
     group = open_node(
@@ -148,7 +178,10 @@ def open_tagged(
         error=ModelFormatError, group=True,
     )
     tag = read_tag(group)
-    if tag.get("kind") != kind or tag.get("format_version") != version:
+    found = tag.get("kind")
+    if found != kind and found in _KINDS:
+        raise ModelFormatError(wrong_kind(path, found, kind))
+    if found != kind or tag.get("format_version") != version:
         raise ModelFormatError(
             f"{path}: not a sphdist {kind} of format version {version} "
             f"(found {tag!r}). To resolve this, {stale}."
@@ -283,18 +316,43 @@ def check_members(
     error
         Naming ``path`` and ``remedy``.
     """
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("error")
-            members = list(group.members(max_depth=None))
-    except Exception as exc:
-        raise error(
-            f"{path}: unreadable array metadata ({type(exc).__name__}: {exc}). Only "
-            f"zarr's built-in codecs are read, never pickled objects. To resolve this, {remedy}."
-        ) from None
-    for name, node in members:
+    for name, node in _members(group, path, error=error, remedy=remedy):
         if isinstance(node, zarr.Array):
             check_array(node, path, f"array {name}", error=error, remedy=remedy)
+
+
+_METADATA_KEYS = ("zarr.json", ".zgroup", ".zattrs", ".zmetadata")
+
+
+def _members(
+    group: zarr.Group, path: str, *, error: type[SphdistError], remedy: str, prefix: str = "",
+) -> Iterator[tuple[str, zarr.Group | zarr.Array]]:
+    """Every node under ``group``, opened one at a time, depth first, in name order.
+
+    zarr's ``Group.members`` opens the members concurrently and leaves the others running when
+    one fails to open; at exit they printed "Task was destroyed but it is pending!" (or a
+    traceback) after the error line. Here a failure stops the walk with nothing under way.
+    """
+    store = group.store_path.store
+
+    async def names() -> list[str]:
+        return [k async for k in store.list_dir(group.store_path.path)]
+
+    for key in sorted(set(sync(names())) - set(_METADATA_KEYS)):
+        name = f"{prefix}{key}"
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("error")
+                node = group[key]
+        except Exception as exc:  # unknown codec, malformed metadata, a stray object
+            raise error(
+                f"{path}: unreadable array metadata at {name} ({type(exc).__name__}: {exc}). "
+                "Only zarr's built-in codecs are read, never pickled objects. To resolve this, "
+                f"{remedy}."
+            ) from None
+        yield name, node
+        if isinstance(node, zarr.Group):
+            yield from _members(node, path, error=error, remedy=remedy, prefix=f"{name}/")
 
 
 def write_array(group: zarr.Group, name: str, values: np.ndarray) -> None:
@@ -460,5 +518,25 @@ def read_checked(
         raise error(
             f"{path}: {what} does not match its recorded {digest} (the stored values were "
             f"changed or damaged). To resolve this, {remedy}."
+        )
+    return values
+
+
+def require_finite(
+    values: np.ndarray, path: str, what: str, *, error: type[SphdistError], remedy: str,
+) -> np.ndarray:
+    """Return ``values`` (a 1-D array read from a store) if every value is finite.
+
+    Raises
+    ------
+    error
+        Naming ``path``, ``what``, the first non-finite value and its index, and ``remedy``.
+    """
+    finite = np.isfinite(values)
+    if not finite.all():
+        i = int(np.flatnonzero(~finite)[0])
+        raise error(
+            f"{path}: {what} holds a non-finite value ({values[i]}) at feature {i}. To resolve "
+            f"this, {remedy}."
         )
     return values

@@ -32,7 +32,9 @@ chunk read is checked against its ``chunk_sha256`` and ``chunk_nnz``, each 1-D a
 :class:`~sphdist.errors.CorpusFormatError` naming the file, never read as zeros. The
 fingerprint is recomputed from the attributes at opening, so ``--resume`` on a corpus whose data
 (with their digests) or attributes changed is refused. Opening checks the attributes against the
-arrays (integer shape, ``nnz``, ``n_empty``, the lengths of ``idf`` and the per-document arrays).
+arrays (integer shape, ``nnz``, ``n_empty``, the lengths of ``idf`` and the per-document arrays,
+the ``n_features`` of the feature scheme). Values a fit cannot use are refused when read, naming
+the document: NaN, Inf, a document whose squared values overflow float64, a non-finite idf.
 Corpora written before the digests (same format version 1, no ``chunk_sha256``) are read as
 before: their stored fingerprint is used, chunks of ``data``, ``indices`` and ``idf`` must be
 stored, and ``nnz`` and the dtype of ``data`` are checked against every chunk's metadata at
@@ -61,7 +63,16 @@ import scipy.sparse as sp
 import zarr
 
 from sphdist.errors import CorpusFormatError, DataError
-from sphdist.io._zarr import checked_array, content_sha256, open_node, read_checked, read_tag
+from sphdist.io._values import check_csc_values, check_dense_values
+from sphdist.io._zarr import (
+    checked_array,
+    content_sha256,
+    open_node,
+    read_checked,
+    read_tag,
+    require_finite,
+    wrong_kind,
+)
 
 __all__ = [
     "FORMAT_VERSION",
@@ -195,6 +206,8 @@ class Corpus(_Input):
         group = _open_group(self.path)
         attrs = dict(group.attrs) if isinstance(group, zarr.Group) else {}
         tag = read_tag(group)
+        if tag.get("kind") in ("model", "embedding"):
+            raise CorpusFormatError(wrong_kind(self.path, tag["kind"], KIND))
         if tag.get("kind") != KIND:
             raise CorpusFormatError(
                 f"{self.path}: not a sphdist corpus (group attribute sphdist.kind is "
@@ -236,6 +249,12 @@ class Corpus(_Input):
                 f"{self.path}: corpus metadata is incomplete or malformed ({type(exc).__name__}: "
                 f"{exc}). To resolve this, re-ingest the corpus."
             ) from exc
+        hashed = self.feature_scheme.get("n_features", self.shape[0])
+        if hashed != self.shape[0]:
+            raise CorpusFormatError(
+                f"{self.path}: attribute shape says m = {self.shape[0]} features but "
+                f"feature_scheme says n_features = {hashed!r}. To resolve this, {_REMEDY}."
+            )
         b = self.chunk_boundaries
         if (
             min(self.shape) < 0 or b.ndim != 1 or b.size < 1 or b[0] != 0
@@ -330,8 +349,18 @@ class Corpus(_Input):
 
     @property
     def idf(self) -> np.ndarray | None:
-        """Ndarray of shape (m,), float64: idf weight per feature, or None."""
-        return self._optional("idf")
+        """Ndarray of shape (m,), float64: idf weight per feature, or None.
+
+        Raises
+        ------
+        CorpusFormatError
+            If a value is NaN or Inf (naming the feature), or the array is damaged.
+        """
+        idf = self._optional("idf")
+        if idf is None:
+            return None
+        return require_finite(idf, str(self.path), "idf", error=CorpusFormatError,
+                              remedy=_REMEDY)
 
     @property
     def labels(self) -> np.ndarray | None:
@@ -374,7 +403,8 @@ class Corpus(_Input):
             (:data:`sphdist.io._zarr.SAFE_CODECS`), or its CSC arrays are inconsistent
             (lengths, decreasing column pointers, feature indices outside ``[0, m)``).
         DataError
-            If a value is NaN or Inf (naming the document and the feature).
+            If a value is NaN or Inf, or the squared values of a document overflow float64
+            (naming the document and the feature, :mod:`sphdist.io._values`).
         """
         expected = None if self._expected is None else self._expected[i]
         return _read_chunk(str(self.path), i, self.n_features, self.chunks[i], expected)
@@ -513,16 +543,10 @@ def _read_chunk_checked(
             f"{path}: document chunk {i} has feature index {bad}, outside [0, {m}). To resolve "
             "this, re-ingest the corpus."
         )
-    finite = np.isfinite(data)
-    if not finite.all():
-        pos = int(np.flatnonzero(~finite)[0])
-        first = int(np.searchsorted(indptr, pos, side="right")) - 1
-        chunk_start = _chunk_start(path, i)
-        raise DataError(
-            f"{path}: document {chunk_start + first} (chunk {i}) holds a non-finite value "
-            f"({data[pos]}) at feature {int(indices[pos])}. To resolve this, clean the source "
-            "and re-ingest it."
-        )
+    check_csc_values(
+        data, indices, indptr, path, lambda j: f"document {_chunk_start(path, i) + j} (chunk {i})",
+        "clean the source and re-ingest it",
+    )
     _check_digest(path, i, expected, data, indices, indptr)  # last: the checks above name more
     return sp.csc_matrix((data, indices, indptr), shape=(m, n_i))
 
@@ -638,15 +662,10 @@ class DenseInput(_Input):
 
 
 def _check_finite_rows(block: np.ndarray, path: str, block_info=None) -> np.ndarray:
-    """Raise DataError naming the first sample of ``block`` holding NaN or Inf."""
-    finite = np.isfinite(block)
-    if not finite.all():
-        row, col = (int(v[0]) for v in np.nonzero(~finite))
-        start = block_info[0]["array-location"][0][0] if block_info else 0
-        raise DataError(
-            f"{path}: sample {start + row} holds a non-finite value ({block[row, col]}) at "
-            f"feature {col}. To resolve this, clean the data before fitting."
-        )
+    """``block`` if every sample is finite and its squares sum in float64, else DataError."""
+    start = block_info[0]["array-location"][0][0] if block_info else 0
+    check_dense_values(block, path, lambda row: f"sample {start + row}",
+                       "clean the data before fitting")
     return block
 
 

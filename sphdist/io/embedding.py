@@ -168,7 +168,10 @@ class Embedding(TaggedStore):
     KIND = KIND
     FORMAT_VERSION = FORMAT_VERSION
     _MISSING = "write one with `sphdist transform --model MODEL --input CORPUS --output PATH`"
-    _STALE = _REWRITE = "write it again with `sphdist transform`"
+    _STALE = _REWRITE = (
+        "write it again with `sphdist transform --model MODEL --input CORPUS --output PATH "
+        "--overwrite`"
+    )
 
     @property
     def V(self) -> zarr.Array:

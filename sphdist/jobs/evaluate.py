@@ -10,9 +10,10 @@ from typing import Any
 
 import numpy as np
 
-from sphdist.errors import CorpusMismatchError, DataError
+from sphdist.errors import CorpusFormatError, CorpusMismatchError, DataError, ParameterError
 from sphdist.io.corpus import open_input
 from sphdist.io.model import open_model
+from sphdist.jobs.info import warn_if_stopped
 from sphdist.metrics import evaluate_embedding
 
 __all__ = ["evaluate_model"]
@@ -48,6 +49,15 @@ def evaluate_model(
         If the model was fitted on another corpus.
     DataError
         If the corpus has no labels.
+    CorpusFormatError
+        If a label code is outside the corpus' ``label_names`` (naming the document).
+    ParameterError
+        If ``n_clusters`` is more than the labelled documents.
+
+    Notes
+    -----
+    The checkpoint of a fit that stopped before ``max_iter`` without converging is evaluated
+    with a warning on the ``sphdist`` logger (:func:`sphdist.jobs.info.warn_if_stopped`).
     """
     fitted = open_model(model)
     source = open_input(input)
@@ -62,9 +72,35 @@ def evaluate_model(
             f"{input} has no labels. To resolve this, ingest a labelled source (one folder "
             "per label) to evaluate clustering."
         )
-    V = np.asarray(fitted.V().compute())
-    result = evaluate_embedding(V.T, labels, **kmeans)
+    _check_labels(labels, source, input)
+    known = labels[labels >= 0]
+    k = kmeans.get("n_clusters")
+    if k is not None and not 1 <= k <= known.size:
+        raise ParameterError(
+            f"n_clusters={k} (-k {k}) is more clusters than the {known.size} labelled documents "
+            f"of {input}. To resolve this, choose 1 <= k <= {known.size}, e.g. the number of "
+            f"labels: `sphdist evaluate --model {model} --input {input} -k "
+            f"{np.unique(known).size}`."
+        )
+    V = fitted.V()  # a checkpoint without V is refused here
+    warn_if_stopped(fitted, "evaluate")
+    result = evaluate_embedding(np.asarray(V.compute()).T, labels, **kmeans)
     result.update(
         n_components=int(V.shape[0]), n_iter=fitted.n_iter, objective=fitted.objective[-1]
     )
     return result
+
+
+def _check_labels(labels: np.ndarray, source: Any, input: Any) -> None:
+    """Refuse label codes outside ``[-1, len(label_names))`` (-1: unknown)."""
+    names = source.label_names
+    if names is None:
+        return  # codes without names (a dense input's y): nothing to check them against
+    bad = np.flatnonzero((labels < -1) | (labels >= len(names)))
+    if bad.size:
+        j = int(bad[0])
+        raise CorpusFormatError(
+            f"{input}: document {j} ({source.doc_ids[j]}) has label code {int(labels[j])}, "
+            f"outside its {len(names)} label_names {names[:10]} ({bad.size} such documents). "
+            "To resolve this, re-ingest the corpus."
+        )

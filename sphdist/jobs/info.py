@@ -6,17 +6,21 @@
 
 from __future__ import annotations
 
+import logging
 import os
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from sphdist.errors import DataError, ParameterError
+from sphdist.core import params as fit_params
+from sphdist.errors import DataError, InputNotFoundError, ParameterError
 from sphdist.io import CommitState, commit_state, open_stored, stored_kind
-from sphdist.io.model import open_model
+from sphdist.io.model import Model, open_model
 
-__all__ = ["describe", "top_terms"]
+__all__ = ["describe", "fit_status", "resume_command", "warn_if_stopped", "top_terms"]
+
+logger = logging.getLogger("sphdist")
 
 _HISTORY = 5  # iterations of the histories shown
 
@@ -47,12 +51,15 @@ def _checkpoint_state(state: CommitState) -> dict[str, Any]:
     }
 
 
-def describe(path: str | os.PathLike[str]) -> dict[str, Any]:
+def describe(path: str | os.PathLike[str], expect: str | None = None) -> dict[str, Any]:
     """Describe the corpus, model or embedding at ``path``.
 
     Parameters
     ----------
     path : path-like
+    expect : {"model"}, optional
+        What the caller expects (``sphdist info --model``): a missing path is then "no such
+        model". Default: whatever is stored.
 
     Returns
     -------
@@ -61,7 +68,8 @@ def describe(path: str | os.PathLike[str]) -> dict[str, Any]:
         A corpus: ``shape`` [m, n], ``nnz``, ``density`` (fraction), ``chunks`` (number,
         smallest, largest), ``feature_scheme``, ``tfidf``, ``labels`` (documents per label),
         ``n_empty``, ``has_vocabulary``, ``fingerprint``. A model: ``n_features``,
-        ``n_components``, ``n_documents``, ``params``, ``n_iter``, ``converged``, ``objective``
+        ``n_components``, ``n_documents``, ``params``, ``n_iter``, ``converged``, ``status``
+        (:func:`fit_status`: ``"stopped at iteration 2 of 200, not converged"``), ``objective``
         (the last iterations, as ``[iteration, value]``), ``u_step_norm`` / ``v_step_norm``
         (likewise), ``seconds_per_iteration`` (mean, in seconds), ``corpus``, ``has_vocabulary``
         and ``checkpoint`` (``complete``; ``staging_dirs``, the names of uncommitted staging
@@ -77,6 +85,13 @@ def describe(path: str | os.PathLike[str]) -> dict[str, Any]:
     """
     path = Path(path)
     state = commit_state(path)  # what is committed, staged or interrupted; changes nothing
+    if not (state.committed or state.staging or state.interrupted):
+        if expect == "model":
+            open_model(path)  # raises "no such model", with how to fit one
+        raise InputNotFoundError(
+            f"{path}: no such corpus, model or embedding. To resolve this, check the path "
+            f"(`ls {path.parent}` lists what is there)."
+        )
     kind = stored_kind(path) if state.committed else None
     if kind == "model" or (not state.committed and (state.staging or state.interrupted)):
         return _describe_model(path, state)  # also a fit's first checkpoint still being written
@@ -122,12 +137,81 @@ def _describe_model(path: Path, state: CommitState) -> dict[str, Any]:
     return {
         "kind": "model", "path": str(path), "n_features": m, "n_components": r,
         "n_documents": n, "params": a["params"], "n_iter": model.n_iter,
-        "converged": bool(a["converged"]), "objective": last(objective, 0),
+        "converged": bool(a["converged"]), "status": fit_status(model),
+        "objective": last(objective, 0),
         "u_step_norm": last(a["u_step_norm"], 1), "v_step_norm": last(a["v_step_norm"], 1),
         "seconds_per_iteration": float(np.mean(seconds)) if seconds else None,
         "n_degenerate": a.get("n_degenerate"), "corpus": a["corpus"],
         "has_vocabulary": model.vocabulary is not None, "checkpoint": checkpoint,
     }
+
+
+def fit_status(model: Model) -> str:
+    """How the fit that wrote ``model`` ended, in words.
+
+    Parameters
+    ----------
+    model : Model
+
+    Returns
+    -------
+    str
+        ``"converged at iteration 12"``; ``"stopped at iteration 2 of 200, not converged"`` (a
+        fit killed or interrupted before ``max_iter``: its checkpoint); or ``"reached max_iter
+        100, not converged (tol 0.0001)"``.
+    """
+    n, params = model.n_iter, model.params
+    if model.attrs.get("converged"):
+        return f"converged at iteration {n}"
+    max_iter = params.get("max_iter")
+    if max_iter is not None and n < max_iter:
+        return f"stopped at iteration {n} of {max_iter}, not converged"
+    return f"reached max_iter {max_iter}, not converged (tol {params.get('tol')})"
+
+
+#: Options of ``sphdist fit`` whose name is not ``--<parameter>``.
+_FLAGS = {"n_components": "-r", "random_state": "--seed"}
+
+
+def resume_command(model: Model) -> str:
+    """The ``sphdist fit ... --resume`` command that continues the fit of ``model``.
+
+    Every parameter the checkpoint was written with is given (``-r`` always, the others where
+    they differ from the defaults), so the command passes the resume checks.
+    """
+    params = model.params
+    words = ["sphdist fit", f"--input {model.corpus.get('path', 'CORPUS')}",
+             f"--output {model.path}", "--resume"]
+    for name in fit_params.SOLVER_PARAMS:
+        value = params.get(name, fit_params.PARAMS[name].default)
+        if value is None or (name != "n_components"
+                             and value == fit_params.PARAMS[name].default):
+            continue
+        flag = _FLAGS.get(name, "--" + name.replace("_", "-"))
+        if isinstance(value, bool):  # a click flag pair: --name / --no-name
+            words.append(flag if value else flag.replace("--", "--no-", 1))
+        else:
+            words.append(f"{flag} {value}")
+    if params.get("init_from"):
+        words.append(f"--init-from {params['init_from']['path']}")
+    return " ".join(words)
+
+
+def warn_if_stopped(model: Model, use: str) -> None:
+    """Log one WARNING line when ``model`` is the checkpoint of a fit that stopped early.
+
+    Parameters
+    ----------
+    model : Model
+    use : str
+        What is done with it (``"evaluate"``), for the message.
+    """
+    status = fit_status(model)
+    if status.startswith("stopped"):
+        logger.warning(
+            "%s: the fit %s; %s uses the model of that iteration. To finish the fit: `%s`.",
+            model.path, status, use, resume_command(model),
+        )
 
 
 def top_terms(model: str | os.PathLike[str], n_terms: int = 10) -> list[list[dict[str, Any]]]:

@@ -21,6 +21,7 @@ from sphdist.io.corpus import open_input
 from sphdist.io.embedding import Embedding, EmbeddingWriter
 from sphdist.io.model import open_model
 from sphdist.jobs.fit import check_compatible
+from sphdist.jobs.info import warn_if_stopped
 
 __all__ = ["transform_corpus"]
 
@@ -76,6 +77,9 @@ def transform_corpus(
 
     Notes
     -----
+    The checkpoint of a fit that stopped before ``max_iter`` without converging is used with a
+    warning on the ``sphdist`` logger (:func:`sphdist.jobs.info.warn_if_stopped`).
+
     One read of every chunk of X, on the active Dask scheduler; each task writes its columns of
     V (r n_c float64) to the staging store, so the driver holds only U (m r floats). For the
     training corpus of a model fitted with lam = "exact" (lam = 2), the result equals the
@@ -84,6 +88,7 @@ def transform_corpus(
     fitted = open_model(model)
     source = open_input(input)
     check_compatible(fitted, source, input)
+    warn_if_stopped(fitted, "transform")
     output = Path(output)
     if output.exists() and not overwrite:
         raise OutputExistsError(

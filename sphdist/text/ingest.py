@@ -39,6 +39,7 @@ import threading
 import time
 import warnings
 from collections.abc import Callable, Iterator, Sequence
+from numbers import Integral
 from pathlib import Path
 from typing import Any
 
@@ -46,7 +47,7 @@ import numpy as np
 import zarr
 
 from sphdist._progress import progress as _progress
-from sphdist._validation import check_int
+from sphdist._validation import Number, check_int, check_param
 from sphdist.errors import DataError, InputNotFoundError, OutputExistsError, ParameterError
 from sphdist.io import _atomic
 from sphdist.io._lock import locks_output
@@ -62,7 +63,7 @@ from sphdist.text._passes import (
     weight_chunk,
 )
 from sphdist.text.sources import FORMATS, Plan, Reading, plan
-from sphdist.text.tfidf import DEFAULT_TOKEN_PATTERN, TextOptions
+from sphdist.text.tfidf import DEFAULT_TOKEN_PATTERN, MAX_CHUNK_SIZE, TextOptions
 
 __all__ = ["FORMATS", "ON_ERROR", "REMOVE_OPTIONS", "ingest", "read_like"]
 
@@ -73,6 +74,7 @@ REMOVE_OPTIONS = ("headers", "footers", "quotes")
 #: What to do with a document that cannot be ingested.
 ON_ERROR = ("fail", "skip")
 _SMALL_SOURCE = 20_000  # documents: below, the default is to run in this process
+_DOCUMENTS = Number(Integral, 1, MAX_CHUNK_SIZE, closed="both")  # a chunk or partition size
 
 
 # -- the public function ------------------------------------------------------------------------
@@ -138,7 +140,9 @@ def ingest(
     seed : int, default 0
         Non-negative seed of that sampling.
     n_features : int, default 2**18
-        Hashed features m (rows of X), hashing scheme.
+        Hashed features m (rows of X), hashing scheme: ``1 <= n_features <= 2**31 - 2``
+        (scikit-learn's ``HashingVectorizer``), and at most what this machine's memory holds
+        at 32 bytes per feature (document frequencies and idf on the driver).
     vocabulary : bool, default False
         Learn a vocabulary (sorted terms, stored in the corpus) instead of hashing.
     min_df, max_df : int or float, default 1 and 1.0
@@ -154,7 +158,8 @@ def ingest(
     n_select : int, default 500
     lowercase, token_pattern, stop_words, strip_accents, sublinear_tf
         scikit-learn's options of the same names (``stop_words`` None or ``"english"``;
-        ``strip_accents`` None, ``"ascii"`` or ``"unicode"``).
+        ``strip_accents`` None, ``"ascii"`` or ``"unicode"``; ``token_pattern`` a regular
+        expression with at most one capturing group).
     remove : sequence of str, default ()
         Any of ``"headers"``, ``"footers"``, ``"quotes"``: parts of each document removed before
         tokenising, as ``sklearn.datasets.fetch_20newsgroups(remove=...)``.
@@ -176,7 +181,7 @@ def ingest(
     max_document_bytes : int, default 10_000_000
         Longest accepted document, in bytes (characters for CSV and Parquet values).
     chunk_size : int, default 4096
-        Documents per stored chunk and per spilled count matrix.
+        Documents per stored chunk and per spilled count matrix, at most 2**31 - 1.
     partition_size : int, optional
         Documents per partition (one task of the counting pass), rounded up to a multiple of
         ``chunk_size``; default ``4 * chunk_size``. A gzip JSON Lines file or a CSV file is one
@@ -212,12 +217,15 @@ def ingest(
         If ``source`` (or every match of a pattern), or ``like``, does not exist.
     DataError
         If a document cannot be used and ``on_error="fail"`` (the message names the file and
-        line, row or member, and how to proceed), if the source holds no document (or all
-        were skipped), is not of its format, lacks the text column, or if pruning leaves no
-        term.
+        line, row or member, and how to proceed; a file name that is not UTF-8 is such a
+        document), if a compressed file is truncated or damaged, if the source holds no
+        document (or all were skipped), is not of its format, lacks the text column, or if
+        pruning leaves no term.
     ParameterError
         If a parameter is out of range or does not apply (e.g. ``select`` without labels or
-        without ``vocabulary``), or a category is not a label of the source.
+        without ``vocabulary``), ``token_pattern`` does not compile or has several capturing
+        groups, ``n_features`` exceeds this machine's memory, or a category is not a label of
+        the source.
     CorpusFormatError, ModelFormatError
         If ``like`` is neither a corpus with an idf nor a model with one.
     OutputExistsError
@@ -277,12 +285,13 @@ def ingest(
     """
     start_time = time.perf_counter()
     remove = _check_remove(remove)
-    chunk_size = check_int("chunk_size", chunk_size, 1)
+    chunk_size = int(check_param("chunk_size", chunk_size, _DOCUMENTS))
     seed = check_int("seed", seed, 0)
     max_document_bytes = check_int("max_document_bytes", max_document_bytes, 1)
     if partition_size is None:
         partition_size = 4 * chunk_size
-    partition_size = -(-check_int("partition_size", partition_size, 1) // chunk_size) * chunk_size
+    partition_size = int(check_param("partition_size", partition_size, _DOCUMENTS))
+    partition_size = -(-partition_size // chunk_size) * chunk_size
     if n_workers is not None:
         n_workers = check_int("n_workers", n_workers, 1)
     if max_docs_per_label is not None:
@@ -309,6 +318,8 @@ def ingest(
             n_select=n_select, sublinear_tf=sublinear_tf,
         )
         like_idf = like_info = None
+        if not options.vocabulary:
+            _check_feature_memory(options.n_features)
     output = Path(output)
     if output.exists() and not overwrite:  # fail before reading a large source
         raise OutputExistsError(
@@ -399,6 +410,25 @@ def ingest(
     return corpus
 
 
+#: Driver memory per hashed feature: the document frequencies of a partition, their running
+#: sum and the new sum (int64 each), and the idf (float64).
+_BYTES_PER_FEATURE = 32
+
+
+def _check_feature_memory(n_features: int) -> None:
+    """Refuse a hashed feature space whose per-feature arrays exceed this machine's memory."""
+    import psutil
+
+    need, total = _BYTES_PER_FEATURE * n_features, psutil.virtual_memory().total
+    if need > total:
+        raise ParameterError(
+            f"n_features={n_features} needs about {need / 2**30:.1f} GiB for the document "
+            f"frequencies and idf ({_BYTES_PER_FEATURE} bytes per feature), more than the "
+            f"{total / 2**30:.1f} GiB of this machine. To resolve this, hash into fewer "
+            f"features, e.g. --n-features {2**20} (n_features=2**20)."
+        )
+
+
 def _describe(source: Any) -> str | list[str]:
     if isinstance(source, (str, os.PathLike)):
         return str(source)
@@ -457,6 +487,7 @@ def read_like(
     """
     from sphdist.errors import CorpusFormatError, ModelFormatError
     from sphdist.io import open_stored, stored_kind
+    from sphdist.io._zarr import require_finite
 
     path = Path(path)
     if not path.exists():
@@ -478,7 +509,8 @@ def read_like(
         raise error(f"{path}: has no tf-idf text features to imitate (feature scheme "
                     f"{scheme.get('type')!r}, idf {'absent' if idf is None else 'present'}). "
                     "To resolve this, pass a corpus or model built from text by sphdist ingest.")
-    idf = np.asarray(idf, dtype=np.float64)
+    idf = require_finite(np.asarray(idf, dtype=np.float64), str(path), "idf", error=error,
+                         remedy="re-ingest the corpus" if kind == "corpus" else "refit the model")
     fixed = None
     if scheme["type"] == "vocabulary":
         vocabulary = stored.vocabulary

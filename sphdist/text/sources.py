@@ -10,6 +10,7 @@ Nothing here tokenises: that is :mod:`sphdist.text.ingest`'s job.
 
 from __future__ import annotations
 
+import codecs
 import glob as globmod
 import gzip
 import json
@@ -27,6 +28,15 @@ from typing import Any
 import numpy as np
 
 from sphdist.errors import DataError, InputNotFoundError, ParameterError
+from sphdist.text._documents import (
+    Bad,
+    Reading,
+    Record,
+    check_raw,
+    check_text,
+    not_utf8,
+    stream_errors,
+)
 
 logger = logging.getLogger("sphdist")
 
@@ -38,60 +48,6 @@ _PARQUET_SUFFIXES = (".parquet", ".pq")
 _SCAN_BLOCK = 1 << 24  # bytes read at a time when scanning JSON Lines for line offsets
 
 
-@dataclass(frozen=True)
-class Bad:
-    """A document that cannot be ingested: ``where`` (file:line, member, row) and ``why``."""
-
-    where: str
-    why: str
-
-    def message(self) -> str:
-        """The one-line error message."""
-        return f"{self.where}: {self.why}"
-
-
-@dataclass(frozen=True)
-class Reading:
-    """How raw documents are checked and decoded (shared by every partition of a source)."""
-
-    encoding: str = "latin-1"
-    max_bytes: int = 10_000_000
-    text_field: str = "text"
-    label_field: str | None = None
-    id_field: str | None = None
-
-
-def _check_raw(where: str, content: bytes, reading: Reading) -> str | Bad:
-    """Decode the bytes of one document, refusing binary and oversized content."""
-    if len(content) > reading.max_bytes:
-        return Bad(where, f"document of {len(content)} bytes exceeds the limit of "
-                          f"{reading.max_bytes} bytes (max_document_bytes)")
-    nul = content.find(b"\x00")
-    if nul >= 0:
-        return Bad(where, f"binary content (NUL byte at offset {nul}), not text")
-    try:
-        return content.decode(reading.encoding)
-    except UnicodeDecodeError as exc:
-        return Bad(where, f"bytes {exc.start}-{exc.end} ({content[exc.start:exc.end]!r}) are "
-                          f"not valid {reading.encoding} ({exc.reason})")
-    except LookupError as exc:
-        raise ParameterError(f"encoding={reading.encoding!r}: {exc}.") from None
-
-
-def _check_text(where: str, text: Any, reading: Reading, what: str) -> str | Bad:
-    if text is None:
-        return Bad(where, f"the {what} is null")
-    if not isinstance(text, str):
-        return Bad(where, f"the {what} is a {type(text).__name__}, not a string")
-    if len(text) > reading.max_bytes:
-        return Bad(where, f"document of {len(text)} characters exceeds the limit of "
-                          f"{reading.max_bytes} (max_document_bytes)")
-    if "\x00" in text:
-        return Bad(where, "binary content (NUL character), not text")
-    return text
-
-
-Record = tuple[str, str, str | None]
 
 
 class Partition:
@@ -136,6 +92,10 @@ class DirPartition(Partition):
         root = os.path.realpath(self.root)
         for doc_id in self.ids:
             path = os.path.join(self.root, doc_id)
+            bad = not_utf8(doc_id, path)
+            if bad is not None:
+                yield bad
+                continue
             real = os.path.realpath(path)
             if not _inside(real, root):
                 yield Bad(path, f"a symbolic link to {real}, outside the source folder "
@@ -152,7 +112,7 @@ class DirPartition(Partition):
             except OSError as exc:
                 yield Bad(path, f"could not be read ({type(exc).__name__}: {exc.strerror})")
                 continue
-            text = _check_raw(path, content, reading)
+            text = check_raw(path, content, reading)
             yield text if isinstance(text, Bad) else (doc_id, text, label_of(doc_id))
 
 
@@ -188,13 +148,16 @@ class TarPartition(Partition):
         for doc_id, _ in self.offsets:
             content = found.get(doc_id)
             where = f"{self.path}:{doc_id}"
-            if content is None:
+            bad = not_utf8(doc_id, where, "member")
+            if bad is not None:
+                yield bad
+            elif content is None:
                 yield Bad(where, "member listed at the start could not be read again (was the "
                                  "archive modified while it was ingested?)")
             elif isinstance(content, Bad):
                 yield content
             else:
-                text = _check_raw(where, content, reading)
+                text = check_raw(where, content, reading)
                 yield text if isinstance(text, Bad) else (doc_id, text, label_of(doc_id))
 
 
@@ -306,16 +269,18 @@ class JsonlPartition(Partition):
         text_field, label_field, id_field = (
             reading.text_field, reading.label_field, reading.id_field
         )
-        with _open_binary(self.path) as f:
+        line_no = self.first_line - 1
+        with _open_binary(self.path) as f, stream_errors(self.path, lambda: line_no):
             if self.start:
                 f.seek(self.start)
-            line_no = self.first_line - 1
             while self.n_lines is None or line_no < self.first_line - 1 + self.n_lines:
                 raw = f.readline(reading.max_bytes + 2)
                 if not raw:
                     break
                 line_no += 1
                 where = f"{self.path}:{line_no}"
+                if line_no == 1 and raw.startswith(codecs.BOM_UTF8):
+                    raw = raw[len(codecs.BOM_UTF8):]  # a byte-order mark, as Notepad writes
                 if len(raw) > reading.max_bytes and len(raw.rstrip(b"\r\n")) > reading.max_bytes:
                     rest = len(raw)
                     while not raw.endswith(b"\n"):  # skip the rest of the long line
@@ -347,7 +312,7 @@ class JsonlPartition(Partition):
                     yield Bad(where, f"no {text_field!r} field (fields: {sorted(obj)[:10]}); "
                                      "name the text field with --text-field")
                     continue
-                text = _check_text(where, obj[text_field], reading, f"{text_field!r} field")
+                text = check_text(where, obj[text_field], reading, f"{text_field!r} field")
                 if isinstance(text, Bad):
                     yield text
                     continue
@@ -415,7 +380,7 @@ def _frame_records(frame, path: str, first_row: int, reading: Reading, what: str
     for i, text in enumerate(texts):
         row = first_row + i
         where = f"{path}:{what} {row}"
-        text = _check_text(where, None if _isna(text) else text, reading,
+        text = check_text(where, None if _isna(text) else text, reading,
                            f"{reading.text_field!r} value")
         if isinstance(text, Bad):
             yield text
@@ -455,14 +420,15 @@ class CsvPartition(Partition):
         wanted = [c for c in (reading.text_field, reading.label_field, reading.id_field) if c]
         first = 1
         try:
-            reader = pd.read_csv(
-                self.path, usecols=wanted, dtype=str, keep_default_na=False,
-                na_values=[], chunksize=self.rows, encoding="utf-8",
-                sep="\t" if ".tsv" in self.path else ",",
-            )
-            for frame in reader:
-                yield from _frame_records(frame, self.path, first, reading, "row")
-                first += len(frame)
+            with stream_errors(self.path, lambda: first - 1, "row"):
+                reader = pd.read_csv(
+                    self.path, usecols=wanted, dtype=str, keep_default_na=False,
+                    na_values=[], chunksize=self.rows, encoding="utf-8",
+                    sep="\t" if ".tsv" in self.path else ",",
+                )
+                for frame in reader:
+                    yield from _frame_records(frame, self.path, first, reading, "row")
+                    first += len(frame)
         except UnicodeDecodeError as exc:
             raise DataError(
                 f"{self.path}: not valid UTF-8 after row {first - 1} ({exc.reason}). To "
@@ -622,7 +588,8 @@ def plan(
 
         for p in files:
             try:
-                columns = pd.read_csv(p, nrows=0, sep="\t" if ".tsv" in p.name else ",").columns
+                with stream_errors(str(p), lambda: 0, "row"):  # the header of a .csv.gz
+                    columns = pd.read_csv(p, nrows=0, sep="\t" if ".tsv" in p.name else ",").columns
             except (ValueError, UnicodeDecodeError, pd.errors.ParserError) as exc:
                 raise DataError(f"{p}: not a readable CSV file ({exc}). To resolve this, pass a "
                                 "UTF-8 CSV file with a header row.") from None

@@ -10,6 +10,7 @@ chunk by chunk, with document frequencies reduced across chunks, equals the in-m
 
 from __future__ import annotations
 
+import re
 from dataclasses import asdict, dataclass, field
 from numbers import Integral, Real
 from typing import Any
@@ -24,13 +25,19 @@ from sphdist._validation import Number, at_least, validate
 from sphdist.errors import ParameterError
 
 DEFAULT_TOKEN_PATTERN = r"(?u)\b\w\w+\b"
+#: Largest hashed feature space: scikit-learn's ``HashingVectorizer`` takes
+#: ``1 <= n_features < 2**31 - 1`` (its feature indices, like the stored ones, are int32).
+MAX_FEATURES = 2**31 - 2
+#: Largest number of documents per chunk (and per partition) of an ingest: beyond any task's
+#: memory already, and it keeps the byte-offset arithmetic of the partitions inside int64.
+MAX_CHUNK_SIZE = 2**31 - 1
 STRIP_ACCENTS = (None, "ascii", "unicode")
 STOP_WORDS = (None, "english")
 
 _DOCUMENT_COUNT = (at_least(0), Number(Real, 0, 1, closed="both"))  # a count or a fraction
 #: scikit-learn constraints of :class:`TextOptions`, checked in this order.
 _TEXT_CONSTRAINTS: dict[str, tuple[Any, ...]] = {
-    "n_features": (at_least(1),),
+    "n_features": (Number(Integral, 1, MAX_FEATURES, closed="both"),),
     "stop_words": (StrOptions({s for s in STOP_WORDS if s}), None),
     "strip_accents": (StrOptions({s for s in STRIP_ACCENTS if s}), None),
     "min_df": _DOCUMENT_COUNT,
@@ -68,6 +75,7 @@ class TextOptions:
     def __post_init__(self) -> None:
         validate({name: getattr(self, name) for name in _TEXT_CONSTRAINTS}, _TEXT_CONSTRAINTS,
                  type(self).__name__)
+        check_token_pattern(self.token_pattern)
         learned = (self.min_df != 1, self.max_df != 1.0, self.max_features is not None,
                    self.select is not None)
         if not self.vocabulary and any(learned):
@@ -131,6 +139,56 @@ class TextOptions:
         out = asdict(self)
         out.pop("fixed_vocabulary")
         return out
+
+
+#: An opening parenthesis that starts a capturing group (not escaped, not ``(?``).
+_CAPTURING = re.compile(r"(?<!\\)\((?!\?)")
+
+
+def check_token_pattern(pattern: Any) -> str:
+    r"""``pattern`` if it is a regular expression scikit-learn's tokenizer can use.
+
+    Parameters
+    ----------
+    pattern : str
+        A ``token_pattern``: a regular expression with at most one capturing group (the token
+        is then that group), as ``CountVectorizer`` requires.
+
+    Returns
+    -------
+    str
+        ``pattern``.
+
+    Raises
+    ------
+    ParameterError
+        If it is not a string, does not compile, or has more than one capturing group; the
+        message gives a pattern that works.
+
+    Examples
+    --------
+    >>> print(check_token_pattern(r"(?u)\b(\w\w+)\b"))
+    (?u)\b(\w\w+)\b
+    """
+    default = f"--token-pattern '{DEFAULT_TOKEN_PATTERN}' (the default)"
+    if not isinstance(pattern, str):
+        raise ParameterError(f"token_pattern={pattern!r} is not a string. To resolve this, "
+                             f"pass a regular expression, e.g. {default}.")
+    try:
+        groups = re.compile(pattern).groups
+    except re.error as exc:
+        raise ParameterError(
+            f"token_pattern={pattern!r} is not a valid regular expression ({exc}). To resolve "
+            f"this, pass one that compiles, e.g. {default}."
+        ) from None
+    if groups > 1:
+        plain = _CAPTURING.sub("(?:", pattern)
+        raise ParameterError(
+            f"token_pattern={pattern!r} has {groups} capturing groups; scikit-learn's "
+            "tokenizer takes at most one (the token). To resolve this, make them "
+            f"non-capturing, e.g. --token-pattern '{plain}'."
+        )
+    return pattern
 
 
 def smooth_idf(df: np.ndarray, n_documents: int) -> np.ndarray:

@@ -9,7 +9,7 @@ from sklearn.utils._param_validation import InvalidParameterError
 
 from sphdist import SphericalPCA
 from sphdist.cli._common import param_type
-from sphdist.core import params, solver
+from sphdist.core import kernels, params, solver
 from sphdist.errors import ParameterError
 from sphdist.jobs.fit import fit_corpus
 
@@ -19,8 +19,11 @@ CASES = {
     "n_components": [("1", 1, True), ("0", 0, False), ("-3", -3, False)],
     "lam": [("2", 2.0, True), ("1", 1.0, False), ("1.999", 1.999, False), ("exact", "exact", True),
             ("palm", "palm", True), ("theory", "theory", True), ("fast", "fast", False),
-            ("inf", np.inf, False)],
-    "mu": [("0", 0.0, True), ("7.5", 7.5, True), ("-1", -1.0, False), ("exact", "exact", True)],
+            ("inf", np.inf, False), ("4503599627370496", 2.0**52, True),
+            ("1e160", 1e160, False)],
+    "mu": [("0", 0.0, True), ("7.5", 7.5, True), ("-1", -1.0, False), ("exact", "exact", True),
+           ("4503599627370496", 2.0**52, True), ("4503599627370497", 2.0**52 + 1, False),
+           ("1e200", 1e200, False)],
     "max_iter": [("0", 0, True), ("-1", -1, False)],
     "tol": [("0", 0.0, True), ("1e-4", 1e-4, True), ("-0.1", -0.1, False)],
     "init": [("svd", "svd", True), ("pca", "pca", False)],
@@ -116,3 +119,31 @@ def test_fit_corpus_defaults_are_the_tables():
 def test_solver_takes_every_solver_parameter():
     signature = inspect.signature(solver.fit).parameters
     assert set(params.SOLVER_PARAMS) <= set(signature)
+
+
+def _unit_columns(rng, r, n):
+    V = rng.standard_normal((r, n))
+    return V / np.linalg.norm(V, axis=0)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_the_largest_steps_keep_the_arithmetic_finite(dtype):
+    """At lam = mu = MAX_STEP the V-step (Liu et al. 2019, Eq. 3.12) and the U-step (Eq. 3.11)
+    return unit columns and an orthonormal U in either compute dtype; far above it they do not
+    (the bound is needed, not only safe)."""
+    rng = np.random.default_rng(0)
+    r, n, m = 5, 40, 60
+    V = _unit_columns(rng, r, n).astype(dtype)
+    A = (0.5 * _unit_columns(rng, r, n)).astype(dtype)  # U^T x_j of unit documents
+    V_new, degenerate = kernels.v_step(A, V, params.MAX_STEP)
+    assert not degenerate.any()
+    np.testing.assert_allclose(np.linalg.norm(V_new.astype(np.float64), axis=0), 1.0, rtol=1e-5)
+    U = np.linalg.qr(rng.standard_normal((m, r)))[0]
+    XVt, VVt = rng.standard_normal((m, r)) * n, np.eye(r) * n / r
+    for route in ("gram", "svd"):
+        U_new = kernels.u_step(U, XVt, VVt, params.MAX_STEP, route)
+        np.testing.assert_allclose(U_new.T @ U_new, np.eye(r), atol=1e-10)
+    with np.errstate(all="ignore"):
+        V_far, _ = kernels.v_step(A, V, 1e160)
+    assert not np.allclose(np.linalg.norm(V_far.astype(np.float64), axis=0), 1.0)
+    assert not _valid("lam", 1e160) and not _valid("mu", 1e200)

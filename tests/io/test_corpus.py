@@ -1,5 +1,6 @@
 """The corpus.zarr format: CorpusWriter / Corpus round trip, atomic commit, format errors."""
 
+import re
 import shutil
 
 import numpy as np
@@ -403,3 +404,59 @@ def test_dense_fingerprint_depends_on_the_array(tmp_path, dense):
         paths.append(path)
     assert open_input(paths[0]).fingerprint == open_input(paths[0]).fingerprint
     assert open_input(paths[0]).fingerprint != open_input(paths[1]).fingerprint
+
+
+# -- values a fit cannot use (issue 15) ----------------------------------------------------------
+def _overflows(column: np.ndarray) -> bool:
+    """Reference: whether sum(x^2) exceeds the largest float64, computed scaled (no overflow)."""
+    scale = 1e150
+    return bool(np.sum((column / scale) ** 2) > np.finfo(np.float64).max / scale**2)
+
+
+def test_documents_whose_squares_overflow_are_refused_against_a_reference():
+    from sphdist.errors import DataError
+    from sphdist.io._values import check_csc_values
+
+    columns = [
+        np.array([0.3, 0.4]),  # an ordinary document
+        np.full(10, 1e153),  # large values whose squares still sum in float64
+        np.array([1e200]),  # one value whose square overflows
+        np.full(100, 2e153),  # squares finite one by one, their sum is not
+        np.array([]),  # an empty document
+    ]
+    for j, column in enumerate(columns):
+        indptr = np.array([0, column.size])
+        indices = np.arange(column.size)
+        if _overflows(column):
+            value = re.escape(f"({column.max():.6g} at feature 0;")
+            with pytest.raises(DataError, match=rf"doc{j} is too large for float64: the sum of "
+                                                rf"its squared values overflows {value}"):
+                check_csc_values(column, indices, indptr, "c.zarr", lambda k, j=j: f"doc{j}",
+                                 "rescale")
+        else:
+            check_csc_values(column, indices, indptr, "c.zarr", lambda k: "doc", "rescale")
+    assert [_overflows(c) for c in columns] == [False, False, True, True, False]
+    # in one chunk, the first such document is named
+    data = np.concatenate(columns)
+    indptr = np.concatenate([[0], np.cumsum([c.size for c in columns])])
+    indices = np.concatenate([np.arange(c.size) for c in columns])
+    with pytest.raises(DataError, match="document 2 is too large"):
+        check_csc_values(data, indices, indptr, "c.zarr", lambda k: f"document {k}", "rescale")
+
+
+def test_nan_idf_is_refused_when_read(tmp_path, X):
+    idf = np.linspace(1.0, 2.0, M)
+    idf[5] = np.nan
+    corpus = _write(tmp_path / "c.zarr", X, (N,), idf=idf)  # the digests match: not damage
+    with pytest.raises(CorpusFormatError, match=r"c.zarr: idf holds a non-finite value \(nan\) "
+                                                r"at feature 5\. To resolve this, re-ingest"):
+        corpus.idf  # noqa: B018
+
+
+def test_shape_that_disagrees_with_the_feature_scheme_is_refused(tmp_path, X):
+    corpus = _write(tmp_path / "c.zarr", X, (N,))
+    zarr.open_group(str(corpus.path), mode="r+").attrs["shape"] = [10**12, N]
+    del zarr.open_group(str(corpus.path), mode="r+")["idf"]
+    with pytest.raises(CorpusFormatError, match=r"shape says m = 1000000000000 features but "
+                                                rf"feature_scheme says n_features = {M}"):
+        Corpus(corpus.path)

@@ -101,3 +101,28 @@ def test_commit_state_describes_staging_and_interrupted_commits(tmp_path):
     assert state.interrupted and state.complete and not state.committed
     target.mkdir()
     assert commit_state(target) == (True, (staging.name,), False)
+
+
+@pytest.mark.parametrize("name, kind", [
+    ("c.zarr", "model"), ("c.zarr", "embedding"), ("m.zarr", "embedding"), ("e.zarr", "model"),
+    ("m.zarr", "corpus"), ("e.zarr", "corpus"),
+])
+def test_another_kind_is_named_with_what_to_pass_instead(stores, name, kind):
+    error = CorpusFormatError if kind == "corpus" else ModelFormatError
+    found = stored_kind(stores / name)
+    with pytest.raises(error, match=rf"{name} is a sphdist {found}, not a sphdist {kind}\. To "
+                                    rf"resolve this, pass an? {kind}\.zarr") as info:
+        open_stored(stores / name, kind)
+    assert "this version" not in str(info.value)
+
+
+def test_unsafe_array_in_a_nested_group_is_refused_by_name(stores):
+    group = zarr.open_group(str(stores / "e.zarr"), mode="r+")
+    deep = group.require_group("extra").require_group("deep")
+    deep.create_array("fine", data=np.zeros(3))
+    deep.create_array("x", data=np.zeros(3))
+    meta = stores / "e.zarr" / "extra" / "deep" / "x" / "zarr.json"
+    meta.write_text(meta.read_text().replace('"zstd"', '"evil_codec"'))
+    with pytest.raises(ModelFormatError, match=r"unreadable array metadata at extra/deep/x "
+                                               r"\(UnknownCodecError"):
+        open_stored(stores / "e.zarr")

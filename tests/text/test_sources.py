@@ -569,3 +569,84 @@ def test_link_swapped_in_after_listing_is_not_read(tmp_path):
     (tree / "a" / "good").symlink_to(outside / "passwd")
     (record,) = list(part.records(Reading()))
     assert "outside the source folder" in record.message()
+
+
+# -- issue 15: names, byte-order marks, damaged streams, options that do not compile -------------
+@pytest.mark.parametrize("kwargs, needle", [
+    ({"token_pattern": "("}, "not a valid regular expression"),
+    ({"token_pattern": "(a)(b)"}, "2 capturing groups"),
+    ({"n_features": 2**31 - 1}, "n_features"),
+    ({"chunk_size": 2**31}, "chunk_size"),
+    ({"partition_size": 10**20}, "partition_size"),
+])
+def test_options_beyond_what_runs_are_refused_before_reading(tmp_path, kwargs, needle):
+    with pytest.raises(ParameterError, match=needle):
+        ingest(_jsonl(tmp_path), tmp_path / "out.zarr", n_workers=1, **kwargs)
+    assert not (tmp_path / "out.zarr").exists()
+
+
+def test_the_suggested_non_capturing_pattern_tokenises(tmp_path):
+    with pytest.raises(ParameterError, match="token-pattern") as info:
+        ingest(_jsonl(tmp_path), tmp_path / "out.zarr", n_workers=1,
+               token_pattern=r"(\w)(\w+)")
+    suggested = str(info.value).split("--token-pattern '")[1].split("'")[0]
+    assert suggested == r"(?:\w)(?:\w+)"
+    corpus = ingest(_jsonl(tmp_path), tmp_path / "out.zarr", n_workers=1,
+                    token_pattern=suggested)
+    assert corpus.n_documents > 0
+
+
+def test_bom_only_at_the_start_of_a_jsonl_file(tmp_path):
+    lines = [json.dumps({"text": f"alpha beta {i}"}).encode() for i in range(3)]
+    path = Path(_lines(tmp_path, [b"\xef\xbb\xbf" + lines[0], *lines[1:]]))
+    assert ingest(path, tmp_path / "a.zarr", n_workers=1).n_documents == 3
+    gz = tmp_path / "bom.jsonl.gz"
+    gz.write_bytes(gzip.compress(path.read_bytes()))
+    assert ingest(gz, tmp_path / "b.zarr", n_workers=1).n_documents == 3
+    # a byte-order mark inside the file is not one: that line is not JSON
+    path.write_bytes(b"\n".join([lines[0], b"\xef\xbb\xbf" + lines[1]]) + b"\n")
+    with pytest.raises(DataError, match=r"bad.jsonl:2: not JSON"):
+        ingest(path, tmp_path / "c.zarr", n_workers=1)
+
+
+@pytest.mark.parametrize("name", ["docs.jsonl.gz", "docs.csv.gz"])
+def test_truncated_gzip_names_the_file_and_how_far_it_was_read(tmp_path, name):
+    rows = [{"text": f"word{i} alpha beta gamma delta"} for i in range(3000)]
+    if name.endswith(".csv.gz"):
+        raw = ("text\n" + "".join(r["text"] + "\n" for r in rows)).encode()
+    else:
+        raw = "".join(json.dumps(r) + "\n" for r in rows).encode()
+    data = gzip.compress(raw)
+    path = tmp_path / name
+    path.write_bytes(data[: len(data) // 2])
+    with pytest.raises(DataError, match=rf"{name}: the compressed data end or break after "
+                                        rf"(line|row) \d+ .*`gzip -t {path}`"):
+        ingest(path, tmp_path / "out.zarr", n_workers=1)
+    assert not (tmp_path / "out.zarr").exists()
+
+
+def test_not_utf8_names_in_a_tar_archive(tmp_path):
+    path = tmp_path / "docs.tar"
+    with tarfile.open(path, "w", format=tarfile.GNU_FORMAT, encoding="latin-1") as archive:
+        for name, text in ((b"a/ok.txt", b"alpha beta"), (b"a/caf\xe9.txt", b"gamma delta")):
+            info = tarfile.TarInfo(name.decode("latin-1"))
+            info.size = len(text)
+            archive.addfile(info, io.BytesIO(text))
+    with pytest.raises(DataError, match=r"a/caf\\xe9.txt: the member name is not valid UTF-8"):
+        ingest(path, tmp_path / "out.zarr", n_workers=1)
+    corpus = ingest(path, tmp_path / "out.zarr", n_workers=1, on_error="skip")
+    assert list(corpus.doc_ids) == ["a/ok.txt"]
+    assert corpus.attrs["ingest"]["n_skipped"] == 1
+
+
+def test_hashed_feature_space_beyond_this_machines_memory(tmp_path):
+    import psutil
+
+    from sphdist.text.tfidf import MAX_FEATURES
+
+    if 32 * MAX_FEATURES <= psutil.virtual_memory().total:
+        pytest.skip("this machine holds 32 bytes per feature of the largest hashed space")
+    with pytest.raises(ParameterError, match=rf"n_features={MAX_FEATURES} needs about 64.0 GiB "
+                                             r".* --n-features 1048576"):
+        ingest(_jsonl(tmp_path), tmp_path / "out.zarr", n_workers=1, n_features=MAX_FEATURES)
+    assert not (tmp_path / "out.zarr").exists()

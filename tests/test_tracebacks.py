@@ -1,0 +1,457 @@
+"""No traceback reaches a user: issue 15, items 5 and 6, driven through the command line.
+
+Each case printed a Python traceback (or only ``Aborted!``, or a misleading message) before its
+fix. Every refusal must now be exactly one line ``Error: ...`` on stderr naming the file,
+document or value, with a remedy, a non-zero exit status (2 for option values click rejects)
+and nothing left at the output. The cases that belong to the cluster options
+(``--memory-limit``, ``--dashboard-address``, ``--scheduler-address``, the worker ERROR block)
+are tested with :mod:`sphdist.jobs.cluster`.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import dask
+import numpy as np
+import pytest
+import zarr
+from click.testing import CliRunner
+
+from sphdist.cli import main
+from sphdist.io.corpus_writer import CorpusWriter
+from sphdist.jobs.fit import fit_corpus
+from sphdist.jobs.transform import transform_corpus
+
+from .reference import random_corpus
+from .test_bad_input import _nothing_left, _one_error_line
+
+M, N, R = 30, 40, 3
+LABELS = ["a", "b", "c"]
+
+
+@pytest.fixture
+def runner():
+    return CliRunner()
+
+
+def _cli(runner, *args):
+    return runner.invoke(main, ["--quiet", *map(str, args)])
+
+
+def _usage_error(result, *needles):
+    """An option value click refuses: exit 2, one ``Error:`` line (after click's usage hint)."""
+    assert result.exit_code == 2, result.output
+    assert "Traceback" not in result.output
+    lines = result.stderr.strip().splitlines()
+    errors = [line for line in lines if line.startswith("Error: ")]
+    assert len(errors) == 1, result.stderr
+    assert all(line.startswith(("Usage: ", "Try ", "Error: ")) or not line for line in lines)
+    for needle in needles:
+        assert needle in errors[0], errors[0]
+    return errors[0]
+
+
+def _corpus(path, X=None, *, idf=None, labels=None, label_names=LABELS, chunk=20):
+    """A corpus written by the writer (valid digests), with the given idf and label codes."""
+    X = random_corpus(M, N, seed=1) if X is None else X
+    n = X.shape[1]
+    labels = np.arange(n) % len(LABELS) if labels is None else np.asarray(labels)
+    with CorpusWriter(path, n_features=X.shape[0], label_names=label_names,
+                      feature_scheme={"type": "hashing", "n_features": X.shape[0]}) as w:
+        for a in range(0, n, chunk):
+            b = min(n, a + chunk)
+            w.write_chunk(X[:, a:b], [f"d{j}" for j in range(a, b)], labels[a:b])
+        return w.commit(idf=np.linspace(1, 2, X.shape[0]) if idf is None else idf)
+
+
+def _jsonl(path, n=12, bom=False):
+    lines = [json.dumps({"id": f"t{i}", "label": LABELS[i % 3],
+                         "text": f"alpha beta gamma{i % 3} delta{i % 5}"}) for i in range(n)]
+    data = ("\n".join(lines) + "\n").encode()
+    path.write_bytes((b"\xef\xbb\xbf" if bom else b"") + data)
+    return path
+
+
+class _Killed(Exception):
+    """What a SIGKILL of the driver leaves: the checkpoint of the last iteration committed."""
+
+
+@pytest.fixture(scope="module")
+def fitted(tmp_path_factory):
+    """A corpus and two models of it: one finished, one stopped at iteration 2 of 200."""
+    root = tmp_path_factory.mktemp("tracebacks")
+    corpus = _corpus(root / "corpus.zarr")
+
+    def kill_at_3(state):
+        if state.iteration == 3:  # before iteration 3 is checkpointed
+            raise _Killed
+
+    with dask.config.set(scheduler="sync"):
+        model = fit_corpus(corpus.path, root / "model.zarr", n_components=R, max_iter=6,
+                           tol=0, callback=None)
+        for name, lam in (("killed", "exact"), ("killed_palm", "palm")):  # palm keeps V
+            with pytest.raises(_Killed):
+                fit_corpus(corpus.path, root / f"{name}.zarr", n_components=R, max_iter=200,
+                           tol=0, lam=lam, callback=kill_at_3)
+    return {"root": root, "corpus": corpus.path, "model": model.path,
+            "killed": root / "killed.zarr", "killed_palm": root / "killed_palm.zarr"}
+
+
+# -- ingest: sources ------------------------------------------------------------------------
+
+
+def test_non_utf8_file_names_in_a_folder_source(runner, tmp_path):
+    src = tmp_path / "src"
+    (src / "a").mkdir(parents=True)
+    (src / "a" / "ok.txt").write_text("hello world again")
+    try:
+        os.mkdir(os.path.join(os.fsencode(src), b"b\xe9"))  # a label folder, latin-1 named
+        with open(os.path.join(os.fsencode(src), b"b\xe9", b"doc.txt"), "wb") as f:
+            f.write(b"foo bar baz")
+        with open(os.path.join(os.fsencode(src / "a"), b"bad\xff\xfe.txt"), "wb") as f:
+            f.write(b"foo bar qux")
+    except OSError:
+        pytest.skip("this filesystem refuses file names that are not UTF-8")
+    out = tmp_path / "c.zarr"
+    result = _cli(runner, "ingest", src, "-o", out)
+    _one_error_line(result, "a/bad\\xff\\xfe.txt", "not valid UTF-8", "--on-error skip")
+    _nothing_left(tmp_path, "src")
+    result = _cli(runner, "ingest", src, "-o", out, "--on-error", "skip", "--json")
+    assert result.exit_code == 0, result.output
+    summary = json.loads(result.stdout)
+    assert (summary["n_documents"], summary["n_skipped"]) == (1, 2)
+
+
+@pytest.mark.parametrize("pattern, needle", [("(", "not a valid regular expression"),
+                                             ("(a)(b)", "2 capturing groups")])
+def test_token_pattern_that_does_not_compile_or_has_two_groups(
+    runner, tmp_path, pattern, needle
+):
+    src = _jsonl(tmp_path / "docs.jsonl")
+    result = _cli(runner, "ingest", src, "-o", tmp_path / "c.zarr", "--token-pattern", pattern)
+    line = _one_error_line(result, f"token_pattern={pattern!r}", needle, "--token-pattern")
+    assert "(?:" in line or "\\w" in line  # the remedy is a pattern that works
+    _nothing_left(tmp_path, "docs.jsonl")
+
+
+@pytest.mark.parametrize("option, value", [
+    ("--n-features", "99999999999999"), ("--chunk-size", "1e20"),
+    ("--chunk-size", "100000000000000000000"), ("--partition-size", "100000000000000000000"),
+])
+def test_huge_ingest_sizes_are_usage_errors(runner, tmp_path, option, value):
+    src = _jsonl(tmp_path / "docs.jsonl")
+    result = _cli(runner, "ingest", src, "-o", tmp_path / "c.zarr", option, value)
+    _usage_error(result, option, value)
+    _nothing_left(tmp_path, "docs.jsonl")
+
+
+def test_truncated_jsonl_gz_names_the_file(runner, tmp_path):
+    whole = gzip.compress(_jsonl(tmp_path / "docs.jsonl", n=400).read_bytes())
+    (tmp_path / "docs.jsonl").unlink()
+    src = tmp_path / "docs.jsonl.gz"
+    src.write_bytes(whole[: len(whole) // 2])
+    result = _cli(runner, "ingest", src, "-o", tmp_path / "c.zarr")
+    line = _one_error_line(result, str(src), "truncated", f"gzip -t {src}")
+    assert "Aborted" not in result.output and "line" in line
+    _nothing_left(tmp_path, "docs.jsonl.gz")
+
+
+@pytest.mark.parametrize("fmt", ["jsonl", "csv"])
+def test_utf8_bom_is_accepted(runner, tmp_path, fmt):
+    if fmt == "jsonl":
+        src = _jsonl(tmp_path / "docs.jsonl", bom=True)
+    else:
+        src = tmp_path / "docs.csv"
+        rows = "".join(f"t{i},{LABELS[i % 3]},alpha beta gamma{i}\n" for i in range(12))
+        src.write_bytes(b"\xef\xbb\xbf" + f"id,label,text\n{rows}".encode())
+    result = _cli(runner, "ingest", src, "-o", tmp_path / "c.zarr", "--label-field", "label",
+                  "--id-field", "id", "--json")
+    assert result.exit_code == 0, result.output
+    summary = json.loads(result.stdout)
+    assert (summary["n_documents"], summary["n_skipped"], summary["n_labels"]) == (12, 0, 3)
+    ids = zarr.open_group(str(tmp_path / "c.zarr"), mode="r")["doc_ids"][:]
+    assert ids[0] == "t0"  # the first record keeps its fields
+
+
+# -- corpora that lie or hold extreme values -----------------------------------------------
+
+
+def _edit_attrs(path, **changes):
+    g = zarr.open_group(str(path), mode="r+")
+    g.attrs.update(changes)
+
+
+def test_corpus_shape_attribute_of_10_to_the_12_features(runner, tmp_path):
+    corpus = _corpus(tmp_path / "big.zarr")
+    zarr.open_group(str(corpus.path), mode="r+").__delitem__("idf")
+    _edit_attrs(corpus.path, shape=[10**12, N])
+    result = _cli(runner, "fit", "-i", corpus.path, "-o", tmp_path / "m.zarr", "-r", R)
+    _one_error_line(result, "big.zarr", "1000000000000", "feature_scheme", "re-ingest")
+    _nothing_left(tmp_path, "big.zarr")
+
+
+def _overcommit_heuristic():
+    try:
+        with open("/proc/sys/vm/overcommit_memory") as f:
+            return f.read().strip() == "0"
+    except OSError:
+        return False
+
+
+@pytest.mark.skipif(not _overcommit_heuristic(),
+                    reason="an allocation of 22 TiB fails at once only under Linux's heuristic "
+                           "overcommit (vm.overcommit_memory = 0)")
+def test_corpus_consistently_claiming_10_to_the_12_features(runner, scheduler, tmp_path):
+    corpus = _corpus(tmp_path / "big.zarr")
+    zarr.open_group(str(corpus.path), mode="r+").__delitem__("idf")
+    _edit_attrs(corpus.path, shape=[10**12, N],
+                feature_scheme={"type": "hashing", "n_features": 10**12})
+    result = _cli(runner, "fit", "-i", corpus.path, "-o", tmp_path / "m.zarr", "-r", R,
+                  "--scheduler-address", scheduler)
+    _one_error_line(result, "MemoryError", "(1000000000000, 3)", "sphdist info")
+    _nothing_left(tmp_path, "big.zarr")
+
+
+def test_value_whose_square_overflows_is_not_called_nan(runner, scheduler, tmp_path):
+    X = random_corpus(M, N, seed=1)
+    X.data[3] = 1e300
+    doc = int(np.searchsorted(X.indptr, 3, side="right")) - 1
+    corpus = _corpus(tmp_path / "c300.zarr", X)
+    result = _cli(runner, "fit", "-i", corpus.path, "-o", tmp_path / "m.zarr", "-r", R,
+                  "--scheduler-address", scheduler)
+    line = _one_error_line(result, "c300.zarr", f"document {doc}", "1e+300", "overflow")
+    assert "NaN" not in line
+    _nothing_left(tmp_path, "c300.zarr")
+
+
+def test_dense_value_whose_square_overflows_is_not_called_nan(runner, scheduler, tmp_path):
+    D = np.random.default_rng(0).random((N, M))
+    D[17, 4] = -1e300
+    zarr.create_array(str(tmp_path / "d.zarr"), data=D, chunks=(10, M))
+    result = _cli(runner, "fit", "-i", tmp_path / "d.zarr", "-o", tmp_path / "m.zarr", "-r", R,
+                  "--scheduler-address", scheduler)
+    line = _one_error_line(result, "d.zarr", "sample 17", "feature 4", "overflow")
+    assert "NaN" not in line
+    _nothing_left(tmp_path, "d.zarr")
+
+
+def test_nan_in_the_corpus_idf_is_refused_on_read(runner, scheduler, fitted, tmp_path):
+    idf = np.linspace(1, 2, M)
+    idf[5] = np.nan
+    corpus = _corpus(tmp_path / "nanidf.zarr", idf=idf)
+    src = _jsonl(tmp_path / "docs.jsonl")
+    result = _cli(runner, "ingest", src, "--like", corpus.path, "-o", tmp_path / "new.zarr")
+    _one_error_line(result, "nanidf.zarr", "idf", "feature 5", "re-ingest")
+    result = _cli(runner, "fit", "-i", corpus.path, "-o", tmp_path / "m.zarr", "-r", R,
+                  "--scheduler-address", scheduler)
+    _one_error_line(result, "nanidf.zarr", "idf", "feature 5")
+    result = _cli(runner, "transform", "-m", fitted["model"], "-i", corpus.path,
+                  "-o", tmp_path / "e.zarr", "--scheduler-address", scheduler)
+    _one_error_line(result, "nanidf.zarr", "idf", "feature 5")
+    _nothing_left(tmp_path, "docs.jsonl", "nanidf.zarr")
+
+
+# -- parameters -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("option, value", [("--mu", "1e200"), ("--lam", "1e160"),
+                                           ("--seed", str(10**27))])
+def test_fit_parameters_beyond_exact_arithmetic(runner, fitted, tmp_path, option, value):
+    result = _cli(runner, "fit", "-i", fitted["corpus"], "-o", tmp_path / "m.zarr", "-r", R,
+                  option, value)
+    _usage_error(result, option, value)
+    _nothing_left(tmp_path)  # no iteration-0 model
+
+
+@pytest.mark.parametrize("command", [["evaluate", "-i", "C"], ["plot", "embedding"]])
+def test_seed_beyond_numpy_range_is_a_usage_error(runner, fitted, tmp_path, command):
+    args = [fitted["corpus"] if a == "C" else a for a in command]
+    result = _cli(runner, *args, "-m", fitted["model"], "--seed", 10**27)
+    _usage_error(result, "--seed", str(10**27))
+
+
+def test_evaluate_more_clusters_than_documents(runner, tmp_path):
+    n = 2000
+    corpus = _corpus(tmp_path / "c.zarr", random_corpus(M, n, seed=2), chunk=500)
+    with dask.config.set(scheduler="sync"):
+        model = fit_corpus(corpus.path, tmp_path / "m.zarr", n_components=R, max_iter=2,
+                           callback=None)
+    result = _cli(runner, "evaluate", "-m", model.path, "-i", corpus.path, "-k", 100000)
+    _one_error_line(result, "-k 100000", f"{n} labelled documents",
+                    f"sphdist evaluate --model {model.path} --input {corpus.path} -k 3")
+
+
+def test_evaluate_refuses_labels_outside_label_names(runner, tmp_path):
+    labels = np.arange(N) % 3
+    labels[7] = 5
+    corpus = _corpus(tmp_path / "c.zarr", labels=labels)
+    with dask.config.set(scheduler="sync"):
+        model = fit_corpus(corpus.path, tmp_path / "m.zarr", n_components=R, max_iter=2,
+                           callback=None)
+    result = _cli(runner, "evaluate", "-m", model.path, "-i", corpus.path)
+    _one_error_line(result, "c.zarr", "document 7 (d7)", "label code 5", "3 label_names",
+                    "re-ingest")
+
+
+# -- models and embeddings ------------------------------------------------------------------
+
+
+def test_info_of_a_killed_fit_says_it_stopped(runner, fitted):
+    result = _cli(runner, "info", fitted["killed"])
+    assert result.exit_code == 0, result.output
+    assert "stopped at iteration 2 of 200, not converged" in result.stdout
+    report = json.loads(_cli(runner, "info", fitted["killed"], "--json").stdout)
+    assert report["status"] == "stopped at iteration 2 of 200, not converged"
+    finished = json.loads(_cli(runner, "info", fitted["model"], "--json").stdout)
+    assert finished["status"] == "reached max_iter 6, not converged (tol 0)"
+
+
+@pytest.mark.parametrize("command, killed", [("evaluate", "killed_palm"),
+                                             ("transform", "killed"),
+                                             ("transform", "killed_palm")])
+def test_a_killed_fit_is_used_with_one_warning(
+    runner, scheduler, fitted, tmp_path, command, killed
+):
+    def run(model, out):
+        more = [] if command == "evaluate" else ["-o", out, "--scheduler-address", scheduler]
+        return _cli(runner, command, "-m", model, "-i", fitted["corpus"], *more)
+
+    result = run(fitted[killed], tmp_path / "e.zarr")
+    assert result.exit_code == 0, result.output
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert "stopped at iteration 2 of 200, not converged" in lines[0]
+    resume = lines[0].split("`")[1]  # the command that finishes the fit, which works
+    assert resume.startswith(f"sphdist fit --input {fitted['corpus']} --output {fitted[killed]}")
+    finished = run(fitted["model"], tmp_path / "e2.zarr")  # max_iter reached: no warning
+    assert finished.exit_code == 0 and finished.stderr == "", finished.output
+
+
+def test_the_resume_command_of_the_warning_works(runner, scheduler, fitted, tmp_path):
+    killed = tmp_path / "k.zarr"
+    shutil.copytree(fitted["killed_palm"], killed)
+    result = _cli(runner, "transform", "-m", killed, "-i", fitted["corpus"], "-o",
+                  tmp_path / "e.zarr", "--scheduler-address", scheduler)
+    resume = result.stderr.split("`")[1].split()
+    assert resume[:2] == ["sphdist", "fit"] and "--lam" in resume
+    result = _cli(runner, *resume[1:], "--max-iter", 4, "--scheduler-address", scheduler)
+    assert result.exit_code == 0, result.output
+    assert json.loads(_cli(runner, "info", killed, "--json").stdout)["n_iter"] == 4
+
+
+def test_evaluate_of_a_checkpoint_without_v_names_the_iteration(runner, fitted):
+    result = _cli(runner, "evaluate", "-m", fitted["killed"], "-i", fitted["corpus"])
+    _one_error_line(result, "stopped at iteration 2 of 200", "--resume")
+
+
+def test_missing_model_is_not_called_a_corpus(runner, tmp_path):
+    result = _cli(runner, "info", "-m", tmp_path / "nope.zarr", "--top-terms", 3)
+    line = _one_error_line(result, "nope.zarr", "no such model", "sphdist fit")
+    assert "corpus with" not in line
+    result = _cli(runner, "info", tmp_path / "nope.zarr")
+    line = _one_error_line(result, "nope.zarr", f"ls {tmp_path}")
+    assert "create a corpus" not in line
+
+
+def test_corpus_given_as_a_model_or_as_fit_output(runner, fitted, tmp_path):
+    corpus = _corpus(tmp_path / "other.zarr")
+    before = (corpus.path / "zarr.json").read_bytes()
+    for args in (["fit", "-i", fitted["corpus"], "-o", corpus.path, "-r", R],
+                 ["fit", "-i", fitted["corpus"], "-o", corpus.path, "-r", R, "--overwrite"],
+                 ["transform", "-m", corpus.path, "-i", fitted["corpus"],
+                  "-o", tmp_path / "e.zarr"]):
+        result = _cli(runner, *args)
+        line = _one_error_line(result, "other.zarr is a sphdist corpus, not a sphdist model")
+        assert "refit with this version" not in line
+    assert (corpus.path / "zarr.json").read_bytes() == before
+    _nothing_left(tmp_path, "other.zarr")
+
+
+def _bad_embedding(fitted, path, how):
+    with dask.config.set(scheduler="sync"):
+        transform_corpus(fitted["model"], fitted["corpus"], path)
+    g = zarr.open_group(str(path), mode="r+")
+    for i in range(150):  # many good members: zarr lists them concurrently
+        g.create_array(f"extra{i:03d}", data=np.zeros(2))
+    meta_path = path / "doc_ids" / "zarr.json"
+    meta = json.loads(meta_path.read_text())
+    meta["codecs"] = {"unknown": [{"name": "evil_codec", "configuration": {}}],
+                      "pickle": [{"name": "numcodecs.pickle", "configuration": {}}]}[how]
+    meta_path.write_text(json.dumps(meta))
+
+
+def _v2_embedding(path):
+    g = zarr.open_group(str(path), mode="w", zarr_format=2)
+    g.attrs["sphdist"] = {"kind": "embedding", "format_version": 1}
+    g.create_array("V", data=np.ones((R, 10)))
+    for i in range(150):
+        g.create_array(f"extra{i:03d}", data=np.zeros(2))
+    (path / "doc_ids").mkdir()
+    (path / "doc_ids" / ".zarray").write_text(json.dumps({
+        "zarr_format": 2, "shape": [10], "chunks": [10], "dtype": "|O", "compressor": None,
+        "fill_value": None, "filters": [{"id": "pickle", "protocol": 4}], "order": "C",
+    }))
+
+
+@pytest.mark.parametrize("how", ["unknown", "pickle", "v2"])
+def test_unsafe_embedding_is_refused_in_one_line(fitted, tmp_path, how):
+    path = tmp_path / "e.zarr"
+    if how == "v2":
+        _v2_embedding(path)
+    else:
+        _bad_embedding(fitted, path, how)
+    for command in (["info", str(path)],
+                    ["export", "-m", str(fitted["model"]), "-i", str(path), "-o",
+                     str(tmp_path / "e.parquet")]):
+        for _ in range(3):  # the stray output of unfinished tasks depended on timing
+            proc = subprocess.run(
+                [sys.executable, "-c", "from sphdist.cli import main; main()", "-q", *command],
+                capture_output=True, text=True, timeout=120,
+            )
+            assert proc.returncode == 1, proc.stderr
+            lines = proc.stderr.strip().splitlines()
+            assert len(lines) == 1, proc.stderr
+            assert lines[0].startswith(f"Error: {path}") and "sphdist transform --model" in lines[0]
+    _nothing_left(tmp_path, "e.zarr")
+
+
+# -- cases whose fix belongs to the files the lead is rewriting ----------------------------------
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "lead: sphdist/io/model.py Model.V() refuses a U-only checkpoint with `sphdist fit --input "
+    "C --output M --resume` alone, which fails the resume check (default -r 20 != the "
+    "checkpoint's r) and does not say 'not converged'; build the command as "
+    "sphdist.jobs.info.resume_command does (every parameter that differs from the defaults)"))
+def test_evaluate_refusal_of_a_checkpoint_names_a_command_that_works(
+    runner, scheduler, fitted, tmp_path
+):
+    killed = tmp_path / "k.zarr"
+    shutil.copytree(fitted["killed"], killed)
+    result = _cli(runner, "evaluate", "-m", killed, "-i", fitted["corpus"])
+    line = _one_error_line(result, "stopped at iteration 2 of 200, not converged")
+    resume = line.split("`")[1].split()
+    result = _cli(runner, *resume[1:], "--max-iter", 4, "--scheduler-address", scheduler)
+    assert result.exit_code == 0, result.output
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "lead: sphdist/core/kernels.py / solver.py: ||X||_F^2 of a chunk overflows although every "
+    "document's squared norm is finite (the read check passes): a RuntimeWarning reaches "
+    "stderr and the error names no file and says 'NaN or Inf'; compute it under "
+    "np.errstate(over='ignore') and let fit.py raise a DataError naming the input and "
+    "'rescale the documents (e.g. unit norm)'"))
+def test_corpus_whose_total_squared_norm_overflows(runner, scheduler, tmp_path):
+    X = random_corpus(M, N, seed=1, n_empty=0) * 1e154  # ||x_j||^2 = 1e308 each: finite
+    corpus = _corpus(tmp_path / "sum.zarr", X)
+    result = _cli(runner, "fit", "-i", corpus.path, "-o", tmp_path / "m.zarr", "-r", R,
+                  "--scheduler-address", scheduler)
+    line = _one_error_line(result, "sum.zarr", "overflow")
+    assert "NaN" not in line
+    _nothing_left(tmp_path, "sum.zarr")
