@@ -424,11 +424,6 @@ def test_unsafe_embedding_is_refused_in_one_line(fitted, tmp_path, how):
 # -- cases whose fix belongs to the files the lead is rewriting ----------------------------------
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "lead: sphdist/io/model.py Model.V() refuses a U-only checkpoint with `sphdist fit --input "
-    "C --output M --resume` alone, which fails the resume check (default -r 20 != the "
-    "checkpoint's r) and does not say 'not converged'; build the command as "
-    "sphdist.jobs.info.resume_command does (every parameter that differs from the defaults)"))
 def test_evaluate_refusal_of_a_checkpoint_names_a_command_that_works(
     runner, scheduler, fitted, tmp_path
 ):
@@ -441,12 +436,6 @@ def test_evaluate_refusal_of_a_checkpoint_names_a_command_that_works(
     assert result.exit_code == 0, result.output
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "lead: sphdist/core/kernels.py / solver.py: ||X||_F^2 of a chunk overflows although every "
-    "document's squared norm is finite (the read check passes): a RuntimeWarning reaches "
-    "stderr and the error names no file and says 'NaN or Inf'; compute it under "
-    "np.errstate(over='ignore') and let fit.py raise a DataError naming the input and "
-    "'rescale the documents (e.g. unit norm)'"))
 def test_corpus_whose_total_squared_norm_overflows(runner, scheduler, tmp_path):
     X = random_corpus(M, N, seed=1, n_empty=0) * 1e154  # ||x_j||^2 = 1e308 each: finite
     corpus = _corpus(tmp_path / "sum.zarr", X)

@@ -212,10 +212,12 @@ def v_step(
 
 
 def _sq_norm(X_c: Any) -> float:
-    if sp.issparse(X_c):
-        data = X_c.data
-        return float(data @ data)
-    return float(np.vdot(X_c, X_c).real)
+    # an overflow gives inf, which the solver reports as a DataError (no RuntimeWarning)
+    with np.errstate(over="ignore"):
+        if sp.issparse(X_c):
+            data = X_c.data
+            return float(data @ data)
+        return float(np.vdot(X_c, X_c).real)
 
 
 def pass_chunk(

@@ -355,10 +355,15 @@ def _full_pass(
         spill=spill,
     )
     sq = total["sq_norm_X"]
+    if np.isinf(sq) and np.all(np.isfinite(total["XVt"])):
+        raise DataError(
+            "the sum of squares of X (||X||_F^2) overflows float64. To resolve this, rescale "
+            "the documents (e.g. to unit norm, as tf-idf does) before fitting."
+        )
     if not np.isfinite(sq) or not np.all(np.isfinite(total["XVt"])):
         raise DataError(
-            "X contains NaN or Inf values, or values so large that ||X||_F^2 overflows. To "
-            "resolve this, clean the input data before fitting."
+            "X contains NaN or Inf values (||X||_F^2 or X V^T is not finite). To resolve this, "
+            "clean the input data before fitting."
         )
     XVt, features, occurring = total["XVt"], None, None
     if find_features:

@@ -63,6 +63,7 @@ import numpy as np
 import zarr
 from dask.base import tokenize
 
+from sphdist.core import params as fit_params
 from sphdist.core.solver import FitState
 from sphdist.errors import InputNotFoundError, ModelFormatError
 from sphdist.io import _atomic
@@ -85,6 +86,8 @@ __all__ = [
 
 FORMAT_VERSION = 1
 KIND = "model"  # the group attribute sphdist.kind
+#: ``sphdist fit`` flags whose names are not ``--<parameter>``.
+_FLAGS = {"n_components": "-r", "random_state": "--seed"}
 
 
 def save_checkpoint(
@@ -286,6 +289,40 @@ class Model(TaggedStore):
         return list(self.attrs["objective"])
 
     @property
+    def converged(self) -> bool:
+        """Whether the fit stopped because the relative objective change fell below tol."""
+        return bool(self.attrs["converged"])
+
+    @property
+    def max_iter(self) -> int | None:
+        """The iteration the fit was to stop at at the latest (None if not recorded)."""
+        value = self.params.get("max_iter")
+        return None if value is None else int(value)
+
+    def resume_command(self) -> str:
+        """The ``sphdist fit ... --resume`` command that continues this fit.
+
+        Every parameter the checkpoint was written with is given (``-r`` always, the others
+        where they differ from the defaults), so the command passes the resume checks.
+        """
+        params = self.params
+        words = ["sphdist fit", f"--input {self.corpus.get('path', 'CORPUS')}",
+                 f"--output {self.path}", "--resume"]
+        for name in fit_params.SOLVER_PARAMS:
+            value = params.get(name, fit_params.PARAMS[name].default)
+            if value is None or (name != "n_components"
+                                 and value == fit_params.PARAMS[name].default):
+                continue
+            flag = _FLAGS.get(name, "--" + name.replace("_", "-"))
+            if isinstance(value, bool):  # a click flag pair: --name / --no-name
+                words.append(flag if value else flag.replace("--", "--no-", 1))
+            else:
+                words.append(f"{flag} {value}")
+        if params.get("init_from"):
+            words.append(f"--init-from {params['init_from']['path']}")
+        return " ".join(words)
+
+    @property
     def corpus(self) -> dict[str, Any]:
         """Path, fingerprint and shape of the corpus the model was fitted on."""
         return self.attrs["corpus"]
@@ -347,9 +384,9 @@ class Model(TaggedStore):
         if not self.has_embedding:
             raise ModelFormatError(
                 f"{self.path} is a checkpoint of a fit stopped at iteration {self.n_iter} of "
-                f"{self.params.get('max_iter', '?')}: it holds U, not the embedding V. To "
-                f"resolve this, finish the fit: `sphdist fit --input "
-                f"{self.corpus.get('path', 'CORPUS')} --output {self.path} --resume`."
+                f"{self.max_iter if self.max_iter is not None else '?'}, not converged: it "
+                f"holds U, not the embedding V. To resolve this, finish the fit: "
+                f"`{self.resume_command()}`."
             )
         V = self._array("V")
         r, c = V.chunks

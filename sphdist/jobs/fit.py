@@ -43,6 +43,7 @@ from sphdist.core import params as fit_params
 from sphdist.errors import (
     CheckpointMismatchError,
     CorpusMismatchError,
+    DataError,
     OutputExistsError,
     ParameterError,
     WorkersLostError,
@@ -196,10 +197,13 @@ class PreparedFit:
             X = X.persist()
         scratch = ScratchV(output)  # V_k of a fit that keeps it (lam != 2): on disk
         with fit_params.validated():  # prepare_fit validated every parameter
-            final = solver.fit(
-                X, state=state, U0=self.U0, callback=on_state, spill=scratch,
-                **{name: self.params[name] for name in fit_params.SOLVER_PARAMS},
-            )
+            try:
+                final = solver.fit(
+                    X, state=state, U0=self.U0, callback=on_state, spill=scratch,
+                    **{name: self.params[name] for name in fit_params.SOLVER_PARAMS},
+                )
+            except DataError as exc:  # the solver knows X, not the file: name it
+                raise DataError(f"{self.input}: {exc}") from None
         if final is not state or not open_model(output).has_embedding:
             t0 = time.perf_counter()
             # the final model: V written chunk by chunk by the tasks that compute it

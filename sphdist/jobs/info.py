@@ -13,7 +13,6 @@ from typing import Any
 
 import numpy as np
 
-from sphdist.core import params as fit_params
 from sphdist.errors import DataError, InputNotFoundError, ParameterError
 from sphdist.io import CommitState, commit_state, open_stored, stored_kind
 from sphdist.io.model import Model, open_model
@@ -170,31 +169,12 @@ def fit_status(model: Model) -> str:
 
 
 #: Options of ``sphdist fit`` whose name is not ``--<parameter>``.
-_FLAGS = {"n_components": "-r", "random_state": "--seed"}
-
-
 def resume_command(model: Model) -> str:
     """The ``sphdist fit ... --resume`` command that continues the fit of ``model``.
 
-    Every parameter the checkpoint was written with is given (``-r`` always, the others where
-    they differ from the defaults), so the command passes the resume checks.
+    See :meth:`sphdist.io.model.Model.resume_command`.
     """
-    params = model.params
-    words = ["sphdist fit", f"--input {model.corpus.get('path', 'CORPUS')}",
-             f"--output {model.path}", "--resume"]
-    for name in fit_params.SOLVER_PARAMS:
-        value = params.get(name, fit_params.PARAMS[name].default)
-        if value is None or (name != "n_components"
-                             and value == fit_params.PARAMS[name].default):
-            continue
-        flag = _FLAGS.get(name, "--" + name.replace("_", "-"))
-        if isinstance(value, bool):  # a click flag pair: --name / --no-name
-            words.append(flag if value else flag.replace("--", "--no-", 1))
-        else:
-            words.append(f"{flag} {value}")
-    if params.get("init_from"):
-        words.append(f"--init-from {params['init_from']['path']}")
-    return " ".join(words)
+    return model.resume_command()
 
 
 def warn_if_stopped(model: Model, use: str) -> None:
