@@ -104,3 +104,14 @@ LAYOUTS = {
     "irregular": lambda n: [1, 7, n // 2, n - 8 - n // 2],
     "single-documents-at-ends": lambda n: [1, n - 2, 1],
 }
+
+
+def topical_corpus(m=300, n=96, seed=5):
+    """Documents in groups of 24, each group on its own 40 of the m features (row-sparse)."""
+    rs = np.random.RandomState(seed)
+    cols = []
+    for g in range(n // 24):
+        rows = np.sort(rs.choice(m, 40, replace=False))
+        B = random_corpus(40, 24, density=0.2, seed=seed + g, n_empty=1)
+        cols.append(sp.csc_matrix((B.data, rows[B.indices], B.indptr), shape=(m, 24)))
+    return sp.csc_matrix(sp.hstack(cols))

@@ -8,7 +8,7 @@ import scipy.sparse as sp
 from sphdist.core import kernels, solver
 from sphdist.errors import DataError, ParameterError
 
-from ..reference import LAYOUTS, algorithm1, chunked, random_corpus
+from ..reference import LAYOUTS, algorithm1, chunked, random_corpus, topical_corpus
 
 M, N, R = 80, 120, 4
 
@@ -185,20 +185,9 @@ def test_nan_in_x_raises(X):
         solver.fit(chunked(bad, [N]), R, max_iter=1)
 
 
-def _topical_corpus(m=300, n=96, seed=5):
-    """Documents in groups of 24, each group on its own 40 of the m features (row-sparse)."""
-    rs = np.random.RandomState(seed)
-    cols = []
-    for g in range(n // 24):
-        rows = np.sort(rs.choice(m, 40, replace=False))
-        B = random_corpus(40, 24, density=0.2, seed=seed + g, n_empty=1)
-        cols.append(sp.csc_matrix((B.data, rows[B.indices], B.indptr), shape=(m, 24)))
-    return sp.csc_matrix(sp.hstack(cols))
-
-
 @pytest.mark.parametrize("split_every", [2, 8])
 def test_row_sparse_partials_give_bitwise_the_dense_fit(split_every):
-    Xs = _topical_corpus()
+    Xs = topical_corpus()
     Xc = chunked(Xs, [12] * 8)
     kw = dict(max_iter=4, tol=0, random_state=1, split_every=split_every, max_partials=4)
     dense = solver.fit(Xc, 3, partials="dense", **kw)

@@ -11,25 +11,14 @@ import scipy.sparse as sp
 from sphdist.core import solver
 from sphdist.errors import CheckpointMismatchError
 
-from ..reference import LAYOUTS, algorithm1, chunked, random_corpus
+from ..reference import LAYOUTS, algorithm1, chunked, random_corpus, topical_corpus
 
 R = 3
 
 
-def _topical(m=600, n=120, seed=5):
-    """Groups of 24 documents, each group on its own 40 of the m features: most rows empty."""
-    rs = np.random.RandomState(seed)
-    cols = []
-    for g in range(n // 24):
-        rows = np.sort(rs.choice(m, 40, replace=False))
-        B = random_corpus(40, 24, density=0.2, seed=seed + g, n_empty=1)
-        cols.append(sp.csc_matrix((B.data, rows[B.indices], B.indptr), shape=(m, 24)))
-    return sp.csc_matrix(sp.hstack(cols))
-
-
 @pytest.fixture(scope="module")
 def X():
-    return _topical()
+    return topical_corpus(m=600, n=120)
 
 
 def _checkpoint(state):
