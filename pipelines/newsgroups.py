@@ -3,7 +3,8 @@
 For the paper's five groups (comp.graphics, rec.motorcycles, rec.sport.baseball, sci.space,
 talk.politics.mideast) and for all twenty, this ingests the archive from the data home
 (``$SPHDIST_DATA_HOME/20news-bydate.tar.gz``, headers, footers and quotes removed, tf-idf over
-2**18 hashed features), fits Spherical PCA on a Dask cluster with a checkpoint every iteration,
+2**18 hashed features), fits Spherical PCA with a checkpoint every iteration (threads in this
+process for corpora this small, as ``sphdist fit`` chooses; a cluster with ``--n-workers``),
 and scores k-means on the embedding (k = number of groups) by accuracy and NMI.
 
 Run from the repository root::
@@ -25,7 +26,7 @@ from pathlib import Path
 import click
 
 from sphdist.datasets import NEWSGROUPS_PAPER_CATEGORIES, newsgroups_archive
-from sphdist.jobs.cluster import connect
+from sphdist.jobs.cluster import connect, stored_nbytes
 from sphdist.jobs.evaluate import evaluate_model
 from sphdist.jobs.fit import fit_corpus
 from sphdist.text.ingest import ingest
@@ -33,7 +34,8 @@ from sphdist.text.ingest import ingest
 logger = logging.getLogger("sphdist")
 
 
-def run_one(name, categories, work, *, n_components, max_iter, tol, seed):
+def run_one(name, categories, work, *, n_components, max_iter, tol, seed, scheduler_address,
+            n_workers):
     out = work / name
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
@@ -46,12 +48,16 @@ def run_one(name, categories, work, *, n_components, max_iter, tol, seed):
     logger.info("%s: %d documents, nnz %d, %d empty", name, corpus.n_documents, corpus.nnz,
                 corpus.n_empty)
     t0 = time.perf_counter()
-    model = fit_corpus(
-        corpus.path, out / "model.zarr", n_components=n_components, max_iter=max_iter,
-        tol=tol, random_state=seed, overwrite=True,
-    )
-    fit_s = time.perf_counter() - t0
-    report = evaluate_model(model.path, corpus.path, random_state=seed)
+    # as `sphdist fit` chooses: threads in this process for a corpus this small, unless a
+    # scheduler or --n-workers is given
+    with connect(scheduler_address, n_workers=n_workers, threads_per_worker=1,
+                 data_nbytes=stored_nbytes(corpus)):
+        model = fit_corpus(
+            corpus.path, out / "model.zarr", n_components=n_components, max_iter=max_iter,
+            tol=tol, random_state=seed, overwrite=True,
+        )
+        fit_s = time.perf_counter() - t0
+        report = evaluate_model(model.path, corpus.path, random_state=seed)
     seconds = model.attrs["seconds"][1:]
     return {
         "corpus": name, "n_documents": corpus.n_documents, "n_empty": corpus.n_empty,
@@ -74,7 +80,9 @@ def run_one(name, categories, work, *, n_components, max_iter, tol, seed):
 @click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True)
 @click.option("--scheduler-address", envvar="DASK_SCHEDULER_ADDRESS",
               help="Existing scheduler; default a LocalCluster.")
-@click.option("--n-workers", type=click.IntRange(min=1), default=2, show_default=True)
+@click.option("--n-workers", type=click.IntRange(min=1), default=None,
+              help="Worker processes of a LocalCluster [default: threads in this process for "
+                   "a corpus that fits in memory, as `sphdist fit`].")
 @click.option("--json", "as_json", is_flag=True, help="Print the figures as JSON.")
 def main(work_dir, groups, n_components, max_iter, tol, seed, scheduler_address, n_workers,
          as_json):
@@ -85,12 +93,11 @@ def main(work_dir, groups, n_components, max_iter, tol, seed, scheduler_address,
             "20": [("newsgroups-20", None)]}
     selected = runs["5"] + runs["20"] if groups == "both" else runs[groups]
     results = []
-    with connect(scheduler_address, n_workers=n_workers, threads_per_worker=1):
-        for name, categories in selected:
-            results.append(run_one(
-                name, categories, work_dir, n_components=n_components, max_iter=max_iter,
-                tol=tol, seed=seed,
-            ))
+    for name, categories in selected:
+        results.append(run_one(
+            name, categories, work_dir, n_components=n_components, max_iter=max_iter,
+            tol=tol, seed=seed, scheduler_address=scheduler_address, n_workers=n_workers,
+        ))
     if as_json:
         click.echo(json.dumps(results, indent=2))
         return

@@ -124,6 +124,20 @@ class Group(click.Group):
             if not isinstance(exc, SphdistError) and exc.errno in _OS_REMEDIES:
                 message += f". To resolve this, {_OS_REMEDIES[exc.errno]}"
             raise click.ClickException(message) from None
+        except (MemoryError, EOFError) as exc:  # EOFError: click would print "Aborted!"
+            if ctx.obj and ctx.obj.get("debug"):
+                raise
+            kind = MemoryError if isinstance(exc, MemoryError) else EOFError
+            raise click.ClickException(
+                f"{kind.__name__}: {exc}. To resolve this, {_REMEDIES[kind]}"
+            ) from None
+
+
+_REMEDIES = {  # the last resort, for errors no layer turned into a SphdistError
+    MemoryError: "check the input's shape (`sphdist info INPUT`) and the sizes given (-r, "
+                 "--n-features, --chunk-size) against this machine's memory",
+    EOFError: "check that the input files are complete (a .gz file: `gzip -t FILE`)",
+}
 
 
 _OS_REMEDIES = {  # errno -> remedy, for OS errors on outputs
@@ -163,13 +177,56 @@ def _clock(seconds: float) -> str:
     return f"{h}:{m:02d}:{s:02d}" if h else f"{m:02d}:{s:02d}"
 
 
+def iterations_left(objective: list[float], tol: float, max_iter: int) -> float:
+    """Iterations until the relative objective change falls below ``tol``, from its trend.
+
+    Parameters
+    ----------
+    objective : list of float
+        The objective history f_0..f_k.
+    tol : float
+        The stopping threshold on ``|f_{i-1} - f_i| / |f_{i-1}|``.
+    max_iter : int
+        The last iteration the fit may run.
+
+    Returns
+    -------
+    float
+        ``log(tol / c_k) / log(rho)`` with c_k the last relative change and rho the geometric
+        mean ratio of the last three, capped at ``max_iter - k``; ``max_iter - k`` while fewer
+        than three changes are known or they do not decrease.
+
+    Examples
+    --------
+    >>> iterations_left([100.0, 50.0, 45.0, 44.55, 44.5054], 1e-4, 100)
+    2.0
+    """
+    k = len(objective) - 1
+    cap = float(max(0, max_iter - k))
+    f = np.asarray(objective, dtype=np.float64)
+    if k < 3 or tol <= 0 or np.any(f[:-1] == 0):
+        return cap
+    change = np.abs(np.diff(f)) / np.abs(f[:-1])
+    last = change[-3:]
+    if np.any(last <= 0) or last[-1] < tol:
+        return 0.0 if last[-1] < tol else cap
+    rho = (last[-1] / last[0]) ** 0.5
+    if not rho < 1:
+        return cap
+    return float(min(cap, np.ceil(np.log(tol / last[-1]) / np.log(rho))))
+
+
 class FitProgress:
     """Per-iteration progress of a fit: a tqdm bar on a terminal, else plain log lines.
 
     Parameters
     ----------
     max_iter : int
-        The iteration the fit stops at at the latest (the ETA is to it).
+        The iteration the fit stops at at the latest.
+    tol : float, default 0.0
+        The relative objective change the fit stops below; the ETA is to the iteration where
+        the observed rate of decrease of that change reaches it (:func:`iterations_left`),
+        at most ``max_iter``.
     bar : bool
         Draw a bar on stderr (:func:`sphdist._progress.progress`: objective, relative change,
         s/iteration, ETA); else log one INFO line per iteration on the ``sphdist`` logger.
@@ -181,8 +238,9 @@ class FitProgress:
     iterations cost the mean of those done in this run.
     """
 
-    def __init__(self, max_iter: int, bar: bool):
+    def __init__(self, max_iter: int, bar: bool, tol: float = 0.0):
         self.max_iter = max_iter
+        self.tol = tol
         self._lines = not bar  # one log line per iteration (a counter of tenths is too sparse)
         self._first: int | None = None
         self._seconds: list[float] = []
@@ -196,7 +254,7 @@ class FitProgress:
         else:
             self._seconds.append(state.seconds[-1])
         per_it = float(np.mean(self._seconds)) if self._seconds else float("nan")
-        eta = per_it * max(0, self.max_iter - state.iteration)
+        eta = per_it * iterations_left(state.objective, self.tol, self.max_iter)
         if state.converged:
             eta = 0.0
         self.bar.n = state.iteration
@@ -219,21 +277,43 @@ class FitProgress:
         self.bar.close()
 
 
+def _checked(name: str) -> Callable[[click.Context, click.Parameter, Any], Any]:
+    """A click callback refusing a value with :mod:`sphdist.jobs.cluster`'s check ``name``."""
+
+    def callback(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
+        if value is None:
+            return value
+        from sphdist.jobs import cluster
+
+        try:
+            getattr(cluster, name)(value)
+        except SphdistError as exc:
+            raise click.BadParameter(str(exc), ctx, param) from None
+        return value
+
+    return callback
+
+
 def cluster_options(command: Callable[..., Any]) -> Callable[..., Any]:
     """Add --scheduler-address, --n-workers, --threads-per-worker, --memory-limit, --tls-*.
 
-    The same options, with the same meaning, as ``sphdist fit``'s.
+    The same options, with the same meaning, for every command that runs on Dask; values that
+    :mod:`sphdist.jobs.cluster` cannot use are usage errors (exit 2) naming the option.
     """
     for option in reversed([
         click.option("--scheduler-address", envvar="DASK_SCHEDULER_ADDRESS",
-                     help="Existing Dask scheduler [env DASK_SCHEDULER_ADDRESS]; default: start "
-                          "a LocalCluster."),
-        click.option("--n-workers", type=click.IntRange(min=1),
-                     help="LocalCluster worker processes [default: one per core]."),
+                     callback=_checked("check_scheduler_address"),
+                     help="Existing Dask scheduler [env DASK_SCHEDULER_ADDRESS]; default: run "
+                          "on this machine."),
+        click.option("--n-workers", type=click.IntRange(min=0),
+                     help="Worker processes of a LocalCluster; 0: dask's threads in this "
+                          "process [default: threads for a fit of a corpus of at most 512 MiB "
+                          "stored, else one process per core]."),
         click.option("--threads-per-worker", type=click.IntRange(min=1), default=1,
                      show_default=True,
                      help="Threads per LocalCluster worker (each task runs one BLAS thread)."),
         click.option("--memory-limit", default="auto", show_default=True,
+                     callback=_checked("check_memory_limit"),
                      help="LocalCluster memory limit per worker (bytes or e.g. 4GiB)."),
         click.option("--tls-ca-file", type=click.Path(), envvar="SPHDIST_TLS_CA_FILE",
                      help="CA certificate (PEM) of a tls:// scheduler [env SPHDIST_TLS_CA_FILE]."),
@@ -246,26 +326,46 @@ def cluster_options(command: Callable[..., Any]) -> Callable[..., Any]:
     return command
 
 
+def local_cluster_options(command: Callable[..., Any]) -> Callable[..., Any]:
+    """Add --dashboard-address and --insecure-local-cluster (``sphdist fit``'s LocalCluster)."""
+    command = click.option(
+        "--insecure-local-cluster", is_flag=True,
+        help="Start the LocalCluster without TLS: faster per iteration (cluster/README.md), but "
+             "any process on this machine can then run code in its workers.",
+    )(command)
+    return click.option(
+        "--dashboard-address", default="127.0.0.1:0", show_default=True,
+        callback=_checked("check_dashboard_address"),
+        help="LocalCluster dashboard; loopback unless e.g. 0.0.0.0:8787 is asked for.",
+    )(command)
+
+
 def connect_options(
     scheduler_address: str | None, n_workers: int | None, threads_per_worker: int,
-    memory_limit: str, tls_ca_file: str | os.PathLike[str] | None = None,
+    memory_limit: str | int, tls_ca_file: str | os.PathLike[str] | None = None,
     tls_cert: str | os.PathLike[str] | None = None,
-    tls_key: str | os.PathLike[str] | None = None, **kwargs: Any,
+    tls_key: str | os.PathLike[str] | None = None, *, insecure_local_cluster: bool = False,
+    **kwargs: Any,
 ) -> Any:
     """:func:`sphdist.jobs.cluster.connect` with the values of :func:`cluster_options`.
 
-    ``kwargs`` (e.g. ``dashboard_address``) are passed on to ``connect``.
+    ``kwargs`` (e.g. ``dashboard_address``, ``data_nbytes``) are passed on to ``connect``. The
+    embedded cluster's own log records (a failed task's traceback block) are dropped unless
+    ``--log-level debug``: the error reaches the user as the one ``Error:`` line. An embedded
+    LocalCluster speaks TLS unless ``insecure_local_cluster`` (and no TLS files are given).
     """
     from sphdist.jobs.cluster import connect, tls_security
 
-    limit: str | int = int(memory_limit) if memory_limit.isdigit() else memory_limit
-    security = None
+    security = False if insecure_local_cluster else None
     if tls_ca_file or tls_cert or tls_key:
         if not (tls_ca_file and tls_cert):
             raise click.UsageError("TLS needs --tls-ca-file and --tls-cert (and --tls-key).")
         security = tls_security(tls_ca_file, tls_cert, tls_key)
+    kwargs.setdefault(
+        "silence_logs", logging.WARNING if logger.isEnabledFor(logging.DEBUG) else logging.CRITICAL
+    )
     return connect(
         scheduler_address, n_workers=n_workers, threads_per_worker=threads_per_worker,
-        memory_limit=limit, security=security, **kwargs,
+        memory_limit=memory_limit, security=security, **kwargs,
     )
 

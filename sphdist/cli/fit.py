@@ -10,8 +10,10 @@ import click
 
 from sphdist.cli._common import (
     FitProgress,
+    cluster_options,
     connect_options,
     echo_json,
+    local_cluster_options,
     param_option,
     progress_enabled,
 )
@@ -38,6 +40,7 @@ logger = logging.getLogger("sphdist")
 @param_option("dtype")
 @param_option("polar")
 @param_option("partials")
+@param_option("accelerate", "--accelerate/--no-accelerate", type=bool)
 @click.option("--init-from", type=click.Path(path_type=Path),
               help="Warm start: U_0 from this model.zarr (same features and r); --init and "
                    "--seed are then not used.")
@@ -45,33 +48,20 @@ logger = logging.getLogger("sphdist")
 @click.option("--overwrite", is_flag=True,
               help="Replace an existing --output (never one another process is writing).")
 @param_option("checkpoint_every", table=JOB_PARAMS)
-@click.option("--scheduler-address", envvar="DASK_SCHEDULER_ADDRESS",
-              help="Existing Dask scheduler [env DASK_SCHEDULER_ADDRESS]; default: start a "
-                   "LocalCluster.")
-@click.option("--n-workers", type=click.IntRange(min=1),
-              help="LocalCluster worker processes [default: one per core].")
-@click.option("--threads-per-worker", type=click.IntRange(min=1), default=1, show_default=True,
-              help="Threads per LocalCluster worker (each task runs one BLAS thread).")
-@click.option("--memory-limit", default="auto", show_default=True,
-              help="LocalCluster memory limit per worker (bytes or e.g. 4GiB).")
-@click.option("--dashboard-address", default="127.0.0.1:0", show_default=True,
-              help="LocalCluster dashboard; loopback unless e.g. 0.0.0.0:8787 is asked for.")
-@click.option("--tls-ca-file", type=click.Path(path_type=Path), envvar="SPHDIST_TLS_CA_FILE",
-              help="CA certificate (PEM) of a tls:// scheduler [env SPHDIST_TLS_CA_FILE].")
-@click.option("--tls-cert", type=click.Path(path_type=Path), envvar="SPHDIST_TLS_CERT",
-              help="Client certificate (PEM) [env SPHDIST_TLS_CERT].")
-@click.option("--tls-key", type=click.Path(path_type=Path), envvar="SPHDIST_TLS_KEY",
-              help="Client private key (PEM) [env SPHDIST_TLS_KEY].")
+@cluster_options
+@local_cluster_options
 @param_option("retries", table=JOB_PARAMS)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object on stdout.")
 def fit(
     input_: Path, output: Path | None, init_from: Path | None, resume: bool, overwrite: bool,
     checkpoint_every: int, scheduler_address: str | None, n_workers: int | None,
     threads_per_worker: int, memory_limit: str, dashboard_address: str,
-    tls_ca_file: Path | None, tls_cert: Path | None, tls_key: Path | None, retries: int,
+    insecure_local_cluster: bool,
+    tls_ca_file: str | None, tls_cert: str | None, tls_key: str | None, retries: int,
     as_json: bool, **params: Any,
 ) -> None:
     """Fit Spherical PCA to a corpus on a Dask cluster, checkpointing every iteration."""
+    from sphdist.jobs.cluster import stored_nbytes
     from sphdist.jobs.fit import fit_with_retries, prepare_fit
 
     # validate the parameters, open the input and decide on the output once, before any
@@ -86,9 +76,10 @@ def fit(
         init_from=init_from, **params,
     ) as prepared, connect_options(
         scheduler_address, n_workers, threads_per_worker, memory_limit, tls_ca_file, tls_cert,
-        tls_key, dashboard_address=dashboard_address,
+        tls_key, dashboard_address=dashboard_address, data_nbytes=stored_nbytes(prepared.source),
+        insecure_local_cluster=insecure_local_cluster,
     ):
-        progress = FitProgress(max_iter, bar=progress_enabled())
+        progress = FitProgress(max_iter, bar=progress_enabled(), tol=params["tol"])
         try:
             model = fit_with_retries(
                 prepared.attempt, input_, output, resume=resume, overwrite=overwrite,
@@ -128,7 +119,7 @@ def fit(
               help="k of k-means [default: number of labels].")
 @click.option("--n-init", type=click.IntRange(min=1), default=10, show_default=True,
               help="k-means restarts (the best inertia is kept).")
-@click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True,
+@click.option("--seed", type=click.IntRange(min=0, max=2**32 - 1), default=0, show_default=True,
               help="Seed of k-means.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 def evaluate(

@@ -1,15 +1,26 @@
-"""Fits on LocalClusters of worker processes, on a 20 Newsgroups subset."""
+"""Where jobs run: LocalClusters of worker processes (TLS by default), or dask's threads in
+this process for small data; fits on a 20 Newsgroups subset."""
+
+import logging
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
 
 import dask
 import numpy as np
 import pytest
+from distributed import default_client
+from threadpoolctl import threadpool_info
 
-from sphdist.jobs.cluster import connect
+from sphdist.errors import ParameterError
+from sphdist.jobs import cluster
+from sphdist.jobs.cluster import connect, stored_nbytes
 from sphdist.jobs.evaluate import evaluate_model
 from sphdist.jobs.fit import fit_corpus
 from sphdist.metrics import evaluate_embedding
 
-pytestmark = [pytest.mark.cluster, pytest.mark.slow]
+REPO = Path(__file__).resolve().parents[2]
 
 KWARGS = dict(n_components=5, max_iter=8, tol=0, random_state=0, split_every=2, callback=None)
 
@@ -18,10 +29,12 @@ def _fit_on_cluster(corpus, out, n_workers):
     with connect(n_workers=n_workers, threads_per_worker=1, memory_limit="2GiB") as client:
         workers = client.scheduler_info()["workers"]
         assert len(workers) == n_workers
-        assert all(address.startswith("tcp://127.0.0.1:") for address in workers)
+        assert all(address.startswith("tls://127.0.0.1:") for address in workers)
         return fit_corpus(corpus.path, out, **KWARGS)
 
 
+@pytest.mark.cluster
+@pytest.mark.slow
 def test_process_cluster_fit_is_deterministic_and_matches_in_process(newsgroups5, tmp_path):
     one = _fit_on_cluster(newsgroups5, tmp_path / "one.zarr", n_workers=1)
     two = _fit_on_cluster(newsgroups5, tmp_path / "two.zarr", n_workers=2)
@@ -42,6 +55,7 @@ def test_process_cluster_fit_is_deterministic_and_matches_in_process(newsgroups5
     assert V.shape == (5, newsgroups5.n_documents)
 
 
+@pytest.mark.slow
 def test_embedding_clusters_better_than_chance(newsgroups5, tmp_path):
     with dask.config.set(scheduler="sync"):
         fit_corpus(
@@ -79,3 +93,141 @@ def test_fit_with_retries_resumes_then_gives_a_typed_error(tmp_path):
     assert isinstance(info.value.__cause__, FutureCancelledError)
     # the first attempt keeps the caller's flags, the retries resume this call's checkpoint
     assert calls == [(False, True), (True, False), (True, False)]
+
+
+# -- small data: dask's threads in this process -----------------------------------------------
+
+
+def _blas_threads():
+    return {info["num_threads"] for info in threadpool_info() if info["user_api"] == "blas"}
+
+
+def test_stored_nbytes_counts_values_indices_and_pointers(newsgroups5):
+    X = newsgroups5.to_dask().compute()  # CSC blocks, concatenated
+    blocks = [newsgroups5.read_chunk(i) for i in range(newsgroups5.n_chunks)]
+    stored = sum(b.data.nbytes + b.indices.astype(np.int32).nbytes
+                 + b.indptr.astype(np.int64).nbytes for b in blocks)
+    assert stored_nbytes(newsgroups5) == stored
+    assert X.nnz == newsgroups5.nnz
+
+
+def test_small_data_runs_on_threads_in_this_process(newsgroups5, monkeypatch, caplog):
+    def no_cluster(*args, **kwargs):
+        raise AssertionError("a LocalCluster was started")
+
+    monkeypatch.setattr(cluster, "LocalCluster", no_cluster)
+    monkeypatch.delenv("DASK_SCHEDULER_ADDRESS", raising=False)
+    before = _blas_threads()
+    with caplog.at_level(logging.INFO, logger="sphdist"), \
+            connect(data_nbytes=stored_nbytes(newsgroups5)) as client:
+        assert client is None
+        assert dask.base.get_scheduler() is dask.threaded.get
+        with pytest.raises(ValueError, match="No clients found"):
+            default_client()
+        assert _blas_threads() == {1}  # one BLAS thread per task, as in a worker process
+    assert _blas_threads() == before
+    [line] = [r.getMessage() for r in caplog.records if "threaded scheduler" in r.getMessage()]
+    assert "stored" in line and "--n-workers N starts a LocalCluster" in line
+
+    # n_workers=0 forces threads whatever the size; so does nothing for a caller without a size
+    with connect(n_workers=0, data_nbytes=10**15) as client:
+        assert client is None and dask.base.get_scheduler() is dask.threaded.get
+
+
+def test_large_data_or_n_workers_keeps_the_local_cluster(monkeypatch):
+    started = []
+
+    class Started(Exception):
+        pass
+
+    def local_cluster(*args, **kwargs):
+        started.append(kwargs)
+        raise Started
+
+    monkeypatch.setattr(cluster, "LocalCluster", local_cluster)
+    monkeypatch.delenv("DASK_SCHEDULER_ADDRESS", raising=False)
+    for kwargs in (dict(data_nbytes=cluster.IN_PROCESS_MAX_BYTES + 1),
+                   dict(data_nbytes=1, n_workers=1), dict()):
+        with pytest.raises(Started), connect(**kwargs):
+            pass
+    assert len(started) == 3
+    # secure by default: temporary TLS credentials, and the cluster's logs silenced
+    assert all(k["security"] is True and k["silence_logs"] == logging.CRITICAL for k in started)
+
+
+@pytest.mark.parametrize("kwargs, needle", [
+    (dict(memory_limit="4XB"), "memory limit '4XB'"),
+    (dict(memory_limit="-1GiB"), "memory limit '-1GiB'"),
+    (dict(dashboard_address="127.0.0.1:notaport"), "'127.0.0.1:notaport'"),
+    (dict(dashboard_address="127.0.0.1:70000"), "'127.0.0.1:70000'"),
+    (dict(scheduler_address="foo://bar"), "'foo://bar'"),
+    (dict(scheduler_address="tcp://127.0.0.1:notaport"), "'tcp://127.0.0.1:notaport'"),
+    (dict(n_workers=-1), "n_workers"),
+])
+def test_unusable_options_are_refused_before_anything_starts(monkeypatch, kwargs, needle):
+    monkeypatch.setattr(cluster, "LocalCluster", None)  # would fail if reached
+    monkeypatch.setattr(cluster, "Client", None)
+    with pytest.raises(ParameterError, match=needle):
+        with connect(**kwargs):
+            pass
+
+
+@pytest.mark.cluster
+@pytest.mark.slow
+def test_threads_fit_matches_the_process_cluster(newsgroups5, tmp_path):
+    with connect(data_nbytes=stored_nbytes(newsgroups5)) as client:
+        assert client is None
+        threads = fit_corpus(newsgroups5.path, tmp_path / "threads.zarr", **KWARGS)
+    processes = _fit_on_cluster(newsgroups5, tmp_path / "processes.zarr", n_workers=2)
+    np.testing.assert_allclose(threads.objective, processes.objective, rtol=1e-12)
+    np.testing.assert_allclose(threads.U, processes.U, rtol=0, atol=1e-10)
+
+
+# -- secure by default ------------------------------------------------------------------------
+
+#: Another local process that tries to run code in the workers of a cluster.
+_INTRUDER = textwrap.dedent("""
+    import os, sys
+    from distributed import Client
+    from sphdist.jobs.cluster import tls_security
+    address, *certs = sys.argv[1:]
+    try:
+        client = Client(address, timeout="5s", security=tls_security(*certs) if certs else None)
+        pids = client.run(os.getpid)
+    except (OSError, TypeError) as exc:
+        print("refused", type(exc).__name__)
+    else:
+        print("ran code in", len(pids), "workers")
+        client.close()
+""")
+
+
+def _intrude(address, *certs):
+    result = subprocess.run([sys.executable, "-c", _INTRUDER, address, *map(str, certs)],
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    return result.stdout.strip()
+
+
+@pytest.mark.cluster
+@pytest.mark.slow
+def test_default_cluster_refuses_other_local_processes(tmp_path):
+    subprocess.run([sys.executable, str(REPO / "cluster" / "make_certs.py"), str(tmp_path)],
+                   check=True, capture_output=True)
+    foreign = (tmp_path / "ca.pem", tmp_path / "cert.pem", tmp_path / "key.pem")
+    with connect(n_workers=1, memory_limit="1GiB") as client:
+        address = client.scheduler.address
+        workers = list(client.scheduler_info()["workers"])
+        assert address.startswith("tls://127.0.0.1:")
+        assert all(w.startswith("tls://127.0.0.1:") for w in workers)
+        assert client.submit(sum, [1, 2]).result() == 3  # the cluster's own client works
+        port = address.rsplit(":", 1)[1]
+        assert _intrude(f"tcp://127.0.0.1:{port}").startswith("refused")
+        assert _intrude(address).startswith("refused")  # tls:// without credentials
+        assert _intrude(address, *foreign).startswith("refused")  # another CA's certificate
+        assert _intrude(workers[0].replace("tls://", "tcp://")).startswith("refused")
+    # the same intruder runs code in a cluster started without TLS: the probe would see it
+    with connect(n_workers=1, memory_limit="1GiB", security=False) as client:
+        address = client.scheduler.address
+        assert address.startswith("tcp://127.0.0.1:")
+        assert _intrude(address) == "ran code in 1 workers"
