@@ -37,7 +37,9 @@ Step sizes (``lam``, ``mu``)
     lam = mu = L_c of Prop. 1 (Eq. 4.15), the setting of Theorems 1-3. L_c grows like 2n, so
     the steps are tiny at realistic n.
 a float
-    A fixed value; lam must be >= 2 (the V-block constant), mu >= 0 (mu = 0 is not monotone).
+    A fixed value; lam must be >= 2 (the V-block constant), mu >= 0 (mu = 0 is not monotone),
+    both at most 2**52 (:data:`sphdist.core.params.MAX_STEP`: beyond it the step moves V or U
+    by rounding alone and its arithmetic can overflow).
 
 References
 ----------
