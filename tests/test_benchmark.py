@@ -7,8 +7,6 @@ import sys
 import textwrap
 from pathlib import Path
 
-import pytest
-
 PIPELINES = Path(__file__).resolve().parents[1] / "pipelines"
 sys.path.insert(0, str(PIPELINES))
 
@@ -57,7 +55,9 @@ def test_tree_peaks_and_bytes_written_of_a_real_process_tree(tmp_path):
     assert 30 * MB <= res["total_write_bytes"] < 31 * MB
     (w,) = [p for p in res["processes"] if p["role"] == "worker"]
     assert 30 * MB <= w["write_bytes"] < 31 * MB
-    assert res["wait4_maxrss_gib"] == pytest.approx(worker, rel=0.05)
+    # wait4's figure is the largest RSS a process of the tree ever had, also in the instant
+    # between fork and exec, when a child still maps its parent's (this test process') pages
+    assert res["wait4_maxrss_gib"] >= worker * 0.95
 
 
 def test_time_and_memory_limits_kill_the_process_group(tmp_path):

@@ -169,7 +169,7 @@ calls = []
 def crashing_commit(staging, target):
     if os.path.basename(str(target)) == os.path.basename(out):
         calls.append(1)
-        if len(calls) == crash_at + 1:  # checkpoint n_iter == crash_at
+        if len(calls) == crash_at:  # checkpoint n_iter == crash_at (iteration 0 is not saved)
             assert os.path.exists(os.path.join(str(staging), "zarr.json"))
             if where == "between":
                 replace(target, str(target) + ".old")

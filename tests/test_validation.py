@@ -60,7 +60,8 @@ def test_one_message_for_estimators_fit_table_and_text():
                                              r"resolve this"):
         R1PCA(n_components=1, tol=-1).fit(np.eye(3))
     with pytest.raises(ParameterError, match=r"^The 'mu' parameter of caller must be a float in "
-                                             r"the range \[0\.0, inf\) or one of 'exact', "):
+                                             r"the range \[0\.0, 4503599627370496\.0\] or one "
+                                             r"of 'exact', "):
         params.validate({"mu": -1.0}, "caller")
     text = (r"^The 'min_df' parameter of TextOptions must be an int in the range \[0, inf\) or "
             r"a float in the range \[0.0, 1.0\]\. Got min_df=1\.5 instead\.")
