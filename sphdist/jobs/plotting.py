@@ -18,7 +18,7 @@ from sphdist.io import atomic_path
 from sphdist.io.model import open_model
 from sphdist.jobs.embedding import open_embedding_source
 
-__all__ = ["plot_convergence", "plot_embedding", "sample_documents"]
+__all__ = ["convergence_series", "plot_convergence", "plot_embedding", "sample_documents"]
 
 
 def _save(fig: Any, output: str | os.PathLike[str]) -> Path:
@@ -31,11 +31,49 @@ def _save(fig: Any, output: str | os.PathLike[str]) -> Path:
     return output
 
 
-def plot_convergence(model: str | os.PathLike[str], output: str | os.PathLike[str]) -> Path:
-    """Objective and step norms per iteration, as in Liu et al. (2019), Fig. 3.
+def convergence_series(attrs: dict[str, Any]) -> dict[str, Any]:
+    """The histories :func:`plot_convergence` draws, from a model's attributes.
 
-    Three panels sharing the iteration axis: the objective ``||X - U_k V_k||_F^2`` (k = 0..K),
-    ``||U_k - U_{k-1}||_F`` and ``||V_k - V_{k-1}||_F`` (k = 1..K, log scale).
+    Parameters
+    ----------
+    attrs : dict
+        ``Model.attrs``: ``objective``, ``u_step_norm``, ``v_step_norm``, ``params``.
+
+    Returns
+    -------
+    dict
+        ``"objective"`` (K + 1,), ``"k"`` (K,) the iterations 1..K, ``"u_step"`` (K,),
+        ``"v_step"`` (K,) or None when not recorded (the stateless exact V-step keeps no
+        ``V_{k-1}``), ``"relative_change"`` (K,) ``|f_{k-1} - f_k| / |f_{k-1}|`` (the stopping
+        criterion) and ``"tol"`` (float or None); float64 arrays.
+
+    Examples
+    --------
+    >>> s = convergence_series({"objective": [4.0, 2.0, 1.5], "u_step_norm": [1.0, 0.5],
+    ...                         "v_step_norm": [None, None], "params": {"tol": 0.1}})
+    >>> s["relative_change"].tolist(), s["v_step"], s["tol"]
+    ([0.5, 0.25], None, 0.1)
+    """
+    objective = np.asarray(attrs["objective"], dtype=np.float64)
+    du = np.asarray(attrs["u_step_norm"], dtype=np.float64)
+    dv = np.asarray([np.nan if v is None else v for v in attrs["v_step_norm"]], dtype=np.float64)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        change = np.abs(np.diff(objective)) / np.abs(objective[:-1])
+    tol = (attrs.get("params") or {}).get("tol")
+    return {
+        "objective": objective, "k": np.arange(1, du.shape[0] + 1), "u_step": du,
+        "v_step": dv if np.isfinite(dv).any() else None, "relative_change": change,
+        "tol": None if tol is None else float(tol),
+    }
+
+
+def plot_convergence(model: str | os.PathLike[str], output: str | os.PathLike[str]) -> Path:
+    """Objective, step norms and relative change per iteration (Liu et al. 2019, Fig. 3).
+
+    Three panels sharing the iteration axis: the objective ``||X - U_k V_k||_F^2`` (k = 0..K);
+    ``||U_k - U_{k-1}||_F`` and, when recorded, ``||V_k - V_{k-1}||_F`` (k = 1..K, log
+    scale, with a legend); the relative objective change ``|f_{k-1} - f_k| / |f_{k-1}|``
+    (log scale) with the fit's ``tol`` as a dashed line (:func:`convergence_series`).
 
     Parameters
     ----------
@@ -58,23 +96,31 @@ def plot_convergence(model: str | os.PathLike[str], output: str | os.PathLike[st
 
     fitted = open_model(model)
     a = fitted.attrs
-    objective = np.asarray(a["objective"], dtype=np.float64)
-    du = np.asarray(a["u_step_norm"], dtype=np.float64)
-    dv = np.asarray(a["v_step_norm"], dtype=np.float64)
-    k = np.arange(1, du.shape[0] + 1)
+    series = convergence_series(a)
+    k = series["k"]
     fig = Figure(figsize=(6.4, 7.2))
     axes = fig.subplots(3, 1, sharex=True)
+    objective = series["objective"]
     axes[0].plot(np.arange(objective.shape[0]), objective, marker=".", color="C0")
     axes[0].set_ylabel(r"$\|X - U_k V_k\|_F^2$")
-    for ax, values, label, color in (
-        (axes[1], du, r"$\|U_k - U_{k-1}\|_F$", "C1"),
-        (axes[2], dv, r"$\|V_k - V_{k-1}\|_F$", "C2"),
-    ):
+    steps = [(series["u_step"], r"$\|U_k - U_{k-1}\|_F$", "C1")]
+    if series["v_step"] is not None:
+        steps.append((series["v_step"], r"$\|V_k - V_{k-1}\|_F$", "C2"))
+    for values, label, color in steps:
         positive = values > 0
-        ax.plot(k[positive], values[positive], marker=".", color=color)
-        if positive.any():
+        axes[1].plot(k[positive], values[positive], marker=".", color=color, label=label)
+    axes[1].set_ylabel("step norm")
+    change = series["relative_change"]
+    positive = change > 0
+    axes[2].plot(k[positive], change[positive], marker=".", color="C3",
+                 label=r"$|f_{k-1} - f_k| / |f_{k-1}|$")
+    if series["tol"]:
+        axes[2].axhline(series["tol"], color="0.4", linestyle="--", label=f"tol {series['tol']:g}")
+    axes[2].set_ylabel("relative change")
+    for ax in axes[1:]:
+        if any(line.get_ydata().size for line in ax.get_lines()):
             ax.set_yscale("log")
-        ax.set_ylabel(label)
+        ax.legend(fontsize=8, loc="upper right")
     axes[2].set_xlabel("iteration k")
     p = fitted.params
     fig.suptitle(

@@ -78,3 +78,23 @@ def test_sample_is_reproducible_sorted_and_distinct():
     np.testing.assert_array_equal(a, b)
     assert np.all(np.diff(a) > 0) and a[0] >= 0 and a[-1] < 10_000
     assert not np.array_equal(a, sample_documents(10_000, 300, seed=4))
+
+
+def test_convergence_series_of_a_stateless_and_a_kept_fit(tmp_path):
+    from sphdist.io.model import open_model
+    from sphdist.jobs.plotting import convergence_series
+
+    X = random_corpus(30, 60, seed=4)
+    with CorpusWriter(tmp_path / "c.zarr", n_features=30, feature_scheme={"type": "hashing"}) as w:
+        w.write_chunk(X, [str(j) for j in range(60)])
+        corpus = w.commit(idf=np.ones(30))
+    for lam in ("exact", 2.5):
+        out = tmp_path / f"m{lam}.zarr"
+        fit_corpus(corpus.path, out, n_components=2, max_iter=4, tol=1e-9, lam=lam,
+                   callback=None)
+        s = convergence_series(open_model(out).attrs)
+        f = np.asarray(open_model(out).objective)
+        np.testing.assert_allclose(s["relative_change"], np.abs(np.diff(f)) / f[:-1])
+        assert s["tol"] == 1e-9 and s["k"].tolist() == [1, 2, 3, 4]
+        # the exact V-step keeps no V_{k-1}: no V step norm to draw
+        assert (s["v_step"] is None) == (lam == "exact")
