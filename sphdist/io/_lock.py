@@ -17,6 +17,11 @@ processes of one machine and, on Linux, across NFS clients (emulated with ``fcnt
 
 Readers take no lock: they read the last complete version
 (:func:`~sphdist.io._atomic.readable_path`).
+
+An output in an S3 bucket (``s3://...``) is locked with a lock object and a lease taken by a
+conditional write (:mod:`sphdist.io._lease`); a ``file://`` URL with the ``flock`` of its local
+path. Other object stores have no conditional write that sphdist uses: their outputs are
+written without the one-writer guarantee, which a warning says.
 """
 
 from __future__ import annotations
@@ -38,8 +43,9 @@ import filelock
 
 from sphdist.errors import OutputLockedError
 from sphdist.io._atomic import atomic_path
+from sphdist.io._fs import filesystem, is_remote, location, protocol_of
 
-__all__ = ["output_lock", "locks_output", "holds_lock", "lock_holder"]
+__all__ = ["output_lock", "locks_output", "holds_lock", "lock_holder", "check_lease"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -47,7 +53,7 @@ _ATTEMPTS = 5  # acquisitions of a lock file another holder removed meanwhile
 
 
 class _Held:
-    def __init__(self, lock: filelock.BaseFileLock, owner: tuple[int, int]):
+    def __init__(self, lock: Any, owner: tuple[int, int]):
         self.lock, self.owner, self.depth = lock, owner, 1
 
 
@@ -55,8 +61,18 @@ _HELD: dict[str, _Held] = {}  # lock path -> the hold of this process
 _HELD_GUARD = threading.Lock()
 
 
+def _local(target: str | os.PathLike[str]) -> Path:
+    """The local path of ``target``: itself, or the path of a ``file://`` URL."""
+    if is_remote(target):
+        return Path(filesystem(target)[1])
+    return Path(os.path.abspath(target))
+
+
 def _lock_path(target: str | os.PathLike[str]) -> Path:
-    target = Path(os.path.abspath(target))
+    if protocol_of(target) not in (None, "file", "local"):
+        target = location(target)
+        return target.with_name(target.name + ".lock")
+    target = _local(target)
     return target.with_name(target.name + ".lock")
 
 
@@ -83,6 +99,10 @@ def lock_holder(target: str | os.PathLike[str]) -> dict[str, Any] | None:
     -------
     dict or None
     """
+    if protocol_of(target) == "s3":
+        from sphdist.io._lease import read_record
+
+        return read_record(_lock_path(target))[0]
     try:
         record = json.loads(_record_path(_lock_path(target)).read_text())
     except (OSError, ValueError):
@@ -94,6 +114,19 @@ def holds_lock(target: str | os.PathLike[str]) -> bool:
     """Whether this thread of this process holds ``target``'s lock (:func:`output_lock`)."""
     held = _HELD.get(str(_lock_path(target)))
     return held is not None and held.owner == _owner()
+
+
+def check_lease(target: str | os.PathLike[str]) -> None:
+    """Refuse to commit to an object-store ``target`` whose lease this process lost.
+
+    Raises
+    ------
+    OutputLockedError
+        If this process held the lease of ``target`` and another writer took it over.
+    """
+    held = _HELD.get(str(_lock_path(target)))
+    if held is not None and hasattr(held.lock, "check"):
+        held.lock.check()
 
 
 def _refusal(target: Path, record: dict[str, Any] | None) -> OutputLockedError:
@@ -181,10 +214,12 @@ def output_lock(target: str | os.PathLike[str]) -> Iterator[Path]:
         if held is not None and held.owner == owner:
             held.depth += 1
         elif held is not None:
-            raise _refusal(Path(target), lock_holder(target))
-    if held is None:
+            raise _refusal(location(target), lock_holder(target))
+    if held is None and protocol_of(target) not in (None, "file", "local"):
+        held = _HELD[key] = _Held(_acquire_object_lock(target), owner)
+    elif held is None:
         path.parent.mkdir(parents=True, exist_ok=True)
-        lock = _acquire(Path(target), path)
+        lock = _acquire(location(target), path)
         try:
             _write_record(_record_path(path))
         except BaseException:
@@ -195,7 +230,11 @@ def output_lock(target: str | os.PathLike[str]) -> Iterator[Path]:
         yield path
     finally:
         held.depth -= 1
-        if held.depth == 0:
+        if held.depth == 0 and not isinstance(held.lock, filelock.BaseFileLock):
+            _HELD.pop(key, None)
+            if held.lock is not None:
+                held.lock.release()
+        elif held.depth == 0:
             _HELD.pop(key, None)
             with contextlib.suppress(OSError):  # record first, then the file, while locked
                 _record_path(path).unlink(missing_ok=True)
@@ -203,6 +242,23 @@ def output_lock(target: str | os.PathLike[str]) -> Iterator[Path]:
                 if _locked_file_is_current(held.lock, path):
                     path.unlink()
             held.lock.release(force=True)
+
+
+def _acquire_object_lock(target: str | os.PathLike[str]) -> Any:
+    """The lease of an object-store output (S3), or None where none can be taken (warned)."""
+    if protocol_of(target) == "s3":
+        from sphdist.io._lease import Lease
+
+        lease = Lease(location(target), lambda t, record: _refusal(t, record))
+        lease.acquire()
+        return lease
+    import logging
+
+    logging.getLogger("sphdist").warning(
+        "%s: %s:// has no conditional write sphdist can lock with; make sure no other process "
+        "writes this output at the same time.", target, protocol_of(target),
+    )
+    return None
 
 
 def locks_output(parameter: str = "output") -> Callable[[F], F]:

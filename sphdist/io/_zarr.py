@@ -36,6 +36,7 @@ from zarr.core.sync import sync
 
 from sphdist.errors import InputNotFoundError, ModelFormatError, SphdistError
 from sphdist.io._atomic import readable_path
+from sphdist.io._fs import exists, location
 
 __all__ = [
     "SAFE_CODECS",
@@ -99,8 +100,8 @@ def open_node(
     -------
     zarr.Group or zarr.Array
     """
-    path = Path(path)
-    if not path.exists():
+    path = location(path)
+    if not exists(path):
         raise InputNotFoundError(missing)
     try:
         if group:
@@ -171,7 +172,7 @@ def open_tagged(
         If it is not a zarr v3 group, or not tagged ``kind`` of ``version`` (another sphdist
         kind is named as such: ``c.zarr is a sphdist corpus, not a sphdist model``).
     """
-    path = Path(path)
+    path = location(path)
     group = open_node(
         path, missing=f"{path}: no such {kind}. To resolve this, {missing}.",
         unreadable=lambda exc: f"{path}: not a zarr v3 group ({type(exc).__name__}: {exc}).",
@@ -218,7 +219,7 @@ class TaggedStore:
     _REWRITE: str  # ... when an array is unreadable or unsafe
 
     def __init__(self, path: str | os.PathLike[str]):
-        self.path = Path(path)
+        self.path = location(path)
         self.location = readable_path(self.path)
         self._group = open_tagged(
             self.location, self.KIND, self.FORMAT_VERSION, missing=self._MISSING,

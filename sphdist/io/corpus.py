@@ -63,6 +63,8 @@ import scipy.sparse as sp
 import zarr
 
 from sphdist.errors import CorpusFormatError, DataError
+from sphdist.io._atomic import readable_path
+from sphdist.io._fs import location
 from sphdist.io._values import check_csc_values, check_dense_values
 from sphdist.io._zarr import (
     checked_array,
@@ -130,9 +132,9 @@ def _integer(path: Path, name: str, value: Any, low: int = 0, high: int | None =
 
 
 def _open_group(path: str | os.PathLike[str]) -> zarr.Group | zarr.Array:
-    path = Path(path)
+    path = location(path)
     return open_node(
-        path,
+        readable_path(path),
         missing=f"{path}: no such file or directory. To resolve this, check the path, or create "
         "a corpus with `sphdist ingest SOURCE --output PATH`.",
         unreadable=lambda exc: f"{path}: not a zarr v3 group or array ({type(exc).__name__}: "
@@ -202,7 +204,10 @@ class Corpus(_Input):
     """
 
     def __init__(self, path: str | os.PathLike[str]):
-        self.path = Path(path)
+        self.path = location(path)
+        #: where the chunks are read: ``path``, or the version its manifest names (an object
+        #: store, :func:`sphdist.io._atomic.readable_path`)
+        self.location = str(readable_path(self.path))
         group = _open_group(self.path)
         attrs = dict(group.attrs) if isinstance(group, zarr.Group) else {}
         tag = read_tag(group)
@@ -407,7 +412,7 @@ class Corpus(_Input):
             (naming the document and the feature, :mod:`sphdist.io._values`).
         """
         expected = None if self._expected is None else self._expected[i]
-        return _read_chunk(str(self.path), i, self.n_features, self.chunks[i], expected)
+        return _read_chunk(self.location, i, self.n_features, self.chunks[i], expected)
 
     def to_dask(self) -> da.Array:
         """Return X as a lazy, column-chunked dask array.
@@ -421,7 +426,7 @@ class Corpus(_Input):
         m = self.n_features
         return da.map_blocks(
             _load_block,
-            str(self.path),
+            self.location,
             self.chunks,
             m,
             self._expected,
@@ -595,7 +600,7 @@ class DenseInput(_Input):
     label_names = None
 
     def __init__(self, path: str | os.PathLike[str]):
-        self.path = Path(path)
+        self.path = location(path)
         node = _open_group(self.path)
         self.labels: np.ndarray | None = None
         if isinstance(node, zarr.Group):

@@ -20,6 +20,7 @@ import zarr
 
 from sphdist.errors import OutputExistsError
 from sphdist.io import _atomic
+from sphdist.io._fs import location
 from sphdist.io._zarr import WRITE_CONFIG, checksummed, content_sha256, json_clean, write_vector
 from sphdist.io.corpus import FORMAT_VERSION, KIND, Corpus, _chunk_key, data_fingerprint
 
@@ -139,8 +140,8 @@ class CorpusWriter:
         vocabulary: Sequence[str] | None = None,
         overwrite: bool = False,
     ):
-        self.path = Path(path)
-        if self.path.exists() and not overwrite:
+        self.path = location(path)
+        if _atomic.committed(self.path) and not overwrite:
             raise OutputExistsError(
                 f"{self.path} already exists. To resolve this, choose another --output or "
                 "pass --overwrite."

@@ -21,13 +21,13 @@ visible with an atomic rename (:mod:`sphdist.io._atomic`). Exporting and searchi
 from __future__ import annotations
 
 import os
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import zarr
 
 from sphdist.io import _atomic
+from sphdist.io._fs import location
 from sphdist.io._zarr import (
     CHECKSUMMED,
     WRITE_CONFIG,
@@ -78,7 +78,7 @@ class EmbeddingWriter:
     """
 
     def __init__(self, path: str | os.PathLike[str], *, n_components: int, chunks: tuple[int, ...]):
-        self.path = Path(path)
+        self.path = location(path)
         self.staging = _atomic.staging_path(self.path)
         n = int(sum(chunks))
         self.offsets = tuple(int(o) for o in np.concatenate([[0], np.cumsum(chunks)[:-1]]))

@@ -55,7 +55,6 @@ from __future__ import annotations
 import hashlib
 import os
 import uuid
-from pathlib import Path
 from typing import Any
 
 import dask.array as da
@@ -67,6 +66,7 @@ from sphdist.core import params as fit_params
 from sphdist.core.solver import FitState
 from sphdist.errors import InputNotFoundError, ModelFormatError
 from sphdist.io import _atomic
+from sphdist.io._fs import location
 from sphdist.io._lock import output_lock
 from sphdist.io._zarr import (
     CHECKSUMMED,
@@ -134,7 +134,7 @@ def save_checkpoint(
     plus, when V is stored, ``r n * 8`` (and ``(m r + r^2) * 8`` for the partials of a fit that
     keeps V).
     """
-    path = Path(path)
+    path = location(path)
     staging = _atomic.staging_path(path)
     kept = state.V is not None
     V = state.V if V is None else V

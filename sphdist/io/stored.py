@@ -10,12 +10,12 @@ arrays against the one safe-codec list (:data:`sphdist.io._zarr.SAFE_CODECS`).
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
 import zarr
 
 from sphdist.errors import ParameterError
 from sphdist.io._atomic import readable_path
+from sphdist.io._fs import location
 from sphdist.io._zarr import read_tag
 from sphdist.io.corpus import Corpus, DenseInput, open_input
 from sphdist.io.embedding import Embedding
@@ -49,7 +49,7 @@ def stored_kind(path: str | os.PathLike[str]) -> str | None:
         previous version (``<path>.old``), which the openers read in place.
     """
     try:
-        group = zarr.open_group(store=str(readable_path(Path(path))), mode="r")
+        group = zarr.open_group(store=str(readable_path(location(path))), mode="r")
     except Exception:  # not a group: a dense array, or not zarr (the openers report it)
         return None
     return read_tag(group).get("kind")

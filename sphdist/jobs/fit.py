@@ -49,6 +49,7 @@ from sphdist.errors import (
     WorkersLostError,
 )
 from sphdist.io import _atomic, output_lock
+from sphdist.io._fs import absolute, location
 from sphdist.io.corpus import open_input
 from sphdist.io.model import (
     Model,
@@ -170,7 +171,7 @@ class PreparedFit:
             )
             logger.info("resuming %s from iteration %d", output, state.iteration)
         corpus_info = {
-            "path": str(self.input.resolve()), "fingerprint": source.fingerprint,
+            "path": absolute(self.input), "fingerprint": source.fingerprint,
             "shape": list(source.shape), "feature_scheme": source.feature_scheme,
             "tfidf": source.tfidf,
         }
@@ -228,7 +229,7 @@ class PreparedFit:
         ParameterError
             If ``input`` or ``output`` is not this fit's.
         """
-        if Path(input) != self.input or Path(output) != self.output:
+        if str(location(input)) != str(self.input) or str(location(output)) != str(self.output):
             raise ParameterError(
                 f"this fit was prepared for {self.input} -> {self.output}, not {input} -> "
                 f"{output}. To resolve this, prepare a fit for those paths."
@@ -314,11 +315,11 @@ def _prepare(
     if init_from is not None:
         U0 = warm_start(init_from, source, input, n_components)
     values["init_from"] = None if U0 is None else {
-        "path": str(Path(init_from).resolve()), "u_sha256": u_sha256(U0),
+        "path": absolute(init_from), "u_sha256": u_sha256(U0),
     }
     previous = _checkpoint_to_resume(input, output, source, values, resume, overwrite)
     return PreparedFit(
-        input=Path(input), output=Path(output), source=source, params=values,
+        input=location(input), output=location(output), source=source, params=values,
         checkpoint_every=checkpoint_every, resume=resume, overwrite=overwrite,
         previous=previous, U0=U0,
     )
@@ -581,21 +582,6 @@ def _worker_loss_errors() -> tuple[type[BaseException], ...]:
 WORKER_LOSS: tuple[type[BaseException], ...] = _worker_loss_errors()
 
 
-def _committed(output: str | os.PathLike[str]) -> tuple[int, int] | None:
-    """Identity of what is committed at ``output``: (inode, mtime in ns), or None.
-
-    A checkpoint is committed by renaming its complete staging tree onto ``output``
-    (:mod:`sphdist.io._atomic`), so every commit changes it; a checkpoint that was there before
-    (one ``overwrite`` is to replace) keeps it. Clock-free: file times come from the kernel's
-    coarse clock, which may lag ``time.time_ns()``.
-    """
-    try:
-        st = os.stat(output)
-    except FileNotFoundError:
-        return None
-    return st.st_ino, st.st_mtime_ns
-
-
 def fit_with_retries(
     fit: Callable[..., T],
     input: str | os.PathLike[str],
@@ -651,7 +637,7 @@ def _with_retries(
     fit: Callable[..., T], input: Any, output: Any, resume: bool, overwrite: bool,
     retries: int, kwargs: dict[str, Any],
 ) -> T:
-    before = _committed(output)
+    before = _atomic.commit_identity(output)
     for attempt in range(retries + 1):
         try:
             return fit(input, output, resume=resume, overwrite=overwrite, **kwargs)
@@ -663,7 +649,7 @@ def _with_retries(
                     "kept. To resolve this, check the workers' logs (often a memory limit "
                     "below what sphdist.core.solver.fit's Notes give), then rerun with --resume."
                 ) from exc
-            if _committed(output) not in (None, before):
+            if _atomic.commit_identity(output) not in (None, before):
                 resume, overwrite = True, False  # continue our own checkpoint
             logger.warning(
                 "a worker was lost (%s: %s); resuming %s from its last checkpoint "

@@ -1,0 +1,181 @@
+"""Where sphdist stores live: a local path or an fsspec URL (``s3://bucket/corpus.zarr``).
+
+Every path a user gives (a corpus, a model, an embedding, an export, an ingest source) goes
+through :func:`location`: a local path becomes a :class:`pathlib.Path`, exactly as before; a URL
+with a protocol (``s3://``, ``gs://``, ``file://``, ``memory://``) becomes a
+:class:`upath.UPath`, which has the same interface (``name``, ``parent``, ``/``, ``exists``,
+``iterdir``) over the fsspec filesystem of that protocol. zarr opens the same URLs through its
+own fsspec store, so the workers read and write chunks in the object store directly.
+
+Credentials and endpoints come from where fsspec and botocore read them: the ``AWS_*``
+environment variables (``AWS_ENDPOINT_URL`` included), fsspec's configuration files and
+``FSSPEC_<PROTOCOL>_<KEY>`` variables, and ``sphdist --storage-option KEY=VALUE``
+(:func:`set_storage_options`), which adds to fsspec's configuration in this process and, through
+:func:`storage_options`, in every worker of the cluster the job runs on.
+
+References
+----------
+.. [1] fsspec, "Configuration",
+   https://filesystem-spec.readthedocs.io/en/latest/features.html#configuration
+.. [2] universal_pathlib, https://github.com/fsspec/universal_pathlib
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+import fsspec
+import fsspec.config
+
+__all__ = [
+    "location", "is_remote", "exists", "absolute", "protocol_of", "filesystem",
+    "set_storage_options",
+    "storage_options", "apply_storage_options", "parse_storage_option",
+]
+
+_URL = re.compile(r"^(?P<protocol>[A-Za-z][A-Za-z0-9+.-]*)://")
+
+#: Options given with --storage-option in this process: protocol -> {key: value}.
+_GIVEN: dict[str, dict[str, Any]] = {}
+
+
+def protocol_of(path: str | os.PathLike[str]) -> str | None:
+    """The URL protocol of ``path`` (``"s3"``), or None for a local path.
+
+    >>> protocol_of("s3://bucket/corpus.zarr"), protocol_of("/data/corpus.zarr")
+    ('s3', None)
+    """
+    if isinstance(path, Path) and not hasattr(path, "protocol"):
+        return None
+    found = _URL.match(os.fspath(path) if not hasattr(path, "protocol") else str(path))
+    return found.group("protocol").lower() if found else None
+
+
+def is_remote(path: str | os.PathLike[str]) -> bool:
+    """Whether ``path`` is a URL (any fsspec protocol) rather than a local path.
+
+    ``file://`` URLs count as URLs: they are written with the object-store commit protocol
+    (:mod:`sphdist.io._atomic`), which is how that protocol is exercised on local disk.
+    """
+    return protocol_of(path) is not None
+
+
+def location(path: str | os.PathLike[str]) -> Path:
+    """A path-like handle on ``path``: :class:`pathlib.Path` locally, :class:`upath.UPath` for URLs.
+
+    Parameters
+    ----------
+    path : str or path-like
+        A local path, or a URL such as ``s3://bucket/model.zarr``.
+
+    Returns
+    -------
+    pathlib.Path or upath.UPath
+        ``str()`` of it is the path or URL as the user would write it, so messages and
+        remedies name it unchanged.
+
+    Raises
+    ------
+    ValueError
+        If the protocol is not known to fsspec, or its package is not installed (for ``s3://``:
+        ``pip install s3fs``).
+    """
+    if hasattr(path, "protocol") and hasattr(path, "storage_options"):  # already a UPath
+        return path  # type: ignore[return-value]
+    protocol = protocol_of(path)
+    if protocol is None:
+        return Path(path)
+    from upath import UPath
+
+    if protocol in ("file", "local"):  # zarr writes file:// through fsspec: parents on demand
+        fsspec.config.conf.setdefault(protocol, {}).setdefault("auto_mkdir", True)
+    try:
+        fsspec.get_filesystem_class(protocol)
+    except (ImportError, ValueError) as exc:
+        raise ValueError(
+            f"{path}: cannot open {protocol}:// locations ({exc}). To resolve this, install "
+            f"the fsspec implementation, e.g. `pip install 'sphdist[s3]'` for s3://."
+        ) from None
+    return UPath(str(path))
+
+
+def filesystem(path: str | os.PathLike[str]) -> tuple[fsspec.AbstractFileSystem, str]:
+    """The fsspec filesystem of ``path`` and the path within it (with the configured options)."""
+    fs, inner = fsspec.core.url_to_fs(str(path))
+    return fs, inner
+
+
+def absolute(path: str | os.PathLike[str]) -> str:
+    """``path`` as recorded in a model or embedding: resolved locally, a URL as it is."""
+    if is_remote(path):
+        return str(location(path))
+    return str(Path(path).resolve())
+
+
+def exists(path: str | os.PathLike[str]) -> bool:
+    """Whether anything is at ``path`` now (an object store's listing cache is not trusted)."""
+    if not is_remote(path):
+        return os.path.exists(path)
+    fs, inner = filesystem(path)
+    fs.invalidate_cache(inner)
+    return bool(fs.exists(inner))
+
+
+def parse_storage_option(text: str) -> tuple[str, str, Any]:
+    """``[PROTOCOL.]KEY=VALUE`` as (protocol, key, value); the protocol defaults to ``s3``.
+
+    Values are read as JSON where they parse (``true``, ``3``, ``{"a": 1}``), else as strings.
+
+    >>> parse_storage_option("endpoint_url=http://127.0.0.1:9000")
+    ('s3', 'endpoint_url', 'http://127.0.0.1:9000')
+    >>> parse_storage_option("gcs.token=anon")
+    ('gcs', 'token', 'anon')
+
+    Raises
+    ------
+    ValueError
+        If there is no ``=`` or no key.
+    """
+    import json
+
+    key, sep, value = text.partition("=")
+    if not sep or not key.strip():
+        raise ValueError(
+            f"--storage-option {text!r}: expected KEY=VALUE, for example "
+            "`--storage-option endpoint_url=http://127.0.0.1:9000`."
+        )
+    protocol, dot, name = key.strip().rpartition(".")
+    try:
+        parsed: Any = json.loads(value)
+    except ValueError:
+        parsed = value
+    return (protocol if dot else "s3"), name, parsed
+
+
+def set_storage_options(options: dict[str, dict[str, Any]]) -> None:
+    """Add ``{protocol: {key: value}}`` to fsspec's configuration in this process.
+
+    Every filesystem made afterwards (by sphdist, zarr or dask) uses them; cached instances made
+    before are dropped so none keeps the old options. :func:`storage_options` returns what was
+    given, for the workers (:func:`apply_storage_options`).
+    """
+    for protocol, values in options.items():
+        _GIVEN.setdefault(protocol, {}).update(values)
+        fsspec.config.conf.setdefault(protocol, {}).update(values)
+        try:
+            fsspec.get_filesystem_class(protocol).clear_instance_cache()
+        except (ImportError, ValueError):
+            pass
+
+
+def storage_options() -> dict[str, dict[str, Any]]:
+    """The options given with :func:`set_storage_options` in this process (a copy)."""
+    return {protocol: dict(values) for protocol, values in _GIVEN.items()}
+
+
+def apply_storage_options(options: dict[str, dict[str, Any]]) -> None:
+    """Apply options from :func:`storage_options` in another process (a worker)."""
+    set_storage_options(options)

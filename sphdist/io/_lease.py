@@ -1,0 +1,223 @@
+"""One writer per output in an S3 bucket: a lock object with a lease, taken by a conditional write.
+
+Object stores have no ``flock``. A writer of ``s3://bucket/model.zarr`` creates the object
+``s3://bucket/model.zarr.lock`` with ``If-None-Match: *`` (S3 conditional writes: the PUT fails
+if the key exists, so of two writers exactly one creates it). The object is a JSON record: host,
+pid, command, since, a random token, and ``expires`` (seconds since the epoch). A thread renews
+the lease every third of its length with ``If-Match: <etag>`` (so it fails if anyone replaced
+the record); on release the record is deleted, again with ``If-Match``.
+
+A second writer that finds the object reads it and
+
+- takes it over (``If-Match`` on the etag it read: of several, one wins) when the lease has
+  expired, or when the holder ran on this host and its process is gone;
+- otherwise watches it until it expires: if the holder renews it meanwhile (the etag changes),
+  the holder is alive and the writer is refused with
+  :class:`~sphdist.errors.OutputLockedError` naming it. A live holder is therefore found within
+  one renewal period, and a killed one is taken over at most one lease after it stopped.
+
+A holder whose renewal fails (it was taken over after a pause longer than the lease) marks the
+lease lost, and its next commit refuses to write (:func:`check_lease`), so a paused writer that
+wakes up does not overwrite the new writer's versions.
+
+The lease length is ``SPHDIST_LOCK_LEASE`` seconds (default 30).
+
+References
+----------
+.. [1] Amazon S3 User Guide, "How to prevent object overwrites with conditional writes",
+   https://docs.aws.amazon.com/AmazonS3/latest/userguide/conditional-writes.html
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import socket
+import sys
+import threading
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+from sphdist.errors import OutputLockedError
+from sphdist.io._fs import filesystem
+
+__all__ = ["Lease", "lease_seconds", "read_record"]
+
+_PRECONDITION = ("PreconditionFailed", "pre-conditions", "412")
+
+
+def lease_seconds() -> float:
+    """The lease length: ``SPHDIST_LOCK_LEASE`` seconds, default 30 (at least 1)."""
+    try:
+        return max(1.0, float(os.environ.get("SPHDIST_LOCK_LEASE", "30")))
+    except ValueError:
+        return 30.0
+
+
+def _failed_precondition(exc: BaseException) -> bool:
+    return isinstance(exc, FileExistsError) or any(word in str(exc) for word in _PRECONDITION)
+
+
+def _split(lock: Path) -> tuple[Any, str, str]:
+    fs, inner = filesystem(lock)
+    bucket, _, key = inner.partition("/")
+    return fs, bucket, key
+
+
+def read_record(lock: Path) -> tuple[dict[str, Any] | None, str | None]:
+    """The lock record at ``lock`` and its etag, or (None, None) when there is none."""
+    from fsspec.asyn import sync
+
+    fs, bucket, key = _split(lock)
+
+    async def get() -> tuple[bytes, str]:
+        response = await fs._call_s3("get_object", Bucket=bucket, Key=key)
+        body = await response["Body"].read()
+        return body, response["ETag"]
+
+    try:
+        body, etag = sync(fs.loop, get)
+    except FileNotFoundError:
+        return None, None
+    try:
+        record = json.loads(body)
+    except ValueError:
+        record = {}
+    return (record if isinstance(record, dict) else {}), etag
+
+
+def _pid_alive(pid: Any) -> bool:
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return False
+    except (OSError, ValueError, TypeError):
+        return True  # exists but not ours, or unknown: assume alive
+    return True
+
+
+class Lease:
+    """The lock object of one output in an S3 bucket, held by this process.
+
+    Parameters
+    ----------
+    target : upath.UPath
+        The output (``s3://bucket/model.zarr``); the lock object is ``<target>.lock``.
+    refusal : callable
+        ``refusal(target, record)`` -> the :class:`~sphdist.errors.OutputLockedError` to raise
+        when another writer holds it.
+    """
+
+    def __init__(self, target: Path, refusal: Any) -> None:
+        self.target = target
+        self.path = target.with_name(target.name + ".lock")
+        self.refusal = refusal
+        self.seconds = lease_seconds()
+        self.token = uuid.uuid4().hex
+        self.etag: str | None = None
+        self.lost = False
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    # -- the record -----------------------------------------------------------------------
+    def _record(self) -> bytes:
+        now = time.time()
+        return json.dumps({
+            "host": socket.gethostname(), "pid": os.getpid(),
+            "command": " ".join([os.path.basename(sys.argv[0] or "python"), *sys.argv[1:]]),
+            "since": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            "token": self.token, "expires": now + self.seconds, "lease": self.seconds,
+        }).encode()
+
+    def _put(self, **condition: str) -> str:
+        fs, bucket, key = _split(self.path)
+        response = fs.call_s3(
+            "put_object", Bucket=bucket, Key=key, Body=self._record(),
+            ContentType="application/json", **condition,
+        )
+        return response["ETag"]
+
+    # -- acquire / renew / release ----------------------------------------------------------
+    def acquire(self) -> None:
+        """Create or take over the lock object; start renewing it.
+
+        Raises
+        ------
+        OutputLockedError
+            If a live writer holds it (it renewed its lease while this one watched).
+        """
+        deadline: float | None = None
+        while True:
+            try:
+                self.etag = self._put(IfNoneMatch="*")
+                break
+            except Exception as exc:
+                if not _failed_precondition(exc):
+                    raise
+            record, etag = read_record(self.path)
+            if record is None:
+                continue  # released meanwhile: create it again
+            if self._stale(record):
+                try:
+                    self.etag = self._put(IfMatch=etag)
+                    break
+                except Exception as exc:
+                    if not _failed_precondition(exc):
+                        raise
+                    raise self.refusal(self.target, read_record(self.path)[0]) from None
+            # a holder that is alive renews within a third of its lease: watch for that
+            expires = float(record.get("expires", 0))
+            deadline = deadline or min(expires, time.time() + self.seconds) + 0.5
+            if time.time() > deadline:
+                raise self.refusal(self.target, record)
+            time.sleep(min(1.0, self.seconds / 6))
+            again, etag_now = read_record(self.path)
+            if again is not None and etag_now != etag and not self._stale(again):
+                raise self.refusal(self.target, again)  # renewed: a live writer
+        self._thread = threading.Thread(target=self._renew, name="sphdist-lease", daemon=True)
+        self._thread.start()
+
+    def _stale(self, record: dict[str, Any]) -> bool:
+        try:
+            expires = float(record.get("expires", 0))
+        except (TypeError, ValueError):
+            expires = 0.0
+        if time.time() > expires:
+            return True
+        return record.get("host") == socket.gethostname() and not _pid_alive(record.get("pid"))
+
+    def _renew(self) -> None:
+        while not self._stop.wait(self.seconds / 3):
+            try:
+                self.etag = self._put(IfMatch=self.etag)
+            except Exception as exc:
+                if _failed_precondition(exc):
+                    self.lost = True
+                    return
+                # a transient error: try again at the next period, the lease still runs
+
+    def release(self) -> None:
+        """Stop renewing and delete the lock object if it is still this holder's."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+        if self.lost or self.etag is None:
+            return
+        fs, bucket, key = _split(self.path)
+        try:
+            fs.call_s3("delete_object", Bucket=bucket, Key=key, IfMatch=self.etag)
+        except Exception:  # taken over, or already gone: nothing of ours to delete
+            pass
+
+    def check(self) -> None:
+        """Raise OutputLockedError if the lease was lost (taken over after a long pause)."""
+        if self.lost:
+            raise OutputLockedError(
+                f"{self.target}: this writer lost its lock (its lease of {self.seconds:g} s "
+                "ran out and another writer took the output over); nothing more is written. "
+                "To resolve this, check which process writes it now (`sphdist info "
+                f"{self.target}`), and rerun when it has finished."
+            )
