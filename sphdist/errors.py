@@ -65,3 +65,7 @@ class DataError(SphdistError, ValueError):
 
 class WorkersLostError(SphdistError, RuntimeError):
     """Workers kept dying (memory, pre-emption) after every allowed restart of a fit."""
+
+
+class StorageError(SphdistError, OSError):
+    """An object store refused or failed a request (no bucket, credentials, the service)."""

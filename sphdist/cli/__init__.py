@@ -21,12 +21,31 @@ from sphdist.cli._common import Group, setup_logging
     show_default=True, help="Verbosity of the progress lines on stderr.",
 )
 @click.option("--quiet", "-q", is_flag=True, help="Only warnings and errors on stderr.")
+@click.option(
+    "--storage-option", "storage_option", multiple=True, metavar="[PROTOCOL.]KEY=VALUE",
+    help="An fsspec option for URLs such as s3://bucket/corpus.zarr (protocol s3 if none is "
+    "named), e.g. endpoint_url=http://127.0.0.1:9000; repeatable. Credentials and the endpoint "
+    "are otherwise read from the AWS_* environment variables and fsspec's configuration.",
+)
 @click.version_option(package_name="sphdist")
 @click.pass_context
-def main(ctx: click.Context, debug: bool, log_level: str, quiet: bool) -> None:
+def main(
+    ctx: click.Context, debug: bool, log_level: str, quiet: bool, storage_option: tuple[str, ...],
+) -> None:
     """Distributed Spherical PCA: embed large text collections on the unit sphere."""
     ctx.obj = {"debug": debug}
     setup_logging(log_level, quiet)
+    if storage_option:
+        from sphdist.io._fs import parse_storage_option, set_storage_options
+
+        options: dict[str, dict[str, object]] = {}
+        for text in storage_option:
+            try:
+                protocol, key, value = parse_storage_option(text)
+            except ValueError as exc:
+                raise click.BadParameter(str(exc), param_hint="--storage-option") from None
+            options.setdefault(protocol, {})[key] = value
+        set_storage_options(options)
 
 
 

@@ -111,15 +111,41 @@ def param_option(
     return click.option(*(decls or (f"--{name.replace('_', '-')}",)), name, **(options | overrides))
 
 
+class StorePath(click.ParamType):
+    """A local path or a URL (``s3://bucket/model.zarr``), as :func:`sphdist.io._fs.location`."""
+
+    name = "path"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        """The path-like handle; an unknown protocol is a usage error."""
+        from sphdist.io._fs import is_remote, location
+
+        try:
+            path = location(value)
+        except ValueError as exc:
+            self.fail(str(exc), param, ctx)
+        if ctx is not None and is_remote(path):  # named if the object store fails (Group)
+            ctx.meta.setdefault("sphdist.urls", []).append(str(path))
+        return path
+
+
+#: The type of every option that names a corpus, model, embedding or output file.
+STORE_PATH = StorePath()
+
+
 class Group(click.Group):
     """Turns sphdist errors into one-line messages (exit 1) unless --debug."""
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
+        except (click.exceptions.ClickException, click.exceptions.Exit, click.Abort):
+            raise
         except (SphdistError, OSError) as exc:
             if ctx.obj and ctx.obj.get("debug"):
                 raise
+            if not isinstance(exc, SphdistError) and _urls(ctx):  # the object store failed
+                raise click.ClickException(_store_failure(ctx, exc)) from None
             message = str(exc) if isinstance(exc, SphdistError) else f"{type(exc).__name__}: {exc}"
             if not isinstance(exc, SphdistError) and exc.errno in _OS_REMEDIES:
                 message += f". To resolve this, {_OS_REMEDIES[exc.errno]}"
@@ -131,6 +157,23 @@ class Group(click.Group):
             raise click.ClickException(
                 f"{kind.__name__}: {exc}. To resolve this, {_REMEDIES[kind]}"
             ) from None
+        except Exception as exc:  # an object store's client (botocore, aiohttp) failed
+            from sphdist.io._fs import is_storage_failure
+
+            if (ctx.obj and ctx.obj.get("debug")) or not _urls(ctx) or not is_storage_failure(exc):
+                raise
+            raise click.ClickException(_store_failure(ctx, exc)) from None
+
+
+def _urls(ctx: click.Context) -> list[str]:
+    """The URLs the command was given (:class:`StorePath`), in order."""
+    return ctx.meta.get("sphdist.urls") or []
+
+
+def _store_failure(ctx: click.Context, exc: BaseException) -> str:
+    from sphdist.io._fs import storage_error
+
+    return str(storage_error(_urls(ctx)[0], exc))
 
 
 _REMEDIES = {  # the last resort, for errors no layer turned into a SphdistError
@@ -160,6 +203,18 @@ def setup_logging(level: str, quiet: bool) -> None:
 def progress_enabled() -> bool:
     """Whether to draw progress bars: stderr is a terminal and INFO lines are shown."""
     return sys.stderr.isatty() and logger.getEffectiveLevel() <= logging.INFO
+
+
+def progress_mode() -> bool | str:
+    """The ``mode`` of :func:`sphdist._progress.progress` for a command's long work.
+
+    A tqdm bar on a terminal (True), INFO lines on the ``sphdist`` logger otherwise ("log":
+    a batch job's log shows the work advancing), nothing with ``-q`` or ``--log-level
+    warning`` (False).
+    """
+    if logger.getEffectiveLevel() > logging.INFO:
+        return False
+    return True if sys.stderr.isatty() else "log"
 
 
 def echo_json(payload: dict[str, Any]) -> None:
@@ -249,6 +304,9 @@ class FitProgress:
                                        "[{elapsed}]{postfix}")
 
     def __call__(self, state: Any) -> None:
+        from sphdist.jobs.info import shown_objective
+
+        objective = shown_objective(state.objective[-1])
         if self._first is None:
             self._first = state.iteration
         else:
@@ -260,7 +318,7 @@ class FitProgress:
         self.bar.n = state.iteration
         if not self._lines:
             self.bar.set_postfix_str(
-                f"objective {state.objective[-1]:.6g}, rel {state.relative_change:.2e}, "
+                f"objective {objective:.6g}, rel {state.relative_change:.2e}, "
                 f"{per_it:.2f} s/it, ETA {_clock(eta)}"
                 + (", converged" if state.converged else ""),
                 refresh=True,
@@ -268,7 +326,7 @@ class FitProgress:
             return
         logger.info(
             "iter %4d  objective %.10g  rel_change %.3e  %.2fs  eta %s%s",
-            state.iteration, state.objective[-1], state.relative_change, state.seconds[-1],
+            state.iteration, objective, state.relative_change, state.seconds[-1],
             _clock(eta), "  (converged)" if state.converged else "",
         )
 

@@ -30,10 +30,13 @@ from typing import Any
 import fsspec
 import fsspec.config
 
+from sphdist.errors import SphdistError, StorageError
+
 __all__ = [
     "location", "is_remote", "exists", "absolute", "protocol_of", "filesystem",
     "set_storage_options",
-    "storage_options", "apply_storage_options", "parse_storage_option",
+    "storage_options", "apply_storage_options", "parse_storage_option", "storage_error",
+    "is_storage_failure",
 ]
 
 _URL = re.compile(r"^(?P<protocol>[A-Za-z][A-Za-z0-9+.-]*)://")
@@ -113,6 +116,57 @@ def absolute(path: str | os.PathLike[str]) -> str:
     if is_remote(path):
         return str(location(path))
     return str(Path(path).resolve())
+
+
+#: Packages whose exceptions are an object store's failures (not a bug of the caller).
+_STORE_PACKAGES = ("botocore", "aiobotocore", "aiohttp", "s3fs", "gcsfs", "adlfs", "fsspec")
+
+
+def is_storage_failure(exc: BaseException) -> bool:
+    """Whether ``exc`` is an I/O failure: an :class:`OSError`, or an object-store client's error."""
+    if isinstance(exc, OSError):
+        return True
+    return any(type(c).__module__.split(".")[0] in _STORE_PACKAGES
+               for c in (exc, exc.__cause__, exc.__context__) if c is not None)
+
+
+def storage_error(path: str | os.PathLike[str], exc: BaseException) -> BaseException:
+    """The error to raise for ``exc``, raised by the object store while reading or writing ``path``.
+
+    Local paths and sphdist's own errors are returned as they are. For a URL, an
+    :class:`~sphdist.errors.StorageError` naming ``path``, what the store said, and a remedy: a
+    missing bucket (create it, or check the URL and ``AWS_ENDPOINT_URL``), refused credentials
+    (``AWS_ACCESS_KEY_ID`` / ``AWS_SECRET_ACCESS_KEY``, or ``--storage-option``), or a failing
+    service (check the endpoint, then rerun; a fit continues with ``--resume``).
+
+    Parameters
+    ----------
+    path : path-like
+        What was being read or written.
+    exc : BaseException
+        What the store raised.
+
+    Returns
+    -------
+    BaseException
+    """
+    if isinstance(exc, SphdistError) or not is_remote(path) or not is_storage_failure(exc):
+        return exc
+    protocol = protocol_of(path)
+    said = f"{type(exc).__name__}: {exc}"
+    netloc = str(path).split("://", 1)[1].split("/", 1)[0]
+    if "bucket" in str(exc).lower() and isinstance(exc, FileNotFoundError):
+        remedy = (f"create the bucket (`aws s3 mb {protocol}://{netloc}`), or check the URL and "
+                  "the endpoint (AWS_ENDPOINT_URL)")
+    elif isinstance(exc, PermissionError):
+        remedy = ("check the credentials (AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or "
+                  "`--storage-option key=... --storage-option secret=...`) and that they may "
+                  f"read and write {protocol}://{netloc}")
+    else:
+        remedy = ("check that the store answers at its endpoint (AWS_ENDPOINT_URL), then run "
+                  "the command again (a fit continues from its last checkpoint with --resume)")
+    return StorageError(f"{path}: the object store refused or failed a request ({said}). To "
+                        f"resolve this, {remedy}.")
 
 
 def exists(path: str | os.PathLike[str]) -> bool:

@@ -43,7 +43,13 @@ import filelock
 
 from sphdist.errors import OutputLockedError
 from sphdist.io._atomic import atomic_path
-from sphdist.io._fs import filesystem, is_remote, location, protocol_of
+from sphdist.io._fs import (
+    filesystem,
+    is_remote,
+    is_storage_failure,
+    location,
+    protocol_of,
+)
 
 __all__ = ["output_lock", "locks_output", "holds_lock", "lock_holder", "check_lease"]
 
@@ -247,10 +253,16 @@ def output_lock(target: str | os.PathLike[str]) -> Iterator[Path]:
 def _acquire_object_lock(target: str | os.PathLike[str]) -> Any:
     """The lease of an object-store output (S3), or None where none can be taken (warned)."""
     if protocol_of(target) == "s3":
+        from sphdist.io._fs import storage_error
         from sphdist.io._lease import Lease
 
         lease = Lease(location(target), lambda t, record: _refusal(t, record))
-        lease.acquire()
+        try:
+            lease.acquire()
+        except Exception as exc:
+            if not is_storage_failure(exc):
+                raise
+            raise storage_error(target, exc) from None
         return lease
     import logging
 

@@ -36,7 +36,7 @@ from zarr.core.sync import sync
 
 from sphdist.errors import InputNotFoundError, ModelFormatError, SphdistError
 from sphdist.io._atomic import readable_path
-from sphdist.io._fs import exists, location
+from sphdist.io._fs import exists, is_remote, is_storage_failure, location, storage_error
 
 __all__ = [
     "SAFE_CODECS",
@@ -101,7 +101,13 @@ def open_node(
     zarr.Group or zarr.Array
     """
     path = location(path)
-    if not exists(path):
+    try:  # in an object store, a prefix without metadata is a killed writer's debris
+        found = exists(path / "zarr.json" if is_remote(path) else path)
+    except Exception as exc:
+        if not is_storage_failure(exc):
+            raise
+        raise storage_error(path, exc) from None
+    if not found:
         raise InputNotFoundError(missing)
     try:
         if group:

@@ -24,6 +24,7 @@ from typing import Any
 import dask
 from dask.utils import format_bytes, parse_bytes
 from distributed import Client, LocalCluster
+from distributed.diagnostics.plugin import WorkerPlugin
 from distributed.security import Security
 
 from sphdist.errors import InputNotFoundError, ParameterError
@@ -187,6 +188,34 @@ def check_memory_limit(limit: str | int) -> None:
 # -- where the job runs -----------------------------------------------------------------------
 
 
+class StorageOptions(WorkerPlugin):
+    """Gives every worker the ``--storage-option`` values of the job (fsspec configuration).
+
+    The workers read the corpus' chunks and write V straight from and to the object store, so
+    they need the endpoint and credentials the driver was given; those from the environment
+    (``AWS_*``) or fsspec's configuration files must be set on the workers themselves.
+    """
+
+    name = "sphdist-storage-options"
+
+    def __init__(self, options: dict[str, dict[str, Any]]) -> None:
+        self.options = options
+
+    def setup(self, worker: Any) -> None:
+        """Apply the options in the worker's process (also for workers that join later)."""
+        from sphdist.io._fs import apply_storage_options
+
+        apply_storage_options(self.options)
+
+
+def _share_storage_options(client: Client) -> None:
+    from sphdist.io._fs import storage_options
+
+    options = storage_options()
+    if options:
+        client.register_plugin(StorageOptions(options))
+
+
 def stored_nbytes(source: Any) -> int:
     """Bytes of X as stored, uncompressed: what a job holds to keep X in memory.
 
@@ -319,6 +348,7 @@ def connect(
         check_scheduler_address(address)
         with Client(address, security=security or None) as client:
             logger.info("connected to scheduler %s (dashboard %s)", address, client.dashboard_link)
+            _share_storage_options(client)
             yield client
         return
     if n_workers is not None and n_workers < 0:
@@ -357,6 +387,7 @@ def connect(
         security=Security() if security is False else (security or True),
         silence_logs=silence_logs,
     ) as cluster, Client(cluster) as client:
+        _share_storage_options(client)
         logger.info(
             "started LocalCluster %s: %d workers x %d threads (%s), dashboard %s",
             cluster.scheduler_address, n_workers, threads_per_worker, why, client.dashboard_link,

@@ -49,7 +49,7 @@ from sphdist.errors import (
     WorkersLostError,
 )
 from sphdist.io import _atomic, output_lock
-from sphdist.io._fs import absolute, location
+from sphdist.io._fs import absolute, is_remote, is_storage_failure, location, storage_error
 from sphdist.io.corpus import open_input
 from sphdist.io.model import (
     Model,
@@ -155,9 +155,23 @@ class PreparedFit:
         -------
         Model
             The final model, read back from ``output``.
+
+        Raises
+        ------
+        StorageError
+            If an object store holding the input or the output fails a request even after
+            its client's retries; the last complete checkpoint stays readable.
         """
         with output_lock(self.output):  # held since prepare_fit (reentrant)
-            return self._run(callback)
+            try:
+                return self._run(callback)
+            except WORKER_LOSS:
+                raise  # fit_with_retries resumes
+            except Exception as exc:
+                if not is_storage_failure(exc):
+                    raise
+                where = self.output if is_remote(self.output) else self.input
+                raise storage_error(where, exc) from None
 
     def _run(self, callback: Callable[[solver.FitState], None] | None) -> Model:
         source, output, max_iter = self.source, self.output, self.params["max_iter"]
