@@ -1,9 +1,22 @@
 r"""Fit on a SLURM or PBS batch cluster with dask-jobqueue.
 
-Run it on the login node (or in a small batch job), on a filesystem that every node shares::
+Run it on the login node (or in a small batch job), with the corpus and the model on a
+filesystem that every node shares::
 
     python cluster/jobqueue.py --system slurm --jobs 8 --queue normal --account myproject \
         -- --input /shared/corpus.zarr --output /shared/model.zarr -r 20
+
+or in an object store, which the workers then read and write directly (``pip install
+'sphdist[s3]'``)::
+
+    python cluster/jobqueue.py --system slurm --jobs 8 --queue normal --account myproject \
+        -- --input s3://bucket/corpus.zarr --output s3://bucket/model.zarr -r 20 --resume
+
+The driver and every worker need the store's endpoint and credentials. botocore reads them from
+``~/.aws/credentials`` (``aws_access_key_id``, ``aws_secret_access_key``; keep it mode 0600) and
+``~/.aws/config`` (``endpoint_url``, ``region``) in the home directory the nodes share, so the
+secret key is written into no batch script; the ``AWS_*`` variables work too where the batch
+system passes the submitting environment on (SLURM does by default, PBS with ``-V``).
 
 It starts a Dask scheduler here, submits ``--jobs`` batch jobs each running one ``dask worker``
 (``--cores`` threads, ``--memory`` memory), waits for them, and then runs::

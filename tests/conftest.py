@@ -12,6 +12,8 @@ from sphdist.datasets import DATA_HOME_ENV
 from sphdist.datasets import newsgroups_archive as _newsgroups_archive
 from sphdist.errors import InputNotFoundError
 
+from ._s3 import s3_auth_env, s3_auth_server, s3_env, s3_flaky, s3_server  # noqa: F401
+
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_DATA_HOME = REPO.parent / "shared" / "data"
 
@@ -46,7 +48,8 @@ def newsgroups5(newsgroups_archive, tmp_path_factory):
     return ingest(
         newsgroups_archive, tmp_path_factory.mktemp("ng5") / "corpus.zarr",
         categories=list(NEWSGROUPS_PAPER_CATEGORIES), max_docs_per_label=60, seed=0,
-        n_features=2**14, remove=("headers", "footers", "quotes"), chunk_size=128,
+        vocabulary=False, n_features=2**14, stop_words=None, sublinear_tf=False,
+        remove=("headers", "footers", "quotes"), chunk_size=128,
     )
 
 

@@ -28,11 +28,40 @@ def _docs(name):
     return list(yaml.safe_load_all((CLUSTER / "k8s" / name).read_text()))
 
 
-def test_daskcluster_manifest_has_scheduler_workers_and_shared_volume():
+S3_VARIABLES = ("AWS_ENDPOINT_URL", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")
+
+
+def _secret_name():
+    (secret,) = _docs("s3-secret.yaml")
+    assert secret["kind"] == "Secret" and secret["apiVersion"] == "v1"
+    assert set(S3_VARIABLES) <= set(secret["stringData"])  # what botocore reads
+    return secret["metadata"]["name"]
+
+
+def _assert_env_from_secret(container):
+    """The container's environment is the Secret's keys (the store's endpoint and keys)."""
+    refs = [e["secretRef"]["name"] for e in container.get("envFrom", []) if "secretRef" in e]
+    assert refs == [_secret_name()], container
+    # nothing in a plain env entry overrides them
+    assert not {e["name"] for e in container.get("env", [])} & set(S3_VARIABLES)
+
+
+def _option(command, name):
+    return command[command.index(name) + 1]
+
+
+def test_s3_secret_holds_placeholders_not_keys():
+    (secret,) = _docs("s3-secret.yaml")
+    data = secret["stringData"]
+    assert data["AWS_ENDPOINT_URL"].startswith("https://")
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
+        assert data[name].startswith("REPLACE"), data[name]
+
+
+def test_daskcluster_manifest_has_scheduler_and_workers_reading_the_store():
     docs = _docs("daskcluster.yaml")
-    assert [d["kind"] for d in docs] == ["PersistentVolumeClaim", "DaskCluster"]
-    pvc, dask_cluster = docs
-    assert pvc["spec"]["accessModes"] == ["ReadWriteMany"]  # V is written by the workers
+    assert [d["kind"] for d in docs] == ["DaskCluster"]  # no shared volume: the data is in S3
+    (dask_cluster,) = docs
     assert dask_cluster["apiVersion"] == "kubernetes.dask.org/v1"
     spec = dask_cluster["spec"]
     worker = spec["worker"]["spec"]["containers"][0]
@@ -41,31 +70,60 @@ def test_daskcluster_manifest_has_scheduler_workers_and_shared_volume():
     limit = args[args.index("--memory-limit") + 1]
     assert limit == "7GiB"  # below the container limit, so dask spills before the OOM killer
     assert worker["resources"]["limits"]["memory"] == "8Gi"
-    mounts = {m["name"]: m["mountPath"] for m in worker["volumeMounts"]}
+    _assert_env_from_secret(worker)  # workers read X's chunks and write V in the store
     volumes = {v["name"]: v for v in spec["worker"]["spec"]["volumes"]}
-    assert volumes["data"]["persistentVolumeClaim"]["claimName"] == pvc["metadata"]["name"]
-    assert mounts["data"] == "/data"
+    assert all("persistentVolumeClaim" not in v for v in volumes.values())
+    mounts = {m["name"]: m["mountPath"] for m in worker["volumeMounts"]}
+    assert mounts["scratch"] == _option(args, "--local-directory")
+    assert "emptyDir" in volumes["scratch"]
     scheduler = spec["scheduler"]
-    assert scheduler["spec"]["containers"][0]["args"][:2] == ["dask", "scheduler"]
+    container = scheduler["spec"]["containers"][0]
+    assert container["args"][:2] == ["dask", "scheduler"]
+    assert "envFrom" not in container  # the scheduler handles no data: no credentials
     assert scheduler["service"]["type"] == "ClusterIP"  # nothing exposed outside the cluster
     ports = {p["name"]: p["port"] for p in scheduler["service"]["ports"]}
     assert ports["tcp-comm"] == 8786
 
 
-def test_fit_job_targets_the_daskcluster_scheduler():
-    (cluster,) = [d for d in _docs("daskcluster.yaml") if d["kind"] == "DaskCluster"]
-    (job,) = _docs("fit-job.yaml")
+def _job(name):
+    (cluster,) = _docs("daskcluster.yaml")
+    (job,) = _docs(name)
     assert job["kind"] == "Job" and job["apiVersion"] == "batch/v1"
-    container = job["spec"]["template"]["spec"]["containers"][0]
+    pod = job["spec"]["template"]["spec"]
+    assert "volumes" not in pod
+    (container,) = pod["containers"]
+    _assert_env_from_secret(container)
     command = container["command"]
-    assert command[:2] == ["sphdist", "fit"]
-    address = command[command.index("--scheduler-address") + 1]
     # the operator names the scheduler Service <cluster name>-scheduler
+    address = _option(command, "--scheduler-address")
     assert address == f"tcp://{cluster['metadata']['name']}-scheduler:8786"
+    return command
+
+
+def test_fit_job_targets_the_daskcluster_scheduler_and_the_store():
+    command = _job("fit-job.yaml")
+    assert command[:2] == ["sphdist", "fit"]
     assert "--resume" in command  # a retried pod continues from the last checkpoint
-    for option in ("--input", "--output"):
-        assert command[command.index(option) + 1].startswith("/data/")
-    assert container["volumeMounts"][0]["mountPath"] == "/data"
+    assert _option(command, "--input") == "s3://BUCKET/corpus.zarr"
+    assert _option(command, "--output") == "s3://BUCKET/model.zarr"
+
+
+def test_ingest_job_writes_the_corpus_the_fit_reads():
+    command = _job("ingest-job.yaml")
+    assert command[:2] == ["sphdist", "ingest"]
+    assert command[2].startswith("s3://BUCKET/")
+    fit = _job("fit-job.yaml")
+    assert _option(command, "--output") == _option(fit, "--input")
+    assert "--overwrite" not in command  # a retried pod never replaces a complete corpus
+
+
+def test_readme_applies_every_manifest():
+    readme = (CLUSTER / "README.md").read_text()
+    for manifest in (CLUSTER / "k8s").glob("*.yaml"):
+        assert f"cluster/k8s/{manifest.name}" in readme, manifest.name
+    doc = _load("jobqueue").__doc__
+    assert "--input s3://bucket/corpus.zarr --output s3://bucket/model.zarr" in doc
+    assert "--resume" in doc
 
 
 @pytest.mark.parametrize(
