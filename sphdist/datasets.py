@@ -96,8 +96,9 @@ def newsgroups_archive(data_home: str | os.PathLike[str] | None = None) -> Path:
         )
         raise InputNotFoundError(
             f"{path}: 20 Newsgroups archive not found (data home {home}, from {origin}). "
-            f"sphdist does not download it. To resolve this, set {DATA_HOME_ENV} to the folder "
-            f"holding {NEWSGROUPS_ARCHIVE} (e.g. {DATA_HOME_ENV}=../shared/data), or pass "
-            "data_home."
+            f"sphdist does not download it. To resolve this, name the folder holding "
+            f"{NEWSGROUPS_ARCHIVE} in the environment: `export {DATA_HOME_ENV}=/path/to/data` "
+            f"(or prefix one command: `{DATA_HOME_ENV}=/path/to/data sphdist ingest -o "
+            "corpus.zarr`); from Python, pass data_home='/path/to/data'."
         )
     return path

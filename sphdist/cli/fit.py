@@ -9,6 +9,7 @@ from typing import Any
 import click
 
 from sphdist.cli._common import (
+    STORE_PATH,
     FitProgress,
     cluster_options,
     connect_options,
@@ -23,9 +24,9 @@ logger = logging.getLogger("sphdist")
 
 
 @click.command()
-@click.option("--input", "-i", "input_", required=True, type=click.Path(path_type=Path),
+@click.option("--input", "-i", "input_", required=True, type=STORE_PATH,
               help="corpus.zarr or dense 2-D zarr array.")
-@click.option("--output", "-o", type=click.Path(path_type=Path),
+@click.option("--output", "-o", type=STORE_PATH,
               help="model.zarr to write [default: <input>.model.zarr beside the input].")
 @param_option("n_components", "--n-components", "-r", default=20)
 @param_option("max_iter")
@@ -41,7 +42,7 @@ logger = logging.getLogger("sphdist")
 @param_option("polar")
 @param_option("partials")
 @param_option("accelerate", "--accelerate/--no-accelerate", type=bool)
-@click.option("--init-from", type=click.Path(path_type=Path),
+@click.option("--init-from", type=STORE_PATH,
               help="Warm start: U_0 from this model.zarr (same features and r); --init and "
                    "--seed are then not used.")
 @click.option("--resume", is_flag=True, help="Continue from the checkpoint at --output.")
@@ -63,6 +64,7 @@ def fit(
     """Fit Spherical PCA to a corpus on a Dask cluster, checkpointing every iteration."""
     from sphdist.jobs.cluster import stored_nbytes
     from sphdist.jobs.fit import fit_with_retries, prepare_fit
+    from sphdist.jobs.info import plural, shown_objective
 
     # validate the parameters, open the input and decide on the output once, before any
     # cluster starts; the retries reuse this preparation
@@ -91,7 +93,8 @@ def fit(
     if as_json:
         echo_json({
             "output": str(output), "n_components": n_components, "n_iter": model.n_iter,
-            "converged": bool(model.attrs["converged"]), "objective": model.objective[-1],
+            "converged": bool(model.attrs["converged"]),
+            "objective": shown_objective(model.objective[-1]),
             "relative_change": (
                 abs(model.objective[-2] - model.objective[-1]) / abs(model.objective[-2])
                 if len(model.objective) > 1 and model.objective[-2] else None
@@ -103,17 +106,17 @@ def fit(
         })
         return
     click.echo(
-        f"wrote {output}: r={n_components}, {model.n_iter} iterations"
+        f"wrote {output}: r={n_components}, {plural(model.n_iter, 'iteration')}"
         f"{' (converged)' if model.attrs['converged'] else ''}, objective "
-        f"{model.objective[-1]:.10g}, "
+        f"{shown_objective(model.objective[-1]):.10g}, "
         f"{(sum(seconds) / len(seconds)) if seconds else float('nan'):.2f} s/iteration"
     )
 
 
 @click.command()
-@click.option("--model", "-m", required=True, type=click.Path(path_type=Path),
+@click.option("--model", "-m", required=True, type=STORE_PATH,
               help="The model.zarr to evaluate.")
-@click.option("--input", "-i", "input_", required=True, type=click.Path(path_type=Path),
+@click.option("--input", "-i", "input_", required=True, type=STORE_PATH,
               help="The corpus the model was fitted on (for its labels).")
 @click.option("--n-clusters", "-k", type=click.IntRange(min=1),
               help="k of k-means [default: number of labels].")
@@ -127,6 +130,7 @@ def evaluate(
 ) -> None:
     """k-means on the embedding; clustering accuracy (Hungarian matching) and NMI."""
     from sphdist.jobs.evaluate import evaluate_model
+    from sphdist.jobs.info import plural
 
     result = evaluate_model(
         model, input_, n_clusters=n_clusters, n_init=n_init, random_state=seed
@@ -136,8 +140,8 @@ def evaluate(
     else:
         click.echo(
             f"accuracy {result['accuracy']:.4f}  NMI {result['nmi']:.4f}  "
-            f"({result['n_documents']} documents, k={result['n_clusters']}, "
-            f"r={result['n_components']}, {result['n_iter']} iterations)"
+            f"({plural(result['n_documents'], 'document')}, k={result['n_clusters']}, "
+            f"r={result['n_components']}, {plural(result['n_iter'], 'iteration')})"
         )
 
 

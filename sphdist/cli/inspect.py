@@ -7,7 +7,7 @@ from typing import Any
 
 import click
 
-from sphdist.cli._common import echo_json
+from sphdist.cli._common import STORE_PATH, echo_json
 
 
 def _history(pairs: list[list[float]]) -> str:
@@ -16,14 +16,18 @@ def _history(pairs: list[list[float]]) -> str:
 
 
 def _print(info: dict[str, Any]) -> None:
+    from sphdist.jobs.info import plural
+
     kind = info["kind"]
     click.echo(f"{info['path']}: {kind}")
     if kind in ("corpus", "dense"):
         m, n = info["shape"]
         ch = info["chunks"]
-        click.echo(f"  shape          {m} features x {n} documents")
+        click.echo(f"  shape          {plural(m, 'feature')} x {plural(n, 'document')}")
         click.echo(f"  nnz            {info['nnz']} (density {info['density']:.3g})")
-        click.echo(f"  chunks         {ch['n_chunks']} of {ch['min']}..{ch['max']} documents")
+        sizes = str(ch["max"]) if ch["min"] == ch["max"] else f"{ch['min']}..{ch['max']}"
+        click.echo(f"  chunks         {plural(ch['n_chunks'], 'chunk')} of {sizes} "
+                   f"{'document' if ch['max'] == 1 else 'documents'}")
         click.echo(f"  feature scheme {info['feature_scheme']}")
         if info.get("tfidf"):
             click.echo(f"  tf-idf         {info['tfidf']}")
@@ -57,7 +61,7 @@ def _print(info: dict[str, Any]) -> None:
         click.echo(f"  feature scheme {info['corpus'].get('feature_scheme')}")
     else:
         r, n = info["shape"]
-        click.echo(f"  shape          {r} components x {n} documents")
+        click.echo(f"  shape          {plural(r, 'component')} x {plural(n, 'document')}")
         click.echo(f"  model          {(info.get('model') or {}).get('path')}")
         click.echo(f"  corpus         {(info.get('corpus') or {}).get('path')}")
         click.echo(f"  degenerate     {info['n_degenerate']}")
@@ -68,8 +72,8 @@ def _print(info: dict[str, Any]) -> None:
 
 
 @click.command()
-@click.argument("path", required=False, type=click.Path(path_type=Path))
-@click.option("--model", "-m", type=click.Path(path_type=Path),
+@click.argument("path", required=False, type=STORE_PATH)
+@click.option("--model", "-m", type=STORE_PATH,
               help="The model whose top terms to list (with --top-terms).")
 @click.option("--top-terms", type=click.IntRange(min=1),
               help="List the N terms with the largest |U| entries of each component "

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from sphdist.cli._common import echo_json
+from sphdist.cli._common import STORE_PATH, echo_json
 
 
 @click.group()
@@ -15,9 +15,9 @@ def plot() -> None:
 
 
 @plot.command()
-@click.option("--model", "-m", required=True, type=click.Path(path_type=Path),
+@click.option("--model", "-m", required=True, type=STORE_PATH,
               help="The fitted model.zarr.")
-@click.option("--output", "-o", type=click.Path(path_type=Path),
+@click.option("--output", "-o", type=STORE_PATH,
               help="PNG to write [default: <model>.convergence.png beside the model].")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object on stdout.")
 def convergence(model: Path, output: Path | None, as_json: bool) -> None:
@@ -33,12 +33,12 @@ def convergence(model: Path, output: Path | None, as_json: bool) -> None:
 
 
 @plot.command()
-@click.option("--model", "-m", required=True, type=click.Path(path_type=Path),
+@click.option("--model", "-m", required=True, type=STORE_PATH,
               help="The fitted model.zarr.")
-@click.option("--input", "-i", "input_", type=click.Path(path_type=Path),
+@click.option("--input", "-i", "input_", type=STORE_PATH,
               help="The training corpus (labels) [default: the path the model recorded] or an "
                    "embedding.zarr.")
-@click.option("--output", "-o", type=click.Path(path_type=Path),
+@click.option("--output", "-o", type=STORE_PATH,
               help="PNG to write [default: <model>.embedding.png beside the model].")
 @click.option("--max-points", type=click.IntRange(min=1), default=5000, show_default=True,
               help="Plot a reproducible sample of at most this many documents.")
@@ -50,6 +50,7 @@ def embedding(
     as_json: bool,
 ) -> None:
     """Documents on the sphere coloured by label (3-D for r = 3, else a PCA projection)."""
+    from sphdist.jobs.info import plural
     from sphdist.jobs.plotting import plot_embedding
 
     output = output or model.with_name(model.name.removesuffix(".zarr") + ".embedding.png")
@@ -58,8 +59,11 @@ def embedding(
         echo_json(report)
     else:
         click.echo(
-            f"wrote {output}: {report['n_points']} of {report['n_documents']} documents, "
-            f"{report['projection']}"
+            f"wrote {output}: {report['n_points']} of "
+            f"{plural(report['n_documents'], 'document')}, {report['projection']}"
+            + (f" ({report['n_left_out']} without a direction left out: "
+               f"{report['n_empty']} empty, {report['n_degenerate']} degenerate)"
+               if report["n_left_out"] and report["n_empty"] is not None else "")
         )
 
 

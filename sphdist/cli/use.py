@@ -7,15 +7,21 @@ from pathlib import Path
 
 import click
 
-from sphdist.cli._common import cluster_options, connect_options, echo_json, progress_enabled
+from sphdist.cli._common import (
+    STORE_PATH,
+    cluster_options,
+    connect_options,
+    echo_json,
+    progress_mode,
+)
 
 logger = logging.getLogger("sphdist")
 
-_MODEL = click.option("--model", "-m", required=True, type=click.Path(path_type=Path),
+_MODEL = click.option("--model", "-m", required=True, type=STORE_PATH,
                       help="model.zarr.")
 #: The documents of ``export`` and ``neighbors``: a corpus or an embedding.zarr.
 _EMBEDDED = click.option(
-    "--input", "-i", "input_", type=click.Path(path_type=Path),
+    "--input", "-i", "input_", type=STORE_PATH,
     help="The documents: the training corpus [default: the path the model recorded] or an "
          "embedding.zarr from `sphdist transform`.",
 )
@@ -32,9 +38,9 @@ def _report(report: dict, as_json: bool, line: str) -> None:
 
 @click.command()
 @_MODEL
-@click.option("--input", "-i", "input_", required=True, type=click.Path(path_type=Path),
+@click.option("--input", "-i", "input_", required=True, type=STORE_PATH,
               help="corpus.zarr in the model's feature space (`sphdist ingest --like MODEL`).")
-@click.option("--output", "-o", required=True, type=click.Path(path_type=Path),
+@click.option("--output", "-o", required=True, type=STORE_PATH,
               help="embedding.zarr to write.")
 @click.option("--overwrite", is_flag=True, help="Replace an existing --output.")
 @cluster_options
@@ -45,25 +51,26 @@ def transform(
     tls_cert: str | None, tls_key: str | None, as_json: bool,
 ) -> None:
     """Embed the documents of a corpus with a fitted model (the exact V-step, on Dask)."""
-    from sphdist.io.corpus import open_input
-    from sphdist.io.model import open_model
-    from sphdist.jobs.fit import check_compatible
-    from sphdist.jobs.transform import transform_corpus
+    from sphdist.jobs.cluster import stored_nbytes
+    from sphdist.jobs.info import plural
+    from sphdist.jobs.transform import check_transform, transform_corpus
 
-    # refuse a mismatched corpus before starting a cluster
-    check_compatible(open_model(model), open_input(input_), input_)
+    # refuse swapped paths, a mismatched corpus or an existing output before any cluster
+    # starts; a small corpus runs in this process, as a fit of it does
+    _, source = check_transform(model, input_, output, overwrite=overwrite)
     with connect_options(scheduler_address, n_workers, threads_per_worker, memory_limit,
-                         tls_ca_file, tls_cert, tls_key):
+                         tls_ca_file, tls_cert, tls_key, data_nbytes=stored_nbytes(source)):
         emb = transform_corpus(
-            model, input_, output, overwrite=overwrite, progress=progress_enabled()
+            model, input_, output, overwrite=overwrite, progress=progress_mode()
         )
     r, n = emb.V.shape
     report = {
         "output": str(output), "n_documents": int(n), "n_components": int(r),
         "n_degenerate": emb.attrs["n_degenerate"], "model": emb.attrs["model"]["path"],
     }
-    _report(report, as_json, f"wrote {output}: {n} documents embedded in r={r} dimensions "
-                             f"({report['n_degenerate']} with no feature in common with the model)")
+    _report(report, as_json, f"wrote {output}: {plural(n, 'document')} embedded in r={r} "
+                             f"dimensions ({report['n_degenerate']} with no feature in common "
+                             "with the model)")
 
 
 @click.command()
@@ -73,7 +80,7 @@ def transform(
               default="parquet", show_default=True,
               help="parquet: columns doc_id, label, e0..e{r-1}; npy: array (n, r) + "
                    "<stem>.ids.csv (doc_id, label per row).")
-@click.option("--output", "-o", required=True, type=click.Path(path_type=Path),
+@click.option("--output", "-o", required=True, type=STORE_PATH,
               help="File to write, in --format (npy: with <stem>.ids.csv beside it).")
 @click.option("--overwrite", is_flag=True, help="Replace an existing --output.")
 @_JSON
@@ -82,10 +89,11 @@ def export(
 ) -> None:
     """Write the embeddings with their document ids (Parquet or .npy)."""
     from sphdist.jobs.embedding import export_embedding
+    from sphdist.jobs.info import plural
 
     report = export_embedding(model, output, format=format_, input=input_, overwrite=overwrite)
     extra = f" (+ ids in {report['sidecar']})" if "sidecar" in report else ""
-    _report(report, as_json, f"wrote {output}: {report['n_documents']} documents x "
+    _report(report, as_json, f"wrote {output}: {plural(report['n_documents'], 'document')} x "
                              f"{report['n_components']} components, {format_}{extra}")
 
 
@@ -111,7 +119,10 @@ def neighbors(
 
     if (query is None) == (doc_id is None):
         raise click.UsageError("pass exactly one of --query TEXT and --doc-id ID.")
-    source = open_embedding_source(model, input_)
+    source = open_embedding_source(
+        model, input_, verb="neighbors",
+        rest=("--doc-id", doc_id) if doc_id is not None else ("--query", str(query)),
+    )
     if doc_id is not None:
         _, vector = document_embedding(source, doc_id)
     else:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import glob
 import os
 from pathlib import Path
 from typing import Any
@@ -24,10 +25,18 @@ import dask.array as da
 import numpy as np
 
 from sphdist.core import kernels
-from sphdist.errors import CorpusMismatchError, DataError, OutputExistsError, ParameterError
-from sphdist.io import atomic_path, open_stored, stored_kind
+from sphdist.errors import (
+    CorpusMismatchError,
+    DataError,
+    InputNotFoundError,
+    OutputExistsError,
+    ParameterError,
+)
+from sphdist.io import atomic_path, commit_state, open_stored, stored_kind
+from sphdist.io._fs import exists, location
 from sphdist.io._lock import locks_output
 from sphdist.io.model import Model, open_model
+from sphdist.jobs.info import _command, check_roles
 
 __all__ = [
     "EmbeddingSource",
@@ -35,6 +44,8 @@ __all__ = [
     "export_embedding",
     "nearest_neighbors",
     "embed_texts",
+    "mismatch",
+    "reingest_remedy",
     "EXPORT_FORMATS",
 ]
 
@@ -59,6 +70,10 @@ class EmbeddingSource:
     degenerate : ndarray of shape (n,), bool, or None
         True where the document has no direction of its own (an empty document, or one with
         ``U^T x = 0``); its column is a placeholder unit vector.
+    empty : ndarray of shape (n,), bool, or None
+        True where the document has no token at all (the corpus' ``empty``; None when the
+        corpus an embedding was written from is no longer there). ``degenerate & ~empty``:
+        documents with tokens none of which the model weighs (``U^T x = 0``).
     """
 
     V: da.Array
@@ -67,6 +82,7 @@ class EmbeddingSource:
     label_names: list[str] | None
     origin: str
     degenerate: np.ndarray | None = None
+    empty: np.ndarray | None = None
 
     @property
     def n_documents(self) -> int:
@@ -84,7 +100,8 @@ class EmbeddingSource:
 
 
 def open_embedding_source(
-    model: str | os.PathLike[str] | Model, input: str | os.PathLike[str] | None = None
+    model: str | os.PathLike[str] | Model, input: str | os.PathLike[str] | None = None, *,
+    verb: str = "export", rest: tuple[str, ...] = ("--output", "OUT.parquet"),
 ) -> EmbeddingSource:
     """The embeddings a model gives: its training corpus' V, or an ``embedding.zarr``.
 
@@ -96,6 +113,9 @@ def open_embedding_source(
         The model's training corpus (for the document ids and labels; default: the path the
         model recorded), or an ``embedding.zarr`` written by ``sphdist transform`` with this
         model.
+    verb, rest : str, tuple of str
+        The command that asked (``"plot embedding"``) and its other arguments (``("--output",
+        "x.png")``): the remedies of the errors below are that command, corrected.
 
     Returns
     -------
@@ -103,14 +123,32 @@ def open_embedding_source(
 
     Raises
     ------
+    ParameterError
+        If ``model`` and ``input`` look swapped (:func:`sphdist.jobs.info.check_roles`).
     CorpusMismatchError
         If ``input`` is another corpus than the training corpus (new documents must first be
-        embedded with ``sphdist transform``), or an embedding written with another model.
-    InputNotFoundError, CorpusFormatError, ModelFormatError
-        For a missing or unreadable path.
+        embedded with ``sphdist transform``; a corpus of another feature space first
+        re-ingested with ``--like``, :func:`reingest_remedy`), or an embedding written with
+        another model.
+    InputNotFoundError
+        If ``input`` is not given and the corpus path the model recorded no longer exists
+        (the message says the path came from the model and that ``--input`` overrides it).
+    CorpusFormatError, ModelFormatError
+        For an unreadable path.
     """
+    if not isinstance(model, Model):
+        check_roles(verb, model, input, rest)
     fitted = model if isinstance(model, Model) else open_model(model)
-    path = Path(input) if input is not None else Path(fitted.corpus["path"])
+    path = location(input) if input is not None else location(fitted.corpus["path"])
+    if input is None and not _stored(path):
+        again = _command("sphdist", *verb.split(), "--model", fitted.path, "--input", "CORPUS",
+                         *rest)
+        raise InputNotFoundError(
+            f"{path}: no such corpus. That path is the one {fitted.path} recorded when it was "
+            f"fitted; the corpus has since been moved or deleted. To resolve this, pass where "
+            f"it is now as --input, which overrides the recorded path: `{again}` (CORPUS: the "
+            "corpus' new path)."
+        )
     if stored_kind(path) == "embedding":
         emb = open_stored(path, "embedding")
         if emb.attrs.get("model", {}).get("u_sha256") != fitted.fingerprint:
@@ -122,20 +160,147 @@ def open_embedding_source(
         return EmbeddingSource(
             V=da.from_zarr(emb.V), doc_ids=emb.doc_ids, labels=emb.labels,
             label_names=emb.attrs.get("label_names"), origin="embedding",
-            degenerate=emb.degenerate,
+            degenerate=emb.degenerate, empty=_recorded_empty(emb.attrs),
         )
     source = open_stored(path, "input")
     if source.fingerprint != fitted.corpus.get("fingerprint"):
+        from sphdist.jobs.fit import check_compatible
+
+        emb_path = _beside(path, ".emb.zarr")
+        use = _command("sphdist", *verb.split(), "--model", fitted.path, "--input", emb_path,
+                       *rest)
+        try:
+            check_compatible(fitted, source, path)
+        except CorpusMismatchError:
+            raise CorpusMismatchError(
+                f"{path} is not the corpus {fitted.path} was fitted on, nor in its feature "
+                f"space ({mismatch(fitted, source)}). To resolve this, "
+                f"{reingest_remedy(fitted, source, path, then=use)}."
+            ) from None
+        transform = _command("sphdist", "transform", "--model", fitted.path, "--input", path,
+                             "--output", emb_path)
         raise CorpusMismatchError(
             f"{path} is not the corpus {fitted.path} was fitted on "
-            f"({fitted.corpus.get('path')}). To resolve this, embed its documents first with "
-            f"`sphdist transform --model {fitted.path} --input {path} --output EMB.zarr` and "
-            "pass EMB.zarr as --input."
+            f"({fitted.corpus.get('path')}). To resolve this, embed its documents first, then "
+            f"use the embedding: `{transform} && {use}`."
         )
     return EmbeddingSource(
         V=fitted.V(), doc_ids=np.asarray(source.doc_ids).astype(object), labels=source.labels,
         label_names=source.label_names, origin="model", degenerate=np.asarray(source.empty),
+        empty=np.asarray(source.empty),
     )
+
+
+def _stored(path: Path) -> bool:
+    state = commit_state(path)
+    return bool(state.committed or state.interrupted or exists(path))
+
+
+def _beside(path: Path, suffix: str) -> Path:
+    return path.with_name(path.name.removesuffix(".zarr") + suffix)
+
+
+def _recorded_empty(attrs: dict[str, Any]) -> np.ndarray | None:
+    """``empty`` of the corpus an embedding was written from, if it is still there unchanged."""
+    corpus = attrs.get("corpus") or {}
+    path = corpus.get("path")
+    if not path or stored_kind(path) != "corpus":
+        return None
+    try:
+        source = open_stored(path, "corpus")
+    except Exception:  # an unreadable corpus only costs the split of the count
+        return None
+    if source.fingerprint != corpus.get("fingerprint"):
+        return None
+    return np.asarray(source.empty)
+
+
+def mismatch(model: Model, source: Any) -> str:
+    """What differs between a corpus and a model's training corpus, short, for a message.
+
+    Examples: ``"it has 256 features, the model has 512; feature scheme stop_words
+    'english', the model's None"``, ``"idf fingerprint 354c891101df, the model's
+    d53cc28498cb"``. The complete check is
+    :func:`sphdist.jobs.fit.check_compatible`.
+    """
+    ours = model.corpus.get("feature_scheme") or {}
+    theirs = source.feature_scheme or {}
+    parts = []
+    if source.n_features != model.shape[0]:
+        parts.append(f"it has {source.n_features} features, the model has {model.shape[0]}")
+    parts += [f"feature scheme {k} {theirs.get(k)!r}, the model's {ours.get(k)!r}"
+              for k in sorted(set(ours) | set(theirs))
+              if k != "n_features" and theirs.get(k) != ours.get(k)]
+    options = model.corpus.get("tfidf") or {}
+    parts += [f"tf-idf {k} {source.tfidf.get(k)!r}, the model's {options[k]!r}"
+              for k in sorted(set(options) & set(source.tfidf))
+              if options[k] != source.tfidf[k]]
+    if not parts:
+        from sphdist.io.model import idf_sha256
+
+        a, b = idf_sha256(source.idf), idf_sha256(model.idf)
+        if a != b:
+            parts.append(f"idf fingerprint {(a or 'none')[:12]}, the model's {(b or 'none')[:12]}")
+    return "; ".join(parts) or "another vocabulary"
+
+
+def reingest_remedy(
+    model: Model, source: Any, path: str | os.PathLike[str], then: str | None = None,
+    output: str | os.PathLike[str] | None = None,
+) -> str:
+    """How to bring the documents of a corpus into a model's feature space, as commands.
+
+    Parameters
+    ----------
+    model : Model
+    source : Corpus
+        The corpus at ``path``, in another feature space (or with another idf).
+    path : path-like
+    then : str, optional
+        A command to run on the embedding afterwards.
+    output : path-like, optional
+        The embedding to write; default ``<path stem>.emb.zarr``.
+
+    Returns
+    -------
+    str
+        ``re-ingest its documents ...: `sphdist ingest SRC --like MODEL --output <stem>.like.zarr
+        && sphdist transform ... --output <stem>.emb.zarr [&& then]``` with the source and the
+        reading options (fields, categories, sampling) the corpus recorded, or, when that
+        source is no longer there, the same with ``SOURCE`` in its place and a sentence saying
+        so.
+    """
+    path = location(path)
+    like = _beside(path, ".like.zarr")
+    emb = _beside(path, ".emb.zarr") if output is None else output
+    recorded = getattr(source, "attrs", {}).get("source")
+    sources = [recorded] if isinstance(recorded, str) else list(recorded or [])
+    ingest = (getattr(source, "attrs", {}) or {}).get("ingest") or {}
+    options: list[str] = []
+    fields = ingest.get("fields") or {}
+    for name, default in (("text", "text"), ("label", None), ("id", None)):
+        if fields.get(name) not in (None, default):
+            options += [f"--{name}-field", str(fields[name])]
+    if ingest.get("categories"):
+        options += ["--categories", ",".join(ingest["categories"])]
+    if ingest.get("max_docs_per_label"):
+        options += ["--max-docs-per-label", str(ingest["max_docs_per_label"]), "--seed",
+                    str(ingest.get("seed", 0))]
+    found = bool(sources) and all(glob.glob(s) or Path(s).exists() for s in sources)
+    commands = [
+        _command("sphdist", "ingest", *(sources if found else ["SOURCE"]), *options, "--like",
+                 model.path, "--output", like),
+        _command("sphdist", "transform", "--model", model.path, "--input", like, "--output",
+                 emb),
+    ]
+    if then:
+        commands.append(then)
+    where = "" if found else (
+        f" (SOURCE: the documents of {path}; the source it recorded, "
+        f"{recorded or 'none'}, is not there)"
+    )
+    return (f"re-ingest its documents with the model's features and idf, then embed them: "
+            f"`{' && '.join(commands)}`{where}")
 
 
 def _spans(n: int, size: int) -> list[tuple[int, int]]:
@@ -187,8 +352,8 @@ def export_embedding(
         If ``output`` exists and ``overwrite`` is False.
     OutputLockedError
         If another process is writing ``output`` (``overwrite`` does not take it over).
-    CorpusMismatchError
-        See :func:`open_embedding_source`.
+    CorpusMismatchError, InputNotFoundError, ParameterError
+        See :func:`open_embedding_source` (a moved training corpus; swapped options).
 
     Notes
     -----
@@ -200,14 +365,15 @@ def export_embedding(
         raise ParameterError(f"format={format!r}: expected one of {list(EXPORT_FORMATS)}.")
     if chunk_size < 1:
         raise ParameterError(f"chunk_size must be >= 1, got {chunk_size}.")
-    output = Path(output)
+    output = location(output)
     sidecar = output.with_name(output.name.removesuffix(".npy") + ".ids.csv")
-    if not overwrite and (output.exists() or (format == "npy" and sidecar.exists())):
+    if not overwrite and (exists(output) or (format == "npy" and exists(sidecar))):
         raise OutputExistsError(
             f"{output} already exists. To resolve this, choose another --output or pass "
             "--overwrite."
         )
-    src = open_embedding_source(model, input)
+    rest = ("--output", str(output)) + (("--format", format) if format != "parquet" else ())
+    src = open_embedding_source(model, input, verb="export", rest=rest)
     r, n = src.V.shape
     with atomic_path(output) as staging:
         if format == "parquet":

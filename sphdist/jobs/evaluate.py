@@ -13,7 +13,7 @@ import numpy as np
 from sphdist.errors import CorpusFormatError, CorpusMismatchError, DataError, ParameterError
 from sphdist.io.corpus import open_input
 from sphdist.io.model import open_model
-from sphdist.jobs.info import warn_if_stopped
+from sphdist.jobs.info import check_roles, plural, shown_objective, warn_if_stopped
 from sphdist.metrics import evaluate_embedding
 
 __all__ = ["evaluate_model"]
@@ -41,10 +41,14 @@ def evaluate_model(
     -------
     dict
         ``accuracy``, ``nmi`` (fractions in [0, 1]), ``n_documents``, ``n_clusters``,
-        ``n_components``, ``n_iter``, ``objective`` (final value).
+        ``n_components``, ``n_iter``, ``objective`` (final value, clipped at 0:
+        :func:`sphdist.jobs.info.shown_objective`).
 
     Raises
     ------
+    ParameterError
+        If ``model`` and ``input`` look swapped, or ``input`` is a model
+        (:func:`sphdist.jobs.info.check_roles`).
     CorpusMismatchError
         If the model was fitted on another corpus.
     DataError
@@ -59,6 +63,7 @@ def evaluate_model(
     The checkpoint of a fit that stopped before ``max_iter`` without converging is evaluated
     with a warning on the ``sphdist`` logger (:func:`sphdist.jobs.info.warn_if_stopped`).
     """
+    check_roles("evaluate", model, input)
     fitted = open_model(model)
     source = open_input(input)
     if fitted.corpus.get("fingerprint") != source.fingerprint:
@@ -86,7 +91,8 @@ def evaluate_model(
     warn_if_stopped(fitted, "evaluate")
     result = evaluate_embedding(np.asarray(V.compute()).T, labels, **kmeans)
     result.update(
-        n_components=int(V.shape[0]), n_iter=fitted.n_iter, objective=fitted.objective[-1]
+        n_components=int(V.shape[0]), n_iter=fitted.n_iter,
+        objective=shown_objective(fitted.objective[-1]),
     )
     return result
 
@@ -101,6 +107,6 @@ def _check_labels(labels: np.ndarray, source: Any, input: Any) -> None:
         j = int(bad[0])
         raise CorpusFormatError(
             f"{input}: document {j} ({source.doc_ids[j]}) has label code {int(labels[j])}, "
-            f"outside its {len(names)} label_names {names[:10]} ({bad.size} such documents). "
-            "To resolve this, re-ingest the corpus."
+            f"outside its {len(names)} label_names {names[:10]} "
+            f"({plural(bad.size, 'such document')}). To resolve this, re-ingest the corpus."
         )

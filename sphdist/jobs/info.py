@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import os
+import shlex
 from pathlib import Path
 from typing import Any
 
@@ -15,9 +16,13 @@ import numpy as np
 
 from sphdist.errors import DataError, InputNotFoundError, ParameterError
 from sphdist.io import CommitState, commit_state, open_stored, stored_kind
+from sphdist.io._fs import exists, location
 from sphdist.io.model import Model, open_model
 
-__all__ = ["describe", "fit_status", "resume_command", "warn_if_stopped", "top_terms"]
+__all__ = [
+    "describe", "fit_status", "resume_command", "warn_if_stopped", "top_terms", "check_roles",
+    "shown_objective", "plural",
+]
 
 logger = logging.getLogger("sphdist")
 
@@ -82,7 +87,7 @@ def describe(path: str | os.PathLike[str], expect: str | None = None) -> dict[st
     CorpusFormatError, ModelFormatError
         If ``path`` is not a sphdist store.
     """
-    path = Path(path)
+    path = location(path)
     state = commit_state(path)  # what is committed, staged or interrupted; changes nothing
     if not (state.committed or state.staging or state.interrupted):
         if expect == "model":
@@ -137,7 +142,7 @@ def _describe_model(path: Path, state: CommitState) -> dict[str, Any]:
         "kind": "model", "path": str(path), "n_features": m, "n_components": r,
         "n_documents": n, "params": a["params"], "n_iter": model.n_iter,
         "converged": bool(a["converged"]), "status": fit_status(model),
-        "objective": last(objective, 0),
+        "objective": last([shown_objective(f) for f in objective], 0),
         "u_step_norm": last(a["u_step_norm"], 1), "v_step_norm": last(a["v_step_norm"], 1),
         "seconds_per_iteration": float(np.mean(seconds)) if seconds else None,
         "n_degenerate": a.get("n_degenerate"), "corpus": a["corpus"],
@@ -241,3 +246,90 @@ def top_terms(model: str | os.PathLike[str], n_terms: int = 10) -> list[list[dic
         out.append([{"term": str(vocabulary[i]), "weight": float(column[i])} for i in order])
     return out
 
+
+
+def shown_objective(value: float) -> float:
+    """An objective value as reported to a user: ``max(value, 0)``.
+
+    The objective ``||X - U V||_F^2`` is a sum of squares; the solver evaluates it as
+    ``||X||_F^2 - 2 tr(U^T X V^T) + ||U V||_F^2`` (Liu et al. 2019, Eq. 3.2 expanded), whose
+    rounding leaves about ``-1e-15 ||X||_F^2`` where the fit is exact (r = n). The solver's
+    history keeps the computed values; only what is printed or reported is clipped.
+
+    Parameters
+    ----------
+    value : float
+
+    Returns
+    -------
+    float
+
+    Examples
+    --------
+    >>> shown_objective(-2.3e-14), shown_objective(1.5)
+    (0.0, 1.5)
+    """
+    return max(float(value), 0.0)
+
+
+def plural(count: int, noun: str) -> str:
+    """``"1 document"``, ``"2 documents"``: a count with its noun (regular plurals only).
+
+    Examples
+    --------
+    >>> plural(1, "document"), plural(0, "document")
+    ('1 document', '0 documents')
+    """
+    return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
+
+
+def _command(*words: str | os.PathLike[str]) -> str:
+    return " ".join(shlex.quote(str(w)) for w in words)
+
+
+def check_roles(
+    verb: str, model: str | os.PathLike[str], input: str | os.PathLike[str] | None,
+    rest: tuple[str, ...] = (),
+) -> None:
+    """Refuse a model and an input given the wrong way round, naming the corrected command.
+
+    Called by the jobs before opening either path, so that ``sphdist evaluate -m CORPUS -i
+    MODEL`` is answered with the command that works, not with the storage layer's "not a
+    sphdist model".
+
+    Parameters
+    ----------
+    verb : str
+        The command, as typed after ``sphdist`` (``"evaluate"``, ``"plot embedding"``).
+    model, input : path-like
+        What was given as ``--model`` and ``--input`` (``input`` None: not given).
+    rest : tuple of str
+        The command's other arguments needed for the corrected command to run (``--output
+        PATH``).
+
+    Raises
+    ------
+    ParameterError
+        If ``input`` is a model and ``model`` is not (swapped), or both are models (the
+        corpus the model recorded is suggested when it exists).
+    """
+    if input is None or stored_kind(input) != "model":
+        return
+    model, input = location(model), location(input)
+    kind = stored_kind(model) if exists(model) else None
+    if kind != "model" and exists(model):
+        what = f"a {kind}" if kind else "not a model"
+        raise ParameterError(
+            f"--model {model} is {what} and --input {input} is a model: the options look "
+            f"swapped. To resolve this, run "
+            f"`{_command('sphdist', *verb.split(), '--model', input, '--input', model, *rest)}`."
+        )
+    recorded = open_model(model).corpus.get("path") if kind == "model" else None
+    if recorded and exists(recorded):
+        again = _command("sphdist", *verb.split(), "--model", model, "--input", recorded, *rest)
+        remedy = f"pass the corpus {model} was fitted on: `{again}`"
+    else:
+        remedy = f"pass as --input the corpus {model} was fitted on"
+    raise ParameterError(
+        f"--input {input} is a model, not a corpus. To resolve this, {remedy}."
+    )

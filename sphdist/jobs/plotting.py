@@ -15,16 +15,21 @@ import numpy as np
 
 from sphdist.errors import ParameterError
 from sphdist.io import atomic_path
+from sphdist.io._fs import location
 from sphdist.io.model import open_model
 from sphdist.jobs.embedding import open_embedding_source
+from sphdist.jobs.info import plural
 
-__all__ = ["convergence_series", "plot_convergence", "plot_embedding", "sample_documents"]
+__all__ = [
+    "convergence_series", "plot_convergence", "plot_embedding", "embedding_figure",
+    "sample_documents",
+]
 
 
 def _save(fig: Any, output: str | os.PathLike[str]) -> Path:
     from matplotlib.backends.backend_agg import FigureCanvasAgg
 
-    output = Path(output)
+    output = location(output)
     FigureCanvasAgg(fig)
     with atomic_path(output) as staging:
         fig.savefig(staging, format="png", dpi=120, bbox_inches="tight")
@@ -124,7 +129,7 @@ def plot_convergence(model: str | os.PathLike[str], output: str | os.PathLike[st
     axes[2].set_xlabel("iteration k")
     p = fitted.params
     fig.suptitle(
-        f"{Path(model).name}: r={fitted.shape[1]}, lam={p.get('lam')}, mu={p.get('mu')}, "
+        f"{location(model).name}: r={fitted.shape[1]}, lam={p.get('lam')}, mu={p.get('mu')}, "
         f"{fitted.n_iter} iterations{' (converged)' if a.get('converged') else ''}",
         fontsize=10,
     )
@@ -167,7 +172,25 @@ def plot_embedding(
     max_points: int = 5000,
     seed: int = 0,
 ) -> dict[str, Any]:
-    """Documents on the sphere, coloured by label.
+    """Documents on the sphere, coloured by label, written as a PNG.
+
+    The figure of :func:`embedding_figure`, saved atomically to ``output``; the parameters,
+    the returned dict and the errors are that function's.
+    """
+    fig, result = embedding_figure(model, output, input=input, max_points=max_points, seed=seed)
+    _save(fig, output)
+    return result
+
+
+def embedding_figure(
+    model: str | os.PathLike[str],
+    output: str | os.PathLike[str] = "EMBEDDING.png",
+    *,
+    input: str | os.PathLike[str] | None = None,
+    max_points: int = 5000,
+    seed: int = 0,
+) -> tuple[Any, dict[str, Any]]:
+    """Documents on the sphere, coloured by label: the figure of :func:`plot_embedding`.
 
     r = 3: the points on the unit sphere in 3-D (with a wireframe of the sphere); r = 2: the
     unit circle; r = 1: the two points +-1 (jittered vertically); r > 3: a 2-D projection on the
@@ -179,23 +202,30 @@ def plot_embedding(
     model : path-like
         A ``model.zarr``.
     output : path-like
-        The PNG to write.
+        The PNG to write (named in the remedies of the errors).
     input : path-like, optional
         The training corpus (for the labels; default the recorded path) or an
         ``embedding.zarr`` (see :func:`sphdist.jobs.embedding.open_embedding_source`).
     max_points : int, default 5000
         Plot at most this many documents, a reproducible sample (:func:`sample_documents`) of
-        the documents that have a direction (empty documents, whose column is a placeholder,
-        are left out and counted in the title).
+        the documents that have a direction. Documents without one, whose column is a
+        placeholder, are left out and counted in the title: "empty" ones have no token,
+        "degenerate" ones have tokens but none the model weighs (``U^T x = 0``).
     seed : int, default 0
         Seed of the sample.
 
     Returns
     -------
+    matplotlib.figure.Figure
+        The title names what is plotted: the model (its training corpus) or the
+        ``embedding.zarr``. The legend of the labels lies outside the axes, right of them, so
+        it covers no point; the 3-D sphere has ticks at -1, 0, 1 and no tick labels (the
+        points lie on the unit sphere; labels of three axes overlapped).
     dict
         ``output``, ``projection`` (``"sphere-3d"``, ``"circle"``, ``"line"`` or ``"pca-2d"``),
-        ``n_points``, ``n_documents``, ``n_left_out`` (empty documents),
-        ``explained_variance_ratio`` (PCA only).
+        ``n_points``, ``n_documents``, ``n_left_out`` (documents without a direction),
+        ``n_empty`` and ``n_degenerate`` (their split; None when the corpus an embedding was
+        written from is no longer there), ``explained_variance_ratio`` (PCA only).
 
     Raises
     ------
@@ -208,15 +238,21 @@ def plot_embedding(
 
     if max_points < 1:
         raise ParameterError(f"max_points must be >= 1, got {max_points}.")
-    src = open_embedding_source(model, input)
+    src = open_embedding_source(model, input, verb="plot embedding",
+                                rest=("--output", str(output)))
     r, n = src.V.shape
     keep = np.arange(n) if src.degenerate is None else np.flatnonzero(~src.degenerate)
     index = keep[sample_documents(keep.shape[0], max_points, seed)]
     P = np.asarray(src.V[:, index].compute()).T  # (n_points, r)
     names = src.label_strings(index)
     groups = sorted({x for x in names if x is not None})
-    result: dict[str, Any] = {"output": str(output), "n_points": int(index.shape[0]),
-                              "n_documents": int(n), "n_left_out": int(n - keep.shape[0])}
+    n_left_out = int(n - keep.shape[0])
+    n_empty = None if src.empty is None else int(np.count_nonzero(src.empty))
+    result: dict[str, Any] = {
+        "output": str(output), "n_points": int(index.shape[0]), "n_documents": int(n),
+        "n_left_out": n_left_out, "n_empty": n_empty,
+        "n_degenerate": None if n_empty is None else n_left_out - n_empty,
+    }
     fig = Figure(figsize=(7.0, 6.0))
     if r == 3:
         ax = fig.add_subplot(projection="3d")
@@ -231,9 +267,10 @@ def plot_embedding(
                 elev=float(np.degrees(np.arcsin(centre[2] / np.linalg.norm(centre)))) + 15,
                 azim=float(np.degrees(np.arctan2(centre[1], centre[0]))) + 30,
             )
-        ax.set_xlabel("v1")
-        ax.set_ylabel("v2")
-        ax.set_zlabel("v3")
+        for axis, name in ((ax.xaxis, "v1"), (ax.yaxis, "v2"), (ax.zaxis, "v3")):
+            axis.set_ticks([-1.0, 0.0, 1.0])
+            axis.set_ticklabels([])
+            axis.set_label_text(name)
         result["projection"] = "sphere-3d"
     else:
         ax = fig.add_subplot()
@@ -272,13 +309,26 @@ def plot_embedding(
     if unlabeled.any():
         ax.scatter(*(c[unlabeled] for c in coords), s=size, color="0.5", alpha=0.6,
                    label="(no label)" if groups else None, linewidths=0)
-    if groups:
-        ax.legend(loc="upper right", fontsize=8, markerscale=2, framealpha=0.8)
-    sampled = f"{index.shape[0]} of {n} documents" if index.shape[0] < n else f"{n} documents"
-    if n > keep.shape[0]:
-        sampled += f" ({n - keep.shape[0]} empty left out)"
+    if groups:  # outside the axes, right of them: it covers no point
+        ax.legend(loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0, fontsize=8,
+                  markerscale=2, frameon=False)
+    sampled = (f"{index.shape[0]} of {plural(n, 'document')}" if index.shape[0] < n
+               else plural(n, "document"))
+    if n_left_out:
+        sampled += f" ({_left_out(n_left_out, n_empty)} left out)"
     how = {"sphere-3d": "on the unit sphere", "circle": "on the unit circle",
            "line": "on the line", "pca-2d": f"r={r}, PCA projection to 2-D"}
-    fig.suptitle(f"{Path(model).name}: {sampled}, {how[result['projection']]}", fontsize=10)
-    _save(fig, output)
-    return result
+    what = (location(model).name if src.origin == "model"
+            else f"{location(input).name} (embedded with {location(model).name})")  # type: ignore[arg-type]
+    fig.suptitle(f"{what}: {sampled}, {how[result['projection']]}", fontsize=10)
+    return fig, result
+
+
+def _left_out(n_left_out: int, n_empty: int | None) -> str:
+    """"63 empty, 1 degenerate": documents without a direction, split when known."""
+    if n_empty is None:
+        return f"{n_left_out} without a direction"
+    parts = [f"{n_empty} empty"] if n_empty else []
+    if n_left_out - n_empty:
+        parts.append(f"{n_left_out - n_empty} degenerate")
+    return ", ".join(parts)

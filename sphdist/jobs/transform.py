@@ -8,22 +8,23 @@ from __future__ import annotations
 
 import logging
 import os
-from pathlib import Path
 from typing import Any
 
 import dask.array as da
 import numpy as np
 
 from sphdist.core import graph
-from sphdist.errors import OutputExistsError
+from sphdist.errors import CorpusMismatchError, OutputExistsError
+from sphdist.io._atomic import committed
+from sphdist.io._fs import absolute, location
 from sphdist.io._lock import locks_output
 from sphdist.io.corpus import open_input
 from sphdist.io.embedding import Embedding, EmbeddingWriter
 from sphdist.io.model import open_model
 from sphdist.jobs.fit import check_compatible
-from sphdist.jobs.info import warn_if_stopped
+from sphdist.jobs.info import check_roles, plural, warn_if_stopped
 
-__all__ = ["transform_corpus"]
+__all__ = ["transform_corpus", "check_transform"]
 
 logger = logging.getLogger("sphdist")
 
@@ -65,9 +66,12 @@ def transform_corpus(
 
     Raises
     ------
+    ParameterError
+        If ``model`` and ``input`` look swapped (:func:`sphdist.jobs.info.check_roles`).
     CorpusMismatchError
         If the corpus' feature scheme, number of features, idf or tf-idf options differ from
-        the model's (see :func:`sphdist.jobs.fit.check_compatible`).
+        the model's (see :func:`sphdist.jobs.fit.check_compatible`); the message's remedy is
+        the commands that re-ingest and embed its documents (:func:`check_transform`).
     OutputExistsError
         If ``output`` exists and ``overwrite`` is False.
     OutputLockedError
@@ -77,24 +81,22 @@ def transform_corpus(
 
     Notes
     -----
-    The checkpoint of a fit that stopped before ``max_iter`` without converging is used with a
-    warning on the ``sphdist`` logger (:func:`sphdist.jobs.info.warn_if_stopped`).
+    Logs one INFO line before the work (documents, chunks, model) and counts chunks done on
+    ``progress``. The checkpoint of a fit that stopped before ``max_iter`` without converging
+    is used with a warning on the ``sphdist`` logger
+    (:func:`sphdist.jobs.info.warn_if_stopped`).
 
     One read of every chunk of X, on the active Dask scheduler; each task writes its columns of
     V (r n_c float64) to the staging store, so the driver holds only U (m r floats). For the
     training corpus of a model fitted with lam = "exact" (lam = 2), the result equals the
     model's V: the last pass of the fit computed V by this same step from the stored U.
     """
-    fitted = open_model(model)
-    source = open_input(input)
-    check_compatible(fitted, source, input)
+    fitted, source = check_transform(model, input, output, overwrite=overwrite)
     warn_if_stopped(fitted, "transform")
-    output = Path(output)
-    if output.exists() and not overwrite:
-        raise OutputExistsError(
-            f"{output} already exists. To resolve this, choose another --output or pass "
-            "--overwrite."
-        )
+    output = location(output)
+    logger.info("transform: embedding %s of %s in %s chunks with %s (r=%d)",
+                plural(source.n_documents, "document"), input, len(source.chunks), model,
+                fitted.U.shape[1])
     U = fitted.U
     X = source.to_dask()
     if X.numblocks[0] != 1:
@@ -110,15 +112,64 @@ def transform_corpus(
         return writer.commit(
             doc_ids=source.doc_ids, labels=source.labels, label_names=source.label_names,
             attrs={
-                "model": {"path": str(Path(model).resolve()), "u_sha256": fitted.fingerprint},
+                "model": {"path": absolute(model), "u_sha256": fitted.fingerprint},
                 "corpus": {
-                    "path": str(Path(input).resolve()), "fingerprint": source.fingerprint,
+                    "path": absolute(input), "fingerprint": source.fingerprint,
                     "shape": [source.n_features, n],
                 },
                 "n_degenerate": n_degenerate,
                 "method": "exact V-step, Liu et al. 2019 Eq. 3.12 with lam = 2",
             },
         )
+
+
+def check_transform(
+    model: str | os.PathLike[str], input: str | os.PathLike[str],
+    output: str | os.PathLike[str], *, overwrite: bool = False,
+) -> tuple[Any, Any]:
+    """Everything :func:`transform_corpus` checks before computing, cheaply, on no cluster.
+
+    Parameters
+    ----------
+    model, input, output, overwrite
+        As for :func:`transform_corpus`.
+
+    Returns
+    -------
+    (Model, Corpus)
+        The open model and corpus.
+
+    Raises
+    ------
+    ParameterError
+        If ``model`` and ``input`` look swapped (:func:`sphdist.jobs.info.check_roles`).
+    CorpusMismatchError
+        If the corpus is not in the model's feature space or weighting; the remedy is the
+        commands that re-ingest its documents with ``--like`` and embed them
+        (:func:`sphdist.jobs.embedding.reingest_remedy`).
+    OutputExistsError
+        If ``output`` exists and ``overwrite`` is False.
+    """
+    from sphdist.jobs.embedding import mismatch, reingest_remedy
+
+    check_roles("transform", model, input, ("--output", str(output)))
+    fitted = open_model(model)
+    source = open_input(input)
+    try:
+        check_compatible(fitted, source, input)
+    except CorpusMismatchError:
+        if getattr(source, "attrs", {}).get("sphdist", {}).get("kind") != "corpus":
+            raise
+        raise CorpusMismatchError(
+            f"{input} does not match the model {fitted.path}: {mismatch(fitted, source)}. "
+            f"To resolve this, {reingest_remedy(fitted, source, input, output=output)}."
+        ) from None
+    if committed(output) and not overwrite:
+        raise OutputExistsError(
+            f"{output} already exists. To resolve this, choose another --output or pass "
+            "--overwrite."
+        )
+    return fitted, source
 
 
 def _embed_chunk(X_c: Any, U: np.ndarray, start: np.ndarray, staging: str) -> np.ndarray:

@@ -98,3 +98,82 @@ def test_convergence_series_of_a_stateless_and_a_kept_fit(tmp_path):
         assert s["tol"] == 1e-9 and s["k"].tolist() == [1, 2, 3, 4]
         # the exact V-step keeps no V_{k-1}: no V step norm to draw
         assert (s["v_step"] is None) == (lam == "exact")
+
+
+def _overlaps(a, b):
+    return a.x0 < b.x1 and b.x0 < a.x1 and a.y0 < b.y1 and b.y0 < a.y1
+
+
+def _drawn(fig):
+    """Draw ``fig`` on the Agg canvas; return its renderer (extents in display pixels)."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    canvas = FigureCanvasAgg(fig)
+    canvas.draw()
+    return canvas.get_renderer()
+
+
+@pytest.mark.parametrize("r", [2, 3, 5])
+def test_the_legend_lies_outside_the_axes(models, tmp_path, r):
+    from sphdist.jobs.plotting import embedding_figure
+
+    fig, _ = embedding_figure(models[r].path, tmp_path / "e.png")
+    renderer = _drawn(fig)
+    (ax,) = fig.axes
+    legend = ax.get_legend()
+    assert legend is not None and [t.get_text() for t in legend.get_texts()] == ["x", "y"]
+    assert not _overlaps(legend.get_window_extent(renderer), ax.get_window_extent(renderer))
+
+
+def test_the_sphere_tick_labels_do_not_overlap(models, tmp_path):
+    from sphdist.jobs.plotting import embedding_figure
+
+    fig, _ = embedding_figure(models[3].path, tmp_path / "e.png")
+    renderer = _drawn(fig)
+    (ax,) = fig.axes
+    boxes = [t.get_window_extent(renderer)
+             for axis in (ax.xaxis, ax.yaxis, ax.zaxis) for t in axis.get_ticklabels()
+             if t.get_visible() and t.get_text()]
+    assert not [(a, b) for i, a in enumerate(boxes) for b in boxes[i + 1:] if _overlaps(a, b)]
+    assert [a.get_text() for a in (ax.xaxis.label, ax.yaxis.label, ax.zaxis.label)] == [
+        "v1", "v2", "v3"]
+
+
+def test_a_transformed_set_is_titled_by_its_embedding_with_empty_and_degenerate_apart(
+        tmp_path):
+    """3 documents without a token and 2 whose only features the model gives no weight."""
+    import scipy.sparse as sp
+
+    from sphdist.jobs.plotting import embedding_figure
+    from sphdist.jobs.transform import transform_corpus
+
+    m, unused = 40, slice(30, 40)  # features 30..39 never occur in the training corpus
+    X = random_corpus(m, N, density=0.2, seed=7).tolil()
+    X[unused, :] = 0
+    with CorpusWriter(tmp_path / "train.zarr", n_features=m, feature_scheme={"type": "hashing"},
+                      label_names=["x", "y"]) as w:
+        w.write_chunk(sp.csc_matrix(X), [str(j) for j in range(N)], np.arange(N) % 2)
+        train = w.commit(idf=np.ones(m))
+    model = fit_corpus(train.path, tmp_path / "m.zarr", n_components=3, max_iter=4, tol=0,
+                       callback=None)
+    assert np.all(model.U[unused] == 0)  # the U-step is a polar factor of X V^T
+    new = random_corpus(m, 15, density=0.3, seed=8, n_empty=0).tolil()
+    new[unused, :] = 0
+    new[:, 10:13] = 0  # 3 empty documents
+    new[:, 13:15] = 0
+    new[30, 13] = new[35, 14] = 1.0  # 2 degenerate: tokens only where U is zero
+    with CorpusWriter(tmp_path / "new.zarr", n_features=m, feature_scheme={"type": "hashing"},
+                      label_names=["x", "y"]) as w:
+        w.write_chunk(sp.csc_matrix(new), [f"n{j}" for j in range(15)], np.arange(15) % 2)
+        corpus = w.commit(idf=np.ones(m))
+    assert corpus.n_empty == 3
+    emb = transform_corpus(model.path, corpus.path, tmp_path / "new.emb.zarr")
+    assert emb.attrs["n_degenerate"] == 5
+    fig, report = embedding_figure(model.path, tmp_path / "e.png", input=emb.path)
+    assert (report["n_left_out"], report["n_empty"], report["n_degenerate"]) == (5, 3, 2)
+    title = fig._suptitle.get_text()
+    assert title.startswith("new.emb.zarr") and "3 empty, 2 degenerate left out" in title
+    assert "10 documents" not in title and "15 documents" in title
+    # the training set is titled by the model
+    fig, report = embedding_figure(model.path, tmp_path / "t.png")
+    assert fig._suptitle.get_text().startswith("m.zarr: ") and report["n_degenerate"] == 0
