@@ -44,7 +44,8 @@ def _ingest_child(source: str, output: str, workers: int) -> None:
 
     start = time.perf_counter()
     corpus = ingest(source, output, label_field="label", id_field="id", n_workers=workers,
-                    overwrite=True)
+                    overwrite=True, vocabulary=False, stop_words=None,
+                    sublinear_tf=False)  # as HashingVectorizer + TfidfTransformer
     seconds = time.perf_counter() - start
     print(json.dumps({"seconds": seconds, "n_documents": corpus.n_documents,
                       "nnz": corpus.nnz, "n_chunks": corpus.n_chunks}))

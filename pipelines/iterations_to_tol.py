@@ -395,7 +395,8 @@ def features(name: str, archive: Path, work_dir: Path) -> tuple[sp.csc_matrix, n
         from sphdist.text.ingest import ingest
 
         path = work_dir / "hashed.corpus.zarr"
-        ingest(archive, path, remove=REMOVE, n_workers=1, overwrite=True)
+        ingest(archive, path, remove=REMOVE, n_workers=1, overwrite=True, vocabulary=False,
+               stop_words=None, sublinear_tf=False)  # the defaults before issue 14
         Xd, y = read_corpus(path)
         m_full = Xd.shape[1]
         Xd = Xd[:, np.unique(Xd.indices)]  # the features that occur (module docstring)

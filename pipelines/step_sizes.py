@@ -127,7 +127,8 @@ def newsgroups_corpus(work_dir: Path, cfg: Config) -> Corpus:
     corpus = ingest(
         newsgroups_archive(ex.data_home()), path, categories=cfg.news_categories,
         max_docs_per_label=cfg.news_docs_per_label, seed=cfg.seed, n_features=n_features,
-        remove=remove, overwrite=True,
+        remove=remove, overwrite=True, vocabulary=False, stop_words=None,
+        sublinear_tf=False,  # hashed, as before issue 14's text defaults
     )
     print(f"ingested {path} in {time.perf_counter() - t0:.1f} s", flush=True)
     return corpus

@@ -163,7 +163,8 @@ def test_persisted_corpus_and_model_hold_no_pickle_or_object_dtype(tmp_path):
             (source / label / f"{i}.txt").write_text(text)
     runner = CliRunner()
     assert runner.invoke(main, ["--quiet", "ingest", str(source), "-o",
-                                str(tmp_path / "c.zarr"), "--n-features", "64"]).exit_code == 0
+                                str(tmp_path / "c.zarr"), "--hashing", "--n-features",
+                                "64"]).exit_code == 0
     _corpus(tmp_path / "v.zarr")
     with dask.config.set(scheduler="sync"):
         fit_corpus(tmp_path / "v.zarr", tmp_path / "m.zarr", n_components=3, max_iter=2,
@@ -295,7 +296,7 @@ def test_tar_members_are_never_extracted_or_followed_outside_the_target(tmp_path
         _add(archive, "sport/dev", type=tarfile.CHRTYPE, devmajor=1, devminor=3)
     before = {p for p in tmp_path.rglob("*")}
     out = tmp_path / "work" / "corpus.zarr"
-    corpus = ingest(archive_path, out, n_features=2**10)
+    corpus = ingest(archive_path, out, vocabulary=False, n_features=2**10)  # hashed: see below
 
     created = {p for p in tmp_path.rglob("*")} - before
     assert all(out in p.parents or p == out for p in created), created - {out}

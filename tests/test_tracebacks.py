@@ -122,7 +122,7 @@ def test_non_utf8_file_names_in_a_folder_source(runner, tmp_path):
     result = _cli(runner, "ingest", src, "-o", out)
     _one_error_line(result, "a/bad\\xff\\xfe.txt", "not valid UTF-8", "--on-error skip")
     _nothing_left(tmp_path, "src")
-    result = _cli(runner, "ingest", src, "-o", out, "--on-error", "skip", "--json")
+    result = _cli(runner, "ingest", src, "-o", out, "--on-error", "skip", "--json", "--hashing")
     assert result.exit_code == 0, result.output
     summary = json.loads(result.stdout)
     assert (summary["n_documents"], summary["n_skipped"]) == (1, 2)
@@ -171,7 +171,7 @@ def test_utf8_bom_is_accepted(runner, tmp_path, fmt):
         rows = "".join(f"t{i},{LABELS[i % 3]},alpha beta gamma{i}\n" for i in range(12))
         src.write_bytes(b"\xef\xbb\xbf" + f"id,label,text\n{rows}".encode())
     result = _cli(runner, "ingest", src, "-o", tmp_path / "c.zarr", "--label-field", "label",
-                  "--id-field", "id", "--json")
+                  "--id-field", "id", "--json", "--hashing")  # 12 documents: too few to prune
     assert result.exit_code == 0, result.output
     summary = json.loads(result.stdout)
     assert (summary["n_documents"], summary["n_skipped"], summary["n_labels"]) == (12, 0, 3)

@@ -159,14 +159,15 @@ def weekly_job(
     if not corpus_path.exists():  # ingest commits atomically: present means complete
         corpus_path.parent.mkdir(parents=True, exist_ok=True)
         if previous is None:
-            options = {"n_features": n_features}
+            options = {"vocabulary": False, "n_features": n_features}  # hashed: new words fit
         else:
             text, _idf, remove, info = read_like(previous)
             if info["feature_scheme"]["type"] == "vocabulary":
                 options = {"like": previous}  # a warm start needs the same vocabulary
             else:
                 options = {
-                    "n_features": text.n_features, "lowercase": text.lowercase,
+                    "vocabulary": False, "n_features": text.n_features,
+                    "lowercase": text.lowercase,
                     "token_pattern": text.token_pattern, "stop_words": text.stop_words,
                     "strip_accents": text.strip_accents, "sublinear_tf": text.sublinear_tf,
                     "remove": remove,

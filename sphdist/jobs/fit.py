@@ -571,8 +571,9 @@ def check_compatible(
                 f"idf fingerprint {(a or 'none')[:12]}, the model's is {(b or 'none')[:12]}"
             )
         options = fitted.get("tfidf") or {}
-        differ = sorted(
-            k for k in set(options) & set(source.tfidf) if options[k] != source.tfidf[k]
+        differ = sorted(  # the cleaning ("remove": headers, quotes) is not the weighting
+            k for k in (set(options) & set(source.tfidf)) - {"remove"}
+            if options[k] != source.tfidf[k]
         )
         if differ:
             problems.append(f"other tf-idf options ({', '.join(differ)})")

@@ -29,6 +29,8 @@ class Bad:
 
     where: str
     why: str
+    #: What fixes it, when that is not "fix or remove that document" (a field no document has).
+    remedy: str | None = None
 
     def message(self) -> str:
         r"""The one-line error message (bytes of a file name that are not UTF-8 as ``\xff``)."""

@@ -18,7 +18,7 @@ import numpy as np
 import scipy.sparse as sp
 from zarr.codecs import ZstdCodec
 
-from sphdist.errors import DataError, ParameterError
+from sphdist.errors import DataError
 from sphdist.io.corpus_writer import store_chunk
 from sphdist.text.sources import Bad, Partition, Reading
 from sphdist.text.tfidf import (
@@ -75,6 +75,7 @@ class Counts:
 
     n_docs: int = 0
     n_blank: int = 0
+    n_emptied: int = 0  # documents with a token before the news cleaning and none after
     n_skipped: int = 0
     examples: list[str] = field(default_factory=list)
     label_counts: dict[str, int] = field(default_factory=dict)  # documents per label
@@ -90,6 +91,7 @@ class Counts:
         """Add ``other`` (the next partitions, in order) into this one."""
         self.n_docs += other.n_docs
         self.n_blank += other.n_blank
+        self.n_emptied += other.n_emptied
         self.n_skipped += other.n_skipped
         self.examples = (self.examples + other.examples)[:_N_EXAMPLES]
         for name, count in other.label_counts.items():
@@ -105,6 +107,12 @@ class Counts:
                 rows=other.class_df.shape[0],
             )
         return self
+
+    def has_token(self) -> bool:
+        """Whether any counted document holds a token of the feature space."""
+        if self.terms is not None:
+            return self.terms.shape[0] > 0
+        return self.df is not None and bool(self.df.any())
 
     def _merge_terms(self, other: Counts) -> None:
         if self.terms is None:
@@ -171,9 +179,10 @@ def count_partition(job: CountJob, index: int, part: Partition) -> Counts:
         if isinstance(record, Bad):
             if job.on_error == "fail":
                 raise DataError(
-                    f"{record.message()}. To resolve this, fix or remove that document, or "
-                    "pass --on-error skip (on_error='skip') to leave such documents out and "
-                    "count them."
+                    f"{record.message()}. To resolve this, " + (
+                        record.remedy or "fix or remove that document, or pass --on-error "
+                        "skip (on_error='skip') to leave such documents out and count them."
+                    ) + ("." if record.remedy else "")
                 )
             out.n_skipped += 1
             if len(out.examples) < _N_EXAMPLES:
@@ -211,13 +220,20 @@ def _count_chunk(job: CountJob, index: int, k: int, docs: list) -> Counts:
         out.terms, extra["terms"] = terms, terms
         out.term_df = np.bincount(counts.indices, minlength=terms.shape[0]).astype(np.int64)
         out.term_tf = np.asarray(counts.sum(axis=0), dtype=np.float64).ravel()
+        tokens = opts.hashing_vectorizer()  # any token counts, as in an unpruned vocabulary
     else:
         if opts.fixed_vocabulary is not None:
-            counts = opts.count_vectorizer(list(opts.fixed_vocabulary)).transform(texts).tocsr()
+            tokens = opts.count_vectorizer(list(opts.fixed_vocabulary))
         else:
-            counts = opts.hashing_vectorizer().transform(texts).tocsr()
+            tokens = opts.hashing_vectorizer()
+        counts = tokens.transform(texts).tocsr()
         counts.sum_duplicates()
         out.df = np.bincount(counts.indices, minlength=counts.shape[1]).astype(np.int64)
+    if job.remove:  # documents the cleaning emptied: tokens in the raw text, none left
+        empty = np.flatnonzero(np.diff(counts.indptr) == 0)
+        if empty.size:
+            raw = tokens.transform([docs[i][1] for i in empty]).tocsr()
+            out.n_emptied = int(np.count_nonzero(np.diff(raw.indptr)))
     if job.need_class_df:
         names, codes = np.unique(np.asarray(labels, dtype=str), return_inverse=True)
         onehot = sp.csr_matrix((np.ones(len(docs)), (codes, np.arange(len(docs)))),
@@ -235,8 +251,12 @@ def _count_chunk(job: CountJob, index: int, k: int, docs: list) -> Counts:
     return out
 
 
-def features(options: TextOptions, total: Counts, n: int, like_idf: np.ndarray | None):
-    """Return m, idf (m,), the vocabulary (list or None), and the learned vocabulary array."""
+def features(options: TextOptions, total: Counts, n: int, like_idf: np.ndarray | None, *,
+             remedy: str = "pass --min-df 1 --max-df 1.0 (min_df=1, max_df=1.0)"):
+    """Return m, idf (m,), the vocabulary (list or None), and the learned vocabulary array.
+
+    ``remedy`` ends the error raised when ``min_df``/``max_df`` leave no term: how to keep them.
+    """
     if like_idf is not None:
         vocab = list(options.fixed_vocabulary) if options.fixed_vocabulary else None
         return like_idf.shape[0], like_idf, vocab, None
@@ -249,10 +269,10 @@ def features(options: TextOptions, total: Counts, n: int, like_idf: np.ndarray |
     high = options.max_df if isinstance(options.max_df, int) else options.max_df * n
     low = options.min_df if isinstance(options.min_df, int) else options.min_df * n
     if high < low:
-        raise ParameterError(
-            f"max_df={options.max_df!r} corresponds to fewer documents than "
-            f"min_df={options.min_df!r} ({high} < {low} of {n}). To resolve this, lower min_df "
-            "or raise max_df."
+        raise DataError(
+            f"too few documents ({n}) for min_df={options.min_df!r} and "
+            f"max_df={options.max_df!r}: a term would have to be in at least {low:g} and at "
+            f"most {high:g} of them. To resolve this, keep every term: {remedy}."
         )
     keep = limit_features(df, tf, n, options)
     if options.select is not None and total.class_df is not None:
@@ -267,9 +287,9 @@ def features(options: TextOptions, total: Counts, n: int, like_idf: np.ndarray |
         keep[keep_idx] = True
     if not keep.any():
         raise DataError(
-            f"no term is left of the {terms.shape[0]} found (min_df={options.min_df!r}, "
-            f"max_df={options.max_df!r}). To resolve this, lower min_df or raise max_df, or "
-            "check stop_words and token_pattern."
+            f"no term is left of the {terms.shape[0]} found in the {n} documents: none is in "
+            f"at least min_df={options.min_df!r} and at most max_df={options.max_df!r} of "
+            f"them. To resolve this, keep every term: {remedy}."
         )
     vocab = terms[keep]
     return vocab.shape[0], smooth_idf(df[keep], n), vocab.tolist(), vocab

@@ -53,6 +53,7 @@ from sphdist.io import _atomic
 from sphdist.io._lock import locks_output
 from sphdist.io.corpus import Corpus
 from sphdist.io.corpus_writer import CorpusWriter
+from sphdist.text._messages import Emptied, documents, ingest_command, option_flags
 from sphdist.text._passes import (
     STRIPPERS,
     CountJob,
@@ -63,7 +64,12 @@ from sphdist.text._passes import (
     weight_chunk,
 )
 from sphdist.text.sources import FORMATS, Plan, Reading, plan
-from sphdist.text.tfidf import DEFAULT_TOKEN_PATTERN, MAX_CHUNK_SIZE, TextOptions
+from sphdist.text.tfidf import (
+    DEFAULT_TOKEN_PATTERN,
+    MAX_CHUNK_SIZE,
+    TextOptions,
+    ingest_options,
+)
 
 __all__ = ["FORMATS", "ON_ERROR", "REMOVE_OPTIONS", "ingest", "read_like"]
 
@@ -90,19 +96,19 @@ def ingest(
     categories: Sequence[str] | None = None,
     max_docs_per_label: int | None = None,
     seed: int = 0,
-    n_features: int = 2**18,
-    vocabulary: bool = False,
-    min_df: int | float = 1,
-    max_df: int | float = 1.0,
+    n_features: int | None = None,
+    vocabulary: bool = True,
+    min_df: int | float | None = None,
+    max_df: int | float | None = None,
     max_features: int | None = None,
     select: str | None = None,
     n_select: int = 500,
     lowercase: bool = True,
     token_pattern: str = DEFAULT_TOKEN_PATTERN,
-    stop_words: str | None = None,
+    stop_words: str | None = "english",
     strip_accents: str | None = None,
-    sublinear_tf: bool = False,
-    remove: Sequence[str] = (),
+    sublinear_tf: bool = True,
+    remove: Sequence[str] | None = None,
     like: str | os.PathLike[str] | None = None,
     encoding: str = "latin-1",
     on_error: str = "fail",
@@ -139,15 +145,22 @@ def ingest(
         zlib.crc32(label.encode())])``.
     seed : int, default 0
         Non-negative seed of that sampling.
-    n_features : int, default 2**18
-        Hashed features m (rows of X), hashing scheme: ``1 <= n_features <= 2**31 - 2``
-        (scikit-learn's ``HashingVectorizer``), and at most what this machine's memory holds
-        at 32 bytes per feature (document frequencies and idf on the driver).
-    vocabulary : bool, default False
-        Learn a vocabulary (sorted terms, stored in the corpus) instead of hashing.
-    min_df, max_df : int or float, default 1 and 1.0
+    n_features : int, optional
+        Hashing scheme only (``vocabulary=False``): hashed features m (rows of X),
+        ``1 <= n_features <= 2**31 - 2`` (scikit-learn's ``HashingVectorizer``), and at most
+        what this machine's memory holds at 32 bytes per feature (document frequencies and idf
+        on the driver). Default 2**18 with hashing; refused with a vocabulary.
+    vocabulary : bool, default True
+        Learn a vocabulary (sorted terms, stored in the corpus, so components read as words);
+        False hashes the tokens into ``n_features`` features instead (``--hashing``): no
+        vocabulary is held on the driver, for collections whose distinct terms do not fit
+        in its memory, but every fit step then works on an ``n_features x r`` matrix U.
+    min_df, max_df : int or float, optional
         Vocabulary scheme: keep terms in at least ``min_df`` and at most ``max_df``
-        documents (a float is a fraction of the documents), as ``CountVectorizer``.
+        documents (a float is a fraction of the documents), as ``CountVectorizer``. Default
+        5 and 0.5 (scikit-learn's text-clustering recipe; ``INGEST_DEFAULTS`` in
+        :mod:`sphdist.text.tfidf`, with the measurement behind it); not applicable to
+        hashing. A collection of fewer than 10 documents needs ``min_df=1, max_df=1.0``.
     max_features : int, optional
         Vocabulary scheme: keep the ``max_features`` terms of highest total count, after
         ``min_df``/``max_df``, as ``CountVectorizer``.
@@ -156,18 +169,23 @@ def ingest(
         information between their presence and the label (Liu et al. 2019, §5.2); see
         :func:`sphdist.text.tfidf.mutual_information`. Ties go to the earlier term.
     n_select : int, default 500
+        Terms kept by ``select``.
     lowercase, token_pattern, stop_words, strip_accents, sublinear_tf
-        scikit-learn's options of the same names (``stop_words`` None or ``"english"``;
-        ``strip_accents`` None, ``"ascii"`` or ``"unicode"``; ``token_pattern`` a regular
-        expression with at most one capturing group).
-    remove : sequence of str, default ()
+        scikit-learn's options of the same names (``stop_words`` None or ``"english"``,
+        default ``"english"``; ``strip_accents`` None, ``"ascii"`` or ``"unicode"``;
+        ``token_pattern`` a regular expression with at most one capturing group;
+        ``sublinear_tf`` default True: tf is replaced by ``1 + ln(tf)``).
+    remove : sequence of str, optional
         Any of ``"headers"``, ``"footers"``, ``"quotes"``: parts of each document removed before
-        tokenising, as ``sklearn.datasets.fetch_20newsgroups(remove=...)``.
+        tokenising, as ``sklearn.datasets.fetch_20newsgroups(remove=...)``. Default: none, or
+        with ``like`` the cleaning recorded there (pass ``()`` to keep the headers of documents
+        that have none to remove). Documents left without a token by the removal are counted
+        (``attrs["ingest"]["n_emptied_by_remove"]``) and reported in a warning.
     like : path-like, optional
         A ``corpus.zarr`` or ``model.zarr``: take its feature scheme, tf-idf options, idf and
         vocabulary instead of fitting them, so that the new documents are weighted as the
         documents the model was fitted on. The feature and weighting options above are then
-        ignored.
+        ignored; ``remove``, when given, overrides the recorded cleaning.
     encoding : str, default "latin-1"
         Encoding of directory and tar documents (latin-1 decodes any byte, as
         ``fetch_20newsgroups``; ``"utf-8"`` refuses undecodable bytes). JSON Lines and CSV are
@@ -219,13 +237,14 @@ def ingest(
         If a document cannot be used and ``on_error="fail"`` (the message names the file and
         line, row or member, and how to proceed; a file name that is not UTF-8 is such a
         document), if a compressed file is truncated or damaged, if the source holds no
-        document (or all were skipped), is not of its format, lacks the text column, or if
-        pruning leaves no term.
+        document (or all were skipped), is not of its format, lacks the text column, if no
+        document has a token (e.g. all emptied by ``remove``), or if ``min_df``/``max_df``
+        leave no term (a small collection; the message gives the command that keeps them).
     ParameterError
         If a parameter is out of range or does not apply (e.g. ``select`` without labels or
-        without ``vocabulary``), ``token_pattern`` does not compile or has several capturing
-        groups, ``n_features`` exceeds this machine's memory, or a category is not a label of
-        the source.
+        without ``vocabulary``, ``n_features`` with it), ``token_pattern`` does not compile
+        or has several capturing groups, ``n_features`` exceeds this machine's memory, or a
+        category is not a label of the source.
     CorpusFormatError, ModelFormatError
         If ``like`` is neither a corpus with an idf nor a model with one.
     OutputExistsError
@@ -278,13 +297,16 @@ def ingest(
     >>> from sphdist.datasets import NEWSGROUPS_PAPER_CATEGORIES, newsgroups_archive
     >>> corpus = ingest(newsgroups_archive(), "news5.zarr",  # doctest: +SKIP
     ...                 categories=NEWSGROUPS_PAPER_CATEGORIES, max_docs_per_label=200)
-    >>> corpus.shape  # doctest: +SKIP
-    (262144, 1000)
+    >>> corpus.n_documents  # doctest: +SKIP
+    1000
     >>> ingest("docs/*.jsonl.gz", "docs.zarr", label_field="label",  # doctest: +SKIP
-    ...        vocabulary=True, min_df=5, select="mutual-info", n_select=500)
+    ...        select="mutual-info", n_select=500)
+    >>> ingest("stream/*.jsonl.gz", "hashed.zarr", vocabulary=False,  # doctest: +SKIP
+    ...        n_features=2**20)
     """
     start_time = time.perf_counter()
-    remove = _check_remove(remove)
+    inherit_remove = remove is None
+    remove = _check_remove(() if remove is None else remove)
     chunk_size = int(check_param("chunk_size", chunk_size, _DOCUMENTS))
     seed = check_int("seed", seed, 0)
     max_document_bytes = check_int("max_document_bytes", max_document_bytes, 1)
@@ -308,18 +330,28 @@ def ingest(
             f"categories={categories!r} is a single string. To resolve this, pass a list of "
             f"label names, e.g. categories=[{categories!r}]."
         )
+    given = {  # what selects the documents, for the commands the messages suggest
+        "format": format, "text_field": text_field if text_field != "text" else None,
+        "label_field": label_field, "id_field": id_field, "categories": categories,
+        "max_docs_per_label": max_docs_per_label, "seed": seed if max_docs_per_label else None,
+    }
     if like is not None:
-        options, like_idf, remove, like_info = read_like(like)
+        options, like_idf, inherited, like_info = read_like(like)
+        if inherit_remove:
+            remove = inherited
+        given["like"] = like
     else:
-        options = TextOptions(
+        options = ingest_options(
             vocabulary=bool(vocabulary), n_features=n_features, lowercase=lowercase,
             token_pattern=token_pattern, stop_words=stop_words, strip_accents=strip_accents,
             min_df=min_df, max_df=max_df, max_features=max_features, select=select,
             n_select=n_select, sublinear_tf=sublinear_tf,
         )
         like_idf = like_info = None
+        given.update(option_flags(options, min_df, max_df))
         if not options.vocabulary:
             _check_feature_memory(options.n_features)
+    given["remove_headers"] = bool(remove) and not (like is not None and inherit_remove)
     output = Path(output)
     if output.exists() and not overwrite:  # fail before reading a large source
         raise OutputExistsError(
@@ -353,7 +385,14 @@ def ingest(
                 f"{source}: no documents to ingest ({total.n_skipped} skipped). To resolve "
                 "this, pass a source with at least one usable document."
             )
-        m, idf, vocab, mapping = features(options, total, n, like_idf)
+        emptied = Emptied(source, output, given, remove, like if inherit_remove else None,
+                           total.n_emptied, n)
+        if not total.has_token():
+            raise emptied.error()
+        emptied.warn()
+        keep_all = ingest_command(source, output, given, min_df=1, max_df=1.0)
+        m, idf, vocab, mapping = features(options, total, n, like_idf,
+                                          remedy=f"`{keep_all}` (min_df=1, max_df=1.0)")
         np.save(spill_dir / "idf.npy", idf)
         if mapping is not None:
             np.save(spill_dir / "vocabulary.npy", mapping)
@@ -392,6 +431,8 @@ def ingest(
                 "n_available": src.n_available,
                 "n_documents": n,
                 "n_blank_text": total.n_blank,
+                "n_emptied_by_remove": total.n_emptied,
+                "remove": list(remove),
                 "n_skipped": total.n_skipped,
                 "skipped_examples": total.examples,
                 "on_error": on_error,
@@ -405,8 +446,9 @@ def ingest(
             corpus = writer.commit(idf, extra_attrs={"source": _describe(source),
                                                      "ingest": summary})
     if corpus.n_empty:
-        logger.info("%d of %d documents have no token: their columns are zero (flagged in "
-                    "corpus.empty)", corpus.n_empty, n)
+        logger.info("%d of %s %s no token: their columns are zero (flagged in "
+                    "corpus.empty)", corpus.n_empty, documents(n),
+                    "has" if corpus.n_empty == 1 else "have")
     return corpus
 
 

@@ -328,6 +328,12 @@ def _scalar_field(obj: dict, name: str | None, role: str, where: str) -> str | B
     """The optional field ``name`` of a JSON object as a string (None if no field is named)."""
     if name is None:
         return None
+    if name not in obj:  # a field name, not a bad value: --on-error skip would skip them all
+        fields = sorted(obj)[:10]
+        return Bad(where, f"no {name!r} field ({role}); its fields are {fields}",
+                   remedy=f"name the {role} field with --{role}-field NAME (one of {fields}), "
+                          f"or leave out --{role}-field (if only some documents lack it, "
+                          "--on-error skip leaves those out and counts them)")
     value = obj.get(name)
     if value is None or isinstance(value, (dict, list)):
         return Bad(where, f"the {name!r} field ({role}) is missing, null or not a scalar")

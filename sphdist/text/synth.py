@@ -4,7 +4,9 @@ r"""Synthetic text collections with known topics, for scale work and tests.
 as raw JSON Lines (``{"id": ..., "label": ..., "text": ...}``, the input of
 ``sphdist ingest --text-field text --label-field label --id-field id``) or directly as the
 ``corpus.zarr`` that ingesting those lines would produce (hashing or vocabulary scheme, smooth
-idf, unit columns), without ever writing the text.
+idf, unit columns) with ``sphdist ingest --hashing --stop-words none --no-sublinear-tf`` (or
+``--min-df 1 --max-df 1.0 --stop-words none --no-sublinear-tf`` for the vocabulary scheme), without
+ever writing the text.
 
 The model
 ---------
@@ -35,7 +37,6 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from numbers import Real
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -45,6 +46,8 @@ from sphdist._progress import progress as _progress
 from sphdist._validation import Number, check_int, check_param
 from sphdist.errors import OutputExistsError, ParameterError
 from sphdist.io import atomic_path
+from sphdist.io._atomic import committed
+from sphdist.io._fs import location
 from sphdist.io._lock import locks_output
 from sphdist.io.corpus_writer import CorpusWriter
 from sphdist.text.tfidf import TextOptions, document_frequency, smooth_idf, weight
@@ -218,7 +221,8 @@ def synth(
         Hashed features of the corpus (``format="corpus"``, hashing scheme).
     vocabulary : bool, default False
         Corpus with the learned-vocabulary scheme (every word that occurs, sorted) instead
-        of hashing; as ``sphdist ingest --vocabulary``.
+        of hashing; as ``sphdist ingest --min-df 1 --max-df 1.0`` (with the raw tf and no
+        stop words of the hashed corpus).
     chunk_size : int, default 4096
         Documents per generated (and stored) chunk.
     zipf_exponent : float, default 1.0
@@ -286,8 +290,8 @@ def synth(
         purity=_check_float("purity", purity, 0.5, 1.0),
         background=_check_float("background", background, 0.0, 0.999), seed=seed,
     )
-    output = Path(output)
-    if output.exists() and not overwrite:
+    output = location(output)
+    if committed(output) and not overwrite:
         raise OutputExistsError(
             f"{output} already exists. To resolve this, choose another output path or pass "
             "--overwrite (overwrite=True)."

@@ -9,6 +9,8 @@ from click.testing import CliRunner
 from sphdist.cli import main
 from sphdist.io.model import open_model
 
+HASHED = ["--hashing", "--n-features", "64"]  # 64 hashed features: a tiny model
+
 
 @pytest.fixture
 def runner():
@@ -38,7 +40,7 @@ def _error_line(result):
 
 def test_ingest_fit_evaluate(runner, source, tmp_path):
     corpus, model = tmp_path / "c.zarr", tmp_path / "m.zarr"
-    result = runner.invoke(main, ["ingest", str(source), "-o", str(corpus), "--n-features", "64"])
+    result = runner.invoke(main, ["ingest", str(source), "-o", str(corpus), *HASHED])
     assert result.exit_code == 0, result.output
     assert "6 documents" in result.stdout and "2 labels" in result.stdout
 
@@ -67,7 +69,7 @@ def test_missing_input_is_one_line_and_exit_1(runner, tmp_path):
 
 def test_too_many_components_leaves_no_model(runner, source, tmp_path):
     corpus, model = tmp_path / "c.zarr", tmp_path / "m.zarr"
-    runner.invoke(main, ["ingest", str(source), "-o", str(corpus), "--n-features", "64"])
+    runner.invoke(main, ["ingest", str(source), "-o", str(corpus), *HASHED])
     result = runner.invoke(main, ["fit", "-i", str(corpus), "-o", str(model), "-r", "7"])
     assert result.exit_code == 1
     assert "n_components=7" in _error_line(result)
@@ -92,8 +94,9 @@ def test_debug_shows_the_exception(runner, tmp_path):
 
 def test_ingest_refuses_existing_output(runner, source, tmp_path):
     corpus = tmp_path / "c.zarr"
-    assert runner.invoke(main, ["ingest", str(source), "-o", str(corpus)]).exit_code == 0
-    result = runner.invoke(main, ["ingest", str(source), "-o", str(corpus)])
+    assert runner.invoke(main, ["ingest", str(source), "-o", str(corpus),
+                                "--hashing"]).exit_code == 0
+    result = runner.invoke(main, ["ingest", str(source), "-o", str(corpus), "--hashing"])
     assert result.exit_code == 1
     assert "--overwrite" in _error_line(result)
 
@@ -102,7 +105,7 @@ def test_quiet_and_log_level_silence_the_progress_lines(runner, source, tmp_path
     from distributed import LocalCluster
 
     corpus = tmp_path / "c.zarr"
-    runner.invoke(main, ["ingest", str(source), "-o", str(corpus), "--n-features", "64"])
+    runner.invoke(main, ["ingest", str(source), "-o", str(corpus), *HASHED])
     with LocalCluster(n_workers=1, processes=False, dashboard_address=None) as cluster:
         results = {}
         for flags in (["--quiet"], ["--log-level", "warning"]):
@@ -122,7 +125,7 @@ def test_progress_lines_carry_objective_change_and_eta(runner, source, tmp_path)
     from sphdist.cli._common import FitProgress
 
     corpus = tmp_path / "c.zarr"
-    runner.invoke(main, ["ingest", str(source), "-o", str(corpus), "--n-features", "64"])
+    runner.invoke(main, ["ingest", str(source), "-o", str(corpus), *HASHED])
     lines = []
     progress = FitProgress(max_iter=3, bar=False)
     import logging

@@ -34,7 +34,7 @@ def trained(tmp_path_factory, runner, scheduler):
     texts = write_text_tree(root / "src")
     corpus, model = root / "corpus.zarr", root / "model.zarr"
     result = runner.invoke(main, [
-        "ingest", str(root / "src"), "-o", str(corpus), "--n-features", "512",
+        "ingest", str(root / "src"), "-o", str(corpus), "--hashing", "--n-features", "512",
         "--chunk-size", "8",
     ])
     assert result.exit_code == 0, result.output
@@ -103,7 +103,7 @@ def test_transform_refuses_a_corpus_of_another_feature_space(trained, runner, sc
                                                              tmp_path):
     other = tmp_path / "other.zarr"
     runner.invoke(main, ["ingest", str(trained["root"] / "src"), "-o", str(other),
-                         "--n-features", "256"])
+                         "--hashing", "--n-features", "256"])
     out = tmp_path / "emb.zarr"
     result = runner.invoke(main, [
         "transform", "-m", str(trained["model"]), "-i", str(other), "-o", str(out),
@@ -120,7 +120,7 @@ def test_transform_refuses_another_idf(trained, runner, scheduler, tmp_path):
     write_text_tree(tmp_path / "src", n_per_label=4, seed=1)
     other = tmp_path / "other.zarr"
     assert runner.invoke(main, ["ingest", str(tmp_path / "src"), "-o", str(other),
-                                "--n-features", "512"]).exit_code == 0
+                                "--hashing", "--n-features", "512"]).exit_code == 0
     result = runner.invoke(main, [
         "transform", "-m", str(trained["model"]), "-i", str(other), "-o",
         str(tmp_path / "e.zarr"), "--scheduler-address", scheduler,
@@ -185,7 +185,7 @@ def test_export_of_a_transformed_corpus(trained, runner, scheduler, tmp_path):
 def test_export_refuses_a_corpus_the_model_was_not_fitted_on(trained, runner, tmp_path):
     other = tmp_path / "other.zarr"
     runner.invoke(main, ["ingest", str(trained["root"] / "src"), "-o", str(other),
-                         "--n-features", "512"])
+                         "--hashing", "--n-features", "512"])
     result = runner.invoke(main, ["export", "-m", str(trained["model"]), "-i", str(other),
                                   "-o", str(tmp_path / "x.parquet")])
     assert result.exit_code == 1 and "sphdist transform" in _error_line(result)

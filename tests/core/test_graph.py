@@ -128,6 +128,24 @@ def test_default_chunk_size_targets_the_bytes_of_a_dense_chunk():
     assert graph.default_chunk_size(10**9) == 1
 
 
+def test_default_chunk_size_of_sparse_input_follows_its_stored_bytes():
+    m = 2**18  # a dense row: 2 MiB, so 32 rows per chunk; a sparse one: what it stores
+    assert graph.default_chunk_size(m) == 32
+    assert graph.default_chunk_size(m, nnz=100 * 5000, n_samples=5000) == 4096
+    per_row = 100_000 * 12 + 8  # 100,000 values, int32 indices, an int64 pointer
+    heavy = graph.default_chunk_size(m, nnz=100_000 * 50, n_samples=50)
+    assert heavy * per_row <= 64 << 20 < (heavy + 1) * per_row
+    assert graph.default_chunk_size(m, nnz=0, n_samples=10) == 4096
+
+
+def test_in_memory_sparse_input_is_chunked_by_its_stored_bytes():
+    rng = np.random.default_rng(0)
+    X = sp.random(10_000, 2**18, density=20 / 2**18, format="csr", random_state=rng)
+    Xt = graph.document_chunks(X, None)
+    assert Xt.chunks[1] == (4096, 4096, 10_000 - 8192)
+    assert (sp.csc_matrix(Xt.compute()) != X.T.tocsc()).nnz == 0
+
+
 def test_block_bounds_cover_chunks_in_order():
     for n_chunks in (1, 2, 7, 49, 245):
         for max_partials in (1, 2, 8, 300):

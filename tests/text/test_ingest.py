@@ -28,7 +28,7 @@ from sphdist.datasets import (
     newsgroups_archive,
 )
 from sphdist.errors import DataError, InputNotFoundError, OutputExistsError, ParameterError
-from sphdist.text.ingest import ingest
+from tests.text._old_defaults import ingest_old
 
 ALL_REMOVED = ("headers", "footers", "quotes")
 M = 2**10  # hashed features of the hand-made tree (collisions are fine: same for both sides)
@@ -119,7 +119,7 @@ def _label(doc_id: str) -> str:
 # -- exactness -------------------------------------------------------------------------------
 @pytest.mark.parametrize("chunk_size", [1, 2, 4, 1000])
 def test_matches_sklearn_tfidf(tree, tmp_path, chunk_size):
-    corpus = ingest(tree, tmp_path / "out.zarr", n_features=M, chunk_size=chunk_size)
+    corpus = ingest_old(tree, tmp_path / "out.zarr", n_features=M, chunk_size=chunk_size)
     ids = sorted(DOCS)
     expected, idf = _reference(DOCS, ids)
 
@@ -147,7 +147,7 @@ def test_matches_sklearn_tfidf(tree, tmp_path, chunk_size):
 
 
 def test_stored_attributes(tree, tmp_path):
-    corpus = ingest(
+    corpus = ingest_old(
         tree, tmp_path / "out.zarr", n_features=M, remove=["quotes", "headers"], seed=3,
         max_docs_per_label=2, categories=["beta", "alpha"], chunk_size=3,
     )
@@ -169,7 +169,7 @@ def test_stored_attributes(tree, tmp_path):
 def test_remove_matches_fetch_20newsgroups(tree, tmp_path):
     ids = sorted(DOCS)
     # the order given does not matter: headers, footers, quotes are applied in that order
-    corpus = ingest(tree, tmp_path / "out.zarr", n_features=M, remove=("quotes", "footers",
+    corpus = ingest_old(tree, tmp_path / "out.zarr", n_features=M, remove=("quotes", "footers",
                                                                        "headers"), chunk_size=3)
     expected, _ = _reference(DOCS, ids, remove=ALL_REMOVED)
     np.testing.assert_allclose(_matrix(corpus).toarray(), expected, rtol=0, atol=1e-12)
@@ -186,8 +186,8 @@ def test_remove_matches_fetch_20newsgroups(tree, tmp_path):
 @pytest.mark.parametrize(("name", "prefix"), [("tree.tar.gz", "./"), ("tree.tar", "")])
 def test_archive_same_as_directory(tree, tmp_path, name, prefix, chunk_size, partition_size):
     archive = _write_tar(tmp_path / name, DOCS, prefix=prefix)
-    from_tree = ingest(tree, tmp_path / "a.zarr", n_features=M, chunk_size=chunk_size)
-    from_tar = ingest(archive, tmp_path / "b.zarr", n_features=M, chunk_size=chunk_size,
+    from_tree = ingest_old(tree, tmp_path / "a.zarr", n_features=M, chunk_size=chunk_size)
+    from_tar = ingest_old(archive, tmp_path / "b.zarr", n_features=M, chunk_size=chunk_size,
                       partition_size=partition_size)
     assert list(from_tar.doc_ids) == list(from_tree.doc_ids) == sorted(DOCS)
     np.testing.assert_array_equal(from_tar.labels, from_tree.labels)
@@ -203,7 +203,7 @@ def test_tar_duplicate_member_last_one_wins(tmp_path):
             info = tarfile.TarInfo("x/doc")
             info.size = len(content)
             archive.addfile(info, io.BytesIO(content))
-    corpus = ingest(path, tmp_path / "out.zarr", n_features=M)
+    corpus = ingest_old(path, tmp_path / "out.zarr", n_features=M)
     assert list(corpus.doc_ids) == ["x/doc"]
     expected, _ = _reference({"x/doc": b"second version"}, ["x/doc"])
     np.testing.assert_allclose(_matrix(corpus).toarray(), expected, rtol=0, atol=1e-12)
@@ -211,7 +211,7 @@ def test_tar_duplicate_member_last_one_wins(tmp_path):
 
 # -- selection -------------------------------------------------------------------------------
 def test_categories(tree, tmp_path):
-    corpus = ingest(tree, tmp_path / "out.zarr", n_features=M, categories=["gamma", "alpha"])
+    corpus = ingest_old(tree, tmp_path / "out.zarr", n_features=M, categories=["gamma", "alpha"])
     ids = sorted(d for d in DOCS if _label(d) in ("alpha", "gamma"))
     assert list(corpus.doc_ids) == ids
     assert corpus.label_names == ["alpha", "gamma"]
@@ -225,7 +225,7 @@ def test_sampling_reproducible_and_per_label(tree, tmp_path):
 
     def sample(seed, categories=None):
         out = tmp_path / f"s{next(outputs)}.zarr"
-        corpus = ingest(tree, out, n_features=M, max_docs_per_label=2, seed=seed,
+        corpus = ingest_old(tree, out, n_features=M, max_docs_per_label=2, seed=seed,
                         categories=categories)
         return list(corpus.doc_ids), corpus
 
@@ -246,14 +246,14 @@ def test_sampling_reproducible_and_per_label(tree, tmp_path):
 # -- errors ----------------------------------------------------------------------------------
 def test_missing_source(tmp_path):
     with pytest.raises(InputNotFoundError, match="nowhere") as info:
-        ingest(tmp_path / "nowhere", tmp_path / "out.zarr")
+        ingest_old(tmp_path / "nowhere", tmp_path / "out.zarr")
     assert isinstance(info.value, FileNotFoundError)
     assert not (tmp_path / "out.zarr").exists()
 
 
 def test_unknown_category_lists_available(tree, tmp_path):
     with pytest.raises(ParameterError, match="sci.space") as info:
-        ingest(tree, tmp_path / "out.zarr", categories=["alpha", "sci.space"])
+        ingest_old(tree, tmp_path / "out.zarr", categories=["alpha", "sci.space"])
     assert "['alpha', 'beta', 'gamma']" in str(info.value)
     assert not (tmp_path / "out.zarr").exists()
 
@@ -281,7 +281,7 @@ def _not_an_archive(tmp_path: Path) -> Path:
 @pytest.mark.parametrize("make", [_empty_dir, _top_level_only, _empty_tar, _not_an_archive])
 def test_source_without_documents(tmp_path, make):
     with pytest.raises(DataError, match="src"):
-        ingest(make(tmp_path), tmp_path / "out.zarr")
+        ingest_old(make(tmp_path), tmp_path / "out.zarr")
     assert not (tmp_path / "out.zarr").exists()
 
 
@@ -304,7 +304,7 @@ def test_source_without_documents(tmp_path, make):
 )
 def test_bad_parameters(tree, tmp_path, kwargs):
     with pytest.raises(ParameterError):
-        ingest(tree, tmp_path / "out.zarr", **kwargs)
+        ingest_old(tree, tmp_path / "out.zarr", **kwargs)
     assert not (tmp_path / "out.zarr").exists()
 
 
@@ -313,9 +313,9 @@ def test_existing_output(tree, tmp_path):
     out.mkdir()
     (out / "keep").write_text("previous")
     with pytest.raises(OutputExistsError, match="out.zarr"):
-        ingest(tree, out, n_features=M)
+        ingest_old(tree, out, n_features=M)
     assert (out / "keep").read_text() == "previous"
-    corpus = ingest(tree, out, n_features=M, overwrite=True)
+    corpus = ingest_old(tree, out, n_features=M, overwrite=True)
     assert corpus.n_documents == len(DOCS)
     assert not (out / "keep").exists()
 
@@ -332,18 +332,18 @@ def test_failure_mid_ingest_leaves_nothing(tree, tmp_path, monkeypatch):
 
     monkeypatch.setattr(passes_module, "weight", failing_weight)
     with pytest.raises(RuntimeError, match="disk on fire"):
-        ingest(tree, tmp_path / "out.zarr", n_features=M, chunk_size=2)
+        ingest_old(tree, tmp_path / "out.zarr", n_features=M, chunk_size=2)
     assert len(calls) == 2
     assert sorted(p.name for p in tmp_path.iterdir()) == ["tree"]  # no output, no staging
 
 
 def test_progress_bar_on_stderr(tree, tmp_path, capsys):
-    ingest(tree, tmp_path / "a.zarr", n_features=M, progress=True)
+    ingest_old(tree, tmp_path / "a.zarr", n_features=M, progress=True)
     err = capsys.readouterr().err
     n = len(DOCS)
     assert "pass 1/2: count: 100%" in err and f"{n}/{n}" in err
     assert "pass 2/2: tf-idf: 100%" in err
-    ingest(tree, tmp_path / "b.zarr", n_features=M)
+    ingest_old(tree, tmp_path / "b.zarr", n_features=M)
     assert capsys.readouterr().err == ""
 
 
@@ -364,7 +364,7 @@ def test_newsgroups_archive_missing(tmp_path, monkeypatch):
         newsgroups_archive()
     message = str(info.value)
     assert str(tmp_path / "20news-bydate.tar.gz") in message
-    assert "SPHDIST_DATA_HOME=../shared/data" in message
+    assert "export SPHDIST_DATA_HOME=/path/to/data" in message  # the remedy (5e1f511)
     (tmp_path / "20news-bydate.tar.gz").write_bytes(b"")
     assert newsgroups_archive() == tmp_path / "20news-bydate.tar.gz"
     assert newsgroups_archive(tmp_path) == tmp_path / "20news-bydate.tar.gz"
@@ -383,7 +383,7 @@ def _read_members(archive: Path, ids) -> dict[str, bytes]:
 @pytest.fixture(scope="module")
 def newsgroups_stripped(newsgroups_archive, tmp_path_factory):
     out = tmp_path_factory.mktemp("news") / "all.zarr"
-    return ingest(newsgroups_archive, out, n_features=2**12, remove=ALL_REMOVED)
+    return ingest_old(newsgroups_archive, out, n_features=2**12, remove=ALL_REMOVED)
 
 
 @pytest.mark.slow
@@ -411,7 +411,7 @@ def test_newsgroups_full_archive(newsgroups_stripped):
 @pytest.mark.slow
 def test_newsgroups_paper_sample(newsgroups_archive, tmp_path):
     def sample(seed, name):
-        return ingest(
+        return ingest_old(
             newsgroups_archive, tmp_path / name, categories=NEWSGROUPS_PAPER_CATEGORIES,
             max_docs_per_label=200, seed=seed, n_features=2**12, remove=ALL_REMOVED,
         )
@@ -440,7 +440,7 @@ def test_progress_as_log_lines(tree, tmp_path, caplog):
 
     with caplog.at_level(logging.INFO, logger="sphdist"):
         logging.getLogger("sphdist").propagate = True
-        ingest(tree, tmp_path / "a.zarr", n_features=M, progress="log", chunk_size=2,
+        ingest_old(tree, tmp_path / "a.zarr", n_features=M, progress="log", chunk_size=2,
                partition_size=2)
     lines = [r.getMessage() for r in caplog.records if "documents" in r.getMessage()]
     n = len(DOCS)

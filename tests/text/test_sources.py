@@ -37,7 +37,7 @@ from sphdist.errors import (
     InputNotFoundError,
     ParameterError,
 )
-from sphdist.text.ingest import ingest
+from tests.text._old_defaults import ingest_old
 
 M = 2**10
 
@@ -124,7 +124,7 @@ def _ingest(kind: str, tmp_path: Path, out: str = "out.zarr", **kwargs):
     source = WRITERS[kind](tmp_path)
     fields = {} if kind in ("dir", "tar") else FIELDS
     kwargs = {"encoding": "utf-8", "n_workers": 1, **fields, **kwargs}
-    return ingest(source, tmp_path / out, **kwargs)
+    return ingest_old(source, tmp_path / out, **kwargs)
 
 
 def _record_id(doc_id: str) -> str:
@@ -222,11 +222,12 @@ def test_select_mutual_information_matches_sklearn(tmp_path):
 def test_select_needs_labels_and_vocabulary(tmp_path):
     source = _jsonl(tmp_path)
     with pytest.raises(ParameterError, match="labels"):
-        ingest(source, tmp_path / "a.zarr", vocabulary=True, select="mutual-info")
-    with pytest.raises(ParameterError, match="vocabulary"):
-        ingest(source, tmp_path / "b.zarr", label_field="label", select="mutual-info")
+        ingest_old(source, tmp_path / "a.zarr", vocabulary=True, select="mutual-info")
+    with pytest.raises(ParameterError, match="drop --hashing"):
+        ingest_old(source, tmp_path / "b.zarr", label_field="label", select="mutual-info",
+                   vocabulary=False)
     with pytest.raises(DataError, match="no term is left"):
-        ingest(source, tmp_path / "c.zarr", vocabulary=True, min_df=len(RECORDS))
+        ingest_old(source, tmp_path / "c.zarr", vocabulary=True, min_df=len(RECORDS))
     assert not list(tmp_path.glob("*.zarr*"))
 
 
@@ -243,9 +244,9 @@ def _write_new(tmp_path: Path) -> str:
 @pytest.mark.parametrize("vocabulary", [True, False])
 def test_like_corpus_transforms_as_the_fitted_vectorizer(tmp_path, vocabulary):
     options = {"stop_words": "english", "sublinear_tf": True, "strip_accents": "unicode"}
-    base = _ingest("jsonl", tmp_path, "base.zarr", vocabulary=vocabulary, n_features=M,
-                   **options)
-    new = ingest(_write_new(tmp_path), tmp_path / "new.zarr", like=base.path, n_workers=1,
+    scheme = {"vocabulary": True} if vocabulary else {"vocabulary": False, "n_features": M}
+    base = _ingest("jsonl", tmp_path, "base.zarr", **scheme, **options)
+    new = ingest_old(_write_new(tmp_path), tmp_path / "new.zarr", like=base.path, n_workers=1,
                  stop_words=None)  # feature options are taken from `like`
     texts = [TEXT[i] for i in IDS]
     if vocabulary:
@@ -272,19 +273,19 @@ def test_like_model(tmp_path):
     model.create_array("idf", data=base.idf)
     vocab = model.create_array("vocabulary", shape=(base.n_features,), dtype=str)
     vocab[:] = np.asarray(base.vocabulary, dtype=object)
-    new = ingest(_write_new(tmp_path), tmp_path / "new.zarr", like=tmp_path / "model.zarr",
+    new = ingest_old(_write_new(tmp_path), tmp_path / "new.zarr", like=tmp_path / "model.zarr",
                  n_workers=1)
-    again = ingest(_write_new(tmp_path), tmp_path / "again.zarr", like=base.path, n_workers=1)
+    again = ingest_old(_write_new(tmp_path), tmp_path / "again.zarr", like=base.path, n_workers=1)
     np.testing.assert_array_equal(_matrix(new), _matrix(again))
 
 
 def test_like_errors(tmp_path):
     source = _write_new(tmp_path)
     with pytest.raises(InputNotFoundError, match="nowhere.zarr"):
-        ingest(source, tmp_path / "a.zarr", like=tmp_path / "nowhere.zarr")
+        ingest_old(source, tmp_path / "a.zarr", like=tmp_path / "nowhere.zarr")
     zarr.open_group(store=str(tmp_path / "other.zarr"), mode="w")
     with pytest.raises(CorpusFormatError, match="other.zarr"):
-        ingest(source, tmp_path / "a.zarr", like=tmp_path / "other.zarr")
+        ingest_old(source, tmp_path / "a.zarr", like=tmp_path / "other.zarr")
     assert not (tmp_path / "a.zarr").exists()
 
 
@@ -313,7 +314,7 @@ def test_bad_jsonl_line_fails_naming_file_and_line(tmp_path, case):
     line, reason = BAD_LINES[case]
     source = _lines(tmp_path, [GOOD[0], b"", line, GOOD[1]])  # line 2 is blank
     with pytest.raises(DataError, match=reason) as info:
-        ingest(source, tmp_path / "out.zarr", max_document_bytes=1000, n_workers=1)
+        ingest_old(source, tmp_path / "out.zarr", max_document_bytes=1000, n_workers=1)
     message = str(info.value)
     assert f"{source}:3" in message and "--on-error skip" in message
     assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.jsonl"]  # nothing left
@@ -324,7 +325,7 @@ def test_bad_jsonl_line_skipped_and_counted(tmp_path, case, caplog):
     line, reason = BAD_LINES[case]
     source = _lines(tmp_path, [GOOD[0], line, GOOD[1], line])
     with caplog.at_level(logging.WARNING, logger="sphdist"):
-        corpus = ingest(source, tmp_path / "out.zarr", max_document_bytes=1000, on_error="skip",
+        corpus = ingest_old(source, tmp_path / "out.zarr", max_document_bytes=1000, on_error="skip",
                         n_features=M, n_workers=1)
     meta = corpus.attrs["ingest"]
     assert meta["n_skipped"] == 2 and corpus.n_documents == 2
@@ -339,7 +340,7 @@ def test_bad_jsonl_line_skipped_and_counted(tmp_path, case, caplog):
 def test_skip_everything_is_an_error(tmp_path):
     source = _lines(tmp_path, [b"nonsense", b"{}"])
     with pytest.raises(DataError, match="2 skipped"):
-        ingest(source, tmp_path / "out.zarr", on_error="skip", n_workers=1)
+        ingest_old(source, tmp_path / "out.zarr", on_error="skip", n_workers=1)
 
 
 def _bad_tree(tmp_path: Path, content: bytes) -> str:
@@ -356,9 +357,9 @@ def _bad_tree(tmp_path: Path, content: bytes) -> str:
 def test_bad_file_in_tree(tmp_path, content, reason):
     source = _bad_tree(tmp_path, content)
     with pytest.raises(DataError, match=reason) as info:
-        ingest(source, tmp_path / "out.zarr", encoding="utf-8", n_workers=1)
+        ingest_old(source, tmp_path / "out.zarr", encoding="utf-8", n_workers=1)
     assert str(Path(source) / "a" / "bad") in str(info.value)
-    corpus = ingest(source, tmp_path / "out.zarr", encoding="utf-8", on_error="skip",
+    corpus = ingest_old(source, tmp_path / "out.zarr", encoding="utf-8", on_error="skip",
                     n_workers=1)
     assert list(corpus.doc_ids) == ["a/good"] and corpus.attrs["ingest"]["n_skipped"] == 1
 
@@ -371,21 +372,21 @@ def test_binary_member_in_tar(tmp_path):
             info.size = len(data)
             archive.addfile(info, io.BytesIO(data))
     with pytest.raises(DataError, match=r"a\.tar:x/blob: binary"):
-        ingest(path, tmp_path / "out.zarr", n_workers=1)
+        ingest_old(path, tmp_path / "out.zarr", n_workers=1)
 
 
 def test_fifty_megabyte_document(tmp_path):
     source = _bad_tree(tmp_path, b"word " * (10 * 2**20))  # 50 MiB
     with pytest.raises(DataError, match="52428800 bytes exceeds the limit") as info:
-        ingest(source, tmp_path / "out.zarr", n_workers=1)
+        ingest_old(source, tmp_path / "out.zarr", n_workers=1)
     assert "a/bad" in str(info.value)
-    corpus = ingest(source, tmp_path / "out.zarr", on_error="skip", n_workers=1)
+    corpus = ingest_old(source, tmp_path / "out.zarr", on_error="skip", n_workers=1)
     assert corpus.n_documents == 1
 
 
 def test_long_jsonl_line_is_skipped_without_reading_the_next(tmp_path):
     source = _lines(tmp_path, [GOOD[0], json.dumps({"text": "y" * 3000}).encode(), GOOD[1]])
-    corpus = ingest(source, tmp_path / "out.zarr", max_document_bytes=100, on_error="skip",
+    corpus = ingest_old(source, tmp_path / "out.zarr", max_document_bytes=100, on_error="skip",
                     n_workers=1)
     assert list(corpus.doc_ids) == [f"{source}:1", f"{source}:3"]
 
@@ -393,7 +394,7 @@ def test_long_jsonl_line_is_skipped_without_reading_the_next(tmp_path):
 @pytest.mark.parametrize("partition_size", [1, None])
 def test_empty_documents_are_kept_and_counted(tmp_path, partition_size):
     source = _lines(tmp_path, [b'{"text": ""}', GOOD[0], b'{"text": "   "}', b'{"text": "!"}'])
-    corpus = ingest(source, tmp_path / "out.zarr", n_workers=1, partition_size=partition_size)
+    corpus = ingest_old(source, tmp_path / "out.zarr", n_workers=1, partition_size=partition_size)
     np.testing.assert_array_equal(corpus.empty, [True, False, True, True])
     assert corpus.n_empty == 3 and corpus.attrs["ingest"]["n_blank_text"] == 2
 
@@ -401,26 +402,26 @@ def test_empty_documents_are_kept_and_counted(tmp_path, partition_size):
 def test_empty_and_missing_sources(tmp_path):
     (tmp_path / "empty.jsonl").write_bytes(b"")
     with pytest.raises(DataError, match="empty.jsonl"):
-        ingest(tmp_path / "empty.jsonl", tmp_path / "out.zarr")
+        ingest_old(tmp_path / "empty.jsonl", tmp_path / "out.zarr")
     (tmp_path / "blank.jsonl").write_bytes(b"\n\n")
     with pytest.raises(DataError, match="no documents"):
-        ingest(tmp_path / "blank.jsonl", tmp_path / "out.zarr")
+        ingest_old(tmp_path / "blank.jsonl", tmp_path / "out.zarr")
     with pytest.raises(InputNotFoundError, match="missing.jsonl"):
-        ingest(tmp_path / "missing.jsonl", tmp_path / "out.zarr")
+        ingest_old(tmp_path / "missing.jsonl", tmp_path / "out.zarr")
     with pytest.raises(InputNotFoundError, match="no file matches"):
-        ingest(str(tmp_path / "none-*.jsonl"), tmp_path / "out.zarr")
+        ingest_old(str(tmp_path / "none-*.jsonl"), tmp_path / "out.zarr")
     assert not (tmp_path / "out.zarr").exists()
 
 
 def test_csv_and_parquet_columns(tmp_path):
     csv = _csv(tmp_path)
     with pytest.raises(DataError, match="no column 'body'"):
-        ingest(csv, tmp_path / "out.zarr", text_field="body")
+        ingest_old(csv, tmp_path / "out.zarr", text_field="body")
     path = tmp_path / "nulls.parquet"
     pq.write_table(pa.table({"text": ["fine words", None, "more words"]}), path)
     with pytest.raises(DataError, match=r"nulls\.parquet:row 2: the 'text' value is null"):
-        ingest(path, tmp_path / "out.zarr", n_workers=1)
-    corpus = ingest(path, tmp_path / "out.zarr", on_error="skip", n_workers=1)
+        ingest_old(path, tmp_path / "out.zarr", n_workers=1)
+    corpus = ingest_old(path, tmp_path / "out.zarr", on_error="skip", n_workers=1)
     assert list(corpus.doc_ids) == [f"{path}:1", f"{path}:3"]
 
 
@@ -428,9 +429,9 @@ def test_unknown_format(tmp_path):
     (tmp_path / "a.txt").write_text("text")
     (tmp_path / "b.csv").write_text("text\nx\n")
     with pytest.raises(ParameterError, match="--format"):
-        ingest([tmp_path / "a.txt", tmp_path / "b.csv"], tmp_path / "out.zarr")
+        ingest_old([tmp_path / "a.txt", tmp_path / "b.csv"], tmp_path / "out.zarr")
     with pytest.raises(ParameterError, match="categories"):
-        ingest(tmp_path / "b.csv", tmp_path / "out.zarr", categories=["x"])
+        ingest_old(tmp_path / "b.csv", tmp_path / "out.zarr", categories=["x"])
 
 
 # -- parallel ------------------------------------------------------------------------------------
@@ -446,7 +447,7 @@ def test_process_pool_same_as_in_process(tmp_path, monkeypatch, method):
     monkeypatch.setattr(sphdist.text.ingest, "_fork_safe", lambda: method == "fork")
     serial = _ingest("jsonl", tmp_path, "a.zarr", vocabulary=True, partition_size=2,
                      chunk_size=1)
-    parallel = ingest(_jsonl(tmp_path), tmp_path / "b.zarr", vocabulary=True, partition_size=2,
+    parallel = ingest_old(_jsonl(tmp_path), tmp_path / "b.zarr", vocabulary=True, partition_size=2,
                       chunk_size=1, n_workers=2, **FIELDS)
     assert parallel.attrs["ingest"]["workers"] == 2
     assert list(parallel.doc_ids) == list(serial.doc_ids)
@@ -478,7 +479,7 @@ def test_cli_bad_line(tmp_path):
     assert f"Error: {source}:2: not JSON" in result.output
     assert "Traceback" not in result.output
     result = runner.invoke(main, ["ingest", source, "-o", str(tmp_path / "out.zarr"),
-                                  "--on-error", "skip", "--json"])
+                                  "--on-error", "skip", "--json", "--hashing"])
     assert result.exit_code == 0, result.output
     assert json.loads(result.stdout.splitlines()[-1])["n_skipped"] == 1
     assert "skipped 1 document" in result.stderr
@@ -500,7 +501,7 @@ def test_active_distributed_client_runs_the_partitions(tmp_path):
     serial = _ingest("jsonl", tmp_path, "a.zarr", partition_size=2, chunk_size=2, n_features=M)
     with LocalCluster(n_workers=2, threads_per_worker=1, processes=False,
                       dashboard_address=":0") as cluster, Client(cluster):
-        parallel = ingest(_jsonl(tmp_path), tmp_path / "b.zarr", partition_size=2, chunk_size=2,
+        parallel = ingest_old(_jsonl(tmp_path), tmp_path / "b.zarr", partition_size=2, chunk_size=2,
                           n_features=M, encoding="utf-8", **FIELDS)
     assert parallel.attrs["ingest"]["workers"] == 2
     assert list(parallel.doc_ids) == list(serial.doc_ids)
@@ -517,7 +518,7 @@ def test_active_distributed_client_runs_the_partitions(tmp_path):
 )
 def test_bad_text_options(tmp_path, kwargs):
     with pytest.raises(ParameterError):
-        ingest(_jsonl(tmp_path), tmp_path / "out.zarr", n_workers=1, **kwargs)
+        ingest_old(_jsonl(tmp_path), tmp_path / "out.zarr", n_workers=1, **kwargs)
     assert not (tmp_path / "out.zarr").exists()
 
 
@@ -540,11 +541,11 @@ def _linked_tree(tmp_path: Path) -> tuple[Path, Path]:
 def test_symlinks_never_read_outside_the_source_folder(tmp_path, caplog):
     tree, outside = _linked_tree(tmp_path)
     with pytest.raises(DataError, match="outside the source folder") as info:
-        ingest(tree, tmp_path / "out.zarr", n_workers=1)
+        ingest_old(tree, tmp_path / "out.zarr", n_workers=1)
     assert str(tree / "a" / "link_out") in str(info.value)
     assert not (tmp_path / "out.zarr").exists()
     with caplog.at_level(logging.WARNING, logger="sphdist"):
-        corpus = ingest(tree, tmp_path / "out.zarr", on_error="skip", n_workers=1,
+        corpus = ingest_old(tree, tmp_path / "out.zarr", on_error="skip", n_workers=1,
                         n_features=M)
     # the link inside the tree is a document (its own id, same text); the link out and the
     # loop are skipped and counted; the linked folder is not followed, and named
@@ -581,17 +582,17 @@ def test_link_swapped_in_after_listing_is_not_read(tmp_path):
 ])
 def test_options_beyond_what_runs_are_refused_before_reading(tmp_path, kwargs, needle):
     with pytest.raises(ParameterError, match=needle):
-        ingest(_jsonl(tmp_path), tmp_path / "out.zarr", n_workers=1, **kwargs)
+        ingest_old(_jsonl(tmp_path), tmp_path / "out.zarr", n_workers=1, **kwargs)
     assert not (tmp_path / "out.zarr").exists()
 
 
 def test_the_suggested_non_capturing_pattern_tokenises(tmp_path):
     with pytest.raises(ParameterError, match="token-pattern") as info:
-        ingest(_jsonl(tmp_path), tmp_path / "out.zarr", n_workers=1,
+        ingest_old(_jsonl(tmp_path), tmp_path / "out.zarr", n_workers=1,
                token_pattern=r"(\w)(\w+)")
     suggested = str(info.value).split("--token-pattern '")[1].split("'")[0]
     assert suggested == r"(?:\w)(?:\w+)"
-    corpus = ingest(_jsonl(tmp_path), tmp_path / "out.zarr", n_workers=1,
+    corpus = ingest_old(_jsonl(tmp_path), tmp_path / "out.zarr", n_workers=1,
                     token_pattern=suggested)
     assert corpus.n_documents > 0
 
@@ -599,14 +600,14 @@ def test_the_suggested_non_capturing_pattern_tokenises(tmp_path):
 def test_bom_only_at_the_start_of_a_jsonl_file(tmp_path):
     lines = [json.dumps({"text": f"alpha beta {i}"}).encode() for i in range(3)]
     path = Path(_lines(tmp_path, [b"\xef\xbb\xbf" + lines[0], *lines[1:]]))
-    assert ingest(path, tmp_path / "a.zarr", n_workers=1).n_documents == 3
+    assert ingest_old(path, tmp_path / "a.zarr", n_workers=1).n_documents == 3
     gz = tmp_path / "bom.jsonl.gz"
     gz.write_bytes(gzip.compress(path.read_bytes()))
-    assert ingest(gz, tmp_path / "b.zarr", n_workers=1).n_documents == 3
+    assert ingest_old(gz, tmp_path / "b.zarr", n_workers=1).n_documents == 3
     # a byte-order mark inside the file is not one: that line is not JSON
     path.write_bytes(b"\n".join([lines[0], b"\xef\xbb\xbf" + lines[1]]) + b"\n")
     with pytest.raises(DataError, match=r"bad.jsonl:2: not JSON"):
-        ingest(path, tmp_path / "c.zarr", n_workers=1)
+        ingest_old(path, tmp_path / "c.zarr", n_workers=1)
 
 
 @pytest.mark.parametrize("name", ["docs.jsonl.gz", "docs.csv.gz"])
@@ -621,7 +622,7 @@ def test_truncated_gzip_names_the_file_and_how_far_it_was_read(tmp_path, name):
     path.write_bytes(data[: len(data) // 2])
     with pytest.raises(DataError, match=rf"{name}: the compressed data end or break after "
                                         rf"(line|row) \d+ .*`gzip -t {path}`"):
-        ingest(path, tmp_path / "out.zarr", n_workers=1)
+        ingest_old(path, tmp_path / "out.zarr", n_workers=1)
     assert not (tmp_path / "out.zarr").exists()
 
 
@@ -633,8 +634,8 @@ def test_not_utf8_names_in_a_tar_archive(tmp_path):
             info.size = len(text)
             archive.addfile(info, io.BytesIO(text))
     with pytest.raises(DataError, match=r"a/caf\\xe9.txt: the member name is not valid UTF-8"):
-        ingest(path, tmp_path / "out.zarr", n_workers=1)
-    corpus = ingest(path, tmp_path / "out.zarr", n_workers=1, on_error="skip")
+        ingest_old(path, tmp_path / "out.zarr", n_workers=1)
+    corpus = ingest_old(path, tmp_path / "out.zarr", n_workers=1, on_error="skip")
     assert list(corpus.doc_ids) == ["a/ok.txt"]
     assert corpus.attrs["ingest"]["n_skipped"] == 1
 
@@ -648,5 +649,5 @@ def test_hashed_feature_space_beyond_this_machines_memory(tmp_path):
         pytest.skip("this machine holds 32 bytes per feature of the largest hashed space")
     with pytest.raises(ParameterError, match=rf"n_features={MAX_FEATURES} needs about 64.0 GiB "
                                              r".* --n-features 1048576"):
-        ingest(_jsonl(tmp_path), tmp_path / "out.zarr", n_workers=1, n_features=MAX_FEATURES)
+        ingest_old(_jsonl(tmp_path), tmp_path / "out.zarr", n_workers=1, n_features=MAX_FEATURES)
     assert not (tmp_path / "out.zarr").exists()

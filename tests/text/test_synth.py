@@ -97,9 +97,10 @@ def test_corpus_equals_sklearn_on_the_jsonl_text(tmp_path, chunk_size):
     assert list(learned.vocabulary) == list(reference.get_feature_names_out())
     np.testing.assert_allclose(_matrix(learned), expected, rtol=0, atol=1e-12)
 
-    # and it is what `ingest` writes from the lines
-    ingested = ingest(tmp_path / "d.jsonl", tmp_path / "i.zarr", n_features=M,
-                      label_field="label", id_field="id", n_workers=1, chunk_size=chunk_size)
+    # and it is what `ingest --hashing --stop-words none --no-sublinear-tf` writes from the lines
+    ingested = ingest(tmp_path / "d.jsonl", tmp_path / "i.zarr", vocabulary=False,
+                      n_features=M, stop_words=None, sublinear_tf=False, label_field="label",
+                      id_field="id", n_workers=1, chunk_size=chunk_size)
     np.testing.assert_array_equal(_matrix(ingested), _matrix(hashed))
     np.testing.assert_array_equal(ingested.idf, hashed.idf)
     assert ingested.feature_scheme == hashed.feature_scheme

@@ -1,0 +1,26 @@
+"""``ingest`` with the options that were its defaults before the text defaults (issue 14).
+
+The tests that use it check sources, partitions and exactness against scikit-learn's
+vectorizers *with scikit-learn's own defaults* (no stop words, raw tf, every term kept), on
+collections of a few documents, which the text defaults' ``min_df=5`` would empty; so they pass
+those options explicitly: 2**18 hashed features (or ``n_features``) unless ``vocabulary=True``.
+The text defaults themselves are tested in ``test_text_defaults.py``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sphdist.text.ingest import ingest
+
+#: ``ingest``'s defaults before issue 14: hashing, no stop words, raw tf.
+OLD_HASHED = {"vocabulary": False, "stop_words": None, "sublinear_tf": False}
+#: scikit-learn's ``TfidfVectorizer`` defaults, for ``vocabulary=True``.
+OLD_VOCABULARY = {"min_df": 1, "max_df": 1.0, "stop_words": None, "sublinear_tf": False}
+
+
+def ingest_old(source: Any, output: Any, **kwargs: Any):
+    """:func:`sphdist.text.ingest.ingest` with the old defaults for what ``kwargs`` omits."""
+    if kwargs.get("like") is None:
+        kwargs = {**(OLD_VOCABULARY if kwargs.get("vocabulary") else OLD_HASHED), **kwargs}
+    return ingest(source, output, **kwargs)
