@@ -136,7 +136,8 @@ def main() -> None:
         lines.append(f"| {name} | {statistics.median(values):.2f} | {min(values):.2f} | "
                      f"{max(values):.2f} |")
     lines += ["", "Whole `sphdist fit --max-iter 3` (a checkpoint every iteration, then V):", "",
-              "| output | wall s | s per iteration (initialisation first; each with its checkpoint) |", "|---|---:|---|"]
+              "| output | wall s | s per iteration (initialisation first; each with its "
+              "checkpoint) |", "|---|---:|---|"]
     for name, fit in fits.items():
         per = ", ".join(f"{x:.2f}" for x in fit["s_per_iteration"])
         lines.append(f"| {name} | {fit['wall_s']:.1f} | {per} |")
