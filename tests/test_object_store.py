@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from sphdist.io import _atomic
+from sphdist.io import _atomic, open_stored
 from sphdist.io._fs import filesystem
 from sphdist.io.corpus_writer import CorpusWriter
 from sphdist.io.model import load_checkpoint, open_model
@@ -134,7 +134,7 @@ def test_fit_in_s3_on_a_local_cluster_equals_the_local_fit(s3_env, s3_corpus, re
 # "cleanup": after the manifest, before the previous version is removed
 CRASH_SCRIPT = """
 import os, signal, sys
-from sphdist.io import _atomic
+from sphdist.io import _atomic, open_stored
 from sphdist.cli import main
 
 crash_at, where, out = int(sys.argv[1]), sys.argv[2], sys.argv[3]
@@ -286,3 +286,64 @@ def test_store_failing_every_request_leaves_no_complete_looking_model(
     clear_s3fs_cache()
     previous = load_checkpoint(out)
     assert previous is None or not previous.has_embedding  # at most a checkpoint, which says so
+
+
+# -- ingest from the bucket, then the whole user path ----------------------------------------
+
+
+def test_ingest_from_the_bucket_then_a_killed_fit_resumes_to_the_local_result(
+    s3_env, tmp_path
+):
+    """JSON Lines (.gz and plain) and Parquet in the bucket -> ``sphdist ingest`` into the
+    bucket -> ``sphdist fit`` killed at a seeded iteration -> ``--resume``: the corpus is
+    bitwise the local ingest of the same files, the model bitwise the local fit."""
+    import fsspec
+    import pandas as pd
+
+    env = s3_env.subprocess_env()
+    local = tmp_path / "docs"
+    local.mkdir()
+    for seed, name in ((0, "a.jsonl.gz"), (1, "b.jsonl")):
+        assert _sphdist(env, "synth", "--n-docs", "400", "--n-topics", "4", "--seed", seed,
+                        "-o", local / name).returncode == 0
+    pd.read_json(local / "b.jsonl", lines=True).to_parquet(local / "c.parquet")
+    fs = fsspec.filesystem("s3")
+    for path in sorted(local.iterdir()):
+        fs.put_file(str(path), f"{s3_env.bucket}/docs/{path.name}")
+    options = ["--label-field", "label", "--id-field", "id", "--min-df", "2"]
+    corpus = f"{s3_env.url}/corpus.zarr"
+    for source, out in (([f"{s3_env.url}/docs/*.jsonl*"], corpus),
+                        ([local / "a.jsonl.gz", local / "b.jsonl"], tmp_path / "local.zarr")):
+        result = _sphdist(env, "ingest", *source, "-o", out, *options)
+        assert result.returncode == 0, result.stderr
+    remote, here = open_stored(corpus, "corpus"), open_stored(tmp_path / "local.zarr", "corpus")
+    assert remote.shape == here.shape and remote.chunks == here.chunks
+    assert all((remote.read_chunk(i) != here.read_chunk(i)).nnz == 0
+               for i in range(here.n_chunks))
+    np.testing.assert_array_equal(remote.idf, here.idf)
+    np.testing.assert_array_equal(remote.labels, here.labels)
+    # Parquet from the bucket reads the same documents as the plain JSON Lines file
+    result = _sphdist(env, "ingest", f"{s3_env.url}/docs/c.parquet", "-o",
+                      f"{s3_env.url}/parquet.zarr", *options)
+    assert result.returncode == 0, result.stderr
+    assert open_stored(f"{s3_env.url}/parquet.zarr", "corpus").n_documents == 400
+
+    args = ["-r", "4", "--max-iter", "6", "--tol", "0", "--seed", "0", "--n-workers", "0"]
+    reference = _sphdist(env, "fit", "-i", tmp_path / "local.zarr", "-o",
+                         tmp_path / "model.zarr", *args)
+    assert reference.returncode == 0, reference.stderr
+    out = f"{s3_env.url}/model.zarr"
+    crash_at = int(np.random.default_rng(16).integers(2, 6))
+    proc = subprocess.run(
+        [sys.executable, "-c", CRASH_SCRIPT, str(crash_at), "after", out, "--log-level",
+         "warning", "fit", "-i", corpus, "-o", out, *args],
+        env=env, capture_output=True, text=True, timeout=180,
+    )
+    assert proc.returncode == -signal.SIGKILL, proc.stderr
+    assert load_checkpoint(out).n_iter == crash_at
+    result = _sphdist(env, "fit", "-i", corpus, "-o", out, *args, "--resume")
+    assert result.returncode == 0, result.stderr
+    fitted, expected = open_model(out), open_model(tmp_path / "model.zarr")
+    assert fitted.objective == expected.objective
+    np.testing.assert_array_equal(fitted.U, expected.U)
+    np.testing.assert_array_equal(fitted.V().compute(), expected.V().compute())

@@ -11,7 +11,6 @@ a ``distributed`` worker alike.
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -19,6 +18,7 @@ import scipy.sparse as sp
 from zarr.codecs import ZstdCodec
 
 from sphdist.errors import DataError
+from sphdist.io._fs import join, load_array, open_file, remove
 from sphdist.io.corpus_writer import store_chunk
 from sphdist.text.sources import Bad, Partition, Reading
 from sphdist.text.tfidf import (
@@ -206,7 +206,7 @@ def _count_chunk(job: CountJob, index: int, k: int, docs: list) -> Counts:
     if labels[0] is not None:
         names, sizes = np.unique(np.asarray(labels, dtype=str), return_counts=True)
         out.label_counts = dict(zip(names.tolist(), sizes.tolist(), strict=True))
-    path = os.path.join(job.spill, f"{index:06d}-{k:05d}.npz")
+    path = join(job.spill, f"{index:06d}-{k:05d}.npz")
     extra: dict[str, np.ndarray] = {}
     if opts.vocabulary and opts.fixed_vocabulary is None:
         vectorizer = opts.count_vectorizer()
@@ -244,9 +244,10 @@ def _count_chunk(job: CountJob, index: int, k: int, docs: list) -> Counts:
         out.class_df = np.asarray((onehot @ presence).T.todense(), dtype=np.int64)
     if labels[0] is not None:
         extra["labels"] = np.asarray(labels, dtype=str)
-    np.savez(path, data=counts.data.astype(np.float64), indices=counts.indices.astype(np.int32),
-             indptr=counts.indptr.astype(np.int64), shape=np.asarray(counts.shape),
-             ids=ids, **extra)
+    with open_file(path, "wb") as f:  # beside the output: local, shared or in the object store
+        np.savez(f, data=counts.data.astype(np.float64), indices=counts.indices.astype(np.int32),
+                 indptr=counts.indptr.astype(np.int64), shape=np.asarray(counts.shape),
+                 ids=ids, **extra)
     out.chunks = [path]
     return out
 
@@ -311,21 +312,21 @@ def weight_chunk(job: WeightJob, index: int, path: str):
 
     Returns the :class:`sphdist.io.corpus_writer.StoredChunk`, the ids and the label codes.
     """
-    idf = np.load(os.path.join(job.spill, "idf.npy"), mmap_mode="r")
-    with np.load(path) as f:
+    idf = load_array(join(job.spill, "idf.npy"))
+    with load_array(path) as f:
         counts = sp.csr_matrix((f["data"], f["indices"], f["indptr"]), shape=tuple(f["shape"]))
         ids = f["ids"]
         labels = f["labels"] if "labels" in f else None
         terms = f["terms"] if job.learned else None
     if terms is not None:
-        vocab = np.load(os.path.join(job.spill, "vocabulary.npy"), mmap_mode="r")
+        vocab = load_array(join(job.spill, "vocabulary.npy"))
         counts = _to_vocabulary(counts, terms, vocab)
     X = weight(counts, np.asarray(idf), job.sublinear_tf)
     codes = None
     if job.label_names is not None:
         codes = np.searchsorted(np.asarray(job.label_names), labels).astype(np.int32)
     stored = store_chunk(job.staging, index, X, job.n_features, compressors=_CHUNK_CODEC)
-    os.remove(path)
+    remove(path)
     return stored, ids.tolist(), codes
 
 

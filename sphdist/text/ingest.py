@@ -50,6 +50,7 @@ from sphdist._progress import progress as _progress
 from sphdist._validation import Number, check_int, check_param
 from sphdist.errors import DataError, InputNotFoundError, OutputExistsError, ParameterError
 from sphdist.io import _atomic
+from sphdist.io._fs import exists, is_remote, join, location, open_file
 from sphdist.io._lock import locks_output
 from sphdist.io.corpus import Corpus
 from sphdist.io.corpus_writer import CorpusWriter
@@ -352,8 +353,8 @@ def ingest(
         if not options.vocabulary:
             _check_feature_memory(options.n_features)
     given["remove_headers"] = bool(remove) and not (like is not None and inherit_remove)
-    output = Path(output)
-    if output.exists() and not overwrite:  # fail before reading a large source
+    output = location(output)
+    if _atomic.committed(output) and not overwrite:  # fail before reading a large source
         raise OutputExistsError(
             f"{output} already exists. To resolve this, choose another output path or pass "
             "--overwrite (overwrite=True)."
@@ -374,7 +375,7 @@ def ingest(
     job = CountJob(options=options, remove=remove, reading=reading, on_error=on_error,
                     chunk_size=chunk_size, need_class_df=options.select is not None,
                     spill="")
-    spill = Path(f"{_atomic.staging_path(output)}-spill")
+    spill = location(f"{_atomic.staging_path(output)}-spill")
     with _scheduler(n_workers, src) as (run, workers), _scratch(spill) as spill_dir:
         job = dataclasses.replace(job, spill=str(spill_dir))
         total = _reduce_counts(run, src, job, workers, progress)
@@ -393,9 +394,10 @@ def ingest(
         keep_all = ingest_command(source, output, given, min_df=1, max_df=1.0)
         m, idf, vocab, mapping = features(options, total, n, like_idf,
                                           remedy=f"`{keep_all}` (min_df=1, max_df=1.0)")
-        np.save(spill_dir / "idf.npy", idf)
-        if mapping is not None:
-            np.save(spill_dir / "vocabulary.npy", mapping)
+        for name, values in (("idf.npy", idf), ("vocabulary.npy", mapping)):
+            if values is not None:
+                with open_file(join(spill_dir, name), "wb") as f:
+                    np.save(f, values)
         label_names = sorted(total.label_counts) if labelled else None
         scheme = options.feature_scheme(m)
         if like_info is not None:
@@ -531,8 +533,8 @@ def read_like(
     from sphdist.io import open_stored, stored_kind
     from sphdist.io._zarr import require_finite
 
-    path = Path(path)
-    if not path.exists():
+    path = location(path)
+    if not exists(path):
         raise InputNotFoundError(f"{path}: no such corpus or model (--like). To resolve this, "
                                  "pass the corpus.zarr or model.zarr to imitate.")
     kind = stored_kind(path)
@@ -694,7 +696,8 @@ def _in_order(client: Any, in_flight: int, fn: Callable, tasks: list[tuple]) -> 
 @contextlib.contextmanager
 def _scratch(path: Path) -> Iterator[Path]:
     """A scratch directory for the spilled counts, removed on exit whatever happens."""
-    path.mkdir(parents=True)
+    if not is_remote(path):  # an object store has no directories
+        path.mkdir(parents=True)
     try:
         yield path
     finally:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import codecs
 import glob as globmod
 import gzip
+import io
 import json
 import logging
 import os
@@ -28,6 +29,15 @@ from typing import Any
 import numpy as np
 
 from sphdist.errors import DataError, InputNotFoundError, ParameterError
+from sphdist.io._fs import (
+    exists,
+    glob,
+    is_remote,
+    is_storage_failure,
+    location,
+    open_file,
+    storage_error,
+)
 from sphdist.text._documents import (
     Bad,
     Reading,
@@ -247,6 +257,9 @@ def _select(
 
 # -- JSON Lines --------------------------------------------------------------------------------
 def _open_binary(path: str):
+    if is_remote(path):  # an object store: fsspec's file, decompressed by gzip here too
+        raw = io.BufferedReader(open_file(path), _SCAN_BLOCK)  # readline(size), as open()'s
+        return gzip.GzipFile(fileobj=raw, mode="rb") if path.endswith(".gz") else raw
     return gzip.open(path, "rb") if path.endswith(".gz") else open(path, "rb")
 
 
@@ -346,7 +359,7 @@ def _scan_lines(path: str, lines_per_partition: int) -> tuple[list[JsonlPartitio
     starts = [0]  # byte offset of the first line of every partition
     n_newlines = offset = 0
     last = b"\n"
-    with open(path, "rb") as f:
+    with open_file(path) as f:
         while block := f.read(_SCAN_BLOCK):
             newlines = np.flatnonzero(np.frombuffer(block, dtype=np.uint8) == 10)
             # partition p >= 1 starts after the newline of global index p * size - 1
@@ -462,7 +475,7 @@ class ParquetPartition(Partition):
 
         wanted = [c for c in (reading.text_field, reading.label_field, reading.id_field) if c]
         first = self.first_row
-        with pq.ParquetFile(self.path) as f:
+        with open_file(self.path) as raw, pq.ParquetFile(raw) as f:
             for group in self.row_groups:
                 frame = f.read_row_group(group, columns=wanted).to_pandas()
                 yield from _frame_records(frame, self.path, first, reading, "row")
@@ -498,8 +511,10 @@ def _expand(source: str | os.PathLike[str] | Sequence[str | os.PathLike[str]]) -
     items = [source] if isinstance(source, (str, os.PathLike)) else list(source)
     paths: list[Path] = []
     for item in items:
-        text = os.fspath(item)
-        if _has_glob(text) and not Path(text).exists():
+        text = str(item) if is_remote(item) else os.fspath(item)
+        if is_remote(text):
+            paths.extend(_expand_url(text))
+        elif _has_glob(text) and not Path(text).exists():
             matches = sorted(globmod.glob(text, recursive=True))
             if not matches:
                 raise InputNotFoundError(
@@ -516,6 +531,30 @@ def _expand(source: str | os.PathLike[str] | Sequence[str | os.PathLike[str]]) -
                     "pattern of them)."
                 )
             paths.append(path)
+    return paths
+
+
+def _expand_url(text: str) -> list[Path]:
+    """The files a URL (or a quoted URL pattern) names, in an object store."""
+    try:
+        urls = glob(text) if _has_glob(text) else ([text] if exists(text) else [])
+    except Exception as exc:
+        if not is_storage_failure(exc):
+            raise
+        raise storage_error(text, exc) from None
+    if not urls:
+        raise InputNotFoundError(
+            f"{text}: no such object{' matches this pattern' if _has_glob(text) else ''}. To "
+            "resolve this, check the URL (list what is there with `aws s3 ls` and the same "
+            "AWS_ENDPOINT_URL), and quote a pattern so the shell does not expand it."
+        )
+    paths = [location(url) for url in urls]
+    if any(p.is_dir() for p in paths):
+        raise ParameterError(
+            f"{text}: a folder in an object store. To resolve this, pass its JSON Lines, CSV "
+            f"or Parquet files with a quoted pattern, e.g. '{text.rstrip('/')}/*.jsonl.gz' "
+            "(folder and tar sources are read from a local or shared filesystem)."
+        )
     return paths
 
 
@@ -558,6 +597,12 @@ def plan(
         raise ParameterError(f"format={format!r}: expected one of {list(FORMATS)}.")
     sampling = categories is not None or max_docs_per_label is not None
     if format in ("dir", "tar"):
+        if any(is_remote(p) for p in paths):
+            raise ParameterError(
+                f"{paths[0]}: {format} sources are read from a local or shared filesystem. To "
+                "resolve this, store the documents as JSON Lines, CSV or Parquet files in the "
+                "bucket, or copy the archive to local disk first."
+            )
         if len(paths) != 1:
             raise ParameterError(
                 f"a {format} source is one path, got {len(paths)}. To resolve this, pass one "
@@ -595,7 +640,8 @@ def plan(
         for p in files:
             try:
                 with stream_errors(str(p), lambda: 0, "row"):  # the header of a .csv.gz
-                    columns = pd.read_csv(p, nrows=0, sep="\t" if ".tsv" in p.name else ",").columns
+                    columns = pd.read_csv(str(p), nrows=0,
+                                          sep="\t" if ".tsv" in p.name else ",").columns
             except (ValueError, UnicodeDecodeError, pd.errors.ParserError) as exc:
                 raise DataError(f"{p}: not a readable CSV file ({exc}). To resolve this, pass a "
                                 "UTF-8 CSV file with a header row.") from None
@@ -610,7 +656,7 @@ def plan(
 
         for p in files:
             try:
-                with pq.ParquetFile(p) as f:
+                with open_file(p) as raw, pq.ParquetFile(raw) as f:
                     meta = f.metadata
                     _check_columns(str(p), f.schema_arrow.names, reading)
             except DataError:
