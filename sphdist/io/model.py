@@ -46,8 +46,11 @@ rename (:mod:`sphdist.io._atomic`), after flushing every file and directory of t
 a crash at any instant, a power loss included, leaves the previous complete checkpoint (or
 none), never a torn one. A reader of a commit interrupted between its renames reads the
 previous version (``model.zarr.old``) in place and changes nothing; the next writer moves it
-back (:func:`save_checkpoint`, ``load_checkpoint(path, recover=True)``). The path must be on a
-filesystem the driver and the workers share (V is written by the workers).
+back (:func:`save_checkpoint`, ``load_checkpoint(path, recover=True)``). In an object store
+(``s3://bucket/model.zarr``) the version is written under ``model.zarr/v-<id>/`` and committed
+by writing the manifest ``model.zarr/zarr.json`` last (one PUT); readers follow it. The path
+must be one the driver and the workers share, a filesystem or an object store (V is written by
+the workers).
 """
 
 from __future__ import annotations
