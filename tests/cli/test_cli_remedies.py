@@ -260,3 +260,30 @@ def test_transform_shows_its_progress_and_q_silences_it(trained, runner, tmp_pat
     quiet = runner.invoke(main, ["-q", *args, "-o", str(tmp_path / "b.zarr")])
     assert quiet.exit_code == 0 and quiet.stderr == "", quiet.stderr
     assert "wrote" in quiet.stdout
+
+
+def test_a_label_field_no_document_has_names_the_fields_present(runner, tmp_path):
+    """Not ``--on-error skip``, which would skip every document: the fields there are, and the
+    option that names the right one (which then ingests every document with its label)."""
+    source = tmp_path / "docs.jsonl"
+    topics = ["space", "hockey"] * 10
+    source.write_text("".join(
+        json.dumps({"text": f"orbit launch rocket {t} {i}", "topic": t}) + "\n"
+        for i, t in enumerate(topics)
+    ))
+    out = tmp_path / "c.zarr"
+    args = ["ingest", str(source), "-o", str(out), "--min-df", "1", "--max-df", "1.0"]
+    result = runner.invoke(main, [*args, "--label-field", "label"])
+    assert result.exit_code == 1 and "Traceback" not in result.output, result.output
+    errors = [ln for ln in result.stderr.splitlines() if ln.startswith("Error: ")]
+    assert len(errors) == 1, result.stderr  # beside the progress lines of the pass
+    line = errors[0]
+    assert "no 'label' field" in line and "['text', 'topic']" in line, line
+    assert "--label-field NAME" in line and "skip every" not in line, line
+    assert not out.exists()
+    result = runner.invoke(main, [*args, "--label-field", "topic"])  # the field it named
+    assert result.exit_code == 0, result.output
+    from sphdist.io import open_stored
+
+    corpus = open_stored(out, "corpus")
+    assert corpus.n_documents == 20 and sorted(corpus.label_names) == ["hockey", "space"]
