@@ -352,3 +352,33 @@ def test_ingest_from_the_bucket_then_a_killed_fit_resumes_to_the_local_result(
     assert fitted.objective == expected.objective
     np.testing.assert_array_equal(fitted.U, expected.U)
     np.testing.assert_array_equal(fitted.V().compute(), expected.V().compute())
+
+
+def test_a_writer_that_lost_its_lease_commits_nothing(s3_env, monkeypatch):
+    """A writer paused past its lease (its renewals stopped) is taken over by another; when it
+    wakes up, its renewal fails and its next commit is refused: the new holder's state stands."""
+    import zarr
+
+    from sphdist.errors import OutputLockedError
+    from sphdist.io import _lock, output_lock
+
+    monkeypatch.setenv("SPHDIST_LOCK_LEASE", "2")
+    out = f"{s3_env.url}/model.zarr"
+    with output_lock(out):
+        lease = _lock._HELD[str(_lock._lock_path(out))].lock
+        lease._stop.set()  # the pause: no renewal from now on
+        lease._thread.join()
+        time.sleep(2.5)  # the lease runs out
+        other = subprocess.Popen([sys.executable, "-c", HOLD_SCRIPT, out],
+                                 env=s3_env.subprocess_env(), stdout=subprocess.PIPE, text=True)
+        try:
+            assert other.stdout.readline().strip() == "held"  # taken over
+            assert not lease.renew() and lease.lost  # the paused writer finds out
+            staging = _atomic.staging_path(out)
+            zarr.open_group(store=str(staging), mode="w-").attrs["sphdist"] = {"kind": "model"}
+            with pytest.raises(OutputLockedError, match="lost its lock"):
+                _atomic.commit_directory(staging, out)
+            assert not _atomic.committed(out)  # no manifest was written
+        finally:
+            other.kill()
+            other.wait()

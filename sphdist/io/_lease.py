@@ -190,14 +190,23 @@ class Lease:
         return record.get("host") == socket.gethostname() and not _pid_alive(record.get("pid"))
 
     def _renew(self) -> None:
-        while not self._stop.wait(self.seconds / 3):
-            try:
-                self.etag = self._put(IfMatch=self.etag)
-            except Exception as exc:
-                if _failed_precondition(exc):
-                    self.lost = True
-                    return
-                # a transient error: try again at the next period, the lease still runs
+        while not self._stop.wait(self.seconds / 3) and self.renew():
+            pass
+
+    def renew(self) -> bool:
+        """Extend the lease once (``If-Match`` on the last etag); False once it is lost.
+
+        A failed precondition means another writer replaced the record: the lease is lost
+        (:meth:`check` then refuses every commit). Any other error is taken as transient: the
+        renewal thread tries again one period later, while the lease still runs.
+        """
+        try:
+            self.etag = self._put(IfMatch=self.etag)
+        except Exception as exc:
+            if _failed_precondition(exc):
+                self.lost = True
+                return False
+        return True
 
     def release(self) -> None:
         """Stop renewing and delete the lock object if it is still this holder's."""
