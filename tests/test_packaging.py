@@ -1,0 +1,83 @@
+"""What a user installs is what is tested: the wheel, installed without extras, runs every path.
+
+CI installs the ``test`` extra, so a runtime import that only an extra provides would pass the
+rest of the suite and break ``pip install sphdist`` (it did: the embedded LocalCluster's TLS
+needs ``cryptography``, once listed only in the test extra). This test builds the wheel,
+installs it into a fresh virtual environment with no extras and no access to this one's
+packages, and runs the commands a new user runs: synth, ingest, fit on threads and on a
+LocalCluster (``--n-workers 2``), transform, export, neighbors, evaluate, info and plot.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import venv
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+pytestmark = pytest.mark.slow
+
+
+def _run(args: list[str], **kwargs) -> subprocess.CompletedProcess:
+    return subprocess.run(args, capture_output=True, text=True, timeout=900, **kwargs)
+
+
+@pytest.fixture(scope="module")
+def bare_install(tmp_path_factory) -> Path:
+    """The ``bin`` folder of a fresh environment holding the wheel and its runtime deps only."""
+    root = tmp_path_factory.mktemp("wheel")
+    built = _run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--quiet", "-w",
+                  str(root / "dist"), str(REPO)])
+    assert built.returncode == 0, built.stderr
+    (wheel,) = (root / "dist").glob("sphdist-*.whl")
+    venv.EnvBuilder(with_pip=True, system_site_packages=False).create(root / "venv")
+    bin_dir = root / "venv" / "bin"
+    installed = _run([str(bin_dir / "python"), "-m", "pip", "install", "--quiet", str(wheel)])
+    assert installed.returncode == 0, installed.stderr
+    return bin_dir
+
+
+@pytest.fixture(scope="module")
+def env() -> dict[str, str]:
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "VIRTUAL_ENV"))}
+    return clean | {"SPHDIST_LOCK_LEASE": "30"}
+
+
+def test_no_extra_is_installed(bare_install):
+    """The environment really lacks the extras (else the test below would prove nothing)."""
+    for extra in ("pytest", "moto", "s3fs", "hypothesis", "dask_jobqueue"):
+        probe = _run([str(bare_install / "python"), "-c", f"import {extra}"])
+        assert probe.returncode != 0, f"{extra} is importable in the bare install"
+
+
+def test_every_path_runs_from_the_wheel_without_extras(bare_install, env, tmp_path):
+    sphdist = str(bare_install / "sphdist")
+
+    def ok(*args: str) -> subprocess.CompletedProcess:
+        done = _run([sphdist, *args], env=env, cwd=tmp_path)
+        assert done.returncode == 0, f"sphdist {' '.join(args)}:\n{done.stderr[-3000:]}"
+        assert "Traceback" not in done.stderr
+        return done
+
+    ok("--help")
+    ok("synth", "--n-docs", "600", "--n-topics", "3", "--seed", "0", "-o", "docs.jsonl")
+    ok("ingest", "docs.jsonl", "--label-field", "label", "-o", "corpus.zarr")
+    ok("fit", "--input", "corpus.zarr", "--output", "threads.zarr", "-r", "4", "--n-workers", "0")
+    # the embedded LocalCluster (TLS with temporary credentials) is what needs cryptography
+    ok("fit", "--input", "corpus.zarr", "--output", "model.zarr", "-r", "4", "--n-workers", "2")
+    ok("transform", "-m", "model.zarr", "-i", "corpus.zarr", "-o", "embedding.zarr")
+    ok("export", "-m", "model.zarr", "-o", "embedding.parquet")
+    first = json.loads((tmp_path / "docs.jsonl").read_text().splitlines()[0])
+    ok("neighbors", "-m", "model.zarr", "--query", first["text"], "-k", "3")
+    figures = json.loads(ok("evaluate", "-m", "model.zarr", "-i", "corpus.zarr", "--json").stdout)
+    assert 0.0 <= figures["accuracy"] <= 1.0
+    ok("info", "model.zarr")
+    ok("plot", "convergence", "-m", "model.zarr", "-o", "convergence.png")
+    assert (tmp_path / "convergence.png").stat().st_size > 0
+    assert (tmp_path / "embedding.parquet").stat().st_size > 0
