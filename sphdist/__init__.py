@@ -21,20 +21,19 @@ References
    Overcomplete Dictionaries for Sparse Representation. IEEE Trans. Signal Processing 54(11).
 """
 
-from importlib.metadata import PackageNotFoundError, version
+from typing import TYPE_CHECKING
 
 from sphdist.errors import SphdistError
-from sphdist.methods.angular import AngularDecomposition
-from sphdist.methods.bae import BAE
-from sphdist.methods.baselines import KSVD, R1PCA
-from sphdist.methods.graph_angular import GraphAngularDecomposition
-from sphdist.methods.spherelets import LiDunsonSphericalPCA
-from sphdist.methods.spherical_pca import SphericalPCA
 
-try:
-    __version__ = version("sphdist")
-except PackageNotFoundError:  # running from a source tree that is not installed
-    __version__ = "0.0.0"
+if TYPE_CHECKING:  # imported on first use (__getattr__ below)
+    from sphdist.methods.angular import AngularDecomposition
+    from sphdist.methods.bae import BAE
+    from sphdist.methods.baselines import KSVD, R1PCA
+    from sphdist.methods.graph_angular import GraphAngularDecomposition
+    from sphdist.methods.spherelets import LiDunsonSphericalPCA
+    from sphdist.methods.spherical_pca import SphericalPCA
+
+    __version__: str
 
 __all__ = [
     "BAE",
@@ -47,3 +46,46 @@ __all__ = [
     "SphericalPCA",
     "__version__",
 ]
+
+#: The estimators, imported on first use (PEP 562, as SciPy and scikit-image do): importing
+#: sphdist -- as the command line does to answer ``--help`` -- imports neither scikit-learn
+#: nor SciPy nor Dask.
+_ESTIMATORS = {
+    "AngularDecomposition": "sphdist.methods.angular",
+    "BAE": "sphdist.methods.bae",
+    "GraphAngularDecomposition": "sphdist.methods.graph_angular",
+    "KSVD": "sphdist.methods.baselines",
+    "LiDunsonSphericalPCA": "sphdist.methods.spherelets",
+    "R1PCA": "sphdist.methods.baselines",
+    "SphericalPCA": "sphdist.methods.spherical_pca",
+}
+
+#: Subpackages and modules reachable as attributes (``sphdist.methods``), imported on first use.
+_SUBMODULES = (
+    "cli", "core", "datasets", "errors", "io", "jobs", "methods", "metrics", "text",
+    "_progress", "_validation",
+)
+
+
+def __getattr__(name: str) -> object:
+    import importlib
+
+    if name in _ESTIMATORS:
+        value = getattr(importlib.import_module(_ESTIMATORS[name]), name)
+    elif name == "__version__":
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            value = version("sphdist")
+        except PackageNotFoundError:  # running from a source tree that is not installed
+            value = "0.0.0"
+    elif name in _SUBMODULES:
+        return importlib.import_module(f"{__name__}.{name}")
+    else:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    globals()[name] = value  # later look-ups find it without calling __getattr__
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__) | set(_SUBMODULES))
