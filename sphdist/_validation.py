@@ -34,6 +34,7 @@ from sklearn.utils._param_validation import (
     Interval,
     InvalidParameterError,
     Options,
+    StrOptions,
     make_constraint,
 )
 
@@ -42,6 +43,7 @@ from sphdist.errors import ParameterError
 __all__ = [
     "InvalidParameterValueError",
     "Number",
+    "FloatDtype",
     "at_least",
     "describe",
     "check_param",
@@ -67,6 +69,20 @@ class Number(Interval):
     def is_satisfied_by(self, val: Any) -> bool:
         """Whether ``val`` is a number (not a bool) in the interval."""
         return not isinstance(val, (bool, np.bool_)) and super().is_satisfied_by(val)
+
+
+class FloatDtype(StrOptions):
+    """A float dtype given by name, NumPy type or ``numpy.dtype``: float64 or float32."""
+
+    def __init__(self) -> None:
+        super().__init__({"float64", "float32"})
+
+    def is_satisfied_by(self, val: Any) -> bool:
+        """Whether ``numpy.dtype(val)`` is float64 or float32."""
+        try:
+            return np.dtype(val).name in self.options
+        except TypeError:
+            return False
 
 
 def at_least(low: int) -> Number:

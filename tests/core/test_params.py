@@ -8,8 +8,9 @@ import pytest
 from sklearn.utils._param_validation import InvalidParameterError
 
 from sphdist import SphericalPCA
+from sphdist._validation import Number, describe
 from sphdist.cli._common import param_type
-from sphdist.core import kernels, params, solver
+from sphdist.core import kernels, params, partials, solver
 from sphdist.errors import ParameterError
 from sphdist.jobs.fit import fit_corpus
 
@@ -96,6 +97,35 @@ def test_validated_context_skips_the_table_but_not_the_shape():
 
 def test_step_modes_are_defined_once():
     assert solver.STEP_MODES is params.STEP_MODES
+
+
+def test_the_tables_choices_are_the_kernels():
+    # the table holds them as plain data (the command line imports no SciPy to show them)
+    assert set(params.POLAR_METHODS) == set(kernels.POLAR_METHODS)
+    assert set(params.PARTIAL_FORMATS) == set(partials.PARTIAL_FORMATS)
+
+
+@pytest.mark.parametrize("table", ["PARAMS", "JOB_PARAMS"])
+def test_the_plain_spec_says_what_the_constraints_say(table):
+    """The words the command line shows without scikit-learn are scikit-learn's."""
+    for param in getattr(params, table).values():
+        assert params.describe(param.spec) == describe(param.constraints), param.name
+        for item, constraint in zip(param.spec, param.constraints, strict=True):
+            if isinstance(item, params.Range):
+                assert isinstance(constraint, Number)
+                assert (constraint.type, constraint.left, constraint.right, constraint.closed) \
+                    == (item.type, item.left, item.right, item.closed)
+        assert param.constraints is param.constraints  # built once
+
+
+def test_the_lazy_names_are_the_validation_modules():
+    from sphdist import _validation
+
+    assert params.validated is _validation.validated
+    assert params.skip_validation is _validation.skip_validation
+    assert params.Number is Number and params.FloatDtype is _validation.FloatDtype
+    with pytest.raises(AttributeError):
+        params.NotAThing  # noqa: B018
 
 
 def test_estimator_constraints_and_defaults_are_the_tables():
