@@ -23,31 +23,12 @@ from sklearn.utils._param_validation import StrOptions
 
 from sphdist._validation import Number, at_least, validate
 from sphdist.errors import ParameterError
+from sphdist.text.defaults import DEFAULT_N_FEATURES, INGEST_DEFAULTS, MAX_FEATURES
+from sphdist.text.defaults import MAX_CHUNK_SIZE as MAX_CHUNK_SIZE  # for sphdist.text.ingest
 
 DEFAULT_TOKEN_PATTERN = r"(?u)\b\w\w+\b"
-#: Largest hashed feature space: scikit-learn's ``HashingVectorizer`` takes
-#: ``1 <= n_features < 2**31 - 1`` (its feature indices, like the stored ones, are int32).
-MAX_FEATURES = 2**31 - 2
-#: Largest number of documents per chunk (and per partition) of an ingest: beyond any task's
-#: memory already, and it keeps the byte-offset arithmetic of the partitions inside int64.
-MAX_CHUNK_SIZE = 2**31 - 1
 STRIP_ACCENTS = (None, "ascii", "unicode")
 STOP_WORDS = (None, "english")
-
-#: Defaults of ingestion (``sphdist ingest`` and :func:`sphdist.text.ingest.ingest`): a learned
-#: vocabulary of the terms in at least ``min_df`` documents and at most a fraction ``max_df`` of
-#: them, English stop words dropped, sublinear tf. On 20 Newsgroups (all 20 groups, headers,
-#: footers and quotes removed, r = 100) Spherical PCA's k-means accuracy / NMI went from
-#: 0.243 / 0.217 with 2**18 hashed features and none of these options to 0.431 / 0.413, and its
-#: fit was 5-8 times faster (a 24,164-term U instead of 2**18 rows):
-#: ``pipelines/results/text_defaults.md``, setting e against setting a. The ``min_df`` and
-#: ``max_df`` values are scikit-learn's documented text-clustering recipe's.
-INGEST_DEFAULTS: dict[str, Any] = {
-    "vocabulary": True, "min_df": 5, "max_df": 0.5, "stop_words": "english",
-    "sublinear_tf": True,
-}
-#: Hashed features when hashing is asked (``--hashing``) and no ``n_features`` is given.
-DEFAULT_N_FEATURES = 2**18
 
 _DOCUMENT_COUNT = (at_least(0), Number(Real, 0, 1, closed="both"))  # a count or a fraction
 #: scikit-learn constraints of :class:`TextOptions`, checked in this order.
