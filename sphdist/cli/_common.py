@@ -19,17 +19,14 @@ from typing import Any
 
 import click
 import numpy as np
-from sklearn.utils._param_validation import Interval, Options
 
-from sphdist._progress import progress
-from sphdist._validation import describe
-from sphdist.core.params import PARAMS, Param
+from sphdist.core.params import PARAMS, Choice, Param, Range, describe
 from sphdist.errors import SphdistError
 
 logger = logging.getLogger("sphdist")
 
-def _range(interval: Interval) -> click.ParamType:
-    """IntRange / FloatRange with the ends of a scikit-learn ``Interval``."""
+def _range(interval: Range) -> click.ParamType:
+    """IntRange / FloatRange with the ends of a :class:`~sphdist.core.params.Range`."""
     kind = click.IntRange if interval.type is Integral else click.FloatRange
     return kind(
         min=interval.left, max=interval.right,
@@ -59,12 +56,12 @@ class _NumberOrChoice(click.ParamType):
 
 
 def param_type(param: Param) -> click.ParamType:
-    """The click type of a fit parameter, derived from its constraints.
+    """The click type of a fit parameter, derived from its spec (no scikit-learn imported).
 
-    ``Interval`` -> ``IntRange`` / ``FloatRange`` with the same open or closed ends,
-    ``StrOptions`` (and ``Options``) -> ``Choice``, an Interval or words (``lam``, ``mu``) -> one
-    type taking either; constraints a command line cannot express (None, a RandomState) are left
-    out.
+    :class:`~sphdist.core.params.Range` -> ``IntRange`` / ``FloatRange`` with the same open or
+    closed ends, :class:`~sphdist.core.params.Choice` -> ``click.Choice``, a range or words
+    (``lam``, ``mu``) -> one type taking either; what a command line cannot express (None, a
+    RandomState) is left out.
 
     Parameters
     ----------
@@ -75,10 +72,10 @@ def param_type(param: Param) -> click.ParamType:
     -------
     click.ParamType
     """
-    ranges = [c for c in param.constraints if isinstance(c, Interval)]
-    choices = sorted(o for c in param.constraints if isinstance(c, Options) for o in c.options)
+    ranges = [c for c in param.spec if isinstance(c, Range)]
+    choices = sorted(o for c in param.spec if isinstance(c, Choice) for o in c.options)
     if ranges and choices:
-        return _NumberOrChoice(_range(ranges[0]), choices, describe(param.constraints))
+        return _NumberOrChoice(_range(ranges[0]), choices, describe(param.spec))
     if ranges:
         return _range(ranges[0])
     return click.Choice(choices)
@@ -294,6 +291,8 @@ class FitProgress:
     """
 
     def __init__(self, max_iter: int, bar: bool, tol: float = 0.0):
+        from sphdist._progress import progress
+
         self.max_iter = max_iter
         self.tol = tol
         self._lines = not bar  # one log line per iteration (a counter of tenths is too sparse)
@@ -336,10 +335,16 @@ class FitProgress:
 
 
 def _checked(name: str) -> Callable[[click.Context, click.Parameter, Any], Any]:
-    """A click callback refusing a value with :mod:`sphdist.jobs.cluster`'s check ``name``."""
+    """A click callback refusing a value with :mod:`sphdist.jobs.cluster`'s check ``name``.
+
+    An option's own default is not checked (it is valid, and the check imports distributed).
+    """
 
     def callback(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
-        if value is None:
+        if value is None or (
+            param.name is not None
+            and ctx.get_parameter_source(param.name) is click.core.ParameterSource.DEFAULT
+        ):
             return value
         from sphdist.jobs import cluster
 

@@ -10,9 +10,8 @@ from pathlib import Path
 import click
 
 from sphdist.cli._common import STORE_PATH
-from sphdist.jobs.info import plural
+from sphdist.text.defaults import DEFAULT_N_FEATURES, INGEST_DEFAULTS, MAX_CHUNK_SIZE, MAX_FEATURES
 from sphdist.text.sources import FORMATS
-from sphdist.text.tfidf import DEFAULT_N_FEATURES, INGEST_DEFAULTS, MAX_CHUNK_SIZE, MAX_FEATURES
 
 logger = logging.getLogger("sphdist")
 
@@ -154,6 +153,7 @@ def ingest(
     pipelines/results/text_defaults.md). --hashing [--n-features N] hashes instead.
     """
     from sphdist.datasets import newsgroups_archive
+    from sphdist.jobs.info import plural
     from sphdist.text.ingest import REMOVE_OPTIONS
     from sphdist.text.ingest import ingest as run_ingest
 
@@ -238,6 +238,7 @@ def synth(
     as_json: bool,
 ) -> None:
     """Write a seeded synthetic collection: Zipfian words, topic mixtures, known labels."""
+    from sphdist.jobs.info import plural
     from sphdist.text.synth import synth as run_synth
 
     summary = run_synth(

@@ -1,0 +1,167 @@
+"""The command line answers help, --version and usage errors without the heavy libraries.
+
+``sphdist --help`` used to import scikit-learn, SciPy, Dask and every method (2.4-2.9 s on 2
+busy cores). These tests check the mechanism -- which modules a fresh interpreter has imported
+after the command -- never a wall time (STYLE.md: speed is measured in benchmarks).
+"""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+#: Imported only by the work itself (a fit, an ingest, a figure), never to parse arguments.
+HEAVY = ("dask", "distributed", "sklearn", "scipy", "zarr", "matplotlib", "numba", "pandas")
+
+#: Runs ``sphdist ARGS`` in this interpreter, then prints the exit status and the heavy
+#: top-level packages in sys.modules as the last line of stdout.
+_PROBE = f"""
+import json, sys
+from sphdist.cli import main
+try:
+    main(sys.argv[1:], prog_name="sphdist")
+except SystemExit as exc:
+    code = exc.code
+else:
+    code = 0
+loaded = sorted({{name.partition(".")[0] for name in sys.modules}} & set({HEAVY!r}))
+print(json.dumps({{"code": code, "heavy": loaded}}))
+"""
+
+
+def _run(code: str, *args: str) -> tuple[dict, subprocess.CompletedProcess]:
+    result = subprocess.run(
+        [sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=120,
+        env={**_clean_env(), "COLUMNS": "100"},
+    )
+    lines = result.stdout.strip().splitlines()
+    assert lines, result.stderr
+    return json.loads(lines[-1]), result
+
+
+def _clean_env() -> dict:
+    import os
+
+    return {k: v for k, v in os.environ.items() if k != "DASK_SCHEDULER_ADDRESS"}
+
+
+COMMANDS = [
+    [], ["ingest"], ["synth"], ["fit"], ["evaluate"], ["transform"], ["export"], ["neighbors"],
+    ["info"], ["plot"], ["plot", "convergence"], ["plot", "embedding"],
+]
+
+
+@pytest.mark.parametrize("command", COMMANDS, ids=lambda c: " ".join(c) or "main")
+def test_help_imports_no_heavy_library(command):
+    report, result = _run(_PROBE, *command, "--help")
+    assert report["code"] == 0, result.stderr
+    assert "Usage: sphdist" in result.stdout
+    assert report["heavy"] == []
+
+
+def test_version_imports_no_heavy_library():
+    report, result = _run(_PROBE, "--version")
+    assert report["code"] == 0, result.stderr
+    assert result.stdout.startswith("sphdist, version ")
+    assert report["heavy"] == []
+
+
+USAGE_ERRORS = {
+    "not a number": (["fit", "-r", "notanumber", "--input", "x"], "'notanumber' is not a valid"),
+    "missing option": (["fit"], "Missing option '--input'"),
+    "out of range": (["fit", "--input", "x", "--lam", "1.5"],
+                     "'1.5' is not a float in the range [2.0, 4503599627370496.0] or one of "
+                     "'exact', 'palm', 'theory'."),
+    # declared after the cluster options: their defaults are not checked on the way
+    "after the cluster options": (["fit", "--input", "x", "--retries", "-1"],
+                                  "-1 is not in the range x>=0."),
+    "not a dtype": (["fit", "--input", "x", "--dtype", "int8"], "is not one of"),
+    "ingest": (["ingest", "--min-df", "abc", "-o", "x"], "neither an integer nor a float"),
+    "transform": (["transform", "-m", "m.zarr"], "Missing option '--input'"),
+    "unknown command": (["fitt"], "No such command 'fitt'"),
+}
+
+
+@pytest.mark.parametrize("case", list(USAGE_ERRORS))
+def test_usage_errors_import_no_heavy_library(case):
+    args, message = USAGE_ERRORS[case]
+    report, result = _run(_PROBE, *args)
+    assert report["code"] == 2, result.stderr
+    assert message in " ".join(result.stderr.split()), result.stderr
+    assert report["heavy"] == []
+
+
+def test_importing_the_package_imports_no_heavy_library():
+    code = f"""
+import json, sys
+import sphdist
+sphdist.__version__, sphdist.SphdistError, dir(sphdist)
+print(json.dumps({{"heavy": sorted({{n.partition(".")[0] for n in sys.modules}}
+                                  & set({HEAVY!r}))}}))
+"""
+    report, _ = _run(code)
+    assert report["heavy"] == []
+
+
+def test_the_parameter_table_imports_no_heavy_library():
+    code = f"""
+import json, sys
+from sphdist.core import params
+params.PARAMS["lam"].spec, params.defaults(), params.JOB_PARAMS["retries"].default
+print(json.dumps({{"heavy": sorted({{n.partition(".")[0] for n in sys.modules}}
+                                  & set({HEAVY!r}))}}))
+"""
+    report, _ = _run(code)
+    assert report["heavy"] == []
+
+
+def _options(command, path=()):
+    import click
+
+    for param in command.params:
+        yield path, param, param.get_default(click.Context(command))
+    if isinstance(command, click.Group):
+        for name, sub in command.commands.items():
+            yield from _options(sub, (*path, name))
+
+
+def test_the_unchecked_defaults_pass_their_checks():
+    """A default is not given to :mod:`sphdist.jobs.cluster`'s check (that imports distributed):
+    each one passes it."""
+    import inspect
+
+    from sphdist.cli import main
+    from sphdist.jobs import cluster
+
+    checked = []
+    for path, param, default in _options(main):
+        if param.callback is not None and param.callback.__qualname__.startswith("_checked."):
+            check = inspect.getclosurevars(param.callback).nonlocals["name"]
+            if isinstance(default, (str, int)):  # not None nor click's UNSET
+                getattr(cluster, check)(default)  # raises if the default were refused
+                checked.append((path, param.name))
+    assert (("fit",), "memory_limit") in checked and (("fit",), "dashboard_address") in checked
+
+
+def test_public_names_are_those_of_before():
+    import sphdist
+    from sphdist.methods.angular import AngularDecomposition
+    from sphdist.methods.baselines import KSVD
+    from sphdist.methods.spherical_pca import SphericalPCA
+
+    assert set(sphdist.__all__) == {
+        "BAE", "KSVD", "AngularDecomposition", "GraphAngularDecomposition",
+        "LiDunsonSphericalPCA", "R1PCA", "SphdistError", "SphericalPCA", "__version__",
+    }
+    assert set(sphdist.__all__) <= set(dir(sphdist))
+    assert {"core", "methods", "errors"} <= set(dir(sphdist))
+    assert sphdist.SphericalPCA is SphericalPCA and sphdist.KSVD is KSVD
+    assert sphdist.AngularDecomposition is AngularDecomposition
+    assert isinstance(sphdist.__version__, str) and sphdist.__version__
+    assert sphdist.methods.spherical_pca.SphericalPCA is SphericalPCA
+    namespace: dict = {}
+    exec("from sphdist import *", namespace)
+    assert set(sphdist.__all__) <= set(namespace)
+    with pytest.raises(AttributeError, match="has no attribute 'NotAThing'"):
+        sphdist.NotAThing  # noqa: B018
