@@ -369,9 +369,8 @@ def cluster_options(command: Callable[..., Any]) -> Callable[..., Any]:
                      help="Existing Dask scheduler [env DASK_SCHEDULER_ADDRESS]; default: run "
                           "on this machine."),
         click.option("--n-workers", type=click.IntRange(min=0),
-                     help="Worker processes of a LocalCluster; 0: dask's threads in this "
-                          "process [default: threads for a fit of a corpus of at most 512 MiB "
-                          "stored, else one process per core]."),
+                     help="Worker processes of a LocalCluster [default: 0, dask's threads in "
+                          "this process, whatever the size of the corpus]."),
         click.option("--threads-per-worker", type=click.IntRange(min=1), default=1,
                      show_default=True,
                      help="Threads per LocalCluster worker (each task runs one BLAS thread)."),
@@ -412,7 +411,7 @@ def connect_options(
 ) -> Any:
     """:func:`sphdist.jobs.cluster.connect` with the values of :func:`cluster_options`.
 
-    ``kwargs`` (e.g. ``dashboard_address``, ``data_nbytes``) are passed on to ``connect``. The
+    ``kwargs`` (e.g. ``dashboard_address``) are passed on to ``connect``. The
     embedded cluster's own log records (a failed task's traceback block) are dropped unless
     ``--log-level debug``: the error reaches the user as the one ``Error:`` line. An embedded
     LocalCluster speaks TLS unless ``insecure_local_cluster`` (and no TLS files are given).

@@ -11,6 +11,7 @@ import click
 from sphdist.cli._common import (
     STORE_PATH,
     FitProgress,
+    _checked,
     cluster_options,
     connect_options,
     echo_json,
@@ -49,20 +50,25 @@ logger = logging.getLogger("sphdist")
 @click.option("--overwrite", is_flag=True,
               help="Replace an existing --output (never one another process is writing).")
 @param_option("checkpoint_every", table=JOB_PARAMS)
+@click.option("--memory-budget", default="auto", show_default=True,
+              callback=_checked("check_memory_budget"),
+              help="Most memory X may take, e.g. 4GiB: held in memory (read once) when it fits, "
+                   "else streamed from the store every iteration; auto: a quarter of the "
+                   "available memory (of the workers' memory limits on a cluster); 0 streams.")
 @cluster_options
 @local_cluster_options
 @param_option("retries", table=JOB_PARAMS)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object on stdout.")
 def fit(
     input_: Path, output: Path | None, init_from: Path | None, resume: bool, overwrite: bool,
-    checkpoint_every: int, scheduler_address: str | None, n_workers: int | None,
+    checkpoint_every: int, memory_budget: int | None, scheduler_address: str | None,
+    n_workers: int | None,
     threads_per_worker: int, memory_limit: str, dashboard_address: str,
     insecure_local_cluster: bool,
     tls_ca_file: str | None, tls_cert: str | None, tls_key: str | None, retries: int,
     as_json: bool, **params: Any,
 ) -> None:
     """Fit Spherical PCA to a corpus on a Dask cluster, checkpointing every iteration."""
-    from sphdist.jobs.cluster import stored_nbytes
     from sphdist.jobs.fit import fit_with_retries, prepare_fit
     from sphdist.jobs.info import plural, shown_objective
 
@@ -75,10 +81,10 @@ def fit(
     n_components, max_iter = params["n_components"], params["max_iter"]
     with prepare_fit(
         input_, output, checkpoint_every=checkpoint_every, resume=resume, overwrite=overwrite,
-        init_from=init_from, **params,
+        init_from=init_from, memory_budget=memory_budget, **params,
     ) as prepared, connect_options(
         scheduler_address, n_workers, threads_per_worker, memory_limit, tls_ca_file, tls_cert,
-        tls_key, dashboard_address=dashboard_address, data_nbytes=stored_nbytes(prepared.source),
+        tls_key, dashboard_address=dashboard_address,
         insecure_local_cluster=insecure_local_cluster,
     ):
         progress = FitProgress(max_iter, bar=progress_enabled(), tol=params["tol"])

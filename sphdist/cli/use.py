@@ -51,15 +51,14 @@ def transform(
     tls_cert: str | None, tls_key: str | None, as_json: bool,
 ) -> None:
     """Embed the documents of a corpus with a fitted model (the exact V-step, on Dask)."""
-    from sphdist.jobs.cluster import stored_nbytes
     from sphdist.jobs.info import plural
     from sphdist.jobs.transform import check_transform, transform_corpus
 
     # refuse swapped paths, a mismatched corpus or an existing output before any cluster
-    # starts; a small corpus runs in this process, as a fit of it does
-    _, source = check_transform(model, input_, output, overwrite=overwrite)
+    # starts; on one machine it runs in this process, as a fit does
+    check_transform(model, input_, output, overwrite=overwrite)
     with connect_options(scheduler_address, n_workers, threads_per_worker, memory_limit,
-                         tls_ca_file, tls_cert, tls_key, data_nbytes=stored_nbytes(source)):
+                         tls_ca_file, tls_cert, tls_key):
         emb = transform_corpus(
             model, input_, output, overwrite=overwrite, progress=progress_mode()
         )

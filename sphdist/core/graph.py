@@ -10,7 +10,8 @@ between lives here, composed from dask primitives (:func:`dask.array.blockwise`,
 * :func:`broadcast` -- a small driver array (U) sent once to every worker;
 * :func:`per_chunk` -- a kernel applied to every document chunk, one result dict per chunk;
   :func:`block_pass` -- :func:`sphdist.core.kernels.pass_block` applied to blocks of
-  consecutive chunks (:func:`block_bounds`);
+  consecutive chunks, each of a fixed number of accumulation chains reading its blocks in
+  turn (:func:`chain_bounds`);
 * :func:`tree_sum` -- the partials of those dicts summed in a fixed tree
   (``dask.array.reduction`` over :func:`sphdist.core.partials.partials_chunk` and its pair), so
   the sum never depends on the number of workers or on task completion order;
@@ -46,6 +47,7 @@ __all__ = [
     "broadcast",
     "per_chunk",
     "block_bounds",
+    "chain_bounds",
     "block_pass",
     "embedding",
     "tree_sum",
@@ -292,6 +294,44 @@ def block_bounds(
     return bounds
 
 
+def chain_bounds(
+    chunk_sizes: Sequence[int], n_chains: int,
+    max_block_documents: int = MAX_BLOCK_DOCUMENTS,
+) -> list[list[tuple[int, int]]]:
+    """Split the chunks into at most ``n_chains`` chains of consecutive blocks.
+
+    Parameters
+    ----------
+    chunk_sizes : sequence of int
+        Documents per chunk (``X.chunks[1]``).
+    n_chains : int
+        Most chains: ``block_bounds(n_chunks, n_chains)``, ranges of consecutive chunks.
+    max_block_documents : int, default 32768
+        Each chain is cut into blocks of at most this many documents (a larger chunk is a
+        block of its own), one task each, read in turn.
+
+    Returns
+    -------
+    list of list of (int, int)
+        Per chain, the ``[start, stop)`` chunk ranges of its blocks, in order. A function of
+        the chunk layout and ``n_chains`` only: the summation order of a pass (block by block
+        along each chain, then the chains in a fixed tree) never depends on what runs it,
+        and the partials held at once are one per chain, however large n grows.
+
+    Examples
+    --------
+    >>> chain_bounds([4096] * 5, 2, max_block_documents=8192)
+    [[(0, 2), (2, 3)], [(3, 5)]]
+    >>> chain_bounds([10, 50_000, 10], 1, max_block_documents=8192)
+    [[(0, 1), (1, 2), (2, 3)]]
+    """
+    chains = []
+    for start, stop in block_bounds(len(chunk_sizes), n_chains):
+        pieces = block_bounds(stop - start, 1, chunk_sizes[start:stop], max_block_documents)
+        chains.append([(start + a, start + b) for a, b in pieces])
+    return chains
+
+
 def tree_sum(parts: da.Array, split_every: int) -> da.Array:
     """Sum per-chunk (or per-block) result dicts in a fixed tree of fan-in ``split_every``.
 
@@ -368,7 +408,7 @@ def block_pass(
     max_partials: int, dtype: Any, partials: str, features: np.ndarray | None = None,
     keep_V: bool = True, find_features: bool = False, spill: Spill | None = None,
 ) -> tuple[da.Array | None, dict[str, Any]]:
-    """One read of every chunk: :func:`sphdist.core.kernels.pass_block` per block of chunks.
+    """One read of every chunk: :func:`sphdist.core.kernels.pass_onto` along each chain.
 
     Parameters
     ----------
@@ -382,9 +422,11 @@ def block_pass(
     lam, dtype, partials, features, keep_V, find_features
         Passed to :func:`kernels.pass_block`.
     split_every : int
-        Fan-in of the tree that sums the block partials (:func:`tree_sum`).
+        Fan-in of the tree that sums the chains' partials (:func:`tree_sum`).
     max_partials : int
-        At most this many blocks of consecutive chunks (:func:`block_bounds`), one task each.
+        At most this many accumulation chains (:func:`chain_bounds`): each reads its blocks
+        of consecutive chunks in turn, one task per block adding them to the chain's sum, so
+        a pass holds at most ``max_partials`` partial sums whatever n.
     spill : callable, optional
         With ``keep_V``, where the new V goes instead of worker memory: called with the lazy
         V, it returns the store to compute with the pass (``dask.array.store(...,
@@ -409,24 +451,28 @@ def block_pass(
         vs = None if V_prev is None else V_prev.to_delayed().ravel()
     sizes = X.chunks[1]
     meta = np.empty((0, 0), dtype=dtype)
-    leaves, V_blocks = [], []
-    for b, (start, stop) in enumerate(block_bounds(len(xs), max_partials, sizes)):
-        part = dask.delayed(kernels.pass_block, pure=False)(
-            list(xs[start:stop]), U_d, None if vs is None else list(vs[start:stop]),
-            lam=lam, dtype=dtype, partials=partials, features=features, keep_V=keep_V,
-            find_features=find_features, dask_key_name=(name, b),
-        )
+    leaves, V_blocks, b = [], [], 0
+    for chain in chain_bounds(sizes, max_partials):
+        part = None  # the chain's sum so far: each block task adds its chunks to it
+        for start, stop in chain:
+            part = dask.delayed(kernels.pass_onto, pure=False)(
+                part, list(xs[start:stop]), U_d,
+                None if vs is None else list(vs[start:stop]), lam=lam, dtype=dtype,
+                partials=partials, features=features, keep_V=keep_V,
+                find_features=find_features, dask_key_name=(name, b),
+            )
+            b += 1
+            if keep_V:
+                V_blocks += [
+                    da.from_delayed(
+                        dask.delayed(_take, pure=False)(
+                            part, "V", j - start, dask_key_name=(f"{name}-V", j)
+                        ),
+                        shape=(r, sizes[j]), dtype=dtype, meta=meta,
+                    )
+                    for j in range(start, stop)
+                ]
         leaves.append(da.from_delayed(part, shape=(1,), dtype=object, meta=_OBJECTS))
-        if keep_V:
-            V_blocks += [
-                da.from_delayed(
-                    dask.delayed(_take, pure=False)(
-                        part, "V", j - start, dask_key_name=(f"{name}-V", j)
-                    ),
-                    shape=(r, sizes[j]), dtype=dtype, meta=meta,
-                )
-                for j in range(start, stop)
-            ]
     total = tree_sum(da.concatenate(leaves), split_every)
     with _unfused():
         V = da.concatenate(V_blocks, axis=1) if keep_V else None

@@ -692,6 +692,27 @@ def fit(
     )
     if X.numblocks[0] != 1:
         X = X.rechunk({0: -1})
+    # one BLAS thread on the driver for the whole fit: the rounding of U_0's polar factor, the
+    # U-steps' GEMMs and the objective's dot products then never depends on how many threads
+    # BLAS would take here (threads in this process, a LocalCluster's client, an external
+    # cluster's), so the result is a function of X and the parameters alone
+    with threadpool_limits(limits=1, user_api="blas"):
+        return _fit(
+            X, n_components, lam=lam, mu=mu, max_iter=max_iter, tol=tol, init=init,
+            random_state=random_state, init_n_iter=init_n_iter, split_every=split_every,
+            state=state, U0=U0, callback=callback, max_partials=max_partials, dtype=dtype,
+            polar=polar, partials=partials, accelerate=accelerate, keep_V=keep_V, spill=spill,
+        )
+
+
+def _fit(
+    X: da.Array, n_components: int, *, lam: Any, mu: Any, max_iter: int, tol: float, init: str,
+    random_state: Any, init_n_iter: int, split_every: int, state: FitState | None,
+    U0: np.ndarray | None, callback: Callable[[FitState], None] | None, max_partials: int,
+    dtype: Any, polar: str, partials: str, accelerate: bool, keep_V: bool,
+    spill: Callable[[int, da.Array], Any] | None,
+) -> FitState:
+    """The body of :func:`fit`, with X rechunked and BLAS on one thread."""
     keep_V = not stateless(lam, keep_V)
     # the stateless exact iteration with the exact U-step runs on the occurring features:
     # X V^T is zero on every other row, so U_{k+1} = polar(X V_k^T) is zero there too

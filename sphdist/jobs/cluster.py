@@ -30,26 +30,24 @@ from distributed.security import Security
 from sphdist.errors import InputNotFoundError, ParameterError
 
 __all__ = [
-    "IN_PROCESS_MAX_BYTES",
+    "MEMORY_BUDGET_FRACTION",
     "check_dashboard_address",
+    "check_memory_budget",
     "check_memory_limit",
     "check_scheduler_address",
     "connect",
-    "runs_in_process",
+    "holds_in_memory",
     "stored_nbytes",
     "tls_security",
 ]
 
 logger = logging.getLogger("sphdist")
 
-#: Largest X, in stored bytes (:func:`stored_nbytes`), that a job given neither a scheduler nor
-#: a number of workers runs on dask's threaded scheduler in its own process instead of starting
-#: a LocalCluster. Measured on the 2-core development machine (``sphdist fit``, r = 20, threads
-#: vs 2 worker processes; cluster/README.md): threads took 0.2-0.6x the LocalCluster's seconds
-#: per iteration on every corpus from 20 Newsgroups (21 MiB stored) to 500k synthetic documents
-#: (496 MiB). The limit is the largest size measured, not a crossover: above it a fit keeps the
-#: workers' bounded memory (X streamed, spilled, retried on worker loss).
-IN_PROCESS_MAX_BYTES = 512 * 2**20
+#: Fraction of the memory available to a job that X may take when it is held in memory
+#: (``--memory-budget``'s default): in this process, of what the OS reports available; on a
+#: cluster, of the workers' summed memory limits. The rest is left to the pass (U, the chains'
+#: partial sums, the chunks in flight), to the driver's arrays and to everything else.
+MEMORY_BUDGET_FRACTION = 0.25
 
 #: A remedy for a bad scheduler address, as a working command.
 _ADDRESS_REMEDY = (
@@ -236,35 +234,92 @@ def stored_nbytes(source: Any) -> int:
     return int(m) * int(n) * 8
 
 
-def runs_in_process(nbytes: int, available: int | None = None) -> bool:
-    """Whether X of ``nbytes`` stored bytes is small enough for the threaded scheduler.
+def check_memory_budget(value: str | int | None) -> int | None:
+    """``--memory-budget`` in bytes: None for the default, else a size such as ``4GiB`` or 0.
+
+    Raises
+    ------
+    ParameterError
+        If the value is neither a size nor ``auto``.
+
+    Examples
+    --------
+    >>> check_memory_budget("4GiB"), check_memory_budget("auto"), check_memory_budget(0)
+    (4294967296, None, 0)
+    """
+    if value is None or value == "auto":
+        return None
+    try:
+        nbytes = parse_bytes(value) if isinstance(value, str) else int(value)
+    except (ValueError, TypeError):
+        nbytes = -1
+    if nbytes < 0:
+        raise ParameterError(
+            f"memory budget {value!r} is not a size. To resolve this, pass bytes or a size "
+            "such as --memory-budget 4GiB (0 streams X from the store every iteration)."
+        )
+    return int(nbytes)
+
+
+def holds_in_memory(
+    nbytes: int, budget: int | None = None, client: Client | None = None,
+    available: int | None = None,
+) -> tuple[bool, str]:
+    """Whether a job holds X in memory or streams it from the store, and why, in words.
 
     Parameters
     ----------
     nbytes : int
-        X's stored size (:func:`stored_nbytes`), in bytes.
+        X's size in memory (:func:`stored_nbytes`: CSC values, indices and pointers), in bytes.
+    budget : int, optional
+        The most bytes X may take, in bytes (``--memory-budget``). Default
+        :data:`MEMORY_BUDGET_FRACTION` of the memory available: to this process (``available``,
+        default what the OS reports) on dask's threaded scheduler, or the workers' summed
+        memory limits with a ``client`` (unknown limits: X is streamed).
+    client : distributed.Client, optional
+        The cluster the job runs on; None for threads in this process.
     available : int, optional
-        Memory available to this process, in bytes; default what the OS reports
-        (``psutil.virtual_memory().available``).
+        Memory available to this process, in bytes (for the threaded scheduler's default).
 
     Returns
     -------
-    bool
-        ``nbytes`` is at most :data:`IN_PROCESS_MAX_BYTES` and at most an eighth of
-        ``available`` (X held in memory next to the job's other arrays).
+    hold : bool
+        ``nbytes <= budget``: X is read once and kept (``persist``) in this process or the
+        workers' memory; else every pass reads and decompresses each chunk from the store as
+        its task runs, so memory does not grow with n.
+    reason : str
+        One line for the log: which, the sizes, and the option that changes it.
 
     Examples
     --------
-    >>> runs_in_process(22 * 2**20, available=8 * 2**30), runs_in_process(2**30, 8 * 2**30)
-    (True, False)
-    >>> runs_in_process(100 * 2**20, available=512 * 2**20)
+    >>> hold, why = holds_in_memory(2**30, available=16 * 2**30)
+    >>> hold, why[:64]
+    (True, 'X (1.00 GiB) is held in memory: within the memory budget of 4.00')
+    >>> holds_in_memory(2**30, budget=0)[0]
     False
     """
-    if available is None:
-        import psutil
+    if budget is not None:
+        source = "--memory-budget"
+    elif client is None:
+        if available is None:
+            import psutil
 
-        available = psutil.virtual_memory().available
-    return nbytes <= min(IN_PROCESS_MAX_BYTES, available // 8)
+            available = psutil.virtual_memory().available
+        budget = int(available * MEMORY_BUDGET_FRACTION)
+        source = f"a quarter of the {format_bytes(available)} available; --memory-budget sets it"
+    else:
+        limits = [w.get("memory_limit") or 0 for w in client.scheduler_info()["workers"].values()]
+        total = sum(limits) if limits and all(limits) else 0
+        budget = int(total * MEMORY_BUDGET_FRACTION)
+        source = (f"a quarter of the workers' {format_bytes(total)} memory limits; "
+                  "--memory-budget sets it") if total else "the workers set no memory limit"
+    size = f"X ({format_bytes(nbytes)})"
+    if nbytes <= budget:
+        where = "in memory" if client is None else "in the workers' memory"
+        return True, (f"{size} is held {where}: within the memory budget of "
+                      f"{format_bytes(budget)} ({source})")
+    return False, (f"{size} is streamed from the store every iteration, chunk by chunk: above "
+                   f"the memory budget of {format_bytes(budget)} ({source})")
 
 
 @contextlib.contextmanager
@@ -286,7 +341,6 @@ def connect(
     memory_limit: str | int = "auto",
     dashboard_address: str = "127.0.0.1:0",
     security: Security | bool | None = None,
-    data_nbytes: int | None = None,
     silence_logs: int = logging.CRITICAL,
 ) -> Iterator[Client | None]:
     """A distributed Client, or dask's threaded scheduler, for the duration of a ``with`` block.
@@ -298,9 +352,9 @@ def connect(
         ``DASK_SCHEDULER_ADDRESS`` environment variable; if neither is set, the job runs on
         this machine (below).
     n_workers : int, optional
-        Worker processes of an embedded LocalCluster; 0 runs on dask's threaded scheduler in
-        this process instead. Default: threads in this process when ``data_nbytes`` is given
-        and small (:func:`runs_in_process`), else a LocalCluster of one worker per core.
+        Worker processes of an embedded LocalCluster. Default (and 0): dask's threaded
+        scheduler in this process, one thread per core, whatever the size of the data (the
+        job holds X in memory or streams it, :func:`holds_in_memory`).
     threads_per_worker : int, default 1
         Threads per worker process of the LocalCluster.
     memory_limit : str or int, default "auto"
@@ -314,9 +368,6 @@ def connect(
         case but ``security=False``: by default with temporary credentials of its own
         (``Security.temporary()``, held in memory), so that no other local process can
         connect to it and run code in its workers.
-    data_nbytes : int, optional
-        Stored size of the data the job reads, in bytes (:func:`stored_nbytes`); lets the
-        default choose threads for small data. None (the default) keeps the LocalCluster.
     silence_logs : int, default logging.CRITICAL
         Level below which the LocalCluster's scheduler, nanny and worker log records are
         dropped; by default a failed task's ``Compute Failed`` block is not printed (the
@@ -340,8 +391,9 @@ def connect(
     -----
     The LocalCluster and everything it listens on bind to 127.0.0.1. On one machine the
     threaded scheduler moves no bytes between processes: scipy's sparse products and NumPy's
-    BLAS release the GIL, so two threads keep two cores busy (cluster/README.md has the
-    measurements behind :data:`IN_PROCESS_MAX_BYTES`).
+    BLAS release the GIL (two threads on their own chunks ran 1.66x one thread's work rate),
+    so two threads keep two cores busy, where a LocalCluster's iterations took about twice as
+    long (U and the partials cross processes every pass; ``pipelines/results/benchmark.md``).
     """
     address = scheduler_address or os.environ.get("DASK_SCHEDULER_ADDRESS")
     if address:
@@ -357,25 +409,16 @@ def connect(
         raise ParameterError(f"threads_per_worker must be >= 1, got {threads_per_worker}.")
     check_memory_limit(memory_limit)
     check_dashboard_address(dashboard_address)
-    limit = format_bytes(IN_PROCESS_MAX_BYTES)
-    size = "" if data_nbytes is None else f"X is {format_bytes(data_nbytes)} stored, "
-    if n_workers == 0 or (
-        n_workers is None and data_nbytes is not None and runs_in_process(data_nbytes)
-    ):
+    if n_workers is None or n_workers == 0:
         logger.info(
             "running in this process on dask's threaded scheduler (%d threads), no worker "
-            "processes: %s; --n-workers N starts a LocalCluster of N worker processes instead",
-            os.cpu_count() or 1,
-            "as --n-workers 0 asks" if n_workers == 0 else f"{size}at most the {limit} fitted so",
+            "processes%s; --n-workers N starts a LocalCluster of N worker processes instead",
+            os.cpu_count() or 1, " (--n-workers 0)" if n_workers == 0 else "",
         )
         with _threads():
             yield None
         return
-    why = f"--n-workers {n_workers}" if n_workers is not None else "one per core" + (
-        "" if data_nbytes is None
-        else f": {size}above the {limit} (or an eighth of the available memory) fitted in this "
-        "process; --n-workers 0 fits there anyway"
-    )
+    why = f"--n-workers {n_workers}"
     n_workers = n_workers or os.cpu_count() or 1
     with LocalCluster(
         n_workers=n_workers,

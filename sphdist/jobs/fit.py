@@ -60,6 +60,7 @@ from sphdist.io.model import (
     save_checkpoint,
     u_sha256,
 )
+from sphdist.jobs.cluster import check_memory_budget, holds_in_memory, stored_nbytes
 
 __all__ = [
     "fit_corpus", "prepare_fit", "PreparedFit", "fit_with_retries", "warm_start",
@@ -110,6 +111,9 @@ class PreparedFit:
         The checkpoint to resume, or None for a fresh fit.
     U0 : ndarray of shape (m, r), float64, or None
         The warm start.
+    memory_budget : int or None
+        The most bytes X may take in memory, in bytes; None: the default of
+        :func:`sphdist.jobs.cluster.holds_in_memory`. Above it X is streamed every pass.
 
     Notes
     -----
@@ -126,6 +130,7 @@ class PreparedFit:
     overwrite: bool
     previous: Model | None
     U0: np.ndarray | None
+    memory_budget: int | None = None
     _ran: bool = dataclasses.field(default=False, init=False, repr=False)
     _held: contextlib.ExitStack = dataclasses.field(
         default_factory=contextlib.ExitStack, init=False, repr=False
@@ -208,7 +213,10 @@ class PreparedFit:
                 save(s)  # U_k alone (and V_k, for a fit that keeps it)
 
         X = source.to_dask()
-        if graph.active_client() is None:  # threads of this process: X read once, kept
+        hold, why = holds_in_memory(stored_nbytes(source), self.memory_budget,
+                                    graph.active_client())
+        logger.info(why)
+        if hold:  # read once and kept; else every pass reads each chunk as its task runs
             X = X.persist()
         scratch = ScratchV(output)  # V_k of a fit that keeps it (lam != 2): on disk
         with fit_params.validated():  # prepare_fit validated every parameter
@@ -269,13 +277,14 @@ def prepare_fit(
     resume: bool = False,
     overwrite: bool = False,
     init_from: str | os.PathLike[str] | None = None,
+    memory_budget: int | str | None = None,
     **params: Any,
 ) -> PreparedFit:
     """Everything of a fit that needs no cluster: validate, open, decide, read the warm start.
 
     Parameters
     ----------
-    input, output, n_components, checkpoint_every, resume, overwrite, init_from
+    input, output, n_components, checkpoint_every, resume, overwrite, init_from, memory_budget
         As for :func:`fit_corpus`.
     **params
         The other solver parameters of :data:`sphdist.core.params.SOLVER_PARAMS`; those not
@@ -304,6 +313,7 @@ def prepare_fit(
     fit_params.validate(
         {"checkpoint_every": checkpoint_every}, "sphdist.jobs.fit.fit_corpus", fit_params.JOB_PARAMS
     )
+    budget = check_memory_budget(memory_budget)
     held = contextlib.ExitStack()
     held.enter_context(output_lock(output))  # before anything at output is looked at
     try:
@@ -313,6 +323,7 @@ def prepare_fit(
         held.close()
         raise
     prepared._held = held
+    prepared.memory_budget = budget
     weakref.finalize(prepared, held.close)  # released even if never closed
     return prepared
 
@@ -361,6 +372,7 @@ def fit_corpus(
     resume: bool = False,
     overwrite: bool = False,
     init_from: str | os.PathLike[str] | None = None,
+    memory_budget: int | str | None = None,
     callback: Callable[[solver.FitState], None] | None = _log_iteration,
 ) -> Model:
     """Fit Spherical PCA to a stored corpus, checkpointing to ``output``.
@@ -399,6 +411,13 @@ def fit_corpus(
         both have one); the idf may differ (a refit on newer documents). Recorded in the
         parameters as ``init_from`` (the sha256 of that U), so ``resume`` continues only the
         same warm start.
+    memory_budget : int or str, optional
+        The most memory X may take, in bytes or as a size (``"4GiB"``); X (its CSC values,
+        indices and pointers, :func:`sphdist.jobs.cluster.stored_nbytes`) is read once and
+        held in memory when it fits, else streamed from the store chunk by chunk every
+        iteration (the result is bitwise the same). Default: a quarter of the memory
+        available to this process, or of the workers' summed memory limits on a cluster
+        (:func:`sphdist.jobs.cluster.holds_in_memory`); 0 always streams.
     callback : callable or None
         Called with the solver state after every iteration; default logs one line
         (iteration, objective, relative change, seconds) to the ``sphdist`` logger.
@@ -434,7 +453,7 @@ def fit_corpus(
         init=init, random_state=random_state, init_n_iter=init_n_iter, split_every=split_every,
         max_partials=max_partials, dtype=dtype, polar=polar, partials=partials,
         accelerate=accelerate, checkpoint_every=checkpoint_every, resume=resume,
-        overwrite=overwrite, init_from=init_from,
+        overwrite=overwrite, init_from=init_from, memory_budget=memory_budget,
     ) as prepared:
         return prepared.run(callback)
 

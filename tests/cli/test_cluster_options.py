@@ -77,14 +77,16 @@ def test_scheduler_address_from_the_environment_is_checked_too(runner, corpus, t
     assert "'foo://bar'" in result.stderr and "DASK_SCHEDULER_ADDRESS" in result.stderr
 
 
-def test_small_corpus_fits_on_threads_and_says_so(runner, corpus, tmp_path, nothing_starts):
+def test_a_fit_runs_on_threads_and_says_where_x_lives(runner, corpus, tmp_path, nothing_starts):
     out = tmp_path / "m.zarr"
     result = runner.invoke(main, ["fit", "-i", str(corpus), "-o", str(out), "-r", "2",
                                   "--max-iter", "3", "--tol", "0"])
     assert result.exit_code == 0, result.output
     [line] = [line for line in result.stderr.splitlines() if "scheduler" in line]
-    assert "in this process on dask's threaded scheduler" in line and "stored" in line
+    assert "in this process on dask's threaded scheduler" in line
     assert "--n-workers N starts a LocalCluster" in line
+    [line] = [line for line in result.stderr.splitlines() if "memory budget" in line]
+    assert "is held in memory" in line and "--memory-budget sets it" in line
     assert open_model(out).n_iter == 3
 
 

@@ -1,5 +1,6 @@
 """Where jobs run: LocalClusters of worker processes (TLS by default), or dask's threads in
-this process for small data; fits on a 20 Newsgroups subset."""
+this process (the default at every size), X held in memory or streamed; fits on a 20
+Newsgroups subset."""
 
 import logging
 import subprocess
@@ -111,30 +112,29 @@ def test_stored_nbytes_counts_values_indices_and_pointers(newsgroups5):
     assert X.nnz == newsgroups5.nnz
 
 
-def test_small_data_runs_on_threads_in_this_process(newsgroups5, monkeypatch, caplog):
+def test_one_machine_runs_in_this_process_at_every_size(newsgroups5, monkeypatch, caplog):
     def no_cluster(*args, **kwargs):
         raise AssertionError("a LocalCluster was started")
 
     monkeypatch.setattr(cluster, "LocalCluster", no_cluster)
     monkeypatch.delenv("DASK_SCHEDULER_ADDRESS", raising=False)
     before = _blas_threads()
-    with caplog.at_level(logging.INFO, logger="sphdist"), \
-            connect(data_nbytes=stored_nbytes(newsgroups5)) as client:
-        assert client is None
-        assert dask.base.get_scheduler() is dask.threaded.get
-        with pytest.raises(ValueError, match="No clients found"):
-            default_client()
-        assert _blas_threads() == {1}  # one BLAS thread per task, as in a worker process
-    assert _blas_threads() == before
-    [line] = [r.getMessage() for r in caplog.records if "threaded scheduler" in r.getMessage()]
-    assert "stored" in line and "--n-workers N starts a LocalCluster" in line
+    for n_workers in (None, 0):
+        caplog.clear()
+        with caplog.at_level(logging.INFO, logger="sphdist"), \
+                connect(n_workers=n_workers) as client:
+            assert client is None
+            assert dask.base.get_scheduler() is dask.threaded.get
+            with pytest.raises(ValueError, match="No clients found"):
+                default_client()
+            assert _blas_threads() == {1}  # one BLAS thread per task, as in a worker process
+        assert _blas_threads() == before
+        [line] = [r.getMessage() for r in caplog.records
+                  if "threaded scheduler" in r.getMessage()]
+        assert "--n-workers N starts a LocalCluster" in line
 
-    # n_workers=0 forces threads whatever the size; so does nothing for a caller without a size
-    with connect(n_workers=0, data_nbytes=10**15) as client:
-        assert client is None and dask.base.get_scheduler() is dask.threaded.get
 
-
-def test_large_data_or_n_workers_keeps_the_local_cluster(monkeypatch):
+def test_n_workers_starts_the_local_cluster(monkeypatch):
     started = []
 
     class Started(Exception):
@@ -146,13 +146,78 @@ def test_large_data_or_n_workers_keeps_the_local_cluster(monkeypatch):
 
     monkeypatch.setattr(cluster, "LocalCluster", local_cluster)
     monkeypatch.delenv("DASK_SCHEDULER_ADDRESS", raising=False)
-    for kwargs in (dict(data_nbytes=cluster.IN_PROCESS_MAX_BYTES + 1),
-                   dict(data_nbytes=1, n_workers=1), dict()):
-        with pytest.raises(Started), connect(**kwargs):
+    for n_workers in (1, 2):
+        with pytest.raises(Started), connect(n_workers=n_workers):
             pass
-    assert len(started) == 3
+    assert [k["n_workers"] for k in started] == [1, 2]
     # secure by default: temporary TLS credentials, and the cluster's logs silenced
     assert all(k["security"] is True and k["silence_logs"] == logging.CRITICAL for k in started)
+
+
+@pytest.mark.parametrize("nbytes, budget, available, held", [
+    (2**30, None, 4 * 2**30, True),  # a quarter of the available memory
+    (2**30 + 1, None, 4 * 2**30, False),
+    (10, 0, 2**40, False),  # --memory-budget 0 always streams
+    (2**30, 2**30, 1, True),  # an explicit budget wins over what is available
+])
+def test_x_is_held_in_memory_within_the_budget(nbytes, budget, available, held):
+    hold, why = cluster.holds_in_memory(nbytes, budget, available=available)
+    assert hold is held
+    assert ("held in memory" if held else "streamed from the store") in why
+    assert "--memory-budget" in why
+
+
+class _Workers:
+    def __init__(self, *limits):
+        self._info = {"workers": {f"w{i}": {"memory_limit": m} for i, m in enumerate(limits)}}
+
+    def scheduler_info(self):
+        return self._info
+
+
+def test_on_a_cluster_the_budget_is_a_quarter_of_the_workers_memory():
+    assert cluster.holds_in_memory(2**30, client=_Workers(2**31, 2**31))[0]
+    assert not cluster.holds_in_memory(2**30 + 1, client=_Workers(2**31, 2**31))[0]
+    hold, why = cluster.holds_in_memory(1, client=_Workers(2**31, 0))  # a worker without limit
+    assert not hold and "no memory limit" in why
+
+
+@pytest.mark.parametrize("value", ["4XB", "-1GiB", "lots"])
+def test_a_memory_budget_that_is_not_a_size_is_refused(value):
+    with pytest.raises(ParameterError, match="--memory-budget 4GiB"):
+        cluster.check_memory_budget(value)
+
+
+def test_a_streamed_fit_reads_every_chunk_every_pass_and_equals_the_held_one(
+    newsgroups5, tmp_path, monkeypatch, caplog
+):
+    """The mechanism of ``--memory-budget``: held, X is read once; streamed, once per pass."""
+    from sphdist.io import corpus as corpus_module
+
+    reads = []
+    real = corpus_module._read_chunk
+    monkeypatch.setattr(corpus_module, "_read_chunk",
+                        lambda *args, **kw: reads.append(args[1]) or real(*args, **kw))
+    models = {}
+    for name, budget in (("held", None), ("streamed", 0)):
+        reads.clear()
+        caplog.clear()
+        with connect(n_workers=0), caplog.at_level(logging.INFO, logger="sphdist"):
+            models[name] = fit_corpus(newsgroups5.path, tmp_path / f"{name}.zarr",
+                                      memory_budget=budget, **(KWARGS | {"max_iter": 3}))
+        passes = len(reads) / newsgroups5.n_chunks
+        messages = " ".join(r.getMessage() for r in caplog.records)
+        if name == "held":
+            # one read for the fit; the final embedding reads X again (a new graph)
+            assert passes <= 2 and "is held in memory" in messages
+        else:
+            # the first pass, 3 iterations (the accelerated ones may take 2), the embedding
+            assert passes >= 5 and "is streamed from the store" in messages
+            assert sorted(set(reads)) == list(range(newsgroups5.n_chunks))
+    held, streamed = models["held"], models["streamed"]
+    assert streamed.objective == held.objective
+    np.testing.assert_array_equal(streamed.U, held.U)
+    np.testing.assert_array_equal(streamed.V().compute(), held.V().compute())
 
 
 @pytest.mark.parametrize("kwargs, needle", [
