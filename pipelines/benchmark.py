@@ -260,6 +260,11 @@ def cli() -> None:
 @cli.command("run")
 @click.option("--sizes", default="100000,250000,1000000,2000000", callback=_sizes,
               show_default=True, help="Synthetic corpus sizes (documents), comma-separated.")
+@click.option("--streamed-sizes", default="1000000,2000000", callback=_sizes,
+              show_default=True,
+              help="Synthetic sizes also fitted with --memory-budget 0 (X streamed).")
+@click.option("--cluster-sizes", default="1000000", callback=_sizes, show_default=True,
+              help="Synthetic sizes also fitted on a LocalCluster (--n-workers <cores>).")
 @click.option("--newsgroups/--no-newsgroups", default=True, show_default=True,
               help="Include 20 Newsgroups, hashed and vocabulary features.")
 @click.option("-r", "--n-components", "r", default=100, show_default=True,
@@ -286,8 +291,9 @@ def cli() -> None:
               show_default=True)
 @click.option("--output", type=click.Path(path_type=Path), default=RESULTS / "benchmark",
               show_default=True, help="Output stem: writes .md, .json and .png.")
-def run(sizes, newsgroups, r, max_iter, fit_args, seed, peers, jobs, peer_max_docs,
-        fit_timeout, peer_timeout, mem_limit_gib, reingest, work_dir, output) -> None:
+def run(sizes, streamed_sizes, cluster_sizes, newsgroups, r, max_iter, fit_args, seed, peers,
+        jobs, peer_max_docs, fit_timeout, peer_timeout, mem_limit_gib, reingest, work_dir,
+        output) -> None:
     """Build (or reuse) the corpora, measure sphdist and its peers, write the report."""
     jobs = {j for j in jobs.split(",") if j}
     peers = [p for p in peers.split(",") if p] if "peers" in jobs else []
@@ -305,6 +311,7 @@ def run(sizes, newsgroups, r, max_iter, fit_args, seed, peers, jobs, peer_max_do
                    f"{os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES') / 2**30:.0f} GiB",
         "r": r, "max_iter": max_iter, "fit_args": shlex.split(fit_args), "seed": seed,
         "peers": peers, "peer_max_docs": peer_max_docs, "load_start": load_average(),
+        "streamed_sizes": streamed_sizes, "cluster_sizes": cluster_sizes,
         "corpora": {}, "notes": list(NOTES),
     }
     limits = {"mem_limit": mem_limit_gib}
@@ -329,14 +336,20 @@ def run(sizes, newsgroups, r, max_iter, fit_args, seed, peers, jobs, peer_max_do
             click.echo(f"[{name}] sphdist fit", err=True)
             entry["sphdist"] = fit_job(**fit, fit_args=results["fit_args"])
             write_report(results, output)
-        if name.startswith("synthetic") and entry.get("sphdist", {}).get("n_workers_seen") == 0:
-            # the in-process fast path: no worker to weigh; fit again on a LocalCluster
+        n_docs = entry["ingest"]["n_documents"]
+        if "sphdist" in jobs and n_docs in streamed_sizes:
+            # the other side of --memory-budget: X read from the store every pass
+            click.echo(f"[{name}] sphdist fit --memory-budget 0", err=True)
+            entry["sphdist_streamed"] = fit_job(
+                **fit, fit_args=[*results["fit_args"], "--memory-budget", "0"])
+            write_report(results, output)
+        if "sphdist" in jobs and n_docs in cluster_sizes:
+            # the LocalCluster a user asks for with --n-workers: what its processes cost
             click.echo(f"[{name}] sphdist fit --n-workers {os.cpu_count()}", err=True)
             entry["sphdist_cluster"] = fit_job(
                 **fit, fit_args=[*results["fit_args"], "--n-workers", str(os.cpu_count())])
             write_report(results, output)
         for peer in peers:
-            n_docs = entry["ingest"]["n_documents"]
             if n_docs > peer_max_docs.get(peer, n_docs):
                 entry["peers"][peer] = {"error": f"not run (--peer-max-docs "
                                                  f"{peer}={peer_max_docs[peer]})"}

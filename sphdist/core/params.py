@@ -264,7 +264,8 @@ PARAMS: dict[str, Param] = {p.name: p for p in (
     Param("partials", (Choice(frozenset(PARTIAL_FORMATS)),), "auto",
           "Format of the X V^T block partials (bitwise the same result; auto moves fewer bytes)."),
     Param("max_partials", (_at_least(1),), 8,
-          "At most this many (m, r) partials per pass: blocks of consecutive document chunks."),
+          "At most this many (m, r) partials per pass: accumulation chains, each reading its "
+          "blocks of consecutive document chunks in turn (memory flat in n)."),
     Param("accelerate", ("boolean",), True,
           "Extrapolated exact U-step with a monotone safeguard (Ang and Gillis 2019): 14-20% "
           "fewer passes to tol; no effect unless lam and mu are exact."),

@@ -4,14 +4,16 @@ Each iteration k -> k+1 is
 
 1. **U-step, on the driver** (Eq. 3.11): ``U_{k+1} = polar(M)`` from the reduced partials
    ``X V_k^T`` (m, r) and ``V_k V_k^T`` (r, r) of the previous pass (:func:`kernels.u_step`);
-2. **one pass over X**: the document chunks are grouped into at most ``max_partials`` blocks
-   of consecutive chunks (:func:`graph.block_bounds`, a function of the chunk count only); one task
-   per block reads each of its chunks once and returns their new ``V_c`` (Eq. 3.12) together
-   with ``sum_c X_c V_c^T``, ``sum_c V_c V_c^T`` and the objective terms, accumulated in place
-   in one float64 array in chunk order (:func:`kernels.pass_block`); the block partials
-   are summed in a fixed tree of fan-in ``split_every``, so the result does not depend on the
-   number of workers or on task completion order; the new V stays on the cluster, chunked like
-   X. U is broadcast to the workers once per iteration.
+2. **one pass over X**: the document chunks are split into at most ``max_partials``
+   accumulation chains of consecutive blocks (:func:`graph.chain_bounds`, a function of the
+   chunk layout only); one task per block reads each of its chunks once and computes their
+   new ``V_c`` (Eq. 3.12) together with ``sum_c X_c V_c^T``, ``sum_c V_c V_c^T`` and the
+   objective terms, accumulated in place in one float64 array in chunk order
+   (:func:`kernels.pass_block`), and adds them to its chain's sum (:func:`kernels.pass_onto`);
+   the chains' sums are added in a fixed tree of fan-in ``split_every``, so the result does
+   not depend on the scheduler, the number of workers or task completion order, and the
+   partials held at once do not grow with n; the new V (when kept) stays chunked like X.
+   U is broadcast to the workers once per iteration.
 
    ``X V^T`` partials are **row-sparse** by default (``partials="auto"``): a block's
    ``sum_c X_c V_c^T`` is nonzero only on the features that occur in its chunks, so it is kept
@@ -290,8 +292,8 @@ def initialize(
     U0 : ndarray of shape (m, r), optional
         Start from this U instead (warm start); orthonormalised by its polar factor.
     max_partials : int, default 8
-        Chunks are grouped into at most this many blocks of consecutive chunks, one task and
-        one (m, r) partial each (:func:`graph.block_bounds`).
+        Chunks are split into at most this many accumulation chains of consecutive blocks,
+        one (m, r) partial sum each (:func:`graph.chain_bounds`).
     dtype : numpy.float64 or numpy.float32, default float64
         Compute dtype of ``U^T X_c`` and storage dtype of V; partials are summed in float64.
     partials : {"auto", "rows", "dense"}, default "auto"
@@ -610,8 +612,8 @@ def fit(
         Called with the state after initialisation and after every iteration (checkpoints,
         progress lines).
     max_partials : int, default 8
-        At most this many (m, r) partials per pass: chunks are grouped into blocks of
-        consecutive chunks (:func:`graph.block_bounds`), each accumulated by one task.
+        At most this many (m, r) partials per pass: accumulation chains of consecutive
+        blocks of chunks (:func:`graph.chain_bounds`), each reading its blocks in turn.
     dtype : numpy.float64 or numpy.float32, default float64
         Compute dtype of ``U^T X_c`` and the V-step, and storage dtype of V. ``X V^T``,
         ``V V^T``, the objective and U on the driver stay float64.
@@ -658,31 +660,35 @@ def fit(
     Columns whose ``U^T x_j`` is zero get ``e_1`` (the kept path keeps ``V_k``'s column
     instead; both give ``e_1`` to an empty document). ``v_step_norm`` is NaN there.
 
-    Memory per worker (w workers, one thread each; B = number of blocks,
-    ``len(graph.block_bounds(n_chunks, max_partials, chunk_sizes))``; G chunks per block (at
-    most ``graph.MAX_BLOCK_DOCUMENTS`` = 32768 documents, so this term does not grow with n);
-    d = itemsize of ``dtype``; c_X = bytes of one chunk, about ``12 nnz_c``; k_b = distinct
-    features of a block, k_t those of a tree node's blocks, both <= m / 2 with
-    ``partials="auto"``, and k_b = k_t = m with ``partials="dense"``)::
+    Memory per worker (w workers, one thread each; C = ``max_partials`` accumulation chains
+    (:func:`graph.chain_bounds`), each reading its blocks of at most
+    ``graph.MAX_BLOCK_DOCUMENTS`` = 32768 documents in turn; G chunks per block; d = itemsize
+    of ``dtype``; c_X = bytes of one chunk, about ``12 nnz_c``; k_b = distinct features of a
+    chain, k_t those of the whole corpus, both <= m / 2 with ``partials="auto"`` on the full
+    feature space, and k_b = k_t = m once the iteration runs on the occurring features or
+    with ``partials="dense"``)::
 
-        RSS_worker ~ R_0                       Python, dask, NumPy/SciPy (~0.25 GiB)
+        RSS_worker ~ R_0                       Python, dask, NumPy/SciPy (~0.3 GiB)
                    + d m r                     U, broadcast once per iteration
-                   + 8 k_b r (1 + P)           the block accumulator, and P block partials
-                                               held until summed: P <= ceil(B / w), and
-                                               P = min(B, split_every) + 1 on the worker that
-                                               runs a combine of the tree
-                   + 8 k_t r                   the sum of a combine of the tree
-                   + G c_X                     the chunks of one block
+                   + 8 k_b r (2 C_w + 1)       the chains' sums it holds (C_w <= C: the chains
+                                               whose last block ran there), each block's own
+                                               accumulator, and the new sum while a block
+                                               adds its partial to its chain's
+                   + 8 k_t r                   the sum of the C chains (one combine)
+                   + G c_X (1 + t)             the chunks of the blocks it runs (t: threads)
+                   [+ X_w]                     its share of X, only when X is held in memory
+                                               (``sphdist.jobs.cluster.holds_in_memory``)
                    [+ 2 d r n / w]             V_k and V_{k+1} of its documents, only
                                                when V is kept (lam != 2 or keep_V) in
                                                worker memory (no ``spill``)
 
-    With the stateless iteration every term is independent of n (k_b and k_t are bounded by
-    the vocabulary and by m; m is then the number of occurring features). The driver holds
-    about six (m, r) float64 arrays (U_k, U_{k+1}, X V^T, M and temporaries of the U-step)
-    and the received row-sparse sum: ``~ 48 m r + 8 k_t r`` bytes (after the first pass, m
-    the occurring features). The benchmark (``pipelines/benchmark.py``) compares this with
-    measured peak RSS.
+    With the stateless iteration and X streamed every term is independent of n: C is fixed,
+    k_b and k_t are bounded by m (m is then the number of occurring features), G by the block
+    size. On dask's threaded scheduler in one process (the default on one machine) the
+    driver and the single "worker" are the same process, w = 1, C_w = C. The driver holds
+    about six (m, r) float64 arrays (U_k, U_{k+1}, X V^T, M and temporaries of the U-step):
+    ``~ 48 m r`` bytes (after the first pass, m the occurring features). The benchmark
+    (``pipelines/benchmark.py``) compares this with measured peak RSS.
     """
     check_params(
         n_components, X.shape, lam=lam, mu=mu, max_iter=max_iter, tol=tol, init=init,
