@@ -56,7 +56,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _bench_monitor import error_of, load_average, run_monitored  # noqa: E402
-from _bench_report import PEERS, merge, plot, write_report  # noqa: E402
+from _bench_report import PEERS, merge, ok, plot, write_report  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "pipelines" / "results"
@@ -69,16 +69,14 @@ MEASURED = ("wall_s", "load_before", "driver_peak_rss_gib", "worker_peak_rss_gib
             "n_workers_seen", "max_workers_alive", "summed_peak_rss_gib",
             "simultaneous_peak_rss_gib", "total_write_bytes", "wait4_maxrss_gib", "processes")
 NOTES = [
-    "The lever table of the earlier benchmark (dense vs row-sparse partials, float32, SVD "
-    "polar factor, one partial per chunk; `solver.fit` called directly, without checkpoints) "
-    "is not re-measured: it timed the reduction of the stateful pass that issue 13 replaces. "
-    "It is in the git history of `pipelines/results/benchmark.md` (commit 560ed8d). "
-    "`benchmark.py run --fit-args '...'` passes options of `sphdist fit` to every fit of a run.",
+    "`benchmark.py run --fit-args '...'` passes options of `sphdist fit` to every fit of a run. "
     "`DASK_SCHEDULER_ADDRESS` and `SPHDIST_TLS_*` are removed from the environment of every "
-    "job, so each fit chooses its scheduler as it does by default. Where the default fit of a "
-    "synthetic corpus started no worker process (the in-process path for corpora that fit in "
-    "memory), the corpus is fitted a second time with `--n-workers <cores>` (the rows marked "
-    "so): the worker peak RSS target is read from that fit.",
+    "job, so each fit chooses its scheduler as it does by default: dask's threads in its own "
+    "process, X held in memory when it fits the memory budget (a quarter of the available "
+    "memory) and streamed from the store otherwise. The corpora of `--streamed-sizes` are "
+    "fitted a second time with `--memory-budget 0` (X streamed), those of `--cluster-sizes` a "
+    "third time with `--n-workers <cores>` (a LocalCluster of worker processes): the rows "
+    "marked so.",
 ]
 
 
@@ -180,8 +178,8 @@ def _short(line: str) -> str:
 
 
 def fit_job(path: Path, model: Path, *, r: int, max_iter: int | None, fit_args: list[str],
-            timeout: float, mem_limit: float) -> dict[str, Any]:
-    """``sphdist fit`` as a user runs it, measured; the model is removed afterwards."""
+            timeout: float, mem_limit: float, keep: bool = False) -> dict[str, Any]:
+    """``sphdist fit`` as a user runs it, measured; the model is removed unless ``keep``."""
     args = ["fit", "--input", str(path), "--output", str(model), "-r", str(r),
             *(["--max-iter", str(max_iter)] if max_iter is not None else []), *fit_args]
     shutil.rmtree(model, ignore_errors=True)
@@ -221,10 +219,51 @@ def fit_job(path: Path, model: Path, *, r: int, max_iter: int | None, fit_args: 
         checkpoint_bytes_per_iteration=float(np.median(typical)) if typical.size else None,
         committed_checkpoint_bytes=float(np.median(committed)) if committed else None,
         final_write_bytes=float(res["total_write_bytes"] - written[-1]) if marks else None,
-        model_bytes=du(model),
+        model_bytes=du(model), corpus_bytes=du(path),
     )
-    shutil.rmtree(model, ignore_errors=True)
+    if not keep:
+        shutil.rmtree(model, ignore_errors=True)
     return entry
+
+
+def transform_job(model: Path, work_dir: Path, n_docs: int, seed: int, *, timeout: float,
+                  mem_limit: float) -> dict[str, Any]:
+    """New documents embedded as a user does: ``synth`` text, ``ingest --like``, ``transform``.
+
+    ``n_docs`` documents of another seed are written as JSON Lines (cached), ingested with the
+    model's features and idf (``sphdist ingest --like MODEL``) and embedded (``sphdist
+    transform``); each step is a process measured apart.
+    """
+    text = work_dir / f"new-{n_docs // 1000}k-seed{seed}.jsonl"
+    if not text.exists():
+        subprocess.run([SPHDIST, "synth", "--n-docs", str(n_docs), "--n-topics", "20", "--seed",
+                        str(seed), "--doc-length", "120", "-o", str(text)], env=_env(),
+                       check=True, capture_output=True)
+    new, out = text.with_suffix(".zarr"), text.with_suffix(".embedding.zarr")
+    entry: dict[str, Any] = {"documents": n_docs}
+    for step, args in (("ingest", ["ingest", str(text), "--like", str(model), "-o", str(new),
+                                   "--overwrite"]),
+                       ("transform", ["transform", "-m", str(model), "-i", str(new), "-o",
+                                      str(out), "--overwrite"])):
+        res = run_monitored([SPHDIST, *args], timeout=timeout, mem_limit_gib=mem_limit,
+                            env=_env(), cwd=REPO)
+        entry[step] = {"command": ["sphdist", *args], **_measured(res)}
+        if error_of(res):
+            entry[step]["error"] = error_of(res)
+            break
+    entry["embedding_bytes"] = du(out)
+    shutil.rmtree(out, ignore_errors=True)
+    return entry
+
+
+def startup_job(repeat: int = 7) -> dict[str, Any]:
+    """Wall seconds of ``sphdist --help`` as a process, ``repeat`` times, and the load."""
+    load, seconds = load_average(), []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        subprocess.run([SPHDIST, "--help"], capture_output=True, check=True, env=_env())
+        seconds.append(time.perf_counter() - t0)
+    return {"seconds": seconds, "median_s": float(np.median(seconds)), "load_before": load}
 
 
 def _commit() -> str:
@@ -260,11 +299,13 @@ def cli() -> None:
 @cli.command("run")
 @click.option("--sizes", default="100000,250000,1000000,2000000", callback=_sizes,
               show_default=True, help="Synthetic corpus sizes (documents), comma-separated.")
-@click.option("--streamed-sizes", default="1000000,2000000", callback=_sizes,
+@click.option("--streamed-sizes", default="100000,1000000,2000000", callback=_sizes,
               show_default=True,
               help="Synthetic sizes also fitted with --memory-budget 0 (X streamed).")
 @click.option("--cluster-sizes", default="1000000", callback=_sizes, show_default=True,
               help="Synthetic sizes also fitted on a LocalCluster (--n-workers <cores>).")
+@click.option("--transform-sizes", default="10000000", callback=_sizes, show_default=True,
+              help="Synthetic sizes whose model then embeds 100k new documents (transform).")
 @click.option("--newsgroups/--no-newsgroups", default=True, show_default=True,
               help="Include 20 Newsgroups, hashed and vocabulary features.")
 @click.option("-r", "--n-components", "r", default=100, show_default=True,
@@ -291,9 +332,9 @@ def cli() -> None:
               show_default=True)
 @click.option("--output", type=click.Path(path_type=Path), default=RESULTS / "benchmark",
               show_default=True, help="Output stem: writes .md, .json and .png.")
-def run(sizes, streamed_sizes, cluster_sizes, newsgroups, r, max_iter, fit_args, seed, peers,
-        jobs, peer_max_docs, fit_timeout, peer_timeout, mem_limit_gib, reingest, work_dir,
-        output) -> None:
+def run(sizes, streamed_sizes, cluster_sizes, transform_sizes, newsgroups, r, max_iter,
+        fit_args, seed, peers, jobs, peer_max_docs, fit_timeout, peer_timeout, mem_limit_gib,
+        reingest, work_dir, output) -> None:
     """Build (or reuse) the corpora, measure sphdist and its peers, write the report."""
     jobs = {j for j in jobs.split(",") if j}
     peers = [p for p in peers.split(",") if p] if "peers" in jobs else []
@@ -315,6 +356,8 @@ def run(sizes, streamed_sizes, cluster_sizes, newsgroups, r, max_iter, fit_args,
         "corpora": {}, "notes": list(NOTES),
     }
     limits = {"mem_limit": mem_limit_gib}
+    if "sphdist" in jobs:
+        results["startup"] = startup_job()
     for name, args in corpus_plan(sizes, newsgroups, seed):
         entry: dict[str, Any] = {"peers": {}}
         results["corpora"][name] = entry
@@ -332,11 +375,18 @@ def run(sizes, streamed_sizes, cluster_sizes, newsgroups, r, max_iter, fit_args,
             write_report(results, output)
         fit = {"path": path, "model": work_dir / f"{name}.model.zarr", "r": r,
                "max_iter": max_iter, "timeout": fit_timeout, **limits}
+        n_docs = entry["ingest"]["n_documents"]
         if "sphdist" in jobs:
             click.echo(f"[{name}] sphdist fit", err=True)
-            entry["sphdist"] = fit_job(**fit, fit_args=results["fit_args"])
+            entry["sphdist"] = fit_job(**fit, fit_args=results["fit_args"],
+                                       keep=n_docs in transform_sizes)
             write_report(results, output)
-        n_docs = entry["ingest"]["n_documents"]
+            if n_docs in transform_sizes and ok(entry["sphdist"]):
+                click.echo(f"[{name}] sphdist transform of 100k new documents", err=True)
+                entry["transform"] = transform_job(fit["model"], work_dir, 100_000, seed + 1,
+                                                   timeout=fit_timeout, **limits)
+                shutil.rmtree(fit["model"], ignore_errors=True)
+                write_report(results, output)
         if "sphdist" in jobs and n_docs in streamed_sizes:
             # the other side of --memory-budget: X read from the store every pass
             click.echo(f"[{name}] sphdist fit --memory-budget 0", err=True)
