@@ -64,7 +64,7 @@ from sphdist.jobs.cluster import check_memory_budget, holds_in_memory, stored_nb
 
 __all__ = [
     "fit_corpus", "prepare_fit", "PreparedFit", "fit_with_retries", "warm_start",
-    "check_compatible", "RESUME_KEYS", "WORKER_LOSS",
+    "check_compatible", "fit_command", "RESUME_KEYS", "WORKER_LOSS",
 ]
 
 logger = logging.getLogger("sphdist")
@@ -262,7 +262,8 @@ class PreparedFit:
                 prepared = dataclasses.replace(
                     self, resume=resume, overwrite=overwrite,
                     previous=_checkpoint_to_resume(
-                        self.input, self.output, self.source, self.params, resume, overwrite
+                        self.input, self.output, self.source, self.params, resume, overwrite,
+                        self.checkpoint_every,
                     ),
                 )
             return prepared.run(callback)
@@ -342,7 +343,8 @@ def _prepare(
     values["init_from"] = None if U0 is None else {
         "path": absolute(init_from), "u_sha256": u_sha256(U0),
     }
-    previous = _checkpoint_to_resume(input, output, source, values, resume, overwrite)
+    previous = _checkpoint_to_resume(input, output, source, values, resume, overwrite,
+                                     checkpoint_every)
     return PreparedFit(
         input=location(input), output=location(output), source=source, params=values,
         checkpoint_every=checkpoint_every, resume=resume, overwrite=overwrite,
@@ -460,42 +462,143 @@ def fit_corpus(
 
 def _checkpoint_to_resume(
     input: Any, output: Any, source: Any, params: dict[str, Any], resume: bool,
-    overwrite: bool,
+    overwrite: bool, checkpoint_every: int = 1,
 ) -> Model | None:
-    """The checkpoint at ``output`` to resume, None for a fresh fit, or why neither."""
+    """The checkpoint at ``output`` to resume, None for a fresh fit, or why neither.
+
+    Each refusal prints the commands that work (:func:`fit_command`), the one that does what
+    was asked first: the asked fit with ``--overwrite``, and the resume of what is there with
+    its own parameters (and the asked ``--max-iter`` and ``--tol``, which may change).
+    """
     previous = load_checkpoint(output, recover=True)  # this fit is the writer of output
-    if previous is None:
+    if previous is None or (overwrite and not resume):
         return None
+    same_corpus = previous.corpus.get("fingerprint") == source.fingerprint
+    recorded = _recorded_params(previous)
+    changed = {k: (recorded[k], params[k]) for k in RESUME_KEYS
+               if _resume_value(k, recorded[k]) != _resume_value(k, params[k])}
+    if same_corpus and not changed and resume:
+        return previous
+    asked = fit_command(input, output, params, overwrite=True, checkpoint_every=checkpoint_every)
+    theirs = fit_command(  # the fit that is there, continued
+        input if same_corpus else previous.corpus.get("path", "CORPUS"), output,
+        {**params, **recorded}, resume=True, checkpoint_every=checkpoint_every,
+    )
+    detail = ", ".join(f"{k}: {a!r} -> {b!r}" for k, (a, b) in changed.items())
+    other_corpus = (
+        f"{previous.corpus.get('path')!r} (fingerprint "
+        f"{previous.corpus.get('fingerprint', '?')[:12]}), not {{}} {input} (fingerprint "
+        f"{source.fingerprint[:12]})"
+    )
     if not resume:
-        if overwrite:
-            return None
+        if same_corpus and not changed:
+            if not previous.converged and previous.n_iter < params["max_iter"]:
+                raise OutputExistsError(
+                    f"{output} already exists: this fit, stopped at iteration "
+                    f"{previous.n_iter}. To resolve this, continue it: `{theirs}`, or replace "
+                    f"it: `{asked}` (or choose another --output)."
+                )
+            what = f"this fit, finished at iteration {previous.n_iter}"
+            if not previous.converged:  # at its max_iter: more iterations would continue it
+                what += " (--resume with a larger --max-iter continues it)"
+        elif same_corpus:
+            what = f"a fit with other parameters ({detail})"
+        else:
+            what = f"a fit of {other_corpus.format('of')}"
+        more = "" if same_corpus and not changed else f", or continue that fit: `{theirs}`"
         raise OutputExistsError(
-            f"{output} already exists. To resolve this, pass --resume to continue it, "
-            "--overwrite to replace it, or choose another --output."
+            f"{output} already exists: {what}. To resolve this, replace it: `{asked}`{more} "
+            "(or choose another --output)."
         )
-    if previous.corpus.get("fingerprint") != source.fingerprint:
+    if not same_corpus:
         raise CheckpointMismatchError(
-            f"{output} was fitted on {previous.corpus.get('path')!r} (fingerprint "
-            f"{previous.corpus.get('fingerprint', '?')[:12]}), not on {input} (fingerprint "
-            f"{source.fingerprint[:12]}). To resolve this, resume with the original "
-            "corpus, or start a new fit with another --output (or --overwrite)."
+            f"{output} was fitted on {other_corpus.format('on')}. To resolve this, resume with the "
+            "original "
+            f"corpus: `{theirs}`, or start a new fit of {input}: `{asked}` (or choose another "
+            "--output)."
         )
-    changed = {}
-    for key in RESUME_KEYS:
-        default = _BEFORE_RECORDED.get(
+    raise CheckpointMismatchError(
+        f"{output} was written with other parameters ({detail}). To resolve this, resume "
+        f"with the checkpoint's parameters: `{theirs}`, or start the fit asked for: `{asked}` "
+        "(or choose another --output)."
+    )
+
+
+def _recorded_params(model: Model) -> dict[str, Any]:
+    """The :data:`RESUME_KEYS` values ``model`` was fitted with (defaults where not recorded)."""
+    return {
+        key: model.params.get(key, _BEFORE_RECORDED.get(
             key, fit_params.PARAMS[key].default if key in fit_params.PARAMS else None
-        )
-        before = previous.params.get(key, default)
-        if _resume_value(key, before) != _resume_value(key, params[key]):
-            changed[key] = (before, params[key])
-    if changed:
-        detail = ", ".join(f"{k}: {a!r} -> {b!r}" for k, (a, b) in changed.items())
-        raise CheckpointMismatchError(
-            f"{output} was written with other parameters ({detail}). To resolve this, "
-            "resume with the same parameters, or start a new fit with another --output "
-            "(or --overwrite)."
-        )
-    return previous
+        ))
+        for key in RESUME_KEYS
+    }
+
+
+#: Options of ``sphdist fit`` whose name is not ``--<parameter with dashes>``.
+_FLAGS = {"n_components": "-r", "random_state": "--seed"}
+
+
+def fit_command(
+    input: str | os.PathLike[str], output: str | os.PathLike[str], params: dict[str, Any], *,
+    resume: bool = False, overwrite: bool = False, checkpoint_every: int = 1,
+) -> str:
+    """The ``sphdist fit`` command line of a fit of ``input`` to ``output`` with ``params``.
+
+    What the remedies of this module print: a checkpoint's resume, or the asked fit with
+    ``--overwrite``.
+
+    Parameters
+    ----------
+    input, output : path-like
+        The corpus and the ``model.zarr``.
+    params : dict
+        Names of :data:`sphdist.core.params.SOLVER_PARAMS` (those missing take the table's
+        defaults) and ``init_from`` (None, a path, or the ``{"path": ...}`` a model records).
+    resume, overwrite : bool, default False
+        Add ``--resume`` / ``--overwrite``.
+    checkpoint_every : int, default 1
+        Add ``--checkpoint-every`` unless 1.
+
+    Returns
+    -------
+    str
+        ``-r`` always, every other parameter where it is not the default (a value the command
+        line cannot express, such as ``random_state=None``, left out); paths quoted for a POSIX
+        shell.
+
+    Examples
+    --------
+    >>> fit_command("c.zarr", "m.zarr", {"n_components": 5, "lam": "palm", "tol": 0.0},
+    ...             resume=True)
+    'sphdist fit --input c.zarr --output m.zarr --resume -r 5 --lam palm --tol 0'
+    """
+    import shlex
+
+    words = ["sphdist fit", f"--input {shlex.quote(str(input))}",
+             f"--output {shlex.quote(str(output))}"]
+    words += ["--resume"] if resume else []
+    words += ["--overwrite"] if overwrite else []
+    for name in fit_params.SOLVER_PARAMS:
+        value = params.get(name, fit_params.PARAMS[name].default)
+        if isinstance(value, np.dtype | type):
+            value = np.dtype(value).name
+        if not isinstance(value, str | bool | int | float) or (
+            name != "n_components" and value == fit_params.PARAMS[name].default
+        ):
+            continue
+        flag = _FLAGS.get(name, "--" + name.replace("_", "-"))
+        if isinstance(value, bool):  # a click flag pair: --name / --no-name
+            words.append(flag if value else flag.replace("--", "--no-", 1))
+        else:
+            text = repr(value).removesuffix(".0") if isinstance(value, float) else str(value)
+            words.append(f"{flag} {text}")
+    init_from = params.get("init_from")
+    if init_from:
+        path = init_from["path"] if isinstance(init_from, dict) else init_from
+        words.append(f"--init-from {shlex.quote(str(path))}")
+    if checkpoint_every != 1:
+        words.append(f"--checkpoint-every {checkpoint_every}")
+    return " ".join(words)
 
 
 def _resume_value(key: str, value: Any) -> Any:

@@ -287,3 +287,79 @@ def test_a_label_field_no_document_has_names_the_fields_present(runner, tmp_path
 
     corpus = open_stored(out, "corpus")
     assert corpus.n_documents == 20 and sorted(corpus.label_names) == ["hockey", "space"]
+
+
+# -- issue 22: a fit to an existing output names the whole command that works -----------------
+
+
+def _commands(line):
+    """Every command in backticks after "To resolve this", in order."""
+    commands = re.findall(r"`(sphdist [^`]+)`", line.split("To resolve this", 1)[1])
+    assert commands, line
+    return commands
+
+
+def _copy_of_the_model(trained, tmp_path):
+    model = tmp_path / "model.zarr"
+    shutil.copytree(trained["model"], model)
+    return model
+
+
+def _fitted(model):
+    from sphdist.io.model import open_model
+
+    return open_model(model)
+
+
+def test_a_fit_with_other_parameters_to_an_existing_output_suggests_overwrite_first(
+    trained, runner, tmp_path
+):
+    """What the user asked for is a fit with -r 4: the --overwrite command with -r 4 comes first,
+    then the resume of what is there, with its own -r 3; both run."""
+    model = _copy_of_the_model(trained, tmp_path)
+    asked = ["fit", "-i", str(trained["corpus"]), "-o", str(model), "-r", "4", "--max-iter", "3",
+             "--tol", "1e-6", "--n-workers", "0"]
+    line = _error_line(runner.invoke(main, asked))
+    overwrite, resume = _commands(line)[:2]
+    assert "--overwrite" in overwrite and "-r 4" in overwrite and "--max-iter 3" in overwrite
+    assert "--tol 1e-06" in overwrite and "--resume" not in overwrite
+    assert "--resume" in resume and f"-r {R}" in resume and "--overwrite" not in resume
+    _run(runner, resume)
+    assert _fitted(model).shape[1] == R
+    _run(runner, overwrite)
+    assert _fitted(model).shape[1] == 4 and _fitted(model).n_iter == 3
+
+
+def test_a_fit_of_the_same_parameters_to_an_unfinished_output_suggests_resume_first(
+    trained, runner, tmp_path
+):
+    model = _copy_of_the_model(trained, tmp_path)  # 5 iterations done
+    asked = ["fit", "-i", str(trained["corpus"]), "-o", str(model), "-r", str(R), "--max-iter",
+             "8", "--tol", "0", "--n-workers", "0"]
+    line = _error_line(runner.invoke(main, asked))
+    resume, overwrite = _commands(line)[:2]
+    assert "--resume" in resume and "--max-iter 8" in resume and "--tol 0" in resume
+    assert "--overwrite" in overwrite
+    _run(runner, resume)
+    assert _fitted(model).n_iter == 8
+
+
+def test_resume_with_other_parameters_names_every_difference_and_the_commands(
+    trained, runner, tmp_path
+):
+    """--resume -r 4 --lam palm on a checkpoint of -r 3: both differences are named, the first
+    command resumes with the checkpoint's parameters (and the asked --max-iter and --tol), the
+    second starts the asked fit with --overwrite."""
+    model = _copy_of_the_model(trained, tmp_path)
+    asked = ["fit", "-i", str(trained["corpus"]), "-o", str(model), "--resume", "-r", "4",
+             "--lam", "palm", "--max-iter", "7", "--tol", "0", "--n-workers", "0"]
+    line = _error_line(runner.invoke(main, asked))
+    assert "n_components: 3 -> 4" in line and "lam: 'exact' -> 'palm'" in line, line
+    resume, overwrite = _commands(line)[:2]
+    assert "--resume" in resume and f"-r {R}" in resume and "--lam" not in resume
+    assert "--max-iter 7" in resume and "--tol 0" in resume
+    assert "--overwrite" in overwrite and "-r 4" in overwrite and "--lam palm" in overwrite
+    _run(runner, resume)
+    assert _fitted(model).n_iter == 7 and _fitted(model).shape[1] == R
+    _run(runner, overwrite)
+    assert _fitted(model).shape[1] == 4 and _fitted(model).params["lam"] == "palm"
