@@ -131,35 +131,98 @@ STORE_PATH = StorePath()
 
 
 class Group(click.Group):
-    """Turns sphdist errors into one-line messages (exit 1) unless --debug."""
+    """Turns sphdist errors into one-line messages (exit 1) unless --debug.
+
+    With ``--json`` (:func:`json_option`), every error -- a usage error (exit 2) too -- is
+    also one JSON object on stdout (:func:`error_report`); stderr keeps the one ``Error:`` line
+    and the exit status is the same.
+    """
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        ctx.meta[_ARGV] = list(args)  # for a parse error that comes before --json is read
+        return super().parse_args(ctx, args)
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
-        except (click.exceptions.ClickException, click.exceptions.Exit, click.Abort):
+        except click.exceptions.ClickException as exc:  # usage errors
+            _echo_error(ctx, exc.format_message(), type(exc).__name__)
+            raise
+        except (click.exceptions.Exit, click.Abort):
             raise
         except (SphdistError, OSError) as exc:
             if ctx.obj and ctx.obj.get("debug"):
                 raise
             if not isinstance(exc, SphdistError) and _urls(ctx):  # the object store failed
-                raise click.ClickException(_store_failure(ctx, exc)) from None
+                raise _error(ctx, _store_failure(ctx, exc)) from None
             message = str(exc) if isinstance(exc, SphdistError) else f"{type(exc).__name__}: {exc}"
             if not isinstance(exc, SphdistError) and exc.errno in _OS_REMEDIES:
                 message += f". To resolve this, {_OS_REMEDIES[exc.errno]}"
-            raise click.ClickException(message) from None
+            raise _error(ctx, message, type(exc).__name__) from None
         except (MemoryError, EOFError) as exc:  # EOFError: click would print "Aborted!"
             if ctx.obj and ctx.obj.get("debug"):
                 raise
             kind = MemoryError if isinstance(exc, MemoryError) else EOFError
-            raise click.ClickException(
-                f"{kind.__name__}: {exc}. To resolve this, {_REMEDIES[kind]}"
+            raise _error(
+                ctx, f"{kind.__name__}: {exc}. To resolve this, {_REMEDIES[kind]}", kind.__name__
             ) from None
         except Exception as exc:  # an object store's client (botocore, aiohttp) failed
             from sphdist.io._fs import is_storage_failure
 
             if (ctx.obj and ctx.obj.get("debug")) or not _urls(ctx) or not is_storage_failure(exc):
                 raise
-            raise click.ClickException(_store_failure(ctx, exc)) from None
+            raise _error(ctx, _store_failure(ctx, exc)) from None
+
+
+#: ``ctx.meta`` keys: the value of --json once it is read, the words after ``sphdist``.
+_JSON, _ARGV = "sphdist.json", "sphdist.argv"
+
+
+def json_option(help: str = "Print one JSON object on stdout.") -> Callable[..., Any]:
+    """The ``--json`` flag of a command (argument ``as_json``), read before its other options.
+
+    What :class:`Group` reads to print an error as JSON; eager, so that a bad value of another
+    option is reported as JSON wherever ``--json`` stands on the line.
+    """
+
+    def record(ctx: click.Context, param: click.Parameter, value: bool) -> bool:
+        ctx.meta[_JSON] = value
+        return value
+
+    return click.option("--json", "as_json", is_flag=True, is_eager=True, callback=record,
+                        help=help)
+
+
+def _wants_json(ctx: click.Context) -> bool:
+    if _JSON in ctx.meta:
+        return bool(ctx.meta[_JSON])
+    words = ctx.meta.get(_ARGV) or []  # --json not read yet: the command line did not parse
+    return "--json" in (words[:words.index("--")] if "--" in words else words)
+
+
+def error_report(message: str, type_: str) -> dict[str, Any]:
+    """The JSON object of an error: ``error`` (the message), ``type``, ``remedy``.
+
+    ``remedy`` is the text after "To resolve this, " (None if the message has none).
+
+    Examples
+    --------
+    >>> error_report("x: no model. To resolve this, fit one.", "InputNotFoundError")["remedy"]
+    'fit one.'
+    """
+    _, found, remedy = message.partition("To resolve this, ")
+    return {"error": message, "type": type_, "remedy": remedy if found else None}
+
+
+def _echo_error(ctx: click.Context, message: str, type_: str) -> None:
+    if _wants_json(ctx):
+        echo_json(error_report(message, type_))
+
+
+def _error(ctx: click.Context, message: str, type_: str = "StorageError") -> click.ClickException:
+    """The one-line error to raise, after its JSON object when --json was given."""
+    _echo_error(ctx, message, type_)
+    return click.ClickException(message)
 
 
 def _urls(ctx: click.Context) -> list[str]:

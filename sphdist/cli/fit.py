@@ -15,6 +15,7 @@ from sphdist.cli._common import (
     cluster_options,
     connect_options,
     echo_json,
+    json_option,
     local_cluster_options,
     param_option,
     progress_enabled,
@@ -58,7 +59,7 @@ logger = logging.getLogger("sphdist")
 @cluster_options
 @local_cluster_options
 @param_option("retries", table=JOB_PARAMS)
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON object on stdout.")
+@json_option()
 def fit(
     input_: Path, output: Path | None, init_from: Path | None, resume: bool, overwrite: bool,
     checkpoint_every: int, memory_budget: int | None, scheduler_address: str | None,
@@ -130,7 +131,7 @@ def fit(
               help="k-means restarts (the best inertia is kept).")
 @click.option("--seed", type=click.IntRange(min=0, max=2**32 - 1), default=0, show_default=True,
               help="Seed of k-means.")
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+@json_option()
 def evaluate(
     model: Path, input_: Path, n_clusters: int | None, n_init: int, seed: int, as_json: bool
 ) -> None:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import click
 
-from sphdist.cli._common import STORE_PATH
+from sphdist.cli._common import STORE_PATH, json_option
 from sphdist.text.defaults import DEFAULT_N_FEATURES, INGEST_DEFAULTS, MAX_CHUNK_SIZE, MAX_FEATURES
 from sphdist.text.sources import FORMATS
 
@@ -128,7 +128,7 @@ class _DocumentCount(click.ParamType):
 @click.option("--scheduler-address", envvar="DASK_SCHEDULER_ADDRESS",
               help="Run on an existing Dask scheduler [env DASK_SCHEDULER_ADDRESS].")
 @click.option("--overwrite", is_flag=True, help="Replace an existing output.")
-@click.option("--json", "as_json", is_flag=True, help="Print the summary as one JSON object.")
+@json_option("Print the summary as one JSON object.")
 def ingest(
     source: tuple[str, ...], output: Path, fmt: str | None, text_field: str,
     label_field: str | None, id_field: str | None, categories: str | None,
@@ -231,7 +231,7 @@ def ingest(
 @click.option("--output", "-o", required=True, type=STORE_PATH,
               help="JSON Lines file or corpus.zarr to write.")
 @click.option("--overwrite", is_flag=True, help="Replace an existing output.")
-@click.option("--json", "as_json", is_flag=True, help="Print the summary as one JSON object.")
+@json_option("Print the summary as one JSON object.")
 def synth(
     n_docs: int, n_topics: int, seed: int, doc_length: int, vocab_size: int, fmt: str,
     n_features: int, vocabulary: bool, chunk_size: int, output: Path, overwrite: bool,

@@ -7,7 +7,7 @@ from typing import Any
 
 import click
 
-from sphdist.cli._common import STORE_PATH, echo_json
+from sphdist.cli._common import STORE_PATH, echo_json, json_option
 
 
 def _history(pairs: list[list[float]]) -> str:
@@ -78,7 +78,7 @@ def _print(info: dict[str, Any]) -> None:
 @click.option("--top-terms", type=click.IntRange(min=1),
               help="List the N terms with the largest |U| entries of each component "
                    "(vocabulary-mode corpora).")
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON object on stdout.")
+@json_option()
 def info(path: Path | None, model: Path | None, top_terms: int | None, as_json: bool) -> None:
     """Describe a corpus.zarr, model.zarr or embedding.zarr (PATH, or --model)."""
     from sphdist.jobs.info import describe

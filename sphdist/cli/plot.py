@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from sphdist.cli._common import STORE_PATH, echo_json
+from sphdist.cli._common import STORE_PATH, echo_json, json_option
 
 
 @click.group()
@@ -19,7 +19,7 @@ def plot() -> None:
               help="The fitted model.zarr.")
 @click.option("--output", "-o", type=STORE_PATH,
               help="PNG to write [default: <model>.convergence.png beside the model].")
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON object on stdout.")
+@json_option()
 def convergence(model: Path, output: Path | None, as_json: bool) -> None:
     """Objective, ||U_k - U_{k-1}||_F and ||V_k - V_{k-1}||_F per iteration (Liu et al. Fig. 3)."""
     from sphdist.jobs.plotting import plot_convergence
@@ -44,7 +44,7 @@ def convergence(model: Path, output: Path | None, as_json: bool) -> None:
               help="Plot a reproducible sample of at most this many documents.")
 @click.option("--seed", type=click.IntRange(min=0, max=2**32 - 1), default=0, show_default=True,
               help="Seed of the subsample of documents drawn.")
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON object on stdout.")
+@json_option()
 def embedding(
     model: Path, input_: Path | None, output: Path | None, max_points: int, seed: int,
     as_json: bool,

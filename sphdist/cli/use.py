@@ -12,6 +12,7 @@ from sphdist.cli._common import (
     cluster_options,
     connect_options,
     echo_json,
+    json_option,
     progress_mode,
 )
 
@@ -25,7 +26,7 @@ _EMBEDDED = click.option(
     help="The documents: the training corpus [default: the path the model recorded] or an "
          "embedding.zarr from `sphdist transform`.",
 )
-_JSON = click.option("--json", "as_json", is_flag=True, help="Print one JSON object on stdout.")
+_JSON = json_option()
 
 
 def _report(report: dict, as_json: bool, line: str) -> None:

@@ -170,3 +170,72 @@ def test_every_option_has_help_text():
         if isinstance(option, click.Option) and not (option.help or "").strip()
     ]
     assert not missing, missing
+
+
+# -- issue 22: with --json, an error is one JSON object on stdout ------------------------------
+
+
+def _json_commands(command=main, name=()):
+    """(words, command) of every command that takes --json."""
+    if isinstance(command, click.Group):
+        return [found for sub, c in sorted(command.commands.items())
+                for found in _json_commands(c, (*name, sub))]
+    return [(name, command)] if any(p.name == "as_json" for p in command.params) else []
+
+
+#: For each command that takes --json, arguments with which it fails (the paths do not exist).
+FAILING = {
+    ("ingest",): ["{tmp}/nope", "-o", "{tmp}/c.zarr"],
+    ("synth",): ["--n-docs", "5", "--n-topics", "2", "-o", "{tmp}"],  # exists, no --overwrite
+    ("fit",): ["-i", "{tmp}/nope.zarr", "-o", "{tmp}/m.zarr"],
+    ("evaluate",): ["-m", "{tmp}/nope.zarr", "-i", "{tmp}/nope.zarr"],
+    ("transform",): ["-m", "{tmp}/nope.zarr", "-i", "{tmp}/c.zarr", "-o", "{tmp}/e.zarr"],
+    ("export",): ["-m", "{tmp}/nope.zarr", "-o", "{tmp}/x.parquet"],
+    ("neighbors",): ["-m", "{tmp}/nope.zarr", "--doc-id", "d0"],
+    ("info",): ["{tmp}/nope.zarr"],
+    ("plot", "convergence"): ["-m", "{tmp}/nope.zarr"],
+    ("plot", "embedding"): ["-m", "{tmp}/nope.zarr"],
+}
+
+
+def test_every_json_command_has_a_failing_case():
+    assert sorted(words for words, _ in _json_commands()) == sorted(FAILING)
+
+
+@pytest.mark.parametrize("words", sorted(FAILING), ids=" ".join)
+@pytest.mark.parametrize("where", ["first", "last"])
+def test_an_error_with_json_is_one_json_object_on_stdout(runner, tmp_path, words, where):
+    args = [a.replace("{tmp}", str(tmp_path)) for a in FAILING[words]]
+    plain = runner.invoke(main, [*words, *args])
+    args = ["--json", *args] if where == "first" else [*args, "--json"]
+    result = runner.invoke(main, [*words, *args])
+    assert result.exit_code == plain.exit_code == 1, result.output
+    line = _error_line(result)  # stderr is unchanged: the one Error line
+    assert line == _error_line(plain)
+    report = json.loads(result.stdout)  # one object, nothing else on stdout
+    assert set(report) == {"error", "type", "remedy"}
+    assert line == f"Error: {report['error']}"
+    assert report["type"].isidentifier() and report["type"] != "ClickException"
+    assert report["remedy"] is None or (
+        report["remedy"] and report["remedy"] in report["error"]
+        and "To resolve this" not in report["remedy"]
+    )
+
+
+def test_a_usage_error_with_json_is_one_json_object_with_exit_2(runner, tmp_path):
+    for args in (["fit", "--json", "-i", "c.zarr", "-r", "0"],  # a bad value
+                 ["fit", "-i", "c.zarr", "-r", "0", "--json"],
+                 ["fit", "--json"],  # a missing option
+                 ["fit", "--json", "--no-such-option"]):  # before any option is processed
+        result = runner.invoke(main, args)
+        assert result.exit_code == 2, (args, result.output)
+        report = json.loads(result.stdout)
+        assert set(report) == {"error", "type", "remedy"}, args
+        assert report["error"] in result.stderr
+
+
+def test_the_remedy_of_a_json_error_is_the_text_after_to_resolve_this(runner, tmp_path):
+    result = runner.invoke(main, ["info", str(tmp_path / "nope.zarr"), "--json"])
+    report = json.loads(result.stdout)
+    assert report["type"] == "InputNotFoundError"
+    assert report["remedy"] == report["error"].split("To resolve this, ", 1)[1]
