@@ -444,3 +444,54 @@ def test_corpus_whose_total_squared_norm_overflows(runner, scheduler, tmp_path):
     line = _one_error_line(result, "sum.zarr", "overflow")
     assert "NaN" not in line
     _nothing_left(tmp_path, "sum.zarr")
+
+
+# -- issue 24, item 3: every stored value of a model is checked, not only its digest -------------
+
+
+def _edited_model(fitted, path, how):
+    """A copy of the fitted model with one value edited and its digest (if any) recomputed."""
+    from sphdist.io.model import u_sha256
+
+    shutil.copytree(fitted["model"], path)
+    g = zarr.open_group(str(path), mode="r+")
+    if how == "nan_in_U":
+        U = g["U"][...]
+        U[1, 1] = np.nan
+        g["U"][...] = U
+        g.attrs["u_sha256"] = u_sha256(U)
+    elif how == "U_scaled":  # finite, digest right, columns no longer orthonormal
+        U = g["U"][...] * 1.5
+        g["U"][...] = U
+        g.attrs["u_sha256"] = u_sha256(U)
+    elif how in ("V_5x7_of_ones", "V_of_ones"):
+        shape = (R + 2, 7) if how == "V_5x7_of_ones" else (R, N)
+        del g["V"]
+        g.create_array("V", shape=shape, dtype=np.float64, chunks=shape)[...] = 1.0
+    elif how == "n_components_7":
+        g.attrs["params"] = {**g.attrs["params"], "n_components": 7}
+    return path
+
+
+@pytest.mark.parametrize("how, named", [
+    ("nan_in_U", "non-finite"), ("U_scaled", "orthonormal"),
+    ("V_5x7_of_ones", "V has shape (5, 7)"), ("V_of_ones", "unit"),
+    ("n_components_7", "n_components=7"),
+])
+def test_a_model_whose_values_were_edited_is_refused(
+    runner, scheduler, fitted, tmp_path, how, named
+):
+    model = _edited_model(fitted, tmp_path / "edited.zarr", how)
+    commands = {
+        "transform": ["transform", "-m", model, "-i", fitted["corpus"], "-o",
+                      tmp_path / "e.zarr", "--scheduler-address", scheduler],
+        "export": ["export", "-m", model, "-i", fitted["corpus"], "-o", tmp_path / "x.npy",
+                   "-f", "npy"],
+        "info": ["info", model],
+    }
+    uses = {"nan_in_U": ["transform"], "U_scaled": ["transform"],
+            "V_of_ones": ["export"]}.get(how, list(commands))  # info never reads U or V
+    for command in uses:
+        result = _cli(runner, *commands[command])
+        _one_error_line(result, f"{model}", named, "refit")
+    _nothing_left(tmp_path, "edited.zarr")

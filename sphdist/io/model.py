@@ -27,7 +27,11 @@ recorded), and ``corpus``
 
 Every array is written with zstd's content checksum and every chunk stored
 (:data:`sphdist.io._zarr.CHECKSUMMED`): a missing chunk file, a flipped bit or an edited U is
-refused with a :class:`~sphdist.errors.ModelFormatError`, never read as zeros.
+refused with a :class:`~sphdist.errors.ModelFormatError`, never read as zeros. The values are
+checked too, not only their digests (an edit that recomputes ``u_sha256`` is still refused):
+opening checks the arrays' shapes against each other and the attributes (``params.n_components``
+= r, ``corpus.shape``, the histories' lengths), reading U checks that it is finite with
+orthonormal columns, and reading a chunk of V that its columns are finite unit vectors.
 
 Everything a new document needs to be embedded the way the training documents were is in the
 model: ``corpus.feature_scheme``, ``corpus.tfidf``, ``idf`` and ``vocabulary`` (``sphdist ingest
@@ -265,16 +269,107 @@ class Model(TaggedStore):
     InputNotFoundError
         If there is no model (nor an interrupted commit of one) at ``path``.
     ModelFormatError
-        If ``path`` is not a sphdist model of a supported format version; when an array is
-        read, if a chunk file of it is missing, does not decode (zstd checksum), or U does not
-        match ``u_sha256`` (and XVt, VVt, idf their recorded ``sha256``).
+        If ``path`` is not a sphdist model of a supported format version, or its arrays and
+        attributes disagree (:meth:`_check_layout`: shapes, ``params.n_components``, the
+        histories' lengths); when an array is read, if a chunk file of it is missing, does not
+        decode (zstd checksum), or U does not match ``u_sha256`` (and XVt, VVt, idf their
+        recorded ``sha256``); when U is read, if it holds a NaN or Inf or its columns are not
+        orthonormal; when a chunk of V is read, if it holds a NaN or Inf or a column that is
+        not a unit vector.
+
+    Notes
+    -----
+    Opening reads metadata only (no chunk): the checks of U's values cost one pass over U
+    plus ``k r^2`` flops (k the nonzero rows of U) when U is read, those of V one pass over
+    each chunk, in the task that reads it, so V is never loaded to open a model.
     """
 
     KIND = KIND
+    #: Largest ``|U^T U - I|`` entry accepted: a polar factor is orthonormal to ~1e-12.
+    U_TOLERANCE = 1e-6
+    #: Largest ``| ||v_j|| - 1 |`` accepted (the V of a float32 fit is normalised in float32).
+    V_TOLERANCE = 1e-4
     FORMAT_VERSION = FORMAT_VERSION
     _MISSING = "check the path, or fit one with `sphdist fit --input CORPUS --output PATH`"
     _STALE = "refit with this version of sphdist"
     _REWRITE = "refit with `sphdist fit`"
+
+    def __init__(self, path: str | os.PathLike[str]):
+        super().__init__(path)
+        self._check_layout()
+
+    def _refuse(self, what: str) -> ModelFormatError:
+        return ModelFormatError(f"{self.location}: {what}. To resolve this, {self._REWRITE}.")
+
+    def _check_layout(self) -> None:
+        """Refuse arrays and attributes that disagree with each other (metadata, no chunk)."""
+        g, a = self._group, self.attrs
+        U = g["U"] if "U" in g else None
+        if not isinstance(U, zarr.Array) or U.ndim != 2 or U.dtype != np.float64:
+            found = "no array U" if U is None else f"U of {U.ndim} dimensions, {U.dtype}"
+            raise self._refuse(f"a model holds U, a 2-D float64 array; found {found}")
+        m, r = (int(x) for x in U.shape)
+        if not 1 <= r <= m:
+            raise self._refuse(f"U has shape {U.shape}: not m features x r <= m components")
+        params = a.get("params")
+        k = params.get("n_components") if isinstance(params, dict) else None
+        if isinstance(k, bool) or not isinstance(k, int) or k != r:
+            raise self._refuse(f"attribute params.n_components={k!r} but U has r = {r} columns")
+        corpus = a.get("corpus") if isinstance(a.get("corpus"), dict) else {}
+        shape = corpus.get("shape")
+        if shape is not None and not (
+            isinstance(shape, list) and len(shape) == 2
+            and all(isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in shape)
+            and shape[0] == m
+        ):
+            raise self._refuse(f"attribute corpus.shape={shape!r} but U has m = {m} rows")
+        scheme = corpus.get("feature_scheme")
+        hashed = scheme.get("n_features", m) if isinstance(scheme, dict) else m
+        if hashed != m:
+            raise self._refuse(
+                f"attribute corpus.feature_scheme says n_features = {hashed!r} but U has "
+                f"m = {m} rows"
+            )
+        n = shape[1] if shape is not None else None
+        expected = {"idf": (m,), "vocabulary": (m,), "state/XVt": (m, r), "state/VVt": (r, r)}
+        if "V" in g:
+            expected["V"] = (r, n if n is not None else g["V"].shape[-1])
+        for name, want in expected.items():
+            if name in g and tuple(g[name].shape) != want:
+                said = f"U has r = {r} columns" if name == "V" else f"U has shape {(m, r)}"
+                if name == "V" and n is not None:
+                    said += f" and attribute corpus.shape says n = {n} documents"
+                raise self._refuse(f"{name} has shape {tuple(g[name].shape)} but {said}")
+        if "V" in g and g["V"].dtype != np.float64:
+            raise self._refuse(f"V is {g['V'].dtype}, not float64")
+        n_iter = a.get("n_iter")
+        if isinstance(n_iter, bool) or not isinstance(n_iter, int) or n_iter < 0:
+            raise self._refuse(f"attribute n_iter={n_iter!r} is not an integer >= 0")
+        for name, length in (("objective", n_iter + 1), ("seconds", n_iter + 1),
+                             ("u_step_norm", n_iter), ("v_step_norm", n_iter)):
+            values = a.get(name, [] if name == "objective" else None)
+            if values is not None and (not isinstance(values, list) or len(values) != length):
+                raise self._refuse(
+                    f"attribute {name} holds {len(values) if isinstance(values, list) else 0} "
+                    f"values but n_iter={n_iter} calls for {length}"
+                )
+        if not all(isinstance(f, int | float) and np.isfinite(f) for f in a["objective"]):
+            raise self._refuse("attribute objective holds a value that is not a finite number")
+
+    def _check_U(self, U: np.ndarray) -> np.ndarray:
+        """Return U if its values are finite and its columns orthonormal (Liu et al. Eq. 3.11)."""
+        finite = np.isfinite(U)
+        if not finite.all():
+            i, j = (int(v[0]) for v in np.nonzero(~finite))
+            raise self._refuse(f"U holds a non-finite value ({U[i, j]}) at row {i}, column {j}")
+        rows = U[np.any(U != 0, axis=1)]  # the zero rows of absent features add nothing
+        error = np.abs(rows.T @ rows - np.eye(U.shape[1])).max()
+        if error > self.U_TOLERANCE:
+            raise self._refuse(
+                f"the columns of U are not orthonormal (max |U^T U - I| = {error:.3g} > "
+                f"{self.U_TOLERANCE:g})"
+            )
+        return U
 
     @property
     def params(self) -> dict[str, Any]:
@@ -334,7 +429,9 @@ class Model(TaggedStore):
     def U(self) -> np.ndarray:
         """Ndarray of shape (m, r), float64: the orthonormal basis."""
         stored = self.attrs.get("u_sha256")
-        return self._read("U", stored if isinstance(stored, str) else None, "u_sha256")
+        return self._check_U(
+            self._read("U", stored if isinstance(stored, str) else None, "u_sha256")
+        )
 
     def _state_array(self, name: str) -> np.ndarray:
         digests = self.attrs.get("sha256")
@@ -438,14 +535,30 @@ def _read_v_block(location: str, c: int, block_id=None) -> np.ndarray:
     """Columns of V in zarr chunk ``block_id[1]`` (runs in a task); a bad chunk is refused."""
     start = block_id[1] * c
     arr = zarr.open_array(store=location, path="V", mode="r")
+    error = None
     try:
-        return np.asarray(arr[:, start:start + c])
+        block = np.asarray(arr[:, start:start + c])
     except Exception as exc:  # the zstd checksum fails, or the file is truncated
         error = ModelFormatError(
             f"{location}: V (columns {start}:{start + c}) is corrupted ({type(exc).__name__}: "
             f"{exc}). To resolve this, {Model._REWRITE}."
         )
-    raise error  # outside the except block: the client must unpickle it without zarr's cause
+    if error is not None:
+        raise error  # outside the except block: the client must unpickle it without zarr's cause
+    with np.errstate(invalid="ignore", over="ignore"):
+        off = np.abs(np.sqrt(np.einsum("ij,ij->j", block, block)) - 1.0)
+    bad = np.flatnonzero(~(off <= Model.V_TOLERANCE))  # NaN and Inf included
+    if bad.size:
+        j = int(bad[0])
+        column = block[:, j]
+        what = (f"holds a non-finite value ({column[~np.isfinite(column)][0]})"
+                if not np.isfinite(column).all() else
+                f"is not a unit vector (norm {np.linalg.norm(column):.6g})")
+        raise ModelFormatError(
+            f"{location}: column {start + j} of V {what}; the columns of V are unit vectors. "
+            f"To resolve this, {Model._REWRITE}."
+        )
+    return block
 
 
 def open_model(path: str | os.PathLike[str]) -> Model:

@@ -268,8 +268,10 @@ def test_like_model(tmp_path):
     base = _ingest("jsonl", tmp_path, "base.zarr", vocabulary=True)
     model = zarr.open_group(store=str(tmp_path / "model.zarr"), mode="w")
     model.attrs.update({"sphdist": {"kind": "model", "format_version": 1},
+                        "params": {"n_components": 1}, "n_iter": 0, "objective": [1.0],
                         "corpus": {"feature_scheme": base.feature_scheme, "tfidf": base.tfidf,
                                    "fingerprint": base.fingerprint}})
+    model.create_array("U", data=np.eye(base.n_features, 1))  # a model holds U (issue 24)
     model.create_array("idf", data=base.idf)
     vocab = model.create_array("vocabulary", shape=(base.n_features,), dtype=str)
     vocab[:] = np.asarray(base.vocabulary, dtype=object)
