@@ -495,3 +495,61 @@ def test_a_model_whose_values_were_edited_is_refused(
         result = _cli(runner, *commands[command])
         _one_error_line(result, f"{model}", named, "refit")
     _nothing_left(tmp_path, "edited.zarr")
+
+
+# -- issue 24, item 5: tracebacks left ------------------------------------------------------------
+
+
+@pytest.mark.parametrize("record", [
+    '{"a": ' * 100_000 + "1" + "}" * 100_000,  # a record nested 100,000 deep
+    '{"text": ' + "[" * 5_000 + "]" * 5_000 + "}",  # a 5,000-deep array as the text field
+], ids=["object_100000_deep", "text_array_5000_deep"])
+def test_a_deeply_nested_json_lines_record_is_a_bad_document(runner, tmp_path, record):
+    src = _jsonl(tmp_path / "docs.jsonl")
+    src.write_text(src.read_text() + record + "\n")
+    result = _cli(runner, "ingest", src, "-o", tmp_path / "c.zarr")
+    _one_error_line(result, f"{src}:13", "nested", "--on-error skip")
+    _nothing_left(tmp_path, "docs.jsonl")
+    result = _cli(runner, "ingest", src, "-o", tmp_path / "c.zarr", "--on-error", "skip",
+                  "--json", "--hashing")
+    assert result.exit_code == 0, result.output
+    summary = json.loads(result.stdout)
+    assert (summary["n_documents"], summary["n_skipped"]) == (12, 1)
+
+
+@pytest.mark.parametrize("command", ["ingest", "fit", "transform", "export", "synth"])
+def test_an_empty_output_path_is_a_usage_error(runner, fitted, tmp_path, command):
+    args = {
+        "ingest": ["ingest", _jsonl(tmp_path / "docs.jsonl"), "--hashing"],
+        "fit": ["fit", "-i", fitted["corpus"], "-r", R],
+        "transform": ["transform", "-m", fitted["model"], "-i", fitted["corpus"]],
+        "export": ["export", "-m", fitted["model"], "-f", "npy"],
+        "synth": ["synth", "--n-docs", 20, "--n-topics", 2],
+    }[command]
+    before = sorted(p.name for p in tmp_path.iterdir())
+    cwd = os.getcwd()
+    os.chdir(tmp_path)  # where an empty path would resolve to
+    try:
+        result = _cli(runner, *args, "-o", "")
+    finally:
+        os.chdir(cwd)
+    line = _usage_error(result, "--output")
+    assert "empty" in line
+    assert sorted(p.name for p in tmp_path.iterdir()) == before
+
+
+@pytest.mark.parametrize("command", ["synth", "fit"])
+def test_the_working_directory_as_output_is_refused(runner, fitted, tmp_path, command):
+    args = {"fit": ["fit", "-i", fitted["corpus"], "-r", R],
+            "synth": ["synth", "--n-docs", 20, "--n-topics", 2]}[command]
+    work = tmp_path / "work"
+    work.mkdir()
+    cwd = os.getcwd()
+    os.chdir(work)
+    try:
+        result = _cli(runner, *args, "-o", ".")
+    finally:
+        os.chdir(cwd)
+    _one_error_line(result, "names no file", "--output")
+    _nothing_left(tmp_path, "work")
+    _nothing_left(work)

@@ -83,11 +83,17 @@ def location(path: str | os.PathLike[str]) -> Path:
     Raises
     ------
     ValueError
-        If the protocol is not known to fsspec, or its package is not installed (for ``s3://``:
+        If ``path`` is the empty string (``Path("")`` would be the working directory), or
+        the protocol is not known to fsspec, or its package is not installed (for ``s3://``:
         ``pip install s3fs``).
     """
     if hasattr(path, "protocol") and hasattr(path, "storage_options"):  # already a UPath
         return path  # type: ignore[return-value]
+    if isinstance(path, str) and not path:
+        raise ValueError(
+            "the path is empty: it names no file or directory. To resolve this, name one, "
+            "e.g. corpus.zarr or model.zarr"
+        )
     protocol = protocol_of(path)
     if protocol is None:
         return Path(path)

@@ -41,7 +41,7 @@ from typing import Any, TypeVar
 
 import filelock
 
-from sphdist.errors import OutputLockedError
+from sphdist.errors import OutputLockedError, ParameterError
 from sphdist.io._atomic import atomic_path
 from sphdist.io._fs import (
     filesystem,
@@ -212,7 +212,16 @@ def output_lock(target: str | os.PathLike[str]) -> Iterator[Path]:
         command, since) and the remedies.
     OSError
         If the lock file cannot be created (a read-only or missing location).
+    ParameterError
+        If ``target`` names no entry of its own (``.``, ``..``, ``/``): an output is written
+        beside its siblings and renamed into place, so it must have a name.
     """
+    if protocol_of(target) in (None, "file", "local") and Path(target).name in ("", ".."):
+        raise ParameterError(
+            f"{target}: an output path names no file or directory of its own (it is a "
+            f"directory to write into). To resolve this, name the output in it, e.g. "
+            f"--output {Path(target) / 'model.zarr'}."
+        )
     path = _lock_path(target)
     key, owner = str(path), _owner()
     with _HELD_GUARD:

@@ -317,6 +317,10 @@ class JsonlPartition(Partition):
                 except json.JSONDecodeError as exc:
                     yield Bad(where, f"not JSON ({exc.msg} at column {exc.colno})")
                     continue
+                except RecursionError:  # json's C decoder recurses once per level
+                    yield Bad(where, "a JSON value nested too deeply to read (RecursionError); "
+                                     "a document is an object of flat fields")
+                    continue
                 if not isinstance(obj, dict):
                     yield Bad(where, f"a JSON {type(obj).__name__}, not an object with a "
                                      f"{text_field!r} field")
