@@ -291,8 +291,9 @@ def pass_block(
         values are bitwise the same (the same additions into the same +0.0-initialised rows).
     features : ndarray of shape (k,), int64, optional
         Sorted indices of the features U's rows stand for (the features that occur in the
-        corpus, :func:`restrict`); every CSC chunk is renumbered onto them, so U, the partial
-        and its rows live in a k-row space. A chunk with a feature outside them is refused.
+        corpus, :func:`~sphdist.core.graph.occurring_features`); every CSC chunk is renumbered
+        onto them, so U, the partial and its rows live in a k-row space. A chunk with a feature
+        outside them is refused.
     keep_V : bool, default True
         Return the new V columns; False drops them once the partials are accumulated (the
         stateless pass: nothing of size n leaves the task).

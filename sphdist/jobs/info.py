@@ -175,7 +175,7 @@ def fit_status(model: Model) -> str:
 
 #: Options of ``sphdist fit`` whose name is not ``--<parameter>``.
 def resume_command(model: Model) -> str:
-    """The ``sphdist fit ... --resume`` command that continues the fit of ``model``.
+    """The ``sphdist fit`` command, with ``--resume``, that continues the fit of ``model``.
 
     See :meth:`sphdist.io.model.Model.resume_command`.
     """

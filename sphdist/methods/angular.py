@@ -234,8 +234,8 @@ class AngularDecomposition(
         input). A sample with ``U^T x = 0`` (an empty document) gets ``e_1``.
     alpha_ : float
         Eq. 12 for the returned ``(U, H)``: ``tr(U^T X^T H) / n``, >= 0 (the optimal scale).
-    objective_ : ndarray of shape (n_iter_,), float64
-        ``||X^T - alpha U H^T||_F^2`` (Eq. 4) after iteration t = 1..n_iter_, with alpha of
+    objective_ : ndarray of shape ``(n_iter_,)``, float64
+        ``||X^T - alpha U H^T||_F^2`` (Eq. 4) after iteration ``t = 1..n_iter_``, with alpha of
         Eq. 12 for that iteration's ``(U, H)``; equal to Eq. 13,
         ``||X||_F^2 - n alpha^2``. Non-increasing (up to rounding).
     residual_ : float

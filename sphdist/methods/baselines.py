@@ -137,9 +137,9 @@ class R1PCA(SparseInput, ClassNamePrefixFeaturesOutMixin, TransformerMixin, Base
         The Huber threshold used, in the units of X.
     weights_ : ndarray of shape (n_samples,), float64
         Final Huber weights of the training samples, in (0, 1]; small for outliers.
-    objective_ : ndarray of shape (n_iter_ + 1,), float64
+    objective_ : ndarray of shape ``(n_iter_ + 1,)``, float64
         ``huber_objective(s, c_)`` at the PCA start and after every iteration.
-    r1_norm_ : ndarray of shape (n_iter_ + 1,), float64
+    r1_norm_ : ndarray of shape ``(n_iter_ + 1,)``, float64
         ``sum_i s_i`` at the same points.
     n_iter_ : int
         Iterations run.
@@ -432,9 +432,9 @@ class KSVD(SparseInput, ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseE
     ----------
     components_ : ndarray of shape (n_components, n_features), float64
         ``D^T``: the atoms as unit-norm rows.
-    reconstruction_err_ : ndarray of shape (n_iter_,), float64
+    reconstruction_err_ : ndarray of shape ``(n_iter_,)``, float64
         ``||Y - D Gamma||_F^2`` after each dictionary update, in squared units of X.
-    coding_err_ : ndarray of shape (n_iter_,), float64
+    coding_err_ : ndarray of shape ``(n_iter_,)``, float64
         The same after each sparse coding step (before the update).
     n_nonzero_coefs_ : int
         T0 used.
@@ -461,7 +461,7 @@ class KSVD(SparseInput, ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseE
 
     Cost per iteration: scikit-learn's OMP codes one sample at a time (about 0.1-0.4 ms per
     sample at K = 20-30 on one core), and for each atom a Gram matrix of size
-    min(n_features, |omega_k|) and its top eigenpair.
+    ``min(n_features, |omega_k|)`` and its top eigenpair.
 
     Examples
     --------

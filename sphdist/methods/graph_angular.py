@@ -406,8 +406,8 @@ class GraphAngularDecomposition(
         kernel).
     alpha_ : float
         Eq. 22 for the returned H.
-    objective_ : ndarray of shape (n_iter_,), float64
-        ``||S - alpha H H^T||_F^2`` (Eq. 11) after iteration t = 1..n_iter_, alpha of Eq. 22
+    objective_ : ndarray of shape ``(n_iter_,)``, float64
+        ``||S - alpha H H^T||_F^2`` (Eq. 11) after iteration ``t = 1..n_iter_``, alpha of Eq. 22
         for that H.
     residual_ : float
         ``objective_[-1]``: the residual of Eq. 11 compared in Sun et al. (2011), Table 1.

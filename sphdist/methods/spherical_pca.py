@@ -85,9 +85,9 @@ class SphericalPCA(
         ``U^T``; orthonormal rows.
     embedding_ : ndarray or dask array of shape (n_samples, n_components), of ``dtype``
         ``V^T`` of the fit, unit rows (a dask array for dask input).
-    objective_ : ndarray of shape (n_iter_ + 1,), float64
+    objective_ : ndarray of shape ``(n_iter_ + 1,)``, float64
         ``||X^T - U V||_F^2`` after initialisation and after every iteration.
-    u_step_norm_, v_step_norm_ : ndarray of shape (n_iter_,), float64
+    u_step_norm_, v_step_norm_ : ndarray of shape ``(n_iter_,)``, float64
         ``||U_k - U_{k-1}||_F`` and ``||V_k - V_{k-1}||_F`` (NaN for the exact V-step, which
         keeps no ``V_{k-1}``).
     n_iter_ : int

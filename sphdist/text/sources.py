@@ -265,7 +265,7 @@ def _open_binary(path: str):
 
 @dataclass(frozen=True)
 class JsonlPartition(Partition):
-    """Lines ``first_line .. first_line + n_lines - 1`` (1-based) of a JSON Lines file.
+    """Lines ``first_line`` to ``first_line + n_lines - 1`` (1-based) of a JSON Lines file.
 
     ``start`` is the byte offset of ``first_line`` in a plain file; a gzip file is one
     partition (``n_lines`` None: to the end).
