@@ -553,3 +553,25 @@ def test_the_working_directory_as_output_is_refused(runner, fitted, tmp_path, co
     _one_error_line(result, "names no file", "--output")
     _nothing_left(tmp_path, "work")
     _nothing_left(work)
+
+
+# -- issue 24, item 6: nothing accepted silently --------------------------------------------------
+
+
+def test_info_of_an_interrupted_commit_says_what_it_is_and_how_to_recover(
+    runner, scheduler, fitted, tmp_path
+):
+    model = tmp_path / "m.zarr"
+    shutil.copytree(fitted["model"], tmp_path / "m.zarr.old")  # a commit stopped between renames
+    result = _cli(runner, "info", model)
+    assert result.exit_code == 0, result.output
+    assert "checkpoint     committed" not in result.stdout
+    assert "interrupted" in result.stdout and "m.zarr.old" in result.stdout
+    command = result.stdout.split("`")[1]
+    assert command.startswith(f"sphdist fit --input {fitted['corpus']} --output {model}")
+    report = json.loads(_cli(runner, "info", model, "--json").stdout)
+    assert report["checkpoint"]["recover"] == command
+    result = _cli(runner, *command.split()[1:], "--scheduler-address", scheduler)
+    assert result.exit_code == 0, result.output
+    assert model.is_dir() and not (tmp_path / "m.zarr.old").exists()
+    assert "checkpoint     committed" in _cli(runner, "info", model).stdout

@@ -12,6 +12,7 @@ import json
 import logging
 import math
 import os
+import re
 import sys
 from collections.abc import Callable
 from numbers import Integral
@@ -155,7 +156,8 @@ class Group(click.Group):
                 raise
             if not isinstance(exc, SphdistError) and _urls(ctx):  # the object store failed
                 raise _error(ctx, _store_failure(ctx, exc)) from None
-            message = str(exc) if isinstance(exc, SphdistError) else f"{type(exc).__name__}: {exc}"
+            message = (flags_only(str(exc)) if isinstance(exc, SphdistError)
+                       else f"{type(exc).__name__}: {exc}")
             if not isinstance(exc, SphdistError) and exc.errno in _OS_REMEDIES:
                 message += f". To resolve this, {_OS_REMEDIES[exc.errno]}"
             raise _error(ctx, message, type(exc).__name__) from None
@@ -172,6 +174,27 @@ class Group(click.Group):
             if (ctx.obj and ctx.obj.get("debug")) or not _urls(ctx) or not is_storage_failure(exc):
                 raise
             raise _error(ctx, _store_failure(ctx, exc)) from None
+
+
+#: A Python argument in brackets after the flag that sets it (and its value, and the backtick
+#: that ends a command): ``--overwrite (overwrite=True)``, ``--max-df 1.0` (min_df=1, max_df=1.0)``.
+_PYTHON_ARGUMENTS = re.compile(r"(--[a-z][a-z0-9-]*(?: [^\s`()]+)?`?) \([a-z_]+=[^()]*\)")
+
+
+def flags_only(message: str) -> str:
+    """``message`` without the Python arguments named beside their command-line flags.
+
+    Messages are written for both the Python API and the command line; on the command line
+    the flag is the remedy, so ``(overwrite=True)`` after ``--overwrite`` is left out.
+
+    Examples
+    --------
+    >>> flags_only("pass --on-error skip (on_error='skip') or --overwrite (overwrite=True).")
+    'pass --on-error skip or --overwrite.'
+    >>> flags_only("n_components=31 is out of range (got n_components=31).")
+    'n_components=31 is out of range (got n_components=31).'
+    """
+    return _PYTHON_ARGUMENTS.sub(r"\1", message)
 
 
 #: ``ctx.meta`` keys: the value of --json once it is read, the words after ``sphdist``.

@@ -36,7 +36,10 @@ def _print(info: dict[str, Any]) -> None:
         cp = info["checkpoint"]
         staging = f", staging dirs present: {', '.join(cp['staging_dirs'])}" \
             if cp["staging_dirs"] else ", no staging dirs"
-        click.echo(f"  checkpoint     {'committed' if cp['complete'] else 'none'}{staging}")
+        click.echo(f"  checkpoint     {cp['state']}{staging}")
+        if cp.get("recover"):
+            click.echo(f"  recover        `{cp['recover']}` moves it back (and finishes the "
+                       "fit if it stopped early)")
         if "n_iter" not in info:
             return
         p = info["params"]

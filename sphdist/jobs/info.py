@@ -47,9 +47,17 @@ def _chunk_summary(chunks: tuple[int, ...]) -> dict[str, int]:
     }
 
 
-def _checkpoint_state(state: CommitState) -> dict[str, Any]:
+def _checkpoint_state(path: Path, state: CommitState) -> dict[str, Any]:
+    if state.committed:
+        words = "committed"
+    elif state.interrupted:  # a commit stopped between its two renames
+        words = (f"interrupted commit: {path.name} is missing; its last complete version is "
+                 f"{path.name}.old, which transform, export and info read in place")
+    else:
+        words = "none"
     return {
         "complete": state.complete,
+        "state": words,
         "staging_dirs": list(state.staging),  # a running fit's next checkpoint, or debris
         "previous_kept_as_old": state.interrupted,
     }
@@ -77,7 +85,10 @@ def describe(path: str | os.PathLike[str], expect: str | None = None) -> dict[st
         (the last iterations, as ``[iteration, value]``), ``u_step_norm`` / ``v_step_norm``
         (likewise), ``seconds_per_iteration`` (mean, in seconds), ``corpus``, ``has_vocabulary``
         and ``checkpoint`` (``complete``; ``staging_dirs``, the names of uncommitted staging
-        trees beside it). An embedding: ``shape`` [r, n], ``model``, ``corpus``, ``labels``,
+        trees beside it; ``state``, in words: ``"committed"``, ``"none"`` or an interrupted
+        commit whose last complete version is ``<path>.old``, with ``recover``, the ``sphdist
+        fit ... --resume`` command that moves it back and continues the fit). An embedding:
+        ``shape`` [r, n], ``model``, ``corpus``, ``labels``,
         ``n_degenerate``.
 
     Raises
@@ -124,10 +135,12 @@ def describe(path: str | os.PathLike[str], expect: str | None = None) -> dict[st
 
 
 def _describe_model(path: Path, state: CommitState) -> dict[str, Any]:
-    checkpoint = _checkpoint_state(state)
+    checkpoint = _checkpoint_state(path, state)
     if not state.complete:
         return {"kind": "model", "path": str(path), "checkpoint": checkpoint}
     model = open_stored(path, "model")
+    if state.interrupted and not state.committed:  # the fit's writer moves it back
+        checkpoint["recover"] = model.resume_command()
     a = model.attrs
     m, r, n = model.shape
     objective = a["objective"]

@@ -239,3 +239,34 @@ def test_the_remedy_of_a_json_error_is_the_text_after_to_resolve_this(runner, tm
     report = json.loads(result.stdout)
     assert report["type"] == "InputNotFoundError"
     assert report["remedy"] == report["error"].split("To resolve this, ", 1)[1]
+
+
+def test_messages_name_the_flag_without_the_python_argument(runner, source, tmp_path):
+    """`--overwrite (overwrite=True)`: the command line says the flag only (issue 22); the
+    Python API keeps naming its argument."""
+    import re
+
+    from sphdist.errors import OutputExistsError
+    from sphdist.text.ingest import ingest
+
+    corpus = tmp_path / "c.zarr"
+    assert runner.invoke(main, ["ingest", str(source), "-o", str(corpus),
+                                "--hashing"]).exit_code == 0
+    (source / "space" / "bad.txt").write_bytes(b"\xff\xfe\x00\x01")
+    cases = {
+        "--overwrite": ["ingest", str(source), "-o", str(corpus), "--hashing"],
+        "--on-error skip": ["ingest", str(source), "-o", str(tmp_path / "d.zarr"), "--hashing"],
+        "--min-df 1 --max-df 1.0`": ["ingest", str(source), "-o", str(tmp_path / "e.zarr"),
+                                     "--on-error", "skip"],
+        "--hashing": ["ingest", str(source), "-o", str(tmp_path / "f.zarr"), "--n-features",
+                      "64"],
+        "--overwrite.": ["synth", "--n-docs", "5", "--n-topics", "2", "-o", str(corpus)],
+    }
+    for flag, args in cases.items():
+        result = runner.invoke(main, args)
+        assert result.exit_code == 1, (args, result.output)
+        line = [ln for ln in result.stderr.splitlines() if ln.startswith("Error: ")][-1]
+        assert flag in line, line
+        assert not re.search(r"\([a-z_]+=", line), line  # no "(overwrite=True)"
+    with pytest.raises(OutputExistsError, match=r"overwrite=True"):
+        ingest(source, corpus, vocabulary=False)

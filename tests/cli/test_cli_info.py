@@ -77,7 +77,7 @@ def test_info_model_histories_and_checkpoint_state(fitted, tmp_path):
     assert [info["n_features"], info["n_components"], info["n_documents"]] == [M, R, N]
     assert info["objective"] == [[k, model.objective[k]] for k in range(4, 9)]
     assert info["v_step_norm"][-1] == [8, model.attrs["v_step_norm"][-1]]
-    assert info["checkpoint"] == {"complete": True, "staging_dirs": [],
+    assert info["checkpoint"] == {"complete": True, "state": "committed", "staging_dirs": [],
                                   "previous_kept_as_old": False}
     assert info["params"]["n_components"] == R
     # a checkpoint being written (or left by a killed run) is reported, not hidden
