@@ -11,6 +11,8 @@ import dask.array as da
 import numpy as np
 import scipy.sparse as sp
 
+from sphdist.core import kernels
+
 
 def polar(M):
     Y, _, Zt = np.linalg.svd(M, full_matrices=False)
@@ -81,6 +83,14 @@ def random_corpus(m, n, density=0.05, seed=0, n_empty=1):
         X = sp.csc_matrix(X @ sp.diags(keep))
         X.eliminate_zeros()
     return X
+
+
+def random_start(X, r, seed):
+    """The solver's random U_0 for X: Haar on the features that occur, zero on the others."""
+    occurring = np.flatnonzero(sp.csr_matrix(X).getnnz(axis=1) > 0)
+    U0 = np.zeros((X.shape[0], r))
+    U0[occurring] = kernels.random_orthonormal(occurring.size, r, np.random.RandomState(seed))
+    return U0
 
 
 def chunked(X, sizes):

@@ -49,6 +49,7 @@ __all__ = [
     "block_bounds",
     "chain_bounds",
     "block_pass",
+    "occurring_features",
     "embedding",
     "tree_sum",
     "sum_parts",
@@ -490,6 +491,25 @@ def block_pass(
     total["XVt"] = np.require(densify(total["XVt"]), np.float64, ["C", "A"])
     total["VVt"] = np.require(total["VVt"], np.float64, ["C", "A"])
     return V, total
+
+
+def occurring_features(X: da.Array, split_every: int) -> np.ndarray:
+    """The (m,) bool mask of the features with a stored entry in X: one scan of the indices.
+
+    Parameters
+    ----------
+    X : dask.array.Array of shape (m, n)
+        Column-chunked, one block along the features.
+    split_every : int
+        Fan-in of :func:`tree_sum`.
+
+    Returns
+    -------
+    ndarray of shape (m,), bool
+        OR over the chunks of :func:`sphdist.core.kernels.chunk_features`; all True when a
+        chunk is not CSC. Reads every chunk, computes no product.
+    """
+    return sum_parts(per_chunk(kernels.chunk_features, X), split_every)["occurs"]
 
 
 def embedding(

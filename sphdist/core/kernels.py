@@ -60,6 +60,7 @@ __all__ = [
     "pass_chunk",
     "pass_block",
     "pass_onto",
+    "chunk_features",
     "embed_block",
     "chunk_partials",
     "project_chunk",
@@ -412,6 +413,16 @@ def _chunk_v(
     A = np.ascontiguousarray(np.asarray(X_d.T @ U).T)
     V, degenerate = v_step(A, V_prev, lam)
     return np.asarray(V, dtype=dtype), degenerate
+
+
+def chunk_features(X_c: Any) -> dict[str, np.ndarray]:
+    """``{"occurs": mask}``: the (m,) bool mask of the features with a stored entry in X_c.
+
+    Summed by :func:`sphdist.core.partials.partials_combine` (``+`` of bool arrays is OR), so
+    the tree sum over the chunks gives the features that occur in the corpus. Every feature
+    counts as occurring for a chunk that is not CSC (:func:`sphdist.core.partials.occurring`).
+    """
+    return {"occurs": occurring([X_c])}
 
 
 def embed_block(

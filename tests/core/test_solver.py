@@ -8,7 +8,14 @@ import scipy.sparse as sp
 from sphdist.core import kernels, solver
 from sphdist.errors import DataError, ParameterError
 
-from ..reference import LAYOUTS, algorithm1, chunked, random_corpus, topical_corpus
+from ..reference import (
+    LAYOUTS,
+    algorithm1,
+    chunked,
+    random_corpus,
+    random_start,
+    topical_corpus,
+)
 
 M, N, R = 80, 120, 4
 
@@ -122,7 +129,34 @@ def test_one_read_of_every_chunk_per_iteration(X, max_partials):
         lambda b: (reads.append(1), b)[1], dtype=float, meta=sp.csc_matrix((0, 0))
     )
     solver.fit(Xc, R, max_iter=4, tol=0, random_state=0, max_partials=max_partials)
-    assert len(reads) == 5 * (1 + 4)
+    # initialisation: a scan of the indices (the features the random U_0 is drawn on) and the
+    # first pass; then one pass per iteration
+    assert len(reads) == 5 * (2 + 4)
+    reads.clear()
+    solver.fit(Xc, R, max_iter=4, tol=0, random_state=0, max_partials=max_partials,
+               accelerate=False, U0=np.eye(X.shape[0], R))
+    assert len(reads) == 5 * (1 + 4)  # a warm start needs no scan
+
+
+def test_random_start_is_drawn_on_the_occurring_features_only(X):
+    """U_0 is zero on features no document has: the first pass runs on the k occurring rows."""
+    keep = np.ones(X.shape[0])
+    keep[::3] = 0.0  # a third of the features occur nowhere
+    X_gap = sp.csc_matrix(sp.diags(keep) @ X)
+    X_gap.eliminate_zeros()
+    state = solver.fit(chunked(X_gap, [40] * 3), R, max_iter=0, random_state=0)
+    occurring = np.flatnonzero(X_gap.getnnz(axis=1) > 0)
+    X_gap = X_gap.toarray()
+    np.testing.assert_array_equal(state.features, occurring)
+    assert state.U.shape == (occurring.size, R)
+    np.testing.assert_allclose(state.U.T @ state.U, np.eye(R), atol=1e-12)
+    assert not state.U_full[::3].any()
+    # V_0 = normalise(U_0^T X) against the dense reference
+    V0 = state.U_full.T @ X_gap
+    norms = np.linalg.norm(V0, axis=0)
+    V0 = np.where(norms > 0, V0 / np.where(norms > 0, norms, 1.0), np.eye(R)[:, :1])  # e_1
+    f0 = np.linalg.norm(X_gap - state.U_full @ V0) ** 2
+    assert state.objective[0] == pytest.approx(f0, rel=1e-10)
 
 
 @pytest.mark.parametrize("max_partials", [1, 3, 100])
@@ -200,7 +234,7 @@ def test_row_sparse_partials_give_bitwise_the_dense_fit(split_every):
             np.testing.assert_array_equal(got.XVt.view(np.int64), dense.XVt.view(np.int64))
             np.testing.assert_array_equal(_V(Xc, got), _V(Xc, dense))
     # and the dense route itself follows the dense NumPy reference
-    U0 = kernels.random_orthonormal(300, 3, np.random.RandomState(1))
+    U0 = random_start(Xs, 3, 1)  # the solver's random start
     expected, U, _ = algorithm1(Xs, U0, n_iter=4, lam=2.0, mu=None)
     np.testing.assert_allclose(dense.objective, expected, rtol=1e-10)
     np.testing.assert_allclose(dense.U_full, U, atol=1e-9)

@@ -11,7 +11,14 @@ import scipy.sparse as sp
 from sphdist.core import solver
 from sphdist.errors import CheckpointMismatchError
 
-from ..reference import LAYOUTS, algorithm1, chunked, random_corpus, topical_corpus
+from ..reference import (
+    LAYOUTS,
+    algorithm1,
+    chunked,
+    random_corpus,
+    random_start,
+    topical_corpus,
+)
 
 R = 3
 
@@ -63,9 +70,7 @@ def test_restricted_to_the_occurring_features_and_equal_to_the_dense_reference(X
     assert U.shape == (X.shape[0], R)
     assert not np.delete(U, occurring, axis=0).any()
     np.testing.assert_allclose(U.T @ U, np.eye(R), atol=1e-12)
-    from sphdist.core import kernels
-
-    U0 = kernels.random_orthonormal(X.shape[0], R, np.random.RandomState(0))
+    U0 = random_start(X, R, 0)
     expected, U_ref, V_ref = algorithm1(X, U0, n_iter=6, lam=2.0, mu=None)
     np.testing.assert_allclose(state.objective, expected, rtol=1e-10)
     np.testing.assert_allclose(U, U_ref, atol=1e-9)
