@@ -558,6 +558,44 @@ def test_the_working_directory_as_output_is_refused(runner, fitted, tmp_path, co
 # -- issue 24, item 6: nothing accepted silently --------------------------------------------------
 
 
+def _tar_with_links(path):
+    import io
+    import tarfile
+
+    with tarfile.open(path, "w") as tar:
+        for i in range(12):
+            data = f"alpha beta gamma{i % 3} delta{i % 5}".encode()
+            info = tarfile.TarInfo(f"src/{LABELS[i % 3]}/{i}.txt")
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+        for name, kind, target in (("link", tarfile.SYMTYPE, "../../../etc/passwd"),
+                                   ("hard", tarfile.LNKTYPE, "src/a/0.txt"),
+                                   ("dev", tarfile.CHRTYPE, "")):
+            info = tarfile.TarInfo(f"src/a/{name}")
+            info.type, info.linkname = kind, target
+            tar.addfile(info)
+    return path
+
+
+def test_tar_members_that_are_not_files_are_counted_as_skipped(runner, tmp_path):
+    src = _tar_with_links(tmp_path / "docs.tar")
+    result = _cli(runner, "ingest", src, "-o", tmp_path / "c.zarr", "--hashing")
+    _one_error_line(result, f"{src}:src/a/", "--on-error skip")
+    _nothing_left(tmp_path, "docs.tar")
+    result = _cli(runner, "ingest", src, "-o", tmp_path / "c.zarr", "--hashing",
+                  "--on-error", "skip", "--json")
+    assert result.exit_code == 0, result.output
+    summary = json.loads(result.stdout)
+    assert (summary["n_documents"], summary["n_skipped"]) == (12, 3)
+    examples = " ".join(summary["skipped_examples"])
+    for needle in ("src/a/link: a symbolic link", "src/a/hard: a hard link",
+                   "src/a/dev: a character device"):
+        assert needle in examples, examples
+    result = _cli(runner, "ingest", src, "-o", tmp_path / "d.zarr", "--hashing",
+                  "--on-error", "skip")
+    assert "3 skipped" in result.stdout
+
+
 def test_info_of_an_interrupted_commit_says_what_it_is_and_how_to_recover(
     runner, scheduler, fitted, tmp_path
 ):

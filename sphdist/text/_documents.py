@@ -36,6 +36,15 @@ class Bad:
         r"""The one-line error message (bytes of a file name that are not UTF-8 as ``\xff``)."""
         return printable(f"{self.where}: {self.why}")
 
+    def error(self) -> DataError:
+        """The refusal of this document under ``on_error="fail"``, with the remedy."""
+        return DataError(
+            f"{self.message()}. To resolve this, " + (
+                self.remedy or "fix or remove that document, or pass --on-error skip "
+                "(on_error='skip') to leave such documents out and count them."
+            ) + ("." if self.remedy else "")
+        )
+
 
 def printable(name: str) -> str:
     r"""``name`` with the bytes a file name held that are not UTF-8 shown as ``\xff``.

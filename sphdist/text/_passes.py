@@ -178,12 +178,7 @@ def count_partition(job: CountJob, index: int, part: Partition) -> Counts:
     for record in part.records(job.reading):
         if isinstance(record, Bad):
             if job.on_error == "fail":
-                raise DataError(
-                    f"{record.message()}. To resolve this, " + (
-                        record.remedy or "fix or remove that document, or pass --on-error "
-                        "skip (on_error='skip') to leave such documents out and count them."
-                    ) + ("." if record.remedy else "")
-                )
+                raise record.error()
             out.n_skipped += 1
             if len(out.examples) < _N_EXAMPLES:
                 out.examples.append(record.message())

@@ -194,7 +194,9 @@ def ingest(
     on_error : {"fail", "skip"}, default "fail"
         A document that cannot be used (undecodable bytes, binary content, longer than
         ``max_document_bytes``, a line that is not a JSON object or has no text field, a
-        null text or label) raises :class:`DataError` naming the file and line; with
+        null text or label, a JSON value nested too deeply to read, a member of a tar archive
+        that is a link or a device, a FIFO or device in a folder) raises :class:`DataError`
+        naming the file and line (or member); with
         ``"skip"`` it is left out, counted (``attrs["ingest"]["n_skipped"]``, with the first
         few named in ``skipped_examples``) and reported in a warning.
     max_document_bytes : int, default 10_000_000
@@ -372,6 +374,8 @@ def ingest(
     if not src.partitions:
         raise DataError(f"{source}: no documents found (empty files). To resolve this, pass "
                         "a source with at least one document.")
+    if src.unreadable and on_error == "fail":  # a link or device in a folder or archive
+        raise src.unreadable[0].error()
     job = CountJob(options=options, remove=remove, reading=reading, on_error=on_error,
                     chunk_size=chunk_size, need_class_df=options.select is not None,
                     spill="")
@@ -379,6 +383,9 @@ def ingest(
     with _scheduler(n_workers, src) as (run, workers), _scratch(spill) as spill_dir:
         job = dataclasses.replace(job, spill=str(spill_dir))
         total = _reduce_counts(run, src, job, workers, progress)
+        if src.unreadable:  # found when listing: skipped and counted as any bad document
+            total.merge(Counts(n_skipped=len(src.unreadable),
+                               examples=[bad.message() for bad in src.unreadable[:5]]))
         n = total.n_docs
         _report_skipped(total, on_error)
         if n == 0:

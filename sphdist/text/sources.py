@@ -176,18 +176,20 @@ def _inside(real: str, root: str) -> bool:
     return real == root or real.startswith(root.rstrip(os.sep) + os.sep)
 
 
-def _list_directory(root: Path) -> list[str]:
-    """Ids of the documents of a directory tree: regular files and links to files, sorted later.
+def _list_directory(root: Path) -> tuple[list[str], list[tuple[str, Bad]]]:
+    """Ids of the documents of a directory tree, and the files that cannot be documents.
 
-    Symbolic links to files are listed (then read only if they resolve inside ``root``, see
-    :meth:`DirPartition.records`; a broken link or a link loop cannot be read and is a bad
-    document too); symbolic links to folders are never followed (``os.walk`` default): a
-    warning names them. Other special files (FIFOs, sockets, devices) are ignored.
+    Documents are regular files and links to files (sorted later). Symbolic links to files are
+    listed (then read only if they resolve inside ``root``, see :meth:`DirPartition.records`; a
+    broken link or a link loop cannot be read and is a bad document too); symbolic links to
+    folders are never followed (``os.walk`` default): a warning names them. Other special
+    files (FIFOs, sockets, devices) are never opened: each is returned as ``(id, Bad)``, a bad
+    document (``on_error``), never dropped silently.
     """
     def _raise(exc: OSError) -> None:
         raise exc
 
-    ids, dir_links = [], []
+    ids, dir_links, special = [], [], []
     for dirpath, dirnames, filenames in os.walk(root, onerror=_raise):
         rel = Path(dirpath).relative_to(root)
         dir_links.extend(str(Path(dirpath, d)) for d in dirnames
@@ -199,25 +201,53 @@ def _list_directory(root: Path) -> list[str]:
             mode = os.lstat(os.path.join(dirpath, name)).st_mode
             if stat.S_ISREG(mode) or stat.S_ISLNK(mode):
                 ids.append(doc_id)
+            else:
+                what = ("a FIFO" if stat.S_ISFIFO(mode) else "a socket" if stat.S_ISSOCK(mode)
+                        else "a character device" if stat.S_ISCHR(mode)
+                        else "a block device" if stat.S_ISBLK(mode) else "not a regular file")
+                special.append((doc_id, Bad(os.path.join(dirpath, name),
+                                            f"{what}, not a file: not read")))
     if dir_links:
         logger.warning(
             "%s: %d symbolic link(s) to folders not followed (their files are not ingested), "
             "e.g. %s. To ingest those files, copy them into the source folder.",
             root, len(dir_links), "; ".join(sorted(dir_links)[:5]),
         )
-    return ids
+    return ids, special
 
 
-def _list_tar(path: Path) -> dict[str, int]:
-    """Map each document id to the offset of its (last) member in the archive."""
+def _tar_member_kind(member: tarfile.TarInfo) -> str:
+    """What a tar member that is neither a regular file nor a folder is, in words."""
+    if member.issym():
+        return f"a symbolic link to {member.linkname}"
+    if member.islnk():
+        return f"a hard link to {member.linkname}"
+    return ("a character device" if member.ischr() else "a block device" if member.isblk()
+            else "a FIFO" if member.isfifo() else f"a member of tar type {member.type!r}")
+
+
+def _list_tar(path: Path) -> tuple[dict[str, int], list[tuple[str, Bad]]]:
+    """Map each document id to the offset of its (last) member in the archive.
+
+    Also returns the members inside a label folder that are neither regular files nor
+    folders (links, devices, FIFOs) as ``(id, Bad)``: never read (members are read by name,
+    never extracted or followed), but bad documents (``on_error``), not dropped silently.
+    """
     try:
-        offsets = {}
+        offsets, special = {}, {}
         with tarfile.open(path, "r:*") as archive:
             for member in archive:
                 doc_id = _member_id(member.name)
-                if member.isfile() and "/" in doc_id:
+                if "/" not in doc_id or member.isdir():
+                    continue
+                if member.isfile():
                     offsets[doc_id] = member.offset
-        return offsets
+                    special.pop(doc_id, None)
+                else:
+                    offsets.pop(doc_id, None)  # the last member of a name is the document
+                    special[doc_id] = Bad(f"{path}:{member.name}",
+                                          f"{_tar_member_kind(member)}, not a file: not read")
+        return offsets, list(special.items())
     except (tarfile.TarError, EOFError, OSError, zlib.error) as exc:
         raise DataError(
             f"{path}: neither a directory nor a readable tar archive ({type(exc).__name__}: "
@@ -496,6 +526,9 @@ class Plan:
     n_documents: int | None  # None when unknown before reading (gzip, CSV)
     n_available: int | None = None
     paths: list[str] = field(default_factory=list)
+    #: Entries of a folder or tar source that cannot be documents (links in an archive,
+    #: devices, FIFOs): found when listing, bad documents (``on_error``) never read.
+    unreadable: list[Bad] = field(default_factory=list)
 
 
 def _has_glob(text: str) -> bool:
@@ -687,10 +720,10 @@ def _plan_files(path: Path, format: str, partition_size: int, categories, max_do
         if not path.is_dir():
             raise DataError(f"{path}: not a directory. To resolve this, pass a folder, or name "
                             "the format of the file with --format.")
-        ids = _list_directory(path)
+        ids, special = _list_directory(path)
         offsets = None
     else:
-        offsets = _list_tar(path)
+        offsets, special = _list_tar(path)
         ids = list(offsets)
     if not ids:
         raise DataError(
@@ -706,4 +739,8 @@ def _plan_files(path: Path, format: str, partition_size: int, categories, max_do
             partitions.append(DirPartition(str(path), piece))
         else:
             partitions.append(TarPartition(str(path), tuple((d, offsets[d]) for d in piece)))
-    return Plan(format, partitions, len(kept), n_available=len(ids), paths=[str(path)])
+    wanted = None if categories is None else set(categories)
+    unreadable = [bad for doc_id, bad in sorted(special)
+                  if wanted is None or label_of(doc_id) in wanted]
+    return Plan(format, partitions, len(kept), n_available=len(ids), paths=[str(path)],
+                unreadable=unreadable)
