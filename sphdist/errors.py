@@ -20,6 +20,7 @@ __all__ = [
     "ParameterError",
     "DataError",
     "WorkersLostError",
+    "Interrupted",
 ]
 
 
@@ -69,3 +70,11 @@ class WorkersLostError(SphdistError, RuntimeError):
 
 class StorageError(SphdistError, OSError):
     """An object store refused or failed a request (no bucket, credentials, the service)."""
+
+
+class Interrupted(KeyboardInterrupt):
+    """Ctrl-C stopped a job; the message says what it left at its output and how to go on.
+
+    A :class:`KeyboardInterrupt` (``except KeyboardInterrupt`` still catches it, ``except
+    Exception`` does not), not a :class:`SphdistError`: the user stopped the job, nothing failed.
+    """

@@ -22,7 +22,7 @@ import click
 import numpy as np
 
 from sphdist.core.params import PARAMS, Choice, Param, Range, describe
-from sphdist.errors import SphdistError
+from sphdist.errors import Interrupted, SphdistError
 
 logger = logging.getLogger("sphdist")
 
@@ -151,6 +151,10 @@ class Group(click.Group):
             raise
         except (click.exceptions.Exit, click.Abort):
             raise
+        except Interrupted as exc:  # Ctrl-C, where the job says what it left (else "Aborted!")
+            if ctx.obj and ctx.obj.get("debug"):
+                raise
+            raise _error(ctx, str(exc), "Interrupted") from None
         except (SphdistError, OSError) as exc:
             if ctx.obj and ctx.obj.get("debug"):
                 raise

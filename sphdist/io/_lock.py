@@ -41,8 +41,8 @@ from typing import Any, TypeVar
 
 import filelock
 
-from sphdist.errors import OutputLockedError, ParameterError
-from sphdist.io._atomic import atomic_path
+from sphdist.errors import Interrupted, OutputLockedError, ParameterError
+from sphdist.io._atomic import atomic_path, commit_identity
 from sphdist.io._fs import (
     filesystem,
     is_remote,
@@ -282,12 +282,25 @@ def _acquire_object_lock(target: str | os.PathLike[str]) -> Any:
     return None
 
 
+def _left_behind(target: Any, before: Any) -> str:
+    """What a writer of ``target`` stopped by Ctrl-C left there (``before``: the commit then)."""
+    if commit_identity(target) != before:
+        return f"interrupted (Ctrl-C) after {target} was committed: it is complete."
+    return (
+        f"interrupted (Ctrl-C): nothing was written, {target} "
+        f"{'does not exist' if before is None else 'is as it was'} (an output is committed "
+        "only when complete). To resolve this, run the command again."
+    )
+
+
 def locks_output(parameter: str = "output") -> Callable[[F], F]:
     """Decorate a writer so that it holds :func:`output_lock` on its ``parameter`` throughout.
 
     For the jobs that write one output (ingest, synth, transform, export): the lock is taken
     before the function looks at the output (whether it exists, ``overwrite``) and released
-    after its commit, or its failure.
+    after its commit, or its failure. A Ctrl-C (:class:`KeyboardInterrupt`) is raised again as
+    :class:`~sphdist.errors.Interrupted`, saying what is at the output: nothing was written
+    (an output is committed only when complete), unless the commit was done.
 
     Parameters
     ----------
@@ -309,8 +322,14 @@ def locks_output(parameter: str = "output") -> Callable[[F], F]:
                 target = signature.bind(*args, **kwargs).arguments[parameter]
             except (TypeError, KeyError):  # the function's own TypeError says what is wrong
                 return function(*args, **kwargs)
-            with output_lock(target):
-                return function(*args, **kwargs)
+            before = commit_identity(target)
+            try:
+                with output_lock(target):
+                    return function(*args, **kwargs)
+            except Interrupted:
+                raise
+            except KeyboardInterrupt as exc:
+                raise Interrupted(_left_behind(target, before)) from exc
 
         return locked  # type: ignore[return-value]
 

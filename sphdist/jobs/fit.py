@@ -44,6 +44,7 @@ from sphdist.errors import (
     CheckpointMismatchError,
     CorpusMismatchError,
     DataError,
+    Interrupted,
     OutputExistsError,
     ParameterError,
     WorkersLostError,
@@ -118,7 +119,9 @@ class PreparedFit:
     Notes
     -----
     Holds the lock on ``output`` (:func:`sphdist.io.output_lock`) from :func:`prepare_fit`
-    until :meth:`close` (or the end of a ``with`` block, or garbage collection).
+    until :meth:`close` (or the end of a ``with`` block, or garbage collection). A Ctrl-C
+    inside its ``with`` block is raised again as :class:`~sphdist.errors.Interrupted`, saying
+    where the fit stopped (the last committed checkpoint) and the command that continues it.
     """
 
     input: Path
@@ -135,6 +138,8 @@ class PreparedFit:
     _held: contextlib.ExitStack = dataclasses.field(
         default_factory=contextlib.ExitStack, init=False, repr=False
     )
+    #: What was committed at ``output`` when the fit was prepared (:func:`_atomic.commit_identity`).
+    _before: Any = dataclasses.field(default=None, init=False, repr=False)
 
     def close(self) -> None:
         """Release the output (its lock, taken by :func:`prepare_fit`); idempotent."""
@@ -143,8 +148,42 @@ class PreparedFit:
     def __enter__(self) -> PreparedFit:
         return self
 
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()
+    def __exit__(self, exc_type: object, exc: BaseException | None, tb: object) -> None:
+        try:
+            if isinstance(exc, KeyboardInterrupt) and not isinstance(exc, Interrupted):
+                raise Interrupted(self._stopped()) from exc
+        finally:
+            self.close()
+
+    def _stopped(self) -> str:
+        """Where a fit stopped by Ctrl-C is, and the command that goes on from there."""
+        output, max_iter = self.output, self.params["max_iter"]
+        command = functools.partial(fit_command, self.input, output, self.params,
+                                    checkpoint_every=self.checkpoint_every)
+        if self.previous is None and _atomic.commit_identity(output) == self._before:
+            return (
+                "the fit was interrupted (Ctrl-C) before its first checkpoint: nothing was "
+                f"written, {output} {'does not exist' if self._before is None else 'is as it was'}"
+                f". To resolve this, run it again: `{command(overwrite=self.overwrite)}`."
+            )
+        try:
+            model = load_checkpoint(output)
+        except Exception:  # e.g. a commit stopped between its renames: --resume recovers it
+            model = None
+        if model is None:
+            return (
+                f"the fit was interrupted (Ctrl-C) while it committed a checkpoint of {output}. "
+                "To resolve this, continue it from its last complete checkpoint: "
+                f"`{command(resume=True)}`."
+            )
+        if model.converged or model.n_iter >= max_iter:
+            return (f"the fit was interrupted (Ctrl-C) after it committed {output}: it is "
+                    f"complete, at iteration {model.n_iter}.")
+        return (
+            f"the fit was interrupted (Ctrl-C): {output} holds its checkpoint of iteration "
+            f"{model.n_iter} of {max_iter}. To resolve this, continue it from there: "
+            f"`{command(resume=True)}`."
+        )
 
     def run(
         self, callback: Callable[[solver.FitState], None] | None = _log_iteration
@@ -324,6 +363,7 @@ def prepare_fit(
         held.close()
         raise
     prepared._held = held
+    prepared._before = _atomic.commit_identity(output)  # after a recovery, before any write
     prepared.memory_budget = budget
     weakref.finalize(prepared, held.close)  # released even if never closed
     return prepared

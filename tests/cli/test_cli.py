@@ -270,3 +270,31 @@ def test_messages_name_the_flag_without_the_python_argument(runner, source, tmp_
         assert not re.search(r"\([a-z_]+=", line), line  # no "(overwrite=True)"
     with pytest.raises(OutputExistsError, match=r"overwrite=True"):
         ingest(source, corpus, vocabulary=False)
+
+
+@pytest.mark.parametrize("overwrite", [False, True])
+def test_ctrl_c_during_ingest_says_nothing_was_written(runner, source, tmp_path, monkeypatch,
+                                                       overwrite):
+    from sphdist.io.corpus_writer import CorpusWriter
+
+    out = tmp_path / "out" / "c.zarr"
+    out.parent.mkdir()
+    if overwrite:
+        assert runner.invoke(main, ["ingest", str(source), "-o", str(out),
+                                    "--hashing"]).exit_code == 0
+    before = sorted(p.name for p in out.parent.iterdir())
+
+    def interrupted(self, *args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(CorpusWriter, "append_stored_chunk", interrupted)
+    result = runner.invoke(main, ["ingest", str(source), "-o", str(out), "--hashing",
+                                  *(["--overwrite"] if overwrite else [])])
+    assert result.exit_code == 1
+    errors = [ln for ln in result.stderr.splitlines() if ln.startswith("Error: ")]
+    assert len(errors) == 1 and result.stderr.strip().endswith(errors[0]), result.stderr
+    line = errors[0]  # after the progress lines of the passes
+    assert "interrupted" in line and "nothing was written" in line, line
+    assert ("is as it was" if overwrite else "does not exist") in line, line
+    assert "Aborted" not in result.output
+    assert sorted(p.name for p in out.parent.iterdir()) == before  # no staging left

@@ -103,3 +103,57 @@ def test_fit_opens_and_validates_once(runner, corpus, connects, monkeypatch, tmp
     stored = open_model(tmp_path / "m.zarr").params
     assert stored["dtype"] == "float32" and stored["split_every"] == 3
     assert stored["init_n_iter"] == 1
+
+
+# -- issue 22: Ctrl-C says where the fit stopped and how to go on --------------------------------
+
+
+def _interrupt_at(monkeypatch, iteration):
+    """Ctrl-C when the checkpoint of ``iteration`` is about to be written."""
+    save = fit.save_checkpoint
+
+    def interrupted(path, state, **kwargs):
+        if state.iteration == iteration:
+            raise KeyboardInterrupt
+        return save(path, state, **kwargs)
+
+    monkeypatch.setattr(fit, "save_checkpoint", interrupted)
+
+
+def _error_line(result):
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("Error: "), result.output
+    assert "Aborted" not in result.output and "Traceback" not in result.output
+    return lines[0]
+
+
+def test_ctrl_c_during_a_fit_names_the_last_checkpoint_and_the_resume(
+    runner, corpus, connects, monkeypatch, tmp_path
+):
+    from sphdist.io.model import open_model
+
+    out = tmp_path / "m.zarr"
+    _interrupt_at(monkeypatch, 3)
+    result = _fit(runner, corpus, "-o", str(out), "-r", "2", "--max-iter", "6", "--tol", "0",
+                  "--lam", "palm")
+    assert result.exit_code == 1
+    line = _error_line(result)
+    assert "interrupted" in line and "iteration 2" in line, line
+    resume = line.split("`")[1]
+    assert "--resume" in resume and "--lam palm" in resume and "--max-iter 6" in resume, line
+    monkeypatch.undo()
+    again = runner.invoke(main, ["--quiet", *resume.split()[1:]])
+    assert again.exit_code == 0, again.output
+    assert open_model(out).n_iter == 6
+
+
+def test_ctrl_c_before_the_first_checkpoint_says_nothing_was_written(
+    runner, corpus, connects, monkeypatch, tmp_path
+):
+    out = tmp_path / "m.zarr"
+    _interrupt_at(monkeypatch, 1)
+    result = _fit(runner, corpus, "-o", str(out), "-r", "2", "--max-iter", "6")
+    assert result.exit_code == 1
+    line = _error_line(result)
+    assert "nothing was written" in line, line
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["corpus.zarr"]  # no staging left
