@@ -104,10 +104,13 @@ def export(
 @click.option("--doc-id", help="Id of a document of --input.")
 @click.option("-k", "k", type=click.IntRange(min=1), default=10, show_default=True,
               help="Number of neighbours.")
+@click.option("--include-self", is_flag=True,
+              help="With --doc-id: count the document itself (angle 0) among the k; by "
+                   "default the k are other documents.")
 @_JSON
 def neighbors(
     model: Path, input_: Path | None, query: str | None, doc_id: str | None, k: int,
-    as_json: bool,
+    include_self: bool, as_json: bool,
 ) -> None:
     """Nearest documents by angle on the sphere (= by Euclidean distance of the embeddings)."""
     from sphdist.jobs.embedding import (
@@ -123,11 +126,12 @@ def neighbors(
         model, input_, verb="neighbors",
         rest=("--doc-id", doc_id) if doc_id is not None else ("--query", str(query)),
     )
+    own = None  # the document of --doc-id, left out unless --include-self
     if doc_id is not None:
-        _, vector = document_embedding(source, doc_id)
+        own, vector = document_embedding(source, doc_id)
     else:
         vector = embed_texts(model, [query])[:, 0]  # type: ignore[list-item]
-    hits = nearest_neighbors(source, vector, k)
+    hits = nearest_neighbors(source, vector, k, exclude=None if include_self else own)
     if as_json:
         echo_json({"query": query, "doc_id": doc_id, "k": k, "neighbors": hits})
         return

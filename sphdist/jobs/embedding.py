@@ -480,7 +480,8 @@ def embed_texts(model: str | os.PathLike[str] | Model, texts: list[str]) -> np.n
 
 
 def nearest_neighbors(
-    source: EmbeddingSource, query: np.ndarray, k: int = 10, *, chunk_size: int = _SCAN_DOCS
+    source: EmbeddingSource, query: np.ndarray, k: int = 10, *, exclude: int | None = None,
+    chunk_size: int = _SCAN_DOCS,
 ) -> list[dict[str, Any]]:
     """The k documents whose embeddings are nearest to ``query`` on the sphere.
 
@@ -492,6 +493,9 @@ def nearest_neighbors(
         A unit vector (an embedding).
     k : int, default 10
         Number of neighbours (at most n).
+    exclude : int, optional
+        Index of a document never returned: the one whose embedding ``query`` is, so that
+        its k neighbours are k other documents (``sphdist neighbors --doc-id``).
     chunk_size : int, default 65536
         Documents scored at a time.
 
@@ -524,6 +528,8 @@ def nearest_neighbors(
         cos = query @ np.asarray(source.V[:, a:b].compute())
         if source.degenerate is not None:  # placeholders, not directions: never neighbours
             cos = np.where(source.degenerate[a:b], -np.inf, cos)
+        if exclude is not None and a <= exclude < b:
+            cos[exclude - a] = -np.inf
         idx = np.concatenate([best_idx, np.arange(a, b, dtype=np.int64)])
         cos = np.concatenate([best_cos, cos])
         order = np.lexsort((idx, -cos))[:k]  # largest cosine first, then document order

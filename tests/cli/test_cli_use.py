@@ -197,7 +197,7 @@ def test_neighbors_of_a_document(trained, runner):
     j = 17
     doc_id = corpus.doc_ids[j]
     result = runner.invoke(main, ["neighbors", "-m", str(trained["model"]), "--doc-id",
-                                  doc_id, "-k", "6", "--json"])
+                                  doc_id, "-k", "6", "--include-self", "--json"])
     assert result.exit_code == 0, result.output
     hits = json.loads(result.stdout)["neighbors"]
     assert hits[0]["doc_id"] == doc_id and hits[0]["angle_deg"] == pytest.approx(0, abs=1e-5)
@@ -215,7 +215,7 @@ def test_neighbors_of_a_document(trained, runner):
         atol=1e-12)
 
     text = runner.invoke(main, ["neighbors", "-m", str(trained["model"]), "--doc-id", doc_id,
-                                "-k", "2"])
+                                "-k", "2", "--include-self"])
     assert text.exit_code == 0 and doc_id in text.stdout.splitlines()[1]
 
 
@@ -303,7 +303,30 @@ def test_empty_documents_are_never_neighbours(trained, runner):
     result = runner.invoke(main, ["neighbors", "-m", str(trained["model"]), "--doc-id",
                                   corpus.doc_ids[1], "-k", "100", "--json"])
     hits = json.loads(result.stdout)["neighbors"]
-    assert len(hits) == corpus.n_documents - corpus.n_empty
+    assert len(hits) == corpus.n_documents - corpus.n_empty - 1  # nor the document itself
     assert empty not in [h["doc_id"] for h in hits]
     result = runner.invoke(main, ["neighbors", "-m", str(trained["model"]), "--doc-id", empty])
     assert result.exit_code == 1 and "is empty" in _error_line(result)
+
+
+def test_neighbors_of_a_document_are_k_others_unless_include_self(trained, runner):
+    """--doc-id ID: the document itself (0.00 degrees) is not its own neighbour (issue 22)."""
+    corpus, model = open_corpus(trained["corpus"]), open_model(trained["model"])
+    V = model.V().compute()
+    j, k = 17, 5
+    doc_id = corpus.doc_ids[j]
+    args = ["neighbors", "-m", str(trained["model"]), "--doc-id", doc_id, "-k", str(k), "--json"]
+    result = runner.invoke(main, args)
+    assert result.exit_code == 0, result.output
+    hits = json.loads(result.stdout)["neighbors"]
+    assert len(hits) == k and doc_id not in [h["doc_id"] for h in hits]
+    assert [h["rank"] for h in hits] == list(range(1, k + 1))
+    cos = V[:, j] @ V
+    cos[j] = -np.inf
+    cos[corpus.empty] = -np.inf
+    expected = np.lexsort((np.arange(cos.shape[0]), -cos))[:k]
+    assert [h["index"] for h in hits] == expected.tolist()
+
+    hits = json.loads(runner.invoke(main, [*args, "--include-self"]).stdout)["neighbors"]
+    assert hits[0]["doc_id"] == doc_id and hits[0]["angle_deg"] == pytest.approx(0, abs=1e-5)
+    assert len(hits) == k and [h["index"] for h in hits[1:]] == expected[:k - 1].tolist()
