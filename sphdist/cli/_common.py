@@ -14,6 +14,7 @@ import math
 import os
 import re
 import sys
+import time
 from collections.abc import Callable
 from numbers import Integral
 from typing import Any
@@ -358,6 +359,11 @@ def iterations_left(objective: list[float], tol: float, max_iter: int) -> float:
     return float(min(cap, np.ceil(np.log(tol / last[-1]) / np.log(rho))))
 
 
+def _now() -> float:
+    """The wall clock of :class:`FitProgress`, in seconds."""
+    return time.perf_counter()
+
+
 class FitProgress:
     """Per-iteration progress of a fit: a tqdm bar on a terminal, else plain log lines.
 
@@ -376,8 +382,12 @@ class FitProgress:
     Notes
     -----
     Called with the solver state after the initialisation (iteration 0, or the iteration a
-    resumed fit starts from) and after every iteration. The ETA assumes the remaining
-    iterations cost the mean of those done in this run.
+    resumed fit starts from) and after every iteration. The seconds of an iteration are the
+    wall time since the previous call, so they include the checkpoint written in between
+    (the solver's own ``state.seconds`` leave it out); the ETA assumes the remaining
+    iterations take the mean of those of this run (:attr:`seconds_per_iteration`). A call
+    for an iteration not after the previous one (a retry resuming from a checkpoint) starts
+    the clock again.
     """
 
     def __init__(self, max_iter: int, bar: bool, tol: float = 0.0):
@@ -386,7 +396,7 @@ class FitProgress:
         self.max_iter = max_iter
         self.tol = tol
         self._lines = not bar  # one log line per iteration (a counter of tenths is too sparse)
-        self._first: int | None = None
+        self._last: tuple[int, float] | None = None  # the previous call: iteration, clock
         self._seconds: list[float] = []
         self.bar = progress(max_iter, "fit", unit="it", mode=bool(bar),
                             bar_format="{desc}: {percentage:3.0f}%|{bar}| {n}/{total} "
@@ -396,11 +406,13 @@ class FitProgress:
         from sphdist.jobs.info import shown_objective
 
         objective = shown_objective(state.objective[-1])
-        if self._first is None:
-            self._first = state.iteration
-        else:
-            self._seconds.append(state.seconds[-1])
-        per_it = float(np.mean(self._seconds)) if self._seconds else float("nan")
+        now, seconds = _now(), state.seconds[-1]  # the initialisation: the solver's seconds
+        if self._last is not None and state.iteration > self._last[0]:
+            seconds = (now - self._last[1]) / (state.iteration - self._last[0])
+            self._seconds.append(seconds)
+        self._last = (state.iteration, now)
+        per_it = self.seconds_per_iteration
+        per_it = float("nan") if per_it is None else per_it
         eta = per_it * iterations_left(state.objective, self.tol, self.max_iter)
         if state.converged:
             eta = 0.0
@@ -415,9 +427,17 @@ class FitProgress:
             return
         logger.info(
             "iter %4d  objective %.10g  rel_change %.3e  %.2fs  eta %s%s",
-            state.iteration, objective, state.relative_change, state.seconds[-1],
+            state.iteration, objective, state.relative_change, seconds,
             _clock(eta), "  (converged)" if state.converged else "",
         )
+
+    @property
+    def seconds_per_iteration(self) -> float | None:
+        """Mean wall time between iterations of this run, checkpoints included, in seconds.
+
+        None before the first iteration after the start.
+        """
+        return float(np.mean(self._seconds)) if self._seconds else None
 
     def close(self) -> None:
         """Close the bar."""

@@ -96,7 +96,7 @@ def fit(
             )
         finally:
             progress.close()
-    seconds = model.attrs["seconds"][1:]
+    seconds = progress.seconds_per_iteration  # wall time, the checkpoints included
     if as_json:
         echo_json({
             "output": str(output), "n_components": n_components, "n_iter": model.n_iter,
@@ -108,7 +108,7 @@ def fit(
             ),
             "u_step_norm": (model.attrs["u_step_norm"] or [None])[-1],
             "v_step_norm": (model.attrs["v_step_norm"] or [None])[-1],
-            "seconds_per_iteration": sum(seconds) / len(seconds) if seconds else None,
+            "seconds_per_iteration": seconds,
             "init_from": model.params.get("init_from"),
         })
         return
@@ -116,7 +116,7 @@ def fit(
         f"wrote {output}: r={n_components}, {plural(model.n_iter, 'iteration')}"
         f"{' (converged)' if model.attrs['converged'] else ''}, objective "
         f"{shown_objective(model.objective[-1]):.10g}, "
-        f"{(sum(seconds) / len(seconds)) if seconds else float('nan'):.2f} s/iteration"
+        f"{float('nan') if seconds is None else seconds:.2f} s/iteration"
     )
 
 

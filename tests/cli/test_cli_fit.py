@@ -157,3 +157,39 @@ def test_ctrl_c_before_the_first_checkpoint_says_nothing_was_written(
     line = _error_line(result)
     assert "nothing was written" in line, line
     assert sorted(p.name for p in tmp_path.iterdir()) == ["corpus.zarr"]  # no staging left
+
+
+# -- issue 22: seconds per iteration and the ETA count the checkpoint ---------------------------
+
+
+def test_seconds_per_iteration_and_eta_are_the_wall_time_between_iterations(
+    runner, corpus, connects, monkeypatch, tmp_path
+):
+    """A clock that only moves while a checkpoint is written (60 s each): iterations 2-4 each
+    took 60 s of wall time, iteration 1 none (iteration 0 is not saved), so 45 s/iteration,
+    whatever the solver's own seconds (which leave the checkpoint out)."""
+    import json
+
+    from sphdist.cli import _common
+
+    now = [0.0]
+    save = fit.save_checkpoint
+
+    def slow_save(path, state, **kwargs):
+        now[0] += 60.0
+        return save(path, state, **kwargs)
+
+    monkeypatch.setattr(fit, "save_checkpoint", slow_save)
+    monkeypatch.setattr(_common, "_now", lambda: now[0], raising=False)
+    args = ["-i", str(corpus), "-r", "2", "--max-iter", "4", "--tol", "0"]
+    result = runner.invoke(main, ["fit", *args, "-o", str(tmp_path / "a.zarr"), "--json"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["seconds_per_iteration"] == 45.0
+    lines = {int(line.split()[1]): line for line in result.stderr.splitlines()
+             if line.startswith("iter ")}
+    assert "60.00s" in lines[3] and "eta 00:40" in lines[3], lines  # mean 40 s, 1 left
+    assert "eta 00:00" in lines[4], lines
+    now[0] = 0.0
+    result = runner.invoke(main, ["--quiet", "fit", *args, "-o", str(tmp_path / "b.zarr")])
+    assert result.exit_code == 0, result.output
+    assert "45.00 s/iteration" in result.stdout, result.stdout
