@@ -558,6 +558,42 @@ def test_the_working_directory_as_output_is_refused(runner, fitted, tmp_path, co
 # -- issue 24, item 6: nothing accepted silently --------------------------------------------------
 
 
+def _jsonl_ids(path, ids):
+    lines = [json.dumps({"id": doc_id, "label": LABELS[i % 3],
+                         "text": f"alpha beta gamma{i % 3} delta{i % 5} w{i}"})
+             for i, doc_id in enumerate(ids)]
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+@pytest.mark.parametrize("sizes", [[], ["--chunk-size", 2, "--partition-size", 4]],
+                         ids=["one_partition", "across_partitions"])
+def test_duplicate_document_ids_are_refused_or_skipped(runner, tmp_path, sizes):
+    ids = [f"t{i}" for i in range(14)]
+    ids[7] = ids[11] = "t2"  # documents 7 and 11 repeat the id of document 2
+    src = _jsonl_ids(tmp_path / "docs.jsonl", ids)
+    common = ["--id-field", "id", "--label-field", "label", "--hashing", *sizes]
+    result = _cli(runner, "ingest", src, "-o", tmp_path / "c.zarr", *common)
+    _one_error_line(result, f"{src}:8", "'t2'", f"{src}:3", "--on-error skip")
+    _nothing_left(tmp_path, "docs.jsonl")
+    result = _cli(runner, "ingest", src, "-o", tmp_path / "c.zarr", *common,
+                  "--on-error", "skip", "--json")
+    assert result.exit_code == 0, result.output
+    summary = json.loads(result.stdout)
+    assert (summary["n_documents"], summary["n_skipped"]) == (12, 2)
+    assert all("duplicate id 't2'" in e for e in summary["skipped_examples"])
+    # the same corpus as the source without the two later duplicates: idf counts 12 documents
+    kept = [line for i, line in enumerate(src.read_text().splitlines()) if i not in (7, 11)]
+    (tmp_path / "kept.jsonl").write_text("\n".join(kept) + "\n")
+    result = _cli(runner, "ingest", tmp_path / "kept.jsonl", "-o", tmp_path / "k.zarr", *common)
+    assert result.exit_code == 0, result.output
+    got, want = (zarr.open_group(str(tmp_path / n), mode="r") for n in ("c.zarr", "k.zarr"))
+    assert list(got["doc_ids"][:]) == list(want["doc_ids"][:])
+    np.testing.assert_array_equal(got["idf"][:], want["idf"][:])
+    for name in ("data", "indices", "indptr"):
+        np.testing.assert_array_equal(got[f"X/00000/{name}"][:], want[f"X/00000/{name}"][:])
+
+
 def _tar_with_links(path):
     import io
     import tarfile

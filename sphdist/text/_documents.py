@@ -1,6 +1,7 @@
 """What a document is and how its raw bytes are checked, for every source format.
 
-A record is ``(doc_id, text, label)``; a document that cannot be used is a :class:`Bad` naming
+A record is ``(doc_id, text, label, where)`` (where: the file and line, row or member, for
+messages); a document that cannot be used is a :class:`Bad` naming
 the file and line (or row, or archive member) and the reason. :mod:`sphdist.text.sources` reads
 the sources through these checks.
 """
@@ -107,7 +108,7 @@ def check_text(where: str, text: Any, reading: Reading, what: str) -> str | Bad:
     return text
 
 
-Record = tuple[str, str, str | None]
+Record = tuple[str, str, str | None, str]
 
 
 @contextlib.contextmanager

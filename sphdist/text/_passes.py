@@ -11,6 +11,8 @@ a ``distributed`` worker alike.
 
 from __future__ import annotations
 
+import zlib
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -47,7 +49,7 @@ else:
 
 __all__ = [
     "STRIPPERS", "CountJob", "Counts", "WeightJob", "clean", "count_partition", "features",
-    "weight_chunk",
+    "repeated_ids", "weight_chunk",
 ]
 
 _N_EXAMPLES = 5  # skipped documents named in the summary
@@ -67,6 +69,10 @@ class CountJob:
     chunk_size: int
     need_class_df: bool
     spill: str
+    #: (partition, ordinal of the document among the partition's usable ones, message) of
+    #: the documents to leave out and count as skipped: those repeating an earlier id
+    #: (:func:`repeated_ids`, with ``on_error="skip"``).
+    drop: tuple[tuple[int, int, str], ...] = ()
 
 
 @dataclass
@@ -86,10 +92,16 @@ class Counts:
     term_tf: np.ndarray | None = None  # (t,) float64 total counts
     class_names: np.ndarray | None = None  # sorted labels (k,) str, for select
     class_df: np.ndarray | None = None  # (t, k) int64 (learned) or (m, k) (fixed)
+    id_hashes: np.ndarray | None = None  # (n_docs,) uint64: id_hash of each document's id
+    partition_docs: list[int] = field(default_factory=list)  # documents of each partition
 
     def merge(self, other: Counts) -> Counts:
         """Add ``other`` (the next partitions, in order) into this one."""
         self.n_docs += other.n_docs
+        if other.id_hashes is not None:
+            self.id_hashes = other.id_hashes if self.id_hashes is None else np.concatenate(
+                [self.id_hashes, other.id_hashes])
+        self.partition_docs += other.partition_docs
         self.n_blank += other.n_blank
         self.n_emptied += other.n_emptied
         self.n_skipped += other.n_skipped
@@ -171,10 +183,23 @@ def clean(text: str, remove: tuple[str, ...]) -> str:
     return text
 
 
+def id_hash(doc_id: str) -> int:
+    """A 64-bit digest of a document id, the same in every process: CRC-32 and Adler-32.
+
+    Only a filter (0.7 µs per id, a third of blake2b's): :func:`repeated_ids` confirms every
+    candidate by comparing the ids themselves, so a collision costs a read, never a document.
+    """
+    data = doc_id.encode("utf-8", "surrogatepass")
+    return (zlib.crc32(data) << 32) | zlib.adler32(data)
+
+
 def count_partition(job: CountJob, index: int, part: Partition) -> Counts:
     """Pass 1 on one partition: read, check, tokenise, spill counts per chunk, count dfs."""
     out = Counts()
-    buffer: list[tuple[str, str, str | None]] = []
+    drop = {k: message for p, k, message in job.drop if p == index}
+    buffer: list[tuple[str, str, str | None, str]] = []
+    hashes: list[int] = []
+    ordinal = -1  # of the usable documents, as repeated_ids numbers them
     for record in part.records(job.reading):
         if isinstance(record, Bad):
             if job.on_error == "fail":
@@ -183,13 +208,90 @@ def count_partition(job: CountJob, index: int, part: Partition) -> Counts:
             if len(out.examples) < _N_EXAMPLES:
                 out.examples.append(record.message())
             continue
+        ordinal += 1
+        if ordinal in drop:  # repeats an earlier id
+            out.n_skipped += 1
+            if len(out.examples) < _N_EXAMPLES:
+                out.examples.append(drop[ordinal])
+            continue
+        hashes.append(id_hash(record[0]))
         buffer.append(record)
         if len(buffer) == job.chunk_size:
             out.merge(_count_chunk(job, index, len(out.chunks), buffer))
             buffer = []
     if buffer:
         out.merge(_count_chunk(job, index, len(out.chunks), buffer))
+    out.id_hashes = np.asarray(hashes, dtype=np.uint64)
+    out.partition_docs = [out.n_docs]
     return out
+
+
+def repeated_ids(
+    partitions: Sequence[Partition], reading: Reading, total: Counts
+) -> list[tuple[int, int, Bad]]:
+    """The documents whose id an earlier document (in corpus order) already has.
+
+    Runs on the driver after pass 1: the ids' digests (``total.id_hashes``) are sorted to
+    find the candidates, whose ids are then read again from their partitions (only those)
+    and compared exactly, so a collision of digests is never taken for a repeat.
+
+    Parameters
+    ----------
+    partitions : sequence of Partition
+        The partitions pass 1 counted, in order.
+    reading : Reading
+    total : Counts
+        Pass 1's merged counts, with ``id_hashes`` and ``partition_docs``.
+
+    Returns
+    -------
+    list of (partition, ordinal, Bad)
+        In corpus order; ``ordinal`` numbers the partition's usable documents from 0 (as
+        :attr:`CountJob.drop`); the :class:`Bad` names the document, its id and the first
+        document with that id. Empty when every id is unique.
+
+    Notes
+    -----
+    Cost: sorting n 8-byte digests; only when digests repeat, reading the partitions that
+    hold them once more.
+    """
+    h = total.id_hashes
+    if h is None or h.shape[0] < 2:
+        return []
+    order = np.argsort(h, kind="stable")
+    same = np.flatnonzero(h[order][1:] == h[order][:-1])
+    if not same.size:
+        return []
+    candidates = np.unique(np.concatenate([order[same], order[same + 1]]))
+    starts = np.concatenate([[0], np.cumsum(total.partition_docs)])
+    owner = np.searchsorted(starts, candidates, side="right") - 1
+    found: dict[int, tuple[str, str, int, int]] = {}  # ordinal in the corpus -> id, where
+    for p in np.unique(owner).tolist():
+        wanted = set((candidates[owner == p] - starts[p]).tolist())
+        k = -1
+        for record in partitions[p].records(reading):
+            if isinstance(record, Bad):
+                continue
+            k += 1
+            if k in wanted:
+                found[int(starts[p]) + k] = (record[0], record[3], p, k)
+    first: dict[str, str] = {}
+    repeats = []
+    for j in sorted(found):
+        doc_id, where, p, k = found[j]
+        if doc_id not in first:
+            first[doc_id] = where
+            continue
+        repeats.append((p, k, Bad(where, f"duplicate id {doc_id!r}, the id of {first[doc_id]}",
+                                  remedy=_REPEATED_ID_REMEDY)))
+    return repeats
+
+
+_REPEATED_ID_REMEDY = (
+    "give every document its own id (--id-field naming a field of unique values, or no "
+    "--id-field: ids are then path:line or path:row), or pass --on-error skip "
+    "(on_error='skip') to keep the first document of each id and count the others as skipped"
+)
 
 
 def _count_chunk(job: CountJob, index: int, k: int, docs: list) -> Counts:

@@ -62,6 +62,7 @@ from sphdist.text._passes import (
     WeightJob,
     count_partition,
     features,
+    repeated_ids,
     weight_chunk,
 )
 from sphdist.text.sources import FORMATS, Plan, Reading, plan
@@ -137,7 +138,8 @@ def ingest(
     text_field, label_field, id_field : str
         Field (JSON Lines) or column (CSV, Parquet) of the text, the label (optional; any
         scalar, used as a string) and the document id (optional; default ``path:line`` or
-        ``path:row``).
+        ``path:row``). Ids must be unique: a document whose id an earlier one has is a bad
+        document (``on_error``: refused naming both, or skipped and counted, the first kept).
     categories : sequence of str, optional
         Directory / tar sources: keep only the documents with these labels.
     max_docs_per_label : int, optional
@@ -194,10 +196,10 @@ def ingest(
     on_error : {"fail", "skip"}, default "fail"
         A document that cannot be used (undecodable bytes, binary content, longer than
         ``max_document_bytes``, a line that is not a JSON object or has no text field, a
-        null text or label, a JSON value nested too deeply to read, a member of a tar archive
-        that is a link or a device, a FIFO or device in a folder) raises :class:`DataError`
-        naming the file and line (or member); with
-        ``"skip"`` it is left out, counted (``attrs["ingest"]["n_skipped"]``, with the first
+        null text or label, a repeated id, a JSON value nested too deeply to read, a member of
+        a tar archive that is a link or a device, a FIFO or device in a folder) raises
+        :class:`DataError` naming the file and line (or member); with ``"skip"`` it is left
+        out, counted (``attrs["ingest"]["n_skipped"]``, with the first
         few named in ``skipped_examples``) and reported in a warning.
     max_document_bytes : int, default 10_000_000
         Longest accepted document, in bytes (characters for CSV and Parquet values).
@@ -278,17 +280,20 @@ def ingest(
 
     Memory: the driver holds the document frequencies (``n_features * 8`` bytes, or the
     vocabulary's terms with two counts each, times the labels for ``select``), O(n) ids and
-    labels, and at most ``2 * workers`` partition results or chunks (tasks are submitted in
-    order, ``2 * workers`` ahead, and their results taken in order); a worker holds one chunk
+    labels (and, during pass 1, an 8-byte digest of each id, to find repeated ids), and at
+    most ``2 * workers`` partition results or chunks (tasks are submitted in order,
+    ``2 * workers`` ahead, and their results taken in order); a worker holds one chunk
     of documents and its counts (a tar partition: the partition's raw documents). The spilled
     counts take about 12 bytes per nonzero on disk next to the output, and are removed at the
-    end. Cost: every document is read, decoded and tokenised once; a tar archive is read once
-    per partition (gzip cannot seek). Workers write the spilled counts and the stored chunks
-    next to ``output``: on a distributed cluster that directory must be on a filesystem the
-    workers share, and the source must be readable by them. Local worker processes are
-    forked (Linux, when no other Python thread runs in the calling process), else those of a
-    ``LocalCluster``, started with distributed's ``multiprocessing-method`` ("spawn" by
-    default): call ``ingest`` from a script under ``if __name__ == "__main__":``.
+    end. Cost: every document is read, decoded and tokenised once (twice when ids repeat and
+    ``on_error="skip"``: pass 1 counts again without the repeats, so that the idf is the one of
+    the documents kept); a tar archive is read once per partition (gzip cannot seek). Workers
+    write the spilled counts and the stored chunks next to ``output``: on a distributed cluster
+    that directory must be on a filesystem the workers share, and the source must be readable by
+    them. Local worker processes are forked (Linux, when no other Python thread runs in the
+    calling process), else those of a ``LocalCluster``, started with distributed's
+    ``multiprocessing-method`` ("spawn" by default): call ``ingest`` from a script under
+    ``if __name__ == "__main__":``.
 
     Directory sources: a file whose resolved path (symbolic links followed) lies outside the
     source folder is never read; it is a bad document (``on_error``: an error naming the link,
@@ -383,6 +388,18 @@ def ingest(
     with _scheduler(n_workers, src) as (run, workers), _scratch(spill) as spill_dir:
         job = dataclasses.replace(job, spill=str(spill_dir))
         total = _reduce_counts(run, src, job, workers, progress)
+        repeated = repeated_ids(src.partitions, reading, total)
+        repeat = f"{documents(len(repeated))} repeat{'s' if len(repeated) == 1 else ''}"
+        if repeated and on_error == "fail":
+            first = repeated[0][2]
+            raise dataclasses.replace(first, why=f"{first.why} ({repeat} an earlier id)").error()
+        if repeated:  # count again without them, so that the idf counts only the kept
+            logger.info("%s an earlier id: counting again without them (on_error=%r)", repeat,
+                        on_error)
+            job = dataclasses.replace(job, drop=tuple(
+                (p, k, bad.message()) for p, k, bad in repeated))
+            total = _reduce_counts(run, src, job, workers, progress)
+        total.id_hashes = None
         if src.unreadable:  # found when listing: skipped and counted as any bad document
             total.merge(Counts(n_skipped=len(src.unreadable),
                                examples=[bad.message() for bad in src.unreadable[:5]]))

@@ -93,7 +93,7 @@ class DirPartition(Partition):
         return len(self.ids)
 
     def records(self, reading: Reading) -> Iterator[Record | Bad]:
-        """Yield ``(id, text, label)`` for each file, or a :class:`Bad`.
+        """Yield ``(id, text, label, where)`` for each file, or a :class:`Bad`.
 
         A file whose resolved path (symbolic links followed) is outside the source folder is
         never opened: it is a :class:`Bad` (checked here, at read time, so that a link put in
@@ -123,7 +123,7 @@ class DirPartition(Partition):
                 yield Bad(path, f"could not be read ({type(exc).__name__}: {exc.strerror})")
                 continue
             text = check_raw(path, content, reading)
-            yield text if isinstance(text, Bad) else (doc_id, text, label_of(doc_id))
+            yield text if isinstance(text, Bad) else (doc_id, text, label_of(doc_id), path)
 
 
 @dataclass(frozen=True)
@@ -139,7 +139,7 @@ class TarPartition(Partition):
         return len(self.offsets)
 
     def records(self, reading: Reading) -> Iterator[Record | Bad]:
-        """Yield ``(id, text, label)`` in id order (members are buffered for one partition)."""
+        """Yield ``(id, text, label, where)`` in id order (a partition's members are buffered)."""
         wanted = dict(self.offsets)
         found: dict[str, bytes | Bad] = {}
         with tarfile.open(self.path, "r:*") as archive:
@@ -168,7 +168,8 @@ class TarPartition(Partition):
                 yield content
             else:
                 text = check_raw(where, content, reading)
-                yield text if isinstance(text, Bad) else (doc_id, text, label_of(doc_id))
+                yield text if isinstance(text, Bad) else (doc_id, text, label_of(doc_id),
+                                                          where)
 
 
 def _inside(real: str, root: str) -> bool:
@@ -308,7 +309,7 @@ class JsonlPartition(Partition):
     n_docs: int | None = None
 
     def records(self, reading: Reading) -> Iterator[Record | Bad]:
-        """Yield ``(id, text, label)`` per non-blank line, or a :class:`Bad`."""
+        """Yield ``(id, text, label, where)`` per non-blank line, or a :class:`Bad`."""
         text_field, label_field, id_field = (
             reading.text_field, reading.label_field, reading.id_field
         )
@@ -368,7 +369,7 @@ class JsonlPartition(Partition):
                 if isinstance(label, Bad) or isinstance(doc_id, Bad):
                     yield label if isinstance(label, Bad) else doc_id
                     continue
-                yield (f"{self.path}:{line_no}" if doc_id is None else doc_id), text, label
+                yield (where if doc_id is None else doc_id), text, label, where
 
 
 def _scalar_field(obj: dict, name: str | None, role: str, where: str) -> str | Bad | None:
@@ -451,7 +452,7 @@ def _frame_records(frame, path: str, first_row: int, reading: Reading, what: str
             doc_id = str(ids[i])
         else:
             doc_id = f"{path}:{row}"
-        yield doc_id, text, label
+        yield doc_id, text, label, where
 
 
 def _isna(value: Any) -> bool:
@@ -467,7 +468,7 @@ class CsvPartition(Partition):
     n_docs: int | None = None
 
     def records(self, reading: Reading) -> Iterator[Record | Bad]:
-        """Yield ``(id, text, label)`` per row, or a :class:`Bad`."""
+        """Yield ``(id, text, label, where)`` per row, or a :class:`Bad`."""
         import pandas as pd
 
         wanted = [c for c in (reading.text_field, reading.label_field, reading.id_field) if c]
@@ -504,7 +505,7 @@ class ParquetPartition(Partition):
     n_docs: int | None = None
 
     def records(self, reading: Reading) -> Iterator[Record | Bad]:
-        """Yield ``(id, text, label)`` per row, or a :class:`Bad`."""
+        """Yield ``(id, text, label, where)`` per row, or a :class:`Bad`."""
         import pyarrow.parquet as pq
 
         wanted = [c for c in (reading.text_field, reading.label_field, reading.id_field) if c]

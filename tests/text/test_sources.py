@@ -653,3 +653,20 @@ def test_hashed_feature_space_beyond_this_machines_memory(tmp_path):
                                              r".* --n-features 1048576"):
         ingest_old(_jsonl(tmp_path), tmp_path / "out.zarr", n_workers=1, n_features=MAX_FEATURES)
     assert not (tmp_path / "out.zarr").exists()
+
+
+def test_equal_id_digests_are_confirmed_on_the_ids_themselves(tmp_path):
+    """Issue 24 item 6: a digest collision is never taken for a repeated id."""
+    from sphdist.text._passes import Counts, repeated_ids
+    from sphdist.text.sources import JsonlPartition, Reading
+
+    path = tmp_path / "docs.jsonl"
+    ids = ["a", "b", "c", "b", "d"]
+    path.write_text("".join(json.dumps({"id": i, "text": "x y"}) + "\n" for i in ids))
+    start = sum(len(line) + 1 for line in path.read_bytes().split(b"\n")[:3])  # of line 4
+    parts = [JsonlPartition(str(path), 0, 1, 3), JsonlPartition(str(path), start, 4, None)]
+    reading = Reading(id_field="id")
+    collide = Counts(id_hashes=np.zeros(5, dtype=np.uint64), partition_docs=[3, 2])
+    found = repeated_ids(parts, reading, collide)  # every digest equal: only 'b' repeats
+    assert [(p, k) for p, k, _ in found] == [(1, 0)]
+    assert found[0][2].message() == f"{path}:4: duplicate id 'b', the id of {path}:2"
