@@ -137,6 +137,27 @@ def test_nothing_listens_beyond_loopback_by_default():
     assert {ip for ip, _ in sockets} == {"127.0.0.1"}, sockets
 
 
+
+@pytest.mark.cluster
+@pytest.mark.slow
+def test_the_dashboard_answers_without_credentials_on_loopback_and_only_reads():
+    """What README's security notes say of the dashboard (issue 24 item 7), pinned."""
+    import urllib.error
+    import urllib.request
+
+    with connect(n_workers=1, memory_limit="1GiB") as client:
+        link = client.dashboard_link  # http://127.0.0.1:PORT/status, while the scheduler is tls://
+        assert link.startswith("http://127.0.0.1:") and client.scheduler.address.startswith("tls")
+        root = link.removesuffix("/status")
+        for path in ("/status", "/json/identity.json", "/info/main/workers.html"):
+            with urllib.request.urlopen(root + path, timeout=30) as response:
+                assert response.status == 200  # no credential asked
+        with pytest.raises(urllib.error.HTTPError) as refused:  # distributed's API routes
+            urllib.request.urlopen(urllib.request.Request(
+                root + "/api/v1/retire_workers", data=b"{}", method="POST"), timeout=30)
+        assert refused.value.code in (404, 405)
+
+
 # -- nothing persisted can execute code ------------------------------------------------------
 
 PLAIN_TYPES = {"bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
