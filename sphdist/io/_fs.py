@@ -36,7 +36,7 @@ __all__ = [
     "location", "is_remote", "exists", "absolute", "protocol_of", "filesystem",
     "set_storage_options",
     "storage_options", "apply_storage_options", "parse_storage_option", "storage_error",
-    "is_storage_failure", "join", "open_file", "load_array", "remove", "glob",
+    "is_storage_failure", "listing_command", "join", "open_file", "load_array", "remove", "glob",
 ]
 
 _URL = re.compile(r"^(?P<protocol>[A-Za-z][A-Za-z0-9+.-]*)://")
@@ -134,6 +134,45 @@ def is_storage_failure(exc: BaseException) -> bool:
         return True
     return any(type(c).__module__.split(".")[0] in _STORE_PACKAGES
                for c in (exc, exc.__cause__, exc.__context__) if c is not None)
+
+
+def listing_command(path: str | os.PathLike[str]) -> str:
+    """A shell command that lists what is in the folder (or URL prefix) ``path``.
+
+    For the remedies that say "check the path": ``ls`` reads local paths only, so a URL gets
+    the AWS command line (``s3://``) or, for any other protocol, fsspec in this interpreter.
+    Storage options are not repeated in it (they may hold secrets); the ``AWS_*`` variables
+    still apply.
+
+    Parameters
+    ----------
+    path : path-like
+        A local folder or a URL.
+
+    Returns
+    -------
+    str
+        The command, quoted for a POSIX shell.
+
+    Examples
+    --------
+    >>> listing_command("/data/corpora"), listing_command("s3://bucket/corpora")
+    ('ls /data/corpora', 'aws s3 ls s3://bucket/corpora/')
+    """
+    import shlex
+    import sys
+
+    protocol = protocol_of(path)
+    if protocol is None or protocol == "file":
+        local = os.fspath(path) if protocol is None else location(path).path
+        return f"ls {shlex.quote(local)}"
+    if protocol in ("s3", "s3a"):
+        return f"aws s3 ls {str(path).rstrip('/')}/"
+    import json  # its strings are Python literals in double quotes: no shell escapes
+
+    code = (f"import fsspec; print(*fsspec.filesystem({json.dumps(protocol)}).ls("
+            f"{json.dumps(location(path).path)}, detail=False), sep=chr(10))")
+    return f"{shlex.quote(sys.executable)} -c {shlex.quote(code)}"
 
 
 def storage_error(path: str | os.PathLike[str], exc: BaseException) -> BaseException:

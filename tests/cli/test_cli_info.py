@@ -115,3 +115,33 @@ def test_top_terms_of_a_hashed_model_is_a_clear_error(fitted):
 def test_info_missing_path(tmp_path):
     result = _run("info", tmp_path / "nope.zarr")
     assert result.exit_code == 1 and "nope.zarr" in result.stderr
+
+
+@pytest.mark.xfail(strict=True, reason="issue 22: sphdist/jobs/info.py's describe() must name "
+                   "io._fs.listing_command(path.parent) instead of `ls PARENT`; info.py is "
+                   "another engineer's file (remove this marker with that change)")
+def test_info_of_a_missing_url_suggests_a_listing_that_reads_urls():
+    """`ls s3://bucket/` cannot read a URL: the remedy lists the prefix through fsspec."""
+    result = _run("info", "memory://sphdist-nowhere/a/nope.zarr")
+    assert result.exit_code == 1, result.output
+    line = result.stderr.strip().splitlines()[-1]
+    assert "`ls memory://" not in line, line
+    assert "fsspec" in line and "sphdist-nowhere/a" in line, line
+
+
+def test_the_listing_command_of_a_path_lists_it(tmp_path):
+    """``ls`` for a local folder, the AWS command line for s3, fsspec for any other URL (the
+    fsspec one runs: here on fsspec's ``local://`` protocol)."""
+    import shlex
+    import subprocess
+
+    from sphdist.io._fs import listing_command, location
+
+    assert listing_command(location("/data/some dir")) == "ls '/data/some dir'"
+    assert listing_command(location("s3://nosuchbucket/a")) == "aws s3 ls s3://nosuchbucket/a/"
+    assert listing_command(location("file:///data/x")) == "ls /data/x"
+    (tmp_path / "probe.zarr").mkdir()
+    command = listing_command(location(f"local://{tmp_path}"))
+    assert "fsspec" in command and not command.startswith("ls "), command
+    out = subprocess.run(shlex.split(command), capture_output=True, text=True, check=True)
+    assert out.stdout.split() == [f"{tmp_path}/probe.zarr"], out
