@@ -282,9 +282,20 @@ def _acquire_object_lock(target: str | os.PathLike[str]) -> Any:
     return None
 
 
+#: The commit at an output that could not be read before its writer ran.
+_UNKNOWN = object()
+
+
 def _left_behind(target: Any, before: Any) -> str:
     """What a writer of ``target`` stopped by Ctrl-C left there (``before``: the commit then)."""
-    if commit_identity(target) != before:
+    try:
+        now = _UNKNOWN if before is _UNKNOWN else commit_identity(target)
+    except Exception:  # the store fails: say what is sure
+        now = _UNKNOWN
+    if now is _UNKNOWN:
+        return (f"interrupted (Ctrl-C) while writing {target}, which is committed only when "
+                "complete. To resolve this, run the command again.")
+    if now != before:
         return f"interrupted (Ctrl-C) after {target} was committed: it is complete."
     return (
         f"interrupted (Ctrl-C): nothing was written, {target} "
@@ -322,7 +333,10 @@ def locks_output(parameter: str = "output") -> Callable[[F], F]:
                 target = signature.bind(*args, **kwargs).arguments[parameter]
             except (TypeError, KeyError):  # the function's own TypeError says what is wrong
                 return function(*args, **kwargs)
-            before = commit_identity(target)
+            try:
+                before = commit_identity(target)
+            except Exception:  # a failing store: the writer says so; Ctrl-C then says less
+                before = _UNKNOWN
             try:
                 with output_lock(target):
                     return function(*args, **kwargs)
