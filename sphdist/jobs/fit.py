@@ -151,7 +151,15 @@ class PreparedFit:
     def __exit__(self, exc_type: object, exc: BaseException | None, tb: object) -> None:
         try:
             if isinstance(exc, KeyboardInterrupt) and not isinstance(exc, Interrupted):
-                raise Interrupted(self._stopped()) from exc
+                try:
+                    said = self._stopped()
+                except Exception:  # the store fails: say what is sure
+                    resume = fit_command(self.input, self.output, self.params, resume=True,
+                                         checkpoint_every=self.checkpoint_every)
+                    said = (f"the fit was interrupted (Ctrl-C); {self.output} holds its last "
+                            f"complete checkpoint, if any. To resolve this, continue it: "
+                            f"`{resume}`.")
+                raise Interrupted(said) from exc
         finally:
             self.close()
 
