@@ -16,7 +16,7 @@ import numpy as np
 
 from sphdist.errors import DataError, InputNotFoundError, ParameterError
 from sphdist.io import CommitState, commit_state, open_stored, stored_kind
-from sphdist.io._fs import exists, location
+from sphdist.io._fs import exists, listing_command, location
 from sphdist.io.model import Model, open_model
 
 __all__ = [
@@ -105,7 +105,7 @@ def describe(path: str | os.PathLike[str], expect: str | None = None) -> dict[st
             open_model(path)  # raises "no such model", with how to fit one
         raise InputNotFoundError(
             f"{path}: no such corpus, model or embedding. To resolve this, check the path "
-            f"(`ls {path.parent}` lists what is there)."
+            f"(`{listing_command(path.parent)}` lists what is there)."
         )
     kind = stored_kind(path) if state.committed else None
     if kind == "model" or (not state.committed and (state.staging or state.interrupted)):

@@ -117,9 +117,6 @@ def test_info_missing_path(tmp_path):
     assert result.exit_code == 1 and "nope.zarr" in result.stderr
 
 
-@pytest.mark.xfail(strict=True, reason="issue 22: sphdist/jobs/info.py's describe() must name "
-                   "io._fs.listing_command(path.parent) instead of `ls PARENT`; info.py is "
-                   "another engineer's file (remove this marker with that change)")
 def test_info_of_a_missing_url_suggests_a_listing_that_reads_urls():
     """`ls s3://bucket/` cannot read a URL: the remedy lists the prefix through fsspec."""
     result = _run("info", "memory://sphdist-nowhere/a/nope.zarr")
