@@ -123,8 +123,10 @@ def fit(
 @click.command()
 @click.option("--model", "-m", required=True, type=STORE_PATH,
               help="The model.zarr to evaluate.")
-@click.option("--input", "-i", "input_", required=True, type=STORE_PATH,
-              help="The corpus the model was fitted on (for its labels).")
+@click.option("--input", "-i", "input_", type=STORE_PATH,
+              help="The labelled documents: the training corpus [default: the path the model "
+                   "recorded], an embedding.zarr from `sphdist transform`, or a held-out corpus "
+                   "ingested with `--like MODEL` (embedded on the fly).")
 @click.option("--n-clusters", "-k", type=click.IntRange(min=1),
               help="k of k-means [default: number of labels].")
 @click.option("--n-init", type=click.IntRange(min=1), default=10, show_default=True,
@@ -133,9 +135,9 @@ def fit(
               help="Seed of k-means.")
 @json_option()
 def evaluate(
-    model: Path, input_: Path, n_clusters: int | None, n_init: int, seed: int, as_json: bool
+    model: Path, input_: Path | None, n_clusters: int | None, n_init: int, seed: int, as_json: bool
 ) -> None:
-    """k-means on the embedding; clustering accuracy (Hungarian matching) and NMI."""
+    """k-means on an embedding; clustering accuracy (Hungarian matching) and NMI."""
     from sphdist.jobs.evaluate import evaluate_model
     from sphdist.jobs.info import plural
 
@@ -145,9 +147,11 @@ def evaluate(
     if as_json:
         echo_json(result)
     else:
+        how = {"model": "", "embedding": "", "corpus": ", embedded on the fly"}
         click.echo(
             f"accuracy {result['accuracy']:.4f}  NMI {result['nmi']:.4f}  "
-            f"({plural(result['n_documents'], 'document')}, k={result['n_clusters']}, "
+            f"({plural(result['n_documents'], 'document')} of {result['input']}"
+            f"{how.get(result['embedding'], '')}, k={result['n_clusters']}, "
             f"r={result['n_components']}, {plural(result['n_iter'], 'iteration')})"
         )
 

@@ -24,7 +24,7 @@ from typing import Any
 import dask.array as da
 import numpy as np
 
-from sphdist.core import kernels
+from sphdist.core import graph, kernels
 from sphdist.errors import (
     CorpusMismatchError,
     DataError,
@@ -66,7 +66,9 @@ class EmbeddingSource:
         Codes into ``label_names``; -1 or None: unknown.
     label_names : list of str or None
     origin : str
-        ``"model"`` (the training corpus) or ``"embedding"`` (an ``embedding.zarr``).
+        ``"model"`` (the training corpus), ``"embedding"`` (an ``embedding.zarr``) or
+        ``"corpus"`` (another corpus in the model's feature space, embedded on the fly:
+        :func:`open_embedding_source` with ``embed=True``).
     degenerate : ndarray of shape (n,), bool, or None
         True where the document has no direction of its own (an empty document, or one with
         ``U^T x = 0``); its column is a placeholder unit vector.
@@ -102,6 +104,7 @@ class EmbeddingSource:
 def open_embedding_source(
     model: str | os.PathLike[str] | Model, input: str | os.PathLike[str] | None = None, *,
     verb: str = "export", rest: tuple[str, ...] = ("--output", "OUT.parquet"),
+    embed: bool = False,
 ) -> EmbeddingSource:
     """The embeddings a model gives: its training corpus' V, or an ``embedding.zarr``.
 
@@ -116,6 +119,11 @@ def open_embedding_source(
     verb, rest : str, tuple of str
         The command that asked (``"plot embedding"``) and its other arguments (``("--output",
         "x.png")``): the remedies of the errors below are that command, corrected.
+    embed : bool, default False
+        Embed a corpus in the model's feature space that is not the training corpus (one
+        written by ``sphdist ingest --like MODEL``) on the fly, lazily, by the exact V-step
+        that ``sphdist transform`` stores (:func:`sphdist.core.graph.embedding`), instead of
+        refusing it.
 
     Returns
     -------
@@ -127,9 +135,9 @@ def open_embedding_source(
         If ``model`` and ``input`` look swapped (:func:`sphdist.jobs.info.check_roles`).
     CorpusMismatchError
         If ``input`` is another corpus than the training corpus (new documents must first be
-        embedded with ``sphdist transform``; a corpus of another feature space first
-        re-ingested with ``--like``, :func:`reingest_remedy`), or an embedding written with
-        another model.
+        embedded with ``sphdist transform``, unless ``embed``; a corpus of another feature
+        space first re-ingested with ``--like``, :func:`reingest_remedy`), or an embedding
+        written with another model.
     InputNotFoundError
         If ``input`` is not given and the corpus path the model recorded no longer exists
         (the message says the path came from the model and that ``--input`` overrides it).
@@ -177,6 +185,15 @@ def open_embedding_source(
                 f"space ({mismatch(fitted, source)}). To resolve this, "
                 f"{reingest_remedy(fitted, source, path, then=use)}."
             ) from None
+        if embed:  # the exact V-step, lam = 2 (Liu et al. 2019, Eq. 3.12), chunk by chunk
+            X = source.to_dask()
+            if X.numblocks[0] != 1:
+                X = X.rechunk({0: -1})
+            return EmbeddingSource(
+                V=graph.embedding(X, fitted.U, dtype=np.float64),
+                doc_ids=np.asarray(source.doc_ids).astype(object), labels=source.labels,
+                label_names=source.label_names, origin="corpus", empty=np.asarray(source.empty),
+            )
         transform = _command("sphdist", "transform", "--model", fitted.path, "--input", path,
                              "--output", emb_path)
         raise CorpusMismatchError(

@@ -1,4 +1,4 @@
-"""The evaluate job: k-means on a fitted embedding, scored against the corpus labels.
+"""The evaluate job: k-means on an embedding, scored against the documents' labels.
 
 The function behind ``sphdist evaluate``; pipelines call it directly.
 """
@@ -10,29 +10,36 @@ from typing import Any
 
 import numpy as np
 
-from sphdist.errors import CorpusFormatError, CorpusMismatchError, DataError, ParameterError
-from sphdist.io.corpus import open_input
+from sphdist.errors import CorpusFormatError, DataError, ParameterError
 from sphdist.io.model import open_model
-from sphdist.jobs.info import check_roles, plural, shown_objective, warn_if_stopped
+from sphdist.jobs.embedding import open_embedding_source
+from sphdist.jobs.info import _command, plural, shown_objective, warn_if_stopped
 from sphdist.metrics import evaluate_embedding
 
 __all__ = ["evaluate_model"]
 
 
 def evaluate_model(
-    model: str | os.PathLike[str], input: str | os.PathLike[str], **kmeans: Any
+    model: str | os.PathLike[str], input: str | os.PathLike[str] | None = None, **kmeans: Any
 ) -> dict[str, Any]:
-    """k-means on a fitted embedding, scored against the corpus labels.
+    """k-means on the embedding of a set of documents, scored against their labels.
 
     :func:`sphdist.metrics.evaluate_embedding` (the protocol of Liu et al. 2019, Sec. 5.2) on
-    the model's stored embedding and the corpus' labels.
+    the embedding and labels of the training corpus (the model's stored V), of an
+    ``embedding.zarr`` written by ``sphdist transform``, or of held-out documents ingested
+    ``--like`` the model (embedded on the fly).
 
     Parameters
     ----------
     model : path-like
         A ``model.zarr``.
-    input : path-like
-        The corpus it was fitted on (for the labels).
+    input : path-like, optional
+        The documents (for their embedding and labels): the corpus the model was fitted on
+        (default: the path the model recorded); an ``embedding.zarr`` written by ``sphdist
+        transform`` with this model (its labels are the corpus'); or another corpus in the
+        model's feature space and idf (``sphdist ingest --like MODEL``), embedded by the exact
+        V-step ``v_j = U^T x_j / ||U^T x_j||_2`` (Liu et al. 2019, Eq. 3.12 with lam = 2), as
+        ``transform`` would store it.
     **kmeans
         ``n_clusters``, ``n_init``, ``random_state`` of
         :func:`~sphdist.metrics.evaluate_embedding` (defaults: the number of labels, 10, 0).
@@ -41,8 +48,10 @@ def evaluate_model(
     -------
     dict
         ``accuracy``, ``nmi`` (fractions in [0, 1]), ``n_documents``, ``n_clusters``,
-        ``n_components``, ``n_iter``, ``objective`` (final value, clipped at 0:
-        :func:`sphdist.jobs.info.shown_objective`).
+        ``n_components``, ``n_iter``, ``objective`` (final value of the fit, clipped at 0:
+        :func:`sphdist.jobs.info.shown_objective`), ``input`` (the documents' path) and
+        ``embedding``: ``"model"`` (the training corpus' V), ``"embedding"`` (an
+        ``embedding.zarr``) or ``"corpus"`` (embedded on the fly).
 
     Raises
     ------
@@ -50,11 +59,17 @@ def evaluate_model(
         If ``model`` and ``input`` look swapped, or ``input`` is a model
         (:func:`sphdist.jobs.info.check_roles`).
     CorpusMismatchError
-        If the model was fitted on another corpus.
+        If ``input`` is a corpus in another feature space (the remedy re-ingests it
+        ``--like`` the model), or an embedding written with another model.
+    InputNotFoundError
+        If ``input`` is not given and the corpus the model recorded is no longer there (the
+        remedy passes it as ``--input``).
+    ModelFormatError
+        If ``input`` is the training corpus and ``model`` a checkpoint without V.
     DataError
-        If the corpus has no labels.
+        If the documents have no labels.
     CorpusFormatError
-        If a label code is outside the corpus' ``label_names`` (naming the document).
+        If a label code is outside the ``label_names`` (naming the document).
     ParameterError
         If ``n_clusters`` is more than the labelled documents.
 
@@ -62,51 +77,52 @@ def evaluate_model(
     -----
     The checkpoint of a fit that stopped before ``max_iter`` without converging is evaluated
     with a warning on the ``sphdist`` logger (:func:`sphdist.jobs.info.warn_if_stopped`).
+    Embedding on the fly reads every chunk of the corpus once, on the active Dask scheduler;
+    k-means then holds V, r n float64, in memory, as for the training corpus.
     """
-    check_roles("evaluate", model, input)
+    source = open_embedding_source(model, input, verb="evaluate", rest=(), embed=True)
     fitted = open_model(model)
-    source = open_input(input)
-    if fitted.corpus.get("fingerprint") != source.fingerprint:
-        raise CorpusMismatchError(
-            f"{model} was fitted on {fitted.corpus.get('path')!r}, not on {input}. To resolve "
-            "this, evaluate with the corpus the model was fitted on."
-        )
+    where = input if input is not None else fitted.corpus.get("path")
     labels = source.labels
     if labels is None:
         raise DataError(
-            f"{input} has no labels. To resolve this, ingest a labelled source (one folder "
+            f"{where} has no labels. To resolve this, ingest a labelled source (one folder "
             "per label) to evaluate clustering."
         )
-    _check_labels(labels, source, input)
+    _check_labels(labels, source.label_names, source.doc_ids, where)
     known = labels[labels >= 0]
     k = kmeans.get("n_clusters")
     if k is not None and not 1 <= k <= known.size:
+        again = _command("sphdist", "evaluate", "--model", model,
+                         *(() if input is None else ("--input", input)), "-k",
+                         str(np.unique(known).size))
         raise ParameterError(
             f"n_clusters={k} (-k {k}) is more clusters than the {known.size} labelled documents "
-            f"of {input}. To resolve this, choose 1 <= k <= {known.size}, e.g. the number of "
-            f"labels: `sphdist evaluate --model {model} --input {input} -k "
-            f"{np.unique(known).size}`."
+            f"of {where}. To resolve this, choose 1 <= k <= {known.size}, e.g. the number of "
+            f"labels: `{again}`."
         )
-    V = fitted.V()  # a checkpoint without V is refused here
     warn_if_stopped(fitted, "evaluate")
+    V = source.V
     result = evaluate_embedding(np.asarray(V.compute()).T, labels, **kmeans)
     result.update(
         n_components=int(V.shape[0]), n_iter=fitted.n_iter,
-        objective=shown_objective(fitted.objective[-1]),
+        objective=shown_objective(fitted.objective[-1]), input=str(where),
+        embedding=source.origin,
     )
     return result
 
 
-def _check_labels(labels: np.ndarray, source: Any, input: Any) -> None:
+def _check_labels(
+    labels: np.ndarray, names: list[str] | None, doc_ids: np.ndarray, where: Any
+) -> None:
     """Refuse label codes outside ``[-1, len(label_names))`` (-1: unknown)."""
-    names = source.label_names
     if names is None:
         return  # codes without names (a dense input's y): nothing to check them against
     bad = np.flatnonzero((labels < -1) | (labels >= len(names)))
     if bad.size:
         j = int(bad[0])
         raise CorpusFormatError(
-            f"{input}: document {j} ({source.doc_ids[j]}) has label code {int(labels[j])}, "
+            f"{where}: document {j} ({doc_ids[j]}) has label code {int(labels[j])}, "
             f"outside its {len(names)} label_names {names[:10]} "
             f"({plural(bad.size, 'such document')}). To resolve this, re-ingest the corpus."
         )
