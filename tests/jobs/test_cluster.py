@@ -240,12 +240,13 @@ def test_unusable_options_are_refused_before_anything_starts(monkeypatch, kwargs
 @pytest.mark.cluster
 @pytest.mark.slow
 def test_threads_fit_matches_the_process_cluster(newsgroups5, tmp_path):
-    with connect(data_nbytes=stored_nbytes(newsgroups5)) as client:
+    with connect() as client:
         assert client is None
         threads = fit_corpus(newsgroups5.path, tmp_path / "threads.zarr", **KWARGS)
     processes = _fit_on_cluster(newsgroups5, tmp_path / "processes.zarr", n_workers=2)
-    np.testing.assert_allclose(threads.objective, processes.objective, rtol=1e-12)
-    np.testing.assert_allclose(threads.U, processes.U, rtol=0, atol=1e-10)
+    # bitwise: the result is a function of the corpus and the parameters alone
+    assert threads.objective == processes.objective
+    np.testing.assert_array_equal(threads.U, processes.U)
 
 
 # -- secure by default ------------------------------------------------------------------------
