@@ -45,7 +45,7 @@ from sklearn.preprocessing import Normalizer
 
 from sphdist import BAE
 from sphdist.datasets import NEWSGROUPS_PAPER_CATEGORIES, newsgroups_archive
-from sphdist.jobs.cluster import connect, stored_nbytes
+from sphdist.jobs.cluster import connect
 from sphdist.jobs.evaluate import evaluate_model
 from sphdist.jobs.fit import fit_corpus
 from sphdist.metrics import evaluate_embedding
@@ -69,9 +69,8 @@ def spherical_pca(corpus, out, *, n_components, max_iter, tol, seed, scheduler_a
                   n_workers):
     """The stored-corpus fit (as ``sphdist fit``), then k-means (as ``sphdist evaluate``)."""
     t0 = time.perf_counter()
-    # threads in this process for a corpus this small, unless a scheduler or --n-workers
-    with connect(scheduler_address, n_workers=n_workers, threads_per_worker=1,
-                 data_nbytes=stored_nbytes(corpus)):
+    # threads in this process (X held in memory), unless a scheduler or --n-workers
+    with connect(scheduler_address, n_workers=n_workers, threads_per_worker=1):
         model = fit_corpus(corpus.path, out / "model.zarr", n_components=n_components,
                            max_iter=max_iter, tol=tol, random_state=seed, overwrite=True)
         fit_s = time.perf_counter() - t0
