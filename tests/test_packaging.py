@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import venv
@@ -32,8 +33,15 @@ def _run(args: list[str], **kwargs) -> subprocess.CompletedProcess:
 def bare_install(tmp_path_factory) -> Path:
     """The ``bin`` folder of a fresh environment holding the wheel and its runtime deps only."""
     root = tmp_path_factory.mktemp("wheel")
+    # built from a copy of the working tree: setuptools keeps a build/ folder beside the
+    # sources, and a stale one would put modules that no longer exist into the wheel
+    source = root / "source"
+    shutil.copytree(REPO, source, ignore=shutil.ignore_patterns(
+        ".git", ".venv", "work", "build", "dist", "*.egg-info", "__pycache__", "_build",
+        ".*_cache", "generated",
+    ))
     built = _run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--quiet", "-w",
-                  str(root / "dist"), str(REPO)])
+                  str(root / "dist"), str(source)])
     assert built.returncode == 0, built.stderr
     (wheel,) = (root / "dist").glob("sphdist-*.whl")
     venv.EnvBuilder(with_pip=True, system_site_packages=False).create(root / "venv")
