@@ -16,13 +16,13 @@ import numpy as np
 from sphdist.errors import ParameterError
 from sphdist.io import atomic_path
 from sphdist.io._fs import location
-from sphdist.io.model import open_model
+from sphdist.io.model import Model, open_model
 from sphdist.jobs.embedding import open_embedding_source
-from sphdist.jobs.info import plural
+from sphdist.jobs.info import plural, shown_objective
 
 __all__ = [
-    "convergence_series", "plot_convergence", "plot_embedding", "embedding_figure",
-    "sample_documents",
+    "convergence_series", "plot_convergence", "convergence_figure", "plot_embedding",
+    "embedding_figure", "sample_documents",
 ]
 
 
@@ -73,12 +73,9 @@ def convergence_series(attrs: dict[str, Any]) -> dict[str, Any]:
 
 
 def plot_convergence(model: str | os.PathLike[str], output: str | os.PathLike[str]) -> Path:
-    """Objective, step norms and relative change per iteration (Liu et al. 2019, Fig. 3).
+    """Objective gap, step norms and relative change per iteration (Liu et al. 2019, Fig. 3).
 
-    Three panels sharing the iteration axis: the objective ``||X - U_k V_k||_F^2`` (k = 0..K);
-    ``||U_k - U_{k-1}||_F`` and, when recorded, ``||V_k - V_{k-1}||_F`` (k = 1..K, log
-    scale, with a legend); the relative objective change ``|f_{k-1} - f_k| / |f_{k-1}|``
-    (log scale) with the fit's ``tol`` as a dashed line (:func:`convergence_series`).
+    The figure of :func:`convergence_figure`, saved atomically to ``output``.
 
     Parameters
     ----------
@@ -97,45 +94,157 @@ def plot_convergence(model: str | os.PathLike[str], output: str | os.PathLike[st
     InputNotFoundError, ModelFormatError
         For a missing or unreadable model.
     """
+    return _save(convergence_figure(model), output)
+
+
+def convergence_figure(model: str | os.PathLike[str] | Model) -> Any:
+    """Objective gap, step norms and relative change per iteration (:func:`plot_convergence`).
+
+    Three panels sharing the iteration axis, each on a log scale so that a fit of any length
+    stays readable (a decay over 2,000 iterations is a slope, not a flat line after the 5th):
+    the objective's gap to the lowest value it reached, ``f_k - f_min`` with
+    ``f_k = ||X - U_k V_k||_F^2`` (k = 0..K; the lowest value itself in the legend);
+    ``||U_k - U_{k-1}||_F`` and, when recorded, ``||V_k - V_{k-1}||_F`` (k = 1..K); the
+    relative objective change ``|f_{k-1} - f_k| / |f_{k-1}|`` with the fit's ``tol`` as a
+    dashed line (:func:`convergence_series`). Zero values (the last iteration's gap) have no
+    logarithm and are not drawn. A marker on each point up to 50 iterations, lines only
+    beyond; tick labels that cannot crowd, iterations on integer ticks.
+
+    Parameters
+    ----------
+    model : path-like or Model
+        A ``model.zarr``, or an open model (its ``attrs`` hold the histories).
+
+    Returns
+    -------
+    matplotlib.figure.Figure
+        Not drawn; no canvas attached.
+
+    Raises
+    ------
+    InputNotFoundError, ModelFormatError
+        For a missing or unreadable model.
+    """
+    from matplotlib import ticker
     from matplotlib.figure import Figure
 
-    fitted = open_model(model)
+    fitted = model if isinstance(model, Model) else open_model(model)
     a = fitted.attrs
     series = convergence_series(a)
     k = series["k"]
+    marker = "." if k.shape[0] <= _MARKED_ITERATIONS else None
     fig = Figure(figsize=(6.4, 7.2))
     axes = fig.subplots(3, 1, sharex=True)
     objective = series["objective"]
-    axes[0].plot(np.arange(objective.shape[0]), objective, marker=".", color="C0")
-    axes[0].set_ylabel(r"$\|X - U_k V_k\|_F^2$")
+    if objective.size:
+        lowest = float(np.min(objective))
+        gap = objective - lowest
+        drawn = gap > 0
+        axes[0].plot(np.arange(objective.shape[0])[drawn], gap[drawn], marker=marker,
+                     color="C0", label=rf"$f_{{\min}}$ = {shown_objective(lowest):.10g}")
+    axes[0].set_ylabel(r"$f_k - f_{\min}$")
     steps = [(series["u_step"], r"$\|U_k - U_{k-1}\|_F$", "C1")]
     if series["v_step"] is not None:
         steps.append((series["v_step"], r"$\|V_k - V_{k-1}\|_F$", "C2"))
     for values, label, color in steps:
         positive = values > 0
-        axes[1].plot(k[positive], values[positive], marker=".", color=color, label=label)
+        axes[1].plot(k[positive], values[positive], marker=marker, color=color, label=label)
     axes[1].set_ylabel("step norm")
     change = series["relative_change"]
     positive = change > 0
-    axes[2].plot(k[positive], change[positive], marker=".", color="C3",
+    axes[2].plot(k[positive], change[positive], marker=marker, color="C3",
                  label=r"$|f_{k-1} - f_k| / |f_{k-1}|$")
     if series["tol"]:
         axes[2].axhline(series["tol"], color="0.4", linestyle="--", label=f"tol {series['tol']:g}")
     axes[2].set_ylabel("relative change")
-    for ax in axes[1:]:
+    for ax in axes:
         if any(line.get_ydata().size for line in ax.get_lines()):
             ax.set_yscale("log")
-        ax.legend(fontsize=8, loc="upper right")
+            ax.yaxis.set_major_locator(_readable_log_locator())
+            ax.yaxis.set_major_formatter(_readable_log_formatter())
+            ax.yaxis.set_minor_formatter(ticker.NullFormatter())
+        if ax.get_lines():
+            ax.legend(fontsize=8, loc="best")
+        ax.grid(True, alpha=0.3)
+    axes[2].xaxis.set_major_locator(ticker.MaxNLocator(nbins=8, integer=True))
     axes[2].set_xlabel("iteration k")
     p = fitted.params
     fig.suptitle(
-        f"{location(model).name}: r={fitted.shape[1]}, lam={p.get('lam')}, mu={p.get('mu')}, "
+        f"{location(fitted.path).name}: r={fitted.shape[1]}, lam={p.get('lam')}, mu={p.get('mu')}, "
         f"{fitted.n_iter} iterations{' (converged)' if a.get('converged') else ''}",
         fontsize=10,
     )
-    for ax in axes:
-        ax.grid(True, alpha=0.3)
-    return _save(fig, output)
+    return fig
+
+
+#: Iterations up to which each point of the convergence panels gets a marker.
+_MARKED_ITERATIONS = 50
+
+
+def _log_ticks_for(vmin: float, vmax: float) -> Any:
+    """The locator of :func:`_readable_log_locator` for the view ``[vmin, vmax]`` (positive)."""
+    from matplotlib import ticker
+
+    decades = np.log10(vmax / vmin) if vmin > 0 and vmax > vmin else 0.0
+    if decades >= 2:
+        return ticker.LogLocator(base=10, subs=(1.0,), numticks=6)
+    if decades >= 0.5:
+        return ticker.LogLocator(base=10, subs=(1.0, 2.0, 5.0), numticks=12)
+    return ticker.MaxNLocator(nbins=4)
+
+
+def _readable_log_locator() -> Any:
+    """A locator of major ticks for a log axis whose labels cannot crowd, at any range.
+
+    Powers of ten (at most 6) over two decades or more; 1, 2 and 5 x 10^k over half a decade
+    to two; at most 4 evenly spaced values below (:func:`_log_ticks_for`). matplotlib's
+    default labels the minor ticks 2..9 x 10^k between one and two decades, which overlap in
+    a panel two inches high.
+    """
+    from matplotlib import ticker
+
+    class ReadableLogLocator(ticker.Locator):  # type: ignore[misc]
+        def __call__(self) -> Any:
+            vmin, vmax = self.axis.get_view_interval()
+            return self.tick_values(vmin, vmax)
+
+        def tick_values(self, vmin: float, vmax: float) -> Any:
+            vmin, vmax = sorted((float(vmin), float(vmax)))
+            return _log_ticks_for(vmin, vmax).tick_values(vmin, vmax)
+
+    return ReadableLogLocator()
+
+
+def _readable_log_formatter() -> Any:
+    """Labels of :func:`_readable_log_locator`'s ticks, one style per axis (:func:`_tick_label`)."""
+    from matplotlib import ticker
+
+    class ReadableLogFormatter(ticker.Formatter):  # type: ignore[misc]
+        def __call__(self, value: float, pos: Any = None) -> str:
+            vmin, vmax = sorted(float(v) for v in self.axis.get_view_interval())
+            return _tick_label(value, vmin, vmax)
+
+    return ReadableLogFormatter()
+
+
+def _tick_label(value: float, vmin: float, vmax: float) -> str:
+    r"""A tick label of a log axis whose view is ``[vmin, vmax]``.
+
+    Decimals when the whole view lies in [0.01, 1000), else powers of ten, one style per axis.
+
+    >>> _tick_label(0.25, 0.1, 0.5), _tick_label(300.0, 10.0, 500.0)
+    ('0.25', '300')
+    >>> _tick_label(1e-6, 1e-9, 1.0), _tick_label(2e-6, 1e-9, 1.0), _tick_label(1.0, 1e-9, 1.0)
+    ('$10^{-6}$', '$2\\times10^{-6}$', '$10^{0}$')
+    """
+    if value <= 0 or not np.isfinite(value):
+        return ""
+    if 1e-2 <= vmin and vmax < 1e3:
+        return f"{value:.3g}"
+    mantissa, exponent = f"{value:.2e}".split("e")
+    mantissa = mantissa.rstrip("0").rstrip(".")
+    power = f"10^{{{int(exponent)}}}"
+    return f"${power}$" if mantissa == "1" else f"${mantissa}\\times{power}$"
 
 
 def sample_documents(n: int, max_points: int, seed: int = 0) -> np.ndarray:

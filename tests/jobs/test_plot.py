@@ -177,3 +177,99 @@ def test_a_transformed_set_is_titled_by_its_embedding_with_empty_and_degenerate_
     # the training set is titled by the model
     fig, report = embedding_figure(model.path, tmp_path / "t.png")
     assert fig._suptitle.get_text().startswith("m.zarr: ") and report["n_degenerate"] == 0
+
+
+# -- plot convergence of a short and a long fit (issue 22) ------------------------------------
+
+
+@pytest.fixture(scope="module")
+def nine(corpus, tmp_path_factory):
+    """A fit of 9 iterations that keeps V_{k-1} (lam = 2.5): both step norms are drawn."""
+    import dask
+
+    path = tmp_path_factory.mktemp("nine") / "m9.zarr"
+    with dask.config.set(scheduler="sync"):
+        return fit_corpus(corpus.path, path, n_components=3, max_iter=9, tol=0, lam=2.5,
+                          callback=None, checkpoint_every=100)
+
+
+def _faked(model, n_iter, decades):
+    """``model`` with its histories faked: ``n_iter`` iterations, each decaying geometrically
+    over ``decades`` decades (the objective's gap to its last value, the step norms)."""
+    from sphdist.io.model import open_model
+
+    fake = open_model(model.path)
+    a = dict(fake.attrs)
+    f = np.asarray(a["objective"], dtype=np.float64)
+    k = np.arange(n_iter + 1)
+    rate = 10.0 ** (-decades / n_iter)
+    gap = (f[0] - f[-1]) * rate ** k
+    a["objective"] = (f[-1] + gap - gap[-1]).tolist()
+    a["u_step_norm"] = (0.3 * rate ** k[1:]).tolist()
+    a["v_step_norm"] = (0.5 * rate ** k[1:]).tolist()
+    a["n_iter"], a["converged"] = n_iter, False
+    a["params"] = {**a["params"], "max_iter": n_iter, "tol": 1e-12}
+    fake.attrs = a
+    return fake
+
+
+def _long(model):
+    return _faked(model, 2000, 13)
+
+
+def _tick_labels(fig):
+    """The extents of every tick label drawn (major and minor, x and y, all panels): those of
+    the ticks inside the view limits (matplotlib locates some beyond them, and draws none)."""
+    renderer = _drawn(fig)
+
+    def inside(axis, loc):
+        lo, hi = sorted(axis.get_view_interval())
+        return lo - 1e-9 * abs(lo) <= loc <= hi + 1e-9 * abs(hi)
+
+    return [(label.get_text(), label.get_window_extent(renderer))
+            for ax in fig.axes for axis in (ax.xaxis, ax.yaxis)
+            for tick in axis.get_major_ticks() + axis.get_minor_ticks()
+            if inside(axis, tick.get_loc())
+            for label in (tick.label1, tick.label2)
+            if label.get_visible() and label.get_text()]
+
+
+def _overlapping(labels):
+    return [(a, b) for i, (a, x) in enumerate(labels) for b, y in labels[i + 1:]
+            if _overlaps(x, y)]
+
+
+@pytest.mark.parametrize("case", ["fit of 9", "9 over 1.4 decades", "2000 over 13 decades"])
+def test_convergence_panels_are_on_log_scales_without_crowded_tick_labels(nine, case):
+    """At 1.1 to 2 decades matplotlib's default labels the minor ticks 2, 3, 4 x 10^k, which
+    overlap in a panel of two inches."""
+    from sphdist.jobs.plotting import convergence_figure
+
+    model = {"fit of 9": nine, "9 over 1.4 decades": _faked(nine, 9, 1.4),
+             "2000 over 13 decades": _long(nine)}[case]
+    n_iter = model.n_iter
+    fig = convergence_figure(model)
+    axes = fig.axes
+    assert len(axes) == 3
+    # the objective's gap to its lowest value, the step norms and the relative change: every
+    # panel on a log scale, so that a decay over 2,000 iterations is not flat after the 5th
+    assert [ax.get_yscale() for ax in axes] == ["log", "log", "log"]
+    assert axes[0].get_lines()[0].get_xdata().max() >= n_iter - 1  # drawn to the end
+    labels = _tick_labels(fig)
+    for ax in axes:  # every panel keeps labelled values on its y axis
+        assert len([t for t in ax.yaxis.get_ticklabels(which="both")
+                    if t.get_visible() and t.get_text()]) >= 2
+    assert not _overlapping(labels), _overlapping(labels)
+
+
+def test_a_long_fit_has_no_marker_on_each_point_and_a_short_one_has(nine):
+    from sphdist.jobs.plotting import convergence_figure
+
+    def markers(fig):
+        return {len(line.get_xdata()): line.get_marker() for ax in fig.axes
+                for line in ax.get_lines() if len(line.get_xdata()) > 1}
+
+    long = markers(convergence_figure(_long(nine)))
+    assert long and all(m in ("None", "", " ", None) for m in long.values()), long
+    short = markers(convergence_figure(nine))
+    assert short and all(m not in ("None", "", " ", None) for m in short.values()), short
