@@ -79,12 +79,12 @@ def _print(info: dict[str, Any]) -> None:
 @click.option("--model", "-m", type=STORE_PATH,
               help="The model whose top terms to list (with --top-terms).")
 @click.option("--top-terms", type=click.IntRange(min=1),
-              help="List the N terms with the largest |U| entries of each component "
-                   "(vocabulary-mode corpora).")
+              help="List the N terms at the positive and the N at the negative end of each "
+                   "component of U, apart (vocabulary-mode corpora).")
 @json_option()
 def info(path: Path | None, model: Path | None, top_terms: int | None, as_json: bool) -> None:
     """Describe a corpus.zarr, model.zarr or embedding.zarr (PATH, or --model)."""
-    from sphdist.jobs.info import describe
+    from sphdist.jobs.info import TOP_TERMS_BASIS, describe
     from sphdist.jobs.info import top_terms as list_top_terms
 
     target = path or model
@@ -95,13 +95,18 @@ def info(path: Path | None, model: Path | None, top_terms: int | None, as_json: 
         if report["kind"] != "model":
             raise click.UsageError("--top-terms needs a model (--model MODEL).")
         report["top_terms"] = list_top_terms(target, top_terms)
+        report["top_terms_basis"] = TOP_TERMS_BASIS
     if as_json:
         echo_json(report)
         return
     _print(report)
-    for c, terms in enumerate(report.get("top_terms", [])):
-        click.echo(f"  component {c:<3} " + ", ".join(
-            f"{t['term']} ({t['weight']:+.3f})" for t in terms))
+    if "top_terms" in report:
+        click.echo(f"  top terms      {report['top_terms_basis']}")
+    for ends in report.get("top_terms", []):
+        for end, mark in (("positive", "+"), ("negative", "-")):
+            head = f"component {ends['component']:<3}" if end == "positive" else ""
+            click.echo(f"  {head:<14} {mark} " + (", ".join(
+                f"{t['term']} ({t['weight']:+.3f})" for t in ends[end]) or "(none)"))
 
 
 COMMANDS = [info]

@@ -21,7 +21,7 @@ from sphdist.io.model import Model, open_model
 
 __all__ = [
     "describe", "fit_status", "resume_command", "warn_if_stopped", "top_terms", "check_roles",
-    "shown_objective", "plural",
+    "shown_objective", "plural", "TOP_TERMS_BASIS",
 ]
 
 logger = logging.getLogger("sphdist")
@@ -212,21 +212,36 @@ def warn_if_stopped(model: Model, use: str) -> None:
         )
 
 
-def top_terms(model: str | os.PathLike[str], n_terms: int = 10) -> list[list[dict[str, Any]]]:
-    """The terms with the largest ``|U[i, c]|`` in each component c of a vocabulary-mode model.
+#: How :func:`top_terms` reads U, as printed beside its lists.
+TOP_TERMS_BASIS = (
+    "each component's positive and negative ends apart, by signed weight in U as fitted (not "
+    "rotated; U is determined up to a rotation, a component up to its sign)"
+)
+
+
+def top_terms(model: str | os.PathLike[str], n_terms: int = 10) -> list[dict[str, Any]]:
+    """The terms at the positive and the negative end of each component of a vocabulary-mode model.
+
+    A component ``U[:, c]`` is an axis: the model is unchanged when a column of U and the
+    matching row of V change sign (and, more generally, under a rotation of both), so the
+    terms with the largest entries and those with the most negative entries are the two
+    poles of one axis. They are listed apart, never mixed in one list by ``|U|``; U is read
+    as fitted, not rotated (:data:`TOP_TERMS_BASIS`).
 
     Parameters
     ----------
     model : path-like
         A ``model.zarr`` fitted on a vocabulary-scheme corpus.
     n_terms : int, default 10
-        Terms per component.
+        Terms per end of each component.
 
     Returns
     -------
-    list of list of dict
-        One list per component (r of them), each of ``n_terms`` dicts ``term``, ``weight``
-        (the signed entry of U), by decreasing ``|weight|``.
+    list of dict
+        One dict per component (r of them): ``component`` (its index), ``positive`` (at most
+        ``n_terms`` dicts ``term``, ``weight``, the largest positive entries of ``U[:, c]``
+        by decreasing weight) and ``negative`` (at most ``n_terms``, the most negative
+        entries by increasing weight). Ties in feature order.
 
     Raises
     ------
@@ -252,13 +267,17 @@ def top_terms(model: str | os.PathLike[str], n_terms: int = 10) -> list[list[dic
             "ingest with a vocabulary (`sphdist ingest --vocabulary ...`) and refit."
         )
     U = fitted.U
+    features = np.arange(U.shape[0])
     out = []
     for c in range(U.shape[1]):
         column = U[:, c]
-        order = np.lexsort((np.arange(column.shape[0]), -np.abs(column)))[:n_terms]
-        out.append([{"term": str(vocabulary[i]), "weight": float(column[i])} for i in order])
+        ends: dict[str, Any] = {"component": c}
+        for end, sign in (("positive", 1.0), ("negative", -1.0)):
+            order = np.lexsort((features, -sign * column))
+            order = order[sign * column[order] > 0][:n_terms]
+            ends[end] = [{"term": str(vocabulary[i]), "weight": float(column[i])} for i in order]
+        out.append(ends)
     return out
-
 
 
 def shown_objective(value: float) -> float:

@@ -92,17 +92,34 @@ def test_info_model_histories_and_checkpoint_state(fitted, tmp_path):
 
 
 def test_top_terms(fitted):
+    """Each component's positive and negative ends apart (issue 22): U is determined up to a
+    rotation (and each column up to its sign), so one list by |U| mixes the two poles of an
+    axis."""
     _, model = fitted["vocab"]
     result = _run("info", "--model", model.path, "--top-terms", "4", "--json")
     assert result.exit_code == 0, result.output
-    top = json.loads(result.stdout)["top_terms"]
+    report = json.loads(result.stdout)
+    top = report["top_terms"]
+    assert "positive and negative ends" in report["top_terms_basis"]
     U = open_model(model.path).U
     assert len(top) == R
     for c in range(R):
-        expected = np.argsort(-np.abs(U[:, c]), kind="stable")[:4]
-        assert [t["term"] for t in top[c]] == [WORDS[i] for i in expected]
-        np.testing.assert_array_equal([t["weight"] for t in top[c]], U[expected, c])
-    assert "component 0" in _run("info", "--model", model.path, "--top-terms", "2").stdout
+        column = U[:, c]
+        ends = {"positive": np.argsort(-column, kind="stable"),
+                "negative": np.argsort(column, kind="stable")}
+        for end, order in ends.items():
+            sign = 1 if end == "positive" else -1
+            expected = [i for i in order if sign * column[i] > 0][:4]
+            assert [t["term"] for t in top[c][end]] == [WORDS[i] for i in expected]
+            np.testing.assert_array_equal([t["weight"] for t in top[c][end]], column[expected])
+        assert top[c]["component"] == c
+    text = _run("info", "--model", model.path, "--top-terms", "2").stdout
+    assert "positive and negative ends" in text
+    for c in range(R):
+        line = next(x for x in text.splitlines() if x.strip().startswith(f"component {c} "))
+        after = text.splitlines()[text.splitlines().index(line) + 1]
+        assert "+" in line and "(-" not in line, line  # the positive end alone
+        assert "(-" in after and "(+" not in after, after  # then the negative end
 
 
 def test_top_terms_of_a_hashed_model_is_a_clear_error(fitted):
