@@ -65,8 +65,8 @@ def s3_corpus(s3_env):
     return f"{s3_env.url}/corpus.zarr", corpus
 
 
-def _sphdist(env, *args, timeout=180):
-    return subprocess.run([SPHDIST, "--log-level", "warning", *map(str, args)], env=env,
+def _sphdist(env, *args, timeout=180, log_level="warning"):
+    return subprocess.run([SPHDIST, "--log-level", log_level, *map(str, args)], env=env,
                           capture_output=True, text=True, timeout=timeout)
 
 
@@ -175,9 +175,12 @@ def test_fit_killed_at_an_iteration_or_in_a_commit_resumes_bitwise(
     s3_env, s3_corpus, reference, where
 ):
     """Kill at iterations drawn at random (seeded), at three points of the commit protocol."""
+    from sphdist.io._lock import lock_holder
+
     url, _ = s3_corpus
     rng = np.random.default_rng({"after": 1, "before": 2, "cleanup": 3}[where])
-    env = {**s3_env.subprocess_env(), "SPHDIST_LOCK_LEASE": "30"}
+    # a lease no run of this test outlives: a resume that waited for it would time out
+    env = {**s3_env.subprocess_env(), "SPHDIST_LOCK_LEASE": "600"}
     for trial, crash_at in enumerate(rng.integers(2, MAX_ITER, size=2)):
         out = f"{s3_env.url}/model-{where}-{trial}.zarr"
         proc = _crash(env, int(crash_at), where, url, out)
@@ -188,13 +191,21 @@ def test_fit_killed_at_an_iteration_or_in_a_commit_resumes_bitwise(
         assert last.n_iter == committed
         assert last.objective == reference.objective[: committed + 1]
         assert not last.has_embedding
-        # a resume on this host takes the dead fit's lock over at once (its pid is gone)
-        t0 = time.perf_counter()
-        result = _sphdist(env, "fit", "-i", url, "-o", out, *FIT_ARGS, "--resume")
+        # the killed fit's lock record is left, its lease running
+        dead = lock_holder(out)
+        assert dead is not None and dead["lease"] == 600, dead
+        # a resume on this host takes the dead fit's lock over at once: by the dead-process
+        # path of the lease (its pid is gone), not by waiting for the lease to expire
+        result = _sphdist(env, "fit", "-i", url, "-o", out, *FIT_ARGS, "--resume",
+                          log_level="info")
         assert result.returncode == 0, result.stderr
-        assert time.perf_counter() - t0 < 25  # not the 30 s lease
+        taken = [line for line in result.stderr.splitlines() if "lock taken over" in line]
+        assert len(taken) == 1, result.stderr
+        assert f"from pid {dead['pid']} on {dead['host']}" in taken[0], taken
+        assert "its process is gone" in taken[0] and "expired" not in taken[0], taken
         _assert_same(open_model(out), reference)
         assert len(_entries(out)) == 2  # the killed run's version was removed
+        assert lock_holder(out) is None  # and the resume released the lock
 
 
 # -- two writers -----------------------------------------------------------------------------

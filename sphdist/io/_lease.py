@@ -10,7 +10,9 @@ the record); on release the record is deleted, again with ``If-Match``.
 A second writer that finds the object reads it and
 
 - takes it over (``If-Match`` on the etag it read: of several, one wins) when the lease has
-  expired, or when the holder ran on this host and its process is gone;
+  expired, or when the holder ran on this host and its process is gone (then at once, without
+  waiting for the lease), and logs one INFO line on the ``sphdist`` logger saying from which
+  pid and host and why (``lock taken over from pid 4711 on host (its process is gone; ...)``);
 - otherwise watches it until it expires: if the holder renews it meanwhile (the etag changes),
   the holder is alive and the writer is refused with
   :class:`~sphdist.errors.OutputLockedError` naming it. A live holder is therefore found within
@@ -32,6 +34,7 @@ from __future__ import annotations
 
 import datetime
 import json
+import logging
 import os
 import socket
 import sys
@@ -47,6 +50,8 @@ from sphdist.io._fs import filesystem
 __all__ = ["Lease", "lease_seconds", "read_record"]
 
 _PRECONDITION = ("PreconditionFailed", "pre-conditions", "412")
+
+logger = logging.getLogger("sphdist")
 
 
 def lease_seconds() -> float:
@@ -160,14 +165,17 @@ class Lease:
             record, etag = read_record(self.path)
             if record is None:
                 continue  # released meanwhile: create it again
-            if self._stale(record):
+            why = self._stale(record)
+            if why:
                 try:
                     self.etag = self._put(IfMatch=etag)
-                    break
                 except Exception as exc:
                     if not _failed_precondition(exc):
                         raise
                     raise self.refusal(self.target, read_record(self.path)[0]) from None
+                logger.info("%s: lock taken over from pid %s on %s (%s)", self.target,
+                            record.get("pid"), record.get("host"), why)
+                break
             # a holder that is alive renews within a third of its lease: watch for that
             expires = float(record.get("expires", 0))
             deadline = deadline or min(expires, time.time() + self.seconds) + 0.5
@@ -180,14 +188,19 @@ class Lease:
         self._thread = threading.Thread(target=self._renew, name="sphdist-lease", daemon=True)
         self._thread.start()
 
-    def _stale(self, record: dict[str, Any]) -> bool:
+    def _stale(self, record: dict[str, Any]) -> str | None:
+        """Why the writer of ``record`` no longer holds the lock, in words; None if it may."""
         try:
             expires = float(record.get("expires", 0))
         except (TypeError, ValueError):
             expires = 0.0
-        if time.time() > expires:
-            return True
-        return record.get("host") == socket.gethostname() and not _pid_alive(record.get("pid"))
+        now = time.time()
+        if now > expires:
+            return "its lease expired"
+        if record.get("host") == socket.gethostname() and not _pid_alive(record.get("pid")):
+            return (f"its process is gone; its lease had {expires - now:.0f} s left, "
+                    "not waited for")
+        return None
 
     def _renew(self) -> None:
         while not self._stop.wait(self.seconds / 3) and self.renew():
