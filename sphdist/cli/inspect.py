@@ -43,10 +43,9 @@ def _print(info: dict[str, Any]) -> None:
         if "n_iter" not in info:
             return
         p = info["params"]
-        click.echo(
-            f"  shape          U {info['n_features']} x {info['n_components']}, "
-            f"V {info['n_components']} x {info['n_documents']}"
-        )
+        v = (f"V {info['n_components']} x {info['n_documents']}" if info["has_embedding"]
+             else f"no V stored (a checkpoint of U; {plural(info['n_documents'], 'document')})")
+        click.echo(f"  shape          U {info['n_features']} x {info['n_components']}, {v}")
         click.echo(
             "  params         " + ", ".join(f"{k}={p[k]!r}" for k in sorted(p) if k != "init_from")
         )

@@ -83,13 +83,14 @@ def describe(path: str | os.PathLike[str], expect: str | None = None) -> dict[st
         ``n_components``, ``n_documents``, ``params``, ``n_iter``, ``converged``, ``status``
         (:func:`fit_status`: ``"stopped at iteration 2 of 200, not converged"``), ``objective``
         (the last iterations, as ``[iteration, value]``), ``u_step_norm`` / ``v_step_norm``
-        (likewise), ``seconds_per_iteration`` (mean, in seconds), ``corpus``, ``has_vocabulary``
-        and ``checkpoint`` (``complete``; ``staging_dirs``, the names of uncommitted staging
-        trees beside it; ``state``, in words: ``"committed"``, ``"none"`` or an interrupted
-        commit whose last complete version is ``<path>.old``, with ``recover``, the ``sphdist
-        fit ... --resume`` command that moves it back and continues the fit). An embedding:
-        ``shape`` [r, n], ``model``, ``corpus``, ``labels``,
-        ``n_degenerate``.
+        (likewise), ``seconds_per_iteration`` (mean, in seconds), ``corpus``, ``has_vocabulary``,
+        ``has_embedding`` (whether V is stored: not in the checkpoint of a fit stopped early
+        with the exact V-step, which holds U only) and ``checkpoint`` (``complete``;
+        ``staging_dirs``, the names of uncommitted staging trees beside it; ``state``, in
+        words: ``"committed"``, ``"none"`` or an interrupted commit whose last complete
+        version is ``<path>.old``, with ``recover``, the ``sphdist fit ... --resume`` command
+        that moves it back and continues the fit). An embedding: ``shape`` [r, n], ``model``,
+        ``corpus``, ``labels``, ``n_degenerate``.
 
     Raises
     ------
@@ -159,7 +160,8 @@ def _describe_model(path: Path, state: CommitState) -> dict[str, Any]:
         "u_step_norm": last(a["u_step_norm"], 1), "v_step_norm": last(a["v_step_norm"], 1),
         "seconds_per_iteration": float(np.mean(seconds)) if seconds else None,
         "n_degenerate": a.get("n_degenerate"), "corpus": a["corpus"],
-        "has_vocabulary": model.vocabulary is not None, "checkpoint": checkpoint,
+        "has_vocabulary": model.vocabulary is not None, "has_embedding": model.has_embedding,
+        "checkpoint": checkpoint,
     }
 
 

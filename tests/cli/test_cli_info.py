@@ -159,3 +159,33 @@ def test_the_listing_command_of_a_path_lists_it(tmp_path):
     assert "fsspec" in command and not command.startswith("ls "), command
     out = subprocess.run(shlex.split(command), capture_output=True, text=True, check=True)
     assert out.stdout.split() == [f"{tmp_path}/probe.zarr"], out
+
+
+class _Stop(Exception):
+    pass
+
+
+def test_info_of_a_checkpoint_without_v_does_not_claim_a_v(fitted, tmp_path):
+    """The checkpoint of a fit stopped early (exact V-step) holds U only (issue 22: info
+    printed 'V 50 x 6000')."""
+    import dask
+
+    corpus, finished = fitted["hashed"]
+
+    def stop_at_3(state):
+        if state.iteration == 3:
+            raise _Stop
+
+    with dask.config.set(scheduler="sync"), pytest.raises(_Stop):
+        fit_corpus(corpus.path, tmp_path / "k.zarr", n_components=R, max_iter=200, tol=0,
+                   callback=stop_at_3)
+    assert not open_model(tmp_path / "k.zarr").has_embedding
+    info = json.loads(_run("info", tmp_path / "k.zarr", "--json").stdout)
+    assert info["has_embedding"] is False and info["n_documents"] == N
+    text = _run("info", tmp_path / "k.zarr").stdout
+    shape = next(line for line in text.splitlines() if line.strip().startswith("shape"))
+    assert f"U {M} x {R}" in shape and f"V {R} x {N}" not in shape, shape
+    assert "no V stored" in shape, shape
+    # a finished model holds V, and says so
+    assert json.loads(_run("info", finished.path, "--json").stdout)["has_embedding"] is True
+    assert f"U {M} x {R}, V {R} x {N}" in _run("info", finished.path).stdout
