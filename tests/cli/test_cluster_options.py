@@ -115,10 +115,12 @@ def test_worker_error_on_the_local_cluster_is_one_error_line(corpus, tmp_path, q
     lines = result.stderr.strip().splitlines()
     assert lines[-1].startswith("Error: ") and "chunk 1" in lines[-1], result.stderr
     assert "To resolve this" in lines[-1]
-    expected = 1 if quiet else 2  # and the line saying which cluster was started
+    # and the lines saying which cluster was started and where X is held
+    expected = 1 if quiet else 3
     assert len(lines) == expected, result.stderr
     if not quiet:
         assert lines[0].startswith("started LocalCluster tls://127.0.0.1:"), lines[0]
+        assert "memory budget" in lines[1], lines[1]
     assert not (tmp_path / "m.zarr").exists()
 
 
