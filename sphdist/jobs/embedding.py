@@ -33,6 +33,7 @@ from sphdist.errors import (
     ParameterError,
 )
 from sphdist.io import atomic_path, commit_state, open_stored, stored_kind
+from sphdist.io._atomic import committed
 from sphdist.io._fs import exists, location
 from sphdist.io._lock import locks_output
 from sphdist.io.model import Model, open_model
@@ -250,7 +251,7 @@ def mismatch(model: Model, source: Any) -> str:
               if k != "n_features" and theirs.get(k) != ours.get(k)]
     options = model.corpus.get("tfidf") or {}
     parts += [f"tf-idf {k} {source.tfidf.get(k)!r}, the model's {options[k]!r}"
-              for k in sorted(set(options) & set(source.tfidf))
+              for k in sorted(set(options) & set(source.tfidf) - {"remove"})  # not the cleaning
               if options[k] != source.tfidf[k]]
     if not parts:
         from sphdist.io.model import idf_sha256
@@ -304,20 +305,62 @@ def reingest_remedy(
         options += ["--max-docs-per-label", str(ingest["max_docs_per_label"]), "--seed",
                     str(ingest.get("seed", 0))]
     found = bool(sources) and all(glob.glob(s) or Path(s).exists() for s in sources)
+    cleaning = (model.corpus.get("tfidf") or {}).get("remove") or []
+    notes = []
+    if found and "headers" in cleaning and _emptied_by(cleaning, sources, ingest):
+        options.append("--keep-headers")  # the cleaning --like inherits would empty them
+        notes.append("--keep-headers: the model's --remove-headers would leave most of these "
+                     "documents empty: they have no header block")
+    existing = [str(p) for p in (like, emb) if committed(p)]
+    if existing:
+        notes.append(f"--overwrite: {' and '.join(existing)} "
+                     f"{'exists' if len(existing) == 1 else 'exist'}")
     commands = [
         _command("sphdist", "ingest", *(sources if found else ["SOURCE"]), *options, "--like",
-                 model.path, "--output", like),
+                 model.path, "--output", like, *(["--overwrite"] if committed(like) else [])),
         _command("sphdist", "transform", "--model", model.path, "--input", like, "--output",
-                 emb),
+                 emb, *(["--overwrite"] if committed(emb) else [])),
     ]
     if then:
         commands.append(then)
-    where = "" if found else (
-        f" (SOURCE: the documents of {path}; the source it recorded, "
-        f"{recorded or 'none'}, is not there)"
-    )
+    if not found:
+        notes.append(f"SOURCE: the documents of {path}; the source it recorded, "
+                     f"{recorded or 'none'}, is not there")
+    where = f" ({'; '.join(notes)})" if notes else ""
     return (f"re-ingest its documents with the model's features and idf, then embed them: "
             f"`{' && '.join(commands)}`{where}")
+
+
+def _emptied_by(remove: list[str], sources: list[str], ingest: dict[str, Any],
+                n: int = 200) -> bool:
+    """Whether the news cleaning ``remove`` empties most of the first documents of a source.
+
+    The first ``n`` documents of ``sources`` are read as the corpus recorded (format, fields,
+    encoding): one-line JSON Lines, CSV or Parquet texts have no header block, and
+    scikit-learn's header stripper leaves nothing of them. If reading fails, the format
+    decides (JSON Lines, CSV and Parquet hold no mail headers).
+    """
+    from sphdist.text._documents import Reading
+    from sphdist.text._passes import clean
+    from sphdist.text.sources import JsonlPartition, plan
+
+    fmt, fields = ingest.get("format"), ingest.get("fields") or {}
+    try:
+        reading = Reading(encoding=ingest.get("encoding") or "latin-1",
+                          text_field=fields.get("text") or "text",
+                          label_field=fields.get("label"), id_field=fields.get("id"))
+        if fmt == "jsonl":  # the first lines only: planning scans every line of the files
+            first = sorted(glob.glob(sources[0])) or [sources[0]]
+            partitions = [JsonlPartition(first[0], 0, 1, n)]
+        else:
+            partitions = plan(sources, format=fmt, reading=reading, partition_size=n).partitions
+        texts = [r[1] for r in partitions[0].records(reading)
+                 if isinstance(r, tuple) and r[1].strip()][:n]
+        order = tuple(r for r in ("headers", "footers", "quotes") if r in remove)
+        emptied = sum(not clean(t, order).strip() for t in texts)
+    except Exception:  # noqa: BLE001 - only a hint for the remedy; the ingest reports errors
+        return fmt in ("jsonl", "csv", "parquet")
+    return 2 * emptied > len(texts)
 
 
 def _spans(n: int, size: int) -> list[tuple[int, int]]:

@@ -16,7 +16,7 @@ from click.testing import CliRunner
 
 from sphdist.cli import main
 
-from .._textcorpus import write_text_tree
+from .._textcorpus import TOPICS, write_text_tree
 
 R = 3
 
@@ -363,3 +363,64 @@ def test_resume_with_other_parameters_names_every_difference_and_the_commands(
     assert _fitted(model).n_iter == 7 and _fitted(model).shape[1] == R
     _run(runner, overwrite)
     assert _fitted(model).shape[1] == 4 and _fitted(model).params["lam"] == "palm"
+
+
+# -- issue 22: a model fitted --remove-headers, new JSON Lines documents without headers ------
+
+
+def _jsonl(path, n, *, headers, seed):
+    """``n`` JSON Lines documents; with ``headers``, each a mail message (headers, blank line,
+    body); without, one line of text, but every tenth with a blank line in it."""
+    rng = np.random.default_rng(seed)
+    common = ["the", "of", "report", "people", "said", "time"]
+    with open(path, "w") as f:
+        for i in range(n):
+            label = sorted(TOPICS)[i % 3]
+            body = " ".join(rng.choice(TOPICS[label].split() + common, 12))
+            if headers:
+                body = f"From: user{i}@example.org\nSubject: {label}\n\n{body}"
+            elif i % 10 == 0:
+                body = f"{body}\n\n{' '.join(rng.choice(TOPICS[label].split(), 4))}"
+            f.write(json.dumps({"text": body, "label": label}) + "\n")
+    return path
+
+
+@pytest.mark.parametrize("before", ["fresh", "after the inherited cleaning's remedy ran"])
+def test_a_model_fitted_remove_headers_gets_a_chain_that_keeps_jsonl_documents(
+    runner, tmp_path, monkeypatch, before
+):
+    """The chain re-ingests with --keep-headers (the new documents have no header block: the
+    model's cleaning would empty 27 of 30), with --overwrite where an output is there; run
+    as printed, it leaves every document non-empty and writes the embedding."""
+    from sphdist.io.corpus import open_corpus
+    from sphdist.io.embedding import open_embedding
+
+    monkeypatch.chdir(tmp_path)
+    model = tmp_path / "model.zarr"
+    train = _jsonl(tmp_path / "train.jsonl", 30, headers=True, seed=0)
+    for argv in (["ingest", str(train), "-o", "train.zarr", "--label-field", "label",
+                  "--remove-headers", "--hashing", "--n-features", "512"],
+                 ["fit", "-i", "train.zarr", "-o", str(model), "-r", str(R), "--max-iter", "5",
+                  "--n-workers", "0"]):
+        result = runner.invoke(main, argv)
+        assert result.exit_code == 0, result.output
+    new = _jsonl(tmp_path / "new.jsonl", 30, headers=False, seed=1)
+    result = runner.invoke(main, ["ingest", str(new), "-o", "new.zarr", "--label-field",
+                                  "label", "--hashing", "--n-features", "256"])
+    assert result.exit_code == 0, result.output
+    transform = ["transform", "-m", str(model), "-i", "new.zarr", "-o", "emb.zarr"]
+    if before != "fresh":  # what the remedy without --keep-headers left: 27 documents empty
+        result = runner.invoke(main, ["ingest", str(new), "-o", "new.like.zarr", "--label-field",
+                                      "label", "--like", str(model)])
+        assert result.exit_code == 0, result.output
+        assert open_corpus(tmp_path / "new.like.zarr").n_empty == 27
+        result = runner.invoke(main, ["transform", "-m", str(model), "-i", "new.like.zarr",
+                                      "-o", "emb.zarr"])
+        assert result.exit_code == 0, result.output
+    line = _error_line(runner.invoke(main, transform))
+    command = _suggested(line)
+    assert "--keep-headers" in command, line
+    _run(runner, command)
+    like = open_corpus(tmp_path / "new.like.zarr")
+    assert like.n_documents == 30 and like.n_empty == 0
+    assert open_embedding(tmp_path / "emb.zarr").V.shape == (R, 30)
