@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import os
 from pathlib import Path
 
@@ -27,6 +28,21 @@ def _default_data_home():
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv(DATA_HOME_ENV, str(DEFAULT_DATA_HOME))
         yield
+
+
+@pytest.fixture(autouse=True)
+def _dask_config_restored():
+    """Dask's global configuration as it was before each test.
+
+    A distributed ``Client`` sets ``scheduler: dask.distributed`` globally until it is closed;
+    one a test leaves behind (a refused TLS connection, say) would make every later
+    computation in this process ask for a client that is gone.
+    """
+    before = copy.deepcopy(dask.config.config)
+    yield
+    if dask.config.config != before:
+        dask.config.config.clear()
+        dask.config.config.update(before)
 
 
 @pytest.fixture(scope="session")
