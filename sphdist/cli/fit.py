@@ -20,7 +20,7 @@ from sphdist.cli._common import (
     param_option,
     progress_enabled,
 )
-from sphdist.core.params import JOB_PARAMS
+from sphdist.jobs.params import JOB_PARAMS
 
 logger = logging.getLogger("sphdist")
 

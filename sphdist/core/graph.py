@@ -37,7 +37,14 @@ from dask.callbacks import Callback
 
 from sphdist._progress import progress
 from sphdist.core import kernels
-from sphdist.core.partials import densify, partials_agg, partials_chunk, partials_combine
+from sphdist.core.params import FitConfig
+from sphdist.core.partials import (
+    RowSparse,
+    densify,
+    partials_agg,
+    partials_chunk,
+    partials_combine,
+)
 
 __all__ = [
     "MAX_BLOCK_DOCUMENTS",
@@ -405,9 +412,8 @@ def _take(part: dict[str, Any], key: str, index: int | None = None) -> np.ndarra
 
 
 def block_pass(
-    X: da.Array, U: np.ndarray, V_prev: da.Array | None, *, lam: float, split_every: int,
-    max_partials: int, dtype: Any, partials: str, features: np.ndarray | None = None,
-    keep_V: bool = True, find_features: bool = False, spill: Spill | None = None,
+    X: da.Array, U: np.ndarray | RowSparse, V_prev: da.Array | None, *, lam: float,
+    config: FitConfig, keep_V: bool = True, spill: Spill | None = None,
 ) -> tuple[da.Array | None, dict[str, Any]]:
     """One read of every chunk: :func:`sphdist.core.kernels.pass_onto` along each chain.
 
@@ -415,19 +421,24 @@ def block_pass(
     ----------
     X : dask.array.Array of shape (m, n), float64
         Column-chunked, one block along the features.
-    U : ndarray of shape (m, r), or (k, r) with ``features``; float64
-        Broadcast to the workers in ``dtype`` (:func:`broadcast`).
+    U : ndarray or RowSparse of shape (m, r), float64
+        Its (stored) rows are broadcast to the workers in ``config.dtype``
+        (:func:`broadcast`); a RowSparse runs the pass on its rows alone (the chunks
+        renumbered onto them, :func:`kernels.pass_onto`).
     V_prev : dask.array.Array of shape (r, n), or None
         Chunked like the documents of X; persisted, or lazy (read chunk by chunk by the
         tasks that need it).
-    lam, dtype, partials, features, keep_V, find_features
-        Passed to :func:`kernels.pass_block`.
-    split_every : int
-        Fan-in of the tree that sums the chains' partials (:func:`tree_sum`).
-    max_partials : int
-        At most this many accumulation chains (:func:`chain_bounds`): each reads its blocks
-        of consecutive chunks in turn, one task per block adding them to the chain's sum, so
-        a pass holds at most ``max_partials`` partial sums whatever n.
+    lam : float
+        Proximal parameter of Eq. 3.12 (:func:`kernels.pass_block`).
+    config : FitConfig
+        The fit's parameters: ``dtype`` and ``partials`` (:func:`kernels.pass_block`),
+        ``split_every`` (fan-in of the tree that sums the chains' partials,
+        :func:`tree_sum`) and ``max_partials`` (at most this many accumulation chains,
+        :func:`chain_bounds`: each reads its blocks of consecutive chunks in turn, one task
+        per block adding them to the chain's sum, so a pass holds at most ``max_partials``
+        partial sums whatever n).
+    keep_V : bool, default True
+        Keep the new V (:func:`kernels.pass_block`).
     spill : callable, optional
         With ``keep_V``, where the new V goes instead of worker memory: called with the lazy
         V, it returns the store to compute with the pass (``dask.array.store(...,
@@ -440,27 +451,29 @@ def block_pass(
         With ``keep_V``, the new V chunked like X: persisted on the workers, or the reader
         ``spill`` returned; else None (the tasks drop it).
     total : dict
-        The summed partials (:func:`kernels.pass_block`), with ``"XVt"`` a dense, aligned
-        (m, r) (or (k, r)) float64 ndarray and ``"VVt"`` an aligned (r, r) one.
+        The summed partials (:func:`kernels.pass_block`), with ``"XVt"`` dense and aligned:
+        an (m, r) float64 ndarray, or a RowSparse on U's rows whose values are one, and
+        ``"VVt"`` an aligned (r, r) ndarray; ``"occurs"`` is the mask of U's rows that occur.
     """
-    dtype = np.dtype(dtype)
+    dtype = config.dtype
+    rows = U.rows if isinstance(U, RowSparse) else None
     r = U.shape[1]
     name = f"sphdist-pass-{uuid.uuid4().hex}"
-    U_d = broadcast(np.asarray(U, dtype=dtype), as_delayed=True)
+    values = U.values if isinstance(U, RowSparse) else U
+    U_d = broadcast(np.asarray(values, dtype=dtype), as_delayed=True)
     with _unfused():
         xs = X.to_delayed().ravel()
         vs = None if V_prev is None else V_prev.to_delayed().ravel()
     sizes = X.chunks[1]
     meta = np.empty((0, 0), dtype=dtype)
     leaves, V_blocks, b = [], [], 0
-    for chain in chain_bounds(sizes, max_partials):
+    for chain in chain_bounds(sizes, config.max_partials):
         part = None  # the chain's sum so far: each block task adds its chunks to it
         for start, stop in chain:
             part = dask.delayed(kernels.pass_onto, pure=False)(
                 part, list(xs[start:stop]), U_d,
-                None if vs is None else list(vs[start:stop]), lam=lam, dtype=dtype,
-                partials=partials, features=features, keep_V=keep_V,
-                find_features=find_features, dask_key_name=(name, b),
+                None if vs is None else list(vs[start:stop]), rows=rows, lam=lam, dtype=dtype,
+                partials=config.partials, keep_V=keep_V, dask_key_name=(name, b),
             )
             b += 1
             if keep_V:
@@ -474,7 +487,7 @@ def block_pass(
                     for j in range(start, stop)
                 ]
         leaves.append(da.from_delayed(part, shape=(1,), dtype=object, meta=_OBJECTS))
-    total = tree_sum(da.concatenate(leaves), split_every)
+    total = tree_sum(da.concatenate(leaves), config.split_every)
     with _unfused():
         V = da.concatenate(V_blocks, axis=1) if keep_V else None
         if V is not None and spill is None:
@@ -490,6 +503,8 @@ def block_pass(
     # every later bit) between a cluster and the local schedulers
     total["XVt"] = np.require(densify(total["XVt"]), np.float64, ["C", "A"])
     total["VVt"] = np.require(total["VVt"], np.float64, ["C", "A"])
+    if rows is not None:
+        total["XVt"] = RowSparse(rows, total["XVt"], U.shape)
     return V, total
 
 
@@ -512,19 +527,18 @@ def occurring_features(X: da.Array, split_every: int) -> np.ndarray:
     return sum_parts(per_chunk(kernels.chunk_features, X), split_every)["occurs"]
 
 
-def embedding(
-    X: da.Array, U: np.ndarray, *, dtype: Any, features: np.ndarray | None = None,
-) -> da.Array:
+def embedding(X: da.Array, U: np.ndarray | RowSparse, *, dtype: Any) -> da.Array:
     """``V = normalise(U^T X)`` chunk by chunk, lazily (:func:`kernels.embed_block`).
 
     Parameters
     ----------
     X : dask.array.Array of shape (m, n), float64
         Column-chunked, one block along the features.
-    U : ndarray of shape (m, r), or (k, r) with ``features``
-        Broadcast once (:func:`broadcast`) when the result is computed.
-    dtype, features
-        As for :func:`block_pass`.
+    U : ndarray or RowSparse of shape (m, r)
+        Its rows broadcast once (:func:`broadcast`) when the result is computed; a
+        RowSparse's rows are the features the chunks are renumbered onto.
+    dtype : numpy.float64 or numpy.float32
+        The fit's compute dtype.
 
     Returns
     -------
@@ -533,13 +547,14 @@ def embedding(
         makes each task read one chunk of X and write its columns, so V is never gathered.
     """
     dtype = np.dtype(dtype)
-    U_d = broadcast(np.asarray(U, dtype=dtype))
+    U_d = broadcast(np.asarray(U.values if isinstance(U, RowSparse) else U, dtype=dtype))
     with _unfused():
         return da.blockwise(
             functools.partial(kernels.embed_block, dtype=dtype), "kj", X, "ij", U_d, "ik",
             concatenate=True,
             align_arrays=False, dtype=dtype, meta=np.empty((0, 0), dtype=dtype),
-            features=features, name=f"sphdist-embedding-{uuid.uuid4().hex}",
+            rows=U.rows if isinstance(U, RowSparse) else None,
+            name=f"sphdist-embedding-{uuid.uuid4().hex}",
         )
 
 

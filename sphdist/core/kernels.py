@@ -16,8 +16,8 @@ U-step needs, ``X_c V_c^T`` (m, r) and ``V_c V_c^T`` (r, r), in one pass over ``
 ``X_c V_c^T`` is row-sparse (only features that occur in its chunks have nonzero rows), so
 :func:`pass_block` may return it as a :class:`~sphdist.core.partials.RowSparse`. With the
 exact V-step the pass keeps no V (:func:`embed_block` recomputes it from U when it is
-stored), and it may run on the features that occur in the corpus alone
-(:func:`~sphdist.core.partials.renumber`).
+stored), and it may run on the features that occur in the corpus alone (:func:`pass_onto`).
+Both restrictions are one mechanism, :func:`~sphdist.core.partials.renumber`.
 
 Since ``U^T U = I`` and every ``||v_j|| = 1``, ``||UV||_F^2 = n`` and the objective needs no
 extra pass (:func:`objective`)::
@@ -44,8 +44,8 @@ from threadpoolctl import threadpool_limits
 from sphdist.core.partials import (
     PARTIAL_FORMATS,
     RowSparse,
-    block_rows,
     occurring,
+    partial_rows,
     partials_chunk,
     partials_combine,
     renumber,
@@ -57,7 +57,6 @@ __all__ = [
     "POLAR_METHODS",
     "u_step",
     "v_step",
-    "pass_chunk",
     "pass_block",
     "pass_onto",
     "chunk_features",
@@ -224,58 +223,18 @@ def _sq_norm(X_c: Any) -> float:
         return float(np.vdot(X_c, X_c).real)
 
 
-def pass_chunk(
-    X_c: Any, U: np.ndarray, V_prev: np.ndarray | None = None, *, lam: float = 2.0
-) -> dict[str, Any]:
-    """One read of a chunk: the V-step and the partials of the next U-step.
-
-    Parameters
-    ----------
-    X_c : scipy.sparse matrix or ndarray of shape (m, n_c), float64
-        Document columns of the chunk (CSC is the efficient sparse format).
-    U : ndarray of shape (m, r), float64
-        ``U_{k+1}``, orthonormal columns.
-    V_prev : ndarray of shape (r, n_c), float64, or None
-        ``V_k`` of the chunk; None at initialisation.
-    lam : float, default 2.0
-        Proximal parameter of Eq. 3.12.
-
-    Returns
-    -------
-    dict
-        ``"V"``: ndarray (r, n_c), the new ``V_{k+1}`` columns (Eq. 3.12);
-        ``"XVt"``: ndarray (m, r), ``X_c V_{k+1}^T``;
-        ``"VVt"``: ndarray (r, r), ``V_{k+1} V_{k+1}^T``;
-        ``"sq_norm_X"``: float, ``||X_c||_F^2``;
-        ``"dV_sq"``: float, ``||V_{k+1} - V_k||_F^2`` (0 at initialisation);
-        ``"n_degenerate"``: int, columns with ``q = 0`` (see :func:`v_step`).
-
-    Notes
-    -----
-    Two products with ``X_c`` (``X_c^T U`` and ``X_c V^T``), 4 nnz(X_c) r flops; memory
-    O(m r + r n_c) floats besides the chunk.
-    """
-    A = np.ascontiguousarray(np.asarray(X_c.T @ U).T)
-    V_prev = None if V_prev is None else np.ascontiguousarray(V_prev)
-    V, degenerate = v_step(A, V_prev, lam)
-    part = {"V": V, **chunk_partials(X_c, V, int(degenerate.sum()))}
-    if V_prev is not None:
-        part["dV_sq"] = float(np.sum((V - V_prev) ** 2))
-    return part
-
-
 def pass_block(
     X_blocks: list[Any], U: np.ndarray, V_prev_blocks: list[np.ndarray] | None = None, *,
-    lam: float = 2.0, dtype: Any = np.float64, partials: str = "auto",
-    features: np.ndarray | None = None, keep_V: bool = True, find_features: bool = False,
+    lam: float = 2.0, dtype: Any = np.float64, partials: str = "auto", keep_V: bool = True,
 ) -> dict[str, Any]:
-    """:func:`pass_chunk` over consecutive chunks, summing their partials into one.
+    """One read of consecutive chunks: their V-step and the partials of the next U-step.
 
     Parameters
     ----------
     X_blocks : list of scipy.sparse matrix or ndarray, each of shape (m, n_c)
-        Consecutive document chunks (CSC is the efficient sparse format).
-    U : ndarray of shape (m, r), or (k, r) with ``features``; float64 or float32
+        Consecutive document chunks (CSC is the efficient sparse format), in U's row space
+        (:func:`pass_onto` renumbers them onto U's rows).
+    U : ndarray of shape (m, r), float64 or float32
         ``U_{k+1}``, orthonormal columns.
     V_prev_blocks : list of ndarray of shape (r, n_c), or None
         ``V_k`` of each chunk; None at initialisation, and for the exact step (lam = 2),
@@ -286,89 +245,92 @@ def pass_block(
         Compute dtype of ``U^T X_c``, the V-step and the returned ``V``. The partials are
         always accumulated in float64.
     partials : {"auto", "rows", "dense"}, default "auto"
-        Format of the ``"XVt"`` partial. ``"rows"``: a :class:`RowSparse` on the union of the
-        chunks' nonzero rows (features), when every chunk is CSC; ``"dense"``: an (m, r)
-        ndarray; ``"auto"``: ``"rows"`` while that union is at most half of m. Either way the
-        values are bitwise the same (the same additions into the same +0.0-initialised rows).
-    features : ndarray of shape (k,), int64, optional
-        Sorted indices of the features U's rows stand for (the features that occur in the
-        corpus, :func:`~sphdist.core.graph.occurring_features`); every CSC chunk is renumbered
-        onto them, so U, the partial and its rows live in a k-row space. A chunk with a feature
-        outside them is refused.
+        Format of the ``"XVt"`` partial. ``"rows"``: a :class:`RowSparse` on the features
+        the chunks contain (:func:`~sphdist.core.partials.partial_rows`), when every chunk is
+        CSC; ``"dense"``: an (m, r) ndarray; ``"auto"``: ``"rows"`` while those are at most
+        half of m. Either way the values are bitwise the same (the same additions into the
+        same +0.0-initialised rows).
     keep_V : bool, default True
         Return the new V columns; False drops them once the partials are accumulated (the
         stateless pass: nothing of size n leaves the task).
-    find_features : bool, default False
-        Also return ``"occurs"``, the (m,) bool mask of the features the chunks contain
-        (OR-ed by :func:`partials_combine`, which adds bool arrays).
 
     Returns
     -------
     dict
         ``"V"`` (with ``keep_V``): list of ndarray (r, n_c) of ``dtype``, the new ``V_{k+1}``
-        per chunk (Eq. 3.12); ``"XVt"``: ndarray (m, r) (or (k, r)) or :class:`RowSparse`,
-        float64, ``sum_c X_c V_c^T``; ``"VVt"``: ndarray (r, r), float64; ``"sq_norm_X"``,
-        ``"dV_sq"`` (float) and ``"n_degenerate"`` (int), summed over the chunks (see
-        :func:`pass_chunk`); ``"occurs"`` with ``find_features``.
+        per chunk (Eq. 3.12); ``"XVt"``: ndarray (m, r) or :class:`RowSparse`, float64,
+        ``sum_c X_c V_c^T``; ``"VVt"``: ndarray (r, r), float64, ``sum_c V_c V_c^T``;
+        ``"sq_norm_X"`` (``||X_c||_F^2``), ``"dV_sq"`` (``||V_{k+1} - V_k||_F^2``, 0 without
+        ``V_k``) and ``"n_degenerate"`` (columns with ``q = 0``, :func:`v_step`), summed over
+        the chunks; ``"occurs"``: the (m,) bool mask of the features the chunks contain
+        (:func:`~sphdist.core.partials.occurring`, OR-ed by :func:`partials_combine`, which
+        adds bool arrays).
+
+    Raises
+    ------
+    ValueError
+        If ``partials`` is not one of :data:`PARTIAL_FORMATS`.
 
     Notes
     -----
+    Per chunk two products with ``X_c`` (``X_c^T U`` and ``X_c V^T``), 4 nnz(X_c) r flops.
     The chunks are processed and summed in list order, so the result depends on the grouping
     of chunks into blocks, never on where or when the task runs. One (m, r) float64
     accumulator serves the whole block (:func:`spmm_accumulate`); BLAS is limited to one
     thread inside (threadpoolctl), so a worker thread never oversubscribes its core. Memory:
     ``m r (8 + itemsize)`` bytes for the accumulator and U, plus the block's chunks and V; with
     a row-sparse partial the accumulator is ``8 k r`` bytes, k the block's distinct features.
-
-    Raises
-    ------
-    ValueError
-        If ``partials`` is not one of :data:`PARTIAL_FORMATS`, or a chunk contains a feature
-        outside ``features``.
     """
     if partials not in PARTIAL_FORMATS:
         raise ValueError(f"partials must be one of {PARTIAL_FORMATS}, got {partials!r}")
     dtype = np.dtype(dtype)
-    occurs = occurring(X_blocks) if find_features else None
-    if features is not None:
-        X_blocks = renumber(X_blocks, features)
     m, r = U.shape
     U = np.asarray(U, dtype=dtype)
-    rows, targets = block_rows(X_blocks, m, partials)
-    XVt = np.zeros((m if rows is None else rows.size, r))
-    VVt = np.zeros((r, r))
-    sq_norm_X = dV_sq = 0.0
-    n_degenerate = 0
+    occurs = occurring(X_blocks)
+    rows = partial_rows(X_blocks, occurs, partials)
+    targets = X_blocks if rows is None else renumber(X_blocks, rows)
+    part: dict[str, Any] = {
+        "XVt": np.zeros((m if rows is None else rows.size, r)), "VVt": np.zeros((r, r)),
+        "sq_norm_X": 0.0, "dV_sq": 0.0, "n_degenerate": 0, "occurs": occurs,
+    }
     Vs = []
     with threadpool_limits(limits=1, user_api="blas"):
-        for i, X_c in enumerate(X_blocks):
-            V_prev = None if V_prev_blocks is None else np.ascontiguousarray(V_prev_blocks[i])
-            V, degenerate = _chunk_v(X_c, U, V_prev, lam, dtype)
-            V64 = np.asarray(V, dtype=np.float64)
+        for i, (X_c, target) in enumerate(zip(X_blocks, targets, strict=True)):
+            V_prev = None if V_prev_blocks is None else V_prev_blocks[i]
+            V = _chunk_pass(X_c, target, U, V_prev, lam, dtype, part)
             if keep_V:
                 Vs.append(V)
-            VVt += V64 @ V64.T
-            spmm_accumulate(X_c if rows is None else targets[i], V64.T, XVt)
-            sq_norm_X += _sq_norm(X_c)
-            if V_prev is not None:
-                dV_sq += float(np.sum((V64 - V_prev) ** 2))
-            n_degenerate += int(degenerate.sum())
     if rows is not None:
-        XVt = RowSparse(rows, XVt, (m, r))
-    part = {
-        "XVt": XVt, "VVt": VVt, "sq_norm_X": sq_norm_X, "dV_sq": dV_sq,
-        "n_degenerate": n_degenerate,
-    }
+        part["XVt"] = RowSparse(rows, part["XVt"], (m, r))
     if keep_V:
         part["V"] = Vs
-    if occurs is not None:
-        part["occurs"] = occurs
     return part
+
+
+def _chunk_pass(
+    X_c: Any, target: Any, U: np.ndarray, V_prev: np.ndarray | None, lam: float,
+    dtype: np.dtype, part: dict[str, Any],
+) -> np.ndarray:
+    """One chunk of :func:`pass_block`: its V-step, its partials added into ``part``.
+
+    ``target`` is ``X_c`` on the rows of ``part["XVt"]``; returns the new V of the chunk.
+    """
+    V_prev = None if V_prev is None else np.ascontiguousarray(V_prev)
+    V, degenerate = _chunk_v(X_c, U, V_prev, lam, dtype)
+    V64 = np.asarray(V, dtype=np.float64)
+    part["VVt"] += V64 @ V64.T
+    spmm_accumulate(target, V64.T, part["XVt"])
+    part["sq_norm_X"] += _sq_norm(X_c)
+    if V_prev is not None:
+        part["dV_sq"] += float(np.sum((V64 - V_prev) ** 2))
+    part["n_degenerate"] += int(degenerate.sum())
+    return V
 
 
 def pass_onto(
     total: dict[str, Any] | None, X_blocks: list[Any], U: np.ndarray,
-    V_prev_blocks: list[np.ndarray] | None = None, **options: Any,
+    V_prev_blocks: list[np.ndarray] | None = None, *, rows: np.ndarray | None = None,
+    **options: Any,
 ) -> dict[str, Any]:
     """The next blocks of an accumulation chain: :func:`pass_block`, added to the chain's sum.
 
@@ -377,8 +339,21 @@ def pass_onto(
     total : dict or None
         The partials the chain has summed so far (a previous result of this function), or
         None for its first blocks. Not modified.
-    X_blocks, U, V_prev_blocks, **options
+    X_blocks : list of scipy.sparse matrix or ndarray, each of shape (m, n_c)
+        The blocks' chunks.
+    U : ndarray of shape (m, r), or (k, r) with ``rows``
         As for :func:`pass_block`.
+    V_prev_blocks, **options
+        As for :func:`pass_block`.
+    rows : ndarray of shape (k,), int64, optional
+        The features U's rows stand for (the features that occur in the corpus); the chunks
+        are renumbered onto them (:func:`~sphdist.core.partials.renumber`), so the partials
+        live in U's k-row space.
+
+    Raises
+    ------
+    ValueError
+        If a chunk contains a feature outside ``rows`` (see :func:`pass_block` for more).
 
     Returns
     -------
@@ -394,6 +369,8 @@ def pass_onto(
     only their total). The sum is a left fold in block order: a function of the chain's
     blocks, never of the task's place or time.
     """
+    if rows is not None:
+        X_blocks = renumber(X_blocks, rows)
     part = pass_block(X_blocks, U, V_prev_blocks, **options)
     if total is None:
         return part
@@ -426,7 +403,7 @@ def chunk_features(X_c: Any) -> dict[str, np.ndarray]:
 
 
 def embed_block(
-    X_c: Any, U: np.ndarray, *, dtype: Any = np.float64, features: np.ndarray | None = None,
+    X_c: Any, U: np.ndarray, *, dtype: Any = np.float64, rows: np.ndarray | None = None,
 ) -> np.ndarray:
     """``V_c = normalise(U^T X_c)``: the exact V-step of one chunk (lam = 2, Eq. 3.12).
 
@@ -434,12 +411,12 @@ def embed_block(
     ----------
     X_c : scipy.sparse matrix or ndarray of shape (m, n_c), float64
         Document columns of the chunk.
-    U : ndarray of shape (m, r), or (k, r) with ``features``
+    U : ndarray of shape (m, r), or (k, r) with ``rows``
         Orthonormal columns.
     dtype : {numpy.float64, numpy.float32}, default float64
         Compute dtype, as in :func:`pass_block`.
-    features : ndarray of shape (k,), int64, optional
-        As in :func:`pass_block`.
+    rows : ndarray of shape (k,), int64, optional
+        As in :func:`pass_onto`.
 
     Returns
     -------
@@ -448,8 +425,8 @@ def embed_block(
         document with ``U^T x_j = 0`` gets ``e_1``).
     """
     dtype = np.dtype(dtype)
-    if features is not None:
-        (X_c,) = renumber([X_c], features)
+    if rows is not None:
+        (X_c,) = renumber([X_c], rows)
     with threadpool_limits(limits=1, user_api="blas"):
         V, _ = _chunk_v(X_c, np.asarray(U, dtype=dtype), None, 2.0, dtype)
     return V

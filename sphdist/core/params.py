@@ -1,23 +1,24 @@
 """The parameters of a Spherical PCA fit, each defined once: constraint, default, help.
 
-:data:`PARAMS` is the one table the fit paths read: :func:`sphdist.core.solver.check_params`
-validates against it, :class:`sphdist.SphericalPCA` derives its ``_parameter_constraints`` from
-it, and ``sphdist fit`` derives its option types and help text from it.
+:data:`PARAMS` is the one table the fit paths read. :class:`FitConfig` is a fit's parameters,
+built once from it (:meth:`FitConfig.build`: the table's defaults, validated) and passed down
+to every function of the solver and the graph; :class:`sphdist.SphericalPCA` derives its
+``_parameter_constraints`` from the table, and ``sphdist fit`` its option types and help text.
+A row's :attr:`Param.resume` says whether a checkpoint resumes only with the same value
+(:data:`RESUME_PARAMS`). The fit job's own settings are :data:`sphdist.jobs.params.JOB_PARAMS`.
 
 The table is plain data: each row's :attr:`Param.spec` is made of :class:`Range` (a number in
 an interval), :class:`Choice` (one of some words), ``None``, ``"boolean"`` and types, so that
-the command line reads names, defaults, help and ranges without importing scikit-learn. The
-constraints proper are scikit-learn's (``sklearn.utils._param_validation``: ``Interval`` -- as
-:class:`sphdist._validation.Number` --, ``StrOptions``, ``None`` and types), built from the spec
-on first use (:attr:`Param.constraints`); a parameter is valid when it satisfies one constraint
-of its list.
+the command line reads names, defaults, help and ranges without importing scikit-learn. A value
+is valid when it satisfies one item of its spec (:func:`accepts`); :func:`validate` says which
+value is not, in scikit-learn's words (those of its ``_parameter_constraints`` checks: the
+estimators of :mod:`sphdist.methods` and :mod:`sphdist._validation` use them), and raises
+:class:`sphdist._validation.InvalidParameterValueError`.
 
-The validation itself is :mod:`sphdist._validation`, the one mechanism of the package (the
-other estimators and the text layer use it too). It follows scikit-learn's
-``prefer_skip_nested_validation``: whoever validated the parameters runs the solver inside
-:func:`~sphdist._validation.validated`, and the solver then does not validate them again (only
-``n_components`` against the shape of X, which depends on the data:
-:func:`~sphdist._validation.check_bound`).
+Validation follows scikit-learn's ``prefer_skip_nested_validation``: whoever validated the
+parameters runs the solver inside :func:`sphdist._validation.validated`, and
+:meth:`FitConfig.build` then does not validate them again (only ``n_components`` against the
+shape of X, which depends on the data: :func:`sphdist.core.solver.check_params`).
 
 References
 ----------
@@ -30,21 +31,17 @@ References
 from __future__ import annotations
 
 import dataclasses
-import functools
 import math
 from collections.abc import Mapping, Sequence
 from numbers import Integral, Real
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
-if TYPE_CHECKING:  # imported on first use (__getattr__ below): they import scikit-learn
-    from sphdist._validation import FloatDtype, Number, skip_validation, validated
-
 __all__ = [
-    "PARAMS", "SOLVER_PARAMS", "JOB_PARAMS", "STEP_MODES", "MAX_STEP", "POLAR_METHODS",
-    "PARTIAL_FORMATS", "Param", "Range", "Choice", "Number", "FloatDtype",
-    "validate", "defaults", "validated", "constraints", "skip_validation", "describe",
+    "PARAMS", "SOLVER_PARAMS", "RESUME_PARAMS", "STEP_MODES", "MAX_STEP", "POLAR_METHODS",
+    "PARTIAL_FORMATS", "Param", "Range", "Choice", "FitConfig", "accepts", "validate",
+    "defaults", "describe",
 ]
 
 #: Step-size modes of ``lam`` and ``mu`` (see :mod:`sphdist.core.solver`).
@@ -54,21 +51,10 @@ POLAR_METHODS = ("svd", "gram", "auto")
 #: Formats of the X V^T block partials: :data:`sphdist.core.partials.PARTIAL_FORMATS`.
 PARTIAL_FORMATS = ("auto", "rows", "dense")
 
-#: Imported from :mod:`sphdist._validation` (so scikit-learn) on first use.
-_LAZY = ("Number", "FloatDtype", "validated", "skip_validation")
-
-
-def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        from sphdist import _validation
-
-        return getattr(_validation, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
 
 @dataclasses.dataclass(frozen=True)
 class Range:
-    """A number in an interval: the plain data of a :class:`sphdist._validation.Number`.
+    """A number in an interval (scikit-learn's ``Interval``, booleans refused).
 
     Attributes
     ----------
@@ -83,6 +69,8 @@ class Range:
     --------
     >>> str(Range(Real, 2.0, 2**52, "both"))
     'a float in the range [2.0, 4503599627370496.0]'
+    >>> Range(Integral, 1, None, "left").accepts(True)
+    False
     """
 
     type: type
@@ -105,44 +93,115 @@ class Range:
             f"{right}{']' if self.closed in ('right', 'both') else ')'}"
         )
 
+    def accepts(self, value: Any) -> bool:
+        """Whether ``value`` is a number of :attr:`type` (not a bool, not NaN) in the interval."""
+        if isinstance(value, (bool, np.bool_)) or not isinstance(value, self.type):
+            return False
+        if not isinstance(value, Integral) and np.isnan(value):
+            return False
+        left = -math.inf if self.left is None else self.left
+        right = math.inf if self.right is None else self.right
+        above = value >= left if self.closed in ("left", "both") else value > left
+        below = value <= right if self.closed in ("right", "both") else value < right
+        return bool(above and below)
+
 
 @dataclasses.dataclass(frozen=True)
 class Choice:
-    """One of some words: the plain data of a ``StrOptions``.
+    """One of some words (scikit-learn's ``StrOptions``).
 
     Attributes
     ----------
     options : frozenset of str
         The words.
     dtype : bool, default False
-        The words are float dtypes, also given as a NumPy type or ``numpy.dtype``
-        (:class:`sphdist._validation.FloatDtype`).
+        The words are float dtypes, also given as a NumPy type or ``numpy.dtype``.
 
     Examples
     --------
     >>> str(Choice(frozenset({"svd", "random"})))
     "one of 'random', 'svd'"
+    >>> Choice(frozenset({"float32"}), dtype=True).accepts(np.float32)
+    True
     """
 
     options: frozenset[str]
     dtype: bool = False
 
     def __str__(self) -> str:
-        """The words as :func:`sphdist._validation.describe` writes them."""
+        """The words, sorted, as :func:`sphdist._validation.describe` writes them."""
         return "one of " + ", ".join(map(repr, sorted(self.options)))
 
+    def accepts(self, value: Any) -> bool:
+        """Whether ``value`` is one of the words (for dtypes: ``numpy.dtype(value)``'s name)."""
+        if not self.dtype:
+            return isinstance(value, str) and value in self.options
+        try:
+            return np.dtype(value).name in self.options
+        except TypeError:
+            return False
 
-def _constraint(item: Any) -> Any:
-    """The scikit-learn constraint of one item of a :attr:`Param.spec`."""
-    from sklearn.utils._param_validation import StrOptions
 
-    from sphdist import _validation
+def _type_name(kind: type) -> str:
+    """A type as scikit-learn's messages name it (``_param_validation._type_name``)."""
+    return kind.__qualname__ if kind.__module__ == "builtins" else (
+        f"{kind.__module__}.{kind.__qualname__}"
+    )
 
-    if isinstance(item, Range):
-        return _validation.Number(item.type, item.left, item.right, closed=item.closed)
-    if isinstance(item, Choice):
-        return _validation.FloatDtype() if item.dtype else StrOptions(set(item.options))
-    return item  # None, "boolean", a type
+
+def accepts(spec: Sequence[Any], value: Any) -> bool:
+    """Whether ``value`` satisfies one item of ``spec``.
+
+    Parameters
+    ----------
+    spec : sequence
+        :class:`Range`, :class:`Choice`, ``None`` (the value None), ``"boolean"`` (a bool or
+        ``numpy.bool_``) and types (an instance of it).
+
+    Returns
+    -------
+    bool
+
+    Examples
+    --------
+    >>> accepts(PARAMS["chunk_size"].spec, None), accepts(PARAMS["chunk_size"].spec, 0)
+    (True, False)
+    """
+    for item in spec:
+        if isinstance(item, (Range, Choice)):
+            ok = item.accepts(value)
+        elif item is None:
+            ok = value is None
+        elif item == "boolean":
+            ok = isinstance(value, (bool, np.bool_))
+        else:
+            ok = isinstance(value, item)
+        if ok:
+            return True
+    return False
+
+
+def describe(spec: Sequence[Any]) -> str:
+    """The values satisfying one item of ``spec``, in scikit-learn's words.
+
+    Examples
+    --------
+    >>> describe(PARAMS["lam"].spec)
+    "a float in the range [2.0, 4503599627370496.0] or one of 'exact', 'palm', 'theory'"
+    >>> describe(PARAMS["accelerate"].spec)
+    "an instance of 'bool' or an instance of 'numpy.bool'"
+    """
+    words = []
+    for item in spec:
+        if isinstance(item, (Range, Choice)):
+            words.append(str(item))
+        elif item is None:
+            words.append("None")
+        elif item == "boolean":
+            words.append(f"an instance of 'bool' or an instance of {_type_name(np.bool_)!r}")
+        else:
+            words.append(f"an instance of {_type_name(item)!r}")
+    return " or ".join(words)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -155,59 +214,26 @@ class Param:
         Keyword of :func:`sphdist.core.solver.fit` and :class:`sphdist.SphericalPCA`.
     spec : tuple
         What the value may be, as plain data (:class:`Range`, :class:`Choice`, ``None``,
-        ``"boolean"``, types); the value must satisfy one.
+        ``"boolean"``, types); the value must satisfy one (:func:`accepts`).
     default : object
-        The default of the estimator and of ``fit_corpus`` (``sphdist fit`` may show another
-        where it says so).
+        The default of the estimator, the solver and ``fit_corpus`` (``sphdist fit`` may
+        show another where it says so).
     help : str
         One line, also the help of the ``sphdist fit`` option.
+    resume : bool, default False
+        The value changes the sequence of iterates, so a checkpoint resumes only with the
+        value it was written with (:data:`RESUME_PARAMS`).
     """
 
     name: str
     spec: tuple[Any, ...]
     default: Any
     help: str
-
-    @functools.cached_property
-    def constraints(self) -> tuple[Any, ...]:
-        """scikit-learn constraints of :attr:`spec`, built once, on first use.
-
-        Returns
-        -------
-        tuple
-            :class:`sphdist._validation.Number` for a :class:`Range`, ``StrOptions`` (or
-            :class:`sphdist._validation.FloatDtype`) for a :class:`Choice`, other items as
-            they are.
-        """
-        return tuple(_constraint(item) for item in self.spec)
-
-
-def describe(spec: Sequence[Any]) -> str:
-    """The values satisfying one item of ``spec``, in :func:`sphdist._validation.describe`'s words.
-
-    :class:`Range`, :class:`Choice` and ``None`` are described without importing scikit-learn
-    (the help of ``sphdist fit``); other items by :func:`sphdist._validation.describe`.
-
-    Examples
-    --------
-    >>> describe(PARAMS["lam"].spec)
-    "a float in the range [2.0, 4503599627370496.0] or one of 'exact', 'palm', 'theory'"
-    """
-    words = []
-    for item in spec:
-        if isinstance(item, (Range, Choice)):
-            words.append(str(item))
-        elif item is None:
-            words.append("None")
-        else:
-            from sphdist import _validation
-
-            words.append(_validation.describe([item]))
-    return " or ".join(words)
+    resume: bool = False
 
 
 def _at_least(low: int) -> Range:
-    """An integer >= ``low`` (:func:`sphdist._validation.at_least`)."""
+    """An integer >= ``low``."""
     return Range(Integral, low, None, "left")
 
 
@@ -238,55 +264,54 @@ def _step(left: float) -> Range:
 #: Every parameter of a Spherical PCA fit, in the order of the estimator's signature.
 PARAMS: dict[str, Param] = {p.name: p for p in (
     Param("n_components", (_at_least(1),), 2,
-          "r, the dimension of the embedding; at most min(features, documents)."),
+          "r, the dimension of the embedding; at most min(features, documents).", resume=True),
     Param("lam", (_step(2.0), Choice(frozenset(STEP_MODES))), "exact",
           "Proximal parameter of the V-step (Liu et al. 2019, Eq. 3.12); at most 2**52 (beyond, "
-          "the step leaves V as it is, to rounding, and its arithmetic can overflow)."),
+          "the step leaves V as it is, to rounding, and its arithmetic can overflow).",
+          resume=True),
     Param("mu", (_step(0.0), Choice(frozenset(STEP_MODES))), "exact",
           "Proximal parameter of the U-step (Liu et al. 2019, Eq. 3.11); exact: U = polar(X V^T); "
-          "at most 2**52, as lam."),
+          "at most 2**52, as lam.", resume=True),
     Param("max_iter", (_at_least(0),), 100, "Maximum iterations after the initialisation."),
     Param("tol", (_finite(0.0),), 1e-4,
           "Stop when the relative objective change |f_{k-1} - f_k| / |f_{k-1}| is below this."),
     Param("init", (Choice(frozenset({"random", "svd"})),), "random",
-          "Initial U: Haar-random, or the leading left singular vectors (Sun et al. 2011, V0)."),
+          "Initial U: Haar-random, or the leading left singular vectors (Sun et al. 2011, V0).",
+          resume=True),
     Param("random_state", (Range(Integral, 0, 2**32 - 1, "both"),
                            np.random.RandomState, None), 0,
-          "Seed of the initialisation; the iterations are deterministic."),
-    Param("init_n_iter", (_at_least(0),), 4, "Power iterations of init='svd'."),
+          "Seed of the initialisation; the iterations are deterministic.", resume=True),
+    Param("init_n_iter", (_at_least(0),), 4, "Power iterations of init='svd'.", resume=True),
     Param("chunk_size", (_at_least(1), None), None,
           "Samples per chunk of NumPy / SciPy input (stored corpora keep their chunks)."),
-    Param("split_every", (_at_least(2),), 8, "Fan-in of the reduction tree of the partials."),
+    Param("split_every", (_at_least(2),), 8, "Fan-in of the reduction tree of the partials.",
+          resume=True),
     Param("dtype", (Choice(frozenset({"float64", "float32"}), dtype=True),), "float64",
-          "Compute dtype of U^T X and of V; partials, objective and U stay float64."),
+          "Compute dtype of U^T X and of V; partials, objective and U stay float64.", resume=True),
     Param("polar", (Choice(frozenset(POLAR_METHODS)),), "auto",
-          "Route of the U-step's polar factor (auto: the r x r Gram matrix when m >= 64 r)."),
+          "Route of the U-step's polar factor (auto: the r x r Gram matrix when m >= 64 r).",
+          resume=True),
     Param("partials", (Choice(frozenset(PARTIAL_FORMATS)),), "auto",
           "Format of the X V^T block partials (bitwise the same result; auto moves fewer bytes)."),
     Param("max_partials", (_at_least(1),), 8,
           "At most this many (m, r) partials per pass: accumulation chains, each reading its "
-          "blocks of consecutive document chunks in turn (memory flat in n)."),
+          "blocks of consecutive document chunks in turn (memory flat in n).", resume=True),
     Param("accelerate", ("boolean",), True,
           "Extrapolated exact U-step with a monotone safeguard (Ang and Gillis 2019): 14-20% "
-          "fewer passes to tol; no effect unless lam and mu are exact."),
+          "fewer passes to tol; no effect unless lam and mu are exact.", resume=True),
 )}
 
 #: The parameters :func:`sphdist.core.solver.fit` takes (all but the estimator's chunk_size).
 SOLVER_PARAMS = tuple(name for name in PARAMS if name != "chunk_size")
 
-#: The fit job's own parameters (:func:`sphdist.jobs.fit.fit_corpus`, ``sphdist fit``).
-JOB_PARAMS: dict[str, Param] = {p.name: p for p in (
-    Param("checkpoint_every", (_at_least(1),), 1,
-          "Write the model every N iterations (and at the end)."),
-    Param("retries", (_at_least(0),), 3,
-          "Resume from the last checkpoint this many times when a worker dies."),
-)}
+#: The parameters a checkpoint resumes only with the same value of (:attr:`Param.resume`).
+RESUME_PARAMS = tuple(name for name, param in PARAMS.items() if param.resume)
 
 
 def validate(
     values: Mapping[str, Any], caller: str, table: Mapping[str, Param] = PARAMS
 ) -> None:
-    """Check every value against its constraints in ``table``, by :mod:`sphdist._validation`.
+    """Check every value against its row of ``table``, in the order of ``values``.
 
     Parameters
     ----------
@@ -304,9 +329,14 @@ def validate(
         ``InvalidParameterError``) naming the first invalid value and its valid range, in
         scikit-learn's words: ``The 'lam' parameter of ... must be ... Got lam=1.5 instead.``
     """
-    from sphdist import _validation
+    for name, value in values.items():
+        if name in table and not accepts(table[name].spec, value):
+            from sphdist._validation import InvalidParameterValueError
 
-    _validation.validate(values, constraints(table, table), caller)
+            raise InvalidParameterValueError(
+                f"The {name!r} parameter of {caller} must be {describe(table[name].spec)}. "
+                f"Got {name}={value!r} instead. To resolve this, pass a value in that range."
+            )
 
 
 def defaults(names: Sequence[str] = SOLVER_PARAMS) -> dict[str, Any]:
@@ -314,8 +344,95 @@ def defaults(names: Sequence[str] = SOLVER_PARAMS) -> dict[str, Any]:
     return {name: PARAMS[name].default for name in names}
 
 
-def constraints(
-    names: Sequence[str], table: Mapping[str, Param] = PARAMS
-) -> dict[str, list[Any]]:
-    """``_parameter_constraints`` of an estimator taking ``names``, from the table."""
-    return {name: list(table[name].constraints) for name in names}
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class FitConfig:
+    """The parameters of one Spherical PCA fit: one attribute per name of :data:`SOLVER_PARAMS`.
+
+    Built once, by :meth:`build` (the table's defaults, validated), where a fit starts
+    (:func:`sphdist.core.solver.fit`, :func:`sphdist.core.solver.check_params`), and passed
+    down to the solver's functions and the graph's pass; each attribute's meaning, constraint
+    and default are its row of :data:`PARAMS`.
+
+    Attributes
+    ----------
+    n_components : int
+        r.
+    lam, mu : float or {"exact", "palm", "theory"}
+        Step sizes of Eq. 3.12 and Eq. 3.11 (:mod:`sphdist.core.solver`).
+    max_iter : int
+        Iterations after the initialisation, at most.
+    tol : float
+        Relative objective change to stop at.
+    init : {"random", "svd"}
+        The initial U.
+    random_state : int, numpy.random.RandomState or None
+        Seed of the initialisation.
+    init_n_iter : int
+        Power iterations of ``init="svd"``.
+    split_every : int
+        Fan-in of the reduction tree.
+    dtype : numpy.dtype
+        float64 or float32: compute dtype of ``U^T X`` and of V.
+    polar : {"auto", "svd", "gram"}
+        Route of the U-step's polar factor.
+    partials : {"auto", "rows", "dense"}
+        Format of the ``X V^T`` block partials.
+    max_partials : int
+        Accumulation chains per pass, at most.
+    accelerate : bool
+        Extrapolated exact U-step (:func:`sphdist.core.solver.iterate`).
+
+    Examples
+    --------
+    >>> FitConfig.build(n_components=3).split_every
+    8
+    """
+
+    n_components: int
+    lam: float | str
+    mu: float | str
+    max_iter: int
+    tol: float
+    init: str
+    random_state: Any
+    init_n_iter: int
+    split_every: int
+    dtype: np.dtype
+    polar: str
+    partials: str
+    max_partials: int
+    accelerate: bool
+
+    @classmethod
+    def build(cls, caller: str = "sphdist.core.solver.fit", **values: Any) -> FitConfig:
+        """The configuration of ``values``, the table's defaults for the others, validated.
+
+        Parameters
+        ----------
+        caller : str, default "sphdist.core.solver.fit"
+            Named in the message of an invalid value.
+        **values
+            Names of :data:`SOLVER_PARAMS`.
+
+        Returns
+        -------
+        FitConfig
+            With ``dtype`` as a ``numpy.dtype``.
+
+        Raises
+        ------
+        TypeError
+            If a name is not a solver parameter.
+        sphdist._validation.InvalidParameterValueError
+            If a value is outside its row of :data:`PARAMS` (:func:`validate`); not checked
+            inside :func:`sphdist._validation.validated`.
+        """
+        unknown = set(values) - set(SOLVER_PARAMS)
+        if unknown:
+            raise TypeError(f"{caller}() got unexpected keyword arguments {sorted(unknown)}")
+        values = {**defaults(), **values}
+        from sphdist._validation import skip_validation
+
+        if not skip_validation():
+            validate(values, caller)
+        return cls(**{**values, "dtype": np.dtype(values["dtype"])})

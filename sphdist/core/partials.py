@@ -6,8 +6,10 @@ what those partials are made of and how they add up:
 
 * :class:`RowSparse` -- an ``X V^T`` partial stored on the rows (features) its chunks touch,
   and :func:`densify`; :func:`spmm_accumulate` adds ``X_c V_c^T`` into an accumulator in place;
-* :func:`renumber` -- CSC chunks renumbered onto a subset of the features (the features that
-  occur in a corpus), and the row sets of a block;
+* :func:`renumber` -- CSC chunks renumbered onto a subset of the features: the one row-subset
+  mechanism, for the features that occur in a corpus (the iteration on them) and for those
+  of a block (a :class:`RowSparse` partial, :func:`partial_rows`); :func:`occurring` finds
+  them;
 * :func:`partials_chunk` / :func:`partials_combine` / :func:`partials_agg` -- the
   ``<op>_chunk`` / ``_combine`` / ``_agg`` triple of ``dask.array.reduction`` that sums result
   dicts key by key in a fixed order, so the sum is bitwise reproducible.
@@ -36,7 +38,7 @@ __all__ = [
     "spmm_accumulate",
     "renumber",
     "occurring",
-    "block_rows",
+    "partial_rows",
     "PER_CHUNK_KEYS",
     "partials_chunk",
     "flatten_partials",
@@ -200,6 +202,10 @@ def spmm_accumulate(X_c: Any, W: np.ndarray, out: np.ndarray) -> np.ndarray:
     return out
 
 
+def _is_csc(X_c: Any) -> bool:
+    return sp.issparse(X_c) and X_c.format == "csc"
+
+
 def occurring(X_blocks: list[Any]) -> np.ndarray:
     """The (m,) bool mask of the features with a stored entry in any of the chunks.
 
@@ -207,7 +213,7 @@ def occurring(X_blocks: list[Any]) -> np.ndarray:
     are never renumbered, :func:`renumber`).
     """
     m = X_blocks[0].shape[0]
-    if not all(sp.issparse(X_c) and X_c.format == "csc" for X_c in X_blocks):
+    if not all(_is_csc(X_c) for X_c in X_blocks):
         return np.ones(m, dtype=bool)
     mask = np.zeros(m, dtype=bool)
     for X_c in X_blocks:
@@ -215,15 +221,16 @@ def occurring(X_blocks: list[Any]) -> np.ndarray:
     return mask
 
 
-def renumber(X_blocks: list[Any], features: np.ndarray) -> list[Any]:
-    """CSC chunks renumbered onto ``features``: row ``features[i]`` becomes row i.
+def renumber(X_blocks: list[Any], rows: np.ndarray) -> list[Any]:
+    """CSC chunks renumbered onto ``rows``: row ``rows[i]`` becomes row i.
 
     Parameters
     ----------
     X_blocks : list of scipy.sparse.csc_matrix of shape (m, n_c)
         Document chunks.
-    features : ndarray of shape (k,), int64
-        Sorted feature indices that contain every stored entry of the chunks.
+    rows : ndarray of shape (k,), int64
+        Sorted feature indices that contain every stored entry of the chunks: the features
+        of a corpus (the iteration on them), or of the chunks (:func:`partial_rows`).
 
     Returns
     -------
@@ -234,15 +241,22 @@ def renumber(X_blocks: list[Any], features: np.ndarray) -> list[Any]:
     Raises
     ------
     ValueError
-        If a chunk is not CSC, or has a stored entry outside ``features``.
+        If a chunk is not CSC, or has a stored entry outside ``rows``.
+
+    Examples
+    --------
+    >>> X = sp.csc_matrix(np.array([[0.0, 0.0], [1.0, 0.0], [0.0, 0.0], [0.0, 2.0]]))
+    >>> renumber([X], np.array([1, 3]))[0].toarray()
+    array([[1., 0.],
+           [0., 2.]])
     """
     out, position = [], None
     for X_c in X_blocks:
-        if not (sp.issparse(X_c) and X_c.format == "csc"):
+        if not _is_csc(X_c):
             raise ValueError("only CSC chunks can be renumbered onto their features")
         if position is None:
             position = np.full(X_c.shape[0], -1, dtype=np.int64)
-            position[features] = np.arange(features.size)
+            position[rows] = np.arange(rows.size)
         indices = position[X_c.indices]
         if indices.size and indices.min() < 0:
             raise ValueError(
@@ -251,37 +265,43 @@ def renumber(X_blocks: list[Any], features: np.ndarray) -> list[Any]:
             )
         out.append(sp.csc_matrix(
             (X_c.data, indices.astype(X_c.indptr.dtype, copy=False), X_c.indptr),
-            shape=(features.size, X_c.shape[1]),
+            shape=(rows.size, X_c.shape[1]),
         ))
     return out
 
 
-def block_rows(X_blocks: list[Any], m: int, partials: str) -> tuple[Any, list[Any]]:
-    """The union of the chunks' nonzero rows, and each CSC chunk with its rows renumbered.
+def partial_rows(X_blocks: list[Any], occurs: np.ndarray, partials: str) -> np.ndarray | None:
+    """The rows a block's ``X V^T`` partial is stored on, or None for a dense partial.
 
-    ``(None, [])`` when the block partial is to be dense. The renumbered chunk shares data and
-    indptr with the original and has rows ``searchsorted(union, indices)``, so
-    ``csc @ dense`` on it performs, row for row, the additions it performs on the original.
+    Parameters
+    ----------
+    X_blocks : list of scipy.sparse matrix or ndarray of shape (m, n_c)
+        The block's chunks.
+    occurs : ndarray of shape (m,), bool
+        :func:`occurring` of them.
+    partials : {"auto", "rows", "dense"}
+        The format asked (:func:`sphdist.core.kernels.pass_block`).
+
+    Returns
+    -------
+    ndarray of shape (k,), int64, or None
+        The features that occur in the chunks, for :func:`renumber` (the same renumbering as
+        the one onto the features of a corpus) and a :class:`RowSparse` partial; None when
+        the partial is dense: asked so, a chunk is not CSC, or (``"auto"``) the rows exceed
+        half of m.
+
+    Examples
+    --------
+    >>> X = sp.csc_matrix(np.array([[1.0], [0.0], [0.0], [0.0]]))
+    >>> partial_rows([X], occurring([X]), "auto")
+    array([0])
     """
-    if partials == "dense" or not all(
-        sp.issparse(X_c) and X_c.format == "csc" for X_c in X_blocks
-    ):
-        return None, []
-    mask = np.zeros(m, dtype=bool)
-    for X_c in X_blocks:
-        mask[X_c.indices] = True
-    rows = np.flatnonzero(mask)
-    if partials == "auto" and rows.size > _ROWS_MAX_FRACTION * m:
-        return None, []
-    position = np.zeros(m, dtype=np.int64)
-    position[rows] = np.arange(rows.size)
-    targets = []
-    for X_c in X_blocks:
-        indices = position[X_c.indices].astype(X_c.indptr.dtype, copy=False)
-        targets.append(
-            sp.csc_matrix((X_c.data, indices, X_c.indptr), shape=(rows.size, X_c.shape[1]))
-        )
-    return rows.astype(np.int64, copy=False), targets
+    if partials == "dense" or not all(_is_csc(X_c) for X_c in X_blocks):
+        return None
+    rows = np.flatnonzero(occurs)
+    if partials == "auto" and rows.size > _ROWS_MAX_FRACTION * occurs.size:
+        return None
+    return rows
 
 
 #: Keys of a chunk's result that hold per-chunk arrays (kept chunked), not summable partials.

@@ -69,15 +69,15 @@ import numpy as np
 from sklearn.utils import check_random_state
 from threadpoolctl import threadpool_limits
 
-from sphdist._validation import check_bound, skip_validation
+from sphdist._validation import check_bound
 from sphdist.core import graph, kernels
-from sphdist.core import params as params_table
-from sphdist.core.params import STEP_MODES
+from sphdist.core.params import STEP_MODES, FitConfig
+from sphdist.core.partials import RowSparse, densify
 from sphdist.errors import CheckpointMismatchError, DataError
 
 __all__ = [
-    "FitState", "check_params", "initialize", "resume", "iterate", "fit", "embedding",
-    "stateless", "STEP_MODES",
+    "FitState", "FitConfig", "check_params", "svd_init", "initialize", "resume", "iterate",
+    "fit", "embedding", "stateless", "STEP_MODES",
 ]
 
 _PALM_FACTOR = 1.1
@@ -93,15 +93,20 @@ class FitState:
     ----------
     iteration : int
         Completed iterations k (0 after initialisation).
-    U : ndarray of shape (m, r), or (k, r) when ``features`` is set; float64
-        ``U_k``, orthonormal columns; with ``features``, its rows of those features (every
-        other row of ``U_k`` is zero; :attr:`U_full` is the (m, r) matrix).
+    U : ndarray of shape (m, r), or RowSparse of shape (m, r); float64
+        ``U_k``, orthonormal columns. A :class:`~sphdist.core.partials.RowSparse` when the
+        iteration runs on the features that occur in X alone (its rows; every other row of
+        ``U_k`` is zero): the exact U-step ``U_{k+1} = polar(X V_k^T)`` is zero off the rows
+        of ``X V_k^T`` (:func:`iterate`). :attr:`U_full` is the (m, r) ndarray.
     V : dask.array.Array of shape (r, n), or None
         ``V_k``, unit columns, chunked like the document chunks of X, when the iteration
         keeps it (a step with lam != 2, or ``keep_V``); None for the stateless exact
         iteration, where ``V_k = normalise(U_k^T X)`` (:func:`embedding`).
-    XVt : ndarray of shape (m, r) (or (k, r) with ``features``), float64, or None
-        ``X V_k^T``; None in a checkpoint that stores U alone (the next pass recomputes it).
+    XVt : ndarray or RowSparse of shape (m, r), float64, or None
+        ``X V_k^T``: on U's rows when U is a RowSparse; a RowSparse on the features that
+        occur in X, with U on all m rows, after the pass that found them (a start from an
+        SVD or a warm start, whose next U-step restricts U to them); None in a checkpoint
+        that stores U alone (the next pass recomputes it).
     VVt : ndarray of shape (r, r), float64, or None
         ``V_k V_k^T``; None as ``XVt``.
     sq_norm_X : float
@@ -117,21 +122,14 @@ class FitState:
         Columns of ``V_k`` whose ``q`` was zero (kept from the previous iterate, or ``e_1``).
     converged : bool
         Whether the relative objective decrease fell below ``tol``.
-    features : ndarray of shape (k,), int64, or None
-        The features (rows of X) that occur in the corpus, when the iteration runs on them
-        alone (:func:`iterate`); None: all m.
-    occurring : ndarray of shape (m,), bool, or None
-        The features found by the last full-space pass, to restrict to at the next U-step.
-    n_features : int
-        m (0: ``U.shape[0]``).
     beta, beta_bar : float
         Extrapolation weight of the accelerated U-step and its cap (:func:`iterate`).
     """
 
     iteration: int
-    U: np.ndarray
+    U: np.ndarray | RowSparse
     V: da.Array | None
-    XVt: np.ndarray | None
+    XVt: np.ndarray | RowSparse | None
     VVt: np.ndarray | None
     sq_norm_X: float
     objective: list[float]
@@ -140,20 +138,13 @@ class FitState:
     seconds: list[float]
     n_degenerate: int = 0
     converged: bool = False
-    features: np.ndarray | None = None
-    occurring: np.ndarray | None = None
-    n_features: int = 0
     beta: float = 0.5
     beta_bar: float = 1.0
 
     @property
     def U_full(self) -> np.ndarray:
         """Ndarray of shape (m, r), float64: ``U_k`` in the whole feature space."""
-        if self.features is None:
-            return self.U
-        full = np.zeros((self.n_features, self.U.shape[1]))
-        full[self.features] = self.U
-        return full
+        return densify(self.U)
 
     @property
     def relative_change(self) -> float:
@@ -164,11 +155,21 @@ class FitState:
         return abs(prev - cur) / abs(prev) if prev != 0 else 0.0
 
 
+def _values(A: Any) -> Any:
+    """The stored rows of a :class:`RowSparse` (the (k, r) ndarray), an ndarray as it is."""
+    return A.values if isinstance(A, RowSparse) else A
+
+
+def _restrict(A: np.ndarray, rows: np.ndarray) -> RowSparse:
+    """The (m, r) ndarray A, zero off ``rows``, as a :class:`RowSparse` on them."""
+    return RowSparse(rows, A[rows], A.shape)
+
+
 def check_params(
     n_components: Any, shape: tuple[int, int], *, caller: str = "sphdist.core.solver.fit",
     **params: Any,
-) -> None:
-    """Validate solver parameters against :data:`sphdist.core.params.PARAMS` and the shape of X.
+) -> FitConfig:
+    """The :class:`FitConfig` of a fit of X of ``shape``, validated against the table and X.
 
     Parameters
     ----------
@@ -176,17 +177,22 @@ def check_params(
         r, with ``1 <= r <= min(m, n)``.
     shape : tuple of int
         (m features, n documents).
-    **params
-        Any of the other parameters of :func:`fit` (``lam``, ``mu``, ``max_iter``, ``tol``,
-        ``init``, ``random_state``, ``init_n_iter``, ``split_every``, ``max_partials``,
-        ``dtype``, ``polar``, ``partials``); their constraints are the table's.
     caller : str, default "sphdist.core.solver.fit"
         Named in the message.
+    **params
+        Any of the other names of :data:`sphdist.core.params.SOLVER_PARAMS`; the others take
+        the table's defaults (:meth:`FitConfig.build`).
+
+    Returns
+    -------
+    FitConfig
 
     Raises
     ------
     ParameterError
         Naming the first value out of range and its valid range.
+    TypeError
+        If a name is not a solver parameter.
 
     Notes
     -----
@@ -194,13 +200,11 @@ def check_params(
     ``skip_parameter_validation``) the caller has validated the table's constraints, and only
     ``n_components`` is checked against the shape (:func:`sphdist._validation.check_bound`).
     """
-    if not skip_validation():
-        params_table.validate(
-            {"n_components": n_components, **params}, caller=caller
-        )
+    config = FitConfig.build(caller, n_components=n_components, **params)
     m, n = shape
     check_bound("n_components", n_components, min(m, n),
                 f" for X with {m} features and {n} documents")
+    return config
 
 
 def _lam_value(lam: float | str, L_c: float) -> float:
@@ -225,7 +229,7 @@ def _mu_value(mu: float | str, VVt: np.ndarray, L_c: float) -> float | None:
 
 def svd_init(
     X: da.Array, n_components: int, random_state: np.random.RandomState, *,
-    n_iter: int = 4, n_oversamples: int = 10, split_every: int = 8,
+    n_power_iter: int, split_every: int, n_oversamples: int = 10,
 ) -> np.ndarray:
     """Leading left singular vectors of X by the randomized range finder, on chunks.
 
@@ -237,12 +241,13 @@ def svd_init(
         r.
     random_state : numpy.random.RandomState
         Source of the Gaussian test matrix.
-    n_iter : int, default 4
-        Power iterations; the method makes ``n_iter + 1`` passes over X.
+    n_power_iter : int
+        Power iterations; the method makes ``n_power_iter + 1`` passes over X (the
+        ``init_n_iter`` of Spherical PCA, the ``n_power_iter`` of the angular methods).
+    split_every : int
+        Fan-in of the reduction tree.
     n_oversamples : int, default 10
         Extra basis vectors (Halko et al. 2011, Sec. 4.2).
-    split_every : int, default 8
-        Fan-in of the reduction tree.
 
     Returns
     -------
@@ -254,10 +259,10 @@ def svd_init(
     m, n = X.shape
     k = min(n_components + n_oversamples, m, n)
     Q, _ = np.linalg.qr(random_state.standard_normal(size=(m, k)))
-    for i in range(n_iter + 1):
+    for i in range(n_power_iter + 1):
         parts = graph.per_chunk(kernels.project_chunk, X, graph.broadcast(Q), "ik")
         total = graph.sum_parts(parts, split_every)
-        if i < n_iter:
+        if i < n_power_iter:
             Q, _ = np.linalg.qr(total["XVt"])
     # Rayleigh-Ritz on the last basis: T = Q^T X X^T Q
     evals, W = np.linalg.eigh(total["VVt"])
@@ -266,11 +271,9 @@ def svd_init(
 
 
 def initialize(
-    X: da.Array, n_components: int, *, init: str = "random", random_state: Any = None,
-    init_n_iter: int = 4, split_every: int = 8, U0: np.ndarray | None = None,
-    max_partials: int = 8, dtype: Any = np.float64, partials: str = "auto",
-    keep_V: bool = False, find_features: bool = False,
-    spill: Callable[[int, da.Array], Any] | None = None,
+    X: da.Array, n_components: int, *, U0: np.ndarray | None = None, keep_V: bool = False,
+    find_features: bool = False, spill: Callable[[int, da.Array], Any] | None = None,
+    **params: Any,
 ) -> FitState:
     """Iteration 0: ``U_0`` and ``V_0 = normalise(U_0^T X)``, in one pass (plus SVD passes).
 
@@ -280,36 +283,25 @@ def initialize(
         Column-chunked corpus (documents as columns), scipy.sparse or ndarray blocks.
     n_components : int
         r.
-    init : {"random", "svd"}, default "random"
-        ``"random"``: a Haar-random orthonormal U_0; ``"svd"``: the leading left singular
-        vectors (Sun et al. 2011, step V0), costing ``init_n_iter + 1`` extra passes.
-    random_state : int, RandomState or None
-        Seed for the initialisation.
-    init_n_iter : int, default 4
-        Power iterations of ``init="svd"``.
-    split_every : int, default 8
-        Fan-in of the reduction tree.
     U0 : ndarray of shape (m, r), optional
         Start from this U instead (warm start); orthonormalised by its polar factor.
-    max_partials : int, default 8
-        Chunks are split into at most this many accumulation chains of consecutive blocks,
-        one (m, r) partial sum each (:func:`graph.chain_bounds`).
-    dtype : numpy.float64 or numpy.float32, default float64
-        Compute dtype of ``U^T X_c`` and storage dtype of V; partials are summed in float64.
-    partials : {"auto", "rows", "dense"}, default "auto"
-        Format of the ``X V^T`` block partials on the cluster (:func:`kernels.pass_block`):
-        row-sparse on the features a block touches, dense (m, r), or row-sparse while at most
-        half of m. Bitwise the same result; ``"auto"`` moves far fewer bytes.
     keep_V : bool, default False
         Keep ``V_0`` on the cluster (persisted) for a V-step that needs it (lam != 2).
     find_features : bool, default False
-        Run on the features that occur in X alone (``state.features``). The random U_0 is
-        drawn on them whatever this flag (its other rows are zero; they would meet no entry
-        of X), found by a scan of the chunks' indices before the pass
-        (:func:`graph.occurring_features`); a warm start or ``init="svd"`` starts on all m
-        rows, and then the pass finds them (``state.occurring``) for :func:`iterate`.
+        Run on the features that occur in X alone. The random U_0 is drawn on them whatever
+        this flag (its other rows are zero; they would meet no entry of X), found by a scan
+        of the chunks' indices before the pass (:func:`graph.occurring_features`), and kept
+        as a :class:`~sphdist.core.partials.RowSparse` on them with this flag; a warm start
+        or ``init="svd"`` starts on all m rows, and then the pass finds them (``state.XVt``
+        is a RowSparse on them) for :func:`iterate` to restrict U to.
     spill : callable, optional
         Where a kept ``V_0`` goes (:func:`iterate`).
+    **params
+        Names of :data:`sphdist.core.params.SOLVER_PARAMS` (:meth:`FitConfig.build`): the
+        initialisation reads ``init`` (``"random"``: a Haar-random orthonormal U_0;
+        ``"svd"``: the leading left singular vectors, Sun et al. 2011, step V0, costing
+        ``init_n_iter + 1`` extra passes), ``random_state`` and ``init_n_iter``, the pass
+        ``split_every``, ``max_partials``, ``dtype`` and ``partials``.
 
     Returns
     -------
@@ -318,89 +310,93 @@ def initialize(
 
     Raises
     ------
+    ParameterError
+        If a parameter is out of range.
     DataError
         If X contains NaN or Inf.
     """
+    config = FitConfig.build("sphdist.core.solver.initialize", n_components=n_components,
+                             **params)
+    return _initialize(X, config, U0=U0, keep_V=keep_V, find_features=find_features,
+                       spill=spill)
+
+
+def _initialize(
+    X: da.Array, config: FitConfig, *, U0: np.ndarray | None, keep_V: bool,
+    find_features: bool, spill: Callable[[int, da.Array], Any] | None,
+) -> FitState:
+    """:func:`initialize` with its configuration built."""
     t0 = time.perf_counter()
-    m = X.shape[0]
-    rs = check_random_state(random_state)
+    m, r = X.shape[0], config.n_components
+    rs = check_random_state(config.random_state)
     if U0 is not None:
         U = kernels.polar_factor(np.asarray(U0, dtype=np.float64))
-    elif init == "svd":
-        U = svd_init(X, n_components, rs, n_iter=init_n_iter, split_every=split_every)
+    elif config.init == "svd":
+        U = svd_init(X, r, rs, n_power_iter=config.init_n_iter, split_every=config.split_every)
     else:
         # the random start on the features that occur (found by a scan of X's indices, no
         # products): U_0's other rows would meet no entry of X, and drawing k of the m rows
         # makes the first pass as cheap as the iterations' (45,580 of 2**18 rows on the
         # synthetic corpora)
-        features = _features(graph.occurring_features(X, split_every))
-        if features is not None and features.size < n_components:
-            features = None  # fewer occurring features than components: all m rows
-        U = kernels.random_orthonormal(
-            m if features is None else features.size, n_components, rs
-        )
-        if features is not None and not find_features:  # a path that keeps all m rows
-            U_full = np.zeros((m, n_components))
-            U_full[features] = U
-            U, features = U_full, None
+        rows = _features(graph.occurring_features(X, config.split_every))
+        if rows is not None and rows.size < r:
+            rows = None  # fewer occurring features than components: all m rows
+        U = kernels.random_orthonormal(m if rows is None else rows.size, r, rs)
+        if rows is not None:
+            U = RowSparse(rows, U, (m, r))
+            if not find_features:  # a path that keeps all m rows
+                U = U.toarray()
     state = FitState(
         iteration=0, U=U, V=None, XVt=None, VVt=None, sq_norm_X=0.0, objective=[],
-        u_step_norm=[], v_step_norm=[], seconds=[], n_features=m,
-        features=None if U0 is not None or init == "svd" else features,
+        u_step_norm=[], v_step_norm=[], seconds=[],
     )
     state = _full_pass(
-        X, state, keep_V=keep_V, find_features=find_features, split_every=split_every,
-        max_partials=max_partials, dtype=dtype, partials=partials,
+        X, state, config, keep_V=keep_V, find_features=find_features,
         spill=None if spill is None else functools.partial(spill, 0),
     )
-    state.objective = [state.objective[0]]
     state.seconds = [time.perf_counter() - t0]
     return state
 
 
 def _full_pass(
-    X: da.Array, state: FitState, *, keep_V: bool, find_features: bool, split_every: int,
-    max_partials: int, dtype: Any, partials: str, spill: graph.Spill | None = None,
+    X: da.Array, state: FitState, config: FitConfig, *, keep_V: bool, find_features: bool,
+    spill: graph.Spill | None = None,
 ) -> FitState:
     """The pass with ``U_k`` that starts a fit (k = 0) or resumes one (k > 0).
 
-    On the state's ``features`` when it has them (the random start), else on all m rows.
     Returns the state with ``V_k`` (if kept), the partials and ``f_k`` appended to the
-    objective history. At k > 0 of a fit that restricts itself to the occurring features,
-    the result is restricted at once, as the uninterrupted run had it.
+    objective history. With ``find_features`` and U on all m rows, the pass finds the
+    features that occur in X: at k > 0 (a fit that restricts itself to them) U and X V^T are
+    restricted to them at once, as the uninterrupted run had them; at k = 0 ``f_0`` is that
+    of the whole ``U_0``, and X V^T is kept on them for the first U-step to restrict U
+    (:func:`iterate`).
     """
-    n = X.shape[1]
-    features = state.features
-    U = state.U_full if features is None else state.U
-    find_features = find_features and features is None
     V, total = graph.block_pass(
-        X, U, None, lam=2.0, split_every=split_every, max_partials=max_partials,
-        dtype=dtype, partials=partials, keep_V=keep_V, find_features=find_features,
-        features=features, spill=spill,
+        X, state.U, None, lam=2.0, config=config, keep_V=keep_V, spill=spill,
     )
-    sq = total["sq_norm_X"]
-    if np.isinf(sq) and np.all(np.isfinite(total["XVt"])):
+    sq, U, XVt = total["sq_norm_X"], state.U, total["XVt"]
+    finite = np.all(np.isfinite(_values(XVt)))
+    if np.isinf(sq) and finite:
         raise DataError(
             "the sum of squares of X (||X||_F^2) overflows float64. To resolve this, rescale "
             "the documents (e.g. to unit norm, as tf-idf does) before fitting."
         )
-    if not np.isfinite(sq) or not np.all(np.isfinite(total["XVt"])):
+    if not np.isfinite(sq) or not finite:
         raise DataError(
             "X contains NaN or Inf values (||X||_F^2 or X V^T is not finite). To resolve this, "
             "clean the input data before fitting."
         )
-    XVt, occurring = total["XVt"], None
-    if find_features:
-        occurring = total["occurs"]
-        if state.iteration > 0:
-            features, occurring = _features(occurring), None
-            if features is not None:
-                U, XVt = U[features], XVt[features]
+    rows = None
+    if find_features and not isinstance(U, RowSparse):
+        rows = _features(total["occurs"])
+    if rows is not None and state.iteration > 0:
+        U, XVt = _restrict(U, rows), _restrict(XVt, rows)
+    f = kernels.objective(sq, _values(U), _values(XVt), X.shape[1])
+    if rows is not None and state.iteration == 0:
+        XVt = _restrict(XVt, rows)
     return dataclasses.replace(
         state, U=U, V=V, XVt=XVt, VVt=total["VVt"], sq_norm_X=sq,
-        objective=[*state.objective, kernels.objective(sq, U, XVt, n)],
-        n_degenerate=total["n_degenerate"], features=features, occurring=occurring,
-        n_features=X.shape[0],
+        objective=[*state.objective, f], n_degenerate=total["n_degenerate"],
     )
 
 
@@ -411,8 +407,7 @@ def _features(occurring: np.ndarray) -> np.ndarray | None:
 
 
 def resume(
-    X: da.Array, state: FitState, *, keep_V: bool, find_features: bool, split_every: int = 8,
-    max_partials: int = 8, dtype: Any = np.float64, partials: str = "auto",
+    X: da.Array, state: FitState, config: FitConfig, *, keep_V: bool, find_features: bool,
 ) -> FitState:
     """The state of a checkpoint that stores ``U_k`` alone, completed by one pass over X.
 
@@ -423,10 +418,11 @@ def resume(
     state : FitState
         A checkpoint at iteration k: ``U`` (m, r) and the histories; ``V``, ``XVt`` and
         ``VVt`` are recomputed.
+    config : FitConfig
+        The fit's parameters (the pass reads ``split_every``, ``max_partials``, ``dtype``,
+        ``partials``).
     keep_V, find_features
         As the fit that wrote the checkpoint had them (:func:`fit`).
-    split_every, max_partials, dtype, partials
-        See :func:`initialize`.
 
     Returns
     -------
@@ -443,9 +439,8 @@ def resume(
     t0 = time.perf_counter()
     recorded = state.objective[-1]
     new = _full_pass(
-        X, dataclasses.replace(state, objective=state.objective[:-1]), keep_V=keep_V,
-        find_features=find_features, split_every=split_every, max_partials=max_partials,
-        dtype=dtype, partials=partials,
+        X, dataclasses.replace(state, objective=state.objective[:-1]), config, keep_V=keep_V,
+        find_features=find_features,
     )
     if new.objective[-1] != recorded:
         raise CheckpointMismatchError(
@@ -459,10 +454,8 @@ def resume(
 
 
 def iterate(
-    X: da.Array, state: FitState, *, lam: Any = "exact", mu: Any = "exact", tol: float = 1e-4,
-    split_every: int = 8, max_partials: int = 8, dtype: Any = np.float64, polar: str = "auto",
-    partials: str = "auto", spill: Callable[[int, da.Array], Any] | None = None,
-    accelerate: bool = False,
+    X: da.Array, state: FitState, config: FitConfig, *,
+    spill: Callable[[int, da.Array], Any] | None = None,
 ) -> FitState:
     """One iteration of Algorithm 1: U-step on the driver, then one pass over X.
 
@@ -472,87 +465,91 @@ def iterate(
         The same column-chunked X the state was computed from.
     state : FitState
         Iteration k.
-    lam, mu : float or {"exact", "palm", "theory"}
-        Step sizes of Eq. 3.12 and Eq. 3.11 (module docstring).
-    tol : float, default 1e-4
-        ``converged`` is set when ``|f_k - f_{k+1}| / |f_k| < tol``.
-    split_every : int, default 8
-        Fan-in of the reduction tree.
-    max_partials, dtype, partials
-        See :func:`initialize`.
-    polar : {"auto", "svd", "gram"}, default "auto"
-        Route of the U-step's polar factor (:func:`kernels.polar_factor`); ``"auto"`` uses
-        the r x r Gram matrix when ``m >= 64 r``.
+    config : FitConfig
+        The fit's parameters: the steps ``lam`` and ``mu`` of Eq. 3.12 and Eq. 3.11 (module
+        docstring), ``polar`` (the route of the U-step's polar factor,
+        :func:`kernels.polar_factor`), ``tol`` (``converged`` is set when
+        ``|f_k - f_{k+1}| / |f_k| < tol``), ``accelerate`` (below) and the pass's
+        ``split_every``, ``max_partials``, ``dtype`` and ``partials``.
     spill : callable, optional
         For an iteration that keeps V: ``spill(k + 1, V)`` stores ``V_{k+1}`` outside worker
         memory (:func:`sphdist.core.graph.block_pass`); default persisted on the workers.
-    accelerate : bool, default False
-        Extrapolate the exact U-step (stateless iteration with ``mu="exact"``, k >= 1):
-        ``P = polar(X V_k^T)``, ``E = polar(P + beta (P - U_k))``; the pass is made with E
-        and E is kept if ``f(E) <= f_k``, with beta grown (``min(beta_bar, 1.05 beta)``,
-        ``beta_bar = min(1, 1.01 beta_bar)``); otherwise a second pass is made with P (the
-        plain step, which never increases the objective) and ``beta_bar = beta``,
-        ``beta = beta / 1.5`` (the safeguard and step-size rules of Ang and Gillis 2019).
-        Monotone by construction; 14-20 % fewer passes to tol 1e-4 on 20 Newsgroups
-        (``pipelines/results/iterations_to_tol.md``).
 
     Returns
     -------
     FitState
         Iteration k + 1 (a new object; ``state`` is not modified).
+
+    Notes
+    -----
+    The exact U-step (``mu="exact"``) of a state whose ``X V_k^T`` is a RowSparse runs on its
+    rows, the features that occur in X: ``U_{k+1} = polar(X V_k^T)`` is zero on the others.
+
+    ``accelerate`` extrapolates the exact U-step (stateless iteration with ``mu="exact"``,
+    k >= 1): ``P = polar(X V_k^T)``, ``E = polar(P + beta (P - U_k))``; the pass is made with
+    E and E is kept if ``f(E) <= f_k``, with beta grown (``min(beta_bar, 1.05 beta)``,
+    ``beta_bar = min(1, 1.01 beta_bar)``); otherwise a second pass is made with P (the plain
+    step, which never increases the objective) and ``beta_bar = beta``, ``beta = beta / 1.5``
+    (the safeguard and step-size rules of Ang and Gillis 2019). Monotone by construction;
+    14-20 % fewer passes to tol 1e-4 on 20 Newsgroups
+    (``pipelines/results/iterations_to_tol.md``).
     """
     t0 = time.perf_counter()
-    m, n = X.shape
-    r = state.U.shape[1]
-    L_c = kernels.lipschitz_constant(r, n, state.sq_norm_X)
-    U_prev, XVt, features = state.U, state.XVt, state.features
+    n = X.shape[1]
+    L_c = kernels.lipschitz_constant(state.U.shape[1], n, state.sq_norm_X)
+    mu = _mu_value(config.mu, state.VVt, L_c)
+    U_prev, XVt = state.U, state.XVt
     dropped = 0.0  # ||U_k||_F^2 on the rows the restriction drops
-    if state.occurring is not None and mu == "exact":
-        features = _features(state.occurring)
-        if features is not None:
-            dropped = float(np.sum(np.delete(U_prev, features, axis=0) ** 2))
-            U_prev, XVt = U_prev[features], XVt[features]
+    if mu is None and isinstance(XVt, RowSparse):
+        if not isinstance(U_prev, RowSparse):  # U_0 on all m rows: the first U-step restricts
+            dropped = float(np.sum(np.delete(U_prev, XVt.rows, axis=0) ** 2))
+            U_prev = _restrict(U_prev, XVt.rows)
+    else:
+        U_prev, XVt = densify(U_prev), densify(XVt)
+    P_prev = _values(U_prev)
     # one BLAS thread: the U-step's GEMMs are then bitwise the same on any driver, and a
     # loaded or shared driver does not thrash (4x faster at m = 2**18, r = 100 under load 9)
     with threadpool_limits(limits=1, user_api="blas"):
-        U = kernels.u_step(U_prev, XVt, state.VVt, _mu_value(mu, state.VVt, L_c), polar)
+        P = kernels.u_step(P_prev, _values(XVt), state.VVt, mu, config.polar)
     keep_V = state.V is not None
-    one_pass = functools.partial(
-        graph.block_pass, X, V_prev=state.V, lam=_lam_value(lam, L_c),
-        split_every=split_every, max_partials=max_partials, dtype=dtype, partials=partials,
-        features=features, keep_V=keep_V,
-        spill=None if spill is None else functools.partial(spill, state.iteration + 1),
-    )
+
+    def on_rows(A: np.ndarray) -> Any:  # U in U_k's row space
+        return RowSparse(U_prev.rows, A, U_prev.shape) if isinstance(U_prev, RowSparse) else A
+
+    def one_pass(A: np.ndarray) -> tuple[Any, dict[str, Any], float]:
+        V, total = graph.block_pass(
+            X, on_rows(A), state.V, lam=_lam_value(config.lam, L_c), config=config,
+            keep_V=keep_V,
+            spill=None if spill is None else functools.partial(spill, state.iteration + 1),
+        )
+        return V, total, kernels.objective(state.sq_norm_X, A, _values(total["XVt"]), n)
+
     beta, beta_bar = state.beta, state.beta_bar
-    if accelerate and not keep_V and mu == "exact" and state.iteration >= 1:
+    if config.accelerate and not keep_V and mu is None and state.iteration >= 1:
         with threadpool_limits(limits=1, user_api="blas"):
-            E = kernels.polar_factor(U + beta * (U - U_prev), polar)
-        V, total = one_pass(E)
-        f = kernels.objective(state.sq_norm_X, E, total["XVt"], n)
+            E = kernels.polar_factor(P + beta * (P - P_prev), config.polar)
+        V, total, f = one_pass(E)
         if f <= state.objective[-1]:  # the extrapolated step is kept: never a rise
-            U, beta, beta_bar = E, min(beta_bar, 1.05 * beta), min(1.0, 1.01 * beta_bar)
+            P, beta, beta_bar = E, min(beta_bar, 1.05 * beta), min(1.0, 1.01 * beta_bar)
         else:  # the plain step, which never increases the objective
-            V, total = one_pass(U)
-            f = kernels.objective(state.sq_norm_X, U, total["XVt"], n)
+            V, total, f = one_pass(P)
             beta, beta_bar = beta / 1.5, beta
     else:
-        V, total = one_pass(U)
-        f = kernels.objective(state.sq_norm_X, U, total["XVt"], n)
-    step = np.sqrt(np.sum((U - U_prev) ** 2) + dropped) if dropped else np.linalg.norm(
-        U - U_prev
+        V, total, f = one_pass(P)
+    step = np.sqrt(np.sum((P - P_prev) ** 2) + dropped) if dropped else np.linalg.norm(
+        P - P_prev
     )
     new = dataclasses.replace(
         state,
-        iteration=state.iteration + 1, U=U, V=V, XVt=total["XVt"], VVt=total["VVt"],
+        iteration=state.iteration + 1, U=on_rows(P), V=V, XVt=total["XVt"], VVt=total["VVt"],
         objective=[*state.objective, f],
         u_step_norm=[*state.u_step_norm, float(step)],
         v_step_norm=[*state.v_step_norm,
                      float(np.sqrt(total["dV_sq"])) if keep_V else float("nan")],
         seconds=[*state.seconds, time.perf_counter() - t0],
-        n_degenerate=total["n_degenerate"], features=features, occurring=None, beta=beta,
-        beta_bar=beta_bar,
+        n_degenerate=total["n_degenerate"], beta=beta, beta_bar=beta_bar,
     )
-    new.converged = bool(new.relative_change < tol)
+    new.converged = bool(new.relative_change < config.tol)
     return new
 
 
@@ -589,17 +586,13 @@ def embedding(X: da.Array, state: FitState, *, dtype: Any = np.float64) -> da.Ar
         return state.V
     if X.numblocks[0] != 1:
         X = X.rechunk({0: -1})
-    return graph.embedding(X, state.U, dtype=dtype, features=state.features)
+    return graph.embedding(X, state.U, dtype=dtype)
 
 
 def fit(
-    X: da.Array, n_components: int, *, lam: Any = "exact", mu: Any = "exact",
-    max_iter: int = 100, tol: float = 1e-4, init: str = "random", random_state: Any = None,
-    init_n_iter: int = 4, split_every: int = 8, state: FitState | None = None,
+    X: da.Array, n_components: int, *, state: FitState | None = None,
     U0: np.ndarray | None = None, callback: Callable[[FitState], None] | None = None,
-    max_partials: int = 8, dtype: Any = np.float64, polar: str = "auto",
-    partials: str = "auto", accelerate: bool = True, keep_V: bool = False,
-    spill: Callable[[int, da.Array], Any] | None = None,
+    keep_V: bool = False, spill: Callable[[int, da.Array], Any] | None = None, **params: Any,
 ) -> FitState:
     """Run Algorithm 1 of Liu et al. (2019) on a column-chunked X.
 
@@ -610,20 +603,6 @@ def fit(
         blocks scipy.sparse (CSC preferred) or ndarray.
     n_components : int
         r, ``1 <= r <= min(m, n)``.
-    lam, mu : float or {"exact", "palm", "theory"}, default "exact"
-        Step sizes (module docstring).
-    max_iter : int, default 100
-        Maximum iterations after initialisation.
-    tol : float, default 1e-4
-        Stop when the relative objective change ``|f_{k-1} - f_k| / |f_{k-1}|`` is below it.
-    init : {"random", "svd"}, default "random"
-        See :func:`initialize`.
-    random_state : int, RandomState or None
-        Seed of the initialisation; the iterations are deterministic.
-    init_n_iter : int, default 4
-        Power iterations for ``init="svd"``.
-    split_every : int, default 8
-        Fan-in of the reduction tree of the partials.
     state : FitState, optional
         Resume from this state (a loaded checkpoint) instead of initialising.
     U0 : ndarray of shape (m, r), optional
@@ -631,20 +610,6 @@ def fit(
     callback : callable, optional
         Called with the state after initialisation and after every iteration (checkpoints,
         progress lines).
-    max_partials : int, default 8
-        At most this many (m, r) partials per pass: accumulation chains of consecutive
-        blocks of chunks (:func:`graph.chain_bounds`), each reading its blocks in turn.
-    dtype : numpy.float64 or numpy.float32, default float64
-        Compute dtype of ``U^T X_c`` and the V-step, and storage dtype of V. ``X V^T``,
-        ``V V^T``, the objective and U on the driver stay float64.
-    polar : {"auto", "svd", "gram"}, default "auto"
-        Route of the U-step's polar factor (:func:`kernels.polar_factor`).
-    partials : {"auto", "rows", "dense"}, default "auto"
-        Format of the ``X V^T`` block partials (:func:`initialize`); the result is bitwise the
-        same for all three.
-    accelerate : bool, default True
-        Extrapolated U-step with a monotone safeguard (:func:`iterate`), for the exact steps
-        (lam and mu "exact"); no effect with other steps.
     keep_V : bool, default False
         Keep ``V_k`` on the cluster between iterations even with lam = 2, to record
         ``||V_{k+1} - V_k||_F`` (``v_step_norm``). Always kept for lam != 2, whose V-step
@@ -653,6 +618,19 @@ def fit(
         Where a kept V goes between iterations (:func:`iterate`): the fit job writes it to a
         scratch zarr array chunk by chunk (:class:`sphdist.io.model.ScratchV`), so worker
         memory stays flat in n for every step size. Default: persisted on the workers.
+    **params
+        The other parameters, names of :data:`sphdist.core.params.SOLVER_PARAMS`, each with
+        the constraint and default of its row of :data:`sphdist.core.params.PARAMS`, built
+        once into a :class:`FitConfig` (:func:`check_params`) that every step reads:
+        ``lam``, ``mu`` (the steps, module docstring), ``max_iter``, ``tol`` (stop when the
+        relative objective change ``|f_{k-1} - f_k| / |f_{k-1}|`` is below it), ``init``,
+        ``random_state``, ``init_n_iter`` (:func:`initialize`), ``split_every`` (fan-in of the
+        reduction tree), ``max_partials`` (accumulation chains per pass,
+        :func:`graph.chain_bounds`), ``dtype`` (compute dtype of ``U^T X_c`` and the V-step,
+        and storage dtype of V; ``X V^T``, ``V V^T``, the objective and U stay float64),
+        ``polar`` (:func:`kernels.polar_factor`), ``partials`` (format of the ``X V^T``
+        block partials; bitwise the same result for all three), ``accelerate`` (the
+        extrapolated U-step of :func:`iterate`, for lam and mu "exact").
 
     Returns
     -------
@@ -676,7 +654,8 @@ def fit(
     recomputes the rest in one pass, bitwise). With ``mu="exact"`` it also runs on the
     features that occur in X (k of the m rows, found by the first pass): ``X V^T`` is zero on
     the others, so ``U_{k+1} = polar(X V_k^T)`` is too, and U, its broadcast, the partials
-    and the polar factor shrink from m to k rows (:attr:`FitState.U_full` restores them).
+    and the polar factor shrink from m to k rows (U is a RowSparse on them;
+    :attr:`FitState.U_full` restores the m rows).
     Columns whose ``U^T x_j`` is zero get ``e_1`` (the kept path keeps ``V_k``'s column
     instead; both give ``e_1`` to an empty document). ``v_step_norm`` is NaN there.
 
@@ -710,12 +689,7 @@ def fit(
     ``~ 48 m r`` bytes (after the first pass, m the occurring features). The benchmark
     (``pipelines/benchmark.py``) compares this with measured peak RSS.
     """
-    check_params(
-        n_components, X.shape, lam=lam, mu=mu, max_iter=max_iter, tol=tol, init=init,
-        random_state=random_state, init_n_iter=init_n_iter, split_every=split_every,
-        dtype=dtype, polar=polar, max_partials=max_partials, partials=partials,
-        accelerate=accelerate,
-    )
+    config = check_params(n_components, X.shape, **params)
     if X.numblocks[0] != 1:
         X = X.rechunk({0: -1})
     # one BLAS thread on the driver for the whole fit: the rounding of U_0's polar factor, the
@@ -723,42 +697,31 @@ def fit(
     # BLAS would take here (threads in this process, a LocalCluster's client, an external
     # cluster's), so the result is a function of X and the parameters alone
     with threadpool_limits(limits=1, user_api="blas"):
-        return _fit(
-            X, n_components, lam=lam, mu=mu, max_iter=max_iter, tol=tol, init=init,
-            random_state=random_state, init_n_iter=init_n_iter, split_every=split_every,
-            state=state, U0=U0, callback=callback, max_partials=max_partials, dtype=dtype,
-            polar=polar, partials=partials, accelerate=accelerate, keep_V=keep_V, spill=spill,
-        )
+        return _fit(X, config, state=state, U0=U0, callback=callback, keep_V=keep_V,
+                    spill=spill)
 
 
 def _fit(
-    X: da.Array, n_components: int, *, lam: Any, mu: Any, max_iter: int, tol: float, init: str,
-    random_state: Any, init_n_iter: int, split_every: int, state: FitState | None,
-    U0: np.ndarray | None, callback: Callable[[FitState], None] | None, max_partials: int,
-    dtype: Any, polar: str, partials: str, accelerate: bool, keep_V: bool,
+    X: da.Array, config: FitConfig, *, state: FitState | None, U0: np.ndarray | None,
+    callback: Callable[[FitState], None] | None, keep_V: bool,
     spill: Callable[[int, da.Array], Any] | None,
 ) -> FitState:
     """The body of :func:`fit`, with X rechunked and BLAS on one thread."""
-    keep_V = not stateless(lam, keep_V)
+    keep_V = not stateless(config.lam, keep_V)
     # the stateless exact iteration with the exact U-step runs on the occurring features:
     # X V^T is zero on every other row, so U_{k+1} = polar(X V_k^T) is zero there too
-    find_features = not keep_V and mu == "exact"
-    passes = {"split_every": split_every, "max_partials": max_partials, "dtype": dtype,
-              "partials": partials}
+    find_features = not keep_V and config.mu == "exact"
     if state is None:
-        state = initialize(
-            X, n_components, init=init, random_state=random_state, init_n_iter=init_n_iter,
-            U0=U0, keep_V=keep_V, find_features=find_features, spill=spill, **passes,
-        )
+        state = _initialize(X, config, U0=U0, keep_V=keep_V, find_features=find_features,
+                            spill=spill)
         if callback is not None:
             callback(state)
-    elif state.XVt is None and state.iteration < max_iter and not state.converged:
-        state = resume(X, state, keep_V=keep_V, find_features=find_features, **passes)
+    elif state.XVt is None and state.iteration < config.max_iter and not state.converged:
+        state = resume(X, state, config, keep_V=keep_V, find_features=find_features)
     elif not keep_V:
         state = dataclasses.replace(state, V=None)  # a checkpoint that stored V_k too
-    while state.iteration < max_iter and not state.converged:
-        state = iterate(X, state, lam=lam, mu=mu, tol=tol, polar=polar, spill=spill,
-                        accelerate=accelerate, **passes)
+    while state.iteration < config.max_iter and not state.converged:
+        state = iterate(X, state, config, spill=spill)
         if callback is not None:
             callback(state)
     return state

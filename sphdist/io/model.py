@@ -526,7 +526,7 @@ class Model(TaggedStore):
             u_step_norm=list(a["u_step_norm"]),
             v_step_norm=[float("nan") if x is None else x for x in a["v_step_norm"]],
             seconds=list(a["seconds"]), n_degenerate=int(a["n_degenerate"]),
-            converged=bool(a["converged"]), n_features=U.shape[0],
+            converged=bool(a["converged"]),
             **a.get("extrapolation", {}),
         )
 

@@ -39,7 +39,6 @@ from typing import Any, TypeVar
 import numpy as np
 
 from sphdist.core import graph, solver
-from sphdist.core import params as fit_params
 from sphdist.errors import (
     CheckpointMismatchError,
     CorpusMismatchError,
@@ -61,6 +60,7 @@ from sphdist.io.model import (
     save_checkpoint,
     u_sha256,
 )
+from sphdist.jobs import params as fit_params
 from sphdist.jobs.cluster import check_memory_budget, holds_in_memory, stored_nbytes
 
 __all__ = [

@@ -38,6 +38,7 @@ from sklearn.utils import check_random_state
 from sphdist._validation import Number, at_least, check_bound
 from sphdist.core import angular_kernels as ak
 from sphdist.core import graph, kernels
+from sphdist.core.params import PARAMS
 from sphdist.core.solver import svd_init
 from sphdist.methods._base import (
     EmbeddingMixin,
@@ -49,8 +50,8 @@ from sphdist.methods._base import (
 
 __all__ = ["AngularDecomposition", "SVD_PARAMETER_CONSTRAINTS"]
 
-#: Fan-in of the reduction tree of the partials.
-SPLIT_EVERY = 8
+#: Fan-in of the reduction tree of the partials: Spherical PCA's default.
+SPLIT_EVERY = PARAMS["split_every"].default
 
 #: The parameters of the randomized SVD of steps V0 / G0 (and BAE), and of the iterations.
 SVD_PARAMETER_CONSTRAINTS: dict[str, list[Any]] = {
@@ -105,7 +106,8 @@ def leading_left(X: da.Array, est: Any) -> np.ndarray:
     try:
         U = svd_init(
             X, est.n_components, check_random_state(est.random_state),
-            n_iter=est.n_power_iter, n_oversamples=est.n_oversamples, split_every=SPLIT_EVERY,
+            n_power_iter=est.n_power_iter, n_oversamples=est.n_oversamples,
+            split_every=SPLIT_EVERY,
         )
     except np.linalg.LinAlgError:  # NaN / Inf in X (NumPy / SciPy input is validated before)
         check_finite(_sq_norm_X(X), "||X||_F^2")

@@ -18,11 +18,32 @@ from typing import Any
 import dask.array as da
 import numpy as np
 from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, TransformerMixin
+from sklearn.utils._param_validation import StrOptions
 
+from sphdist._validation import FloatDtype, Number
 from sphdist.core import graph, params, solver
 from sphdist.methods._base import EmbeddingMixin, SparseInput, SphereModel, fit_context
 
 __all__ = ["SphericalPCA"]
+
+
+def _constraints(name: str) -> list[Any]:
+    """scikit-learn's constraints of the row ``name`` of :data:`sphdist.core.params.PARAMS`.
+
+    ``_parameter_constraints``, which scikit-learn's estimator checks read: a
+    :class:`~sphdist.core.params.Range` is a :class:`sphdist._validation.Number` (its
+    ``Interval``, booleans refused), a :class:`~sphdist.core.params.Choice` a ``StrOptions``
+    (:class:`sphdist._validation.FloatDtype` for dtypes), other items are as they are.
+    """
+    out: list[Any] = []
+    for item in params.PARAMS[name].spec:
+        if isinstance(item, params.Range):
+            out.append(Number(item.type, item.left, item.right, closed=item.closed))
+        elif isinstance(item, params.Choice):
+            out.append(FloatDtype() if item.dtype else StrOptions(set(item.options)))
+        else:
+            out.append(item)
+    return out
 
 
 class SphericalPCA(
@@ -143,10 +164,7 @@ class SphericalPCA(
         self.max_partials = max_partials
         self.accelerate = accelerate
 
-    _parameter_constraints: dict = params.constraints((
-        "n_components", "lam", "mu", "max_iter", "tol", "init", "random_state", "init_n_iter",
-        "chunk_size", "split_every", "dtype", "polar", "partials", "max_partials", "accelerate",
-    ))
+    _parameter_constraints: dict = {name: _constraints(name) for name in params.PARAMS}
 
     _lazy_input = True
 

@@ -107,7 +107,7 @@ print(json.dumps({{"heavy": sorted({{n.partition(".")[0] for n in sys.modules}}
 def test_the_parameter_table_imports_no_heavy_library():
     code = f"""
 import json, sys
-from sphdist.core import params
+from sphdist.jobs import params
 params.PARAMS["lam"].spec, params.defaults(), params.JOB_PARAMS["retries"].default
 print(json.dumps({{"heavy": sorted({{n.partition(".")[0] for n in sys.modules}}
                                   & set({HEAVY!r}))}}))

@@ -14,6 +14,7 @@ import pytest
 import scipy.sparse as sp
 
 from sphdist.core import graph, kernels
+from sphdist.core.params import FitConfig
 
 from ..reference import LAYOUTS, chunked, random_corpus
 
@@ -79,10 +80,8 @@ def test_block_pass_reads_every_chunk_once_and_follows_eq_3_12(X, layout, max_pa
         lambda b: (reads.append(1), b)[1], dtype=float, meta=sp.csc_matrix((0, 0))
     )
     U = np.linalg.qr(np.random.default_rng(1).standard_normal((M, R)))[0]
-    V, total = graph.block_pass(
-        Xc, U, None, lam=2.0, split_every=2, max_partials=max_partials, dtype=np.float64,
-        partials="auto",
-    )
+    config = FitConfig.build(n_components=R, split_every=2, max_partials=max_partials)
+    V, total = graph.block_pass(Xc, U, None, lam=2.0, config=config)
     assert len(reads) == len(sizes)
     D = X.toarray()
     Q = U.T @ D  # Eq. 3.12 at initialisation: v_j = normalise(U^T x_j), e_1 where it is 0
@@ -226,7 +225,7 @@ def test_a_distributed_client_gives_bitwise_the_local_pass_and_counts(X, schedul
 
     Xc = chunked(X, LAYOUTS["irregular"](N))
     U = np.linalg.qr(np.random.default_rng(5).standard_normal((M, R)))[0]
-    kw = dict(lam=2.0, split_every=2, max_partials=2, dtype=np.float64, partials="auto")
+    kw = dict(lam=2.0, config=FitConfig.build(n_components=R, split_every=2, max_partials=2))
     V_local, local = graph.block_pass(Xc, U, None, **kw)
     other = chunked(random_corpus(M, N, density=0.1, seed=6), LAYOUTS["irregular"](N))
     counts = graph.per_chunk(lambda X_c, U: np.array([X_c.shape[1]]), other,

@@ -72,16 +72,16 @@ def test_v_step_zero_direction_keeps_a_unit_vector(rng):
     np.testing.assert_allclose(np.linalg.norm(V1, axis=0), 1.0, atol=1e-14)
 
 
-def test_pass_chunk_partials_match_dense(chunk, rng):
+def test_pass_of_one_chunk_partials_match_dense(chunk, rng):
     Xd = chunk.toarray() if sp.issparse(chunk) else chunk
     U = np.linalg.qr(rng.standard_normal((60, 3)))[0]
     V_prev = rng.standard_normal((3, 25))
     V_prev /= np.linalg.norm(V_prev, axis=0)
-    out = kernels.pass_chunk(chunk, U, V_prev, lam=2.5)
+    out = kernels.pass_block([chunk], U, [V_prev], lam=2.5)
     q = 2 * U.T @ Xd + 0.5 * V_prev
     V = q / np.linalg.norm(q, axis=0)
-    np.testing.assert_allclose(out["V"], V, atol=1e-14)
-    np.testing.assert_allclose(out["XVt"], Xd @ V.T, atol=1e-13)
+    np.testing.assert_allclose(out["V"][0], V, atol=1e-14)
+    np.testing.assert_allclose(partials.densify(out["XVt"]), Xd @ V.T, atol=1e-13)
     np.testing.assert_allclose(out["VVt"], V @ V.T, atol=1e-13)
     assert out["sq_norm_X"] == pytest.approx(np.sum(Xd**2), rel=1e-14)
     assert out["dV_sq"] == pytest.approx(np.sum((V - V_prev) ** 2), rel=1e-12)
@@ -90,10 +90,13 @@ def test_pass_chunk_partials_match_dense(chunk, rng):
 def test_objective_from_partials_equals_direct_norm(chunk, rng):
     Xd = chunk.toarray() if sp.issparse(chunk) else chunk
     U = np.linalg.qr(rng.standard_normal((60, 4)))[0]
-    out = kernels.pass_chunk(chunk, U)
-    f = kernels.objective(out["sq_norm_X"], U, out["XVt"], Xd.shape[1])
-    assert f == pytest.approx(np.linalg.norm(Xd - U @ out["V"]) ** 2, rel=1e-12)
+    out = kernels.pass_block([chunk], U)
+    f = kernels.objective(out["sq_norm_X"], U, partials.densify(out["XVt"]), Xd.shape[1])
+    assert f == pytest.approx(np.linalg.norm(Xd - U @ out["V"][0]) ** 2, rel=1e-12)
     assert out["n_degenerate"] == 2  # the two empty documents
+    # the features the chunk contains: a stored entry in the row (sparse), every row (dense)
+    occurs = Xd.any(axis=1) if sp.issparse(chunk) else np.ones(60, dtype=bool)
+    np.testing.assert_array_equal(out["occurs"], occurs)
 
 
 def test_project_chunk_is_a_power_step(chunk, rng):
@@ -262,6 +265,27 @@ def test_row_sparse_block_partial_is_bitwise_the_dense_one(rng):
     np.testing.assert_array_equal(_bits(rows["VVt"]), _bits(dense["VVt"]))
     # dask's memory accounting (sys.getsizeof) sees the stored rows
     assert sys.getsizeof(rows["XVt"]) >= rows["XVt"].values.nbytes + touched.size * 8
+
+
+def test_a_pass_on_the_occurring_features_is_bitwise_the_pass_on_all_rows(rng):
+    """The one renumbering: U on the k features that occur (rows), chunks renumbered onto them."""
+    chunks = _blocky_chunks(4, n_chunks=3)
+    rows = np.unique(np.concatenate([c.indices for c in chunks]))
+    U_k = np.linalg.qr(rng.standard_normal((rows.size, 5)))[0]
+    U = np.zeros((400, 5))
+    U[rows] = U_k  # zero on the features no chunk has
+    for fmt in ("dense", "rows"):
+        full = kernels.pass_onto(None, chunks, U, partials=fmt)
+        on_rows = kernels.pass_onto(None, chunks, U_k, rows=rows, partials=fmt)
+        got = partials.densify(on_rows["XVt"])
+        assert got.shape == (rows.size, 5) and on_rows["occurs"].all()
+        np.testing.assert_array_equal(_bits(got), _bits(partials.densify(full["XVt"])[rows]))
+        np.testing.assert_array_equal(_bits(on_rows["VVt"]), _bits(full["VVt"]))
+        for a, b in zip(on_rows["V"], full["V"], strict=True):
+            np.testing.assert_array_equal(_bits(a), _bits(b))
+    outside = [chunks[0]]
+    with pytest.raises(ValueError, match="outside the fitted features"):
+        kernels.pass_onto(None, outside, U_k[:3], rows=rows[:3])
 
 
 def test_auto_partial_is_dense_when_rows_exceed_half_of_m(rng):

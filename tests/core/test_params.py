@@ -1,5 +1,6 @@
 """The one table of fit parameters: validation, and what the estimator, job and CLI derive."""
 
+import dataclasses
 import inspect
 
 import click
@@ -8,11 +9,13 @@ import pytest
 from sklearn.utils._param_validation import InvalidParameterError
 
 from sphdist import SphericalPCA
-from sphdist._validation import Number, describe
+from sphdist._validation import Number, describe, validated
 from sphdist.cli._common import param_type
 from sphdist.core import kernels, params, partials, solver
 from sphdist.errors import ParameterError
+from sphdist.jobs import params as job_params
 from sphdist.jobs.fit import fit_corpus
+from sphdist.methods.spherical_pca import _constraints
 
 # (value on the command line, the Python value it stands for, valid?) -- written from the
 # documented ranges (solver module docstring), not from the table
@@ -89,7 +92,7 @@ def test_error_is_sphdists_and_scikit_learns():
 def test_validated_context_skips_the_table_but_not_the_shape():
     with pytest.raises(ParameterError, match="lam=1.5"):
         solver.check_params(2, (10, 10), lam=1.5)
-    with params.validated():
+    with validated():
         solver.check_params(2, (10, 10), lam=1.5)
         with pytest.raises(ParameterError, match="1 <= n_components <= 10"):
             solver.check_params(11, (10, 10), lam="exact")
@@ -105,34 +108,63 @@ def test_the_tables_choices_are_the_kernels():
     assert set(params.PARTIAL_FORMATS) == set(partials.PARTIAL_FORMATS)
 
 
-@pytest.mark.parametrize("table", ["PARAMS", "JOB_PARAMS"])
-def test_the_plain_spec_says_what_the_constraints_say(table):
-    """The words the command line shows without scikit-learn are scikit-learn's."""
-    for param in getattr(params, table).values():
-        assert params.describe(param.spec) == describe(param.constraints), param.name
-        for item, constraint in zip(param.spec, param.constraints, strict=True):
-            if isinstance(item, params.Range):
-                assert isinstance(constraint, Number)
-                assert (constraint.type, constraint.left, constraint.right, constraint.closed) \
-                    == (item.type, item.left, item.right, item.closed)
-        assert param.constraints is param.constraints  # built once
+@pytest.mark.parametrize("table", [params.PARAMS, job_params.JOB_PARAMS], ids=["solver", "job"])
+def test_the_tables_validator_says_and_decides_what_scikit_learns_constraints_do(table):
+    """sphdist's own validator of the plain spec (no scikit-learn) agrees with scikit-learn's
+    constraints built from it (what the estimator's checks read): words and verdicts."""
+    probes = [None, True, np.bool_(False), 0, 1, 2, -1, 7, 2**32, 1.5, 2.0, 4.5e15, 1e16,
+              float("nan"), float("inf"), np.int64(3), np.float32(2.5), "exact", "palm", "svd",
+              "random", "float32", np.float32, np.dtype("float64"), "int8",
+              np.random.RandomState(0), "auto", "rows", "gram", object()]
+    for param in table.values():
+        constraints = [Number(c.type, c.left, c.right, closed=c.closed)
+                       if isinstance(c, params.Range) else c for c in param.spec]
+        if table is params.PARAMS:
+            constraints = _constraints(param.name)
+        assert params.describe(param.spec) == describe(constraints), param.name
+        for value in probes:
+            from sklearn.utils._param_validation import make_constraint
+
+            expected = any(make_constraint(c).is_satisfied_by(value) for c in constraints)
+            assert params.accepts(param.spec, value) == expected, (param.name, value)
 
 
-def test_the_lazy_names_are_the_validation_modules():
-    from sphdist import _validation
+def test_the_table_imports_no_private_scikit_learn_module():
+    source = inspect.getsource(params)
+    assert "sklearn" not in source.replace("scikit-learn", "")
 
-    assert params.validated is _validation.validated
-    assert params.skip_validation is _validation.skip_validation
-    assert params.Number is Number and params.FloatDtype is _validation.FloatDtype
-    with pytest.raises(AttributeError):
-        params.NotAThing  # noqa: B018
+
+def test_resume_keys_are_the_tables_rows_that_change_the_iterates():
+    # written from the solver's docs: what changes U_0, the steps, or the summation order
+    assert set(params.RESUME_PARAMS) == {
+        "n_components", "lam", "mu", "init", "random_state", "init_n_iter", "split_every",
+        "dtype", "polar", "max_partials", "accelerate"}
+    assert job_params.RESUME_KEYS == (*params.RESUME_PARAMS, "init_from")
+    assert not {"max_iter", "tol", "partials", "chunk_size"} & set(params.RESUME_PARAMS)
+
+
+def test_config_is_built_once_with_the_tables_defaults():
+    config = params.FitConfig.build(n_components=3, dtype=np.float32)
+    assert [f.name for f in dataclasses.fields(config)] == list(params.SOLVER_PARAMS)
+    assert config.dtype == np.dtype("float32") and config.n_components == 3
+    for name in params.SOLVER_PARAMS:
+        if name not in ("n_components", "dtype"):
+            assert getattr(config, name) == params.PARAMS[name].default, name
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        config.lam = "palm"
+    with pytest.raises(TypeError, match="chunk_size"):
+        params.FitConfig.build(n_components=3, chunk_size=4)
+    with pytest.raises(ParameterError, match="The 'lam' parameter of caller"):
+        params.FitConfig.build("caller", n_components=3, lam=1.5)
 
 
 def test_estimator_constraints_and_defaults_are_the_tables():
     estimator = SphericalPCA()
     names = list(estimator.get_params())
     assert set(names) == set(params.PARAMS)
-    assert estimator._parameter_constraints == params.constraints(names)
+    assert list(estimator._parameter_constraints) == list(params.PARAMS)
+    for name, constraints in estimator._parameter_constraints.items():
+        assert describe(constraints) == params.describe(params.PARAMS[name].spec), name
     assert estimator.get_params() == {name: params.PARAMS[name].default for name in names}
 
 
@@ -141,14 +173,23 @@ def test_fit_corpus_defaults_are_the_tables():
     for name in params.SOLVER_PARAMS:
         if name != "n_components":
             assert signature[name].default == params.PARAMS[name].default, name
-    for name, param in params.JOB_PARAMS.items():
+    for name, param in job_params.JOB_PARAMS.items():
         if name in signature:
             assert signature[name].default == param.default
 
 
-def test_solver_takes_every_solver_parameter():
-    signature = inspect.signature(solver.fit).parameters
-    assert set(params.SOLVER_PARAMS) <= set(signature)
+def test_solver_takes_every_solver_parameter_with_the_tables_default():
+    """solver.fit writes no default of its own: the state it reaches with none given is the
+    one of every default passed explicitly (random_state 0, accelerate on, ...)."""
+    import dask.array as da
+
+    X = da.from_array(np.random.default_rng(0).random((12, 30)), chunks=(12, 10))
+    implicit = solver.fit(X, 2, max_iter=3)
+    explicit = solver.fit(X, **{**params.defaults(), "n_components": 2, "max_iter": 3})
+    assert implicit.objective == explicit.objective
+    np.testing.assert_array_equal(implicit.U_full, explicit.U_full)
+    with pytest.raises(TypeError, match="init_from"):
+        solver.fit(X, 2, init_from="x")
 
 
 def _unit_columns(rng, r, n):

@@ -9,6 +9,8 @@ import pytest
 import scipy.sparse as sp
 
 from sphdist.core import solver
+from sphdist.core.params import FitConfig
+from sphdist.core.partials import RowSparse
 from sphdist.errors import CheckpointMismatchError
 
 from ..reference import (
@@ -35,8 +37,7 @@ def _checkpoint(state):
         sq_norm_X=state.sq_norm_X, objective=list(state.objective),
         u_step_norm=list(state.u_step_norm), v_step_norm=list(state.v_step_norm),
         seconds=list(state.seconds), n_degenerate=state.n_degenerate,
-        converged=state.converged, n_features=state.U_full.shape[0], beta=state.beta,
-        beta_bar=state.beta_bar,
+        converged=state.converged, beta=state.beta, beta_bar=state.beta_bar,
     )
 
 
@@ -63,9 +64,11 @@ def test_restricted_to_the_occurring_features_and_equal_to_the_dense_reference(X
     assert occurring.size < X.shape[0] / 2
     Xc = chunked(X, [24] * 5)
     state = solver.fit(Xc, R, max_iter=6, tol=0, random_state=0)
-    np.testing.assert_array_equal(state.features, occurring)
-    assert state.U.shape == (occurring.size, R)  # U, its broadcast and X V^T on k rows
-    assert state.XVt.shape == (occurring.size, R)
+    # U, its broadcast and X V^T on k rows
+    assert isinstance(state.U, RowSparse) and isinstance(state.XVt, RowSparse)
+    np.testing.assert_array_equal(state.U.rows, occurring)
+    np.testing.assert_array_equal(state.XVt.rows, occurring)
+    assert state.U.values.shape == state.XVt.values.shape == (occurring.size, R)
     U = state.U_full
     assert U.shape == (X.shape[0], R)
     assert not np.delete(U, occurring, axis=0).any()
@@ -79,7 +82,8 @@ def test_restricted_to_the_occurring_features_and_equal_to_the_dense_reference(X
 
 def test_a_step_size_that_needs_V_is_not_restricted(X):
     state = solver.fit(chunked(X, [60, 60]), R, mu=5.0, max_iter=3, tol=0, random_state=0)
-    assert state.features is None and state.U.shape == (X.shape[0], R)
+    assert isinstance(state.U, np.ndarray) and state.U.shape == (X.shape[0], R)
+    assert isinstance(state.XVt, np.ndarray)
 
 
 @pytest.mark.parametrize("stop_after", [0, 1, 4])
@@ -96,6 +100,29 @@ def test_resume_from_U_alone_is_bitwise_the_uninterrupted_run(X, stop_after, max
     np.testing.assert_array_equal(
         solver.embedding(Xc, resumed).compute(), solver.embedding(Xc, full).compute()
     )
+
+
+def test_a_start_on_all_rows_is_restricted_at_the_first_u_step(X):
+    """init="svd" fills all m rows of U_0: the first pass finds the occurring features (X V_0^T
+    row-sparse on them), f_0 is the whole U_0's, and U_1 lives on those rows; the dropped rows
+    of U_0 count in the first step norm."""
+    occurring = np.flatnonzero(np.diff(sp.csr_matrix(X).indptr))
+    Xc = chunked(X, [24] * 5)
+    start = solver.fit(Xc, R, init="svd", max_iter=0, random_state=0)
+    assert isinstance(start.U, np.ndarray) and isinstance(start.XVt, RowSparse)
+    np.testing.assert_array_equal(start.XVt.rows, occurring)
+    D = X.toarray()
+    Q = start.U.T @ D  # V_0 = normalise(U_0^T X), Eq. 3.12 at lam = 2 (e_1 where it is 0)
+    norms = np.linalg.norm(Q, axis=0)
+    V0 = np.where(norms > 0, Q / np.where(norms > 0, norms, 1.0), np.eye(R)[:, :1])
+    np.testing.assert_allclose(start.XVt.toarray(), D @ V0.T, atol=1e-12)
+    one = solver.fit(Xc, R, init="svd", max_iter=1, tol=0, random_state=0)
+    assert isinstance(one.U, RowSparse)
+    np.testing.assert_array_equal(one.U.rows, occurring)
+    np.testing.assert_allclose(one.u_step_norm[0], np.linalg.norm(one.U_full - start.U),
+                               rtol=1e-12)
+    U1 = np.linalg.svd(start.XVt.toarray(), full_matrices=False)  # polar(X V_0^T), Eq. 3.11
+    np.testing.assert_allclose(one.U_full, U1[0] @ U1[2], atol=1e-10)
 
 
 def test_resume_on_other_data_is_refused(X):
@@ -149,11 +176,12 @@ def test_a_rejected_extrapolation_takes_the_plain_step_and_shrinks_beta(X):
     Xc = chunked(X, [24] * 5)
     state = solver.fit(Xc, R, max_iter=2, tol=0, random_state=0)
     wild = dataclasses.replace(state, beta=1e3, beta_bar=1.0)  # E far beyond the plain step
-    plain = solver.iterate(Xc, wild, tol=0, accelerate=False)
-    got = solver.iterate(Xc, wild, tol=0, accelerate=True)
+    config = FitConfig.build(n_components=R, tol=0)  # accelerate: the table's default, on
+    plain = solver.iterate(Xc, wild, dataclasses.replace(config, accelerate=False))
+    got = solver.iterate(Xc, wild, config)
     assert got.objective == plain.objective  # the plain step, never a rise
-    np.testing.assert_array_equal(got.U, plain.U)
+    np.testing.assert_array_equal(got.U_full, plain.U_full)
     assert (got.beta, got.beta_bar) == (1e3 / 1.5, 1e3)
-    kept = solver.iterate(Xc, state, tol=0, accelerate=True)  # beta 0.5 from the fit
+    kept = solver.iterate(Xc, state, config)  # beta 0.5 from the fit
     assert kept.objective[-1] <= state.objective[-1]
     assert kept.beta > state.beta or kept.objective == plain.objective
