@@ -350,7 +350,7 @@ def prepare_fit(
         If another process is writing ``output``.
     ParameterError
         If a parameter is outside :data:`sphdist.core.params.PARAMS` or
-        :data:`sphdist.core.params.JOB_PARAMS`, or ``n_components`` exceeds the corpus' shape.
+        :data:`sphdist.jobs.params.JOB_PARAMS`, or ``n_components`` exceeds the corpus' shape.
     OutputExistsError, CheckpointMismatchError, CorpusMismatchError, DataError
         See :func:`fit_corpus`.
     """
