@@ -67,9 +67,11 @@ class RowSparse:
 
     Notes
     -----
-    Used for ``X V^T`` partials (:func:`pass_block`): a block of documents touches only the
-    features that occur in it, so ``k`` is the block's vocabulary, not m. Memory ``16 k + 8 k r``
-    bytes instead of ``8 m r``.
+    Used for ``X V^T`` partials (:func:`sphdist.core.kernels.pass_block`): a block of
+    documents touches only the features that occur in it, so ``k`` is the block's vocabulary,
+    not m. Memory ``16 k + 8 k r`` bytes instead of ``8 m r``. The solver keeps ``U_k`` and
+    ``X V_k^T`` so on the features that occur in the corpus
+    (:class:`sphdist.core.solver.FitState`), where the exact U-step is zero off them.
 
     Examples
     --------
