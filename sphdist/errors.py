@@ -20,6 +20,7 @@ __all__ = [
     "ParameterError",
     "DataError",
     "WorkersLostError",
+    "InsufficientMemoryError",
     "Interrupted",
 ]
 
@@ -66,6 +67,14 @@ class DataError(SphdistError, ValueError):
 
 class WorkersLostError(SphdistError, RuntimeError):
     """Workers kept dying (memory, pre-emption) after every allowed restart of a fit."""
+
+
+class InsufficientMemoryError(SphdistError, MemoryError):
+    """A job's estimated peak memory exceeds what the machine or its workers have.
+
+    Raised before the large allocation, with the estimate, the memory available and the
+    command of a job that fits (:func:`sphdist.core.solver.peak_bytes`).
+    """
 
 
 class StorageError(SphdistError, OSError):

@@ -62,7 +62,7 @@ import functools
 import logging
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 import dask.array as da
 import numpy as np
@@ -273,7 +273,7 @@ def svd_init(
 def initialize(
     X: da.Array, n_components: int, *, U0: np.ndarray | None = None, keep_V: bool = False,
     find_features: bool = False, spill: Callable[[int, da.Array], Any] | None = None,
-    **params: Any,
+    check_memory: Callable[[int], None] | None = None, **params: Any,
 ) -> FitState:
     """Iteration 0: ``U_0`` and ``V_0 = normalise(U_0^T X)``, in one pass (plus SVD passes).
 
@@ -296,6 +296,9 @@ def initialize(
         is a RowSparse on them) for :func:`iterate` to restrict U to.
     spill : callable, optional
         Where a kept ``V_0`` goes (:func:`iterate`).
+    check_memory : callable, optional
+        Called with the number of rows U will have (k occurring features, or m) before U_0
+        is allocated; raises to refuse the fit (:func:`peak_bytes` estimates what it needs).
     **params
         Names of :data:`sphdist.core.params.SOLVER_PARAMS` (:meth:`FitConfig.build`): the
         initialisation reads ``init`` (``"random"``: a Haar-random orthonormal U_0;
@@ -318,17 +321,20 @@ def initialize(
     config = FitConfig.build("sphdist.core.solver.initialize", n_components=n_components,
                              **params)
     return _initialize(X, config, U0=U0, keep_V=keep_V, find_features=find_features,
-                       spill=spill)
+                       spill=spill, check_memory=check_memory)
 
 
 def _initialize(
     X: da.Array, config: FitConfig, *, U0: np.ndarray | None, keep_V: bool,
     find_features: bool, spill: Callable[[int, da.Array], Any] | None,
+    check_memory: Callable[[int], None] | None = None,
 ) -> FitState:
     """:func:`initialize` with its configuration built."""
     t0 = time.perf_counter()
     m, r = X.shape[0], config.n_components
     rs = check_random_state(config.random_state)
+    if check_memory is not None and (U0 is not None or config.init == "svd"):
+        check_memory(m)  # these start on all m rows
     if U0 is not None:
         U = kernels.polar_factor(np.asarray(U0, dtype=np.float64))
     elif config.init == "svd":
@@ -341,6 +347,8 @@ def _initialize(
         rows = _features(graph.occurring_features(X, config.split_every))
         if rows is not None and rows.size < r:
             rows = None  # fewer occurring features than components: all m rows
+        if check_memory is not None:
+            check_memory(m if rows is None or not find_features else rows.size)
         U = kernels.random_orthonormal(m if rows is None else rows.size, r, rs)
         if rows is not None:
             U = RowSparse(rows, U, (m, r))
@@ -592,7 +600,8 @@ def embedding(X: da.Array, state: FitState, *, dtype: Any = np.float64) -> da.Ar
 def fit(
     X: da.Array, n_components: int, *, state: FitState | None = None,
     U0: np.ndarray | None = None, callback: Callable[[FitState], None] | None = None,
-    keep_V: bool = False, spill: Callable[[int, da.Array], Any] | None = None, **params: Any,
+    keep_V: bool = False, spill: Callable[[int, da.Array], Any] | None = None,
+    check_memory: Callable[[int], None] | None = None, **params: Any,
 ) -> FitState:
     """Run Algorithm 1 of Liu et al. (2019) on a column-chunked X.
 
@@ -618,6 +627,10 @@ def fit(
         Where a kept V goes between iterations (:func:`iterate`): the fit job writes it to a
         scratch zarr array chunk by chunk (:class:`sphdist.io.model.ScratchV`), so worker
         memory stays flat in n for every step size. Default: persisted on the workers.
+    check_memory : callable, optional
+        ``check_memory(k)``, with k the rows of U (the occurring features, or m), before the
+        first allocation of size ``k r``: U_0's, or the first pass of a resumed ``state``. It
+        raises to refuse the fit; the fit job estimates the peak with :func:`peak_bytes`.
     **params
         The other parameters, names of :data:`sphdist.core.params.SOLVER_PARAMS`, each with
         the constraint and default of its row of :data:`sphdist.core.params.PARAMS`, built
@@ -698,13 +711,14 @@ def fit(
     # cluster's), so the result is a function of X and the parameters alone
     with threadpool_limits(limits=1, user_api="blas"):
         return _fit(X, config, state=state, U0=U0, callback=callback, keep_V=keep_V,
-                    spill=spill)
+                    spill=spill, check_memory=check_memory)
 
 
 def _fit(
     X: da.Array, config: FitConfig, *, state: FitState | None, U0: np.ndarray | None,
     callback: Callable[[FitState], None] | None, keep_V: bool,
     spill: Callable[[int, da.Array], Any] | None,
+    check_memory: Callable[[int], None] | None = None,
 ) -> FitState:
     """The body of :func:`fit`, with X rechunked and BLAS on one thread."""
     keep_V = not stateless(config.lam, keep_V)
@@ -713,15 +727,81 @@ def _fit(
     find_features = not keep_V and config.mu == "exact"
     if state is None:
         state = _initialize(X, config, U0=U0, keep_V=keep_V, find_features=find_features,
-                            spill=spill)
+                            spill=spill, check_memory=check_memory)
         if callback is not None:
             callback(state)
-    elif state.XVt is None and state.iteration < config.max_iter and not state.converged:
-        state = resume(X, state, config, keep_V=keep_V, find_features=find_features)
-    elif not keep_V:
-        state = dataclasses.replace(state, V=None)  # a checkpoint that stored V_k too
+    else:
+        running = state.iteration < config.max_iter and not state.converged
+        if check_memory is not None and running:
+            rows = getattr(state.U, "rows", None)  # a RowSparse U: its k rows
+            check_memory(state.U.shape[0] if rows is None else rows.size)
+        if state.XVt is None and running:
+            state = resume(X, state, config, keep_V=keep_V, find_features=find_features)
+        elif not keep_V:
+            state = dataclasses.replace(state, V=None)  # a checkpoint that stored V_k too
     while state.iteration < config.max_iter and not state.converged:
         state = iterate(X, state, config, spill=spill)
         if callback is not None:
             callback(state)
     return state
+
+
+#: Bytes of a process before the fit allocates anything: Python, dask, NumPy/SciPy (R_0).
+BASE_BYTES = 300 * 2**20
+
+
+class PeakMemory(NamedTuple):
+    """The fit's estimated peak memory, in bytes, without ``BASE_BYTES`` and a held X."""
+
+    driver: int
+    """The U-step on the driver: about six (k, r) float64 arrays."""
+    worker: int
+    """One worker during a pass: U, the chains' partial sums, their combine, the chunks."""
+
+
+def peak_bytes(
+    n_rows: int, n_components: int, *, dtype: Any = np.float64, max_partials: int = 8,
+    chunk_bytes: int = 0, block_chunks: int = 1, threads: int = 1,
+) -> PeakMemory:
+    """Estimate the fit's peak memory from its sizes, before anything is allocated.
+
+    The formula of :func:`fit`'s Notes, with every accumulation chain on one worker (the
+    threaded scheduler in one process, or the worst placement on a cluster).
+
+    Parameters
+    ----------
+    n_rows : int
+        k, the rows of U: the occurring features on the stateless exact path, else m.
+    n_components : int
+        r.
+    dtype : numpy.float64 or numpy.float32, default float64
+        The fit's compute dtype (U's broadcast); the partials and the driver stay float64.
+    max_partials : int, default 8
+        C, the accumulation chains of a pass (:func:`graph.chain_bounds`).
+    chunk_bytes : int, default 0
+        c_X, bytes of the largest chunk of X in memory (CSC values, indices and pointers).
+    block_chunks : int, default 1
+        G, the chunks of one block (at most ``graph.MAX_BLOCK_DOCUMENTS`` documents).
+    threads : int, default 1
+        t, threads of the worker (of this process on the threaded scheduler).
+
+    Returns
+    -------
+    PeakMemory
+        ``driver = 48 k r`` and ``worker = d k r + 8 k r (2 C + 2) + G c_X (1 + t)``, in bytes.
+        On the threaded scheduler one process holds both, plus :data:`BASE_BYTES` and X
+        when X is held in memory.
+
+    Examples
+    --------
+    >>> peak = peak_bytes(45_580, 100, chunk_bytes=5 * 2**20, block_chunks=8, threads=2)
+    >>> round((BASE_BYTES + peak.driver + peak.worker) / 2**30, 2)  # measured: 0.95 GiB
+    1.26
+    """
+    k, r, C = int(n_rows), int(n_components), int(max_partials)
+    d = np.dtype(dtype).itemsize
+    driver = 48 * k * r
+    worker = d * k * r + 8 * k * r * (2 * C + 2) + int(block_chunks) * int(chunk_bytes) * (
+        1 + int(threads)
+    )
+    return PeakMemory(driver=driver, worker=worker)

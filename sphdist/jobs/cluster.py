@@ -17,7 +17,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -27,10 +27,11 @@ from distributed import Client, LocalCluster
 from distributed.diagnostics.plugin import WorkerPlugin
 from distributed.security import Security
 
-from sphdist.errors import InputNotFoundError, ParameterError
+from sphdist.errors import InputNotFoundError, InsufficientMemoryError, ParameterError
 
 __all__ = [
     "MEMORY_BUDGET_FRACTION",
+    "memory_check",
     "check_dashboard_address",
     "check_memory_budget",
     "check_memory_limit",
@@ -320,6 +321,119 @@ def holds_in_memory(
                       f"{format_bytes(budget)} ({source})")
     return False, (f"{size} is streamed from the store every iteration, chunk by chunk: above "
                    f"the memory budget of {format_bytes(budget)} ({source})")
+
+
+def memory_check(
+    source: Any, n_components: int, *, dtype: Any, max_partials: int,
+    client: Client | None = None, held_bytes: int = 0, available: int | None = None,
+    remedy: Callable[[int, int], str] | None = None,
+) -> Callable[[int], None]:
+    """The fit's memory check: refuse, before U is allocated, a fit that cannot fit memory.
+
+    Parameters
+    ----------
+    source : Corpus or DenseInput
+        The open input (its chunk layout and nnz give the chunks' bytes).
+    n_components : int
+        r.
+    dtype : numpy.float64 or numpy.float32
+        The fit's compute dtype.
+    max_partials : int
+        C, the accumulation chains of a pass.
+    client : distributed.Client, optional
+        The cluster: each worker's estimate is checked against its memory limit (workers
+        without one are not checked) and the driver's against this machine. None: threads in
+        this process, where one process holds the driver's and the worker's share.
+    held_bytes : int, default 0
+        X in memory (:func:`holds_in_memory`), in bytes: in this process on threads, spread
+        over the workers on a cluster.
+    available : int, optional
+        Memory available to this process, in bytes; default what the OS reports.
+    remedy : callable, optional
+        ``remedy(r, max_partials)``: the command of the same job with r components and
+        ``max_partials`` chains, printed as the remedy.
+
+    Returns
+    -------
+    callable
+        ``check(k)`` for :func:`sphdist.core.solver.fit` (k: the rows of U), which raises
+        :class:`~sphdist.errors.InsufficientMemoryError` naming the estimate, the memory
+        there is, and the largest r that fits (with C chains, and with one).
+
+    References
+    ----------
+    The estimate is :func:`sphdist.core.solver.peak_bytes` (the formula of ``solver.fit``'s
+    Notes), which is above the measured peak of ``pipelines/benchmark.py`` (1.26 GiB
+    estimated for 0.95 GiB measured at 100k documents, r = 100).
+    """
+    from sphdist.core import graph
+    from sphdist.core.solver import BASE_BYTES, peak_bytes
+
+    m, n = source.shape
+    sizes = [int(c) for c in source.chunks] or [int(n)]
+    largest = max(sizes)
+    nnz = getattr(source, "nnz", None)
+    chunk_bytes = (12 * int(nnz) * largest // max(int(n), 1) + 8 * largest if nnz is not None
+                   else 8 * int(m) * largest)
+    block_chunks = max(1, graph.MAX_BLOCK_DOCUMENTS // max(largest, 1))
+    if client is None:
+        if available is None:
+            import psutil
+
+            available = psutil.virtual_memory().available
+        places = [("this machine", int(available), os.cpu_count() or 1, True, held_bytes)]
+    else:
+        workers = list(client.scheduler_info()["workers"].values())
+        share = held_bytes // max(len(workers), 1)
+        places = [(f"worker {w.get('name', '?')}'s memory limit", int(w["memory_limit"]),
+                   int(w.get("nthreads", 1)), False, share)
+                  for w in workers if w.get("memory_limit")][:1]
+        if available is None:
+            import psutil
+
+            available = psutil.virtual_memory().available
+        places.append(("this machine (the driver)", int(available), 0, None, 0))
+
+    def need(k: int, r: int, C: int, threads: int, both: bool | None, held: int) -> int:
+        peak = peak_bytes(k, r, dtype=dtype, max_partials=C, chunk_bytes=chunk_bytes,
+                          block_chunks=block_chunks, threads=max(threads, 1))
+        if both is None:  # the driver of a cluster
+            return BASE_BYTES + peak.driver
+        return BASE_BYTES + held + peak.worker + (peak.driver if both else 0)
+
+    def largest_r(k: int, C: int) -> int:
+        r = 0
+        for step in (2 ** e for e in range(20, -1, -1)):  # the largest r that fits everywhere
+            if r + step <= min(k, n) and all(
+                need(k, r + step, C, t, both, held) <= limit
+                for _, limit, t, both, held in places
+            ):
+                r += step
+        return r
+
+    def check(k: int) -> None:
+        for where, limit, threads, both, held in places:
+            estimate = need(k, n_components, max_partials, threads, both, held)
+            if estimate <= limit:
+                continue
+            fits, fits_one = largest_r(k, max_partials), largest_r(k, 1)
+            text = (f"a fit of {n_components} components on {k} features needs about "
+                    f"{format_bytes(estimate)} of memory, more than {format_bytes(limit)} "
+                    f"({where}); nothing was allocated or written. To resolve this, ")
+            options = []
+            if remedy is not None and fits_one >= n_components:  # one chain is enough
+                options.append(f"sum the partials in one chain instead of {max_partials} "
+                               f"(the same fit, up to rounding): `{remedy(n_components, 1)}`")
+            elif remedy is not None and max(fits, fits_one):
+                r, C = (fits_one, 1) if fits_one > fits else (fits, max_partials)
+                options.append(f"fit at most {r} components: `{remedy(r, C)}`")
+            options.append("ingest fewer features (a larger --min-df, or --hashing with a "
+                           "smaller --n-features)")
+            options.append("run on a cluster whose workers have more memory "
+                           "(--scheduler-address)")
+            raise InsufficientMemoryError(text + "; or ".join(options) + ".")
+
+    return check
 
 
 @contextlib.contextmanager
