@@ -37,6 +37,7 @@ __all__ = [
     "set_storage_options",
     "storage_options", "apply_storage_options", "parse_storage_option", "storage_error",
     "is_storage_failure", "listing_command", "join", "open_file", "load_array", "remove", "glob",
+    "replace_file", "fsync_directory",
 ]
 
 _URL = re.compile(r"^(?P<protocol>[A-Za-z][A-Za-z0-9+.-]*)://")
@@ -266,6 +267,41 @@ def remove(path: str | os.PathLike[str]) -> None:
         fs.rm_file(inner)
     except FileNotFoundError:
         pass
+
+
+def replace_file(path: Path, data: bytes) -> None:
+    """Write ``data`` to the local file ``path`` atomically: a flushed temporary sibling, renamed.
+
+    A reader sees the previous complete file or the new one, never a part; the directory entry
+    is flushed too, so the rename survives a power loss.
+    """
+    import uuid
+
+    tmp = path.with_name(f".{path.name}.tmp-{uuid.uuid4().hex[:12]}{path.suffix}")
+    try:
+        with open(tmp, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    fsync_directory(path.parent)
+
+
+def fsync_directory(directory: Path) -> None:
+    """Flush a directory entry (a rename into it) to disk, where the platform allows it."""
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
 
 
 def glob(pattern: str) -> list[str]:

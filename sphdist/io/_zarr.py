@@ -35,8 +35,8 @@ from zarr.codecs import ZstdCodec
 from zarr.core.sync import sync
 
 from sphdist.errors import InputNotFoundError, ModelFormatError, SphdistError
-from sphdist.io._atomic import readable_path
-from sphdist.io._fs import exists, is_remote, is_storage_failure, location, storage_error
+from sphdist.io._atomic import open_target, readable_path
+from sphdist.io._fs import is_storage_failure, location, storage_error
 
 __all__ = [
     "SAFE_CODECS",
@@ -102,7 +102,7 @@ def open_node(
     """
     path = location(path)
     try:  # in an object store, a prefix without metadata is a killed writer's debris
-        found = exists(path / "zarr.json" if is_remote(path) else path)
+        found = open_target(path).committed()
     except Exception as exc:
         if not is_storage_failure(exc):
             raise

@@ -72,9 +72,7 @@ from dask.base import tokenize
 from sphdist.core import params as fit_params
 from sphdist.core.solver import FitState
 from sphdist.errors import InputNotFoundError, ModelFormatError
-from sphdist.io import _atomic
-from sphdist.io._fs import location
-from sphdist.io._lock import output_lock
+from sphdist.io._atomic import discard, open_output, open_target, scratch_path
 from sphdist.io._zarr import (
     CHECKSUMMED,
     WRITE_CONFIG,
@@ -141,8 +139,8 @@ def save_checkpoint(
     plus, when V is stored, ``r n * 8`` (and ``(m r + r^2) * 8`` for the partials of a fit that
     keeps V).
     """
-    path = location(path)
-    staging = _atomic.staging_path(path)
+    target = open_target(path)
+    staging = target.staging()
     kept = state.V is not None
     V = state.V if V is None else V
     try:
@@ -176,9 +174,9 @@ def save_checkpoint(
             "u_sha256": u_sha256(U),
             "sha256": digests,
         }))
-        _atomic.commit_directory(staging, path)
+        target.commit(staging)
     finally:
-        _atomic.discard(staging)
+        target.discard(staging)
 
 
 def _store_V(group: zarr.Group, V: da.Array) -> None:
@@ -216,7 +214,7 @@ class ScratchV:
     """
 
     def __init__(self, output: str | os.PathLike[str]) -> None:
-        self.root = _atomic.scratch_path(output)
+        self.root = scratch_path(output)
 
     def __call__(self, iteration: int, V: da.Array) -> tuple[Any, da.Array]:
         """Store ``V`` (r, n) as ``V_iteration``: (the store to compute, the lazy reader)."""
@@ -237,7 +235,7 @@ class ScratchV:
 
     def remove(self) -> None:
         """Delete the scratch directory."""
-        _atomic.discard(self.root)
+        discard(self.root)
 
 
 def u_sha256(U: np.ndarray) -> str:
@@ -575,10 +573,11 @@ def load_checkpoint(path: str | os.PathLike[str], *, recover: bool = False) -> M
         The model directory given to :func:`save_checkpoint`.
     recover : bool, default False
         Move an interrupted commit's ``<path>.old`` back to ``path`` first
-        (:func:`sphdist.io._atomic.recover_directory`). Only the writer of ``path`` (the fit
+        (:meth:`sphdist.io.Target.recover`). Only the writer of ``path`` (the fit
         that will write the next checkpoint, holding the output) passes True; without it
-        nothing on disk changes. Recovery holds the output's lock
-        (:func:`sphdist.io.output_lock`, reentrant: the fit already holds it).
+        nothing on disk changes. Recovery takes the output's lock
+        (:func:`sphdist.io.open_output`); a writer that holds it calls
+        :meth:`sphdist.io.Output.recover` instead.
 
     Returns
     -------
@@ -592,8 +591,8 @@ def load_checkpoint(path: str | os.PathLike[str], *, recover: bool = False) -> M
         With ``recover``, if another process is writing ``path``.
     """
     if recover:
-        with output_lock(path):  # refused while another process writes path
-            _atomic.recover_directory(path)
+        with open_output(path) as out:  # refused while another process writes path
+            out.recover()
     try:
         return Model(path)
     except InputNotFoundError:
