@@ -20,6 +20,7 @@ __all__ = [
     "ParameterError",
     "DataError",
     "WorkersLostError",
+    "StoreReplacedError",
     "Interrupted",
 ]
 
@@ -66,6 +67,10 @@ class DataError(SphdistError, ValueError):
 
 class WorkersLostError(SphdistError, RuntimeError):
     """Workers kept dying (memory, pre-emption) after every allowed restart of a fit."""
+
+
+class StoreReplacedError(SphdistError, RuntimeError):
+    """A store was replaced by a writer's commit while it was being read; reading it again works."""
 
 
 class StorageError(SphdistError, OSError):

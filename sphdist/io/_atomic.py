@@ -151,6 +151,16 @@ class Target(Protocol):
     def identity(self) -> Hashable | None:
         """What identifies the committed version now (changes with every commit), or None."""
 
+    def reader(self) -> tuple[Path, Hashable | None]:
+        """Where a reader reads (:meth:`readable`) and the version there (:meth:`identity`)."""
+
+    def replaced(self, version: Hashable | None, *, failed: bool) -> bool:
+        """Whether a read of ``version`` (from :meth:`reader`) may have met another version.
+
+        ``failed``: the read raised. True means the error (or the values) may come from a
+        commit that replaced ``version`` during the read, not from damage.
+        """
+
     def committed(self) -> bool:
         """Whether a complete version is there (what a writer must not overwrite)."""
 
@@ -261,6 +271,15 @@ class PosixTarget:
         except FileNotFoundError:
             return None
         return st.st_ino, st.st_mtime_ns
+
+    def reader(self) -> tuple[Path, tuple[int, int] | None]:
+        """(:meth:`readable`, :meth:`identity`), the identity taken first."""
+        version = self.identity()
+        return self.readable(), version
+
+    def replaced(self, version: Hashable | None, *, failed: bool) -> bool:
+        """A rename replaces a local target in place: any commit since ``version`` counts."""
+        return self.identity() != version
 
     def committed(self) -> bool:
         """``target`` exists, or ``target.old`` after an interrupted commit."""
@@ -405,6 +424,22 @@ class ObjectTarget:
     def identity(self) -> str | None:
         """The version the manifest names."""
         return _named_version(self.path)
+
+    def reader(self) -> tuple[Path, str | None]:
+        """The version the manifest names and its name, from one read of the manifest."""
+        named = _named_version(self.path)
+        return (self.path if named is None else self.path / named), named
+
+    def replaced(self, version: Hashable | None, *, failed: bool) -> bool:
+        """Whether a failed read of ``version`` failed because the version is gone.
+
+        A version is never changed once committed: only a failed read of a version that is
+        gone (two commits later, past its grace period) met a replacement.
+        """
+        if not failed or version is None:
+            return False
+        tag = _read_manifest(self.path) or {}
+        return version not in (tag.get("version"), tag.get("previous"))
 
     def committed(self) -> bool:
         """A manifest is there (or a group written before manifests)."""

@@ -80,6 +80,7 @@ from sphdist.io._zarr import (
     content_sha256,
     json_clean,
     regular_chunks,
+    replaced_error,
     write_array,
     write_vector,
 )
@@ -292,8 +293,8 @@ class Model(TaggedStore):
     _STALE = "refit with this version of sphdist"
     _REWRITE = "refit with `sphdist fit`"
 
-    def __init__(self, path: str | os.PathLike[str]):
-        super().__init__(path)
+    def _open(self) -> None:
+        super()._open()
         self._check_layout()
 
     def _refuse(self, what: str) -> ModelFormatError:
@@ -490,7 +491,8 @@ class Model(TaggedStore):
         r, c = V.chunks
         starts = range(0, V.shape[1], c)
         V = da.map_blocks(
-            _read_v_block, str(self.location), c, dtype=np.float64,
+            _read_v_block, str(self.location), c, self._target, self._version,
+            dtype=np.float64,
             chunks=((r,), tuple(min(c, V.shape[1] - s) for s in starts) or (0,)),
             meta=np.empty((0, 0)),
             name=f"sphdist-model-V-{tokenize(str(self.location), self.fingerprint, c)}",
@@ -529,18 +531,34 @@ class Model(TaggedStore):
         )
 
 
-def _read_v_block(location: str, c: int, block_id=None) -> np.ndarray:
-    """Columns of V in zarr chunk ``block_id[1]`` (runs in a task); a bad chunk is refused."""
+def _read_v_block(
+    location: str, c: int, target: Any, version: Any, block_id=None
+) -> np.ndarray:
+    """Columns of V in zarr chunk ``block_id[1]`` (runs in a task); a bad chunk is refused.
+
+    ``target`` and ``version``: the model's :class:`~sphdist.io.Target` and the version the
+    handle opened; a read that met a commit raises StoreReplacedError (see
+    :class:`~sphdist.io._zarr.TaggedStore`).
+    """
     start = block_id[1] * c
-    arr = zarr.open_array(store=location, path="V", mode="r")
+    try:
+        arr = zarr.open_array(store=location, path="V", mode="r")
+    except Exception:
+        if target.replaced(version, failed=True):
+            raise replaced_error(target.path) from None
+        raise
     error = None
     try:
         block = np.asarray(arr[:, start:start + c])
     except Exception as exc:  # the zstd checksum fails, or the file is truncated
-        error = ModelFormatError(
-            f"{location}: V (columns {start}:{start + c}) is corrupted ({type(exc).__name__}: "
-            f"{exc}). To resolve this, {Model._REWRITE}."
+        error = replaced_error(target.path) if target.replaced(version, failed=True) else (
+            ModelFormatError(
+                f"{location}: V (columns {start}:{start + c}) is corrupted "
+                f"({type(exc).__name__}: {exc}). To resolve this, {Model._REWRITE}."
+            )
         )
+    if error is None and target.replaced(version, failed=False):
+        error = replaced_error(target.path)  # the values may be another version's
     if error is not None:
         raise error  # outside the except block: the client must unpickle it without zarr's cause
     with np.errstate(invalid="ignore", over="ignore"):
