@@ -391,7 +391,7 @@ def test_a_writer_that_lost_its_lease_commits_nothing(s3_env, monkeypatch):
             staging = _atomic.staging_path(out)
             zarr.open_group(store=str(staging), mode="w-").attrs["sphdist"] = {"kind": "model"}
             with pytest.raises(OutputLockedError, match="lost its lock"):
-                _atomic.commit_directory(staging, out)
+                _atomic.open_target(out).commit(staging)
             assert not _atomic.committed(out)  # no manifest was written
         finally:
             other.kill()

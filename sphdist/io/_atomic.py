@@ -64,7 +64,6 @@ from typing import Any, NamedTuple, Protocol, TypeVar
 from sphdist.errors import Interrupted, ParameterError
 from sphdist.io import _lock
 from sphdist.io._fs import (
-    exists,
     filesystem,
     fsync_directory,
     is_storage_failure,
@@ -77,9 +76,8 @@ from sphdist.io._fs import (
 __all__ = [
     "Target", "PosixTarget", "ObjectTarget", "open_target", "Output", "open_output",
     "output_lock", "locks_output", "lock_holder", "CommitState", "commit_state",
-    "readable_path", "committed", "commit_identity", "staging_path", "scratch_path",
-    "commit_directory", "discard", "discard_stale", "recover_directory", "atomic_path",
-    "fsync_tree", "MANIFEST",
+    "readable_path", "committed", "commit_identity", "staging_path", "discard", "atomic_path",
+    "fsync_tree", "MANIFEST", "exists", "open_file", "load_array", "remove",
 ]
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -190,6 +188,18 @@ class Target(Protocol):
 
     def write_file(self) -> contextlib.AbstractContextManager[Path]:
         """Write one file at the target atomically: yield a temporary path, then publish it."""
+
+    def exists(self) -> bool:
+        """Whether anything is at the path now."""
+
+    def open(self, mode: str = "rb") -> Any:
+        """A binary file object on the path (a single file, not a store)."""
+
+    def load_array(self) -> Any:
+        """``np.load`` of the ``.npy``/``.npz`` file at the path."""
+
+    def remove(self) -> None:
+        """Delete the single file at the path; a missing one is not an error."""
 
 
 def _named(target: Path) -> None:
@@ -373,6 +383,27 @@ class PosixTarget:
             raise
         fsync_directory(target.parent)
 
+    def exists(self) -> bool:
+        """``os.path.exists``."""
+        return os.path.exists(self.path)
+
+    def open(self, mode: str = "rb") -> Any:
+        """The builtin :func:`open`."""
+        return open(self.path, mode)
+
+    def load_array(self) -> Any:
+        """``np.load``, memory-mapped for a ``.npy`` file."""
+        import numpy as np
+
+        if str(self.path).endswith(".npy"):
+            return np.load(self.path, mmap_mode="r")
+        return np.load(self.path)
+
+    def remove(self) -> None:
+        """``os.remove``, ignoring a missing file."""
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(self.path)
+
 
 # -- a URL: manifest + lease -----------------------------------------------------------------
 
@@ -443,7 +474,7 @@ class ObjectTarget:
 
     def committed(self) -> bool:
         """A manifest is there (or a group written before manifests)."""
-        return exists(self.path / MANIFEST)
+        return ObjectTarget(self.path / MANIFEST).exists()
 
     def staging(self) -> Path:
         """The version prefix ``<target>/v-<random>``."""
@@ -539,6 +570,37 @@ class ObjectTarget:
                 raise OSError(f"{self.path}: nothing was written to upload")
             fs, inner = filesystem(self.path)
             fs.put_file(str(tmp), inner)
+
+    def exists(self) -> bool:
+        """Whether the store has anything at the path now (its listing cache not trusted)."""
+        fs, inner = filesystem(self.path)
+        fs.invalidate_cache(inner)
+        return bool(fs.exists(inner))
+
+    def open(self, mode: str = "rb") -> Any:
+        """An fsspec file object on the path.
+
+        Writing uploads it when it is closed (one PUT, or a multipart upload completed at
+        close: readers never see a part of it).
+        """
+        import fsspec
+
+        return fsspec.open(str(self.path), mode).open()
+
+    def load_array(self) -> Any:
+        """``np.load`` of the whole file, read into memory."""
+        import io
+
+        import numpy as np
+
+        with self.open() as f:
+            return np.load(io.BytesIO(f.read()))
+
+    def remove(self) -> None:
+        """Delete the object, ignoring a missing one."""
+        fs, inner = filesystem(self.path)
+        with contextlib.suppress(FileNotFoundError):
+            fs.rm_file(inner)
 
 
 def _read_manifest(target: Path) -> dict | None:
@@ -855,37 +917,10 @@ def staging_path(path: str | os.PathLike[str]) -> Path:
     return open_target(path).staging()
 
 
-def scratch_path(path: str | os.PathLike[str]) -> Path:
-    """The scratch directory of a writer of ``path`` (:meth:`Target.scratch`)."""
-    return open_target(path).scratch()
-
-
-def commit_directory(staging: str | os.PathLike[str], path: str | os.PathLike[str]) -> None:
-    """Commit the complete version at ``staging`` as ``path`` (:meth:`Target.commit`)."""
-    open_target(path).commit(staging)  # type: ignore[arg-type]
-
-
 def discard(path: str | os.PathLike[str]) -> None:
     """Remove an uncommitted staging tree or scratch directory, ignoring a missing one."""
     target = open_target(path)
     target.discard(target.path)
-
-
-def recover_directory(path: str | os.PathLike[str]) -> None:
-    """Put back what an interrupted commit of ``path`` left (:meth:`Target.recover`)."""
-    open_target(path).recover()
-
-
-def discard_stale(path: str | os.PathLike[str]) -> None:
-    """Remove killed writers' staging trees of ``path``, holding its lock meanwhile.
-
-    Raises
-    ------
-    OutputLockedError
-        If another process is writing ``path`` (its staging trees are then left alone).
-    """
-    with open_output(path) as out:
-        out.remove_stale()
 
 
 def lock_holder(path: str | os.PathLike[str]) -> dict[str, Any] | None:
@@ -924,3 +959,23 @@ def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
     """
     with open_target(path).write_file() as tmp:
         yield tmp
+
+
+def exists(path: str | os.PathLike[str]) -> bool:
+    """Whether anything is at ``path`` now (:meth:`Target.exists`)."""
+    return open_target(path).exists()
+
+
+def open_file(path: str | os.PathLike[str], mode: str = "rb") -> Any:
+    """A binary file object on ``path``, local or in an object store (:meth:`Target.open`)."""
+    return open_target(path).open(mode)
+
+
+def load_array(path: str | os.PathLike[str]) -> Any:
+    """``np.load`` of a ``.npy``/``.npz`` file: memory-mapped locally, read whole from a URL."""
+    return open_target(path).load_array()
+
+
+def remove(path: str | os.PathLike[str]) -> None:
+    """Delete one file (local or in an object store); a missing one is not an error."""
+    open_target(path).remove()

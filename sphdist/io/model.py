@@ -72,7 +72,7 @@ from dask.base import tokenize
 from sphdist.core import params as fit_params
 from sphdist.core.solver import FitState
 from sphdist.errors import InputNotFoundError, ModelFormatError
-from sphdist.io._atomic import discard, open_output, open_target, scratch_path
+from sphdist.io._atomic import discard, open_output, open_target
 from sphdist.io._zarr import (
     CHECKSUMMED,
     WRITE_CONFIG,
@@ -210,12 +210,12 @@ class ScratchV:
     Notes
     -----
     Disk: ``2 r n d`` bytes (d the itemsize of V). Removed by :meth:`remove` when the fit ends
-    and, after a killed fit, by the next writer of the output (:func:`sphdist.io._atomic
-    .discard_stale`).
+    and, after a killed fit, by the next writer of the output
+    (:meth:`sphdist.io.Output.remove_stale`).
     """
 
     def __init__(self, output: str | os.PathLike[str]) -> None:
-        self.root = scratch_path(output)
+        self.root = open_target(output).scratch()
 
     def __call__(self, iteration: int, V: da.Array) -> tuple[Any, da.Array]:
         """Store ``V`` (r, n) as ``V_iteration``: (the store to compute, the lazy reader)."""

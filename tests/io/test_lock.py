@@ -11,7 +11,6 @@ import pytest
 
 from sphdist.errors import OutputLockedError, SphdistError
 from sphdist.io import output_lock
-from sphdist.io._atomic import discard_stale
 
 from .. import _lock_holder
 
@@ -92,9 +91,10 @@ def test_staging_trees_are_kept_while_another_writer_holds_the_output(tmp_path, 
     staging = tmp_path / "model.zarr.tmp-0123456789ab"
     staging.mkdir()
     h = holder(target)
-    with pytest.raises(OutputLockedError):
-        discard_stale(target)
+    with pytest.raises(OutputLockedError), output_lock(target) as out:
+        out.remove_stale()
     assert staging.exists()  # the holder's next version
     h.kill()
-    discard_stale(target)  # now provably stale
+    with output_lock(target) as out:
+        out.remove_stale()  # now provably stale
     assert not staging.exists()

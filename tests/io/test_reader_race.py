@@ -111,7 +111,8 @@ def test_readers_racing_rewrites_see_one_committed_version_or_a_clear_error(
                     assert emb.attrs["model"]["u_sha256"] in committed
                     seen["transform"] += 1
             except SphdistError as exc:
-                (replaced if REPLACED in str(exc) else damage).append(f"{type(exc).__name__}: {exc}")
+                said = f"{type(exc).__name__}: {exc}"
+                (replaced if REPLACED in str(exc) else damage).append(said)
             except Exception as exc:  # zarr's, a KeyError: damage reports of an intact store
                 damage.append(f"{type(exc).__name__}: {exc}")
     finally:
@@ -121,3 +122,4 @@ def test_readers_racing_rewrites_see_one_committed_version_or_a_clear_error(
     assert writer.returncode in (0, -9), err
     # the race was run: reads of both kinds of version, and transforms, succeeded meanwhile
     assert seen["final"] and seen["checkpoint"] and seen["transform"], (seen, replaced)
+    print(f"reads: {seen}, told 'replaced': {len(replaced)}")  # for the record (pytest -s)
