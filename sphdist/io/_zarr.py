@@ -274,14 +274,16 @@ class TaggedStore:
 
     def _open(self) -> None:
         """Open and check the version at :attr:`location` (subclasses check more)."""
-        self._group = open_tagged(
+        group = open_tagged(
             self.location, self.KIND, self.FORMAT_VERSION, missing=self._MISSING,
             stale=self._STALE,
         )
-        check_members(
-            self._group, str(self.location), error=ModelFormatError, remedy=self._REWRITE
+        #: the arrays of the version opened, by path: what it holds is what it held at
+        #: opening, whatever a writer commits meanwhile
+        self._group = check_members(
+            group, str(self.location), error=ModelFormatError, remedy=self._REWRITE
         )
-        self.attrs: dict[str, Any] = dict(self._group.attrs)
+        self.attrs: dict[str, Any] = dict(group.attrs)
 
     def _array(self, name: str) -> zarr.Array:
         """``group[name]`` after checking that every chunk of it is stored."""
@@ -363,20 +365,28 @@ def checked_array(
 
 def check_members(
     group: zarr.Group, path: str, *, error: type[SphdistError], remedy: str,
-) -> None:
+) -> dict[str, zarr.Group | zarr.Array]:
     """Parse the metadata of every array under ``group`` now and :func:`check_array` each.
 
     For stores with a handful of arrays (a model, an embedding): an unknown codec, a stray
     node or a zarr v2 array is refused at opening, before any chunk is read.
+
+    Returns
+    -------
+    dict
+        Every node under ``group`` by its path (``"U"``, ``"state/XVt"``), as opened now.
 
     Raises
     ------
     error
         Naming ``path`` and ``remedy``.
     """
+    nodes = {}
     for name, node in _members(group, path, error=error, remedy=remedy):
         if isinstance(node, zarr.Array):
             check_array(node, path, f"array {name}", error=error, remedy=remedy)
+        nodes[name] = node
+    return nodes
 
 
 _METADATA_KEYS = ("zarr.json", ".zgroup", ".zattrs", ".zmetadata")
