@@ -52,7 +52,15 @@ from sphdist.errors import (
     ParameterError,
     WorkersLostError,
 )
-from sphdist.io import Output, absolute, is_storage_failure, location, open_output, storage_error
+from sphdist.io import (
+    Output,
+    absolute,
+    commit_identity,
+    is_storage_failure,
+    location,
+    open_output,
+    storage_error,
+)
 from sphdist.io.corpus import open_input
 from sphdist.io.model import (
     Model,
@@ -905,8 +913,6 @@ def fit_with_retries(
     WorkersLostError
         When workers are still lost after ``retries`` restarts (the cause is chained).
     """
-    from sphdist.io import commit_identity
-
     fit_params.validate({"retries": retries}, "fit_with_retries", fit_params.JOB_PARAMS)
     before = commit_identity(output)
     for attempt in range(retries + 1):
