@@ -1,6 +1,7 @@
 """Issue 24 item 2: a reader racing a commit gets one committed version, or one clear error.
 
-A second process rewrites one ``model.zarr`` in a loop (``fit --overwrite`` through the Python
+A second process rewrites one ``model.zarr`` (a local path, or a ``file://`` URL written with
+the object-store protocol) in a loop (``fit --overwrite`` through the Python
 API, seeds 0, 1, 2 in turn, a checkpoint committed every iteration) while this test opens and
 reads it through the Python API (U, V) and ``transform``, many times. Every read that succeeds
 must be one of the committed versions, whole (its U is the U of the version its attributes
@@ -88,10 +89,13 @@ def _read_model(path, committed):
     return "checkpoint"
 
 
+@pytest.mark.parametrize("where", ["local", "file"])
 def test_readers_racing_rewrites_see_one_committed_version_or_a_clear_error(
-    corpus, committed, tmp_path
+    corpus, committed, tmp_path, where
 ):
-    out = tmp_path / "model.zarr"
+    """On a local path (rename: the reader detects a commit) and a ``file://`` URL (manifest:
+    the reader holds its version, the previous one kept one commit)."""
+    out = tmp_path / "model.zarr" if where == "local" else f"file://{tmp_path}/model.zarr"
     fit_corpus(corpus.path, out, max_iter=MAX_ITER, random_state=0, **KW)
     writer = subprocess.Popen(
         [sys.executable, "-c", WRITER, str(corpus.path), str(out), "40"],
