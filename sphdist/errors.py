@@ -21,6 +21,9 @@ __all__ = [
     "DataError",
     "WorkersLostError",
     "InsufficientMemoryError",
+
+
+    "StoreReplacedError",
     "Interrupted",
 ]
 
@@ -75,6 +78,10 @@ class InsufficientMemoryError(SphdistError, MemoryError):
     Raised before the large allocation, with the estimate, the memory available and the
     command of a job that fits (:func:`sphdist.core.solver.peak_bytes`).
     """
+
+
+class StoreReplacedError(SphdistError, RuntimeError):
+    """A store was replaced by a writer's commit while it was being read; reading it again works."""
 
 
 class StorageError(SphdistError, OSError):

@@ -163,10 +163,11 @@ from sphdist.io import _atomic
 from sphdist.cli import main
 
 crash_at, where, out = int(sys.argv[1]), sys.argv[2], sys.argv[3]
-commit, replace = _atomic.commit_directory, _atomic.os.replace
+commit, replace = _atomic.PosixTarget.commit, _atomic.os.replace
 calls = []
 
-def crashing_commit(staging, target):
+def crashing_commit(self, staging):
+    target = self.path
     if os.path.basename(str(target)) == os.path.basename(out):
         calls.append(1)
         if len(calls) == crash_at:  # checkpoint n_iter == crash_at (iteration 0 is not saved)
@@ -174,9 +175,9 @@ def crashing_commit(staging, target):
             if where == "between":
                 replace(target, str(target) + ".old")
             os.kill(os.getpid(), signal.SIGKILL)
-    return commit(staging, target)
+    return commit(self, staging)
 
-_atomic.commit_directory = crashing_commit
+_atomic.PosixTarget.commit = crashing_commit
 main(sys.argv[4:])
 """
 

@@ -36,7 +36,7 @@ def main(
     ctx.obj = {"debug": debug}
     setup_logging(log_level, quiet)
     if storage_option:
-        from sphdist.io._fs import parse_storage_option, set_storage_options
+        from sphdist.io import parse_storage_option, set_storage_options
 
         options: dict[str, dict[str, object]] = {}
         for text in storage_option:

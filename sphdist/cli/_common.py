@@ -117,7 +117,7 @@ class StorePath(click.ParamType):
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
         """The path-like handle; an unknown protocol is a usage error."""
-        from sphdist.io._fs import is_remote, location
+        from sphdist.io import is_remote, location
 
         try:
             path = location(value)
@@ -174,7 +174,7 @@ class Group(click.Group):
                 ctx, f"{kind.__name__}: {exc}. To resolve this, {_REMEDIES[kind]}", kind.__name__
             ) from None
         except Exception as exc:  # an object store's client (botocore, aiohttp) failed
-            from sphdist.io._fs import is_storage_failure
+            from sphdist.io import is_storage_failure
 
             if (ctx.obj and ctx.obj.get("debug")) or not _urls(ctx) or not is_storage_failure(exc):
                 raise
@@ -259,7 +259,7 @@ def _urls(ctx: click.Context) -> list[str]:
 
 
 def _store_failure(ctx: click.Context, exc: BaseException) -> str:
-    from sphdist.io._fs import storage_error
+    from sphdist.io import storage_error
 
     return str(storage_error(_urls(ctx)[0], exc))
 

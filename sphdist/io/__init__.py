@@ -1,32 +1,75 @@
-"""Storage: the only code that knows the zarr layouts.
+"""Storage: the only code that knows the zarr layouts and where stores live.
 
 ``corpus.zarr`` (:mod:`~sphdist.io.corpus`, written by :mod:`~sphdist.io.corpus_writer`),
 ``model.zarr`` (:mod:`~sphdist.io.model`) and ``embedding.zarr`` (:mod:`~sphdist.io.embedding`):
-opening, validating, writing, and committing them atomically (:mod:`~sphdist.io._atomic`).
-:func:`open_stored` opens any of them, dispatching on the stored kind, through one safe-codec
-check (:mod:`~sphdist.io._zarr`); :func:`atomic_path` writes any single file atomically.
-A writer holds :func:`output_lock` on its output for its whole life (:mod:`~sphdist.io._lock`):
-one writer per output.
+opening, validating, writing, and committing them atomically. Where a store lives (a local
+path, or a URL of an object store) is decided once, by :func:`open_target`, which returns one
+of the two implementations of :class:`Target`; a writer holds its output with
+:func:`open_output` (the lock, the staging location and the commit; one writer per output).
+:func:`open_stored` opens any stored kind, dispatching on its tag, through one safe-codec
+check; :func:`atomic_path` writes any single file atomically.
 
-``open_stored`` and ``stored_kind`` are imported on first use, so that importing this package
-(as the command line does at start-up) does not import zarr.
+This package exports what the other layers use; its underscored modules are its own.
+``open_stored``, ``stored_kind`` and ``require_finite`` are imported on first use, so that
+importing this package (as the command line does at start-up) does not import zarr.
 """
 
 from typing import Any
 
-from sphdist.io._atomic import CommitState, atomic_path, commit_state
-from sphdist.io._lock import output_lock
+from sphdist.io._atomic import (
+    CommitState,
+    ObjectTarget,
+    Output,
+    PosixTarget,
+    Target,
+    atomic_path,
+    commit_identity,
+    commit_state,
+    committed,
+    discard,
+    exists,
+    load_array,
+    lock_holder,
+    locks_output,
+    open_file,
+    open_output,
+    open_target,
+    output_lock,
+    readable_path,
+    remove,
+    staging_path,
+)
+from sphdist.io._fs import (
+    absolute,
+    apply_storage_options,
+    glob,
+    is_remote,
+    is_storage_failure,
+    join,
+    listing_command,
+    location,
+    parse_storage_option,
+    set_storage_options,
+    storage_error,
+    storage_options,
+)
 
 __all__ = [
-    "CommitState", "atomic_path", "commit_state", "output_lock", "open_stored", "stored_kind",
+    "Target", "PosixTarget", "ObjectTarget", "open_target", "Output", "open_output",
+    "output_lock", "locks_output", "lock_holder", "CommitState", "commit_state", "committed",
+    "commit_identity", "readable_path", "staging_path", "discard", "atomic_path",
+    "location", "is_remote", "exists", "absolute", "join", "open_file", "load_array", "remove",
+    "glob", "listing_command", "is_storage_failure", "storage_error", "parse_storage_option",
+    "set_storage_options", "storage_options", "apply_storage_options",
+    "open_stored", "stored_kind", "require_finite",
 ]
 
-_LAZY = ("open_stored", "stored_kind")
+_LAZY = {"open_stored": "stored", "stored_kind": "stored", "require_finite": "_zarr"}
 
 
 def __getattr__(name: str) -> Any:
     if name in _LAZY:
-        from sphdist.io import stored
+        import importlib
 
-        return getattr(stored, name)
+        return getattr(importlib.import_module(f"sphdist.io.{_LAZY[name]}"), name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,169 +1,218 @@
-"""Atomic replacement of a zarr group: by rename on POSIX disks, by a manifest in object stores.
+"""Storage targets: one protocol, two implementations, chosen once where a path is opened.
 
-Writers build the complete new tree in a sibling staging directory and then call
-:func:`commit_directory`, so that a reader, or a crash at any instant, sees either the previous
-complete tree or the new complete tree, never a mixture:
+Every sphdist store (a ``corpus.zarr``, ``model.zarr``, ``embedding.zarr``, an export) is
+written as a complete new version beside the current one and then committed, so that a
+reader, or a crash at any instant, sees either the previous complete version or the new
+complete version, never a mixture. :func:`open_target` picks the implementation for a path,
+once; callers never ask where a path lives. Both implement :class:`Target`:
 
-1. ``target`` -> ``target.old``   (only if ``target`` exists)
-2. ``staging`` -> ``target``
-3. remove ``target.old``
+- :class:`PosixTarget`, a local path: the version is built in a sibling staging directory
+  ``<target>.tmp-<random>`` and committed by two renames (``rename(2)`` of a directory within
+  one filesystem is atomic on POSIX):
 
-Before step 1 every file and directory of the staging tree is flushed to disk (``fsync``), and
-the parent directory after step 2, so the commit is durable against a power loss, not only a
-killed process.
+  1. ``target`` -> ``target.old``   (only if ``target`` exists)
+  2. ``staging`` -> ``target``
+  3. remove ``target.old``
 
-A crash between 1 and 2 leaves ``target.old`` (complete) and no ``target``; readers then read
-``target.old`` in place (:func:`readable_path`) and change nothing, and the next writer puts it
-back (:func:`recover_directory`, which :func:`commit_directory` calls first). ``rename(2)`` of
-a directory within one filesystem is atomic on POSIX, which is all this relies on.
-:func:`commit_state` describes what is on disk (committed, staging, interrupted) without
-changing it. This is the only module that knows the
-names of the staging trees (``<target>.tmp-*``), of the previous version (``<target>.old``)
-and of a writer's scratch directory (``<target>.scratch``).
+  Before step 1 every file and directory of the staging tree is flushed to disk (``fsync``),
+  and the parent directory after step 2, so the commit is durable against a power loss, not
+  only a killed process. A crash between 1 and 2 leaves ``target.old`` (complete) and no
+  ``target``; readers then read ``target.old`` in place (:meth:`Target.readable`), and the
+  next writer puts it back (:meth:`Target.recover`). The output's lock is an ``flock``
+  (:class:`sphdist.io._lock.FileHold`).
 
-Single files (plots, exports, reports) are written with :func:`atomic_path`: a temporary
-sibling, flushed and renamed onto the target.
+- :class:`ObjectTarget`, any URL (``s3://``, ``gs://``, ``memory://``, also ``file://``, which
+  is how this protocol is exercised on local disk): object stores have no rename. Every
+  version is written under its own prefix inside the target, ``<target>/v-<random>/`` (a
+  complete zarr group), and becomes visible when one small object naming it is written last:
+  the target's own group metadata document ``<target>/zarr.json``, whose attribute ``sphdist``
+  is the version's tag plus ``"version": "v-<random>"`` and ``"previous"``, the version it
+  replaced (the **manifest**, one PUT, atomic on S3; on a local ``file://`` filesystem a
+  flushed temporary renamed). Readers follow the manifest to a version and read that prefix,
+  which is never changed once committed. **Grace period**: the previous version is kept until
+  the next commit, so a reader that opened it before a commit still reads it whole; versions
+  neither named nor previous (a killed writer's) are removed after a commit and by the next
+  writer. A crash at any instant leaves the previous manifest, hence the previous complete
+  version, readable. A target written before manifests (a zarr group with the tag at its
+  root) is read in place; the first commit over it replaces its metadata document with a
+  manifest and removes its arrays. The lock is an ``flock`` of the local path for
+  ``file://``, a lease in the bucket for ``s3://`` (:class:`sphdist.io._lease.Lease`), and
+  none elsewhere (a warning says so).
 
-**Object stores** (any URL, :func:`sphdist.io._fs.is_remote`: ``s3://``, ``gs://``, also
-``file://``) have no rename. There every version is written under its own prefix inside the
-target, ``<target>/v-<random>/`` (a complete zarr group, :func:`staging_path`), and becomes
-visible when one small object naming it is written last: the target's own group metadata
-document ``<target>/zarr.json``, whose attribute ``sphdist`` is the version's tag plus
-``"version": "v-<random>"`` (the **manifest**, one PUT, atomic on S3; on a local ``file://``
-filesystem written to a temporary name, flushed and renamed). Readers follow the manifest
-(:func:`readable_path`); versions the manifest does not name are removed after the commit,
-and by the next writer (:func:`recover_directory`, :func:`discard_stale`). A crash at any
-instant leaves the previous manifest, hence the previous complete version, readable. A target
-written before manifests (a zarr group with the tag at its root) is read in place, and the
-first commit over it replaces its metadata document with a manifest and removes its arrays.
+One writer: :func:`open_output` holds the output's lock for a block and gives an
+:class:`Output`, through which the writer stages, commits and cleans up; :func:`locks_output`
+does the same for a function that writes one output. This is the only module that knows the
+names of the staging trees, of the previous version and of a writer's scratch directory
+(``<target>.scratch``). Single files (plots, exports, reports) are written with
+:func:`atomic_path`.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
+import inspect
 import json
+import logging
 import os
 import shutil
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Hashable, Iterator
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple, Protocol, TypeVar
 
-from sphdist.io._fs import exists, filesystem, is_remote, location
+from sphdist.errors import Interrupted, ParameterError
+from sphdist.io import _lock
+from sphdist.io._fs import (
+    filesystem,
+    fsync_directory,
+    is_storage_failure,
+    location,
+    protocol_of,
+    replace_file,
+    storage_error,
+)
 
 __all__ = [
-    "staging_path",
-    "scratch_path",
-    "commit_directory",
-    "fsync_tree",
-    "recover_directory",
-    "discard",
-    "discard_stale",
-    "CommitState",
-    "commit_state",
-    "readable_path",
-    "atomic_path",
-    "committed",
-    "commit_identity",
-    "MANIFEST",
+    "Target", "PosixTarget", "ObjectTarget", "open_target", "Output", "open_output",
+    "output_lock", "locks_output", "lock_holder", "CommitState", "commit_state",
+    "readable_path", "committed", "commit_identity", "staging_path", "discard", "atomic_path",
+    "fsync_tree", "MANIFEST", "exists", "open_file", "load_array", "remove",
 ]
+
+F = TypeVar("F", bound=Callable[..., Any])
 
 #: The object naming a target's current version, in the object-store protocol.
 MANIFEST = "zarr.json"
 _VERSION_PREFIX = "v-"
 
-
-def _old(target: Path) -> Path:
-    return target.with_name(target.name + ".old")
+logger = logging.getLogger("sphdist")
 
 
-def staging_path(target: str | os.PathLike[str]) -> Path:
-    """Return a fresh sibling path to build ``target``'s replacement in.
+class CommitState(NamedTuple):
+    """What is on disk for a target (see :meth:`Target.state`).
 
-    Parameters
+    Attributes
     ----------
-    target : path-like
-        The directory that will be replaced.
-
-    Returns
-    -------
-    pathlib.Path
-        ``<target>.tmp-<random>`` in the same parent directory (hence the same filesystem); for
-        a URL, the version prefix ``<target>/v-<random>`` (object-store protocol).
+    committed : bool
+        A version is committed at the target.
+    staging : tuple of str
+        Names of the staging trees (versions not committed) beside or in it: a running
+        writer's next version, or a killed writer's debris. An object store's previous
+        version, kept for its readers, is not one.
+    interrupted : bool
+        ``target.old`` exists and ``target`` does not: a local commit stopped between its two
+        renames (:meth:`Target.recover` restores it).
     """
-    if is_remote(target):
-        return location(target) / f"{_VERSION_PREFIX}{uuid.uuid4().hex[:12]}"
-    target = Path(target)
-    return target.with_name(f"{target.name}.tmp-{uuid.uuid4().hex[:12]}")
+
+    committed: bool
+    staging: tuple[str, ...]
+    interrupted: bool
+
+    @property
+    def complete(self) -> bool:
+        """A complete version is on disk (as ``target``, or as ``target.old``)."""
+        return self.committed or self.interrupted
 
 
-def scratch_path(target: str | os.PathLike[str]) -> Path:
-    """The sibling directory a writer of ``target`` keeps temporary arrays in while it runs.
+class Hold(Protocol):
+    """A held output lock (:class:`sphdist.io._lock.FileHold`, :class:`sphdist.io._lease.Lease`)."""
 
-    ``<target>.scratch``: never read as ``target``; removed by its writer at the end and,
-    after a killed writer, by :func:`discard_stale`.
-    """
-    target = location(target)
-    return target.with_name(f"{target.name}.scratch")
+    def check(self) -> None:
+        """Raise OutputLockedError if the lock was lost."""
+
+    def release(self) -> None:
+        """Release the lock."""
 
 
-def recover_directory(target: str | os.PathLike[str]) -> None:
-    """Restore ``target`` from ``target.old`` after a crash between the two renames.
+class Target(Protocol):
+    """Where one store lives, and how its versions are committed and read.
 
-    Only a writer of ``target`` calls this (before it writes); readers use
-    :func:`readable_path` and leave the tree as it is.
+    Implemented by :class:`PosixTarget` (rename + ``flock``) and :class:`ObjectTarget`
+    (manifest + lease); :func:`open_target` chooses. Writers call the mutating methods only
+    while they hold the output's lock (:func:`open_output`).
 
-    Parameters
+    Attributes
     ----------
-    target : path-like
-        The directory a previous :func:`commit_directory` was replacing. For a URL: removes
-        the versions its manifest does not name (a killed writer's).
+    path : pathlib.Path or upath.UPath
+        The target, as the user named it (``str()`` of it is that name).
     """
-    if is_remote(target):
-        _remove_unnamed(location(target))
-        return
-    target = Path(target)
-    old = _old(target)
-    if old.exists() and not target.exists():
-        os.replace(old, target)
-    elif old.exists():
-        shutil.rmtree(old, ignore_errors=True)
+
+    path: Path
+
+    def readable(self) -> Path:
+        """The directory a reader opens: the last complete version; changes nothing."""
+
+    def state(self) -> CommitState:
+        """What is committed, staged or interrupted; changes nothing."""
+
+    def identity(self) -> Hashable | None:
+        """What identifies the committed version now (changes with every commit), or None."""
+
+    def reader(self) -> tuple[Path, Hashable | None]:
+        """Where a reader reads (:meth:`readable`) and the version there (:meth:`identity`)."""
+
+    def replaced(self, version: Hashable | None, *, failed: bool) -> bool:
+        """Whether a read of ``version`` (from :meth:`reader`) may have met another version.
+
+        ``failed``: the read raised. True means the error (or the values) may come from a
+        commit that replaced ``version`` during the read, not from damage.
+        """
+
+    def committed(self) -> bool:
+        """Whether a complete version is there (what a writer must not overwrite)."""
+
+    def staging(self) -> Path:
+        """A fresh location to build the next version in."""
+
+    def scratch(self) -> Path:
+        """The sibling directory a writer keeps temporary arrays in while it runs."""
+
+    def commit(self, staging: Path) -> None:
+        """Make the complete version at ``staging`` the committed one, atomically."""
+
+    def discard(self, path: Path) -> None:
+        """Remove a staging tree or scratch directory that was not committed (missing: fine)."""
+
+    def recover(self) -> None:
+        """Put back what an interrupted commit left (only a writer holding the lock)."""
+
+    def remove_stale(self) -> None:
+        """Remove killed writers' staging trees and scratch (only a writer holding the lock)."""
+
+    def lock(self) -> Hold:
+        """Take the output's lock; raise OutputLockedError if another writer holds it."""
+
+    def holder(self) -> dict[str, Any] | None:
+        """The record of the writer holding the lock (host, pid, command, since), or None."""
+
+    def write_file(self) -> contextlib.AbstractContextManager[Path]:
+        """Write one file at the target atomically: yield a temporary path, then publish it."""
+
+    def exists(self) -> bool:
+        """Whether anything is at the path now."""
+
+    def open(self, mode: str = "rb") -> Any:
+        """A binary file object on the path (a single file, not a store)."""
+
+    def load_array(self) -> Any:
+        """``np.load`` of the ``.npy``/``.npz`` file at the path."""
+
+    def remove(self) -> None:
+        """Delete the single file at the path; a missing one is not an error."""
 
 
-def commit_directory(staging: str | os.PathLike[str], target: str | os.PathLike[str]) -> None:
-    """Atomically make the complete tree at ``staging`` visible as ``target``.
-
-    Parameters
-    ----------
-    staging : path-like
-        A complete tree, normally from :func:`staging_path`.
-    target : path-like
-        Where it becomes visible; a previous tree there is replaced.
-
-    Raises
-    ------
-    OSError
-        If a rename fails (for example staging and target on different filesystems); the
-        previous ``target`` is then still in place (or in ``target.old``, which
-        :func:`recover_directory` restores).
-    """
-    if is_remote(target):
-        _commit_manifest(location(staging), location(target))
-        return
-    staging, target = Path(staging), Path(target)
-    fsync_tree(staging)  # the data reach the disk before a rename makes them the target
-    recover_directory(target)
-    old = _old(target)
-    if target.exists():
-        os.replace(target, old)
-    os.replace(staging, target)
-    _fsync_directory(target.parent)  # the renames too: a power loss keeps the new tree
-    if old.exists():
-        shutil.rmtree(old, ignore_errors=True)
+def _named(target: Path) -> None:
+    if Path(target).name in ("", ".."):
+        raise ParameterError(
+            f"{target}: an output path names no file or directory of its own (it is a "
+            f"directory to write into). To resolve this, name the output in it, e.g. "
+            f"--output {Path(target) / 'model.zarr'}."
+        )
 
 
 def fsync_tree(root: str | os.PathLike[str]) -> None:
-    """Flush every file and directory of a tree to disk (``fsync(2)``), files first.
+    """Flush every file and directory of a local tree to disk (``fsync(2)``), files first.
 
     Parameters
     ----------
@@ -184,215 +233,374 @@ def fsync_tree(root: str | os.PathLike[str]) -> None:
                 os.fsync(fd)
             finally:
                 os.close(fd)
-        _fsync_directory(Path(directory))
+        fsync_directory(Path(directory))
 
 
-def discard(path: str | os.PathLike[str]) -> None:
-    """Remove a staging tree, ignoring a missing one (and, for a URL, a committed version)."""
-    if is_remote(path):
-        path = location(path)
-        if _named_version(path.parent) != path.name:  # committed: it is the target now
-            _remove(path)
-        return
-    shutil.rmtree(path, ignore_errors=True)
+# -- a local path: rename + flock ------------------------------------------------------------
 
 
-def discard_stale(target: str | os.PathLike[str]) -> None:
-    """Remove staging trees of ``target`` left by a writer that was killed.
-
-    Holds ``target``'s lock meanwhile (:func:`sphdist.io.output_lock`, reentrant: a writer
-    calls this while it holds it): the lock proves that no other writer is building them.
-
-    Raises
-    ------
-    OutputLockedError
-        If another process is writing ``target`` (its staging trees are then left alone).
-    """
-    from sphdist.io._lock import output_lock
-
-    if is_remote(target):
-        with output_lock(target):
-            _remove_unnamed(location(target))
-            _remove(scratch_path(target))
-        return
-    target = Path(target)
-    with output_lock(target):
-        for stale in target.parent.glob(f"{target.name}.tmp-*"):
-            shutil.rmtree(stale, ignore_errors=True)
-        shutil.rmtree(scratch_path(target), ignore_errors=True)
-
-
-class CommitState(NamedTuple):
-    """What is on disk for a tree that :func:`commit_directory` replaces (see :func:`commit_state`).
-
-    Attributes
-    ----------
-    committed : bool
-        ``target`` exists.
-    staging : tuple of str
-        Names of the staging trees beside it (:func:`staging_path`): a running writer's next
-        version, or a killed writer's debris.
-    interrupted : bool
-        ``target.old`` exists and ``target`` does not: a commit stopped between its two renames
-        (:func:`recover_directory` restores it).
-    """
-
-    committed: bool
-    staging: tuple[str, ...]
-    interrupted: bool
-
-    @property
-    def complete(self) -> bool:
-        """A complete version is on disk (as ``target``, or as ``target.old``)."""
-        return self.committed or self.interrupted
-
-
-def commit_state(target: str | os.PathLike[str]) -> CommitState:
-    """Describe the committed, pending and interrupted versions of ``target``; changes nothing.
+class PosixTarget:
+    """A store on a local POSIX filesystem: committed by rename, locked by ``flock``.
 
     Parameters
     ----------
-    target : path-like
-        A directory written through :func:`staging_path` and :func:`commit_directory`.
-
-    Returns
-    -------
-    CommitState
+    path : path-like
+        The target (a local path).
     """
-    if is_remote(target):
-        target = location(target)
-        named = _named_version(target)
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = Path(path)
+
+    def _old(self) -> Path:
+        return self.path.with_name(self.path.name + ".old")
+
+    def readable(self) -> Path:
+        """``target``; after a commit interrupted between its renames, ``target.old``."""
+        old = self._old()
+        return old if not self.path.exists() and old.exists() else self.path
+
+    def state(self) -> CommitState:
+        """See :class:`CommitState`."""
+        committed = self.path.exists()
+        return CommitState(
+            committed=committed,
+            staging=tuple(sorted(
+                p.name for p in self.path.parent.glob(f"{self.path.name}.tmp-*")
+            )),
+            interrupted=self._old().exists() and not committed,
+        )
+
+    def identity(self) -> tuple[int, int] | None:
+        """(inode, mtime in ns) of ``target``, or None if there is none.
+
+        Every rename onto ``target`` changes it (clock-free: file times come from the kernel's
+        coarse clock).
+        """
+        try:
+            st = os.stat(self.path)
+        except FileNotFoundError:
+            return None
+        return st.st_ino, st.st_mtime_ns
+
+    def reader(self) -> tuple[Path, tuple[int, int] | None]:
+        """(:meth:`readable`, :meth:`identity`), the identity taken first."""
+        version = self.identity()
+        return self.readable(), version
+
+    def replaced(self, version: Hashable | None, *, failed: bool) -> bool:
+        """A rename replaces a local target in place: any commit since ``version`` counts."""
+        return self.identity() != version
+
+    def committed(self) -> bool:
+        """``target`` exists, or ``target.old`` after an interrupted commit."""
+        return self.path.exists() or self._old().exists()
+
+    def staging(self) -> Path:
+        """``<target>.tmp-<random>``: same parent directory, hence the same filesystem."""
+        return self.path.with_name(f"{self.path.name}.tmp-{uuid.uuid4().hex[:12]}")
+
+    def scratch(self) -> Path:
+        """``<target>.scratch``."""
+        return self.path.with_name(f"{self.path.name}.scratch")
+
+    def commit(self, staging: Path) -> None:
+        """Flush ``staging`` to disk, then rename it onto ``target``.
+
+        The previous version is ``target.old`` between the two renames, removed after.
+
+        Raises
+        ------
+        OSError
+            If a rename fails (for example staging and target on different filesystems); the
+            previous ``target`` is then still in place (or in ``target.old``, which
+            :meth:`recover` restores).
+        """
+        staging = Path(staging)
+        fsync_tree(staging)  # the data reach the disk before a rename makes them the target
+        self.recover()
+        old = self._old()
+        if self.path.exists():
+            os.replace(self.path, old)
+        os.replace(staging, self.path)
+        fsync_directory(self.path.parent)  # the renames too: a power loss keeps the new tree
+        if old.exists():
+            shutil.rmtree(old, ignore_errors=True)
+
+    def discard(self, path: Path) -> None:
+        """``rm -r path``, ignoring a missing one."""
+        shutil.rmtree(path, ignore_errors=True)
+
+    def recover(self) -> None:
+        """Move ``target.old`` back when ``target`` is missing; else remove it."""
+        old = self._old()
+        if old.exists() and not self.path.exists():
+            os.replace(old, self.path)
+        elif old.exists():
+            shutil.rmtree(old, ignore_errors=True)
+
+    def remove_stale(self) -> None:
+        """Remove ``<target>.tmp-*`` and ``<target>.scratch``."""
+        for stale in self.path.parent.glob(f"{self.path.name}.tmp-*"):
+            shutil.rmtree(stale, ignore_errors=True)
+        shutil.rmtree(self.scratch(), ignore_errors=True)
+
+    def _lock_path(self) -> Path:
+        return _lock.lock_path(Path(os.path.abspath(self.path)))
+
+    def lock(self) -> Hold:
+        """An ``flock`` on ``<target>.lock`` (:class:`sphdist.io._lock.FileHold`).
+
+        Raises
+        ------
+        ParameterError
+            If ``target`` names no entry of its own (``.``, ``..``, ``/``): an output is
+            written beside its siblings and renamed into place, so it must have a name.
+        OutputLockedError
+            If another writer holds it.
+        """
+        _named(self.path)
+        return _lock.FileHold(self.path, self._lock_path())
+
+    def holder(self) -> dict[str, Any] | None:
+        """The record in ``<target>.lock.json``."""
+        return _lock.read_local_record(self._lock_path())
+
+    @contextlib.contextmanager
+    def write_file(self) -> Iterator[Path]:
+        """Yield ``<dir>/.<name>.tmp-<random><suffix>``; flush it and rename it onto ``target``."""
+        target = self.path
+        tmp = target.with_name(f".{target.name}.tmp-{uuid.uuid4().hex[:12]}{target.suffix}")
+        try:
+            yield tmp
+            with open(tmp, "rb+") as fh:
+                os.fsync(fh.fileno())
+            if target.is_dir() and not target.is_symlink():
+                self.commit(tmp)  # a file replacing a directory (an overwrite)
+            else:
+                os.replace(tmp, target)
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
+        fsync_directory(target.parent)
+
+    def exists(self) -> bool:
+        """``os.path.exists``."""
+        return os.path.exists(self.path)
+
+    def open(self, mode: str = "rb") -> Any:
+        """The builtin :func:`open`."""
+        return open(self.path, mode)
+
+    def load_array(self) -> Any:
+        """``np.load``, memory-mapped for a ``.npy`` file."""
+        import numpy as np
+
+        if str(self.path).endswith(".npy"):
+            return np.load(self.path, mmap_mode="r")
+        return np.load(self.path)
+
+    def remove(self) -> None:
+        """``os.remove``, ignoring a missing file."""
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(self.path)
+
+
+# -- a URL: manifest + lease -----------------------------------------------------------------
+
+
+class _NoHold:
+    """No lock: a store with no conditional write sphdist can lock with."""
+
+    def check(self) -> None:
+        """Nothing to check."""
+
+    def release(self) -> None:
+        """Nothing to release."""
+
+
+class ObjectTarget:
+    """A store in an object store (any fsspec URL): committed by a manifest, locked by a lease.
+
+    Parameters
+    ----------
+    path : str or upath.UPath
+        The target URL.
+    """
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = location(path)
+        protocol = protocol_of(self.path)
+        #: how the output is locked, chosen once: an flock of the local path, a lease, none
+        self._locking = ("flock" if protocol in ("file", "local")
+                         else "lease" if protocol == "s3" else None)
+
+    def readable(self) -> Path:
+        """The version the manifest names (``<target>/v-<random>``), or ``target`` itself.
+
+        ``target`` itself: a group written before manifests, or nothing.
+        """
+        named = _named_version(self.path)
+        return self.path if named is None else self.path / named
+
+    def state(self) -> CommitState:
+        """See :class:`CommitState`; never interrupted (the manifest is one write)."""
+        tag = _read_manifest(self.path) or {}
+        named, previous = _version_of(tag.get("version")), _version_of(tag.get("previous"))
         return CommitState(
             committed=named is not None,
-            staging=tuple(name for name in _versions(target) if name != named),
+            staging=tuple(n for n in _versions(self.path) if n not in (named, previous)),
             interrupted=False,
         )
-    target = Path(target)
-    committed = target.exists()
-    return CommitState(
-        committed=committed,
-        staging=tuple(sorted(p.name for p in target.parent.glob(f"{target.name}.tmp-*"))),
-        interrupted=_old(target).exists() and not committed,
-    )
 
+    def identity(self) -> str | None:
+        """The version the manifest names."""
+        return _named_version(self.path)
 
-def readable_path(target: str | os.PathLike[str]) -> Path:
-    """The directory a reader of ``target`` opens: its last complete version; changes nothing.
+    def reader(self) -> tuple[Path, str | None]:
+        """The version the manifest names and its name, from one read of the manifest."""
+        named = _named_version(self.path)
+        return (self.path if named is None else self.path / named), named
 
-    ``target`` itself when it exists. After a commit interrupted between its two renames
-    (:attr:`CommitState.interrupted`), ``<target>.old``, read in place: moving it back is the
-    job of the next writer (:func:`recover_directory`), never of a reader. Otherwise ``target``
-    (absent: the caller reports it missing). Staging trees are never read.
+    def replaced(self, version: Hashable | None, *, failed: bool) -> bool:
+        """Whether a failed read of ``version`` failed because the version is gone.
 
-    Parameters
-    ----------
-    target : path-like
+        A version is never changed once committed: only a failed read of a version that is
+        gone (two commits later, past its grace period) met a replacement.
+        """
+        if not failed or version is None:
+            return False
+        tag = _read_manifest(self.path) or {}
+        return version not in (tag.get("version"), tag.get("previous"))
 
-    Returns
-    -------
-    pathlib.Path
-        For a URL, the version its manifest names (``<target>/v-<random>``), or ``target``
-        itself (a group written before manifests, or nothing).
-    """
-    if is_remote(target):
-        target = location(target)
-        named = _named_version(target)
-        return target if named is None else target / named
-    target = Path(target)
-    old = _old(target)
-    return old if not target.exists() and old.exists() else target
+    def committed(self) -> bool:
+        """A manifest is there (or a group written before manifests)."""
+        return ObjectTarget(self.path / MANIFEST).exists()
 
+    def staging(self) -> Path:
+        """The version prefix ``<target>/v-<random>``."""
+        return self.path / f"{_VERSION_PREFIX}{uuid.uuid4().hex[:12]}"
 
-def commit_identity(target: str | os.PathLike[str]) -> tuple[int, int] | str | None:
-    """What identifies the version committed at ``target`` now, or None; changes with every commit.
+    def scratch(self) -> Path:
+        """``<target>.scratch``."""
+        return self.path.with_name(f"{self.path.name}.scratch")
 
-    Locally (inode, mtime in ns) of ``target``, which every rename onto it changes (clock-free:
-    file times come from the kernel's coarse clock); for a URL, the version its manifest names.
-    """
-    if is_remote(target):
-        return _named_version(location(target))
-    try:
-        st = os.stat(target)
-    except FileNotFoundError:
+    def commit(self, staging: Path) -> None:
+        """Write the manifest naming ``staging``; remove the versions older than the previous.
+
+        Raises
+        ------
+        OutputLockedError
+            If another writer holds the output's lease (this writer's was taken over).
+        ValueError
+            If ``staging`` is not a version prefix of the target (:meth:`staging`).
+        """
+        if self._locking == "lease":
+            from sphdist.io._lease import held_here
+
+            held_here(self.path)  # a writer that lost its lease writes nothing more
+        _commit_manifest(location(staging), self.path)
+
+    def discard(self, path: Path) -> None:
+        """Remove the prefix ``path`` unless the manifest names it (it is the target then)."""
+        path = location(path)
+        if _named_version(path.parent) != path.name:
+            _remove(path)
+
+    def recover(self) -> None:
+        """Remove the versions neither named nor previous (a killed writer's)."""
+        _remove_unnamed(self.path)
+
+    def remove_stale(self) -> None:
+        """:meth:`recover`, and remove ``<target>.scratch``."""
+        _remove_unnamed(self.path)
+        _remove(self.scratch())
+
+    def _local_lock(self) -> Path:
+        return _lock.lock_path(Path(filesystem(self.path)[1]))
+
+    def lock(self) -> Hold:
+        """An flock (``file://``), a lease (``s3://``), or nothing (warned).
+
+        Raises
+        ------
+        OutputLockedError
+            If another writer holds it.
+        StorageError
+            If the store fails the lease's requests.
+        """
+        if self._locking == "flock":
+            _named(str(self.path))
+            return _lock.FileHold(self.path, self._local_lock())
+        if self._locking == "lease":
+            from sphdist.io._lease import Lease
+
+            lease = Lease(self.path)
+            try:
+                lease.acquire()
+            except Exception as exc:
+                if not is_storage_failure(exc):
+                    raise
+                raise storage_error(self.path, exc) from None
+            return lease
+        logger.warning(
+            "%s: %s:// has no conditional write sphdist can lock with; make sure no other "
+            "process writes this output at the same time.", self.path, protocol_of(self.path),
+        )
+        return _NoHold()
+
+    def holder(self) -> dict[str, Any] | None:
+        """The record of the lock's holder."""
+        if self._locking == "flock":
+            return _lock.read_local_record(self._local_lock())
+        if self._locking == "lease":
+            from sphdist.io._lease import read_record
+
+            return read_record(_lock.lock_path(self.path))[0]
         return None
-    return st.st_ino, st.st_mtime_ns
 
+    @contextlib.contextmanager
+    def write_file(self) -> Iterator[Path]:
+        """Yield a local temporary file; upload it to ``target`` in one PUT when the block ends."""
+        import tempfile
 
-def committed(target: str | os.PathLike[str]) -> bool:
-    """Whether a complete version of ``target`` is there (what a writer must not overwrite).
-
-    ``target`` exists (locally, or as ``target.old`` after an interrupted commit); for a URL,
-    its manifest names a version, or a group written before manifests is there. A killed
-    writer's staging trees or unnamed versions do not count.
-    """
-    if is_remote(target):
-        return exists(location(target) / MANIFEST)
-    return commit_state(target).complete
-
-
-def _fsync_directory(directory: Path) -> None:
-    """Flush a directory entry (a rename into it) to disk, where the platform allows it."""
-    try:
-        fd = os.open(directory, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-
-
-@contextlib.contextmanager
-def atomic_path(target: str | os.PathLike[str]) -> Iterator[Path]:
-    """Write one file atomically: yield a temporary sibling path, then rename it onto ``target``.
-
-    The caller writes the complete file to the yielded path (by any means: ``savefig``,
-    ``np.save``, ``to_parquet``, ``open``). On normal exit the file is flushed to disk and
-    renamed onto ``target`` with :func:`os.replace` (atomic on POSIX), and the directory entry
-    is flushed; a reader therefore sees the previous complete file or the new complete file,
-    never a part. A directory at ``target`` is replaced through :func:`commit_directory`.
-    If the block raises, the temporary is removed, ``target`` is left as it was, and the
-    exception propagates.
-
-    Parameters
-    ----------
-    target : path-like
-        The file to write; its parent directory must exist. Whatever is there is replaced.
-
-    Yields
-    ------
-    pathlib.Path
-        ``<dir>/.<name>.tmp-<random><suffix>``: same directory (hence the same filesystem) and
-        same suffix as ``target``, so writers that infer the format from the suffix still do.
-
-    Raises
-    ------
-    OSError
-        If the block wrote nothing at the yielded path, or the rename fails.
-    """
-    if is_remote(target):
-        with _uploaded(location(target)) as tmp:
+        with tempfile.TemporaryDirectory(prefix="sphdist-upload-") as folder:
+            tmp = Path(folder) / f"part{self.path.suffix}"
             yield tmp
-        return
-    target = Path(target)
-    tmp = target.with_name(f".{target.name}.tmp-{uuid.uuid4().hex[:12]}{target.suffix}")
-    try:
-        yield tmp
-        with open(tmp, "rb+") as fh:
-            os.fsync(fh.fileno())
-        if target.is_dir() and not target.is_symlink():
-            commit_directory(tmp, target)  # a file replacing a directory (an overwrite)
-        else:
-            os.replace(tmp, target)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    _fsync_directory(target.parent)
+            if not tmp.exists():
+                raise OSError(f"{self.path}: nothing was written to upload")
+            fs, inner = filesystem(self.path)
+            fs.put_file(str(tmp), inner)
 
+    def exists(self) -> bool:
+        """Whether the store has anything at the path now (its listing cache not trusted)."""
+        fs, inner = filesystem(self.path)
+        fs.invalidate_cache(inner)
+        return bool(fs.exists(inner))
 
-# -- object-store protocol (manifest) --------------------------------------------------------
+    def open(self, mode: str = "rb") -> Any:
+        """An fsspec file object on the path.
+
+        Writing uploads it when it is closed (one PUT, or a multipart upload completed at
+        close: readers never see a part of it).
+        """
+        import fsspec
+
+        return fsspec.open(str(self.path), mode).open()
+
+    def load_array(self) -> Any:
+        """``np.load`` of the whole file, read into memory."""
+        import io
+
+        import numpy as np
+
+        with self.open() as f:
+            return np.load(io.BytesIO(f.read()))
+
+    def remove(self) -> None:
+        """Delete the object, ignoring a missing one."""
+        fs, inner = filesystem(self.path)
+        with contextlib.suppress(FileNotFoundError):
+            fs.rm_file(inner)
 
 
 def _read_manifest(target: Path) -> dict | None:
@@ -406,11 +614,14 @@ def _read_manifest(target: Path) -> dict | None:
     return tag if isinstance(tag, dict) else None
 
 
+def _version_of(name: Any) -> str | None:
+    return name if isinstance(name, str) and name.startswith(_VERSION_PREFIX) else None
+
+
 def _named_version(target: Path) -> str | None:
     """The version prefix the manifest of ``target`` names, or None."""
     tag = _read_manifest(target)
-    version = None if tag is None else tag.get("version")
-    return version if isinstance(version, str) and version.startswith(_VERSION_PREFIX) else None
+    return None if tag is None else _version_of(tag.get("version"))
 
 
 def _versions(target: Path) -> list[str]:
@@ -434,21 +645,26 @@ def _remove(path: Path) -> None:
     fs.invalidate_cache()
 
 
-def _remove_unnamed(target: Path, keep: str | None = None) -> None:
-    """Remove whatever under ``target`` the manifest (or ``keep``) does not name.
+def _remove_unnamed(target: Path, keep: tuple[str, ...] | None = None) -> None:
+    """Remove whatever under ``target`` the manifest does not name as current or previous.
 
-    That is killed writers' versions, the previous version, and the arrays of a group written
-    before manifests.
+    That is killed writers' versions, versions older than the previous one, and the arrays of
+    a group written before manifests. ``keep``: the names to keep (default: read from the
+    manifest).
     """
-    keep = keep or _named_version(target)
-    if keep is None:  # nothing committed by manifest: only versions are a writer's debris
+    if keep is None:
+        tag = _read_manifest(target) or {}
+        keep = tuple(filter(None, (_version_of(tag.get("version")),
+                                   _version_of(tag.get("previous")))))
+    if not keep:
+        # nothing committed by manifest: only versions are a writer's debris
         for name in _versions(target):
             _remove(target / name)
         return
     fs, inner = filesystem(target)
     for entry in fs.ls(inner, detail=False, refresh=True):
         name = entry.rstrip("/").rsplit("/", 1)[-1]
-        if name not in (MANIFEST, keep):
+        if name not in (MANIFEST, *keep):
             _remove(target / name)
 
 
@@ -460,42 +676,306 @@ def _put_small(path: Path, data: bytes) -> None:
     """
     fs, inner = filesystem(path)
     if "file" in fs.protocol or "local" in fs.protocol:
-        local = Path(inner)
-        with atomic_path(local) as tmp:
-            tmp.write_bytes(data)
+        replace_file(Path(inner), data)
         return
     fs.pipe_file(inner, data)
 
 
 def _commit_manifest(staging: Path, target: Path) -> None:
-    """Make the complete version at ``staging`` (``<target>/v-<random>``) the current one."""
-    from sphdist.io._lock import check_lease
+    """Make the complete version at ``staging`` (``<target>/v-<random>``) the current one.
 
+    The version it replaces is recorded as ``previous`` and kept until the next commit (the
+    readers' grace period); older ones are removed.
+    """
     if str(staging.parent).rstrip("/") != str(target).rstrip("/") or not staging.name.startswith(
         _VERSION_PREFIX
     ):
-        raise ValueError(f"{staging} is not a version of {target} (see staging_path)")
-    check_lease(target)  # a writer that lost its lease writes nothing more
+        raise ValueError(f"{staging} is not a version of {target} (see Target.staging)")
     fs, inner = filesystem(staging)
     if "file" in fs.protocol or "local" in fs.protocol:
         fsync_tree(inner)  # durability on local disk, as the rename protocol
     document = json.loads(fs.cat_file(f"{inner}/{MANIFEST}"))
+    previous = _named_version(target)
     tag = dict(document.get("attributes", {}).get("sphdist") or {})
     tag["version"] = staging.name
+    if previous is not None and previous != staging.name:
+        tag["previous"] = previous
     manifest = {"zarr_format": 3, "node_type": "group", "attributes": {"sphdist": tag}}
     _put_small(target / MANIFEST, json.dumps(manifest, indent=2).encode())
-    _remove_unnamed(target, keep=staging.name)
+    _remove_unnamed(target, keep=(staging.name, *([tag["previous"]] if "previous" in tag else [])))
+
+
+# -- choosing once, and the writer -----------------------------------------------------------
+
+
+def open_target(path: str | os.PathLike[str]) -> Target:
+    """The storage target of ``path``, chosen once.
+
+    :class:`PosixTarget` for a local path, else :class:`ObjectTarget` (any URL, ``file://``
+    included).
+
+    Parameters
+    ----------
+    path : str or path-like
+
+    Returns
+    -------
+    Target
+
+    Raises
+    ------
+    ValueError
+        If ``path`` is a URL of a protocol fsspec does not know (see
+        :func:`sphdist.io.location`).
+    """
+    if isinstance(path, PosixTarget | ObjectTarget):
+        return path
+    return PosixTarget(path) if protocol_of(path) is None else ObjectTarget(path)
+
+
+class Output:
+    """A writer's hold on its output (:func:`open_output`): the lock, staging and the commit.
+
+    Attributes
+    ----------
+    target : Target
+        Where the output lives.
+    path : pathlib.Path or upath.UPath
+        The output, as named.
+    """
+
+    def __init__(self, target: Target, hold: Hold) -> None:
+        self.target, self.path, self._hold = target, target.path, hold
+
+    def committed(self) -> bool:
+        """Whether a complete version is there (see :meth:`Target.committed`)."""
+        return self.target.committed()
+
+    def identity(self) -> Hashable | None:
+        """The committed version now (see :meth:`Target.identity`)."""
+        return self.target.identity()
+
+    def staging(self) -> Path:
+        """A fresh location for the next version."""
+        return self.target.staging()
+
+    def scratch(self) -> Path:
+        """The writer's scratch directory."""
+        return self.target.scratch()
+
+    def commit(self, staging: Path) -> None:
+        """Commit ``staging``, unless this writer lost its lock (OutputLockedError)."""
+        self._hold.check()
+        self.target.commit(staging)
+
+    def discard(self, path: Path) -> None:
+        """Remove an uncommitted staging tree or the scratch directory."""
+        self.target.discard(path)
+
+    def recover(self) -> None:
+        """Put back what an interrupted commit left."""
+        self.target.recover()
+
+    def remove_stale(self) -> None:
+        """Remove killed writers' staging trees and scratch (the lock proves them stale)."""
+        self.target.remove_stale()
 
 
 @contextlib.contextmanager
-def _uploaded(target: Path) -> Iterator[Path]:
-    """Yield a local temporary file; upload it to ``target`` in one PUT when the block ends."""
-    import tempfile
+def open_output(path: str | os.PathLike[str] | Target) -> Iterator[Output]:
+    """Hold the output ``path`` for a writer: its lock for the block, staging and commit.
 
-    with tempfile.TemporaryDirectory(prefix="sphdist-upload-") as folder:
-        tmp = Path(folder) / f"part{target.suffix}"
+    Not reentrant: a second hold of the same output, in this process or another, is refused.
+    Released on exit whatever happens; the kernel releases an ``flock`` if the process dies,
+    and a lease expires.
+
+    Parameters
+    ----------
+    path : path-like or Target
+        The output (file or directory), existing or not. A local parent directory is created
+        if missing (as a writer would).
+
+    Yields
+    ------
+    Output
+
+    Raises
+    ------
+    OutputLockedError
+        If another writer holds it; the message names the holder (host, pid, command,
+        since) and the remedies.
+    OSError
+        If the lock file cannot be created (a read-only or missing location).
+    ParameterError
+        If ``path`` names no entry of its own (``.``, ``..``, ``/``).
+    """
+    target = open_target(path)
+    hold = target.lock()
+    try:
+        yield Output(target, hold)
+    finally:
+        hold.release()
+
+
+#: The name the rest of the package and its tests used for :func:`open_output`.
+output_lock = open_output
+
+
+#: The commit at an output that could not be read before its writer ran.
+_UNKNOWN = object()
+
+
+def _left_behind(target: Any, before: Any) -> str:
+    """What a writer of ``target`` stopped by Ctrl-C left there (``before``: the commit then)."""
+    try:
+        now = _UNKNOWN if before is _UNKNOWN else commit_identity(target)
+    except Exception:  # the store fails: say what is sure
+        now = _UNKNOWN
+    if now is _UNKNOWN:
+        return (f"interrupted (Ctrl-C) while writing {target}, which is committed only when "
+                "complete. To resolve this, run the command again.")
+    if now != before:
+        return f"interrupted (Ctrl-C) after {target} was committed: it is complete."
+    return (
+        f"interrupted (Ctrl-C): nothing was written, {target} "
+        f"{'does not exist' if before is None else 'is as it was'} (an output is committed "
+        "only when complete). To resolve this, run the command again."
+    )
+
+
+def locks_output(parameter: str = "output") -> Callable[[F], F]:
+    """Decorate a writer so that it holds its output (:func:`open_output`) throughout.
+
+    For the jobs that write one output (ingest, synth, transform, export): the lock is taken
+    before the function looks at the output (whether it exists, ``overwrite``) and released
+    after its commit, or its failure. A Ctrl-C (:class:`KeyboardInterrupt`) is raised again as
+    :class:`~sphdist.errors.Interrupted`, saying what is at the output: nothing was written
+    (an output is committed only when complete), unless the commit was done.
+
+    Parameters
+    ----------
+    parameter : str, default "output"
+        The name of the decorated function's argument that is the output path.
+
+    Returns
+    -------
+    callable
+        The decorator; the decorated function keeps its name, signature and docstring.
+    """
+
+    def decorate(function: F) -> F:
+        signature = inspect.signature(function)
+
+        @functools.wraps(function)
+        def locked(*args: Any, **kwargs: Any) -> Any:
+            try:
+                target = signature.bind(*args, **kwargs).arguments[parameter]
+            except (TypeError, KeyError):  # the function's own TypeError says what is wrong
+                return function(*args, **kwargs)
+            try:
+                before = commit_identity(target)
+            except Exception:  # a failing store: the writer says so; Ctrl-C then says less
+                before = _UNKNOWN
+            try:
+                with open_output(target):
+                    return function(*args, **kwargs)
+            except Interrupted:
+                raise
+            except KeyboardInterrupt as exc:
+                raise Interrupted(_left_behind(target, before)) from exc
+
+        return locked  # type: ignore[return-value]
+
+    return decorate
+
+
+# -- one call on a path (for writers and readers that hold no Output) ------------------------
+
+
+def readable_path(path: str | os.PathLike[str]) -> Path:
+    """The directory a reader of ``path`` opens (:meth:`Target.readable`); changes nothing."""
+    return open_target(path).readable()
+
+
+def commit_state(path: str | os.PathLike[str]) -> CommitState:
+    """What is committed, staged or interrupted at ``path`` (:meth:`Target.state`)."""
+    return open_target(path).state()
+
+
+def committed(path: str | os.PathLike[str]) -> bool:
+    """Whether a complete version of ``path`` is there (:meth:`Target.committed`)."""
+    return open_target(path).committed()
+
+
+def commit_identity(path: str | os.PathLike[str]) -> Hashable | None:
+    """What identifies the version committed at ``path`` now (:meth:`Target.identity`)."""
+    return open_target(path).identity()
+
+
+def staging_path(path: str | os.PathLike[str]) -> Path:
+    """A fresh location to build ``path``'s next version in (:meth:`Target.staging`)."""
+    return open_target(path).staging()
+
+
+def discard(path: str | os.PathLike[str]) -> None:
+    """Remove an uncommitted staging tree or scratch directory, ignoring a missing one."""
+    target = open_target(path)
+    target.discard(target.path)
+
+
+def lock_holder(path: str | os.PathLike[str]) -> dict[str, Any] | None:
+    """The writer recorded as holding ``path``'s lock: host, pid, command, since; or None."""
+    return open_target(path).holder()
+
+
+@contextlib.contextmanager
+def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
+    """Write one file atomically: yield a temporary path, then publish it at ``path``.
+
+    The caller writes the complete file to the yielded path (by any means: ``savefig``,
+    ``np.save``, ``to_parquet``, ``open``). On normal exit a local file is flushed to disk and
+    renamed onto ``path`` with :func:`os.replace` (atomic on POSIX), and the directory entry
+    is flushed; a URL is uploaded in one PUT. A reader therefore sees the previous complete
+    file or the new complete file, never a part. A local directory at ``path`` is replaced
+    through a commit. If the block raises, the temporary is removed, ``path`` is left as it
+    was, and the exception propagates.
+
+    Parameters
+    ----------
+    path : path-like
+        The file to write; its parent directory must exist. Whatever is there is replaced.
+
+    Yields
+    ------
+    pathlib.Path
+        Locally ``<dir>/.<name>.tmp-<random><suffix>``: same directory (hence the same
+        filesystem) and same suffix as ``path``, so writers that infer the format from the
+        suffix still do.
+
+    Raises
+    ------
+    OSError
+        If the block wrote nothing at the yielded path, or the rename fails.
+    """
+    with open_target(path).write_file() as tmp:
         yield tmp
-        if not tmp.exists():
-            raise OSError(f"{target}: nothing was written to upload")
-        fs, inner = filesystem(target)
-        fs.put_file(str(tmp), inner)
+
+
+def exists(path: str | os.PathLike[str]) -> bool:
+    """Whether anything is at ``path`` now (:meth:`Target.exists`)."""
+    return open_target(path).exists()
+
+
+def open_file(path: str | os.PathLike[str], mode: str = "rb") -> Any:
+    """A binary file object on ``path``, local or in an object store (:meth:`Target.open`)."""
+    return open_target(path).open(mode)
+
+
+def load_array(path: str | os.PathLike[str]) -> Any:
+    """``np.load`` of a ``.npy``/``.npz`` file: memory-mapped locally, read whole from a URL."""
+    return open_target(path).load_array()
+
+
+def remove(path: str | os.PathLike[str]) -> None:
+    """Delete one file (local or in an object store); a missing one is not an error."""
+    open_target(path).remove()

@@ -33,10 +33,11 @@ import fsspec.config
 from sphdist.errors import SphdistError, StorageError
 
 __all__ = [
-    "location", "is_remote", "exists", "absolute", "protocol_of", "filesystem",
+    "location", "is_remote", "absolute", "protocol_of", "filesystem",
     "set_storage_options",
     "storage_options", "apply_storage_options", "parse_storage_option", "storage_error",
-    "is_storage_failure", "listing_command", "join", "open_file", "load_array", "remove", "glob",
+    "is_storage_failure", "listing_command", "join", "glob",
+    "replace_file", "fsync_directory",
 ]
 
 _URL = re.compile(r"^(?P<protocol>[A-Za-z][A-Za-z0-9+.-]*)://")
@@ -214,15 +215,6 @@ def storage_error(path: str | os.PathLike[str], exc: BaseException) -> BaseExcep
                         f"resolve this, {remedy}.")
 
 
-def exists(path: str | os.PathLike[str]) -> bool:
-    """Whether anything is at ``path`` now (an object store's listing cache is not trusted)."""
-    if not is_remote(path):
-        return os.path.exists(path)
-    fs, inner = filesystem(path)
-    fs.invalidate_cache(inner)
-    return bool(fs.exists(inner))
-
-
 def join(path: str | os.PathLike[str], name: str) -> str:
     """``path/name`` for a local path or a URL (never collapsing ``s3://``)."""
     if is_remote(path):
@@ -230,42 +222,39 @@ def join(path: str | os.PathLike[str], name: str) -> str:
     return os.path.join(path, name)
 
 
-def open_file(path: str | os.PathLike[str], mode: str = "rb") -> Any:
-    """A binary file object on ``path``: the builtin :func:`open` locally, fsspec's for a URL.
+def replace_file(path: Path, data: bytes) -> None:
+    """Write ``data`` to the local file ``path`` atomically: a flushed temporary sibling, renamed.
 
-    Writing to an object store uploads the file when it is closed (one PUT, or a multipart
-    upload completed at close: readers never see a part of it).
+    A reader sees the previous complete file or the new one, never a part; the directory entry
+    is flushed too, so the rename survives a power loss.
     """
-    if not is_remote(path):
-        return open(path, mode)
-    return fsspec.open(str(path), mode).open()
+    import uuid
 
-
-def load_array(path: str | os.PathLike[str]) -> Any:
-    """``np.load`` of a ``.npy``/``.npz`` file: memory-mapped locally, read whole from a URL."""
-    import io
-
-    import numpy as np
-
-    if not is_remote(path):
-        return np.load(path, mmap_mode="r") if str(path).endswith(".npy") else np.load(path)
-    with open_file(path) as f:
-        return np.load(io.BytesIO(f.read()))
-
-
-def remove(path: str | os.PathLike[str]) -> None:
-    """Delete one file (local or in an object store); a missing one is not an error."""
-    if not is_remote(path):
-        try:
-            os.remove(path)
-        except FileNotFoundError:
-            pass
-        return
-    fs, inner = filesystem(path)
+    tmp = path.with_name(f".{path.name}.tmp-{uuid.uuid4().hex[:12]}{path.suffix}")
     try:
-        fs.rm_file(inner)
-    except FileNotFoundError:
+        with open(tmp, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    fsync_directory(path.parent)
+
+
+def fsync_directory(directory: Path) -> None:
+    """Flush a directory entry (a rename into it) to disk, where the platform allows it."""
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
         pass
+    finally:
+        os.close(fd)
 
 
 def glob(pattern: str) -> list[str]:

@@ -32,12 +32,10 @@ References
 
 from __future__ import annotations
 
-import datetime
 import json
 import logging
 import os
 import socket
-import sys
 import threading
 import time
 import uuid
@@ -46,8 +44,9 @@ from typing import Any
 
 from sphdist.errors import OutputLockedError
 from sphdist.io._fs import filesystem
+from sphdist.io._lock import lock_path, lock_record, refusal
 
-__all__ = ["Lease", "lease_seconds", "read_record"]
+__all__ = ["Lease", "lease_seconds", "read_record", "held_here"]
 
 _PRECONDITION = ("PreconditionFailed", "pre-conditions", "412")
 
@@ -110,16 +109,13 @@ class Lease:
     Parameters
     ----------
     target : upath.UPath
-        The output (``s3://bucket/model.zarr``); the lock object is ``<target>.lock``.
-    refusal : callable
-        ``refusal(target, record)`` -> the :class:`~sphdist.errors.OutputLockedError` to raise
-        when another writer holds it.
+        The output (``s3://bucket/model.zarr``); the lock object is ``<target>.lock``
+        (:func:`sphdist.io._lock.lock_path`).
     """
 
-    def __init__(self, target: Path, refusal: Any) -> None:
+    def __init__(self, target: Path) -> None:
         self.target = target
-        self.path = target.with_name(target.name + ".lock")
-        self.refusal = refusal
+        self.path = lock_path(target)
         self.seconds = lease_seconds()
         self.token = uuid.uuid4().hex
         self.etag: str | None = None
@@ -129,13 +125,9 @@ class Lease:
 
     # -- the record -----------------------------------------------------------------------
     def _record(self) -> bytes:
-        now = time.time()
-        return json.dumps({
-            "host": socket.gethostname(), "pid": os.getpid(),
-            "command": " ".join([os.path.basename(sys.argv[0] or "python"), *sys.argv[1:]]),
-            "since": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-            "token": self.token, "expires": now + self.seconds, "lease": self.seconds,
-        }).encode()
+        return json.dumps(lock_record(
+            token=self.token, expires=time.time() + self.seconds, lease=self.seconds,
+        )).encode()
 
     def _put(self, **condition: str) -> str:
         fs, bucket, key = _split(self.path)
@@ -172,7 +164,7 @@ class Lease:
                 except Exception as exc:
                     if not _failed_precondition(exc):
                         raise
-                    raise self.refusal(self.target, read_record(self.path)[0]) from None
+                    raise refusal(self.target, read_record(self.path)[0]) from None
                 logger.info("%s: lock taken over from pid %s on %s (%s)", self.target,
                             record.get("pid"), record.get("host"), why)
                 break
@@ -180,11 +172,11 @@ class Lease:
             expires = float(record.get("expires", 0))
             deadline = deadline or min(expires, time.time() + self.seconds) + 0.5
             if time.time() > deadline:
-                raise self.refusal(self.target, record)
+                raise refusal(self.target, record)
             time.sleep(min(1.0, self.seconds / 6))
             again, etag_now = read_record(self.path)
             if again is not None and etag_now != etag and not self._stale(again):
-                raise self.refusal(self.target, again)  # renewed: a live writer
+                raise refusal(self.target, again)  # renewed: a live writer
         self._thread = threading.Thread(target=self._renew, name="sphdist-lease", daemon=True)
         self._thread.start()
 
@@ -237,9 +229,31 @@ class Lease:
     def check(self) -> None:
         """Raise OutputLockedError if the lease was lost (taken over after a long pause)."""
         if self.lost:
-            raise OutputLockedError(
-                f"{self.target}: this writer lost its lock (its lease of {self.seconds:g} s "
-                "ran out and another writer took the output over); nothing more is written. "
-                "To resolve this, check which process writes it now (`sphdist info "
-                f"{self.target}`), and rerun when it has finished."
-            )
+            raise _lost(self.target, self.seconds)
+
+
+def _lost(target: Path, seconds: float) -> OutputLockedError:
+    return OutputLockedError(
+        f"{target}: this writer lost its lock (its lease of {seconds:g} s "
+        "ran out and another writer took the output over); nothing more is written. "
+        "To resolve this, check which process writes it now (`sphdist info "
+        f"{target}`), and rerun when it has finished."
+    )
+
+
+def held_here(target: Path) -> None:
+    """Refuse a commit to ``target`` while another process holds its lock object.
+
+    Reads the lock object (one GET): a record that names another host or pid means this
+    process's lease was taken over (or it never held one while another writer does).
+
+    Raises
+    ------
+    OutputLockedError
+        If the lock object names another holder.
+    """
+    record, _ = read_record(lock_path(target))
+    if record is not None and (record.get("host"), record.get("pid")) != (
+        socket.gethostname(), os.getpid()
+    ):
+        raise _lost(target, float(record.get("lease", lease_seconds())))

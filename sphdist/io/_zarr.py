@@ -34,9 +34,9 @@ import zarr
 from zarr.codecs import ZstdCodec
 from zarr.core.sync import sync
 
-from sphdist.errors import InputNotFoundError, ModelFormatError, SphdistError
-from sphdist.io._atomic import readable_path
-from sphdist.io._fs import exists, is_remote, is_storage_failure, location, storage_error
+from sphdist.errors import InputNotFoundError, ModelFormatError, SphdistError, StoreReplacedError
+from sphdist.io._atomic import open_target
+from sphdist.io._fs import is_storage_failure, location, storage_error
 
 __all__ = [
     "SAFE_CODECS",
@@ -59,6 +59,7 @@ __all__ = [
     "missing_chunks",
     "read_checked",
     "require_finite",
+    "replaced_error",
 ]
 
 #: zarr v3 codecs sphdist reads: none of them can execute code (no pickle, no object dtype).
@@ -102,7 +103,7 @@ def open_node(
     """
     path = location(path)
     try:  # in an object store, a prefix without metadata is a killed writer's debris
-        found = exists(path / "zarr.json" if is_remote(path) else path)
+        found = open_target(path).committed()
     except Exception as exc:
         if not is_storage_failure(exc):
             raise
@@ -196,13 +197,30 @@ def open_tagged(
     return group
 
 
+def replaced_error(path: Any) -> StoreReplacedError:
+    """The error of a read that met a commit of ``path`` (see :class:`TaggedStore`)."""
+    return StoreReplacedError(
+        f"{path} was replaced while reading; run it again (another process committed a new "
+        "version of it meanwhile)."
+    )
+
+
 class TaggedStore:
     """Read handle on a sphdist group tagged :attr:`KIND` of :attr:`FORMAT_VERSION`.
 
     Opening checks the tag and every array (:func:`open_tagged`, :func:`check_members`);
     subclasses (a model, an embedding) add the properties of their layout. After a commit
     interrupted between its two renames, the previous complete version (``<path>.old``) is read
-    in place (:func:`sphdist.io._atomic.readable_path`): opening never changes the tree.
+    in place (:meth:`sphdist.io.Target.readable`): opening never changes the tree.
+
+    **Readers racing a writer** (issue 24): a handle reads one committed version. In an object
+    store it holds the version it opened (versions never change, and the previous one is kept
+    for one more commit). A local target is replaced in place by a rename, so every read
+    checks afterwards that no commit happened since the opening (:meth:`Target.replaced`);
+    an opening that met a commit is done again once, and a read that met one (its values, or
+    its error, may come from the new version) raises
+    :class:`~sphdist.errors.StoreReplacedError`, "was replaced while reading; run it again",
+    never a report of damage.
 
     Parameters
     ----------
@@ -213,7 +231,8 @@ class TaggedStore:
     path : pathlib.Path
         As given.
     location : pathlib.Path
-        The directory read: ``path``, or ``<path>.old`` after an interrupted commit.
+        The directory read: ``path``, or ``<path>.old`` after an interrupted commit, or the
+        version an object store's manifest names.
     attrs : dict
         The group attributes.
     """
@@ -226,32 +245,66 @@ class TaggedStore:
 
     def __init__(self, path: str | os.PathLike[str]):
         self.path = location(path)
-        self.location = readable_path(self.path)
-        self._group = open_tagged(
+        self._target = open_target(self.path)
+        for attempt in (0, 1):  # once more if a commit replaced it while it was opened
+            self.location, self._version = self._target.reader()
+            try:
+                self._open()
+            except Exception:
+                if not self._target.replaced(self._version, failed=True):
+                    raise  # damage, or nothing there: not a commit
+                if attempt:
+                    raise replaced_error(self.path) from None
+                continue
+            if not self._target.replaced(self._version, failed=False):
+                return
+        raise replaced_error(self.path)
+
+    def _consistent(self, read: Callable[[], Any]) -> Any:
+        """``read()``, or StoreReplacedError if a commit replaced the version it read."""
+        try:
+            value = read()
+        except Exception:
+            if self._target.replaced(self._version, failed=True):
+                raise replaced_error(self.path) from None
+            raise
+        if self._target.replaced(self._version, failed=False):
+            raise replaced_error(self.path)
+        return value
+
+    def _open(self) -> None:
+        """Open and check the version at :attr:`location` (subclasses check more)."""
+        group = open_tagged(
             self.location, self.KIND, self.FORMAT_VERSION, missing=self._MISSING,
             stale=self._STALE,
         )
-        check_members(
-            self._group, str(self.location), error=ModelFormatError, remedy=self._REWRITE
+        #: the arrays of the version opened, by path: what it holds is what it held at
+        #: opening, whatever a writer commits meanwhile
+        self._group = check_members(
+            group, str(self.location), error=ModelFormatError, remedy=self._REWRITE
         )
-        self.attrs: dict[str, Any] = dict(self._group.attrs)
+        self.attrs: dict[str, Any] = dict(group.attrs)
 
     def _array(self, name: str) -> zarr.Array:
         """``group[name]`` after checking that every chunk of it is stored."""
-        arr = self._group[name]
-        require_chunks(arr, str(self.location), name, error=ModelFormatError,
-                       remedy=self._REWRITE)
-        return arr
+
+        def read() -> zarr.Array:
+            arr = self._group[name]
+            require_chunks(arr, str(self.location), name, error=ModelFormatError,
+                           remedy=self._REWRITE)
+            return arr
+
+        return self._consistent(read)
 
     def _read(
         self, name: str, sha256: str | None = None, digest: str = "sha256",
         required: bool = True,
     ) -> np.ndarray:
         """All of ``group[name]`` through :func:`read_checked` (recorded digest ``sha256``)."""
-        return read_checked(
+        return self._consistent(lambda: read_checked(
             self._group[name], str(self.location), name, error=ModelFormatError,
             remedy=self._REWRITE, sha256=sha256, digest=digest, required=required,
-        )
+        ))
 
 
 def check_array(
@@ -312,20 +365,28 @@ def checked_array(
 
 def check_members(
     group: zarr.Group, path: str, *, error: type[SphdistError], remedy: str,
-) -> None:
+) -> dict[str, zarr.Group | zarr.Array]:
     """Parse the metadata of every array under ``group`` now and :func:`check_array` each.
 
     For stores with a handful of arrays (a model, an embedding): an unknown codec, a stray
     node or a zarr v2 array is refused at opening, before any chunk is read.
+
+    Returns
+    -------
+    dict
+        Every node under ``group`` by its path (``"U"``, ``"state/XVt"``), as opened now.
 
     Raises
     ------
     error
         Naming ``path`` and ``remedy``.
     """
+    nodes = {}
     for name, node in _members(group, path, error=error, remedy=remedy):
         if isinstance(node, zarr.Array):
             check_array(node, path, f"array {name}", error=error, remedy=remedy)
+        nodes[name] = node
+    return nodes
 
 
 _METADATA_KEYS = ("zarr.json", ".zgroup", ".zattrs", ".zmetadata")

@@ -131,10 +131,12 @@ def _integer(path: Path, name: str, value: Any, low: int = 0, high: int | None =
     return int(value)
 
 
-def _open_group(path: str | os.PathLike[str]) -> zarr.Group | zarr.Array:
+def _open_group(path: str | os.PathLike[str]) -> tuple[str, zarr.Group | zarr.Array]:
+    """Where ``path`` is read (its last complete version) and the zarr node opened there."""
     path = location(path)
-    return open_node(
-        readable_path(path),
+    where = readable_path(path)
+    return str(where), open_node(
+        where,
         missing=f"{path}: no such file or directory. To resolve this, check the path, or create "
         "a corpus with `sphdist ingest SOURCE --output PATH`.",
         unreadable=lambda exc: f"{path}: not a zarr v3 group or array ({type(exc).__name__}: "
@@ -203,12 +205,12 @@ class Corpus(_Input):
     the tasks of :meth:`to_dask`.
     """
 
-    def __init__(self, path: str | os.PathLike[str]):
+    def __init__(self, path: str | os.PathLike[str], *, _opened: tuple[str, Any] | None = None):
         self.path = location(path)
         #: where the chunks are read: ``path``, or the version its manifest names (an object
-        #: store, :func:`sphdist.io._atomic.readable_path`)
-        self.location = str(readable_path(self.path))
-        group = _open_group(self.path)
+        #: store, :meth:`sphdist.io.Target.readable`); ``_opened``: what :func:`open_input`
+        #: opened already (the store is read once)
+        self.location, group = _opened or _open_group(self.path)
         attrs = dict(group.attrs) if isinstance(group, zarr.Group) else {}
         tag = read_tag(group)
         if tag.get("kind") in ("model", "embedding"):
@@ -599,9 +601,9 @@ class DenseInput(_Input):
     idf = None
     label_names = None
 
-    def __init__(self, path: str | os.PathLike[str]):
+    def __init__(self, path: str | os.PathLike[str], *, _opened: tuple[str, Any] | None = None):
         self.path = location(path)
-        node = _open_group(self.path)
+        _, node = _opened or _open_group(self.path)
         self.labels: np.ndarray | None = None
         if isinstance(node, zarr.Group):
             if "X" not in node:
@@ -694,10 +696,11 @@ def open_input(path: str | os.PathLike[str]) -> Corpus | DenseInput:
     CorpusFormatError
         If ``path`` is neither.
     """
-    node = _open_group(path)
+    opened = _open_group(path)  # once: one manifest read, one metadata read
+    node = opened[1]
     if isinstance(node, zarr.Group) and "sphdist" in node.attrs:
-        return Corpus(path)
-    return DenseInput(path)
+        return Corpus(path, _opened=opened)
+    return DenseInput(path, _opened=opened)
 
 
 def open_corpus(path: str | os.PathLike[str]) -> Corpus:

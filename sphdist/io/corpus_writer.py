@@ -19,7 +19,7 @@ import scipy.sparse as sp
 import zarr
 
 from sphdist.errors import OutputExistsError
-from sphdist.io import _atomic
+from sphdist.io._atomic import open_target
 from sphdist.io._fs import location
 from sphdist.io._zarr import WRITE_CONFIG, checksummed, content_sha256, json_clean, write_vector
 from sphdist.io.corpus import FORMAT_VERSION, KIND, Corpus, _chunk_key, data_fingerprint
@@ -141,7 +141,8 @@ class CorpusWriter:
         overwrite: bool = False,
     ):
         self.path = location(path)
-        if _atomic.committed(self.path) and not overwrite:
+        self._target = open_target(self.path)
+        if self._target.committed() and not overwrite:
             raise OutputExistsError(
                 f"{self.path} already exists. To resolve this, choose another --output or "
                 "pass --overwrite."
@@ -151,7 +152,7 @@ class CorpusWriter:
         self.tfidf = dict(tfidf or {})
         self.label_names = list(label_names) if label_names is not None else None
         self.vocabulary = list(vocabulary) if vocabulary is not None else None
-        self._staging = _atomic.staging_path(self.path)
+        self._staging = self._target.staging()
         self._group = zarr.open_group(store=str(self._staging), mode="w-")
         self._boundaries = [0]
         self._doc_ids: list[str] = []
@@ -300,11 +301,11 @@ class CorpusWriter:
         meta = json_clean(meta)
         meta["fingerprint"] = data_fingerprint(meta)
         self._group.attrs.update({**(extra_attrs or {}), **meta})
-        _atomic.commit_directory(self._staging, self.path)
+        self._target.commit(self._staging)
         self._committed = True
         return Corpus(self.path)
 
     def abort(self) -> None:
         """Discard everything written so far; ``path`` is left as it was."""
-        _atomic.discard(self._staging)
+        self._target.discard(self._staging)
         self._committed = True

@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 import zarr
 
-from sphdist.io import _atomic
+from sphdist.io._atomic import open_target
 from sphdist.io._fs import location
 from sphdist.io._zarr import (
     CHECKSUMMED,
@@ -79,7 +79,8 @@ class EmbeddingWriter:
 
     def __init__(self, path: str | os.PathLike[str], *, n_components: int, chunks: tuple[int, ...]):
         self.path = location(path)
-        self.staging = _atomic.staging_path(self.path)
+        self._target = open_target(self.path)
+        self.staging = self._target.staging()
         n = int(sum(chunks))
         self.offsets = tuple(int(o) for o in np.concatenate([[0], np.cumsum(chunks)[:-1]]))
         group = zarr.open_group(store=str(self.staging), mode="w-")
@@ -96,7 +97,7 @@ class EmbeddingWriter:
 
     def __exit__(self, *exc_info: object) -> None:
         if not self._committed:
-            _atomic.discard(self.staging)
+            self._target.discard(self.staging)
 
     def commit(
         self, *, doc_ids: np.ndarray, labels: np.ndarray | None,
@@ -125,7 +126,7 @@ class EmbeddingWriter:
             "sphdist": {"kind": KIND, "format_version": FORMAT_VERSION},
             "label_names": label_names,
         }))
-        _atomic.commit_directory(self.staging, self.path)
+        self._target.commit(self.staging)
         self._committed = True
         return Embedding(self.path)
 

@@ -72,9 +72,7 @@ from dask.base import tokenize
 from sphdist.core import params as fit_params
 from sphdist.core.solver import FitState
 from sphdist.errors import InputNotFoundError, ModelFormatError
-from sphdist.io import _atomic
-from sphdist.io._fs import location
-from sphdist.io._lock import output_lock
+from sphdist.io._atomic import discard, open_output, open_target
 from sphdist.io._zarr import (
     CHECKSUMMED,
     WRITE_CONFIG,
@@ -82,6 +80,7 @@ from sphdist.io._zarr import (
     content_sha256,
     json_clean,
     regular_chunks,
+    replaced_error,
     write_array,
     write_vector,
 )
@@ -141,8 +140,8 @@ def save_checkpoint(
     plus, when V is stored, ``r n * 8`` (and ``(m r + r^2) * 8`` for the partials of a fit that
     keeps V).
     """
-    path = location(path)
-    staging = _atomic.staging_path(path)
+    target = open_target(path)
+    staging = target.staging()
     kept = state.V is not None
     V = state.V if V is None else V
     try:
@@ -176,9 +175,9 @@ def save_checkpoint(
             "u_sha256": u_sha256(U),
             "sha256": digests,
         }))
-        _atomic.commit_directory(staging, path)
+        target.commit(staging)
     finally:
-        _atomic.discard(staging)
+        target.discard(staging)
 
 
 def _store_V(group: zarr.Group, V: da.Array) -> None:
@@ -211,12 +210,12 @@ class ScratchV:
     Notes
     -----
     Disk: ``2 r n d`` bytes (d the itemsize of V). Removed by :meth:`remove` when the fit ends
-    and, after a killed fit, by the next writer of the output (:func:`sphdist.io._atomic
-    .discard_stale`).
+    and, after a killed fit, by the next writer of the output
+    (:meth:`sphdist.io.Output.remove_stale`).
     """
 
     def __init__(self, output: str | os.PathLike[str]) -> None:
-        self.root = _atomic.scratch_path(output)
+        self.root = open_target(output).scratch()
 
     def __call__(self, iteration: int, V: da.Array) -> tuple[Any, da.Array]:
         """Store ``V`` (r, n) as ``V_iteration``: (the store to compute, the lazy reader)."""
@@ -237,7 +236,7 @@ class ScratchV:
 
     def remove(self) -> None:
         """Delete the scratch directory."""
-        _atomic.discard(self.root)
+        discard(self.root)
 
 
 def u_sha256(U: np.ndarray) -> str:
@@ -294,8 +293,8 @@ class Model(TaggedStore):
     _STALE = "refit with this version of sphdist"
     _REWRITE = "refit with `sphdist fit`"
 
-    def __init__(self, path: str | os.PathLike[str]):
-        super().__init__(path)
+    def _open(self) -> None:
+        super()._open()
         self._check_layout()
 
     def _refuse(self, what: str) -> ModelFormatError:
@@ -492,7 +491,8 @@ class Model(TaggedStore):
         r, c = V.chunks
         starts = range(0, V.shape[1], c)
         V = da.map_blocks(
-            _read_v_block, str(self.location), c, dtype=np.float64,
+            _read_v_block, str(self.location), c, self._target, self._version,
+            dtype=np.float64,
             chunks=((r,), tuple(min(c, V.shape[1] - s) for s in starts) or (0,)),
             meta=np.empty((0, 0)),
             name=f"sphdist-model-V-{tokenize(str(self.location), self.fingerprint, c)}",
@@ -531,18 +531,34 @@ class Model(TaggedStore):
         )
 
 
-def _read_v_block(location: str, c: int, block_id=None) -> np.ndarray:
-    """Columns of V in zarr chunk ``block_id[1]`` (runs in a task); a bad chunk is refused."""
+def _read_v_block(
+    location: str, c: int, target: Any, version: Any, block_id=None
+) -> np.ndarray:
+    """Columns of V in zarr chunk ``block_id[1]`` (runs in a task); a bad chunk is refused.
+
+    ``target`` and ``version``: the model's :class:`~sphdist.io.Target` and the version the
+    handle opened; a read that met a commit raises StoreReplacedError (see
+    :class:`~sphdist.io._zarr.TaggedStore`).
+    """
     start = block_id[1] * c
-    arr = zarr.open_array(store=location, path="V", mode="r")
+    try:
+        arr = zarr.open_array(store=location, path="V", mode="r")
+    except Exception:
+        if target.replaced(version, failed=True):
+            raise replaced_error(target.path) from None
+        raise
     error = None
     try:
         block = np.asarray(arr[:, start:start + c])
     except Exception as exc:  # the zstd checksum fails, or the file is truncated
-        error = ModelFormatError(
-            f"{location}: V (columns {start}:{start + c}) is corrupted ({type(exc).__name__}: "
-            f"{exc}). To resolve this, {Model._REWRITE}."
+        error = replaced_error(target.path) if target.replaced(version, failed=True) else (
+            ModelFormatError(
+                f"{location}: V (columns {start}:{start + c}) is corrupted "
+                f"({type(exc).__name__}: {exc}). To resolve this, {Model._REWRITE}."
+            )
         )
+    if error is None and target.replaced(version, failed=False):
+        error = replaced_error(target.path)  # the values may be another version's
     if error is not None:
         raise error  # outside the except block: the client must unpickle it without zarr's cause
     with np.errstate(invalid="ignore", over="ignore"):
@@ -575,10 +591,11 @@ def load_checkpoint(path: str | os.PathLike[str], *, recover: bool = False) -> M
         The model directory given to :func:`save_checkpoint`.
     recover : bool, default False
         Move an interrupted commit's ``<path>.old`` back to ``path`` first
-        (:func:`sphdist.io._atomic.recover_directory`). Only the writer of ``path`` (the fit
+        (:meth:`sphdist.io.Target.recover`). Only the writer of ``path`` (the fit
         that will write the next checkpoint, holding the output) passes True; without it
-        nothing on disk changes. Recovery holds the output's lock
-        (:func:`sphdist.io.output_lock`, reentrant: the fit already holds it).
+        nothing on disk changes. Recovery takes the output's lock
+        (:func:`sphdist.io.open_output`); a writer that holds it calls
+        :meth:`sphdist.io.Output.recover` instead.
 
     Returns
     -------
@@ -592,8 +609,8 @@ def load_checkpoint(path: str | os.PathLike[str], *, recover: bool = False) -> M
         With ``recover``, if another process is writing ``path``.
     """
     if recover:
-        with output_lock(path):  # refused while another process writes path
-            _atomic.recover_directory(path)
+        with open_output(path) as out:  # refused while another process writes path
+            out.recover()
     try:
         return Model(path)
     except InputNotFoundError:

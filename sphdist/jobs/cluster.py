@@ -202,13 +202,13 @@ class StorageOptions(WorkerPlugin):
 
     def setup(self, worker: Any) -> None:
         """Apply the options in the worker's process (also for workers that join later)."""
-        from sphdist.io._fs import apply_storage_options
+        from sphdist.io import apply_storage_options
 
         apply_storage_options(self.options)
 
 
 def _share_storage_options(client: Client) -> None:
-    from sphdist.io._fs import storage_options
+    from sphdist.io import storage_options
 
     options = storage_options()
     if options:

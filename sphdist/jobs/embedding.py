@@ -32,10 +32,16 @@ from sphdist.errors import (
     OutputExistsError,
     ParameterError,
 )
-from sphdist.io import atomic_path, commit_state, open_stored, stored_kind
-from sphdist.io._atomic import committed
-from sphdist.io._fs import exists, location
-from sphdist.io._lock import locks_output
+from sphdist.io import (
+    atomic_path,
+    commit_state,
+    committed,
+    exists,
+    location,
+    locks_output,
+    open_stored,
+    stored_kind,
+)
 from sphdist.io.model import Model, open_model
 from sphdist.jobs.info import _command, check_roles
 

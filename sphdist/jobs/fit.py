@@ -1,21 +1,25 @@
 """The fit job: Spherical PCA of a stored corpus, checkpointed, resumable, retried.
 
-A fit is prepared, then run. :func:`prepare_fit` is cheap and needs no cluster: it validates
-the parameters against :data:`sphdist.core.params.PARAMS`, opens the input once, decides what
-to do with ``output`` (a fresh fit, a resume of its checkpoint, or an error) and reads the warm
-start. :meth:`PreparedFit.run` then runs :func:`sphdist.core.solver.fit` on the active Dask
-scheduler (see :func:`sphdist.jobs.cluster.connect`) without validating again.
-:func:`fit_corpus` does both; ``sphdist fit`` prepares before it starts a cluster.
+A fit is planned, then run while it holds its output, once:
+
+1. :func:`plan_fit` is pure: it validates the parameters against
+   :data:`sphdist.core.params.PARAMS` and the job settings, and returns a :class:`FitPlan`.
+2. :func:`open_fit` holds the output (:func:`sphdist.io.open_output`: its lock, taken before
+   anything there is looked at, its staging and commits) for one ``with`` block, opens the
+   input once, checks the parameters against its shape, reads the warm start and decides
+   what to do with the output (a fresh fit, a resume of its checkpoint, or an error). It
+   yields a :class:`Fit`.
+3. :meth:`Fit.run` runs :func:`sphdist.core.solver.fit` on the active Dask scheduler (see
+   :func:`sphdist.jobs.cluster.connect`), checkpointing to the output, and resumes from its
+   own last checkpoint when a worker is lost (``retries``).
+
+:func:`fit_corpus` does the three; ``sphdist fit`` opens the fit before it starts a cluster.
+A second fit of the same output is refused with :class:`~sphdist.errors.OutputLockedError`
+before it recovers, cleans up or writes anything.
 
 Everything about resuming is here: the decision to resume, the checks that a checkpoint belongs
-to this corpus and these parameters (:data:`RESUME_KEYS`), and the restart after a worker loss
-(:func:`fit_with_retries`).
-
-One writer per output: :func:`prepare_fit` takes the output's lock
-(:func:`sphdist.io.output_lock`) before it looks at what is there, and the fit holds it until
-its last checkpoint is committed (across the attempts of :func:`fit_with_retries`); a second fit
-of the same output is refused with :class:`~sphdist.errors.OutputLockedError`, before it
-recovers, cleans up or writes anything.
+to this corpus and these parameters (:data:`RESUME_KEYS`), the commands the remedies print
+(:func:`fit_command`), and the restart after a worker loss.
 
 References
 ----------
@@ -31,8 +35,7 @@ import functools
 import logging
 import os
 import time
-import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -48,8 +51,15 @@ from sphdist.errors import (
     ParameterError,
     WorkersLostError,
 )
-from sphdist.io import _atomic, output_lock
-from sphdist.io._fs import absolute, is_remote, is_storage_failure, location, storage_error
+from sphdist.io import (
+    Output,
+    absolute,
+    commit_identity,
+    is_storage_failure,
+    location,
+    open_output,
+    storage_error,
+)
 from sphdist.io.corpus import open_input
 from sphdist.io.model import (
     Model,
@@ -61,11 +71,14 @@ from sphdist.io.model import (
     u_sha256,
 )
 from sphdist.jobs import params as fit_params
-from sphdist.jobs.cluster import check_memory_budget, holds_in_memory, stored_nbytes
+from sphdist.jobs.cluster import (
+    check_memory_budget, holds_in_memory, memory_check, stored_nbytes,
+)
 
 __all__ = [
-    "fit_corpus", "prepare_fit", "PreparedFit", "fit_with_retries", "warm_start",
-    "check_compatible", "fit_command", "RESUME_KEYS", "WORKER_LOSS",
+    "fit_corpus", "plan_fit", "FitPlan", "open_fit", "Fit", "prepare_fit", "fit_with_retries",
+    "warm_start", "check_compatible", "fit_command", "RESUME_KEYS",
+    "WORKER_LOSS",
 ]
 
 logger = logging.getLogger("sphdist")
@@ -75,10 +88,7 @@ T = TypeVar("T")
 #: Parameters that change the sequence of iterates: a checkpoint resumes only if they match.
 #: A checkpoint written before ``max_partials``, ``dtype`` and ``polar`` were recorded was
 #: fitted with their defaults.
-RESUME_KEYS = (
-    "n_components", "lam", "mu", "init", "random_state", "init_n_iter", "split_every",
-    "max_partials", "dtype", "polar", "init_from", "accelerate",
-)
+RESUME_KEYS = fit_params.RESUME_KEYS  # the table's rows marked resume, and init_from
 #: The value a parameter had in checkpoints written before it was recorded (else the default).
 _BEFORE_RECORDED = {"accelerate": False}
 
@@ -91,88 +101,295 @@ def _log_iteration(state: solver.FitState) -> None:
     )
 
 
-@dataclasses.dataclass
-class PreparedFit:
-    """A validated fit, its input open, its output situation decided (:func:`prepare_fit`).
+@dataclasses.dataclass(frozen=True)
+class FitPlan:
+    """A fit's validated parameters and settings (:func:`plan_fit`); reads nothing.
 
     Attributes
     ----------
-    input, output : Path
+    input, output : pathlib.Path or upath.UPath
         The corpus and the ``model.zarr`` to write.
-    source : Corpus or DenseInput
-        The open input (:func:`sphdist.io.corpus.open_input`).
     params : dict
         The solver parameters (every name of :data:`sphdist.core.params.SOLVER_PARAMS`,
-        validated, ``dtype`` by name) and ``init_from``: what is stored with the model.
+        validated against the table, not yet against the corpus' shape).
     checkpoint_every : int
         Write the model every this many iterations (and at the end).
     resume, overwrite : bool
-        The flags the output situation was decided for.
-    previous : Model or None
-        The checkpoint to resume, or None for a fresh fit.
-    U0 : ndarray of shape (m, r), float64, or None
-        The warm start.
+        What to do with a model already at ``output``.
+    init_from : path-like or None
+        The model whose U is the warm start.
     memory_budget : int or None
         The most bytes X may take in memory, in bytes; None: the default of
-        :func:`sphdist.jobs.cluster.holds_in_memory`. Above it X is streamed every pass.
-
-    Notes
-    -----
-    Holds the lock on ``output`` (:func:`sphdist.io.output_lock`) from :func:`prepare_fit`
-    until :meth:`close` (or the end of a ``with`` block, or garbage collection). A Ctrl-C
-    inside its ``with`` block is raised again as :class:`~sphdist.errors.Interrupted`, saying
-    where the fit stopped (the last committed checkpoint) and the command that continues it.
+        :func:`sphdist.jobs.cluster.holds_in_memory`.
     """
 
     input: Path
     output: Path
+    params: dict[str, Any]
+    checkpoint_every: int = 1
+    resume: bool = False
+    overwrite: bool = False
+    init_from: Any = None
+    memory_budget: int | None = None
+
+
+def plan_fit(
+    input: str | os.PathLike[str],
+    output: str | os.PathLike[str],
+    *,
+    n_components: int,
+    checkpoint_every: int = 1,
+    resume: bool = False,
+    overwrite: bool = False,
+    init_from: str | os.PathLike[str] | None = None,
+    memory_budget: int | str | None = None,
+    **params: Any,
+) -> FitPlan:
+    """Validate a fit's parameters and settings; reads and writes nothing.
+
+    Parameters
+    ----------
+    input, output, n_components, checkpoint_every, resume, overwrite, init_from, memory_budget
+        As for :func:`fit_corpus`.
+    **params
+        The other solver parameters of :data:`sphdist.core.params.SOLVER_PARAMS`; those not
+        given take the table's defaults.
+
+    Returns
+    -------
+    FitPlan
+
+    Raises
+    ------
+    TypeError
+        If a keyword is not a solver parameter.
+    ParameterError
+        If ``checkpoint_every`` or ``memory_budget`` is outside
+        :data:`sphdist.jobs.params.JOB_PARAMS`.
+    """
+    unknown = set(params) - set(fit_params.SOLVER_PARAMS)
+    if unknown:
+        raise TypeError(f"prepare_fit() got unexpected keyword arguments {sorted(unknown)}")
+    fit_params.validate(
+        {"checkpoint_every": checkpoint_every}, "sphdist.jobs.fit.fit_corpus", fit_params.JOB_PARAMS
+    )
+    return FitPlan(
+        input=input, output=output,
+        params={**fit_params.defaults(), **params, "n_components": n_components},
+        checkpoint_every=checkpoint_every, resume=resume, overwrite=overwrite,
+        init_from=init_from, memory_budget=check_memory_budget(memory_budget),
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class Fit:
+    """A fit holding its output, its input open and its output situation decided.
+
+    Made by :func:`open_fit`, valid inside its ``with`` block.
+
+    Attributes
+    ----------
+    plan : FitPlan
+    out : Output
+        The held output (:func:`sphdist.io.open_output`).
+    source : Corpus or DenseInput
+        The open input (:func:`sphdist.io.corpus.open_input`), opened once.
+    params : dict
+        The solver parameters, validated against the input's shape, ``dtype`` by name, and
+        ``init_from``: what is stored with the model.
+    previous : Model or None
+        The checkpoint to resume, or None for a fresh fit.
+    U0 : ndarray of shape (m, r), float64, or None
+        The warm start.
+    before : object
+        What was committed at the output when the fit opened it (after a recovery).
+    """
+
+    plan: FitPlan
+    out: Output
     source: Any
     params: dict[str, Any]
-    checkpoint_every: int
-    resume: bool
-    overwrite: bool
     previous: Model | None
     U0: np.ndarray | None
-    memory_budget: int | None = None
-    _ran: bool = dataclasses.field(default=False, init=False, repr=False)
-    _held: contextlib.ExitStack = dataclasses.field(
-        default_factory=contextlib.ExitStack, init=False, repr=False
-    )
-    #: What was committed at ``output`` when the fit was prepared (:func:`_atomic.commit_identity`).
-    _before: Any = dataclasses.field(default=None, init=False, repr=False)
+    before: Any
 
-    def close(self) -> None:
-        """Release the output (its lock, taken by :func:`prepare_fit`); idempotent."""
-        self._held.close()
+    @property
+    def input(self) -> Path:
+        """The corpus."""
+        return location(self.plan.input)
 
-    def __enter__(self) -> PreparedFit:
-        return self
+    @property
+    def output(self) -> Path:
+        """The ``model.zarr`` written."""
+        return self.out.path
 
-    def __exit__(self, exc_type: object, exc: BaseException | None, tb: object) -> None:
+    def run(
+        self, callback: Callable[[solver.FitState], None] | None = _log_iteration, *,
+        retries: int = 0,
+    ) -> Model:
+        """Run the fit on the active Dask scheduler, checkpointing to the output.
+
+        When a worker is lost in the middle of an iteration (killed, pre-empted, out of
+        memory), data the iteration needs may be gone with it; the fit then resumes from
+        the last checkpoint it committed (or starts again as it started, if none), which
+        reaches bitwise the same U, V and objective history as an undisturbed run.
+
+        Parameters
+        ----------
+        callback : callable or None
+            Called with the solver state after the initialisation and every iteration.
+        retries : int, default 0
+            Restarts allowed after a worker loss.
+
+        Returns
+        -------
+        Model
+            The final model, read back from the output.
+
+        Raises
+        ------
+        ParameterError
+            If ``retries`` < 0.
+        WorkersLostError
+            When workers are still lost after ``retries`` restarts (the cause is chained).
+        StorageError
+            If an object store holding the input or the output fails a request even after
+            its client's retries; the last complete checkpoint stays readable.
+        """
+        fit_params.validate({"retries": retries}, "fit_with_retries", fit_params.JOB_PARAMS)
+        previous = self.previous
+        for attempt in range(retries + 1):
+            try:
+                return self._attempt(previous, callback)
+            except WORKER_LOSS as exc:
+                if attempt == retries:
+                    raise _workers_lost(self.output, retries, exc) from exc
+                if self.out.identity() not in (None, self.before):
+                    previous = load_checkpoint(self.output)  # continue our own checkpoint
+                _log_retry(self.output, exc, attempt, retries)
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def attempt(
+        self, input: Any, output: Any, *, resume: bool, overwrite: bool,
+        callback: Callable[[solver.FitState], None] | None = _log_iteration,
+    ) -> Model:
+        """One attempt with :func:`fit_corpus`'s call signature, for :func:`fit_with_retries`.
+
+        Kept for callers of :func:`fit_with_retries`; :meth:`run` with ``retries`` does the
+        same. An attempt whose flags differ from the plan's (a retry that resumes its own
+        checkpoint) decides the output situation again.
+
+        Raises
+        ------
+        ParameterError
+            If ``input`` or ``output`` is not this fit's.
+        """
+        if str(location(input)) != str(self.input) or str(location(output)) != str(self.output):
+            raise ParameterError(
+                f"this fit was prepared for {self.input} -> {self.output}, not {input} -> "
+                f"{output}. To resolve this, prepare a fit for those paths."
+            )
+        previous = self.previous
+        if (resume, overwrite) != (self.plan.resume, self.plan.overwrite):
+            previous = _checkpoint_to_resume(
+                self.input, self.out, self.source, self.params, resume, overwrite,
+                self.plan.checkpoint_every,
+            )
+        return self._attempt(previous, callback)
+
+    def _attempt(
+        self, previous: Model | None, callback: Callable[[solver.FitState], None] | None
+    ) -> Model:
         try:
-            if isinstance(exc, KeyboardInterrupt) and not isinstance(exc, Interrupted):
-                try:
-                    said = self._stopped()
-                except Exception:  # the store fails: say what is sure
-                    resume = fit_command(self.input, self.output, self.params, resume=True,
-                                         checkpoint_every=self.checkpoint_every)
-                    said = (f"the fit was interrupted (Ctrl-C); {self.output} holds its last "
-                            f"complete checkpoint, if any. To resolve this, continue it: "
-                            f"`{resume}`.")
-                raise Interrupted(said) from exc
-        finally:
-            self.close()
+            return self._fit(previous, callback)
+        except WORKER_LOSS:
+            raise  # run resumes
+        except Exception as exc:
+            if not is_storage_failure(exc):
+                raise
+            error = storage_error(self.output, exc)  # the object store that failed, named
+            raise (storage_error(self.input, exc) if error is exc else error) from None
 
-    def _stopped(self) -> str:
+    def _fit(
+        self, previous: Model | None, callback: Callable[[solver.FitState], None] | None
+    ) -> Model:
+        source, output, max_iter = self.source, self.output, self.params["max_iter"]
+        self.out.remove_stale()  # the lock proves them a killed run's; never read
+        state = None
+        if previous is not None:
+            state = previous.state(source.chunks)
+            state.converged = bool(
+                state.iteration > 0 and state.relative_change < self.params["tol"]
+            )
+            logger.info("resuming %s from iteration %d", output, state.iteration)
+        corpus_info = {
+            "path": absolute(self.input), "fingerprint": source.fingerprint,
+            "shape": list(source.shape), "feature_scheme": source.feature_scheme,
+            "tfidf": source.tfidf,
+        }
+        vocabulary = getattr(source, "vocabulary", None)  # a Corpus of the vocabulary scheme
+
+        save = functools.partial(
+            save_checkpoint, self.out.target, params=self.params, corpus=corpus_info,
+            idf=source.idf, vocabulary=vocabulary,
+        )
+
+        def on_state(s: solver.FitState) -> None:
+            if callback is not None:
+                callback(s)
+            final = s.converged or s.iteration >= max_iter
+            # iteration 0 of the stateless fit is not saved: its U_0 (random or svd) fills all
+            # m rows, U_1 only the occurring features' (8 m r bytes against 8 k r), and
+            # redoing it is the seed plus one pass
+            first = s.iteration == 0 and s.V is None
+            if s.iteration % self.plan.checkpoint_every == 0 and not final and not first:
+                save(s)  # U_k alone (and V_k, for a fit that keeps it)
+
+        X = source.to_dask()
+        client = graph.active_client()
+        hold, why = holds_in_memory(stored_nbytes(source), self.plan.memory_budget, client)
+        logger.info(why)
+        check_memory = memory_check(
+            source, self.params["n_components"], dtype=self.params["dtype"],
+            max_partials=self.params["max_partials"], client=client,
+            held_bytes=stored_nbytes(source) if hold else 0,
+            remedy=lambda r, C: fit_command(
+                self.input, output, {**self.params, "n_components": r, "max_partials": C},
+                overwrite=self.plan.overwrite or previous is not None,
+                checkpoint_every=self.plan.checkpoint_every,
+            ),
+        )
+        if hold:  # read once and kept; else every pass reads each chunk as its task runs
+            X = X.persist()
+        scratch = ScratchV(output)  # V_k of a fit that keeps it (lam != 2): on disk
+        with fit_params.validated():  # open_fit validated every parameter
+            try:
+                final = solver.fit(
+                    X, state=state, U0=self.U0, callback=on_state, spill=scratch,
+                    check_memory=check_memory,
+                    **{name: self.params[name] for name in fit_params.SOLVER_PARAMS},
+                )
+            except DataError as exc:  # the solver knows X, not the file: name it
+                raise DataError(f"{self.input}: {exc}") from None
+        if final is not state or not open_model(output).has_embedding:
+            t0 = time.perf_counter()
+            # the final model: V written chunk by chunk by the tasks that compute it
+            save(final, V=solver.embedding(X, final, dtype=self.params["dtype"]))
+            logger.info("wrote the embedding and committed %s in %.2fs", output,
+                        time.perf_counter() - t0)
+        scratch.remove()
+        return open_model(output)
+
+    def stopped(self) -> str:
         """Where a fit stopped by Ctrl-C is, and the command that goes on from there."""
         output, max_iter = self.output, self.params["max_iter"]
         command = functools.partial(fit_command, self.input, output, self.params,
-                                    checkpoint_every=self.checkpoint_every)
-        if self.previous is None and _atomic.commit_identity(output) == self._before:
+                                    checkpoint_every=self.plan.checkpoint_every)
+        if self.previous is None and self.out.identity() == self.before:
             return (
                 "the fit was interrupted (Ctrl-C) before its first checkpoint: nothing was "
-                f"written, {output} {'does not exist' if self._before is None else 'is as it was'}"
-                f". To resolve this, run it again: `{command(overwrite=self.overwrite)}`."
+                f"written, {output} {'does not exist' if self.before is None else 'is as it was'}"
+                f". To resolve this, run it again: `{command(overwrite=self.plan.overwrite)}`."
             )
         try:
             model = load_checkpoint(output)
@@ -193,211 +410,81 @@ class PreparedFit:
             f"`{command(resume=True)}`."
         )
 
-    def run(
-        self, callback: Callable[[solver.FitState], None] | None = _log_iteration
-    ) -> Model:
-        """Run the fit on the active Dask scheduler, checkpointing to ``output``.
 
-        Parameters
-        ----------
-        callback : callable or None
-            Called with the solver state after the initialisation and every iteration.
+@contextlib.contextmanager
+def open_fit(plan: FitPlan) -> Iterator[Fit]:
+    """Hold ``plan``'s output for a block, open its input once and decide what to do there.
 
-        Returns
-        -------
-        Model
-            The final model, read back from ``output``.
-
-        Raises
-        ------
-        StorageError
-            If an object store holding the input or the output fails a request even after
-            its client's retries; the last complete checkpoint stays readable.
-        """
-        with output_lock(self.output):  # held since prepare_fit (reentrant)
-            try:
-                return self._run(callback)
-            except WORKER_LOSS:
-                raise  # fit_with_retries resumes
-            except Exception as exc:
-                if not is_storage_failure(exc):
-                    raise
-                where = self.output if is_remote(self.output) else self.input
-                raise storage_error(where, exc) from None
-
-    def _run(self, callback: Callable[[solver.FitState], None] | None) -> Model:
-        source, output, max_iter = self.source, self.output, self.params["max_iter"]
-        self._ran = True
-        _atomic.discard_stale(output)  # the lock proves them a killed run's; never read
-        state = None
-        if self.previous is not None:
-            state = self.previous.state(source.chunks)
-            state.converged = bool(
-                state.iteration > 0 and state.relative_change < self.params["tol"]
-            )
-            logger.info("resuming %s from iteration %d", output, state.iteration)
-        corpus_info = {
-            "path": absolute(self.input), "fingerprint": source.fingerprint,
-            "shape": list(source.shape), "feature_scheme": source.feature_scheme,
-            "tfidf": source.tfidf,
-        }
-        vocabulary = getattr(source, "vocabulary", None)  # a Corpus of the vocabulary scheme
-
-        save = functools.partial(
-            save_checkpoint, output, params=self.params, corpus=corpus_info, idf=source.idf,
-            vocabulary=vocabulary,
-        )
-
-        def on_state(s: solver.FitState) -> None:
-            if callback is not None:
-                callback(s)
-            final = s.converged or s.iteration >= max_iter
-            # iteration 0 of the stateless fit is not saved: its U_0 (random or svd) fills all
-            # m rows, U_1 only the occurring features' (8 m r bytes against 8 k r), and
-            # redoing it is the seed plus one pass
-            first = s.iteration == 0 and s.V is None
-            if s.iteration % self.checkpoint_every == 0 and not final and not first:
-                save(s)  # U_k alone (and V_k, for a fit that keeps it)
-
-        X = source.to_dask()
-        hold, why = holds_in_memory(stored_nbytes(source), self.memory_budget,
-                                    graph.active_client())
-        logger.info(why)
-        if hold:  # read once and kept; else every pass reads each chunk as its task runs
-            X = X.persist()
-        scratch = ScratchV(output)  # V_k of a fit that keeps it (lam != 2): on disk
-        with fit_params.validated():  # prepare_fit validated every parameter
-            try:
-                final = solver.fit(
-                    X, state=state, U0=self.U0, callback=on_state, spill=scratch,
-                    **{name: self.params[name] for name in fit_params.SOLVER_PARAMS},
-                )
-            except DataError as exc:  # the solver knows X, not the file: name it
-                raise DataError(f"{self.input}: {exc}") from None
-        if final is not state or not open_model(output).has_embedding:
-            t0 = time.perf_counter()
-            # the final model: V written chunk by chunk by the tasks that compute it
-            save(final, V=solver.embedding(X, final, dtype=self.params["dtype"]))
-            logger.info("wrote the embedding and committed %s in %.2fs", output,
-                        time.perf_counter() - t0)
-        scratch.remove()
-        return open_model(output)
-
-    def attempt(
-        self, input: Any, output: Any, *, resume: bool, overwrite: bool,
-        callback: Callable[[solver.FitState], None] | None = _log_iteration,
-    ) -> Model:
-        """:meth:`run` with :func:`fit_corpus`'s call signature, for :func:`fit_with_retries`.
-
-        The input stays open and the parameters validated; the output situation is decided
-        again for every attempt after the first (a retry resumes the checkpoint an earlier
-        attempt wrote).
-
-        Raises
-        ------
-        ParameterError
-            If ``input`` or ``output`` is not this fit's.
-        """
-        if str(location(input)) != str(self.input) or str(location(output)) != str(self.output):
-            raise ParameterError(
-                f"this fit was prepared for {self.input} -> {self.output}, not {input} -> "
-                f"{output}. To resolve this, prepare a fit for those paths."
-            )
-        with output_lock(self.output):  # held since prepare_fit (reentrant)
-            prepared = self
-            if self._ran or (resume, overwrite) != (self.resume, self.overwrite):
-                prepared = dataclasses.replace(
-                    self, resume=resume, overwrite=overwrite,
-                    previous=_checkpoint_to_resume(
-                        self.input, self.output, self.source, self.params, resume, overwrite,
-                        self.checkpoint_every,
-                    ),
-                )
-            return prepared.run(callback)
-
-
-def prepare_fit(
-    input: str | os.PathLike[str],
-    output: str | os.PathLike[str],
-    *,
-    n_components: int,
-    checkpoint_every: int = 1,
-    resume: bool = False,
-    overwrite: bool = False,
-    init_from: str | os.PathLike[str] | None = None,
-    memory_budget: int | str | None = None,
-    **params: Any,
-) -> PreparedFit:
-    """Everything of a fit that needs no cluster: validate, open, decide, read the warm start.
+    The output's lock is taken before anything there is looked at and released when the
+    block ends. A Ctrl-C inside the block is raised again as
+    :class:`~sphdist.errors.Interrupted`, saying where the fit stopped (the last committed
+    checkpoint) and the command that continues it.
 
     Parameters
     ----------
-    input, output, n_components, checkpoint_every, resume, overwrite, init_from, memory_budget
-        As for :func:`fit_corpus`.
-    **params
-        The other solver parameters of :data:`sphdist.core.params.SOLVER_PARAMS`; those not
-        given take the table's defaults.
+    plan : FitPlan
 
-    Returns
-    -------
-    PreparedFit
-        To :meth:`~PreparedFit.run` on a cluster; it holds the lock on ``output`` until it is
-        closed (use it as a context manager).
+    Yields
+    ------
+    Fit
 
     Raises
     ------
     OutputLockedError
-        If another process is writing ``output``.
+        If another process is writing the output.
     ParameterError
-        If a parameter is outside :data:`sphdist.core.params.PARAMS` or
-        :data:`sphdist.jobs.params.JOB_PARAMS`, or ``n_components`` exceeds the corpus' shape.
+        If ``n_components`` exceeds the corpus' shape, or another parameter does not fit it.
     OutputExistsError, CheckpointMismatchError, CorpusMismatchError, DataError
         See :func:`fit_corpus`.
     """
-    unknown = set(params) - set(fit_params.SOLVER_PARAMS)
-    if unknown:
-        raise TypeError(f"prepare_fit() got unexpected keyword arguments {sorted(unknown)}")
-    values = {**fit_params.defaults(), **params, "n_components": n_components}
-    fit_params.validate(
-        {"checkpoint_every": checkpoint_every}, "sphdist.jobs.fit.fit_corpus", fit_params.JOB_PARAMS
-    )
-    budget = check_memory_budget(memory_budget)
-    held = contextlib.ExitStack()
-    held.enter_context(output_lock(output))  # before anything at output is looked at
-    try:
-        prepared = _prepare(input, output, n_components, checkpoint_every, resume, overwrite,
-                            init_from, values)
-    except BaseException:
-        held.close()
-        raise
-    prepared._held = held
-    prepared._before = _atomic.commit_identity(output)  # after a recovery, before any write
-    prepared.memory_budget = budget
-    weakref.finalize(prepared, held.close)  # released even if never closed
-    return prepared
+    with open_output(plan.output) as out:  # before anything at output is looked at
+        fit = _open(plan, out)
+        try:
+            yield fit
+        except KeyboardInterrupt as exc:
+            if isinstance(exc, Interrupted):
+                raise
+            try:
+                said = fit.stopped()
+            except Exception:  # the store fails: say what is sure
+                resume = fit_command(fit.input, fit.output, fit.params, resume=True,
+                                     checkpoint_every=plan.checkpoint_every)
+                said = (f"the fit was interrupted (Ctrl-C); {fit.output} holds its last "
+                        f"complete checkpoint, if any. To resolve this, continue it: "
+                        f"`{resume}`.")
+            raise Interrupted(said) from exc
 
 
-def _prepare(
-    input: Any, output: Any, n_components: int, checkpoint_every: int, resume: bool,
-    overwrite: bool, init_from: Any, values: dict[str, Any],
-) -> PreparedFit:
-    source = open_input(input)
+def _open(plan: FitPlan, out: Output) -> Fit:
+    source = open_input(plan.input)
     source.require_documents()
+    values = dict(plan.params)
     solver.check_params(shape=source.shape, caller="sphdist.jobs.fit.fit_corpus", **values)
     values["dtype"] = np.dtype(values["dtype"]).name  # stored by name
     U0 = None
-    if init_from is not None:
-        U0 = warm_start(init_from, source, input, n_components)
+    if plan.init_from is not None:
+        U0 = warm_start(plan.init_from, source, plan.input, values["n_components"])
     values["init_from"] = None if U0 is None else {
-        "path": absolute(init_from), "u_sha256": u_sha256(U0),
+        "path": absolute(plan.init_from), "u_sha256": u_sha256(U0),
     }
-    previous = _checkpoint_to_resume(input, output, source, values, resume, overwrite,
-                                     checkpoint_every)
-    return PreparedFit(
-        input=location(input), output=location(output), source=source, params=values,
-        checkpoint_every=checkpoint_every, resume=resume, overwrite=overwrite,
-        previous=previous, U0=U0,
-    )
+    previous = _checkpoint_to_resume(plan.input, out, source, values, plan.resume,
+                                     plan.overwrite, plan.checkpoint_every)
+    return Fit(plan=plan, out=out, source=source, params=values, previous=previous, U0=U0,
+               before=out.identity())  # after a recovery, before any write
+
+
+def prepare_fit(
+    input: str | os.PathLike[str], output: str | os.PathLike[str], **kwargs: Any
+) -> contextlib.AbstractContextManager[Fit]:
+    """``open_fit(plan_fit(input, output, **kwargs))``: use it as a context manager.
+
+    Raises
+    ------
+    TypeError, ParameterError
+        As :func:`plan_fit`, at the call; the others of :func:`open_fit` when the block
+        is entered.
+    """
+    return open_fit(plan_fit(input, output, **kwargs))
 
 
 def fit_corpus(
@@ -424,10 +511,11 @@ def fit_corpus(
     init_from: str | os.PathLike[str] | None = None,
     memory_budget: int | str | None = None,
     callback: Callable[[solver.FitState], None] | None = _log_iteration,
+    retries: int = 0,
 ) -> Model:
     """Fit Spherical PCA to a stored corpus, checkpointing to ``output``.
 
-    :func:`prepare_fit`, then :meth:`PreparedFit.run`.
+    :func:`plan_fit`, then :meth:`Fit.run` inside :func:`open_fit`.
 
     Parameters
     ----------
@@ -445,7 +533,7 @@ def fit_corpus(
     random_state : int or None, default 0
         Seed of the initialisation (stored with the model). 0, as for
         :class:`sphdist.SphericalPCA` and ``sphdist fit``: a checkpointed fit that restarts
-        (:func:`fit_with_retries`) or is rerun from its stored parameters must reach the same
+        (``retries``) or is rerun from its stored parameters must reach the same
         iterates, which a fresh draw (None) would not.
     checkpoint_every : int, default 1
         Write the model every this many iterations (and always at the end).
@@ -471,6 +559,8 @@ def fit_corpus(
     callback : callable or None
         Called with the solver state after every iteration; default logs one line
         (iteration, objective, relative change, seconds) to the ``sphdist`` logger.
+    retries : int, default 0
+        Restarts from the last checkpoint after a worker loss (see :meth:`Fit.run`).
 
     Returns
     -------
@@ -479,8 +569,8 @@ def fit_corpus(
 
     See Also
     --------
-    fit_with_retries : Resume from the last checkpoint when a worker is lost (what ``sphdist
-        fit --retries`` uses).
+    Fit.run : Resume from the last checkpoint when a worker is lost (what ``sphdist
+        fit --retries`` does).
 
     Raises
     ------
@@ -488,6 +578,8 @@ def fit_corpus(
         If ``output`` exists and neither ``resume`` nor ``overwrite`` is set.
     OutputLockedError
         If another process is writing ``output`` (``overwrite`` does not take it over).
+    WorkersLostError
+        When workers are still lost after ``retries`` restarts.
     DataError
         If every document of ``input`` is empty (nothing to fit).
     CheckpointMismatchError
@@ -498,18 +590,19 @@ def fit_corpus(
         For invalid parameters or input (``ParameterError`` also when the r of ``init_from``
         is not ``n_components``).
     """
-    with prepare_fit(
+    plan = plan_fit(
         input, output, n_components=n_components, lam=lam, mu=mu, max_iter=max_iter, tol=tol,
         init=init, random_state=random_state, init_n_iter=init_n_iter, split_every=split_every,
         max_partials=max_partials, dtype=dtype, polar=polar, partials=partials,
         accelerate=accelerate, checkpoint_every=checkpoint_every, resume=resume,
         overwrite=overwrite, init_from=init_from, memory_budget=memory_budget,
-    ) as prepared:
-        return prepared.run(callback)
+    )
+    with open_fit(plan) as fit:
+        return fit.run(callback, retries=retries)
 
 
 def _checkpoint_to_resume(
-    input: Any, output: Any, source: Any, params: dict[str, Any], resume: bool,
+    input: Any, out: Output, source: Any, params: dict[str, Any], resume: bool,
     overwrite: bool, checkpoint_every: int = 1,
 ) -> Model | None:
     """The checkpoint at ``output`` to resume, None for a fresh fit, or why neither.
@@ -518,7 +611,9 @@ def _checkpoint_to_resume(
     was asked first: the asked fit with ``--overwrite``, and the resume of what is there with
     its own parameters (and the asked ``--max-iter`` and ``--tol``, which may change).
     """
-    previous = load_checkpoint(output, recover=True)  # this fit is the writer of output
+    out.recover()  # this fit is the writer of the output: an interrupted commit put back
+    output = out.path
+    previous = load_checkpoint(output)
     if previous is None or (overwrite and not resume):
         return None
     same_corpus = previous.corpus.get("fingerprint") == source.fingerprint
@@ -755,6 +850,7 @@ def check_compatible(
         )
 
 
+
 def _worker_loss_errors() -> tuple[type[BaseException], ...]:
     from distributed.client import FutureCancelledError
     from distributed.comm.core import CommClosedError
@@ -765,6 +861,24 @@ def _worker_loss_errors() -> tuple[type[BaseException], ...]:
 
 #: Exceptions with which a computation fails when a worker holding its data dies.
 WORKER_LOSS: tuple[type[BaseException], ...] = _worker_loss_errors()
+
+
+
+def _workers_lost(output: Any, retries: int, exc: BaseException) -> WorkersLostError:
+    return WorkersLostError(
+        f"workers were lost in {retries + 1} attempts to fit {output} (last: "
+        f"{type(exc).__name__}: {str(exc)[:200]}). The last complete checkpoint is "
+        "kept. To resolve this, check the workers' logs (often a memory limit "
+        "below what sphdist.core.solver.fit's Notes give), then rerun with --resume."
+    )
+
+
+def _log_retry(output: Any, exc: BaseException, attempt: int, retries: int) -> None:
+    logger.warning(
+        "a worker was lost (%s: %s); resuming %s from its last checkpoint "
+        "(retry %d of %d)", type(exc).__name__, str(exc)[:200], output, attempt + 1,
+        retries,
+    )
 
 
 def fit_with_retries(
@@ -779,21 +893,19 @@ def fit_with_retries(
 ) -> T:
     """Run ``fit(input, output, ...)``, resuming from its last checkpoint when a worker dies.
 
-    When a worker is lost in the middle of an iteration (killed, pre-empted, out of memory),
-    data the iteration needs may be gone with it; the fit is then restarted with
-    ``resume=True`` from the last complete checkpoint at ``output``, which reaches bitwise the
-    same U, V and objective history as an undisturbed run.
+    For a fit function of :func:`fit_corpus`'s signature (or :meth:`Fit.attempt`); a fit
+    opened with :func:`open_fit` does the same with ``Fit.run(retries=...)``. A retry resumes
+    the checkpoint written by the attempts of this call; if none was written yet, it repeats
+    the first attempt's flags.
 
     Parameters
     ----------
     fit : callable
-        :func:`fit_corpus`, :meth:`PreparedFit.attempt` (what ``sphdist fit`` uses: the input
-        is not opened again), or a function with their signature.
+        ``fit(input, output, *, resume, overwrite, **kwargs)``.
     input, output : path-like
         Passed to ``fit``.
     resume, overwrite : bool
-        Passed to the first attempt. A retry resumes the checkpoint written by the attempts of
-        this call; if none was written yet, it repeats the first attempt's flags.
+        Passed to the first attempt.
     retries : int, default 3
         Restarts allowed after a worker loss; 0 disables them.
     **kwargs
@@ -808,37 +920,18 @@ def fit_with_retries(
     ------
     ParameterError
         If ``retries`` < 0.
-    OutputLockedError
-        If another process is writing ``output``: the lock is held across the attempts.
     WorkersLostError
         When workers are still lost after ``retries`` restarts (the cause is chained).
     """
     fit_params.validate({"retries": retries}, "fit_with_retries", fit_params.JOB_PARAMS)
-    with output_lock(output):  # reentrant: a PreparedFit's attempts hold it already
-        return _with_retries(fit, input, output, resume, overwrite, retries, kwargs)
-
-
-def _with_retries(
-    fit: Callable[..., T], input: Any, output: Any, resume: bool, overwrite: bool,
-    retries: int, kwargs: dict[str, Any],
-) -> T:
-    before = _atomic.commit_identity(output)
+    before = commit_identity(output)
     for attempt in range(retries + 1):
         try:
             return fit(input, output, resume=resume, overwrite=overwrite, **kwargs)
         except WORKER_LOSS as exc:
             if attempt == retries:
-                raise WorkersLostError(
-                    f"workers were lost in {retries + 1} attempts to fit {output} (last: "
-                    f"{type(exc).__name__}: {str(exc)[:200]}). The last complete checkpoint is "
-                    "kept. To resolve this, check the workers' logs (often a memory limit "
-                    "below what sphdist.core.solver.fit's Notes give), then rerun with --resume."
-                ) from exc
-            if _atomic.commit_identity(output) not in (None, before):
+                raise _workers_lost(output, retries, exc) from exc
+            if commit_identity(output) not in (None, before):
                 resume, overwrite = True, False  # continue our own checkpoint
-            logger.warning(
-                "a worker was lost (%s: %s); resuming %s from its last checkpoint "
-                "(retry %d of %d)", type(exc).__name__, str(exc)[:200], output, attempt + 1,
-                retries,
-            )
+            _log_retry(output, exc, attempt, retries)
     raise AssertionError("unreachable")  # pragma: no cover

@@ -15,8 +15,15 @@ from typing import Any
 import numpy as np
 
 from sphdist.errors import DataError, InputNotFoundError, ParameterError
-from sphdist.io import CommitState, commit_state, open_stored, stored_kind
-from sphdist.io._fs import exists, listing_command, location
+from sphdist.io import (
+    CommitState,
+    commit_state,
+    exists,
+    listing_command,
+    location,
+    open_stored,
+    stored_kind,
+)
 from sphdist.io.model import Model, open_model
 
 __all__ = [

@@ -14,8 +14,7 @@ from typing import Any
 import numpy as np
 
 from sphdist.errors import ParameterError
-from sphdist.io import atomic_path
-from sphdist.io._fs import location
+from sphdist.io import atomic_path, location
 from sphdist.io.model import Model, open_model
 from sphdist.jobs.embedding import open_embedding_source
 from sphdist.jobs.info import plural, shown_objective

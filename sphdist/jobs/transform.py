@@ -15,9 +15,7 @@ import numpy as np
 
 from sphdist.core import graph
 from sphdist.errors import CorpusMismatchError, OutputExistsError
-from sphdist.io._atomic import committed
-from sphdist.io._fs import absolute, location
-from sphdist.io._lock import locks_output
+from sphdist.io import absolute, committed, location, locks_output
 from sphdist.io.corpus import open_input
 from sphdist.io.embedding import Embedding, EmbeddingWriter
 from sphdist.io.model import open_model

@@ -20,7 +20,7 @@ import scipy.sparse as sp
 from zarr.codecs import ZstdCodec
 
 from sphdist.errors import DataError
-from sphdist.io._fs import join, load_array, open_file, remove
+from sphdist.io import join, load_array, open_file, remove
 from sphdist.io.corpus_writer import store_chunk
 from sphdist.text.sources import Bad, Partition, Reading
 from sphdist.text.tfidf import (

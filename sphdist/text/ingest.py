@@ -46,12 +46,11 @@ from typing import Any
 import numpy as np
 import zarr
 
+from sphdist import io as _atomic  # committed, staging_path, discard
 from sphdist._progress import progress as _progress
 from sphdist._validation import Number, check_int, check_param
 from sphdist.errors import DataError, InputNotFoundError, OutputExistsError, ParameterError
-from sphdist.io import _atomic
-from sphdist.io._fs import exists, is_remote, join, location, open_file
-from sphdist.io._lock import locks_output
+from sphdist.io import exists, is_remote, join, location, locks_output, open_file
 from sphdist.io.corpus import Corpus
 from sphdist.io.corpus_writer import CorpusWriter
 from sphdist.text._messages import Emptied, documents, ingest_command, option_flags
@@ -554,8 +553,7 @@ def read_like(
         If it is neither, or lacks an idf or (vocabulary scheme) a vocabulary.
     """
     from sphdist.errors import CorpusFormatError, ModelFormatError
-    from sphdist.io import open_stored, stored_kind
-    from sphdist.io._zarr import require_finite
+    from sphdist.io import open_stored, require_finite, stored_kind
 
     path = location(path)
     if not exists(path):

@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from sphdist.errors import DataError, InputNotFoundError, ParameterError
-from sphdist.io._fs import (
+from sphdist.io import (
     exists,
     glob,
     is_remote,

@@ -45,10 +45,7 @@ import scipy.sparse as sp
 from sphdist._progress import progress as _progress
 from sphdist._validation import Number, check_int, check_param
 from sphdist.errors import OutputExistsError, ParameterError
-from sphdist.io import atomic_path
-from sphdist.io._atomic import committed
-from sphdist.io._fs import location
-from sphdist.io._lock import locks_output
+from sphdist.io import atomic_path, committed, location, locks_output
 from sphdist.io.corpus_writer import CorpusWriter
 from sphdist.text.tfidf import TextOptions, document_frequency, smooth_idf, weight
 

@@ -11,7 +11,6 @@ import pytest
 
 from sphdist.errors import OutputLockedError, SphdistError
 from sphdist.io import output_lock
-from sphdist.io._atomic import discard_stale
 
 from .. import _lock_holder
 
@@ -62,7 +61,8 @@ def test_a_killed_writer_leaves_no_stale_lock(tmp_path, holder):
     assert list(tmp_path.iterdir()) == []
 
 
-def test_reentrant_in_one_thread_refused_in_another(tmp_path):
+def test_one_hold_per_output_even_in_one_process(tmp_path):
+    """No reentrant registry: a second hold is refused in the same thread and in another."""
     target = tmp_path / "model.zarr"
     refused = []
 
@@ -74,13 +74,16 @@ def test_reentrant_in_one_thread_refused_in_another(tmp_path):
             refused.append(exc)
 
     with output_lock(target):
-        with output_lock(target):  # the same writer, deeper in its call stack
-            pass
-        assert (tmp_path / "model.zarr.lock.json").exists()  # still held
+        with pytest.raises(OutputLockedError, match=f"pid {os.getpid()}"):
+            with output_lock(target):  # the same writer, deeper in its call stack
+                pass
+        assert (tmp_path / "model.zarr.lock.json").exists()  # the first hold is intact
         thread = threading.Thread(target=other)
         thread.start()
         thread.join()
     assert len(refused) == 1
+    with output_lock(target):  # released at the end of the block
+        pass
 
 
 def test_staging_trees_are_kept_while_another_writer_holds_the_output(tmp_path, holder):
@@ -88,9 +91,10 @@ def test_staging_trees_are_kept_while_another_writer_holds_the_output(tmp_path, 
     staging = tmp_path / "model.zarr.tmp-0123456789ab"
     staging.mkdir()
     h = holder(target)
-    with pytest.raises(OutputLockedError):
-        discard_stale(target)
+    with pytest.raises(OutputLockedError), output_lock(target) as out:
+        out.remove_stale()
     assert staging.exists()  # the holder's next version
     h.kill()
-    discard_stale(target)  # now provably stale
+    with output_lock(target) as out:
+        out.remove_stale()  # now provably stale
     assert not staging.exists()

@@ -1,5 +1,7 @@
 """The fit job: one preparation, resume decisions, and retries that reuse the preparation."""
 
+import os
+
 import numpy as np
 import pytest
 import zarr
@@ -50,7 +52,8 @@ def test_checkpoint_without_the_new_keys_resumes_with_their_defaults(corpus, tmp
                        if k not in ("dtype", "polar", "partials", "max_partials")}
     group.attrs.put(attrs)
     with pytest.raises(CheckpointMismatchError, match="dtype: 'float64' -> 'float32'"):
-        prepare_fit(corpus.path, out, resume=True, dtype="float32", **KW)
+        with prepare_fit(corpus.path, out, resume=True, dtype="float32", **KW):
+            pass
     _same(fit_corpus(corpus.path, out, resume=True, callback=None, **KW), reference)
 
 
@@ -63,7 +66,6 @@ def test_retry_resumes_its_own_checkpoint_without_reopening_the_input(
     opened = []
     open_input = fit.open_input
     monkeypatch.setattr(fit, "open_input", lambda path: opened.append(path) or open_input(path))
-    prepared = prepare_fit(corpus.path, out, overwrite=True, **KW)
     lost, seen = [], []
 
     def lose_a_worker_once(state):
@@ -72,8 +74,60 @@ def test_retry_resumes_its_own_checkpoint_without_reopening_the_input(
             lost.append(state.iteration)
             raise FutureCancelledError("pass", reason="lost")
 
-    model = fit_with_retries(prepared.attempt, corpus.path, out, overwrite=True,
-                             callback=lose_a_worker_once)
+    with fit.open_fit(fit.plan_fit(corpus.path, out, overwrite=True, **KW)) as job:
+        model = job.run(lose_a_worker_once, retries=3)
     assert lost == [3] and opened == [corpus.path]
     assert seen == [0, 1, 2, 3, 3, 4, 5]  # the retry resumed the checkpoint of iteration 2
     _same(model, reference)
+
+
+def test_the_attempts_of_fit_with_retries_reuse_the_opened_fit(corpus, tmp_path, monkeypatch):
+    """What ``sphdist fit`` calls: ``fit_with_retries(prepared.attempt, ...)``."""
+    reference = fit_corpus(corpus.path, tmp_path / "ref.zarr", callback=None, **KW)
+    out = tmp_path / "m.zarr"
+    opened = []
+    open_input = fit.open_input
+    monkeypatch.setattr(fit, "open_input", lambda path: opened.append(path) or open_input(path))
+    lost, seen = [], []
+
+    def lose_a_worker_once(state):
+        seen.append(state.iteration)
+        if state.iteration == 3 and not lost:
+            lost.append(state.iteration)
+            raise FutureCancelledError("pass", reason="lost")
+
+    with prepare_fit(corpus.path, out, **KW) as prepared:
+        model = fit_with_retries(prepared.attempt, corpus.path, out, callback=lose_a_worker_once)
+    assert lost == [3] and opened == [corpus.path]
+    assert seen == [0, 1, 2, 3, 3, 4, 5]
+    _same(model, reference)
+
+
+def test_the_fit_holds_its_output_once_and_releases_it(corpus, tmp_path):
+    from sphdist.errors import OutputLockedError
+    from sphdist.io import lock_holder, open_output
+
+    out = tmp_path / "m.zarr"
+    with prepare_fit(corpus.path, out, **KW) as job:
+        assert lock_holder(out)["pid"] == os.getpid()
+        with pytest.raises(OutputLockedError), open_output(out):
+            pass  # not reentrant: nobody else writes it while the fit holds it
+        job.run(callback=None)
+    assert lock_holder(out) is None
+    with open_output(out):
+        pass
+
+
+def test_the_corpus_is_opened_once_per_fit(corpus, tmp_path, monkeypatch):
+    """Issue 26: one manifest read and one metadata read of the input per fit (it was two:
+    ``open_input`` opened the group, then ``Corpus`` opened it again)."""
+    import sphdist.io.corpus as stored_corpus
+
+    opened, resolved = [], []
+    open_node, readable_path = stored_corpus.open_node, stored_corpus.readable_path
+    monkeypatch.setattr(stored_corpus, "open_node",
+                        lambda *a, **k: opened.append(a[0]) or open_node(*a, **k))
+    monkeypatch.setattr(stored_corpus, "readable_path",
+                        lambda p: resolved.append(p) or readable_path(p))
+    fit_corpus(corpus.path, tmp_path / "m.zarr", callback=None, retries=1, **KW)
+    assert len(opened) == 1 and len(resolved) == 1
