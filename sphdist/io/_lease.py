@@ -19,8 +19,9 @@ A second writer that finds the object reads it and
   one renewal period, and a killed one is taken over at most one lease after it stopped.
 
 A holder whose renewal fails (it was taken over after a pause longer than the lease) marks the
-lease lost, and its next commit refuses to write (:func:`check_lease`), so a paused writer that
-wakes up does not overwrite the new writer's versions.
+lease lost (:meth:`Lease.check`), and every commit to the output first reads the lock object and
+refuses to write if it names another holder (:func:`held_here`), so a paused writer that wakes
+up does not overwrite the new writer's versions.
 
 The lease length is ``SPHDIST_LOCK_LEASE`` seconds (default 30).
 

@@ -52,7 +52,10 @@ none), never a torn one. A reader of a commit interrupted between its renames re
 previous version (``model.zarr.old``) in place and changes nothing; the next writer moves it
 back (:func:`save_checkpoint`, ``load_checkpoint(path, recover=True)``). In an object store
 (``s3://bucket/model.zarr``) the version is written under ``model.zarr/v-<id>/`` and committed
-by writing the manifest ``model.zarr/zarr.json`` last (one PUT); readers follow it. The path
+by writing the manifest ``model.zarr/zarr.json`` last (one PUT); readers follow it, and the
+previous version is kept until the next commit for the readers that opened it. A reader racing
+a commit reads one version or says it "was replaced while reading; run it again"
+(:class:`~sphdist.io._zarr.TaggedStore`). The path
 must be one the driver and the workers share, a filesystem or an object store (V is written by
 the workers).
 """
