@@ -40,12 +40,22 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def _ingest_child(source: str, output: str, workers: int) -> None:
-    from sphdist.text.ingest import ingest
+    import contextlib
 
+    import dask
+
+    from sphdist.jobs.cluster import connect
+    from sphdist.text.ingest import SourceSpec, TextSpec, ingest
+
+    # as `sphdist ingest --n-workers`: 1 is this process, N a LocalCluster of N processes
+    scheduler = (dask.config.set(scheduler="synchronous") if workers == 1
+                 else connect(n_workers=workers) if workers > 1 else contextlib.nullcontext())
     start = time.perf_counter()
-    corpus = ingest(source, output, label_field="label", id_field="id", n_workers=workers,
-                    overwrite=True, vocabulary=False, stop_words=None,
-                    sublinear_tf=False)  # as HashingVectorizer + TfidfTransformer
+    with scheduler:
+        corpus = ingest(SourceSpec(source, label_field="label", id_field="id"), output,
+                        overwrite=True, text=TextSpec(vocabulary=False, stop_words=None,
+                                                      sublinear_tf=False))  # as scikit-learn's
+    # HashingVectorizer + TfidfTransformer
     seconds = time.perf_counter() - start
     print(json.dumps({"seconds": seconds, "n_documents": corpus.n_documents,
                       "nnz": corpus.nnz, "n_chunks": corpus.n_chunks}))

@@ -49,7 +49,7 @@ from sphdist.jobs.cluster import connect
 from sphdist.jobs.evaluate import evaluate_model
 from sphdist.jobs.fit import fit_corpus
 from sphdist.metrics import evaluate_embedding
-from sphdist.text.ingest import REMOVE_OPTIONS, ingest
+from sphdist.text.ingest import REMOVE_OPTIONS, SourceSpec, TextSpec, ingest
 
 logger = logging.getLogger("sphdist")
 
@@ -110,8 +110,8 @@ def run_one(name, categories, work, texts_by_group, *, n_components, seed, **fit
     out = work / name
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
-    corpus = ingest(newsgroups_archive(), out / "corpus.zarr", categories=categories,
-                    remove=REMOVE_OPTIONS, overwrite=True,
+    corpus = ingest(SourceSpec(newsgroups_archive(), categories=categories),
+                    out / "corpus.zarr", text=TextSpec(remove=REMOVE_OPTIONS), overwrite=True,
                     progress=sys.stderr.isatty() and logger.isEnabledFor(logging.INFO))
     ingest_s = time.perf_counter() - t0
     logger.info("%s: %d documents, %d features, nnz %d, %d empty", name, corpus.n_documents,

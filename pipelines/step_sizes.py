@@ -52,7 +52,7 @@ from sphdist.datasets import NEWSGROUPS_PAPER_CATEGORIES, newsgroups_archive
 from sphdist.io import atomic_path
 from sphdist.io.corpus import Corpus
 from sphdist.io.corpus_writer import CorpusWriter
-from sphdist.text.ingest import ingest
+from sphdist.text.ingest import SourceSpec, TextSpec, ingest
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -125,10 +125,12 @@ def newsgroups_corpus(work_dir: Path, cfg: Config) -> Corpus:
             return corpus
     t0 = time.perf_counter()
     corpus = ingest(
-        newsgroups_archive(ex.data_home()), path, categories=cfg.news_categories,
-        max_docs_per_label=cfg.news_docs_per_label, seed=cfg.seed, n_features=n_features,
-        remove=remove, overwrite=True, vocabulary=False, stop_words=None,
-        sublinear_tf=False,  # hashed, as before issue 14's text defaults
+        SourceSpec(newsgroups_archive(ex.data_home()), categories=cfg.news_categories,
+                   max_docs_per_label=cfg.news_docs_per_label, seed=cfg.seed),
+        path, overwrite=True, text=TextSpec(
+            n_features=n_features, remove=remove, vocabulary=False, stop_words=None,
+            sublinear_tf=False,  # hashed, as before issue 14's text defaults
+        ),
     )
     print(f"ingested {path} in {time.perf_counter() - t0:.1f} s", flush=True)
     return corpus

@@ -64,13 +64,15 @@ def newsgroups5(newsgroups_archive, tmp_path_factory):
     """The paper's five groups, 60 documents each, headers/footers/quotes removed (2**14
     hashed features, chunks of 128 documents)."""
     from sphdist.datasets import NEWSGROUPS_PAPER_CATEGORIES
-    from sphdist.text.ingest import ingest
+    from sphdist.text.ingest import SourceSpec, TextSpec, ingest
 
     return ingest(
-        newsgroups_archive, tmp_path_factory.mktemp("ng5") / "corpus.zarr",
-        categories=list(NEWSGROUPS_PAPER_CATEGORIES), max_docs_per_label=60, seed=0,
-        vocabulary=False, n_features=2**14, stop_words=None, sublinear_tf=False,
-        remove=("headers", "footers", "quotes"), chunk_size=128,
+        SourceSpec(newsgroups_archive, categories=list(NEWSGROUPS_PAPER_CATEGORIES),
+                   max_docs_per_label=60, seed=0),
+        tmp_path_factory.mktemp("ng5") / "corpus.zarr",
+        text=TextSpec(vocabulary=False, n_features=2**14, stop_words=None, sublinear_tf=False,
+                      remove=("headers", "footers", "quotes")),
+        chunk_size=128,
     )
 
 

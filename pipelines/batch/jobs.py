@@ -145,7 +145,7 @@ def weekly_job(
     """
     from sphdist.io.model import open_model
     from sphdist.jobs.fit import fit_corpus
-    from sphdist.text.ingest import ingest, read_like
+    from sphdist.text.ingest import TextSpec, ingest, read_like
 
     previous = current_model(root)
     out = root / "models" / f"{week}.model.zarr"
@@ -159,19 +159,19 @@ def weekly_job(
     if not corpus_path.exists():  # ingest commits atomically: present means complete
         corpus_path.parent.mkdir(parents=True, exist_ok=True)
         if previous is None:
-            options = {"vocabulary": False, "n_features": n_features}  # hashed: new words fit
+            options = {"text": TextSpec(vocabulary=False, n_features=n_features)}  # new words fit
         else:
             text, _idf, remove, info = read_like(previous)
             if info["feature_scheme"]["type"] == "vocabulary":
                 options = {"like": previous}  # a warm start needs the same vocabulary
             else:
-                options = {
-                    "vocabulary": False, "n_features": text.n_features,
-                    "lowercase": text.lowercase,
-                    "token_pattern": text.token_pattern, "stop_words": text.stop_words,
-                    "strip_accents": text.strip_accents, "sublinear_tf": text.sublinear_tf,
-                    "remove": remove,
-                }
+                options = {"text": TextSpec(
+                    vocabulary=False, n_features=text.n_features,
+                    lowercase=text.lowercase,
+                    token_pattern=text.token_pattern, stop_words=text.stop_words,
+                    strip_accents=text.strip_accents, sublinear_tf=text.sublinear_tf,
+                    remove=remove,
+                )}
         ingest(root / "incoming", corpus_path, **options)
     if previous is not None:
         r = open_model(previous).shape[1]

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import json
 import logging
 import sys
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -123,24 +126,15 @@ class _DocumentCount(click.ParamType):
 @click.option("--partition-size", type=_DOCUMENTS,
               help="Documents per counting task (default 4 chunks).")
 @click.option("--n-workers", "--workers", "workers", type=click.IntRange(min=1),
-              help="Local worker processes (default: one per core above 20,000 documents; "
-                   "1: in this process).")
+              help="Worker processes of a local Dask cluster (default: threads in this "
+                   "process; 1: one task at a time in this process).")
 @click.option("--scheduler-address", envvar="DASK_SCHEDULER_ADDRESS",
               help="Run on an existing Dask scheduler [env DASK_SCHEDULER_ADDRESS].")
 @click.option("--overwrite", is_flag=True, help="Replace an existing output.")
 @json_option("Print the summary as one JSON object.")
-def ingest(
-    source: tuple[str, ...], output: Path, fmt: str | None, text_field: str,
-    label_field: str | None, id_field: str | None, categories: str | None,
-    max_docs_per_label: int | None, seed: int, vocabulary: bool, n_features: int | None,
-    min_df: int | float | None, max_df: int | float | None, max_features: int | None,
-    select: str | None, n_select: int, stop_words: str, strip_accents: str | None,
-    no_lowercase: bool, token_pattern: str, sublinear_tf: bool, remove_headers: bool | None,
-    like: Path | None,
-    encoding: str, on_error: str, max_doc_bytes: int, chunk_size: int,
-    partition_size: int | None, workers: int | None, scheduler_address: str | None,
-    overwrite: bool, as_json: bool,
-) -> None:
+def ingest(source: tuple[str, ...], output: Path, like: Path | None, workers: int | None,
+           scheduler_address: str | None, overwrite: bool, as_json: bool,
+           **options: Any) -> None:
     """Turn text into a tf-idf corpus.zarr.
 
     SOURCE: a folder tree or .tar.gz (label = parent folder), JSON Lines (.gz), CSV or Parquet
@@ -154,7 +148,6 @@ def ingest(
     """
     from sphdist.datasets import newsgroups_archive
     from sphdist.jobs.info import plural
-    from sphdist.text.ingest import REMOVE_OPTIONS
     from sphdist.text.ingest import ingest as run_ingest
 
     if like is not None:
@@ -167,27 +160,11 @@ def ingest(
                 + ", ".join("--" + g.replace("_", "-") for g in given) + "."
             )
     sources = list(source) if source else [str(newsgroups_archive())]
-    kwargs = dict(
-        format=fmt, text_field=text_field, label_field=label_field, id_field=id_field,
-        categories=[c.strip() for c in categories.split(",")] if categories else None,
-        max_docs_per_label=max_docs_per_label, seed=seed, n_features=n_features,
-        vocabulary=vocabulary, min_df=min_df, max_df=max_df, max_features=max_features,
-        select=select, n_select=n_select, stop_words=None if stop_words == "none" else stop_words,
-        strip_accents=strip_accents, lowercase=not no_lowercase, token_pattern=token_pattern,
-        sublinear_tf=sublinear_tf, like=like,
-        remove=None if remove_headers is None else REMOVE_OPTIONS if remove_headers else (),
-        encoding=encoding, on_error=on_error, max_document_bytes=max_doc_bytes,
-        chunk_size=chunk_size, partition_size=partition_size, n_workers=workers,
-        overwrite=overwrite, progress=_progress(),
-    )
-    target = sources[0] if len(sources) == 1 else sources
-    if scheduler_address:
-        from sphdist.jobs.cluster import connect
-
-        with connect(scheduler_address):
-            corpus = run_ingest(target, output, **kwargs)
-    else:
-        corpus = run_ingest(target, output, **kwargs)
+    src, text = _specs(sources[0] if len(sources) == 1 else sources, **options)
+    with _scheduler(scheduler_address, workers):
+        corpus = run_ingest(src, output, text=text, like=like, chunk_size=options["chunk_size"],
+                            partition_size=options["partition_size"], overwrite=overwrite,
+                            progress=_progress())
     meta = corpus.attrs.get("ingest", {})
     summary = {
         "output": str(output), "n_documents": corpus.n_documents,
@@ -205,6 +182,39 @@ def ingest(
         f"{plural(corpus.n_chunks, 'chunk')}, {corpus.n_empty} empty, "
         f"{plural(len(corpus.label_names or []), 'label')}, {summary['n_skipped']} skipped"
     )
+
+
+def _specs(paths: Any, *, fmt: str | None, categories: str | None, stop_words: str,
+           no_lowercase: bool, remove_headers: bool | None, max_doc_bytes: int,
+           chunk_size: int, partition_size: int | None, **options: Any) -> tuple[Any, Any]:
+    """The :class:`SourceSpec` and :class:`TextSpec` of the command's options."""
+    from sphdist.text.ingest import REMOVE_OPTIONS, SourceSpec, TextSpec
+
+    source_fields = {f.name for f in dataclasses.fields(SourceSpec)}
+    src = SourceSpec(
+        paths, format=fmt, max_document_bytes=max_doc_bytes,
+        categories=[c.strip() for c in categories.split(",")] if categories else None,
+        **{k: v for k, v in options.items() if k in source_fields},
+    )
+    text = TextSpec(
+        stop_words=None if stop_words == "none" else stop_words, lowercase=not no_lowercase,
+        remove=None if remove_headers is None else REMOVE_OPTIONS if remove_headers else (),
+        **{k: v for k, v in options.items() if k not in source_fields},
+    )
+    return src, text
+
+
+def _scheduler(address: str | None, n_workers: int | None) -> Any:
+    """Where dask runs the ingest's tasks: a scheduler, a LocalCluster, or this process."""
+    if address or (n_workers or 1) > 1:
+        from sphdist.jobs.cluster import connect
+
+        return connect(address, n_workers=None if address else n_workers)
+    if n_workers == 1:
+        import dask
+
+        return dask.config.set(scheduler="synchronous")
+    return contextlib.nullcontext()  # dask's threads
 
 
 @click.command()

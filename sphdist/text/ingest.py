@@ -5,16 +5,18 @@ Sources (:mod:`sphdist.text.sources`): a directory tree or tar archive (``.tar``
 archive is one); JSON Lines files (one or many, a glob, optionally gzip-compressed) with a text
 field and optional label and id fields; CSV and Parquet files with a text column.
 
-:func:`ingest` turns a source into the papers' matrix X of shape (m features, n documents)
-with scikit-learn's text semantics, in two passes over *partitions* of the source that run as
-tasks (on the active ``distributed`` client, else on local worker processes, or in this
-process for a small source; the tasks are in :mod:`sphdist.text._passes`):
+:func:`ingest` turns a source (a :class:`SourceSpec`) into the papers' matrix X of shape
+(m features, n documents) with scikit-learn's text semantics (a :class:`TextSpec`), in two
+passes over *partitions* of the source that run as ``dask.delayed`` tasks on the scheduler
+dask uses here: the active ``distributed`` client (``sphdist.jobs.cluster.connect``, as
+``sphdist fit`` runs), else dask's local scheduler (threads, unless the caller's
+``dask.config`` names another). The tasks are in :mod:`sphdist.text._passes`:
 
 1. **count** (one task per partition): read and check the documents, optionally strip
    news headers, footers and quoted replies (scikit-learn's own functions), tokenise and count
    (``HashingVectorizer(alternate_sign=False, norm=None)`` or ``CountVectorizer``), spill the
    counts of every chunk to a scratch directory next to the output, and return the
-   partition's document frequencies, which the driver reduces;
+   partition's document frequencies, which the driver reduces in partition order;
 2. **weight** (one task per chunk): idf exactly as ``TfidfTransformer(smooth_idf=True)``
    fits it on all documents (or the idf of ``like``), optional sublinear tf, every column
    scaled to unit L2 norm; the driver writes the chunks in corpus order through
@@ -27,17 +29,12 @@ its terms) and a bounded window of chunks are ever in memory.
 from __future__ import annotations
 
 import codecs
-import collections
 import contextlib
 import dataclasses
-import functools
-import itertools
 import logging
 import os
-import sys
-import threading
 import time
-import warnings
+import uuid
 from collections.abc import Callable, Iterator, Sequence
 from numbers import Integral
 from pathlib import Path
@@ -64,6 +61,7 @@ from sphdist.text._passes import (
     repeated_ids,
     weight_chunk,
 )
+from sphdist.text.defaults import INGEST_DEFAULTS
 from sphdist.text.sources import FORMATS, Plan, Reading, plan
 from sphdist.text.tfidf import (
     DEFAULT_TOKEN_PATTERN,
@@ -72,7 +70,8 @@ from sphdist.text.tfidf import (
     ingest_options,
 )
 
-__all__ = ["FORMATS", "ON_ERROR", "REMOVE_OPTIONS", "ingest", "read_like"]
+__all__ = ["FORMATS", "ON_ERROR", "REMOVE_OPTIONS", "SourceSpec", "TextSpec", "ingest",
+           "read_like"]
 
 logger = logging.getLogger("sphdist")
 
@@ -80,58 +79,22 @@ logger = logging.getLogger("sphdist")
 REMOVE_OPTIONS = ("headers", "footers", "quotes")
 #: What to do with a document that cannot be ingested.
 ON_ERROR = ("fail", "skip")
-_SMALL_SOURCE = 20_000  # documents: below, the default is to run in this process
 _DOCUMENTS = Number(Integral, 1, MAX_CHUNK_SIZE, closed="both")  # a chunk or partition size
 
 
-# -- the public function ------------------------------------------------------------------------
-@locks_output("output")  # one writer per output, until the commit
-def ingest(
-    source: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
-    output: str | os.PathLike[str],
-    *,
-    format: str | None = None,
-    text_field: str = "text",
-    label_field: str | None = None,
-    id_field: str | None = None,
-    categories: Sequence[str] | None = None,
-    max_docs_per_label: int | None = None,
-    seed: int = 0,
-    n_features: int | None = None,
-    vocabulary: bool = True,
-    min_df: int | float | None = None,
-    max_df: int | float | None = None,
-    max_features: int | None = None,
-    select: str | None = None,
-    n_select: int = 500,
-    lowercase: bool = True,
-    token_pattern: str = DEFAULT_TOKEN_PATTERN,
-    stop_words: str | None = "english",
-    strip_accents: str | None = None,
-    sublinear_tf: bool = True,
-    remove: Sequence[str] | None = None,
-    like: str | os.PathLike[str] | None = None,
-    encoding: str = "latin-1",
-    on_error: str = "fail",
-    max_document_bytes: int = 10_000_000,
-    chunk_size: int = 4096,
-    partition_size: int | None = None,
-    n_workers: int | None = None,
-    overwrite: bool = False,
-    progress: bool | str = False,
-) -> Corpus:
-    r"""Build a tf-idf ``corpus.zarr`` from a text collection, in bounded memory.
+# -- what to read, and how to turn it into features ---------------------------------------------
+@dataclasses.dataclass(frozen=True)
+class SourceSpec:
+    """What :func:`ingest` reads: the documents of a source and how to read them.
 
     Parameters
     ----------
-    source : path-like, glob pattern, or sequence of them
+    paths : path-like, URL, glob pattern, or sequence of them
         A directory or tar archive of one file per document (label = name of the folder
         holding the file; files at the top level are ignored, as in
         ``sklearn.datasets.load_files``; id = path relative to the source, ``/``-separated);
         or JSON Lines, CSV (``.tsv``: tab-separated) or Parquet files. Patterns (``*``, ``?``,
         ``[``) are expanded and sorted; documents keep the order of the files and lines.
-    output : path-like
-        Where to write the corpus (a zarr v3 directory; see :mod:`sphdist.io.corpus`).
     format : {"dir", "tar", "jsonl", "csv", "parquet"}, optional
         Default: from the path (a directory, the file suffixes, else a tar archive).
     text_field, label_field, id_field : str
@@ -147,22 +110,116 @@ def ingest(
         zlib.crc32(label.encode())])``.
     seed : int, default 0
         Non-negative seed of that sampling.
-    n_features : int, optional
-        Hashing scheme only (``vocabulary=False``): hashed features m (rows of X),
-        ``1 <= n_features <= 2**31 - 2`` (scikit-learn's ``HashingVectorizer``), and at most
-        what this machine's memory holds at 32 bytes per feature (document frequencies and idf
-        on the driver). Default 2**18 with hashing; refused with a vocabulary.
+    encoding : str, default "latin-1"
+        Encoding of directory and tar documents (latin-1 decodes any byte, as
+        ``fetch_20newsgroups``; ``"utf-8"`` refuses undecodable bytes). JSON Lines and CSV are
+        read as UTF-8.
+    on_error : {"fail", "skip"}, default "fail"
+        A document that cannot be used (undecodable bytes, binary content, longer than
+        ``max_document_bytes``, a line that is not a JSON object or has no text field, a
+        null text or label, a repeated id, a JSON value nested too deeply to read, a member of
+        a tar archive that is a link or a device, a FIFO or device in a folder) raises
+        :class:`~sphdist.errors.DataError` naming the file and line (or member); with
+        ``"skip"`` it is left out, counted (``attrs["ingest"]["n_skipped"]``, with the first
+        few named in ``skipped_examples``) and reported in a warning.
+    max_document_bytes : int, default 10_000_000
+        Longest accepted document, in bytes (characters for CSV and Parquet values).
+
+    Raises
+    ------
+    ParameterError
+        If ``seed``, ``max_document_bytes`` or ``max_docs_per_label`` is out of range,
+        ``encoding`` is not a text encoding, ``on_error`` is neither value, or ``categories``
+        is a single string.
+
+    Notes
+    -----
+    Directory sources: a file whose resolved path (symbolic links followed) lies outside the
+    source folder is never read; it is a bad document (``on_error``: an error naming the link,
+    or skipped and counted). Links to files inside the folder are documents under the link's
+    id; links to folders are not followed (a warning names them).
+    """
+
+    paths: str | os.PathLike[str] | Sequence[str | os.PathLike[str]]
+    format: str | None = None
+    text_field: str = "text"
+    label_field: str | None = None
+    id_field: str | None = None
+    categories: Sequence[str] | None = None
+    max_docs_per_label: int | None = None
+    seed: int = 0
+    encoding: str = "latin-1"
+    on_error: str = "fail"
+    max_document_bytes: int = 10_000_000
+
+    def __post_init__(self) -> None:
+        _set(self, "seed", check_int("seed", self.seed, 0))
+        _set(self, "max_document_bytes",
+             check_int("max_document_bytes", self.max_document_bytes, 1))
+        if self.max_docs_per_label is not None:
+            _set(self, "max_docs_per_label",
+                 check_int("max_docs_per_label", self.max_docs_per_label, 1))
+        try:
+            codecs.lookup(self.encoding)
+        except (LookupError, TypeError):
+            raise ParameterError(f"encoding={self.encoding!r} is not a known text encoding "
+                                 "(e.g. 'utf-8', 'latin-1').") from None
+        if self.on_error not in ON_ERROR:
+            raise ParameterError(f"on_error={self.on_error!r}: expected one of {list(ON_ERROR)}.")
+        if isinstance(self.categories, str):
+            raise ParameterError(
+                f"categories={self.categories!r} is a single string. To resolve this, pass a "
+                f"list of label names, e.g. categories=[{self.categories!r}]."
+            )
+
+    def reading(self) -> Reading:
+        """How each document is read and checked (the fields, encoding and size limit)."""
+        return Reading(encoding=self.encoding, max_bytes=self.max_document_bytes,
+                       text_field=self.text_field, label_field=self.label_field,
+                       id_field=self.id_field)
+
+    def flags(self) -> dict[str, Any]:
+        """The ``sphdist ingest`` options that select these documents, defaults left out."""
+        return {
+            "format": self.format,
+            "text_field": self.text_field if self.text_field != "text" else None,
+            "label_field": self.label_field, "id_field": self.id_field,
+            "categories": self.categories, "max_docs_per_label": self.max_docs_per_label,
+            "seed": self.seed if self.max_docs_per_label else None,
+        }
+
+
+def _set(spec: Any, name: str, value: Any) -> None:
+    """Set a field of a frozen dataclass, for the values ``__post_init__`` normalises."""
+    object.__setattr__(spec, name, value)
+
+
+@dataclasses.dataclass(frozen=True)
+class TextSpec:
+    """How :func:`ingest` turns text into features and weights (scikit-learn's options).
+
+    The defaults are :data:`sphdist.text.defaults.INGEST_DEFAULTS` (a learned vocabulary of
+    the terms in at least 5 documents and at most half of them, English stop words dropped,
+    sublinear tf), measured in ``pipelines/results/text_defaults.md``. Validated when
+    :func:`ingest` resolves them (:meth:`options`), except ``remove``, checked here.
+
+    Parameters
+    ----------
     vocabulary : bool, default True
         Learn a vocabulary (sorted terms, stored in the corpus, so components read as words);
         False hashes the tokens into ``n_features`` features instead (``--hashing``): no
         vocabulary is held on the driver, for collections whose distinct terms do not fit
         in its memory, but every fit step then works on an ``n_features x r`` matrix U.
+    n_features : int, optional
+        Hashing scheme only (``vocabulary=False``): hashed features m (rows of X),
+        ``1 <= n_features <= 2**31 - 2`` (scikit-learn's ``HashingVectorizer``), and at most
+        what this machine's memory holds at 32 bytes per feature (document frequencies and idf
+        on the driver). Default 2**18 with hashing; refused with a vocabulary.
     min_df, max_df : int or float, optional
         Vocabulary scheme: keep terms in at least ``min_df`` and at most ``max_df``
         documents (a float is a fraction of the documents), as ``CountVectorizer``. Default
-        5 and 0.5 (scikit-learn's text-clustering recipe; ``INGEST_DEFAULTS`` in
-        :mod:`sphdist.text.tfidf`, with the measurement behind it); not applicable to
-        hashing. A collection of fewer than 10 documents needs ``min_df=1, max_df=1.0``.
+        5 and 0.5; not applicable to hashing. A collection of fewer than 10 documents needs
+        ``min_df=1, max_df=1.0``.
     max_features : int, optional
         Vocabulary scheme: keep the ``max_features`` terms of highest total count, after
         ``min_df``/``max_df``, as ``CountVectorizer``.
@@ -179,42 +236,92 @@ def ingest(
         ``sublinear_tf`` default True: tf is replaced by ``1 + ln(tf)``).
     remove : sequence of str, optional
         Any of ``"headers"``, ``"footers"``, ``"quotes"``: parts of each document removed before
-        tokenising, as ``sklearn.datasets.fetch_20newsgroups(remove=...)``. Default: none, or
-        with ``like`` the cleaning recorded there (pass ``()`` to keep the headers of documents
-        that have none to remove). Documents left without a token by the removal are counted
+        tokenising, as ``sklearn.datasets.fetch_20newsgroups(remove=...)`` (stored in
+        :data:`REMOVE_OPTIONS` order). Default: none, or with :func:`ingest`'s ``like`` the
+        cleaning recorded there (pass ``()`` to keep the headers of documents that have none to
+        remove). Documents left without a token by the removal are counted
         (``attrs["ingest"]["n_emptied_by_remove"]``) and reported in a warning.
+
+    Raises
+    ------
+    ParameterError
+        If ``remove`` is a single string or holds another value.
+    ImportError
+        If ``remove`` is not empty and scikit-learn lacks its news-cleaning functions.
+    """
+
+    vocabulary: bool = INGEST_DEFAULTS["vocabulary"]
+    n_features: int | None = None
+    min_df: int | float | None = None
+    max_df: int | float | None = None
+    max_features: int | None = None
+    select: str | None = None
+    n_select: int = 500
+    lowercase: bool = True
+    token_pattern: str = DEFAULT_TOKEN_PATTERN
+    stop_words: str | None = INGEST_DEFAULTS["stop_words"]
+    strip_accents: str | None = None
+    sublinear_tf: bool = INGEST_DEFAULTS["sublinear_tf"]
+    remove: tuple[str, ...] | None = None
+
+    def __post_init__(self) -> None:
+        if self.remove is not None:
+            object.__setattr__(self, "remove", _check_remove(self.remove))
+
+    def options(self) -> TextOptions:
+        """The resolved options (defaults filled in, every value validated).
+
+        Raises
+        ------
+        ParameterError
+            If a value is out of range or does not apply to the feature scheme (e.g.
+            ``n_features`` with a vocabulary, ``min_df`` with hashing), each message naming
+            the option that fixes it; ``token_pattern`` does not compile or has several
+            capturing groups.
+        """
+        return ingest_options(
+            vocabulary=bool(self.vocabulary), n_features=self.n_features, min_df=self.min_df,
+            max_df=self.max_df, max_features=self.max_features, select=self.select,
+            n_select=self.n_select, lowercase=self.lowercase, token_pattern=self.token_pattern,
+            stop_words=self.stop_words, strip_accents=self.strip_accents,
+            sublinear_tf=self.sublinear_tf,
+        )
+
+
+# -- the public function ------------------------------------------------------------------------
+@locks_output("output")  # one writer per output, until the commit
+def ingest(
+    source: SourceSpec | str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
+    output: str | os.PathLike[str],
+    *,
+    text: TextSpec = TextSpec(),  # noqa: B008 - frozen, so one shared default is safe
+    like: str | os.PathLike[str] | None = None,
+    chunk_size: int = 4096,
+    partition_size: int | None = None,
+    overwrite: bool = False,
+    progress: bool | str = False,
+) -> Corpus:
+    r"""Build a tf-idf ``corpus.zarr`` from a text collection, in bounded memory.
+
+    Parameters
+    ----------
+    source : SourceSpec, or path-like, URL, glob pattern or sequence of them
+        The documents and how to read them; a path (or sequence) is ``SourceSpec(source)``.
+    output : path-like
+        Where to write the corpus (a zarr v3 directory; see :mod:`sphdist.io.corpus`).
+    text : TextSpec, default TextSpec()
+        Feature scheme, tokenisation, weighting and news cleaning.
     like : path-like, optional
         A ``corpus.zarr`` or ``model.zarr``: take its feature scheme, tf-idf options, idf and
         vocabulary instead of fitting them, so that the new documents are weighted as the
-        documents the model was fitted on. The feature and weighting options above are then
-        ignored; ``remove``, when given, overrides the recorded cleaning.
-    encoding : str, default "latin-1"
-        Encoding of directory and tar documents (latin-1 decodes any byte, as
-        ``fetch_20newsgroups``; ``"utf-8"`` refuses undecodable bytes). JSON Lines and CSV are
-        read as UTF-8.
-    on_error : {"fail", "skip"}, default "fail"
-        A document that cannot be used (undecodable bytes, binary content, longer than
-        ``max_document_bytes``, a line that is not a JSON object or has no text field, a
-        null text or label, a repeated id, a JSON value nested too deeply to read, a member of
-        a tar archive that is a link or a device, a FIFO or device in a folder) raises
-        :class:`DataError` naming the file and line (or member); with ``"skip"`` it is left
-        out, counted (``attrs["ingest"]["n_skipped"]``, with the first
-        few named in ``skipped_examples``) and reported in a warning.
-    max_document_bytes : int, default 10_000_000
-        Longest accepted document, in bytes (characters for CSV and Parquet values).
+        documents the model was fitted on. The feature and weighting options of ``text`` are
+        then ignored; ``text.remove``, when given, overrides the recorded cleaning.
     chunk_size : int, default 4096
         Documents per stored chunk and per spilled count matrix, at most 2**31 - 1.
     partition_size : int, optional
         Documents per partition (one task of the counting pass), rounded up to a multiple of
         ``chunk_size``; default ``4 * chunk_size``. A gzip JSON Lines file or a CSV file is one
         partition.
-    n_workers : int, optional
-        Local worker processes, started for this call: forked by dask's multiprocessing
-        scheduler (Linux, when no other Python thread runs here), else a
-        ``distributed.LocalCluster`` on 127.0.0.1. Default: the active ``distributed`` client
-        if there is one, else one process per core when the source has more than one
-        partition and more than 20,000 documents (or an unknown number). ``1`` runs
-        everything in this process.
     overwrite : bool, default False
         Replace an existing ``output``.
     progress : bool or "log", default False
@@ -231,7 +338,7 @@ def ingest(
         ``labels`` (n,) int32 codes into ``label_names`` (sorted) when labels exist;
         ``empty`` (n,) bool; ``vocabulary`` (m,) str for the vocabulary scheme; attributes
         ``feature_scheme``, ``tfidf``, ``source`` and ``ingest`` (the summary: counts of
-        documents, skipped, blank, empty, timings).
+        documents, skipped, blank, empty, the workers that ran the tasks, timings).
 
     Raises
     ------
@@ -248,7 +355,8 @@ def ingest(
         If a parameter is out of range or does not apply (e.g. ``select`` without labels or
         without ``vocabulary``, ``n_features`` with it), ``token_pattern`` does not compile
         or has several capturing groups, ``n_features`` exceeds this machine's memory, or a
-        category is not a label of the source.
+        category is not a label of the source; also what :class:`SourceSpec` and
+        :class:`TextSpec` raise when ``source`` or ``text`` is not one.
     CorpusFormatError, ModelFormatError
         If ``like`` is neither a corpus with an idf nor a model with one.
     OutputExistsError
@@ -277,85 +385,63 @@ def ingest(
     documents without a token are exactly zero and flagged in ``empty`` (they are kept, and
     counted in the summary, never dropped).
 
+    Where the tasks run: on the scheduler dask uses in the calling context: the default
+    ``distributed`` client (``with sphdist.jobs.cluster.connect(...)``: a scheduler's address
+    or a LocalCluster of worker processes), else dask's local scheduler, by default its thread
+    pool (``with dask.config.set(scheduler="synchronous")`` runs everything in this thread).
+    Tasks are computed ``2 * workers`` at a time and their results taken in task order, so the
+    corpus is the same, bit for bit, on every scheduler. Tokenising holds Python's GIL: threads
+    run the counting pass on about one core; a LocalCluster of processes runs it on several.
+
     Memory: the driver holds the document frequencies (``n_features * 8`` bytes, or the
     vocabulary's terms with two counts each, times the labels for ``select``), O(n) ids and
     labels (and, during pass 1, an 8-byte digest of each id, to find repeated ids), and at
-    most ``2 * workers`` partition results or chunks (tasks are submitted in order,
-    ``2 * workers`` ahead, and their results taken in order); a worker holds one chunk
-    of documents and its counts (a tar partition: the partition's raw documents). The spilled
-    counts take about 12 bytes per nonzero on disk next to the output, and are removed at the
-    end. Cost: every document is read, decoded and tokenised once (twice when ids repeat and
+    most ``2 * workers`` partition results or chunks; a worker holds one chunk of documents
+    and its counts (a tar partition: the partition's raw documents). The spilled counts take
+    about 12 bytes per nonzero on disk next to the output, and are removed at the end. Cost:
+    every document is read, decoded and tokenised once (twice when ids repeat and
     ``on_error="skip"``: pass 1 counts again without the repeats, so that the idf is the one of
     the documents kept); a tar archive is read once per partition (gzip cannot seek). Workers
     write the spilled counts and the stored chunks next to ``output``: on a distributed cluster
     that directory must be on a filesystem the workers share, and the source must be readable by
-    them. Local worker processes are forked (Linux, when no other Python thread runs in the
-    calling process), else those of a ``LocalCluster``, started with distributed's
-    ``multiprocessing-method`` ("spawn" by default): call ``ingest`` from a script under
-    ``if __name__ == "__main__":``.
-
-    Directory sources: a file whose resolved path (symbolic links followed) lies outside the
-    source folder is never read; it is a bad document (``on_error``: an error naming the link,
-    or skipped and counted). Links to files inside the folder are documents under the link's
-    id; links to folders are not followed (a warning names them).
+    them.
 
     Examples
     --------
     >>> from sphdist.datasets import NEWSGROUPS_PAPER_CATEGORIES, newsgroups_archive
-    >>> corpus = ingest(newsgroups_archive(), "news5.zarr",  # doctest: +SKIP
-    ...                 categories=NEWSGROUPS_PAPER_CATEGORIES, max_docs_per_label=200)
+    >>> news = SourceSpec(newsgroups_archive(), categories=NEWSGROUPS_PAPER_CATEGORIES,
+    ...                   max_docs_per_label=200)
+    >>> corpus = ingest(news, "news5.zarr")  # doctest: +SKIP
     >>> corpus.n_documents  # doctest: +SKIP
     1000
-    >>> ingest("docs/*.jsonl.gz", "docs.zarr", label_field="label",  # doctest: +SKIP
-    ...        select="mutual-info", n_select=500)
-    >>> ingest("stream/*.jsonl.gz", "hashed.zarr", vocabulary=False,  # doctest: +SKIP
-    ...        n_features=2**20)
+    >>> ingest(SourceSpec("docs/*.jsonl.gz", label_field="label"), "docs.zarr",  # doctest: +SKIP
+    ...        text=TextSpec(select="mutual-info", n_select=500))
+    >>> ingest("stream/*.jsonl.gz", "hashed.zarr",  # doctest: +SKIP
+    ...        text=TextSpec(vocabulary=False, n_features=2**20))
     """
     start_time = time.perf_counter()
-    inherit_remove = remove is None
-    remove = _check_remove(() if remove is None else remove)
+    if not isinstance(source, SourceSpec):
+        source = SourceSpec(source)
+    if not isinstance(text, TextSpec):
+        raise ParameterError(f"text={text!r} is not a TextSpec. To resolve this, pass "
+                             "text=TextSpec(...) (sphdist.text.ingest.TextSpec).")
     chunk_size = int(check_param("chunk_size", chunk_size, _DOCUMENTS))
-    seed = check_int("seed", seed, 0)
-    max_document_bytes = check_int("max_document_bytes", max_document_bytes, 1)
     if partition_size is None:
         partition_size = 4 * chunk_size
     partition_size = int(check_param("partition_size", partition_size, _DOCUMENTS))
     partition_size = -(-partition_size // chunk_size) * chunk_size
-    if n_workers is not None:
-        n_workers = check_int("n_workers", n_workers, 1)
-    if max_docs_per_label is not None:
-        max_docs_per_label = check_int("max_docs_per_label", max_docs_per_label, 1)
-    try:
-        codecs.lookup(encoding)
-    except (LookupError, TypeError):
-        raise ParameterError(f"encoding={encoding!r} is not a known text encoding (e.g. "
-                             "'utf-8', 'latin-1').") from None
-    if on_error not in ON_ERROR:
-        raise ParameterError(f"on_error={on_error!r}: expected one of {list(ON_ERROR)}.")
-    if isinstance(categories, str):
-        raise ParameterError(
-            f"categories={categories!r} is a single string. To resolve this, pass a list of "
-            f"label names, e.g. categories=[{categories!r}]."
-        )
-    given = {  # what selects the documents, for the commands the messages suggest
-        "format": format, "text_field": text_field if text_field != "text" else None,
-        "label_field": label_field, "id_field": id_field, "categories": categories,
-        "max_docs_per_label": max_docs_per_label, "seed": seed if max_docs_per_label else None,
-    }
+    paths, on_error, inherit_remove = source.paths, source.on_error, text.remove is None
+    remove = text.remove or ()
+    given = source.flags()  # what selects the documents, for the commands the messages suggest
     if like is not None:
         options, like_idf, inherited, like_info = read_like(like)
         if inherit_remove:
             remove = inherited
         given["like"] = like
     else:
-        options = ingest_options(
-            vocabulary=bool(vocabulary), n_features=n_features, lowercase=lowercase,
-            token_pattern=token_pattern, stop_words=stop_words, strip_accents=strip_accents,
-            min_df=min_df, max_df=max_df, max_features=max_features, select=select,
-            n_select=n_select, sublinear_tf=sublinear_tf,
-        )
+        options = text.options()
         like_idf = like_info = None
-        given.update(option_flags(options, min_df, max_df))
+        given.update(option_flags(options, text.min_df, text.max_df))
         if not options.vocabulary:
             _check_feature_memory(options.n_features)
     given["remove_headers"] = bool(remove) and not (like is not None and inherit_remove)
@@ -365,28 +451,29 @@ def ingest(
             f"{output} already exists. To resolve this, choose another output path or pass "
             "--overwrite (overwrite=True)."
         )
-    reading = Reading(encoding=encoding, max_bytes=max_document_bytes, text_field=text_field,
-                      label_field=label_field, id_field=id_field)
-    src = plan(source, format=format, reading=reading, partition_size=partition_size,
-               categories=categories, max_docs_per_label=max_docs_per_label, seed=seed)
-    labelled = src.format in ("dir", "tar") or label_field is not None
+    reading = source.reading()
+    src = plan(paths, format=source.format, reading=reading, partition_size=partition_size,
+               categories=source.categories, max_docs_per_label=source.max_docs_per_label,
+               seed=source.seed)
+    labelled = src.format in ("dir", "tar") or source.label_field is not None
     if options.select is not None and not labelled:
         raise ParameterError(
             "select='mutual-info' needs labels. To resolve this, name the label field "
             "(--label-field), or drop --select."
         )
     if not src.partitions:
-        raise DataError(f"{source}: no documents found (empty files). To resolve this, pass "
+        raise DataError(f"{paths}: no documents found (empty files). To resolve this, pass "
                         "a source with at least one document.")
     if src.unreadable and on_error == "fail":  # a link or device in a folder or archive
         raise src.unreadable[0].error()
-    job = CountJob(options=options, remove=remove, reading=reading, on_error=on_error,
-                    chunk_size=chunk_size, need_class_df=options.select is not None,
-                    spill="")
+    workers = _workers()
+    run = _in_order(2 * workers)
     spill = location(f"{_atomic.staging_path(output)}-spill")
-    with _scheduler(n_workers, src) as (run, workers), _scratch(spill) as spill_dir:
-        job = dataclasses.replace(job, spill=str(spill_dir))
-        total = _reduce_counts(run, src, job, workers, progress)
+    with _scratch(spill) as spill_dir:
+        job = CountJob(options=options, remove=remove, reading=reading, on_error=on_error,
+                       chunk_size=chunk_size, need_class_df=options.select is not None,
+                       spill=str(spill_dir))
+        total = _reduce_counts(run, src, job, progress)
         repeated = repeated_ids(src.partitions, reading, total)
         repeat = f"{documents(len(repeated))} repeat{'s' if len(repeated) == 1 else ''}"
         if repeated and on_error == "fail":
@@ -397,7 +484,7 @@ def ingest(
                         on_error)
             job = dataclasses.replace(job, drop=tuple(
                 (p, k, bad.message()) for p, k, bad in repeated))
-            total = _reduce_counts(run, src, job, workers, progress)
+            total = _reduce_counts(run, src, job, progress)
         total.id_hashes = None
         if src.unreadable:  # found when listing: skipped and counted as any bad document
             total.merge(Counts(n_skipped=len(src.unreadable),
@@ -406,15 +493,15 @@ def ingest(
         _report_skipped(total, on_error)
         if n == 0:
             raise DataError(
-                f"{source}: no documents to ingest ({total.n_skipped} skipped). To resolve "
+                f"{paths}: no documents to ingest ({total.n_skipped} skipped). To resolve "
                 "this, pass a source with at least one usable document."
             )
-        emptied = Emptied(source, output, given, remove, like if inherit_remove else None,
-                           total.n_emptied, n)
+        emptied = Emptied(paths, output, given, remove, like if inherit_remove else None,
+                          total.n_emptied, n)
         if not total.has_token():
             raise emptied.error()
         emptied.warn()
-        keep_all = ingest_command(source, output, given, min_df=1, max_df=1.0)
+        keep_all = ingest_command(paths, output, given, min_df=1, max_df=1.0)
         m, idf, vocab, mapping = features(options, total, n, like_idf,
                                           remedy=f"`{keep_all}` (min_df=1, max_df=1.0)")
         for name, values in (("idf.npy", idf), ("vocabulary.npy", mapping)):
@@ -442,39 +529,50 @@ def ingest(
                 for stored, ids, codes in run(weight_chunk, tasks):
                     writer.append_stored_chunk(stored, ids, codes)
                     bar.update(len(ids))
-            summary = {
-                "format": src.format,
-                "categories": sorted(set(categories)) if categories is not None else None,
-                "max_docs_per_label": max_docs_per_label,
-                "seed": seed,
-                "sampling": "numpy.random.default_rng([seed, zlib.crc32(label.encode())])"
-                ".choice(n_label, max_docs_per_label, replace=False) per label",
-                "chunk_size": chunk_size,
-                "partition_size": partition_size,
-                "n_partitions": len(src.partitions),
-                "workers": workers,
-                "n_available": src.n_available,
-                "n_documents": n,
-                "n_blank_text": total.n_blank,
-                "n_emptied_by_remove": total.n_emptied,
-                "remove": list(remove),
-                "n_skipped": total.n_skipped,
-                "skipped_examples": total.examples,
-                "on_error": on_error,
-                "text_options": options.describe(),
-                "encoding": encoding,
-                "fields": {"text": text_field, "label": label_field, "id": id_field},
-                "like": like_info and {k: like_info[k] for k in ("path", "fingerprint")},
-                "seconds": None,
-            }
+            summary = _summary(source, src, total, remove=remove, options=options,
+                               chunk_size=chunk_size, partition_size=partition_size,
+                               workers=workers, like_info=like_info)
             summary["seconds"] = round(time.perf_counter() - start_time, 3)
-            corpus = writer.commit(idf, extra_attrs={"source": _describe(source),
+            corpus = writer.commit(idf, extra_attrs={"source": _describe(paths),
                                                      "ingest": summary})
     if corpus.n_empty:
         logger.info("%d of %s %s no token: their columns are zero (flagged in "
                     "corpus.empty)", corpus.n_empty, documents(n),
                     "has" if corpus.n_empty == 1 else "have")
     return corpus
+
+
+def _summary(source: SourceSpec, src: Plan, total: Counts, *, remove: tuple[str, ...],
+             options: TextOptions, chunk_size: int, partition_size: int, workers: int,
+             like_info: dict[str, Any] | None) -> dict[str, Any]:
+    """The ``ingest`` attribute of the corpus (``seconds`` filled in at the commit)."""
+    categories = source.categories
+    return {
+        "format": src.format,
+        "categories": sorted(set(categories)) if categories is not None else None,
+        "max_docs_per_label": source.max_docs_per_label,
+        "seed": source.seed,
+        "sampling": "numpy.random.default_rng([seed, zlib.crc32(label.encode())])"
+        ".choice(n_label, max_docs_per_label, replace=False) per label",
+        "chunk_size": chunk_size,
+        "partition_size": partition_size,
+        "n_partitions": len(src.partitions),
+        "workers": workers,
+        "n_available": src.n_available,
+        "n_documents": total.n_docs,
+        "n_blank_text": total.n_blank,
+        "n_emptied_by_remove": total.n_emptied,
+        "remove": list(remove),
+        "n_skipped": total.n_skipped,
+        "skipped_examples": total.examples,
+        "on_error": source.on_error,
+        "text_options": options.describe(),
+        "encoding": source.encoding,
+        "fields": {"text": source.text_field, "label": source.label_field,
+                   "id": source.id_field},
+        "like": like_info and {k: like_info[k] for k in ("path", "fingerprint")},
+        "seconds": None,
+    }
 
 
 #: Driver memory per hashed feature: the document frequencies of a partition, their running
@@ -599,8 +697,7 @@ def read_like(
     return options, idf, remove, info
 
 
-def _reduce_counts(run, src: Plan, job: CountJob, workers: int,
-                   progress: bool | str) -> Counts:
+def _reduce_counts(run: Callable, src: Plan, job: CountJob, progress: bool | str) -> Counts:
     total = Counts()
     with _progress(src.n_documents, "pass 1/2: count", unit="document",
                    mode=progress) as bar:
@@ -619,100 +716,51 @@ def _report_skipped(total: Counts, on_error: str) -> None:
         )
 
 
-# -- where the tasks run --------------------------------------------------------------------------
-def _active_client():
-    if "distributed" not in sys.modules:  # no client without it; importing it costs ~1 s
-        return None
-    from distributed import default_client
+# -- where the tasks run: dask's scheduler of the calling context ---------------------------------
+def _workers() -> int:
+    """How many tasks dask runs at once here: the client's workers, or the local pool's size."""
+    import dask
 
-    try:
-        return default_client()
-    except ValueError:
-        return None
+    from sphdist.core.graph import active_client
 
-
-@contextlib.contextmanager
-def _scheduler(n_workers: int | None, src: Plan) -> Iterator[tuple[Callable, int]]:
-    """Yield ``(run, workers)``: ``run(fn, tasks)`` yields ``fn(*args)`` of every task, in order.
-
-    Where the tasks run: on the active ``distributed`` client when ``n_workers`` is None;
-    in this process for a source of at most ``_SMALL_SOURCE`` documents, of one partition, or
-    with ``n_workers=1``; else on ``n_workers`` (default one per core) local worker processes:
-    dask's multiprocessing scheduler with forked workers when that is safe (:func:`_fork_safe`),
-    else a ``distributed.LocalCluster`` on 127.0.0.1, started here and closed on exit.
-    """
-    client = _active_client() if n_workers is None else None
+    client = active_client()
     if client is not None:
-        workers = max(1, len(client.scheduler_info().get("workers", {})))
-        yield functools.partial(_in_order, client, 2 * workers), workers
-        return
-    if n_workers is None and src.n_documents is not None and src.n_documents <= _SMALL_SOURCE:
-        n_workers = 1  # starting processes would cost more than they save
-    workers = min(n_workers or os.cpu_count() or 1, len(src.partitions))
-    if workers <= 1:
-        yield (lambda fn, tasks: (fn(*args) for args in tasks)), 1
-    elif _fork_safe():
-        yield functools.partial(_forked, workers), workers
-    else:
-        from distributed import Client, LocalCluster
-
-        with LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
-                          host="127.0.0.1", dashboard_address=None) as cluster, \
-                Client(cluster, set_as_default=False) as own:
-            yield functools.partial(_in_order, own, 2 * workers), workers
+        return max(1, len(client.scheduler_info().get("workers", {})))
+    if dask.config.get("scheduler", None) in ("sync", "synchronous", "single-threaded"):
+        return 1
+    return int(dask.config.get("num_workers", None) or os.cpu_count() or 1)
 
 
-def _fork_safe() -> bool:
-    """Whether local workers may be forked: Linux, and no other Python thread runs here.
+def _in_order(window: int) -> Callable[[Callable, list[tuple]], Iterator[Any]]:
+    """``run(fn, tasks)``: ``fn(*args)`` of every task as ``dask.delayed``, in task order.
 
-    Checked before the first fork (no lock of another thread can then be copied held; zarr
-    resets its I/O thread and loop in a forked child, so the forks of pass 2 are safe too).
-    Forked workers start at once, importing nothing; a ``LocalCluster`` spawns processes that
-    import distributed, scikit-learn and sphdist again: on 2 shared cores, 100,000 documents
-    took 14.0 s with it against 6.5 s forked, and 1.45 times the memory.
-    """
-    return sys.platform == "linux" and threading.active_count() == 1
-
-
-def _forked(workers: int, fn: Callable, tasks: list[tuple]) -> Iterator[Any]:
-    """``fn(*args)`` of every task on ``workers`` forked processes, yielded in task order.
-
-    dask's multiprocessing scheduler, ``2 * workers`` tasks per computation (so that at most
-    that many results wait in the driver), one task per dispatch.
+    ``window`` tasks are computed at a time (one ``dask.compute``, on the client or local
+    scheduler of the calling context), so that at most ``window`` results wait in the driver
+    and the driver's reductions see them in task order whatever the order they finish in. A
+    task's error is raised once every task of its window has ended (none still writes next to
+    the output while the driver cleans up), the first in task order.
     """
     import dask
 
-    todo = iter(tasks)
-    while batch := list(itertools.islice(todo, 2 * workers)):
-        with dask.config.set({"multiprocessing.context": "fork"}), warnings.catch_warnings():
-            # Python >= 3.12 warns about fork() when the process has OS threads; the only
-            # ones here are BLAS/OpenMP pools (no other Python thread runs: see _fork_safe)
-            warnings.filterwarnings("ignore", ".* is multi-threaded", DeprecationWarning)
-            results = dask.compute(*[dask.delayed(fn, pure=False)(*args) for args in batch],
-                                   scheduler="processes", num_workers=workers, chunksize=1)
-        yield from results
+    def run(fn: Callable, tasks: list[tuple]) -> Iterator[Any]:
+        for start in range(0, len(tasks), window):
+            batch = [dask.delayed(_outcome)(fn, *args,
+                                            dask_key_name=f"{fn.__name__}-{uuid.uuid4().hex}")
+                     for args in tasks[start:start + window]]
+            for failed, value in dask.compute(*batch):
+                if failed:
+                    raise value
+                yield value
+
+    return run
 
 
-def _in_order(client: Any, in_flight: int, fn: Callable, tasks: list[tuple]) -> Iterator[Any]:
-    """``fn(*args)`` of every task, run on ``client`` and yielded in task order.
-
-    ``in_flight`` tasks are submitted ahead; one more is submitted as each result is taken,
-    so that at most ``in_flight`` results wait in the driver and the driver's reductions see
-    the results in the same order whatever the order the workers finish in.
-    """
-    pending: collections.deque = collections.deque()
-    todo = iter(tasks)
+def _outcome(fn: Callable, *args: Any) -> tuple[bool, Any]:
+    """``(False, fn(*args))``, or ``(True, the exception)``: a task that never fails its graph."""
     try:
-        for args in itertools.islice(todo, in_flight):
-            pending.append(client.submit(fn, *args, pure=False))
-        while pending:
-            result = pending.popleft().result()
-            for args in itertools.islice(todo, 1):
-                pending.append(client.submit(fn, *args, pure=False))
-            yield result
-    finally:
-        if pending:
-            client.cancel(list(pending))
+        return False, fn(*args)
+    except Exception as exc:  # noqa: BLE001 - raised by the driver, in task order
+        return True, exc
 
 
 @contextlib.contextmanager

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import fcntl
+import json
 import os
 import pty
 import struct
@@ -78,3 +79,44 @@ def test_quiet_suppresses_the_pass_lines_in_a_log(tmp_path, quiet):
     assert ("pass 1/2: count: 30/30 documents" in proc.stderr) is not quiet, proc.stderr
     if quiet:
         assert proc.stderr == ""
+
+
+def _ingested(tmp_path, name: str, *flags: str) -> tuple[dict, dict]:
+    """``sphdist ingest tree --json FLAGS``: the summary and the stored digests."""
+    from sphdist.io.corpus import open_corpus
+
+    out = tmp_path / name
+    result = CliRunner().invoke(main, ["ingest", str(tmp_path / "tree"), "-o", str(out),
+                                       "--chunk-size", "4", "--partition-size", "8",
+                                       "--min-df", "1", "--json", *flags])
+    assert result.exit_code == 0, result.output
+    corpus = open_corpus(out)
+    stored = {k: corpus.attrs[k] for k in ("chunk_sha256", "sha256", "chunk_boundaries")}
+    return json.loads(result.stdout.splitlines()[-1]), stored
+
+
+def test_n_workers_one_runs_in_this_thread_and_the_default_on_dask_threads(tmp_path):
+    """--n-workers 1: dask's synchronous scheduler; no flag: its threads; the same corpus."""
+    import dask
+
+    write_text_tree(tmp_path / "tree", n_per_label=10)
+    one, one_stored = _ingested(tmp_path, "one.zarr", "--n-workers", "1")
+    with dask.config.set(num_workers=3):
+        threads, threads_stored = _ingested(tmp_path, "threads.zarr")
+    assert one["workers"] == 1 and threads["workers"] == 3
+    assert one["n_partitions"] == threads["n_partitions"] == 4
+    assert threads_stored == one_stored
+
+
+def test_scheduler_address_runs_on_that_cluster(tmp_path):
+    """--scheduler-address: the tasks run on the cluster's workers (jobs.cluster.connect)."""
+    from distributed import LocalCluster
+
+    write_text_tree(tmp_path / "tree", n_per_label=10)
+    one, one_stored = _ingested(tmp_path, "one.zarr", "--n-workers", "1")
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=False,
+                      dashboard_address=":0") as cluster:
+        remote, remote_stored = _ingested(tmp_path, "remote.zarr", "--scheduler-address",
+                                          cluster.scheduler_address)
+    assert remote["workers"] == 2
+    assert remote_stored == one_stored

@@ -70,7 +70,7 @@ def test_ingest_refuses(tmp_path, holder, overwrite):
     source = tmp_path / "docs.jsonl"
     synth(source, format="jsonl", **SYNTH)
     _refused(holder, tmp_path / "c.zarr",
-             lambda: ingest(source, tmp_path / "c.zarr", overwrite=overwrite, n_workers=1))
+             lambda: ingest(source, tmp_path / "c.zarr", overwrite=overwrite))
 
 
 @pytest.mark.parametrize("format", ["corpus", "jsonl"])

@@ -320,7 +320,11 @@ def test_existing_output(tree, tmp_path):
     assert not (out / "keep").exists()
 
 
-def test_failure_mid_ingest_leaves_nothing(tree, tmp_path, monkeypatch):
+@pytest.mark.parametrize("scheduler, window", [("synchronous", 2), ("threads", 4)])
+def test_failure_mid_ingest_leaves_nothing(tree, tmp_path, monkeypatch, scheduler, window):
+    """The error of chunk 2 ends the ingest after its window of tasks (2 per worker)."""
+    import dask
+
     calls = []
     weight = passes_module.weight
 
@@ -331,9 +335,12 @@ def test_failure_mid_ingest_leaves_nothing(tree, tmp_path, monkeypatch):
         return weight(counts, idf, sublinear_tf)
 
     monkeypatch.setattr(passes_module, "weight", failing_weight)
-    with pytest.raises(RuntimeError, match="disk on fire"):
+    with dask.config.set(scheduler=scheduler, num_workers=2), \
+            pytest.raises(RuntimeError, match="disk on fire"):
         ingest_old(tree, tmp_path / "out.zarr", n_features=M, chunk_size=2)
-    assert len(calls) == 2
+    n_chunks = -(-sum(p.is_file() for p in tree.rglob("*")) // 2)
+    assert n_chunks > window
+    assert len(calls) == window  # the window's tasks ran to their end, the next never started
     assert sorted(p.name for p in tmp_path.iterdir()) == ["tree"]  # no output, no staging
 
 

@@ -19,7 +19,7 @@ from sklearn.datasets._twenty_newsgroups import strip_newsgroup_header
 
 from sphdist.cli import main
 from sphdist.errors import DataError
-from sphdist.text.ingest import ingest
+from sphdist.text.ingest import TextSpec, ingest
 
 ALL_REMOVED = ("headers", "footers", "quotes")
 NEWS = {  # label/id -> a news post with headers
@@ -39,8 +39,8 @@ def stripped_corpus(tmp_path) -> Path:
         path = tmp_path / "news" / doc_id
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text)
-    corpus = ingest(tmp_path / "news", tmp_path / "base.zarr", remove=ALL_REMOVED,
-                    min_df=1, max_df=1.0, n_workers=1)
+    corpus = ingest(tmp_path / "news", tmp_path / "base.zarr",
+                    text=TextSpec(remove=ALL_REMOVED, min_df=1, max_df=1.0))
     assert corpus.tfidf["remove"] == list(ALL_REMOVED)
     return corpus.path
 
@@ -57,7 +57,7 @@ def test_reference_strips_one_line_documents_to_nothing():
 def test_like_that_empties_every_document_fails(stripped_corpus, tmp_path):
     new = _jsonl(tmp_path / "new.jsonl", ONE_LINE)
     with pytest.raises(DataError) as info:
-        ingest(new, tmp_path / "new.zarr", like=stripped_corpus, n_workers=1)
+        ingest(new, tmp_path / "new.zarr", like=stripped_corpus)
     message = str(info.value)
     assert "all 5 documents" in message and "--remove-headers" in message
     assert str(stripped_corpus) in message and "--keep-headers" in message
@@ -86,7 +86,7 @@ def test_like_that_empties_some_documents_warns_with_the_count(stripped_corpus, 
                                                                caplog):
     new = _jsonl(tmp_path / "new.jsonl", ONE_LINE[:3] + WITH_HEADERS)
     with caplog.at_level("WARNING", logger="sphdist"):
-        corpus = ingest(new, tmp_path / "new.zarr", like=stripped_corpus, n_workers=1)
+        corpus = ingest(new, tmp_path / "new.zarr", like=stripped_corpus)
     expected = [strip_newsgroup_header(t) == "" for t in ONE_LINE[:3] + WITH_HEADERS]
     np.testing.assert_array_equal(corpus.empty, expected)
     assert corpus.attrs["ingest"]["n_emptied_by_remove"] == 3
@@ -97,8 +97,8 @@ def test_like_that_empties_some_documents_warns_with_the_count(stripped_corpus, 
 def test_removal_that_empties_some_documents_warns_without_like(tmp_path, caplog):
     new = _jsonl(tmp_path / "new.jsonl", ONE_LINE[:2] + WITH_HEADERS)
     with caplog.at_level("WARNING", logger="sphdist"):
-        corpus = ingest(new, tmp_path / "new.zarr", remove=ALL_REMOVED, vocabulary=False,
-                        n_workers=1)
+        corpus = ingest(new, tmp_path / "new.zarr",
+                        text=TextSpec(remove=ALL_REMOVED, vocabulary=False))
     assert corpus.n_empty == 2 and corpus.attrs["ingest"]["n_emptied_by_remove"] == 2
     warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
     assert any("2 of 4 documents" in w for w in warnings), warnings
@@ -106,10 +106,9 @@ def test_removal_that_empties_some_documents_warns_without_like(tmp_path, caplog
 
 def test_like_cleaning_overridden_in_the_api(stripped_corpus, tmp_path):
     new = _jsonl(tmp_path / "new.jsonl", ONE_LINE)
-    corpus = ingest(new, tmp_path / "new.zarr", like=stripped_corpus, remove=(), n_workers=1)
+    corpus = ingest(new, tmp_path / "new.zarr", like=stripped_corpus, text=TextSpec(remove=()))
     assert corpus.n_empty == 0 and corpus.tfidf["remove"] == []
-    base = ingest(tmp_path / "news", tmp_path / "again.zarr", like=stripped_corpus,
-                  n_workers=1)
+    base = ingest(tmp_path / "news", tmp_path / "again.zarr", like=stripped_corpus)
     assert base.feature_scheme == corpus.feature_scheme  # the features are still the model's
     np.testing.assert_array_equal(base.vocabulary, corpus.vocabulary)
     np.testing.assert_array_equal(base.idf, corpus.idf)
@@ -138,7 +137,7 @@ def test_model_embeds_documents_ingested_with_its_cleaning_overridden(stripped_c
 
     model = fit_corpus(stripped_corpus, tmp_path / "m.zarr", n_components=2, max_iter=3)
     new = ingest(_jsonl(tmp_path / "new.jsonl", ONE_LINE), tmp_path / "new.zarr",
-                 like=model.path, remove=(), n_workers=1)
+                 like=model.path, text=TextSpec(remove=()))
     embedding = transform_corpus(model.path, new.path, tmp_path / "e.zarr")
     assert embedding.V.shape[1] == len(ONE_LINE)
     assert not embedding.degenerate.all()  # the kept text shares features with the model

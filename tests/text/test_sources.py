@@ -123,7 +123,7 @@ FIELDS = {"text_field": "text", "label_field": "label", "id_field": "id"}
 def _ingest(kind: str, tmp_path: Path, out: str = "out.zarr", **kwargs):
     source = WRITERS[kind](tmp_path)
     fields = {} if kind in ("dir", "tar") else FIELDS
-    kwargs = {"encoding": "utf-8", "n_workers": 1, **fields, **kwargs}
+    kwargs = {"encoding": "utf-8", **fields, **kwargs}
     return ingest_old(source, tmp_path / out, **kwargs)
 
 
@@ -246,7 +246,7 @@ def test_like_corpus_transforms_as_the_fitted_vectorizer(tmp_path, vocabulary):
     options = {"stop_words": "english", "sublinear_tf": True, "strip_accents": "unicode"}
     scheme = {"vocabulary": True} if vocabulary else {"vocabulary": False, "n_features": M}
     base = _ingest("jsonl", tmp_path, "base.zarr", **scheme, **options)
-    new = ingest_old(_write_new(tmp_path), tmp_path / "new.zarr", like=base.path, n_workers=1,
+    new = ingest_old(_write_new(tmp_path), tmp_path / "new.zarr", like=base.path,
                  stop_words=None)  # feature options are taken from `like`
     texts = [TEXT[i] for i in IDS]
     if vocabulary:
@@ -275,9 +275,8 @@ def test_like_model(tmp_path):
     model.create_array("idf", data=base.idf)
     vocab = model.create_array("vocabulary", shape=(base.n_features,), dtype=str)
     vocab[:] = np.asarray(base.vocabulary, dtype=object)
-    new = ingest_old(_write_new(tmp_path), tmp_path / "new.zarr", like=tmp_path / "model.zarr",
-                 n_workers=1)
-    again = ingest_old(_write_new(tmp_path), tmp_path / "again.zarr", like=base.path, n_workers=1)
+    new = ingest_old(_write_new(tmp_path), tmp_path / "new.zarr", like=tmp_path / "model.zarr")
+    again = ingest_old(_write_new(tmp_path), tmp_path / "again.zarr", like=base.path)
     np.testing.assert_array_equal(_matrix(new), _matrix(again))
 
 
@@ -316,7 +315,7 @@ def test_bad_jsonl_line_fails_naming_file_and_line(tmp_path, case):
     line, reason = BAD_LINES[case]
     source = _lines(tmp_path, [GOOD[0], b"", line, GOOD[1]])  # line 2 is blank
     with pytest.raises(DataError, match=reason) as info:
-        ingest_old(source, tmp_path / "out.zarr", max_document_bytes=1000, n_workers=1)
+        ingest_old(source, tmp_path / "out.zarr", max_document_bytes=1000)
     message = str(info.value)
     assert f"{source}:3" in message and "--on-error skip" in message
     assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.jsonl"]  # nothing left
@@ -328,7 +327,7 @@ def test_bad_jsonl_line_skipped_and_counted(tmp_path, case, caplog):
     source = _lines(tmp_path, [GOOD[0], line, GOOD[1], line])
     with caplog.at_level(logging.WARNING, logger="sphdist"):
         corpus = ingest_old(source, tmp_path / "out.zarr", max_document_bytes=1000, on_error="skip",
-                        n_features=M, n_workers=1)
+                        n_features=M)
     meta = corpus.attrs["ingest"]
     assert meta["n_skipped"] == 2 and corpus.n_documents == 2
     assert f"{source}:2" in meta["skipped_examples"][0] and reason in meta["skipped_examples"][0]
@@ -342,7 +341,7 @@ def test_bad_jsonl_line_skipped_and_counted(tmp_path, case, caplog):
 def test_skip_everything_is_an_error(tmp_path):
     source = _lines(tmp_path, [b"nonsense", b"{}"])
     with pytest.raises(DataError, match="2 skipped"):
-        ingest_old(source, tmp_path / "out.zarr", on_error="skip", n_workers=1)
+        ingest_old(source, tmp_path / "out.zarr", on_error="skip")
 
 
 def _bad_tree(tmp_path: Path, content: bytes) -> str:
@@ -359,10 +358,9 @@ def _bad_tree(tmp_path: Path, content: bytes) -> str:
 def test_bad_file_in_tree(tmp_path, content, reason):
     source = _bad_tree(tmp_path, content)
     with pytest.raises(DataError, match=reason) as info:
-        ingest_old(source, tmp_path / "out.zarr", encoding="utf-8", n_workers=1)
+        ingest_old(source, tmp_path / "out.zarr", encoding="utf-8")
     assert str(Path(source) / "a" / "bad") in str(info.value)
-    corpus = ingest_old(source, tmp_path / "out.zarr", encoding="utf-8", on_error="skip",
-                    n_workers=1)
+    corpus = ingest_old(source, tmp_path / "out.zarr", encoding="utf-8", on_error="skip")
     assert list(corpus.doc_ids) == ["a/good"] and corpus.attrs["ingest"]["n_skipped"] == 1
 
 
@@ -374,29 +372,28 @@ def test_binary_member_in_tar(tmp_path):
             info.size = len(data)
             archive.addfile(info, io.BytesIO(data))
     with pytest.raises(DataError, match=r"a\.tar:x/blob: binary"):
-        ingest_old(path, tmp_path / "out.zarr", n_workers=1)
+        ingest_old(path, tmp_path / "out.zarr")
 
 
 def test_fifty_megabyte_document(tmp_path):
     source = _bad_tree(tmp_path, b"word " * (10 * 2**20))  # 50 MiB
     with pytest.raises(DataError, match="52428800 bytes exceeds the limit") as info:
-        ingest_old(source, tmp_path / "out.zarr", n_workers=1)
+        ingest_old(source, tmp_path / "out.zarr")
     assert "a/bad" in str(info.value)
-    corpus = ingest_old(source, tmp_path / "out.zarr", on_error="skip", n_workers=1)
+    corpus = ingest_old(source, tmp_path / "out.zarr", on_error="skip")
     assert corpus.n_documents == 1
 
 
 def test_long_jsonl_line_is_skipped_without_reading_the_next(tmp_path):
     source = _lines(tmp_path, [GOOD[0], json.dumps({"text": "y" * 3000}).encode(), GOOD[1]])
-    corpus = ingest_old(source, tmp_path / "out.zarr", max_document_bytes=100, on_error="skip",
-                    n_workers=1)
+    corpus = ingest_old(source, tmp_path / "out.zarr", max_document_bytes=100, on_error="skip")
     assert list(corpus.doc_ids) == [f"{source}:1", f"{source}:3"]
 
 
 @pytest.mark.parametrize("partition_size", [1, None])
 def test_empty_documents_are_kept_and_counted(tmp_path, partition_size):
     source = _lines(tmp_path, [b'{"text": ""}', GOOD[0], b'{"text": "   "}', b'{"text": "!"}'])
-    corpus = ingest_old(source, tmp_path / "out.zarr", n_workers=1, partition_size=partition_size)
+    corpus = ingest_old(source, tmp_path / "out.zarr", partition_size=partition_size)
     np.testing.assert_array_equal(corpus.empty, [True, False, True, True])
     assert corpus.n_empty == 3 and corpus.attrs["ingest"]["n_blank_text"] == 2
 
@@ -422,8 +419,8 @@ def test_csv_and_parquet_columns(tmp_path):
     path = tmp_path / "nulls.parquet"
     pq.write_table(pa.table({"text": ["fine words", None, "more words"]}), path)
     with pytest.raises(DataError, match=r"nulls\.parquet:row 2: the 'text' value is null"):
-        ingest_old(path, tmp_path / "out.zarr", n_workers=1)
-    corpus = ingest_old(path, tmp_path / "out.zarr", on_error="skip", n_workers=1)
+        ingest_old(path, tmp_path / "out.zarr")
+    corpus = ingest_old(path, tmp_path / "out.zarr", on_error="skip")
     assert list(corpus.doc_ids) == [f"{path}:1", f"{path}:3"]
 
 
@@ -436,25 +433,103 @@ def test_unknown_format(tmp_path):
         ingest_old(tmp_path / "b.csv", tmp_path / "out.zarr", categories=["x"])
 
 
-# -- parallel ------------------------------------------------------------------------------------
+# -- parallel: dask's scheduler of the calling context -------------------------------------------
+def _stored(corpus) -> tuple:
+    """What must be the same, bit for bit, whatever ran the tasks: ids, labels, chunk digests."""
+    return (list(corpus.doc_ids), corpus.labels.tolist(), corpus.attrs["chunk_sha256"],
+            corpus.attrs["sha256"])
+
+
+def test_threads_same_as_one_thread_bit_for_bit(tmp_path):
+    """Every task goes through dask's scheduler; 3 threads write what 1 thread writes."""
+    import dask
+    from dask.callbacks import Callback
+
+    options = dict(vocabulary=True, partition_size=2, chunk_size=1)
+    with dask.config.set(scheduler="synchronous"):
+        serial = _ingest("jsonl", tmp_path, "a.zarr", **options)
+    keys: list = []
+    with dask.config.set(scheduler="threads", num_workers=3), \
+            Callback(pretask=lambda key, dsk, state: keys.append(str(key))):
+        threaded = _ingest("jsonl", tmp_path, "b.zarr", **options)
+    assert serial.attrs["ingest"]["workers"] == 1
+    assert threaded.attrs["ingest"]["workers"] == 3
+    n_partitions = threaded.attrs["ingest"]["n_partitions"]
+    assert n_partitions == -(-len(RECORDS) // 2) > 1
+    assert sum(k.startswith("count_partition") for k in keys) == n_partitions
+    assert sum(k.startswith("weight_chunk") for k in keys) == threaded.n_chunks == len(RECORDS)
+    assert _stored(threaded) == _stored(serial)
+    np.testing.assert_array_equal(_matrix(threaded), _matrix(serial))
+
+
+def test_tasks_run_a_window_at_a_time_and_come_back_in_order():
+    """At most ``window`` tasks are started before their results are taken, in task order."""
+    import threading
+
+    import sphdist.text.ingest as ingest_module
+
+    started: list[int] = []
+    lock = threading.Lock()
+
+    def task(i: int) -> int:
+        with lock:
+            started.append(i)
+        return i
+
+    results = []
+    for result in ingest_module._in_order(3)(task, [(i,) for i in range(8)]):
+        results.append(result)
+        assert len(started) <= -(-len(results) // 3) * 3
+    assert results == list(range(8))
+    assert sorted(started) == list(range(8))
+
+
+def test_a_failed_task_is_raised_in_task_order_once_its_window_has_ended():
+    """No task still runs (writing next to the output) when the driver sees the error."""
+    import threading
+    import time
+
+    import dask
+
+    import sphdist.text.ingest as ingest_module
+
+    ended: list[int] = []
+    lock = threading.Lock()
+
+    def task(i: int) -> int:
+        if i in (1, 2):
+            raise ValueError(f"task {i} failed")
+        if i == 3:
+            time.sleep(0.2)  # still running when task 1 fails
+        with lock:
+            ended.append(i)
+        return i
+
+    results = []
+    with dask.config.set(scheduler="threads", num_workers=4), \
+            pytest.raises(ValueError, match="task 1 failed"):
+        for result in ingest_module._in_order(4)(task, [(i,) for i in range(8)]):
+            results.append(result)
+    assert results == [0]
+    assert sorted(ended) == [0, 3]  # task 3 had ended; tasks 4-7 (next window) never started
+
+
 @pytest.mark.slow
 @pytest.mark.cluster
-@pytest.mark.parametrize("method", ["fork", "spawn"])
-def test_process_pool_same_as_in_process(tmp_path, monkeypatch, method):
-    import sphdist.text.ingest
+def test_local_cluster_of_processes_same_as_in_process(tmp_path):
+    """``--n-workers 2``: a LocalCluster of processes (jobs.cluster.connect) writes the same."""
+    import dask
 
-    if method not in __import__("multiprocessing").get_all_start_methods():
-        pytest.skip(f"no {method} start method here")
-    # fork: dask's multiprocessing scheduler; spawn: a distributed LocalCluster
-    monkeypatch.setattr(sphdist.text.ingest, "_fork_safe", lambda: method == "fork")
-    serial = _ingest("jsonl", tmp_path, "a.zarr", vocabulary=True, partition_size=2,
-                     chunk_size=1)
-    parallel = ingest_old(_jsonl(tmp_path), tmp_path / "b.zarr", vocabulary=True, partition_size=2,
-                      chunk_size=1, n_workers=2, **FIELDS)
+    from sphdist.jobs.cluster import connect
+
+    options = dict(vocabulary=True, partition_size=2, chunk_size=1)
+    with dask.config.set(scheduler="synchronous"):
+        serial = _ingest("jsonl", tmp_path, "a.zarr", **options)
+    with connect(n_workers=2, memory_limit="1GiB"):
+        parallel = _ingest("jsonl", tmp_path, "b.zarr", **options)
     assert parallel.attrs["ingest"]["workers"] == 2
-    assert list(parallel.doc_ids) == list(serial.doc_ids)
+    assert _stored(parallel) == _stored(serial)
     np.testing.assert_array_equal(_matrix(parallel), _matrix(serial))
-    np.testing.assert_array_equal(parallel.labels, serial.labels)
 
 
 # -- command line --------------------------------------------------------------------------------
@@ -508,6 +583,7 @@ def test_active_distributed_client_runs_the_partitions(tmp_path):
     assert parallel.attrs["ingest"]["workers"] == 2
     assert list(parallel.doc_ids) == list(serial.doc_ids)
     assert parallel.chunks == serial.chunks
+    assert _stored(parallel) == _stored(serial)
     np.testing.assert_array_equal(_matrix(parallel), _matrix(serial))
 
 
@@ -520,7 +596,7 @@ def test_active_distributed_client_runs_the_partitions(tmp_path):
 )
 def test_bad_text_options(tmp_path, kwargs):
     with pytest.raises(ParameterError):
-        ingest_old(_jsonl(tmp_path), tmp_path / "out.zarr", n_workers=1, **kwargs)
+        ingest_old(_jsonl(tmp_path), tmp_path / "out.zarr", **kwargs)
     assert not (tmp_path / "out.zarr").exists()
 
 
@@ -543,11 +619,11 @@ def _linked_tree(tmp_path: Path) -> tuple[Path, Path]:
 def test_symlinks_never_read_outside_the_source_folder(tmp_path, caplog):
     tree, outside = _linked_tree(tmp_path)
     with pytest.raises(DataError, match="outside the source folder") as info:
-        ingest_old(tree, tmp_path / "out.zarr", n_workers=1)
+        ingest_old(tree, tmp_path / "out.zarr")
     assert str(tree / "a" / "link_out") in str(info.value)
     assert not (tmp_path / "out.zarr").exists()
     with caplog.at_level(logging.WARNING, logger="sphdist"):
-        corpus = ingest_old(tree, tmp_path / "out.zarr", on_error="skip", n_workers=1,
+        corpus = ingest_old(tree, tmp_path / "out.zarr", on_error="skip",
                         n_features=M)
     # the link inside the tree is a document (its own id, same text); the link out and the
     # loop are skipped and counted; the linked folder is not followed, and named
@@ -584,17 +660,17 @@ def test_link_swapped_in_after_listing_is_not_read(tmp_path):
 ])
 def test_options_beyond_what_runs_are_refused_before_reading(tmp_path, kwargs, needle):
     with pytest.raises(ParameterError, match=needle):
-        ingest_old(_jsonl(tmp_path), tmp_path / "out.zarr", n_workers=1, **kwargs)
+        ingest_old(_jsonl(tmp_path), tmp_path / "out.zarr", **kwargs)
     assert not (tmp_path / "out.zarr").exists()
 
 
 def test_the_suggested_non_capturing_pattern_tokenises(tmp_path):
     with pytest.raises(ParameterError, match="token-pattern") as info:
-        ingest_old(_jsonl(tmp_path), tmp_path / "out.zarr", n_workers=1,
+        ingest_old(_jsonl(tmp_path), tmp_path / "out.zarr",
                token_pattern=r"(\w)(\w+)")
     suggested = str(info.value).split("--token-pattern '")[1].split("'")[0]
     assert suggested == r"(?:\w)(?:\w+)"
-    corpus = ingest_old(_jsonl(tmp_path), tmp_path / "out.zarr", n_workers=1,
+    corpus = ingest_old(_jsonl(tmp_path), tmp_path / "out.zarr",
                     token_pattern=suggested)
     assert corpus.n_documents > 0
 
@@ -602,14 +678,14 @@ def test_the_suggested_non_capturing_pattern_tokenises(tmp_path):
 def test_bom_only_at_the_start_of_a_jsonl_file(tmp_path):
     lines = [json.dumps({"text": f"alpha beta {i}"}).encode() for i in range(3)]
     path = Path(_lines(tmp_path, [b"\xef\xbb\xbf" + lines[0], *lines[1:]]))
-    assert ingest_old(path, tmp_path / "a.zarr", n_workers=1).n_documents == 3
+    assert ingest_old(path, tmp_path / "a.zarr").n_documents == 3
     gz = tmp_path / "bom.jsonl.gz"
     gz.write_bytes(gzip.compress(path.read_bytes()))
-    assert ingest_old(gz, tmp_path / "b.zarr", n_workers=1).n_documents == 3
+    assert ingest_old(gz, tmp_path / "b.zarr").n_documents == 3
     # a byte-order mark inside the file is not one: that line is not JSON
     path.write_bytes(b"\n".join([lines[0], b"\xef\xbb\xbf" + lines[1]]) + b"\n")
     with pytest.raises(DataError, match=r"bad.jsonl:2: not JSON"):
-        ingest_old(path, tmp_path / "c.zarr", n_workers=1)
+        ingest_old(path, tmp_path / "c.zarr")
 
 
 @pytest.mark.parametrize("name", ["docs.jsonl.gz", "docs.csv.gz"])
@@ -624,7 +700,7 @@ def test_truncated_gzip_names_the_file_and_how_far_it_was_read(tmp_path, name):
     path.write_bytes(data[: len(data) // 2])
     with pytest.raises(DataError, match=rf"{name}: the compressed data end or break after "
                                         rf"(line|row) \d+ .*`gzip -t {path}`"):
-        ingest_old(path, tmp_path / "out.zarr", n_workers=1)
+        ingest_old(path, tmp_path / "out.zarr")
     assert not (tmp_path / "out.zarr").exists()
 
 
@@ -636,8 +712,8 @@ def test_not_utf8_names_in_a_tar_archive(tmp_path):
             info.size = len(text)
             archive.addfile(info, io.BytesIO(text))
     with pytest.raises(DataError, match=r"a/caf\\xe9.txt: the member name is not valid UTF-8"):
-        ingest_old(path, tmp_path / "out.zarr", n_workers=1)
-    corpus = ingest_old(path, tmp_path / "out.zarr", n_workers=1, on_error="skip")
+        ingest_old(path, tmp_path / "out.zarr")
+    corpus = ingest_old(path, tmp_path / "out.zarr", on_error="skip")
     assert list(corpus.doc_ids) == ["a/ok.txt"]
     assert corpus.attrs["ingest"]["n_skipped"] == 1
 
@@ -651,7 +727,7 @@ def test_hashed_feature_space_beyond_this_machines_memory(tmp_path):
         pytest.skip("this machine holds 32 bytes per feature of the largest hashed space")
     with pytest.raises(ParameterError, match=rf"n_features={MAX_FEATURES} needs about 64.0 GiB "
                                              r".* --n-features 1048576"):
-        ingest_old(_jsonl(tmp_path), tmp_path / "out.zarr", n_workers=1, n_features=MAX_FEATURES)
+        ingest_old(_jsonl(tmp_path), tmp_path / "out.zarr", n_features=MAX_FEATURES)
     assert not (tmp_path / "out.zarr").exists()
 
 

@@ -19,7 +19,7 @@ from sklearn.feature_extraction.text import (
 from sphdist.cli import main
 from sphdist.errors import OutputExistsError, ParameterError
 from sphdist.io.corpus import Corpus
-from sphdist.text.ingest import ingest
+from sphdist.text.ingest import SourceSpec, TextSpec, ingest
 from sphdist.text.synth import iter_documents, pseudo_words, synth
 
 M = 2**12
@@ -98,9 +98,9 @@ def test_corpus_equals_sklearn_on_the_jsonl_text(tmp_path, chunk_size):
     np.testing.assert_allclose(_matrix(learned), expected, rtol=0, atol=1e-12)
 
     # and it is what `ingest --hashing --stop-words none --no-sublinear-tf` writes from the lines
-    ingested = ingest(tmp_path / "d.jsonl", tmp_path / "i.zarr", vocabulary=False,
-                      n_features=M, stop_words=None, sublinear_tf=False, label_field="label",
-                      id_field="id", n_workers=1, chunk_size=chunk_size)
+    ingested = ingest(SourceSpec(tmp_path / "d.jsonl", label_field="label", id_field="id"),
+                      tmp_path / "i.zarr", chunk_size=chunk_size, text=TextSpec(
+                          vocabulary=False, n_features=M, stop_words=None, sublinear_tf=False))
     np.testing.assert_array_equal(_matrix(ingested), _matrix(hashed))
     np.testing.assert_array_equal(ingested.idf, hashed.idf)
     assert ingested.feature_scheme == hashed.feature_scheme

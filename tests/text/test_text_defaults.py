@@ -21,7 +21,7 @@ from sklearn.feature_extraction.text import (
 
 from sphdist.cli import main
 from sphdist.errors import DataError, ParameterError
-from sphdist.text.ingest import ingest
+from sphdist.text.ingest import TextSpec, ingest
 from tests._textcorpus import write_text_tree
 
 
@@ -38,7 +38,7 @@ def _dense(corpus) -> np.ndarray:
 
 def test_default_is_sklearn_text_recipe_with_sublinear_tf(tree, tmp_path):
     root, texts = tree
-    corpus = ingest(root, tmp_path / "c.zarr", n_workers=1)
+    corpus = ingest(root, tmp_path / "c.zarr")
     ids = sorted(texts)
     reference = TfidfVectorizer(min_df=5, max_df=0.5, stop_words="english",
                                 sublinear_tf=True)
@@ -57,7 +57,7 @@ def test_default_is_sklearn_text_recipe_with_sublinear_tf(tree, tmp_path):
 def test_hashing_is_an_explicit_option(tree, tmp_path, n_features):
     root, texts = tree
     kwargs = {} if n_features is None else {"n_features": n_features}
-    corpus = ingest(root, tmp_path / "c.zarr", vocabulary=False, n_workers=1, **kwargs)
+    corpus = ingest(root, tmp_path / "c.zarr", text=TextSpec(vocabulary=False, **kwargs))
     m = n_features or 2**18
     counts = HashingVectorizer(n_features=m, alternate_sign=False, norm=None,
                                stop_words="english").transform([texts[i] for i in
@@ -86,9 +86,9 @@ def test_cli_hashing_and_the_old_defaults(tree, tmp_path):
 def test_options_of_the_other_scheme_are_refused(tree, tmp_path):
     root, _ = tree
     with pytest.raises(ParameterError, match="--hashing"):
-        ingest(root, tmp_path / "a.zarr", n_features=64)
+        ingest(root, tmp_path / "a.zarr", text=TextSpec(n_features=64))
     with pytest.raises(ParameterError, match="drop --hashing"):
-        ingest(root, tmp_path / "b.zarr", vocabulary=False, min_df=2)
+        ingest(root, tmp_path / "b.zarr", text=TextSpec(vocabulary=False, min_df=2))
     result = CliRunner().invoke(main, ["ingest", str(root), "-o", str(tmp_path / "c.zarr"),
                                        "--n-features", "64"])
     assert result.exit_code == 1 and "add --hashing" in result.stderr
@@ -107,7 +107,7 @@ def test_tiny_collection_fails_with_a_command_that_works(tmp_path):
     out = tmp_path / "c.zarr"
     with pytest.raises(DataError, match=r"too few documents \(3\) for min_df=5 "
                                         r"and max_df=0\.5") as info:
-        ingest(tmp_path / "docs.jsonl", out, n_workers=1)
+        ingest(tmp_path / "docs.jsonl", out)
     assert "--min-df 1 --max-df 1.0" in str(info.value) and not out.exists()
     result = _run_remedy(str(info.value))
     assert result.exit_code == 0, result.output
