@@ -511,7 +511,7 @@ def fit_corpus(
     init_from: str | os.PathLike[str] | None = None,
     memory_budget: int | str | None = None,
     callback: Callable[[solver.FitState], None] | None = _log_iteration,
-    retries: int = 0,
+    retries: int = 3,
 ) -> Model:
     """Fit Spherical PCA to a stored corpus, checkpointing to ``output``.
 
@@ -559,7 +559,7 @@ def fit_corpus(
     callback : callable or None
         Called with the solver state after every iteration; default logs one line
         (iteration, objective, relative change, seconds) to the ``sphdist`` logger.
-    retries : int, default 0
+    retries : int, default 3
         Restarts from the last checkpoint after a worker loss (see :meth:`Fit.run`).
 
     Returns
