@@ -70,11 +70,11 @@ def fit(
     as_json: bool, **params: Any,
 ) -> None:
     """Fit Spherical PCA to a corpus on a Dask cluster, checkpointing every iteration."""
-    from sphdist.jobs.fit import fit_with_retries, prepare_fit
+    from sphdist.jobs.fit import prepare_fit
     from sphdist.jobs.info import plural, shown_objective
 
     # validate the parameters, open the input and decide on the output once, before any
-    # cluster starts; the retries reuse this preparation
+    # cluster starts; a retry after a worker loss resumes this fit's own checkpoint
 
     if output is None:
         output = input_.with_name(input_.name.removesuffix(".zarr") + ".model.zarr")
@@ -90,10 +90,7 @@ def fit(
     ):
         progress = FitProgress(max_iter, bar=progress_enabled(), tol=params["tol"])
         try:
-            model = fit_with_retries(
-                prepared.attempt, input_, output, resume=resume, overwrite=overwrite,
-                retries=retries, callback=progress,
-            )
+            model = prepared.run(progress, retries=retries)
         finally:
             progress.close()
     seconds = progress.seconds_per_iteration  # wall time, the checkpoints included

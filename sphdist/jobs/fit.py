@@ -37,7 +37,7 @@ import os
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import numpy as np
 
@@ -54,7 +54,6 @@ from sphdist.errors import (
 from sphdist.io import (
     Output,
     absolute,
-    commit_identity,
     is_storage_failure,
     location,
     open_output,
@@ -76,14 +75,13 @@ from sphdist.jobs.cluster import (
 )
 
 __all__ = [
-    "fit_corpus", "plan_fit", "FitPlan", "open_fit", "Fit", "prepare_fit", "fit_with_retries",
+    "fit_corpus", "plan_fit", "FitPlan", "open_fit", "Fit", "prepare_fit",
     "warm_start", "check_compatible", "fit_command", "RESUME_KEYS",
     "WORKER_LOSS",
 ]
 
 logger = logging.getLogger("sphdist")
 
-T = TypeVar("T")
 
 #: Parameters that change the sequence of iterates: a checkpoint resumes only if they match.
 #: A checkpoint written before ``max_partials``, ``dtype`` and ``polar`` were recorded was
@@ -256,7 +254,7 @@ class Fit:
             If an object store holding the input or the output fails a request even after
             its client's retries; the last complete checkpoint stays readable.
         """
-        fit_params.validate({"retries": retries}, "fit_with_retries", fit_params.JOB_PARAMS)
+        fit_params.validate({"retries": retries}, "sphdist.jobs.fit.Fit.run", fit_params.JOB_PARAMS)
         previous = self.previous
         for attempt in range(retries + 1):
             try:
@@ -268,34 +266,6 @@ class Fit:
                     previous = load_checkpoint(self.output)  # continue our own checkpoint
                 _log_retry(self.output, exc, attempt, retries)
         raise AssertionError("unreachable")  # pragma: no cover
-
-    def attempt(
-        self, input: Any, output: Any, *, resume: bool, overwrite: bool,
-        callback: Callable[[solver.FitState], None] | None = _log_iteration,
-    ) -> Model:
-        """One attempt with :func:`fit_corpus`'s call signature, for :func:`fit_with_retries`.
-
-        Kept for callers of :func:`fit_with_retries`; :meth:`run` with ``retries`` does the
-        same. An attempt whose flags differ from the plan's (a retry that resumes its own
-        checkpoint) decides the output situation again.
-
-        Raises
-        ------
-        ParameterError
-            If ``input`` or ``output`` is not this fit's.
-        """
-        if str(location(input)) != str(self.input) or str(location(output)) != str(self.output):
-            raise ParameterError(
-                f"this fit was prepared for {self.input} -> {self.output}, not {input} -> "
-                f"{output}. To resolve this, prepare a fit for those paths."
-            )
-        previous = self.previous
-        if (resume, overwrite) != (self.plan.resume, self.plan.overwrite):
-            previous = _checkpoint_to_resume(
-                self.input, self.out, self.source, self.params, resume, overwrite,
-                self.plan.checkpoint_every,
-            )
-        return self._attempt(previous, callback)
 
     def _attempt(
         self, previous: Model | None, callback: Callable[[solver.FitState], None] | None
@@ -879,59 +849,3 @@ def _log_retry(output: Any, exc: BaseException, attempt: int, retries: int) -> N
         "(retry %d of %d)", type(exc).__name__, str(exc)[:200], output, attempt + 1,
         retries,
     )
-
-
-def fit_with_retries(
-    fit: Callable[..., T],
-    input: str | os.PathLike[str],
-    output: str | os.PathLike[str],
-    *,
-    resume: bool = False,
-    overwrite: bool = False,
-    retries: int = 3,
-    **kwargs: Any,
-) -> T:
-    """Run ``fit(input, output, ...)``, resuming from its last checkpoint when a worker dies.
-
-    For a fit function of :func:`fit_corpus`'s signature (or :meth:`Fit.attempt`); a fit
-    opened with :func:`open_fit` does the same with ``Fit.run(retries=...)``. A retry resumes
-    the checkpoint written by the attempts of this call; if none was written yet, it repeats
-    the first attempt's flags.
-
-    Parameters
-    ----------
-    fit : callable
-        ``fit(input, output, *, resume, overwrite, **kwargs)``.
-    input, output : path-like
-        Passed to ``fit``.
-    resume, overwrite : bool
-        Passed to the first attempt.
-    retries : int, default 3
-        Restarts allowed after a worker loss; 0 disables them.
-    **kwargs
-        More arguments of ``fit``.
-
-    Returns
-    -------
-    object
-        What ``fit`` returns.
-
-    Raises
-    ------
-    ParameterError
-        If ``retries`` < 0.
-    WorkersLostError
-        When workers are still lost after ``retries`` restarts (the cause is chained).
-    """
-    fit_params.validate({"retries": retries}, "fit_with_retries", fit_params.JOB_PARAMS)
-    before = commit_identity(output)
-    for attempt in range(retries + 1):
-        try:
-            return fit(input, output, resume=resume, overwrite=overwrite, **kwargs)
-        except WORKER_LOSS as exc:
-            if attempt == retries:
-                raise _workers_lost(output, retries, exc) from exc
-            if commit_identity(output) not in (None, before):
-                resume, overwrite = True, False  # continue our own checkpoint
-            _log_retry(output, exc, attempt, retries)
-    raise AssertionError("unreachable")  # pragma: no cover

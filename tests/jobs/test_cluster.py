@@ -74,28 +74,6 @@ def test_embedding_clusters_better_than_chance(newsgroups5, tmp_path):
     assert report["nmi"] > chance["nmi"] + 0.05
 
 
-def test_fit_with_retries_resumes_then_gives_a_typed_error(tmp_path):
-    from distributed.client import FutureCancelledError
-
-    from sphdist.errors import WorkersLostError
-    from sphdist.jobs.fit import fit_with_retries
-
-    calls = []
-
-    def always_lost(input, output, *, resume, overwrite, **kwargs):
-        calls.append((resume, overwrite))
-        (tmp_path / "m.zarr").mkdir(exist_ok=True)
-        (tmp_path / "m.zarr" / "zarr.json").write_text("{}")  # a checkpoint of this call
-        raise FutureCancelledError("x", reason="lost")
-
-    with pytest.raises(WorkersLostError, match="3 attempts .* --resume") as info:
-        fit_with_retries(always_lost, tmp_path / "c.zarr", tmp_path / "m.zarr", overwrite=True,
-                         retries=2)
-    assert isinstance(info.value.__cause__, FutureCancelledError)
-    # the first attempt keeps the caller's flags, the retries resume this call's checkpoint
-    assert calls == [(False, True), (True, False), (True, False)]
-
-
 # -- small data: dask's threads in this process -----------------------------------------------
 
 

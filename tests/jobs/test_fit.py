@@ -10,7 +10,7 @@ from distributed.client import FutureCancelledError
 from sphdist.errors import CheckpointMismatchError
 from sphdist.io.corpus_writer import CorpusWriter
 from sphdist.jobs import fit
-from sphdist.jobs.fit import fit_corpus, fit_with_retries, prepare_fit
+from sphdist.jobs.fit import fit_corpus, prepare_fit
 
 from ..reference import random_corpus
 
@@ -81,8 +81,8 @@ def test_retry_resumes_its_own_checkpoint_without_reopening_the_input(
     _same(model, reference)
 
 
-def test_the_attempts_of_fit_with_retries_reuse_the_opened_fit(corpus, tmp_path, monkeypatch):
-    """What ``sphdist fit`` calls: ``fit_with_retries(prepared.attempt, ...)``."""
+def test_a_retry_resumes_the_opened_fit_without_opening_it_again(corpus, tmp_path, monkeypatch):
+    """What ``sphdist fit`` calls: ``prepare_fit(...)`` then ``run(progress, retries=...)``."""
     reference = fit_corpus(corpus.path, tmp_path / "ref.zarr", callback=None, **KW)
     out = tmp_path / "m.zarr"
     opened = []
@@ -97,10 +97,28 @@ def test_the_attempts_of_fit_with_retries_reuse_the_opened_fit(corpus, tmp_path,
             raise FutureCancelledError("pass", reason="lost")
 
     with prepare_fit(corpus.path, out, **KW) as prepared:
-        model = fit_with_retries(prepared.attempt, corpus.path, out, callback=lose_a_worker_once)
+        model = prepared.run(lose_a_worker_once, retries=3)
     assert lost == [3] and opened == [corpus.path]
-    assert seen == [0, 1, 2, 3, 3, 4, 5]
+    assert seen == [0, 1, 2, 3, 3, 4, 5]  # the retry resumed the checkpoint of iteration 2
     _same(model, reference)
+
+
+def test_workers_lost_after_every_retry_is_a_typed_error_naming_the_resume(corpus, tmp_path):
+    from sphdist.errors import WorkersLostError
+
+    out, seen = tmp_path / "m.zarr", []
+
+    def always_lost_at_2(state):
+        seen.append(state.iteration)
+        if state.iteration == 2:
+            raise FutureCancelledError("pass", reason="lost")
+
+    with pytest.raises(WorkersLostError, match="3 attempts .* --resume") as info, \
+            prepare_fit(corpus.path, out, **KW) as prepared:
+        prepared.run(always_lost_at_2, retries=2)
+    assert isinstance(info.value.__cause__, FutureCancelledError)
+    # the first attempt started the fit; each retry resumed its checkpoint of iteration 1
+    assert seen == [0, 1, 2, 2, 2]
 
 
 def test_the_fit_holds_its_output_once_and_releases_it(corpus, tmp_path):
