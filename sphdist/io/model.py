@@ -43,7 +43,8 @@ A **checkpoint** of the default (stateless) fit holds ``U_k`` and the histories 
 ``(m r + O(m)) * 8`` bytes before compression, whatever n (``V_k = normalise(U_k^T X)`` is
 recomputed by one pass on ``--resume``, :func:`sphdist.core.solver.resume`). The **final
 model** adds V, written chunk by chunk by the tasks that compute it, never gathered on the
-driver. :meth:`Model.V` of a checkpoint says the fit stopped and how to finish it.
+driver. :meth:`Model.V` of a checkpoint says the fit stopped (the jobs print the command that finishes it,
+:func:`sphdist.jobs.info.resume_command`).
 
 Every write builds the whole group in a sibling staging directory and commits it with an atomic
 rename (:mod:`sphdist.io._atomic`), after flushing every file and directory of the tree to disk:
@@ -72,7 +73,6 @@ import numpy as np
 import zarr
 from dask.base import tokenize
 
-from sphdist.core import params as fit_params
 from sphdist.core.solver import FitState
 from sphdist.errors import InputNotFoundError, ModelFormatError
 from sphdist.io._atomic import discard, open_output, open_target
@@ -95,8 +95,6 @@ __all__ = [
 
 FORMAT_VERSION = 1
 KIND = "model"  # the group attribute sphdist.kind
-#: ``sphdist fit`` flags whose names are not ``--<parameter>``.
-_FLAGS = {"n_components": "-r", "random_state": "--seed"}
 
 
 def save_checkpoint(
@@ -399,29 +397,6 @@ class Model(TaggedStore):
         value = self.params.get("max_iter")
         return None if value is None else int(value)
 
-    def resume_command(self) -> str:
-        """The ``sphdist fit ... --resume`` command that continues this fit.
-
-        Every parameter the checkpoint was written with is given (``-r`` always, the others
-        where they differ from the defaults), so the command passes the resume checks.
-        """
-        params = self.params
-        words = ["sphdist fit", f"--input {self.corpus.get('path', 'CORPUS')}",
-                 f"--output {self.path}", "--resume"]
-        for name in fit_params.SOLVER_PARAMS:
-            value = params.get(name, fit_params.PARAMS[name].default)
-            if value is None or (name != "n_components"
-                                 and value == fit_params.PARAMS[name].default):
-                continue
-            flag = _FLAGS.get(name, "--" + name.replace("_", "-"))
-            if isinstance(value, bool):  # a click flag pair: --name / --no-name
-                words.append(flag if value else flag.replace("--", "--no-", 1))
-            else:
-                words.append(f"{flag} {value}")
-        if params.get("init_from"):
-            words.append(f"--init-from {params['init_from']['path']}")
-        return " ".join(words)
-
     @property
     def corpus(self) -> dict[str, Any]:
         """Path, fingerprint and shape of the corpus the model was fitted on."""
@@ -487,8 +462,8 @@ class Model(TaggedStore):
             raise ModelFormatError(
                 f"{self.path} is a checkpoint of a fit stopped at iteration {self.n_iter} of "
                 f"{self.max_iter if self.max_iter is not None else '?'}, not converged: it "
-                f"holds U, not the embedding V. To resolve this, finish the fit: "
-                f"`{self.resume_command()}`."
+                f"holds U, not the embedding V. To resolve this, finish the fit: `sphdist "
+                f"info {self.path}` prints the command that does."
             )
         V = self._array("V")
         r, c = V.chunks

@@ -43,7 +43,7 @@ from sphdist.io import (
     stored_kind,
 )
 from sphdist.io.model import Model, open_model
-from sphdist.jobs.info import _command, check_roles
+from sphdist.jobs.info import _command, check_roles, require_embedding
 
 __all__ = [
     "EmbeddingSource",
@@ -208,6 +208,7 @@ def open_embedding_source(
             f"({fitted.corpus.get('path')}). To resolve this, embed its documents first, then "
             f"use the embedding: `{transform} && {use}`."
         )
+    require_embedding(fitted)
     return EmbeddingSource(
         V=fitted.V(), doc_ids=np.asarray(source.doc_ids).astype(object), labels=source.labels,
         label_names=source.label_names, origin="model", degenerate=np.asarray(source.empty),

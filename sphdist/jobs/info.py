@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from sphdist.errors import DataError, InputNotFoundError, ParameterError
+from sphdist.errors import DataError, InputNotFoundError, ModelFormatError, ParameterError
 from sphdist.io import (
     CommitState,
     commit_state,
@@ -25,9 +25,11 @@ from sphdist.io import (
     stored_kind,
 )
 from sphdist.io.model import Model, open_model
+from sphdist.jobs.fit import fit_command
 
 __all__ = [
-    "describe", "fit_status", "resume_command", "warn_if_stopped", "top_terms", "check_roles",
+    "describe", "fit_status", "resume_command", "require_embedding", "warn_if_stopped",
+    "top_terms", "check_roles",
     "shown_objective", "plural", "TOP_TERMS_BASIS",
 ]
 
@@ -148,7 +150,7 @@ def _describe_model(path: Path, state: CommitState) -> dict[str, Any]:
         return {"kind": "model", "path": str(path), "checkpoint": checkpoint}
     model = open_stored(path, "model")
     if state.interrupted and not state.committed:  # the fit's writer moves it back
-        checkpoint["recover"] = model.resume_command()
+        checkpoint["recover"] = resume_command(model)
     a = model.attrs
     m, r, n = model.shape
     objective = a["objective"]
@@ -195,13 +197,32 @@ def fit_status(model: Model) -> str:
     return f"reached max_iter {max_iter}, not converged (tol {params.get('tol')})"
 
 
-#: Options of ``sphdist fit`` whose name is not ``--<parameter>``.
 def resume_command(model: Model) -> str:
     """The ``sphdist fit`` command, with ``--resume``, that continues the fit of ``model``.
 
-    See :meth:`sphdist.io.model.Model.resume_command`.
+    Every parameter the checkpoint was written with is given (``-r`` always, the others
+    where they differ from the defaults; :func:`sphdist.jobs.fit.fit_command`), so the
+    command passes the resume checks.
     """
-    return model.resume_command()
+    return fit_command(model.corpus.get("path", "CORPUS"), model.path, model.params,
+                       resume=True)
+
+
+def require_embedding(model: Model) -> None:
+    """Refuse the checkpoint of an unfinished fit, with the command that finishes it.
+
+    Raises
+    ------
+    ModelFormatError
+        If ``model`` holds U but not the embedding V.
+    """
+    if not model.has_embedding:
+        raise ModelFormatError(
+            f"{model.path} is a checkpoint of a fit stopped at iteration {model.n_iter} of "
+            f"{model.max_iter if model.max_iter is not None else '?'}, not converged: it "
+            f"holds U, not the embedding V. To resolve this, finish the fit: "
+            f"`{resume_command(model)}`."
+        )
 
 
 def warn_if_stopped(model: Model, use: str) -> None:
