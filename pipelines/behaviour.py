@@ -1297,10 +1297,10 @@ def record_group(group: str, data_home: str, fork: bool = True) -> list[dict]:
     return records
 
 
-def _git_head() -> str:
+def _git(*args: str) -> str:
     try:
-        return subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True,
-                              text=True, check=True).stdout.strip()
+        return subprocess.run(["git", *args], cwd=REPO, capture_output=True, text=True,
+                              check=True).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
 
@@ -1324,7 +1324,11 @@ def record(output: Path, jobs: int, only: tuple[str, ...], fork: bool) -> int:
     keys = [r["key"] for r in records]
     assert len(keys) == len(set(keys)), "scenario names must be unique within a group"
     meta = {
-        "commit": _git_head(), "sphdist": probe.stdout.strip(), "python": sys.version.split()[0],
+        "commit": _git("rev-parse", "HEAD"),
+        # the package's tree: equal for two commits whose sphdist/ is the same
+        "sphdist_tree": _git("rev-parse", "HEAD:sphdist"),
+        "sphdist_uncommitted": _git("status", "--porcelain", "--", "sphdist") != "",
+        "sphdist": probe.stdout.strip(), "python": sys.version.split()[0],
         "platform": platform.platform(), "n_records": len(records), "wall_s": round(wall, 1),
         "jobs": jobs, "fork": fork, "loadavg_before": load_before, "loadavg_after": os.getloadavg(),
         "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
