@@ -23,14 +23,17 @@ between lives here, composed from dask primitives (:func:`dask.array.blockwise`,
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import sys
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import dask
 import dask.array as da
+import dask.base
+import dask.threaded
 import numpy as np
 import scipy.sparse as sp
 from dask.callbacks import Callback
@@ -49,6 +52,7 @@ from sphdist.core.partials import (
 __all__ = [
     "MAX_BLOCK_DOCUMENTS",
     "active_client",
+    "computing",
     "default_chunk_size",
     "document_chunks",
     "broadcast",
@@ -76,16 +80,35 @@ _OBJECTS = np.empty((0,), dtype=object)
 Spill = Callable[[da.Array], tuple[Any, da.Array]]
 
 
-def _unfused() -> Any:
-    """Dask's low-level task fusion off, for the graphs this module computes.
+@contextlib.contextmanager
+def computing() -> Iterator[None]:
+    """Dask's low-level task fusion off, and no task left running after a failure.
 
     A fused task keeps the key of a chunk of X with a task spec that depends on the graph
     around it (which tasks consume the chunk). Submitted again in another graph, the same key
     then comes with another spec, and distributed can deadlock ("Detected different
     run_spec", dask/dask#9888): repeated fits on one corpus in one session hung so. Unfused,
     every key keeps one spec; the values are the same.
+
+    On dask's threaded scheduler the graphs run on a pool of their own, shut down (waiting for
+    its running tasks) before this context exits: when a task fails, dask raises at once while
+    its siblings still run, and one of them could write into an output's staging directory
+    after the caller removed it (a transform failing in one chunk of four left
+    ``OUTPUT.tmp-*/degenerate/c/2`` behind).
     """
-    return dask.config.set({"optimization.fuse.active": False})
+    with dask.config.set({"optimization.fuse.active": False}):
+        scheduler = dask.base.get_scheduler()
+        if scheduler not in (None, dask.threaded.get) or active_client() is not None:
+            yield
+            return
+        pool = dask.threaded.ContextAwareThreadPoolExecutor(
+            dask.config.get("num_workers", None) or dask.threaded.CPU_COUNT
+        )
+        try:
+            with dask.config.set(pool=pool):
+                yield
+        finally:
+            pool.shutdown(wait=True)
 
 
 def default_chunk_size(
@@ -383,7 +406,7 @@ def pairs_sum(func: Callable[[Any, Any], np.ndarray], X: da.Array) -> float:
         func, "cd", X, "ic", X, "id", concatenate=True, adjust_chunks={"c": 1, "d": 1},
         dtype=np.float64, meta=np.empty((0, 0)),
     )
-    with _unfused():
+    with computing():
         return float(pairs.sum().compute())
 
 
@@ -402,7 +425,7 @@ def sum_parts(parts: da.Array, split_every: int) -> dict[str, Any]:
     dict
         :func:`sphdist.core.partials.partials_agg` of all parts, in the tree's fixed order.
     """
-    with _unfused():
+    with computing():
         (total,) = dask.compute(tree_sum(parts, split_every))
     return total
 
@@ -461,7 +484,7 @@ def block_pass(
     name = f"sphdist-pass-{uuid.uuid4().hex}"
     values = U.values if isinstance(U, RowSparse) else U
     U_d = broadcast(np.asarray(values, dtype=dtype), as_delayed=True)
-    with _unfused():
+    with computing():
         xs = X.to_delayed().ravel()
         vs = None if V_prev is None else V_prev.to_delayed().ravel()
     sizes = X.chunks[1]
@@ -488,7 +511,7 @@ def block_pass(
                 ]
         leaves.append(da.from_delayed(part, shape=(1,), dtype=object, meta=_OBJECTS))
     total = tree_sum(da.concatenate(leaves), config.split_every)
-    with _unfused():
+    with computing():
         V = da.concatenate(V_blocks, axis=1) if keep_V else None
         if V is not None and spill is None:
             V, total = dask.persist(V, total)
@@ -548,7 +571,7 @@ def embedding(X: da.Array, U: np.ndarray | RowSparse, *, dtype: Any) -> da.Array
     """
     dtype = np.dtype(dtype)
     U_d = broadcast(np.asarray(U.values if isinstance(U, RowSparse) else U, dtype=dtype))
-    with _unfused():
+    with computing():
         return da.blockwise(
             functools.partial(kernels.embed_block, dtype=dtype), "kj", X, "ij", U_d, "ik",
             concatenate=True,
@@ -594,7 +617,7 @@ def persist_rows_and_sum(
         chunk is read once.
     """
     arrays = [chunk_rows(parts, key, X.chunks[1], r) for key in keys]
-    with _unfused():
+    with computing():
         *arrays, total = dask.persist(*arrays, tree_sum(parts, split_every))
         (total,) = dask.compute(total)
     return (*arrays, total)
@@ -658,10 +681,10 @@ def compute(result: da.Array, desc: str, mode: bool | str = False) -> np.ndarray
     On a distributed client the blocks are submitted at once and counted as they complete
     (``distributed.as_completed``); on a local scheduler a dask callback counts them.
     """
-    with _unfused():
+    with computing():
         blocks = list(result.to_delayed().ravel())
     client = active_client()
-    with progress(len(blocks), desc, unit="chunk", mode=mode) as bar, _unfused():
+    with progress(len(blocks), desc, unit="chunk", mode=mode) as bar, computing():
         if client is None:
             with _BlocksDone({b.key for b in blocks}, bar):
                 values = dask.compute(*blocks)

@@ -73,6 +73,7 @@ import numpy as np
 import zarr
 from dask.base import tokenize
 
+from sphdist.core import graph
 from sphdist.core.solver import FitState
 from sphdist.errors import InputNotFoundError, ModelFormatError
 from sphdist.io._atomic import discard, open_output, open_target
@@ -190,7 +191,8 @@ def _store_V(group: zarr.Group, V: da.Array) -> None:
         "V", shape=V.shape, dtype=np.float64, chunks=(r, max(V.chunks[1])),
         compressors=CHECKSUMMED, config=WRITE_CONFIG,
     )
-    da.store(V.astype(np.float64), target, lock=False)
+    with graph.computing():  # no task still writing when a failed commit is cleaned up
+        da.store(V.astype(np.float64), target, lock=False)
 
 
 class ScratchV:
