@@ -43,11 +43,12 @@ from typing import Any
 import numpy as np
 import zarr
 
-from sphdist import io as _atomic  # committed, staging_path, discard
 from sphdist._progress import progress as _progress
 from sphdist._validation import Number, check_int, check_param
 from sphdist.errors import DataError, InputNotFoundError, OutputExistsError, ParameterError
-from sphdist.io import exists, is_remote, join, location, locks_output, open_file
+from sphdist.io import (
+    committed, discard, exists, is_remote, join, location, locks_output, open_file, staging_path,
+)
 from sphdist.io.corpus import Corpus
 from sphdist.io.corpus_writer import CorpusWriter
 from sphdist.text._messages import Emptied, documents, ingest_command, option_flags
@@ -446,7 +447,7 @@ def ingest(
             _check_feature_memory(options.n_features)
     given["remove_headers"] = bool(remove) and not (like is not None and inherit_remove)
     output = location(output)
-    if _atomic.committed(output) and not overwrite:  # fail before reading a large source
+    if committed(output) and not overwrite:  # fail before reading a large source
         raise OutputExistsError(
             f"{output} already exists. To resolve this, choose another output path or pass "
             "--overwrite (overwrite=True)."
@@ -468,7 +469,7 @@ def ingest(
         raise src.unreadable[0].error()
     workers = _workers()
     run = _in_order(2 * workers)
-    spill = location(f"{_atomic.staging_path(output)}-spill")
+    spill = location(f"{staging_path(output)}-spill")
     with _scratch(spill) as spill_dir:
         job = CountJob(options=options, remove=remove, reading=reading, on_error=on_error,
                        chunk_size=chunk_size, need_class_df=options.select is not None,
@@ -771,4 +772,4 @@ def _scratch(path: Path) -> Iterator[Path]:
     try:
         yield path
     finally:
-        _atomic.discard(path)
+        discard(path)
