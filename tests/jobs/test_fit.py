@@ -81,28 +81,6 @@ def test_retry_resumes_its_own_checkpoint_without_reopening_the_input(
     _same(model, reference)
 
 
-def test_a_retry_resumes_the_opened_fit_without_opening_it_again(corpus, tmp_path, monkeypatch):
-    """What ``sphdist fit`` calls: ``prepare_fit(...)`` then ``run(progress, retries=...)``."""
-    reference = fit_corpus(corpus.path, tmp_path / "ref.zarr", callback=None, **KW)
-    out = tmp_path / "m.zarr"
-    opened = []
-    open_input = fit.open_input
-    monkeypatch.setattr(fit, "open_input", lambda path: opened.append(path) or open_input(path))
-    lost, seen = [], []
-
-    def lose_a_worker_once(state):
-        seen.append(state.iteration)
-        if state.iteration == 3 and not lost:
-            lost.append(state.iteration)
-            raise FutureCancelledError("pass", reason="lost")
-
-    with prepare_fit(corpus.path, out, **KW) as prepared:
-        model = prepared.run(lose_a_worker_once, retries=3)
-    assert lost == [3] and opened == [corpus.path]
-    assert seen == [0, 1, 2, 3, 3, 4, 5]  # the retry resumed the checkpoint of iteration 2
-    _same(model, reference)
-
-
 def test_workers_lost_after_every_retry_is_a_typed_error_naming_the_resume(corpus, tmp_path):
     from sphdist.errors import WorkersLostError
 
