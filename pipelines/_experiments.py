@@ -42,7 +42,7 @@ from sphdist.datasets import DATA_HOME_ENV, NEWSGROUPS_PAPER_CATEGORIES, get_dat
 from sphdist.errors import DataError, InputNotFoundError, ParameterError
 from sphdist.io import atomic_path
 from sphdist.metrics import clustering_accuracy, normalized_mutual_info
-from sphdist.text._passes import STRIPPERS, clean
+from sphdist.text import STRIPPERS, clean
 from sphdist.text.ingest import REMOVE_OPTIONS
 from sphdist.text.tfidf import mutual_information
 

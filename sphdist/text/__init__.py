@@ -3,3 +3,16 @@
 Document sources, scikit-learn's vectorizer semantics, ingestion into ``corpus.zarr``, and
 synthetic corpora.
 """
+
+from typing import Any
+
+__all__ = ["STRIPPERS", "clean"]
+
+
+def __getattr__(name: str) -> Any:
+    """The cleaning of documents (:func:`sphdist.text._passes.clean`), imported on first use."""
+    if name in __all__:
+        from sphdist.text import _passes
+
+        return getattr(_passes, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
