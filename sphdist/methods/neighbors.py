@@ -46,18 +46,18 @@ _TRAIN_PER_LIST = 40  # training points per inverted list (faiss warns below 39)
 
 
 def default_nlist(n: int) -> int:
-    """Inverted lists of an IVF index of ``n`` vectors: ``4 sqrt(n)``, a power of two.
+    """Inverted lists of an IVF index of ``n`` vectors: ``2 sqrt(n)``, a power of two.
 
-    The rule of thumb of the faiss wiki ("Guidelines to choose an index": between 4 sqrt(n) and
-    16 sqrt(n)), at its low end so that training stays cheap on a few cores; measured in
-    pipelines/results/neighbors.md.
-
+    Below the faiss wiki's rule of thumb ("Guidelines to choose an index": 4 sqrt(n) to
+    16 sqrt(n)), so that training the coarse quantizer (k-means on 40 vectors per list,
+    ``O(nlist^2)``) stays a small part of the build on a few cores; the scan per query is
+    ``nprobe * n / nlist`` vectors. Measured in pipelines/results/neighbors.md.
     At most ``n / 40`` (faiss' k-means wants about 40 training points per list), at least 1.
 
     >>> default_nlist(1_000_000), default_nlist(250_000), default_nlist(20_000), default_nlist(10)
-    (4096, 2048, 256, 1)
+    (2048, 1024, 256, 1)
     """
-    target = 1 << round(math.log2(4 * math.sqrt(max(n, 1))))
+    target = 1 << round(math.log2(2 * math.sqrt(max(n, 1))))
     return max(1, min(target, 1 << int(math.log2(max(n // _TRAIN_PER_LIST, 1)))))
 
 
