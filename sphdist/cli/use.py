@@ -109,7 +109,7 @@ def export(
               help="flat: exact inner-product scan; ivf: inverted file (approximate, fast at "
                    "scale); auto: flat up to 200,000 documents, ivf above.")
 @click.option("--nlist", type=click.IntRange(min=1),
-              help="Inverted lists of an ivf index [default: 2 sqrt(n), a power of two].")
+              help="Inverted lists of an ivf index [default: sqrt(n), a power of two].")
 @click.option("--nprobe", type=click.IntRange(min=1),
               help="Lists an ivf index scans per query, stored with it (`neighbors --nprobe` "
                    "overrides it) [default: 32].")

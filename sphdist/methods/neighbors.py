@@ -24,7 +24,7 @@ from typing import Any
 import dask.array as da
 import numpy as np
 from sklearn.base import BaseEstimator
-from sklearn.utils import check_random_state
+from sklearn.utils import check_random_state, metadata_routing
 from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted
 
@@ -43,21 +43,22 @@ FLAT_MAX = 200_000
 DEFAULT_NPROBE = 32
 
 _TRAIN_PER_LIST = 40  # training points per inverted list (faiss warns below 39)
+_TRAIN_ITERATIONS = 10  # k-means iterations of the coarse quantizer (faiss' default: 25)
 
 
 def default_nlist(n: int) -> int:
-    """Inverted lists of an IVF index of ``n`` vectors: ``2 sqrt(n)``, a power of two.
+    """Inverted lists of an IVF index of ``n`` vectors: ``sqrt(n)``, a power of two.
 
     Below the faiss wiki's rule of thumb ("Guidelines to choose an index": 4 sqrt(n) to
-    16 sqrt(n)), so that training the coarse quantizer (k-means on 40 vectors per list,
-    ``O(nlist^2)``) stays a small part of the build on a few cores; the scan per query is
-    ``nprobe * n / nlist`` vectors. Measured in pipelines/results/neighbors.md.
-    At most ``n / 40`` (faiss' k-means wants about 40 training points per list), at least 1.
+    16 sqrt(n)): training the coarse quantizer (k-means on 40 vectors per list) costs
+    ``O(nlist^2 r)``, and on a few cores it would dominate the build; the scan per query is
+    ``nprobe * n / nlist`` vectors, well under a millisecond at 1M documents
+    (pipelines/results/neighbors.md). At most ``n / 40``, at least 1.
 
     >>> default_nlist(1_000_000), default_nlist(250_000), default_nlist(20_000), default_nlist(10)
-    (2048, 1024, 256, 1)
+    (1024, 512, 128, 1)
     """
-    target = 1 << round(math.log2(2 * math.sqrt(max(n, 1))))
+    target = 1 << round(math.log2(math.sqrt(max(n, 1))))
     return max(1, min(target, 1 << int(math.log2(max(n // _TRAIN_PER_LIST, 1)))))
 
 
@@ -92,7 +93,7 @@ class NeighborIndex(ValidatedParams, BaseEstimator):
         default :data:`DEFAULT_NPROBE`. May be changed after ``fit`` (``set_params``).
     train_size : int, optional
         Vectors sampled (uniformly, without replacement) to train the IVF's coarse quantizer
-        (k-means); default ``40 * nlist``.
+        (k-means, 10 iterations); default ``40 * nlist``.
     chunk_size : int, default 65536
         Rows read and added to the index at a time.
     random_state : int, RandomState or None, default 0
@@ -139,6 +140,9 @@ class NeighborIndex(ValidatedParams, BaseEstimator):
         "chunk_size": [Interval(Integral, 1, None, closed="left")],
         "random_state": ["random_state"],
     }
+
+    # ``exclude`` is a keyword of fit, not metadata to route: no ``set_fit_request``
+    __metadata_request__fit = {"exclude": metadata_routing.UNUSED}
 
     def __init__(
         self, kind: str = "auto", *, nlist: int | None = None, nprobe: int | None = None,
@@ -207,6 +211,7 @@ class NeighborIndex(ValidatedParams, BaseEstimator):
             index = faiss.IndexIVFFlat(quantizer, r, nlist, faiss.METRIC_INNER_PRODUCT)
             index.cp.seed = int(rng.randint(0, 2**31 - 1))
             index.cp.min_points_per_centroid = 1  # a small sample was asked for: no warning
+            index.cp.niter = _TRAIN_ITERATIONS
             index.train(train[~zero])
             index.own_fields = True
             quantizer.this.disown()  # the IVF owns its quantizer now
