@@ -107,7 +107,7 @@ def export(
 @click.option("--kind", type=click.Choice(["auto", "flat", "ivf"]), default="auto",
               show_default=True,
               help="flat: exact inner-product scan; ivf: inverted file (approximate, fast at "
-                   "scale); auto: flat up to 200,000 documents, ivf above.")
+                   "scale); auto: flat up to 100,000 documents, ivf above.")
 @click.option("--nlist", type=click.IntRange(min=1),
               help="Inverted lists of an ivf index [default: sqrt(n), a power of two].")
 @click.option("--nprobe", type=click.IntRange(min=1),
