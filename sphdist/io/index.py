@@ -37,6 +37,7 @@ from sphdist.io._zarr import (
     content_sha256,
     json_clean,
     open_node,
+    read_checked,
     read_tag,
 )
 
@@ -160,12 +161,19 @@ class StoredIndex(TaggedStore):
             If a chunk is missing or does not decode, or the bytes do not match the recorded
             ``faiss_sha256`` (the message names the path and the rebuild command).
         """
+        model = self.model.get("path") or "MODEL"
+        source = self.source
+        remedy = ("write it again with `sphdist index --model " + str(model)
+                  + (f" --input {source['path']}" if source.get("path") else "")
+                  + f" --output {self.path} --overwrite`")
         sha = self.attrs.get("faiss_sha256")
         if not isinstance(sha, str):
             raise ModelFormatError(
-                f"{self.location}: no faiss_sha256 recorded. To resolve this, {self._REWRITE}."
+                f"{self.location}: no faiss_sha256 recorded. To resolve this, {remedy}."
             )
-        return self._read("faiss", sha, "faiss_sha256")
+        return read_checked(self._group["faiss"], str(self.location), "faiss",
+                            error=ModelFormatError, remedy=remedy, sha256=sha,
+                            digest="faiss_sha256")
 
 
 def open_index(path: str | os.PathLike[str]) -> StoredIndex:

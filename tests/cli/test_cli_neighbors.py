@@ -201,7 +201,8 @@ def test_bad_input_one_error_line_each(trained, runner, tmp_path):
     chunk = _faiss_chunk(damaged)
     chunk.write_bytes(chunk.read_bytes()[:-40])
     line = _error_line(runner.invoke(main, [*query, "--index", str(damaged)]))
-    assert "faiss is corrupted" in line and "sphdist index" in line and "--overwrite" in line
+    assert "faiss is corrupted" in line
+    assert f"`sphdist index --model {model} --output {damaged} --overwrite`" in line
 
     # k larger than n
     line = _error_line(runner.invoke(main, [*query, "--index", str(good), "-k", "1000"]))
@@ -233,6 +234,7 @@ def test_an_index_whose_bytes_do_not_match_their_digest_is_refused(trained, runn
     line = _error_line(runner.invoke(main, ["neighbors", "-m", model, "--doc-id", doc_id,
                                             "--index", str(index)]))
     assert "does not match its recorded faiss_sha256" in line
+    assert f"`sphdist index --model {model} --output {index} --overwrite`" in line
 
 
 def test_existing_outputs_are_not_overwritten(trained, runner, tmp_path):
