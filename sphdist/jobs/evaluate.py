@@ -6,6 +6,7 @@ The function behind ``sphdist evaluate``; pipelines call it directly.
 from __future__ import annotations
 
 import os
+import time
 from typing import Any
 
 import numpy as np
@@ -52,7 +53,8 @@ def evaluate_model(
     -------
     dict
         ``accuracy``, ``nmi`` (fractions in [0, 1]), ``knn_accuracy`` (fraction in [0, 1], or
-        None), ``knn_k``, ``knn_folds``, ``knn_documents``, ``n_documents``, ``n_clusters``,
+        None), ``knn_k``, ``knn_folds``, ``knn_documents``, ``knn_seconds`` (wall seconds of
+        the k-NN scoring), ``n_documents``, ``n_clusters``,
         ``n_components``, ``n_iter``, ``objective`` (final value of the fit, clipped at 0:
         :func:`sphdist.jobs.info.shown_objective`), ``input`` (the documents' path) and
         ``embedding``: ``"model"`` (the training corpus' V), ``"embedding"`` (an
@@ -110,8 +112,10 @@ def evaluate_model(
     V = source.V
     embedding = np.asarray(V.compute()).T
     result = evaluate_embedding(embedding, labels, **kmeans)
+    start = time.perf_counter()
     result.update(knn_accuracy(embedding, labels, n_neighbors=knn_k,
                                random_state=kmeans.get("random_state", 0)))
+    result["knn_seconds"] = time.perf_counter() - start
     result.update(
         n_components=int(V.shape[0]), n_iter=fitted.n_iter,
         objective=shown_objective(fitted.objective[-1]), input=str(where),
