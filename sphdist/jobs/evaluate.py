@@ -6,7 +6,6 @@ The function behind ``sphdist evaluate``; pipelines call it directly.
 from __future__ import annotations
 
 import os
-import time
 from typing import Any
 
 import numpy as np
@@ -22,7 +21,7 @@ __all__ = ["evaluate_model"]
 
 def evaluate_model(
     model: str | os.PathLike[str], input: str | os.PathLike[str] | None = None, *,
-    knn_k: int = 10, **kmeans: Any
+    knn_k: int | None = 10, **kmeans: Any
 ) -> dict[str, Any]:
     """k-means and k-NN on the embedding of a set of documents, scored against their labels.
 
@@ -42,9 +41,10 @@ def evaluate_model(
         model's feature space and idf (``sphdist ingest --like MODEL``), embedded by the exact
         V-step ``v_j = U^T x_j / ||U^T x_j||_2`` (Liu et al. 2019, Eq. 3.12 with lam = 2), as
         ``transform`` would store it.
-    knn_k : int, default 10
+    knn_k : int or None, default 10
         k of the k-NN label accuracy (:func:`sphdist.metrics.knn_accuracy`: cosine,
-        stratified 5-fold, on at most 20,000 documents, seeded by ``random_state``).
+        stratified 5-fold, on at most 20,000 documents, seeded by ``random_state``); None:
+        k-means only (no ``knn_*`` keys).
     **kmeans
         ``n_clusters``, ``n_init``, ``random_state`` of
         :func:`~sphdist.metrics.evaluate_embedding` (defaults: the number of labels, 10, 0).
@@ -53,8 +53,7 @@ def evaluate_model(
     -------
     dict
         ``accuracy``, ``nmi`` (fractions in [0, 1]), ``knn_accuracy`` (fraction in [0, 1], or
-        None), ``knn_k``, ``knn_folds``, ``knn_documents``, ``knn_seconds`` (wall seconds of
-        the k-NN scoring), ``n_documents``, ``n_clusters``,
+        None), ``knn_k``, ``knn_folds``, ``knn_documents``, ``n_documents``, ``n_clusters``,
         ``n_components``, ``n_iter``, ``objective`` (final value of the fit, clipped at 0:
         :func:`sphdist.jobs.info.shown_objective`), ``input`` (the documents' path) and
         ``embedding``: ``"model"`` (the training corpus' V), ``"embedding"`` (an
@@ -112,10 +111,9 @@ def evaluate_model(
     V = source.V
     embedding = np.asarray(V.compute()).T
     result = evaluate_embedding(embedding, labels, **kmeans)
-    start = time.perf_counter()
-    result.update(knn_accuracy(embedding, labels, n_neighbors=knn_k,
-                               random_state=kmeans.get("random_state", 0)))
-    result["knn_seconds"] = time.perf_counter() - start
+    if knn_k is not None:
+        result.update(knn_accuracy(embedding, labels, n_neighbors=knn_k,
+                                   random_state=kmeans.get("random_state", 0)))
     result.update(
         n_components=int(V.shape[0]), n_iter=fitted.n_iter,
         objective=shown_objective(fitted.objective[-1]), input=str(where),
