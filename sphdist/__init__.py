@@ -30,6 +30,7 @@ if TYPE_CHECKING:  # imported on first use (__getattr__ below)
     from sphdist.methods.bae import BAE
     from sphdist.methods.baselines import KSVD, R1PCA
     from sphdist.methods.graph_angular import GraphAngularDecomposition
+    from sphdist.methods.neighbors import NeighborIndex
     from sphdist.methods.spherelets import LiDunsonSphericalPCA
     from sphdist.methods.spherical_pca import SphericalPCA
 
@@ -41,6 +42,7 @@ __all__ = [
     "AngularDecomposition",
     "GraphAngularDecomposition",
     "LiDunsonSphericalPCA",
+    "NeighborIndex",
     "R1PCA",
     "SphdistError",
     "SphericalPCA",
@@ -56,6 +58,7 @@ _ESTIMATORS = {
     "GraphAngularDecomposition": "sphdist.methods.graph_angular",
     "KSVD": "sphdist.methods.baselines",
     "LiDunsonSphericalPCA": "sphdist.methods.spherelets",
+    "NeighborIndex": "sphdist.methods.neighbors",
     "R1PCA": "sphdist.methods.baselines",
     "SphericalPCA": "sphdist.methods.spherical_pca",
 }

@@ -77,4 +77,5 @@ def test_main_job_prints_the_three_methods_on_the_same_corpus(newsgroups_archive
     assert len({row["features"] for row in methods.values()}) == 1
     for row in methods.values():
         assert 0.2 < row["accuracy"] <= 1 and 0 < row["nmi"] <= 1 and row["seconds"] > 0
+        assert 0.2 < row["knn_accuracy"] <= 1  # 10-NN label accuracy, beside k-means
     assert (tmp_path / "newsgroups-5" / "model.zarr").is_dir()

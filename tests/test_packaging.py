@@ -5,7 +5,8 @@ rest of the suite and break ``pip install sphdist`` (it did: the embedded LocalC
 needs ``cryptography``, once listed only in the test extra). This test builds the wheel,
 installs it into a fresh virtual environment with no extras and no access to this one's
 packages, and runs the commands a new user runs: synth, ingest, fit on threads and on a
-LocalCluster (``--n-workers 2``), transform, export, neighbors, evaluate, info and plot.
+LocalCluster (``--n-workers 2``), transform, export, index, neighbors (a query, through the
+index, the k-NN graph), evaluate, info and plot.
 """
 
 from __future__ import annotations
@@ -83,8 +84,13 @@ def test_every_path_runs_from_the_wheel_without_extras(bare_install, env, tmp_pa
     ok("export", "-m", "model.zarr", "-o", "embedding.parquet")
     first = json.loads((tmp_path / "docs.jsonl").read_text().splitlines()[0])
     ok("neighbors", "-m", "model.zarr", "--query", first["text"], "-k", "3")
+    # faiss (a runtime dependency): the index, a search through it, the k-NN graph
+    ok("index", "-m", "model.zarr", "--kind", "ivf", "--nlist", "4")
+    assert "searching the index" in ok("neighbors", "-m", "model.zarr", "--query",
+                                       first["text"], "-k", "3").stderr
+    ok("neighbors", "-m", "model.zarr", "--all", "-k", "3", "-o", "knn.parquet")
     figures = json.loads(ok("evaluate", "-m", "model.zarr", "-i", "corpus.zarr", "--json").stdout)
-    assert 0.0 <= figures["accuracy"] <= 1.0
+    assert 0.0 <= figures["accuracy"] <= 1.0 and 0.0 <= figures["knn_accuracy"] <= 1.0
     ok("info", "model.zarr")
     ok("plot", "convergence", "-m", "model.zarr", "-o", "convergence.png")
     assert (tmp_path / "convergence.png").stat().st_size > 0

@@ -130,16 +130,20 @@ def fit(
               help="k-means restarts (the best inertia is kept).")
 @click.option("--seed", type=click.IntRange(min=0, max=2**32 - 1), default=0, show_default=True,
               help="Seed of k-means.")
+@click.option("--knn-k", type=click.IntRange(min=1), default=10, show_default=True,
+              help="k of the k-NN label accuracy (cosine, stratified 5-fold, at most 20,000 "
+                   "documents).")
 @json_option()
 def evaluate(
-    model: Path, input_: Path | None, n_clusters: int | None, n_init: int, seed: int, as_json: bool
+    model: Path, input_: Path | None, n_clusters: int | None, n_init: int, seed: int,
+    knn_k: int, as_json: bool,
 ) -> None:
-    """k-means on an embedding; clustering accuracy (Hungarian matching) and NMI."""
+    """k-means on an embedding: accuracy (Hungarian matching), NMI; and k-NN label accuracy."""
     from sphdist.jobs.evaluate import evaluate_model
     from sphdist.jobs.info import plural
 
     result = evaluate_model(
-        model, input_, n_clusters=n_clusters, n_init=n_init, random_state=seed
+        model, input_, n_clusters=n_clusters, n_init=n_init, random_state=seed, knn_k=knn_k
     )
     if as_json:
         echo_json(result)
@@ -147,6 +151,9 @@ def evaluate(
         how = {"model": "", "embedding": "", "corpus": ", embedded on the fly"}
         click.echo(
             f"accuracy {result['accuracy']:.4f}  NMI {result['nmi']:.4f}  "
+            f"{result['knn_k']}-NN accuracy "
+            f"{'-' if result['knn_accuracy'] is None else format(result['knn_accuracy'], '.4f')}"
+            "  "
             f"({plural(result['n_documents'], 'document')} of {result['input']}"
             f"{how.get(result['embedding'], '')}, k={result['n_clusters']}, "
             f"r={result['n_components']}, {plural(result['n_iter'], 'iteration')})"

@@ -1,4 +1,4 @@
-"""``sphdist transform``, ``sphdist export``, ``sphdist neighbors``: using a fitted embedding."""
+"""``sphdist transform``, ``export``, ``index``, ``neighbors``: using a fitted embedding."""
 
 from __future__ import annotations
 
@@ -100,48 +100,123 @@ def export(
 @click.command()
 @_MODEL
 @_EMBEDDED
+@click.option("--output", "-o", type=STORE_PATH,
+              help="index.zarr to write [default: <model>.index.zarr beside the model, or "
+                   "<embedding>.index.zarr beside an --input embedding: where `sphdist "
+                   "neighbors` looks].")
+@click.option("--kind", type=click.Choice(["auto", "flat", "ivf"]), default="auto",
+              show_default=True,
+              help="flat: exact inner-product scan; ivf: inverted file (approximate, fast at "
+                   "scale); auto: flat up to 100,000 documents, ivf above.")
+@click.option("--nlist", type=click.IntRange(min=1),
+              help="Inverted lists of an ivf index [default: sqrt(n), a power of two].")
+@click.option("--nprobe", type=click.IntRange(min=1),
+              help="Lists an ivf index scans per query, stored with it (`neighbors --nprobe` "
+                   "overrides it) [default: 32].")
+@click.option("--overwrite", is_flag=True, help="Replace an existing --output.")
+@_JSON
+def index(
+    model: Path, input_: Path | None, output: Path | None, kind: str, nlist: int | None,
+    nprobe: int | None, overwrite: bool, as_json: bool,
+) -> None:
+    """Build the nearest-neighbour index (faiss) of a model's embeddings."""
+    from sphdist.jobs.info import plural
+    from sphdist.jobs.neighbors import build_index, default_index_path
+
+    if output is None:
+        from sphdist.io import stored_kind
+
+        origin = "embedding" if input_ is not None and stored_kind(input_) == "embedding" \
+            else "model"
+        output = default_index_path(model, input_, origin)
+    report = build_index(model, output, input=input_, kind=kind, nlist=nlist, nprobe=nprobe,
+                         overwrite=overwrite)
+    how = (f"ivf, {report['nlist']} lists, nprobe {report['nprobe']}"
+           if report["kind"] == "ivf" else "flat, exact")
+    _report(report, as_json, f"wrote {report['output']}: {plural(report['n_indexed'], 'document')}"
+                             f" indexed ({how}), {report['nbytes'] / 2**20:.1f} MiB, "
+                             f"{report['seconds']:.1f} s")
+
+
+@click.command()
+@_MODEL
+@_EMBEDDED
 @click.option("--query", "-q", help="Text to embed with the model's feature scheme and idf.")
 @click.option("--doc-id", help="Id of a document of --input.")
+@click.option("--queries", type=STORE_PATH,
+              help="File of queries, one per line: texts, or document ids with --ids; the "
+                   "results go to --output.")
+@click.option("--ids", is_flag=True, help="The lines of --queries are document ids.")
+@click.option("--all", "all_", is_flag=True,
+              help="Every document's k nearest other documents (the k-NN graph), to --output; "
+                   "on Dask (the cluster options).")
 @click.option("-k", "k", type=click.IntRange(min=1), default=10, show_default=True,
               help="Number of neighbours.")
 @click.option("--include-self", is_flag=True,
-              help="With --doc-id: count the document itself (angle 0) among the k; by "
+              help="With --doc-id or --ids: count the document itself (angle 0) among the k; by "
                    "default the k are other documents.")
+@click.option("--index", "index_", type=STORE_PATH,
+              help="index.zarr to search [default: the one `sphdist index` writes for the "
+                   "model or --input embedding, when it exists].")
+@click.option("--exact", is_flag=True, help="Scan every embedding, even when an index exists.")
+@click.option("--nprobe", type=click.IntRange(min=1),
+              help="Lists an ivf index scans per query [default: the one stored with it].")
+@click.option("--output", "-o", type=STORE_PATH,
+              help="With --queries or --all: the table to write, *.parquet or *.jsonl (query "
+                   "or query_doc_id, rank, doc_id, label, angle in degrees, cosine).")
+@click.option("--format", "-f", "format_", type=click.Choice(["parquet", "jsonl"]),
+              help="Format of --output [default: from its suffix].")
+@click.option("--overwrite", is_flag=True, help="Replace an existing --output.")
+@cluster_options
 @_JSON
 def neighbors(
-    model: Path, input_: Path | None, query: str | None, doc_id: str | None, k: int,
-    include_self: bool, as_json: bool,
+    model: Path, input_: Path | None, query: str | None, doc_id: str | None,
+    queries: Path | None, ids: bool, all_: bool, k: int, include_self: bool,
+    index_: Path | None, exact: bool, nprobe: int | None, output: Path | None,
+    format_: str | None, overwrite: bool, scheduler_address: str | None,
+    n_workers: int | None, threads_per_worker: int, memory_limit: str, tls_ca_file: str | None,
+    tls_cert: str | None, tls_key: str | None, as_json: bool,
 ) -> None:
     """Nearest documents by angle on the sphere (= by Euclidean distance of the embeddings)."""
-    from sphdist.jobs.embedding import (
-        document_embedding,
-        embed_texts,
-        nearest_neighbors,
-        open_embedding_source,
-    )
+    from sphdist.jobs import neighbors as jobs
 
-    if (query is None) == (doc_id is None):
-        raise click.UsageError("pass exactly one of --query TEXT and --doc-id ID.")
-    source = open_embedding_source(
-        model, input_, verb="neighbors",
-        rest=("--doc-id", doc_id) if doc_id is not None else ("--query", str(query)),
-    )
-    own = None  # the document of --doc-id, left out unless --include-self
-    if doc_id is not None:
-        own, vector = document_embedding(source, doc_id)
-    else:
-        vector = embed_texts(model, [query])[:, 0]  # type: ignore[list-item]
-    hits = nearest_neighbors(source, vector, k, exclude=None if include_self else own)
-    if as_json:
-        echo_json({"query": query, "doc_id": doc_id, "k": k, "neighbors": hits})
+    given = [name for name, value in (("--query", query), ("--doc-id", doc_id),
+                                       ("--queries", queries), ("--all", all_ or None))
+             if value is not None]
+    if len(given) != 1:
+        raise click.UsageError("pass exactly one of --query TEXT, --doc-id ID, --queries FILE "
+                               "and --all.")
+    if (queries is not None or all_) and output is None:
+        raise click.UsageError(f"{given[0]} writes a table: pass --output FILE.parquet (or "
+                               ".jsonl).")
+    options = {"input": input_, "index": index_, "exact": exact, "nprobe": nprobe}
+    if all_:  # the cluster starts once the request is validated and the index loaded
+        report = jobs.knn_graph(
+            model, output, k=k, format=format_, overwrite=overwrite, **options,
+            connect=lambda: connect_options(scheduler_address, n_workers, threads_per_worker,
+                                            memory_limit, tls_ca_file, tls_cert, tls_key))
+    elif queries is not None:
+        report = jobs.batch_neighbors(
+            model, output, queries=jobs.queries_of(queries), ids=ids, k=k,
+            include_self=include_self, format=format_, overwrite=overwrite, **options)
+    if all_ or queries is not None:
+        how = f"the index {report['index']}" if report["index"] else "an exact scan"
+        _report(report, as_json, f"wrote {report['output']}: {report['n_rows']} neighbours "
+                                 f"({report['format']}) by {how} in {report['seconds']:.1f} s")
         return
-    width = max([len(h["doc_id"]) for h in hits] + [6])
+    hits = jobs.query_neighbors(model, query=query, doc_id=doc_id, k=k,
+                                include_self=include_self, **options)
+    if as_json:
+        echo_json(hits)
+        return
+    rows = hits["neighbors"]
+    width = max([len(h["doc_id"]) for h in rows] + [6])
     click.echo(f"{'rank':>4}  {'angle':>7}  {'cosine':>8}  {'doc_id':<{width}}  label")
-    for h in hits:
+    for h in rows:
         click.echo(
             f"{h['rank']:>4}  {h['angle_deg']:>6.2f}°  {h['cosine']:>8.5f}  "
             f"{h['doc_id']:<{width}}  {h['label'] or ''}"
         )
 
 
-COMMANDS = [transform, export, neighbors]
+COMMANDS = [transform, export, index, neighbors]

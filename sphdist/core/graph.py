@@ -696,3 +696,105 @@ def compute(result: da.Array, desc: str, mode: bool | str = False) -> np.ndarray
                 bar.update(1)
             values = [f.result() for f in futures]
     return np.concatenate([np.ravel(v) for v in values])
+
+
+def _knn_block(Q: np.ndarray, V: np.ndarray, k: int, q_start: int, d_start: int,
+               skip: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+    from sphdist.core.neighbors import top_k_chunk
+
+    exclude = np.arange(q_start, q_start + Q.shape[1], dtype=np.int64)
+    return top_k_chunk(Q, V, k, offset=d_start, exclude=exclude, skip=skip)
+
+
+def _knn_merge(k: int, *parts: tuple[np.ndarray, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    from sphdist.core.neighbors import top_k_merge
+
+    out = parts[0]
+    for part in parts[1:]:
+        out = top_k_merge(out, part, k)
+    return out
+
+
+def _knn_search(search: Any, Q: np.ndarray, k: int, q_start: int) -> tuple[np.ndarray, np.ndarray]:
+    """The k nearest others of the columns of Q by ``search(Q^T, k + 1)``, itself dropped."""
+    from sphdist.core.neighbors import top_k_merge
+
+    idx, cos = search(np.ascontiguousarray(Q.T), k + 1)
+    idx, cos = np.asarray(idx, dtype=np.int64), np.asarray(cos, dtype=np.float64)
+    own = np.arange(q_start, q_start + Q.shape[1], dtype=np.int64)[:, None]
+    cos = np.where((idx == own) | (idx < 0), -np.inf, cos)
+    idx = np.where(np.isfinite(cos), idx, -1)
+    empty = (np.full((Q.shape[1], 0), -1, dtype=np.int64), np.zeros((Q.shape[1], 0)))
+    return top_k_merge((idx, cos), empty, k)
+
+
+def _knn_part(pair: tuple[np.ndarray, np.ndarray], which: int) -> np.ndarray:
+    return pair[which]
+
+
+def knn_graph(
+    V: da.Array, k: int, *, search: Any = None, skip: np.ndarray | None = None,
+    query_chunk: int = 2048, split_every: int = 8,
+) -> tuple[da.Array, da.Array]:
+    """Each document's k nearest other documents, chunk by chunk, as two lazy (n, k) arrays.
+
+    Parameters
+    ----------
+    V : dask.array.Array of shape (r, n), float64
+        Unit columns, chunked by documents (one block along r).
+    k : int
+        Neighbours per document, >= 1.
+    search : object, optional
+        An approximate search, ``search(Q, k) -> (index (n_q, k) int64, cosine (n_q, k))`` on
+        queries as rows (``Q`` of shape (n_q, r), float64): typically
+        :meth:`sphdist.methods.neighbors.NeighborIndex.search`. Sent once to the workers
+        (:func:`broadcast`). None: the exact graph, every query chunk scored against every
+        document chunk with :func:`sphdist.core.neighbors.top_k_chunk` and merged in a tree
+        of fan-in ``split_every`` (:func:`sphdist.core.neighbors.top_k_merge`).
+    skip : ndarray of shape (n,), bool, optional
+        Documents never returned as a neighbour (exact graph only; an index leaves them out
+        when it is built).
+    query_chunk : int, default 2048
+        Queries per task.
+    split_every : int, default 8
+        Fan-in of the merge tree (exact graph).
+
+    Returns
+    -------
+    index : dask.array.Array of shape (n, k), int64
+        Row i: the indices of document i's k nearest other documents (-1 where there are fewer).
+    cosine : dask.array.Array of shape (n, k), float64
+        Their cosines, each row decreasing (ties by increasing index in the exact graph).
+
+    Notes
+    -----
+    Never an (n, n) matrix: a task holds one (query_chunk, document chunk) block of cosines,
+    ``8 * query_chunk * chunk`` bytes. The exact graph costs ``n^2 r`` multiply-adds.
+    """
+    r, n = V.shape
+    Vq = V.rechunk((r, query_chunk))
+    q_starts = np.concatenate([[0], np.cumsum(Vq.chunks[1])[:-1]]).astype(int)
+    d_starts = np.concatenate([[0], np.cumsum(V.chunks[1])[:-1]]).astype(int)
+    queries = Vq.to_delayed().ravel()
+    docs = V.to_delayed().ravel()
+    shared = None if search is None else broadcast(search, as_delayed=True)
+    idx_blocks, cos_blocks = [], []
+    for Q, qs, nq in zip(queries, q_starts, Vq.chunks[1], strict=True):
+        if search is not None:
+            pair = dask.delayed(_knn_search, pure=True)(shared, Q, k, int(qs))
+        else:
+            parts = [
+                dask.delayed(_knn_block, pure=True)(
+                    Q, D, k, int(qs), int(ds),
+                    None if skip is None else skip[ds:ds + nd],
+                )
+                for D, ds, nd in zip(docs, d_starts, V.chunks[1], strict=True)
+            ]
+            while len(parts) > 1:
+                parts = [dask.delayed(_knn_merge, pure=True)(k, *parts[i:i + split_every])
+                         for i in range(0, len(parts), split_every)]
+            pair = parts[0]
+        idx_blocks.append(da.from_delayed(dask.delayed(_knn_part)(pair, 0), (nq, k), np.int64))
+        cos_blocks.append(da.from_delayed(dask.delayed(_knn_part)(pair, 1), (nq, k),
+                                          np.float64))
+    return da.concatenate(idx_blocks, axis=0), da.concatenate(cos_blocks, axis=0)

@@ -1,4 +1,4 @@
-"""The evaluate job: k-means on an embedding, scored against the documents' labels.
+"""The evaluate job: k-means and k-NN on an embedding, scored against the documents' labels.
 
 The function behind ``sphdist evaluate``; pipelines call it directly.
 """
@@ -14,15 +14,16 @@ from sphdist.errors import CorpusFormatError, DataError, ParameterError
 from sphdist.io.model import open_model
 from sphdist.jobs.embedding import open_embedding_source
 from sphdist.jobs.info import _command, plural, shown_objective, warn_if_stopped
-from sphdist.metrics import evaluate_embedding
+from sphdist.metrics import evaluate_embedding, knn_accuracy
 
 __all__ = ["evaluate_model"]
 
 
 def evaluate_model(
-    model: str | os.PathLike[str], input: str | os.PathLike[str] | None = None, **kmeans: Any
+    model: str | os.PathLike[str], input: str | os.PathLike[str] | None = None, *,
+    knn_k: int | None = 10, **kmeans: Any
 ) -> dict[str, Any]:
-    """k-means on the embedding of a set of documents, scored against their labels.
+    """k-means and k-NN on the embedding of a set of documents, scored against their labels.
 
     :func:`sphdist.metrics.evaluate_embedding` (the protocol of Liu et al. 2019, Sec. 5.2) on
     the embedding and labels of the training corpus (the model's stored V), of an
@@ -40,6 +41,10 @@ def evaluate_model(
         model's feature space and idf (``sphdist ingest --like MODEL``), embedded by the exact
         V-step ``v_j = U^T x_j / ||U^T x_j||_2`` (Liu et al. 2019, Eq. 3.12 with lam = 2), as
         ``transform`` would store it.
+    knn_k : int or None, default 10
+        k of the k-NN label accuracy (:func:`sphdist.metrics.knn_accuracy`: cosine,
+        stratified 5-fold, on at most 20,000 documents, seeded by ``random_state``); None:
+        k-means only (no ``knn_*`` keys).
     **kmeans
         ``n_clusters``, ``n_init``, ``random_state`` of
         :func:`~sphdist.metrics.evaluate_embedding` (defaults: the number of labels, 10, 0).
@@ -47,7 +52,8 @@ def evaluate_model(
     Returns
     -------
     dict
-        ``accuracy``, ``nmi`` (fractions in [0, 1]), ``n_documents``, ``n_clusters``,
+        ``accuracy``, ``nmi`` (fractions in [0, 1]), ``knn_accuracy`` (fraction in [0, 1], or
+        None), ``knn_k``, ``knn_folds``, ``knn_documents``, ``n_documents``, ``n_clusters``,
         ``n_components``, ``n_iter``, ``objective`` (final value of the fit, clipped at 0:
         :func:`sphdist.jobs.info.shown_objective`), ``input`` (the documents' path) and
         ``embedding``: ``"model"`` (the training corpus' V), ``"embedding"`` (an
@@ -103,7 +109,11 @@ def evaluate_model(
         )
     warn_if_stopped(fitted, "evaluate")
     V = source.V
-    result = evaluate_embedding(np.asarray(V.compute()).T, labels, **kmeans)
+    embedding = np.asarray(V.compute()).T
+    result = evaluate_embedding(embedding, labels, **kmeans)
+    if knn_k is not None:
+        result.update(knn_accuracy(embedding, labels, n_neighbors=knn_k,
+                                   random_state=kmeans.get("random_state", 0)))
     result.update(
         n_components=int(V.shape[0]), n_iter=fitted.n_iter,
         objective=shown_objective(fitted.objective[-1]), input=str(where),

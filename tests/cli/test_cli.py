@@ -192,6 +192,7 @@ FAILING = {
     ("transform",): ["-m", "{tmp}/nope.zarr", "-i", "{tmp}/c.zarr", "-o", "{tmp}/e.zarr"],
     ("export",): ["-m", "{tmp}/nope.zarr", "-o", "{tmp}/x.parquet"],
     ("neighbors",): ["-m", "{tmp}/nope.zarr", "--doc-id", "d0"],
+    ("index",): ["-m", "{tmp}/nope.zarr", "-o", "{tmp}/i.zarr"],
     ("info",): ["{tmp}/nope.zarr"],
     ("plot", "convergence"): ["-m", "{tmp}/nope.zarr"],
     ("plot", "embedding"): ["-m", "{tmp}/nope.zarr"],

@@ -152,7 +152,8 @@ def test_public_names_are_those_of_before():
 
     assert set(sphdist.__all__) == {
         "BAE", "KSVD", "AngularDecomposition", "GraphAngularDecomposition",
-        "LiDunsonSphericalPCA", "R1PCA", "SphdistError", "SphericalPCA", "__version__",
+        "LiDunsonSphericalPCA", "NeighborIndex", "R1PCA", "SphdistError", "SphericalPCA",
+        "__version__",
     }
     assert set(sphdist.__all__) <= set(dir(sphdist))
     assert {"core", "methods", "errors"} <= set(dir(sphdist))

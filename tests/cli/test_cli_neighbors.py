@@ -1,0 +1,245 @@
+"""sphdist index, and neighbors with an index, batch queries and the k-NN graph (--all)."""
+
+import json
+import shutil
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+import zarr
+from click.testing import CliRunner
+
+from sphdist.cli import main
+from sphdist.core.neighbors import recall_at_k
+from sphdist.io.corpus import open_corpus
+from sphdist.io.model import open_model
+
+from .._textcorpus import write_text_tree
+
+
+@pytest.fixture(scope="module")
+def runner():
+    return CliRunner()
+
+
+def _ok(result):
+    assert result.exit_code == 0, result.output
+    return result
+
+
+def _error_line(result):
+    assert result.exit_code == 1, result.output
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("Error: ") and "Traceback" not in result.output
+    return lines[0]
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory, runner, scheduler):
+    """120 documents (3 labels, one empty), chunks of 16, a model r = 3, and another model."""
+    root = tmp_path_factory.mktemp("knn")
+    write_text_tree(root / "src", n_per_label=40)
+    corpus = root / "corpus.zarr"
+    _ok(runner.invoke(main, ["ingest", str(root / "src"), "-o", str(corpus), "--hashing",
+                             "--n-features", "512", "--chunk-size", "16"]))
+    models = {}
+    for name, seed in (("model", 0), ("other", 1)):
+        models[name] = root / f"{name}.zarr"
+        _ok(runner.invoke(main, ["fit", "-i", str(corpus), "-o", str(models[name]), "-r", "3",
+                                 "--max-iter", "10", "--seed", str(seed),
+                                 "--scheduler-address", scheduler]))
+    return {"root": root, "corpus": corpus, **models}
+
+
+def _reference(trained):
+    """Dense V, the empty documents, and the exact k-NN of every document (NumPy)."""
+    V = open_model(trained["model"]).V().compute()
+    empty = np.asarray(open_corpus(trained["corpus"]).empty)
+    S = V.T @ V
+    S[:, empty] = -np.inf
+    np.fill_diagonal(S, -np.inf)
+    order = np.lexsort((np.broadcast_to(np.arange(S.shape[0]), S.shape), -S), axis=1)
+    return V, empty, S, order
+
+
+def test_index_is_found_beside_the_model_and_answers_as_the_scan(trained, runner, tmp_path):
+    model = tmp_path / "m.zarr"
+    shutil.copytree(trained["model"], model)
+    doc_id = open_corpus(trained["corpus"]).doc_ids[17]
+    args = ["neighbors", "-m", str(model), "-i", str(trained["corpus"]), "--doc-id", doc_id,
+            "-k", "8", "--json"]
+    scan = json.loads(_ok(runner.invoke(main, args)).stdout)
+    assert "index" not in scan  # no index: the scan, as before
+
+    report = json.loads(_ok(runner.invoke(main, ["index", "-m", str(model), "--json"])).stdout)
+    assert report["output"] == str(tmp_path / "m.index.zarr") and report["kind"] == "flat"
+    assert report["n_indexed"] == report["n_documents"] - 1  # the empty document left out
+
+    result = _ok(runner.invoke(main, args))
+    hits = json.loads(result.stdout)
+    assert hits["index"] == str(tmp_path / "m.index.zarr")
+    assert "searching the index" in result.stderr
+    assert [h["index"] for h in hits["neighbors"]] == [h["index"] for h in scan["neighbors"]]
+    np.testing.assert_allclose([h["cosine"] for h in hits["neighbors"]],
+                               [h["cosine"] for h in scan["neighbors"]], atol=1e-6)
+    exact = json.loads(_ok(runner.invoke(main, [*args, "--exact"])).stdout)
+    assert "index" not in exact and exact["neighbors"] == scan["neighbors"]
+
+
+@pytest.mark.parametrize("kind", ["flat", "ivf"])
+def test_batch_queries_of_ids_against_the_brute_force(trained, runner, tmp_path, kind):
+    V, empty, S, order = _reference(trained)
+    corpus = open_corpus(trained["corpus"])
+    index = tmp_path / "i.zarr"
+    extra = ["--nlist", "4", "--nprobe", "4"] if kind == "ivf" else []
+    _ok(runner.invoke(main, ["index", "-m", str(trained["model"]), "-o", str(index),
+                             "--kind", kind, *extra]))
+    picks = [j for j in (3, 40, 41, 79, 80, 81, 99) if not empty[j]][:5]
+    (tmp_path / "q.txt").write_text("\n".join(corpus.doc_ids[j] for j in picks) + "\n\n")
+    out = tmp_path / "hits.parquet"
+    _ok(runner.invoke(main, ["neighbors", "-m", str(trained["model"]), "--queries",
+                             str(tmp_path / "q.txt"), "--ids", "-k", "5", "--index", str(index),
+                             "-o", str(out)]))
+    table = pq.read_table(out).to_pydict()
+    assert list(table) == ["query", "rank", "doc_id", "label", "angle", "cosine"]
+    found = np.array([[list(corpus.doc_ids).index(d) for d in table["doc_id"][5 * i:5 * i + 5]]
+                      for i in range(len(picks))])
+    assert recall_at_k(found, order[picks, :5]) == 1.0  # nprobe = nlist: exact
+    assert table["rank"][:5] == [1, 2, 3, 4, 5]
+    cos = np.array(table["cosine"])
+    np.testing.assert_allclose(cos, S[np.repeat(picks, 5), found.ravel()], atol=1e-6)
+    np.testing.assert_allclose(table["angle"], np.degrees(np.arccos(np.clip(cos, -1, 1))))
+
+    jsonl = tmp_path / "hits.jsonl"
+    _ok(runner.invoke(main, ["neighbors", "-m", str(trained["model"]), "--queries",
+                             str(tmp_path / "q.txt"), "--ids", "-k", "5", "--exact",
+                             "-o", str(jsonl)]))
+    rows = [json.loads(line) for line in jsonl.read_text().splitlines()]
+    assert [r["doc_id"] for r in rows] == table["doc_id"]  # the exact scan agrees
+
+
+def test_batch_text_queries(trained, runner, tmp_path):
+    (tmp_path / "q.txt").write_text("rocket orbit nasa\npitcher baseball inning\n")
+    out = tmp_path / "t.jsonl"
+    _ok(runner.invoke(main, ["neighbors", "-m", str(trained["model"]), "--queries",
+                             str(tmp_path / "q.txt"), "-k", "3", "-o", str(out)]))
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [r["label"] for r in rows[:3]] == ["space"] * 3
+    assert [r["label"] for r in rows[3:]] == ["sport"] * 3
+
+
+@pytest.mark.parametrize("how", ["exact", "flat-index", "ivf-index"])
+def test_knn_graph_equals_the_dense_reference(trained, runner, tmp_path, scheduler, how):
+    V, empty, S, order = _reference(trained)
+    args = ["neighbors", "-m", str(trained["model"]), "--all", "-k", "6"]
+    if how == "exact":
+        args.append("--exact")
+    else:
+        index = tmp_path / "g.zarr"
+        kind = ["--kind", "ivf", "--nlist", "4", "--nprobe", "4"] if how == "ivf-index" else []
+        _ok(runner.invoke(main, ["index", "-m", str(trained["model"]), "-o", str(index),
+                                 *kind]))
+        args += ["--index", str(index)]
+    out = tmp_path / "knn.parquet"
+    report = json.loads(_ok(runner.invoke(
+        main, [*args, "-o", str(out), "--scheduler-address", scheduler, "--json"])).stdout)
+    table = pq.read_table(out).to_pydict()
+    assert list(table) == ["query_doc_id", "rank", "doc_id", "label", "angle", "cosine"]
+    ids = list(open_corpus(trained["corpus"]).doc_ids)
+    n = len(ids)
+    assert report["n_rows"] == 6 * (n - empty.sum())  # the empty document has no neighbours
+    live = np.flatnonzero(~empty)
+    assert table["query_doc_id"] == [ids[i] for i in np.repeat(live, 6)]
+    found = np.array([ids.index(d) for d in table["doc_id"]]).reshape(-1, 6)
+    if how == "exact":
+        np.testing.assert_array_equal(found, order[live, :6])
+        np.testing.assert_allclose(table["cosine"], S[np.repeat(live, 6), found.ravel()],
+                                   rtol=0, atol=1e-13)
+    else:
+        assert recall_at_k(found, order[live, :6]) == 1.0
+
+
+def test_an_index_on_a_url(trained, runner, tmp_path):
+    url = f"file://{tmp_path}/u.index.zarr"
+    _ok(runner.invoke(main, ["index", "-m", str(trained["model"]), "-o", url]))
+    doc_id = open_corpus(trained["corpus"]).doc_ids[5]
+    hits = json.loads(_ok(runner.invoke(main, [
+        "neighbors", "-m", str(trained["model"]), "--doc-id", doc_id, "--index", url, "-k", "3",
+        "--json"])).stdout)
+    scan = json.loads(_ok(runner.invoke(main, [
+        "neighbors", "-m", str(trained["model"]), "--doc-id", doc_id, "--exact", "-k", "3",
+        "--json"])).stdout)
+    assert [h["doc_id"] for h in hits["neighbors"]] == [h["doc_id"] for h in scan["neighbors"]]
+
+
+def _faiss_chunk(index):
+    chunks = sorted(p for p in (index / "faiss").rglob("*") if p.is_file()
+                    and p.name != "zarr.json")
+    assert chunks
+    return chunks[0]
+
+
+def test_bad_input_one_error_line_each(trained, runner, tmp_path):
+    model, other = str(trained["model"]), str(trained["other"])
+    doc_id = open_corpus(trained["corpus"]).doc_ids[5]
+    query = ["neighbors", "-m", model, "--doc-id", doc_id]
+
+    # an index of another model
+    _ok(runner.invoke(main, ["index", "-m", other, "-o", str(tmp_path / "o.zarr")]))
+    line = _error_line(runner.invoke(main, [*query, "--index", str(tmp_path / "o.zarr")]))
+    assert "index of another model" in line and f"sphdist index --model {model}" in line
+    # a model passed as the index
+    line = _error_line(runner.invoke(main, [*query, "--index", other]))
+    assert "is a sphdist model, not a sphdist index" in line
+
+    # a damaged index file: a chunk truncated (fails its zstd frame)
+    good = tmp_path / "good.zarr"
+    _ok(runner.invoke(main, ["index", "-m", model, "-o", str(good)]))
+    damaged = tmp_path / "damaged.zarr"
+    shutil.copytree(good, damaged)
+    chunk = _faiss_chunk(damaged)
+    chunk.write_bytes(chunk.read_bytes()[:-40])
+    line = _error_line(runner.invoke(main, [*query, "--index", str(damaged)]))
+    assert "faiss is corrupted" in line
+    assert f"`sphdist index --model {model} --output {damaged} --overwrite`" in line
+
+    # k larger than n
+    line = _error_line(runner.invoke(main, [*query, "--index", str(good), "-k", "1000"]))
+    assert "-k 1000 is larger than the 118 documents" in line
+    line = _error_line(runner.invoke(main, ["neighbors", "-m", model, "--all", "-k", "500",
+                                            "--exact", "-o", str(tmp_path / "g.parquet")]))
+    assert "-k 500 is larger than the 118 other documents" in line
+
+    # an empty query, an empty queries file
+    line = _error_line(runner.invoke(main, ["neighbors", "-m", model, "--query", ""]))
+    assert "no direction" in line
+    (tmp_path / "blank.txt").write_text("\n  \n")
+    line = _error_line(runner.invoke(main, ["neighbors", "-m", model, "--queries",
+                                            str(tmp_path / "blank.txt"), "-o",
+                                            str(tmp_path / "b.parquet")]))
+    assert "holds no query" in line
+    assert not (tmp_path / "b.parquet").exists()
+
+
+def test_an_index_whose_bytes_do_not_match_their_digest_is_refused(trained, runner, tmp_path):
+    model = str(trained["model"])
+    index = tmp_path / "x.zarr"
+    _ok(runner.invoke(main, ["index", "-m", model, "-o", str(index)]))
+    group = zarr.open_group(str(index), mode="r+")
+    data = np.asarray(group["faiss"][...])
+    data[-1] ^= 0xFF  # a well-formed chunk (its zstd checksum is new) with other bytes
+    group["faiss"][...] = data
+    doc_id = open_corpus(trained["corpus"]).doc_ids[5]
+    line = _error_line(runner.invoke(main, ["neighbors", "-m", model, "--doc-id", doc_id,
+                                            "--index", str(index)]))
+    assert "does not match its recorded faiss_sha256" in line
+    assert f"`sphdist index --model {model} --output {index} --overwrite`" in line
+
+
+def test_existing_outputs_are_not_overwritten(trained, runner, tmp_path):
+    index = tmp_path / "i.zarr"
+    _ok(runner.invoke(main, ["index", "-m", str(trained["model"]), "-o", str(index)]))
+    line = _error_line(runner.invoke(main, ["index", "-m", str(trained["model"]), "-o",
+                                            str(index)]))
+    assert "already exists" in line and "--overwrite" in line

@@ -1,0 +1,104 @@
+"""The top-k kernels and the k-NN graph against a dense NumPy reference, across chunk layouts."""
+
+import dask.array as da
+import numpy as np
+import pytest
+
+from sphdist.core import graph
+from sphdist.core.neighbors import recall_at_k, top_k_chunk, top_k_merge
+
+
+def _unit_columns(r, n, seed):
+    V = np.random.default_rng(seed).normal(size=(r, n))
+    return V / np.linalg.norm(V, axis=0)
+
+
+def _dense_top_k(Q, V, k, exclude=None, skip=None):
+    """Reference: every cosine, sorted by (-cosine, index); -1 / -inf padding."""
+    S = Q.T @ V
+    if skip is not None:
+        S[:, skip] = -np.inf
+    if exclude is not None:
+        for i, j in enumerate(exclude):
+            if j >= 0:
+                S[i, j] = -np.inf
+    idx = np.empty((S.shape[0], k), dtype=np.int64)
+    cos = np.empty((S.shape[0], k))
+    for i, row in enumerate(S):
+        order = np.lexsort((np.arange(row.size), -row))[:k]
+        order = np.concatenate([order, np.full(k - order.size, -1)])
+        idx[i] = np.where(order >= 0, order, -1)
+        cos[i] = np.where(order >= 0, row[np.maximum(order, 0)], -np.inf)
+    idx[~np.isfinite(cos)] = -1
+    return idx, cos
+
+
+@pytest.mark.parametrize("bounds", [[0, 50], [0, 10, 20, 30, 40, 50], [0, 7, 8, 31, 50],
+                                    [0, 1, 2, 3, 50]], ids=["one", "regular", "irregular",
+                                                            "singletons"])
+def test_top_k_chunks_merged_equal_the_dense_reference(bounds):
+    Q, V = _unit_columns(6, 9, 1), _unit_columns(6, 50, 2)
+    k = 7
+    exclude = np.array([3, -1, 49, 0, 10, 11, 12, 13, 14])
+    skip = np.zeros(50, dtype=bool)
+    skip[[5, 6, 30]] = True
+    parts = [top_k_chunk(Q, V[:, a:b], k, offset=a, exclude=exclude, skip=skip[a:b])
+             for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
+    out = parts[0]
+    for p in parts[1:]:
+        out = top_k_merge(out, p, k)
+    ref = _dense_top_k(Q, V, k, exclude, skip)
+    np.testing.assert_array_equal(out[0], ref[0])
+    np.testing.assert_allclose(out[1], ref[1], rtol=0, atol=1e-14)
+
+
+def test_ties_are_broken_by_document_index_in_every_layout():
+    V = np.repeat(_unit_columns(4, 3, 5), 4, axis=1)  # each direction four times
+    Q = V[:, [0, 5]]
+    ref = _dense_top_k(Q, V, 6)
+    for bounds in ([0, 12], [0, 5, 12], [0, 1, 7, 12]):
+        parts = [top_k_chunk(Q, V[:, a:b], 6, offset=a)
+                 for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
+        out = parts[0]
+        for p in parts[1:]:
+            out = top_k_merge(out, p, 6)
+        np.testing.assert_array_equal(out[0], ref[0])
+
+
+def test_fewer_candidates_than_k_are_padded():
+    Q, V = _unit_columns(3, 2, 0), _unit_columns(3, 4, 1)
+    idx, cos = top_k_chunk(Q, V, 6, skip=np.array([False, True, False, False]))
+    assert (idx[:, 3:] == -1).all() and np.isneginf(cos[:, 3:]).all()
+    assert sorted(idx[0, :3].tolist()) == [0, 2, 3]
+
+
+@pytest.mark.parametrize("chunks", [(40,), (10, 10, 10, 10), (13, 1, 20, 6)])
+@pytest.mark.parametrize("query_chunk", [40, 7])
+def test_exact_knn_graph_equals_the_dense_reference(chunks, query_chunk, sync_scheduler):
+    V = _unit_columns(5, 40, 3)
+    skip = np.zeros(40, dtype=bool)
+    skip[[2, 17]] = True
+    idx, cos = graph.knn_graph(da.from_array(V, chunks=(5, chunks)), 4, skip=skip,
+                               query_chunk=query_chunk, split_every=2)
+    idx, cos = idx.compute(), cos.compute()
+    ref = _dense_top_k(V, V, 4, exclude=np.arange(40), skip=skip)
+    np.testing.assert_array_equal(idx, ref[0])
+    np.testing.assert_allclose(cos, ref[1], rtol=0, atol=1e-14)
+    assert not (idx == np.arange(40)[:, None]).any()  # never the document itself
+
+
+def test_knn_graph_through_a_search_drops_the_query_itself(sync_scheduler):
+    V = _unit_columns(5, 30, 4)
+
+    def search(Q, k):  # an exact search that returns the query itself first
+        return _dense_top_k(Q.T, V, k)
+
+    idx, cos = graph.knn_graph(da.from_array(V, chunks=(5, 8)), 3, search=search, query_chunk=9)
+    ref = _dense_top_k(V, V, 3, exclude=np.arange(30))
+    np.testing.assert_array_equal(idx.compute(), ref[0])
+
+
+def test_recall_at_k_counts_the_exact_neighbours_found():
+    exact = np.array([[1, 2, 3], [4, 5, -1]])
+    assert recall_at_k(exact, exact) == 1.0
+    assert recall_at_k(np.array([[3, 9, 1], [5, 8, -1]]), exact) == pytest.approx(3 / 5)
