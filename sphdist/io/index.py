@@ -28,8 +28,8 @@ import numpy as np
 import zarr
 
 from sphdist.errors import ModelFormatError
-from sphdist.io import _atomic
-from sphdist.io._fs import exists, location
+from sphdist.io._atomic import exists, open_target
+from sphdist.io._fs import location
 from sphdist.io._zarr import (
     CHECKSUMMED,
     WRITE_CONFIG,
@@ -87,7 +87,8 @@ def write_index(
     """
     path = location(path)
     data = np.ascontiguousarray(data, dtype=np.uint8).ravel()
-    staging = _atomic.staging_path(path)
+    target = open_target(path)
+    staging = target.staging()
     try:
         group = zarr.open_group(store=str(staging), mode="w-")
         arr = group.create_array(
@@ -100,9 +101,9 @@ def write_index(
             **attrs, "faiss_sha256": content_sha256(data),
             "sphdist": {"kind": KIND, "format_version": FORMAT_VERSION},
         }))
-        _atomic.commit_directory(staging, path)
+        target.commit(staging)
     except BaseException:
-        _atomic.discard(staging)
+        target.discard(staging)
         raise
     return StoredIndex(path)
 

@@ -348,7 +348,7 @@ def _emptied_by(remove: list[str], sources: list[str], ingest: dict[str, Any],
     decides (JSON Lines, CSV and Parquet hold no mail headers).
     """
     from sphdist.text._documents import Reading
-    from sphdist.text._passes import clean
+    from sphdist.text import clean
     from sphdist.text.sources import JsonlPartition, plan
 
     fmt, fields = ingest.get("format"), ingest.get("fields") or {}

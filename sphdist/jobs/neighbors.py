@@ -36,9 +36,7 @@ from sphdist.errors import (
     OutputExistsError,
     ParameterError,
 )
-from sphdist.io import atomic_path
-from sphdist.io._fs import exists, location
-from sphdist.io._lock import locks_output
+from sphdist.io import atomic_path, exists, location, locks_output
 from sphdist.io.index import index_kind, open_index, write_index
 from sphdist.io.model import Model, open_model
 from sphdist.jobs.embedding import EmbeddingSource, open_embedding_source
@@ -420,12 +418,14 @@ def _write_table(columns: dict[str, list[Any]], path: Path, fmt: str) -> None:
             f.write(json.dumps(dict(zip(names, row, strict=True))) + "\n")
 
 
-@locks_output("output")
 def write_hits(
     columns: dict[str, list[Any]], output: str | os.PathLike[str], *, format: str | None = None,
     overwrite: bool = False,
 ) -> dict[str, Any]:
     """Write search results (from :func:`hits_table`) as Parquet or JSON Lines, atomically.
+
+    The caller holds the output (:func:`batch_neighbors` is decorated with
+    :func:`sphdist.io.locks_output`; the lock is not reentrant).
 
     Parameters
     ----------
@@ -553,7 +553,7 @@ def queries_of(path: str | os.PathLike[str]) -> list[str]:
     ParameterError
         If it holds no query.
     """
-    from sphdist.io._fs import open_file
+    from sphdist.io import open_file
 
     if not exists(path):
         raise InputNotFoundError(
