@@ -544,6 +544,9 @@ def _read_v_block(
     with np.errstate(invalid="ignore", over="ignore"):
         off = np.abs(np.sqrt(np.einsum("ij,ij->j", block, block)) - 1.0)
     bad = np.flatnonzero(~(off <= Model.V_TOLERANCE))  # NaN and Inf included
+    if bad.size and target.replaced(version, failed=True):
+        # a version gone past its grace period reads as zeros (missing chunks), not damage
+        raise replaced_error(target.path)
     if bad.size:
         j = int(bad[0])
         column = block[:, j]

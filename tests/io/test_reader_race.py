@@ -127,3 +127,30 @@ def test_readers_racing_rewrites_see_one_committed_version_or_a_clear_error(
     # the race was run: reads of both kinds of version, and transforms, succeeded meanwhile
     assert seen["final"] and seen["checkpoint"] and seen["transform"], (seen, replaced)
     print(f"reads: {seen}, told 'replaced': {len(replaced)}")  # for the record (pytest -s)
+
+
+def test_a_version_gone_past_its_grace_period_is_replaced_not_damaged(corpus, tmp_path):
+    """An object store keeps the previous version one commit: a handle two commits behind
+    reads missing chunks (zeros in zarr), which is a replacement, never a damage report."""
+    from sphdist.errors import StoreReplacedError
+
+    from pathlib import Path
+
+    out = f"file://{tmp_path}/model.zarr"
+    fit_corpus(corpus.path, out, max_iter=2, random_state=0, **KW)
+    held = open_model(out)
+    version = Path(str(held.location).removeprefix("file://"))
+    assert version.parent == tmp_path / "model.zarr" and version.name.startswith("v-")
+    metadata = (version / "V" / "zarr.json").read_bytes()
+    V_held = held.V()  # the tasks that read its chunks, made before the commits
+    for seed in (1, 2):  # two commits: the held version is deleted by the second
+        fit_corpus(corpus.path, out, max_iter=2, random_state=seed, overwrite=True, **KW)
+    assert not version.exists()
+    # caught in the middle of that deletion: V's metadata still there, its chunks gone
+    (version / "V").mkdir(parents=True)
+    (version / "V" / "zarr.json").write_bytes(metadata)
+    with pytest.raises(StoreReplacedError, match=REPLACED):
+        V_held.compute()
+    again = open_model(out)  # "run it again" works
+    V = again.V().compute()
+    np.testing.assert_allclose(np.linalg.norm(V, axis=0), 1.0, atol=1e-12)
