@@ -101,17 +101,7 @@ def evaluate_embedding(
     DataError
         If no document has a known label, or the embedding holds NaN.
     """
-    labels = np.asarray(labels)
-    known = labels >= 0
-    if not known.any():
-        raise DataError(
-            "no document has a known label, so clustering cannot be scored. To resolve this, "
-            "ingest a labelled source (one folder per label)."
-        )
-    X = np.asarray(embedding, dtype=np.float64)[known]
-    if not np.all(np.isfinite(X)):
-        raise DataError("the embedding holds NaN or Inf values.")
-    y = labels[known]
+    X, y = _labelled(embedding, labels, "clustering")
     k = int(n_clusters) if n_clusters is not None else int(np.unique(y).size)
     pred = KMeans(n_clusters=k, n_init=n_init, random_state=random_state).fit_predict(X)
     return {
@@ -172,17 +162,7 @@ def knn_accuracy(
     from sklearn.model_selection import StratifiedKFold, cross_val_score, train_test_split
     from sklearn.neighbors import KNeighborsClassifier
 
-    labels = np.asarray(labels)
-    known = labels >= 0
-    if not known.any():
-        raise DataError(
-            "no document has a known label, so neighbourhoods cannot be scored. To resolve "
-            "this, ingest a labelled source (one folder per label)."
-        )
-    X = np.asarray(embedding, dtype=np.float64)[known]
-    if not np.all(np.isfinite(X)):
-        raise DataError("the embedding holds NaN or Inf values.")
-    y = labels[known]
+    X, y = _labelled(embedding, labels, "neighbourhoods")
     if max_documents is not None and y.size > max_documents:
         _, counts = np.unique(y, return_counts=True)
         stratify = y if counts.min() >= 2 else None
@@ -200,3 +180,25 @@ def knn_accuracy(
     cv = StratifiedKFold(n_splits=folds, shuffle=True, random_state=random_state)
     report["knn_accuracy"] = float(cross_val_score(classifier, X, y, cv=cv).mean())
     return report
+
+
+def _labelled(embedding: Any, labels: Any, scored: str) -> tuple[np.ndarray, np.ndarray]:
+    """The rows of the documents with a known label (>= 0), float64, and their labels.
+
+    Raises
+    ------
+    DataError
+        If no document has a known label (``scored``: what cannot be scored then), or the
+        embedding holds NaN or Inf.
+    """
+    labels = np.asarray(labels)
+    known = labels >= 0
+    if not known.any():
+        raise DataError(
+            f"no document has a known label, so {scored} cannot be scored. To resolve this, "
+            "ingest a labelled source (one folder per label)."
+        )
+    X = np.asarray(embedding, dtype=np.float64)[known]
+    if not np.all(np.isfinite(X)):
+        raise DataError("the embedding holds NaN or Inf values.")
+    return X, labels[known]
