@@ -76,25 +76,26 @@ def transform(
 @click.command()
 @_MODEL
 @_EMBEDDED
-@click.option("--format", "-f", "format_", type=click.Choice(["parquet", "npy"]),
-              default="parquet", show_default=True,
-              help="parquet: columns doc_id, label, e0..e{r-1}; npy: array (n, r) + "
-                   "<stem>.ids.csv (doc_id, label per row).")
+@click.option("--format", "-f", "format_", type=click.Choice(["parquet", "npy", "csv"]),
+              help="parquet or csv: columns doc_id, label, e0..e{r-1}; npy: array (n, r) + "
+                   "<stem>.ids.csv (doc_id, label per row) [default: from the suffix of "
+                   "--output; given, it must agree with it].")
 @click.option("--output", "-o", required=True, type=STORE_PATH,
-              help="File to write, in --format (npy: with <stem>.ids.csv beside it).")
+              help="File to write: *.parquet, *.npy (with <stem>.ids.csv beside it) or *.csv.")
 @click.option("--overwrite", is_flag=True, help="Replace an existing --output.")
 @_JSON
 def export(
-    model: Path, input_: Path | None, format_: str, output: Path, overwrite: bool, as_json: bool
+    model: Path, input_: Path | None, format_: str | None, output: Path, overwrite: bool,
+    as_json: bool,
 ) -> None:
-    """Write the embeddings with their document ids (Parquet or .npy)."""
+    """Write the embeddings with their document ids (Parquet, CSV or .npy, by the suffix)."""
     from sphdist.jobs.embedding import export_embedding
     from sphdist.jobs.info import plural
 
     report = export_embedding(model, output, format=format_, input=input_, overwrite=overwrite)
     extra = f" (+ ids in {report['sidecar']})" if "sidecar" in report else ""
     _report(report, as_json, f"wrote {output}: {plural(report['n_documents'], 'document')} x "
-                             f"{report['n_components']} components, {format_}{extra}")
+                             f"{report['n_components']} components, {report['format']}{extra}")
 
 
 @click.command()

@@ -54,9 +54,12 @@ __all__ = [
     "mismatch",
     "reingest_remedy",
     "EXPORT_FORMATS",
+    "EXPORT_SUFFIXES",
 ]
 
-EXPORT_FORMATS = ("parquet", "npy")
+EXPORT_FORMATS = ("parquet", "npy", "csv")
+#: The formats of ``export``, by the suffix of its output.
+EXPORT_SUFFIXES = {".parquet": "parquet", ".npy": "npy", ".csv": "csv"}
 _SCAN_DOCS = 65536  # documents per chunk of an export or a neighbour scan
 
 
@@ -379,7 +382,7 @@ def export_embedding(
     model: str | os.PathLike[str],
     output: str | os.PathLike[str],
     *,
-    format: str = "parquet",
+    format: str | None = None,
     input: str | os.PathLike[str] | None = None,
     overwrite: bool = False,
     chunk_size: int = _SCAN_DOCS,
@@ -392,13 +395,18 @@ def export_embedding(
         A ``model.zarr``: its V embeds its training corpus; other documents are read from the
         ``embedding.zarr`` given as ``input``.
     output : path-like
-        The file to write.
-    format : {"parquet", "npy"}, default "parquet"
+        The file to write: ``*.parquet``, ``*.npy`` or ``*.csv``, its suffix tells the format
+        (:data:`EXPORT_SUFFIXES`).
+    format : {"parquet", "npy", "csv"}, optional
+        Default: the one the suffix of ``output`` names; given, it must agree with the suffix
+        (or name the format of an output whose suffix names none, such as ``/dev/stdout``).
         ``"parquet"``: one row per document, columns ``doc_id`` (string), ``label`` (string,
         only when the corpus has labels) and ``e0`` ... ``e{r-1}`` (float64), written row group
-        by row group with ``pyarrow.parquet.ParquetWriter``. ``"npy"``: an array of shape
-        (n, r), float64, one row per document (scikit-learn's orientation), plus a sidecar
-        ``<output stem>.ids.csv`` (columns ``doc_id``, ``label``; row i describes row i).
+        by row group with ``pyarrow.parquet.ParquetWriter``. ``"csv"``: the same columns, with
+        a header line, each float in the fewest digits that read back equal (Python's repr).
+        ``"npy"``: an array of shape (n, r), float64, one row per document (scikit-learn's
+        orientation), plus a sidecar ``<output stem>.ids.csv`` (columns ``doc_id``, ``label``;
+        row i describes row i).
     input : path-like, optional
         The training corpus or an ``embedding.zarr`` (see :func:`open_embedding_source`).
     overwrite : bool, default False
@@ -414,7 +422,9 @@ def export_embedding(
     Raises
     ------
     ParameterError
-        For an unknown ``format`` or ``chunk_size < 1``.
+        For an unknown ``format``, a suffix of ``output`` that names another format or none
+        (the message names the formats and the command that writes one), or
+        ``chunk_size < 1``.
     OutputExistsError
         If ``output`` exists and ``overwrite`` is False.
     OutputLockedError
@@ -428,23 +438,30 @@ def export_embedding(
     absent; for npy the sidecar is renamed first, then the array. Memory: one chunk,
     ``chunk_size * r * 8`` bytes.
     """
-    if format not in EXPORT_FORMATS:
+    from sphdist.jobs._outputs import output_format
+
+    if format is not None and format not in EXPORT_FORMATS:
         raise ParameterError(f"format={format!r}: expected one of {list(EXPORT_FORMATS)}.")
     if chunk_size < 1:
         raise ParameterError(f"chunk_size must be >= 1, got {chunk_size}.")
     output = location(output)
+    given = ("--input", str(input)) if input is not None else ()
+    format = output_format(output, format, EXPORT_SUFFIXES, redo=lambda fixed: _command(
+        "sphdist", "export", "--model", model, *given, "--output", fixed))
     sidecar = output.with_name(output.name.removesuffix(".npy") + ".ids.csv")
     if not overwrite and (exists(output) or (format == "npy" and exists(sidecar))):
         raise OutputExistsError(
             f"{output} already exists. To resolve this, choose another --output or pass "
             "--overwrite."
         )
-    rest = ("--output", str(output)) + (("--format", format) if format != "parquet" else ())
+    rest = ("--output", str(output))
     src = open_embedding_source(model, input, verb="export", rest=rest)
     r, n = src.V.shape
     with atomic_path(output) as staging:
         if format == "parquet":
             _write_parquet(src, staging, chunk_size)
+        elif format == "csv":
+            _write_csv(src, staging, chunk_size)
         else:
             with atomic_path(sidecar) as side_staging:
                 _write_npy(src, staging, side_staging, chunk_size)
@@ -474,6 +491,22 @@ def _write_parquet(src: EmbeddingSource, path: Path, chunk_size: int) -> None:
                 columns.append(pa.array(src.label_strings(np.arange(a, b)), pa.string()))
             columns += [pa.array(block[i]) for i in range(r)]
             writer.write_table(pa.Table.from_arrays(columns, schema=schema))
+
+
+def _write_csv(src: EmbeddingSource, path: Path, chunk_size: int) -> None:
+    r, n = src.V.shape
+    with open(path, "w", newline="", encoding="utf-8") as f:
+        writer = csv.writer(f)
+        writer.writerow(["doc_id", *(["label"] if src.labels is not None else []),
+                         *(f"e{i}" for i in range(r))])
+        for a, b in _spans(n, chunk_size):
+            block = np.asarray(src.V[:, a:b].compute(), dtype=np.float64).T
+            labels = src.label_strings(np.arange(a, b)) if src.labels is not None else None
+            for j in range(b - a):
+                head = [src.doc_ids[a + j]]
+                if labels is not None:
+                    head.append("" if labels[j] is None else labels[j])
+                writer.writerow([*head, *(repr(float(x)) for x in block[j])])
 
 
 def _write_npy(src: EmbeddingSource, path: Path, sidecar: Path, chunk_size: int) -> None:
