@@ -19,7 +19,7 @@ import dataclasses
 import glob
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, overload
 
 import dask.array as da
 import numpy as np
@@ -526,7 +526,19 @@ def _write_npy(src: EmbeddingSource, path: Path, sidecar: Path, chunk_size: int)
     del out
 
 
-def embed_texts(model: str | os.PathLike[str] | Model, texts: list[str]) -> np.ndarray:
+@overload
+def embed_texts(model: str | os.PathLike[str] | Model, texts: list[str], *,
+                return_degenerate: Literal[False] = ...) -> np.ndarray: ...
+
+
+@overload
+def embed_texts(model: str | os.PathLike[str] | Model, texts: list[str], *,
+                return_degenerate: Literal[True]) -> tuple[np.ndarray, np.ndarray]: ...
+
+
+def embed_texts(
+    model: str | os.PathLike[str] | Model, texts: list[str], *, return_degenerate: bool = False,
+) -> np.ndarray | tuple[np.ndarray, np.ndarray]:
     """Embed raw texts the way the model's training documents were: tf-idf, then the V-step.
 
     Parameters
@@ -537,20 +549,26 @@ def embed_texts(model: str | os.PathLike[str] | Model, texts: list[str]) -> np.n
     texts : list of str
         The documents, as text. No header, footer or quote removal is applied (a query is not
         a newsgroup post).
+    return_degenerate : bool, default False
+        Return which texts share no feature with the model instead of refusing them (their
+        columns are then placeholders, not directions).
 
     Returns
     -------
-    ndarray of shape (r, len(texts)), float64
+    V : ndarray of shape (r, len(texts)), float64
         Unit columns ``U^T x / ||U^T x||_2`` (Liu et al. 2019, Eq. 3.12 with lam = 2) of the
         tf-idf vectors x, built by the ingestion stage's code (:func:`sphdist.text.ingest.read_like`
         for the model's feature scheme, tf-idf options, idf and vocabulary; ``weight`` of
         :mod:`sphdist.text.tfidf` for the weighting and L2 normalisation).
+    degenerate : ndarray of shape (len(texts),), bool
+        Only with ``return_degenerate``: True where a text shares no feature with the model.
 
     Raises
     ------
     DataError
-        If the model has no text feature scheme (dense input), or a text shares no feature with
-        the model (``U^T x = 0``): the message names it.
+        If the model has no text feature scheme (dense input), or (unless
+        ``return_degenerate``) a text shares no feature with the model (``U^T x = 0``): the
+        message names it.
     """
     from sphdist.text.ingest import read_like
     from sphdist.text.tfidf import weight
@@ -570,6 +588,8 @@ def embed_texts(model: str | os.PathLike[str] | Model, texts: list[str]) -> np.n
         vectorizer = options.hashing_vectorizer()
     X = weight(vectorizer.transform(list(texts)).tocsr(), idf, options.sublinear_tf)  # (m, n_q)
     V, degenerate = kernels.v_step(np.asarray(X.T @ fitted.U).T, None, 2.0)
+    if return_degenerate:
+        return V, np.asarray(degenerate, dtype=bool)
     if degenerate.any():
         j = int(np.flatnonzero(degenerate)[0])
         raise DataError(
