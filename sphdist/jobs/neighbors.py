@@ -613,9 +613,10 @@ class QueryLines:
 def queries_of(path: str | os.PathLike[str]) -> QueryLines:
     """The queries of a ``--queries`` file: one per non-blank line (UTF-8), stripped.
 
-    Lines are split at ``\\n`` (a ``\\r`` before it is dropped, as is a UTF-8 byte order
-    mark); a line that is not UTF-8 text is kept as a bad query (:attr:`QueryLines.unreadable`)
-    so that ``on_error`` decides, as for a query the model cannot embed.
+    Lines are split at line feeds (a carriage return before one is dropped, as is a UTF-8
+    byte order mark); a line that is not UTF-8 text is kept as a bad query
+    (:attr:`QueryLines.unreadable`) so that ``on_error`` decides, as for a query the model
+    cannot embed.
 
     Returns
     -------
