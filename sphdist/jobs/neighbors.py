@@ -736,7 +736,8 @@ def query_neighbors(
     Returns
     -------
     dict
-        ``query``, ``doc_id``, ``k``, ``neighbors`` (list of dict: ``rank``, ``index``,
+        ``query``, ``doc_id``, ``query_label`` (the label of the ``doc_id`` document, as the
+        tables' column; None for a text), ``k``, ``neighbors`` (list of dict: ``rank``, ``index``,
         ``doc_id``, ``label``, ``cosine``, ``angle_deg``, ``distance``) and, when an index was
         searched, ``index`` (its path).
 
@@ -767,7 +768,11 @@ def query_neighbors(
     else:
         vector = embed_texts(fitted, [str(query)])[:, 0]
     exclude = None if include_self else own
-    report: dict[str, Any] = {"query": query, "doc_id": doc_id, "k": k}
+    report: dict[str, Any] = {
+        "query": query, "doc_id": doc_id,
+        "query_label": None if own is None else source.label_strings(np.array([own]))[0],
+        "k": k,
+    }
     if found is None:
         report["neighbors"] = nearest_neighbors(source, vector, k, exclude=exclude)
         return report

@@ -83,6 +83,9 @@ def test_index_is_found_beside_the_model_and_answers_as_the_scan(trained, runner
     assert hits["index"] == str(tmp_path / "m.index.zarr")
     assert "searching the index" in result.stderr
     assert [h["index"] for h in hits["neighbors"]] == [h["index"] for h in scan["neighbors"]]
+    corpus = open_corpus(trained["corpus"])
+    label = corpus.label_names[corpus.labels[17]]
+    assert hits["query_label"] == scan["query_label"] == label  # as the tables' column
     np.testing.assert_allclose([h["cosine"] for h in hits["neighbors"]],
                                [h["cosine"] for h in scan["neighbors"]], atol=1e-6)
     exact = json.loads(_ok(runner.invoke(main, [*args, "--exact"])).stdout)
