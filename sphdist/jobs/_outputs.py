@@ -3,7 +3,7 @@
 ``export``, ``neighbors --queries/--all`` and ``plot`` write files whose name says what they
 hold: ``out.csv`` is CSV, ``e.svg`` is SVG. :func:`output_format` reads the format from the
 suffix, accepts a ``--format`` that agrees with it (or names the format of a file whose suffix
-says none, such as ``/dev/stdout``), and refuses a suffix that names another format or none
+says none, such as ``embeddings``), and refuses a suffix that names another format or none
 of those the command writes, naming them.
 """
 
@@ -50,7 +50,7 @@ def output_format(
     Examples
     --------
     >>> fmts = {".parquet": "parquet", ".csv": "csv"}
-    >>> output_format("out.CSV", None, fmts), output_format("/dev/stdout", "csv", fmts)
+    >>> output_format("out.CSV", None, fmts), output_format("embeddings", "csv", fmts)
     ('csv', 'csv')
     >>> output_format("out.csv", "parquet", fmts)  # doctest: +ELLIPSIS
     Traceback (most recent call last):

@@ -399,7 +399,7 @@ def export_embedding(
         (:data:`EXPORT_SUFFIXES`).
     format : {"parquet", "npy", "csv"}, optional
         Default: the one the suffix of ``output`` names; given, it must agree with the suffix
-        (or name the format of an output whose suffix names none, such as ``/dev/stdout``).
+        (or name the format of an output whose suffix names none, such as ``embeddings``).
         ``"parquet"``: one row per document, columns ``doc_id`` (string), ``label`` (string,
         only when the corpus has labels) and ``e0`` ... ``e{r-1}`` (float64), written row group
         by row group with ``pyarrow.parquet.ParquetWriter``. ``"csv"``: the same columns, with
