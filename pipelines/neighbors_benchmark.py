@@ -232,10 +232,10 @@ def measure(name: str, model: Path, *, n_queries: int, nlists: list[int],
     }
     rec["peer"]["sphdist_exact_graph_s_scaled"] = rec["peer"]["sphdist_exact_s"] * n / sample.size
     if graph_done:
-        table = pq.read_table(knn, columns=["query_doc_id", "doc_id", "rank"]).to_pydict()
+        table = pq.read_table(knn, columns=["query", "doc_id", "rank"]).to_pydict()
         position = {d: i for i, d in enumerate(source.doc_ids)}
         graph = np.full((n, 10), -1, dtype=np.int64)
-        q = np.fromiter((position[d] for d in table["query_doc_id"]), dtype=np.int64)
+        q = np.fromiter((position[d] for d in table["query"]), dtype=np.int64)
         d = np.fromiter((position[x] for x in table["doc_id"]), dtype=np.int64)
         graph[q, np.asarray(table["rank"]) - 1] = d
         rec["peer"]["graph_recall@10_vs_sklearn"] = recall_at_k(graph[sample], peer_others)

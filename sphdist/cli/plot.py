@@ -11,14 +11,15 @@ from sphdist.cli._common import STORE_PATH, echo_json, json_option
 
 @click.group()
 def plot() -> None:
-    """Figures of a fitted model (PNG)."""
+    """Figures of a fitted model (PNG, SVG, PDF or JPEG, by the suffix of --output)."""
 
 
 @plot.command()
 @click.option("--model", "-m", required=True, type=STORE_PATH,
               help="The fitted model.zarr.")
 @click.option("--output", "-o", type=STORE_PATH,
-              help="PNG to write [default: <model>.convergence.png beside the model].")
+              help="Figure to write, in the format its suffix names: *.png, *.svg, *.pdf or "
+                   "*.jpg [default: <model>.convergence.png beside the model].")
 @json_option()
 def convergence(model: Path, output: Path | None, as_json: bool) -> None:
     """Objective, ||U_k - U_{k-1}||_F and ||V_k - V_{k-1}||_F per iteration (Liu et al. Fig. 3)."""
@@ -39,7 +40,8 @@ def convergence(model: Path, output: Path | None, as_json: bool) -> None:
               help="The training corpus (labels) [default: the path the model recorded] or an "
                    "embedding.zarr.")
 @click.option("--output", "-o", type=STORE_PATH,
-              help="PNG to write [default: <model>.embedding.png beside the model].")
+              help="Figure to write, in the format its suffix names: *.png, *.svg, *.pdf or "
+                   "*.jpg [default: <model>.embedding.png beside the model].")
 @click.option("--max-points", type=click.IntRange(min=1), default=5000, show_default=True,
               help="Plot a reproducible sample of at most this many documents.")
 @click.option("--seed", type=click.IntRange(min=0, max=2**32 - 1), default=0, show_default=True,

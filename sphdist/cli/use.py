@@ -76,25 +76,26 @@ def transform(
 @click.command()
 @_MODEL
 @_EMBEDDED
-@click.option("--format", "-f", "format_", type=click.Choice(["parquet", "npy"]),
-              default="parquet", show_default=True,
-              help="parquet: columns doc_id, label, e0..e{r-1}; npy: array (n, r) + "
-                   "<stem>.ids.csv (doc_id, label per row).")
+@click.option("--format", "-f", "format_", type=click.Choice(["parquet", "npy", "csv"]),
+              help="parquet or csv: columns doc_id, label, e0..e{r-1}; npy: array (n, r) + "
+                   "<stem>.ids.csv (doc_id, label per row) [default: from the suffix of "
+                   "--output; given, it must agree with it].")
 @click.option("--output", "-o", required=True, type=STORE_PATH,
-              help="File to write, in --format (npy: with <stem>.ids.csv beside it).")
+              help="File to write: *.parquet, *.npy (with <stem>.ids.csv beside it) or *.csv.")
 @click.option("--overwrite", is_flag=True, help="Replace an existing --output.")
 @_JSON
 def export(
-    model: Path, input_: Path | None, format_: str, output: Path, overwrite: bool, as_json: bool
+    model: Path, input_: Path | None, format_: str | None, output: Path, overwrite: bool,
+    as_json: bool,
 ) -> None:
-    """Write the embeddings with their document ids (Parquet or .npy)."""
+    """Write the embeddings with their document ids (Parquet, CSV or .npy, by the suffix)."""
     from sphdist.jobs.embedding import export_embedding
     from sphdist.jobs.info import plural
 
     report = export_embedding(model, output, format=format_, input=input_, overwrite=overwrite)
     extra = f" (+ ids in {report['sidecar']})" if "sidecar" in report else ""
     _report(report, as_json, f"wrote {output}: {plural(report['n_documents'], 'document')} x "
-                             f"{report['n_components']} components, {format_}{extra}")
+                             f"{report['n_components']} components, {report['format']}{extra}")
 
 
 @click.command()
@@ -138,6 +139,65 @@ def index(
                              f"{report['seconds']:.1f} s")
 
 
+#: The options of ``neighbors`` that do something only in some modes: option -> (the modes,
+#: why it does nothing elsewhere). The modes: query, doc_id, queries, ids (--queries --ids), all.
+_NEIGHBOR_OPTIONS = {
+    "ids": ({"queries", "ids"}, "it says what the lines of --queries are"),
+    "include_self": ({"doc_id", "ids"}, "it applies to --doc-id and --queries FILE --ids only "
+                                        "(it counts the query document among its k)"),
+    "output": ({"queries", "ids", "all"}, "the neighbours of one query are printed"),
+    "format_": ({"queries", "ids", "all"}, "the neighbours of one query are printed"),
+    "overwrite": ({"queries", "ids", "all"}, "the neighbours of one query are printed"),
+    "on_error": ({"queries", "ids"}, "it decides what a bad line of --queries does"),
+    **{name: ({"all"}, "only --all runs on Dask") for name in (
+        "scheduler_address", "n_workers", "threads_per_worker", "memory_limit", "tls_ca_file",
+        "tls_cert", "tls_key")},
+}
+
+
+def _refuse_idle_options(ctx: click.Context, mode: str, exact: bool) -> None:
+    """Refuse an option given on the command line that does nothing in ``mode``.
+
+    The remedy is the command line without it.
+    """
+    source = click.core.ParameterSource.COMMANDLINE
+    idle = [(name, why) for name, (modes, why) in _NEIGHBOR_OPTIONS.items()
+            if mode not in modes and ctx.get_parameter_source(name) is source]
+    if exact and ctx.get_parameter_source("nprobe") is source:
+        idle.append(("nprobe", "--exact searches no index"))
+    if not idle:
+        return
+    from sphdist.jobs.info import _command
+
+    params = {p.name: p for p in ctx.command.params}
+    name, why = idle[0]
+    flag = max(params[name].opts, key=len)
+    shown = {"query": "--query", "doc_id": "--doc-id", "queries": "--queries",
+             "ids": "--queries --ids", "all": "--all"}[mode]
+    context = "with --exact" if name == "nprobe" else f"with {shown}"
+    words = _without(ctx.meta.get("sphdist.argv") or [], [params[n] for n, _ in idle])
+    raise click.UsageError(
+        f"{flag} does nothing {context}: {why}. To resolve this, leave it out: "
+        f"`{_command('sphdist', *words)}`."
+    )
+
+
+def _without(argv: list[str], params: list[click.Parameter]) -> list[str]:
+    """The words of ``argv`` without the options ``params`` and their values."""
+    flags = {opt: p for p in params for opt in p.opts}
+    words, i = [], 0
+    while i < len(argv):
+        word = argv[i]
+        name = word.split("=", 1)[0] if word.startswith("--") else word
+        if name in flags:
+            takes_value = not getattr(flags[name], "is_flag", False) and "=" not in word
+            i += 2 if takes_value else 1
+            continue
+        words.append(word)
+        i += 1
+    return words
+
+
 @click.command()
 @_MODEL
 @_EMBEDDED
@@ -147,14 +207,18 @@ def index(
               help="File of queries, one per line: texts, or document ids with --ids; the "
                    "results go to --output.")
 @click.option("--ids", is_flag=True, help="The lines of --queries are document ids.")
+@click.option("--on-error", type=click.Choice(["fail", "skip"]),
+              help="With --queries: a bad line (a text sharing no term with the model, an "
+                   "unknown id, not UTF-8): stop with an error naming its line, or skip it "
+                   "and list it [default: fail].")
 @click.option("--all", "all_", is_flag=True,
               help="Every document's k nearest other documents (the k-NN graph), to --output; "
                    "on Dask (the cluster options).")
 @click.option("-k", "k", type=click.IntRange(min=1), default=10, show_default=True,
               help="Number of neighbours.")
 @click.option("--include-self", is_flag=True,
-              help="With --doc-id or --ids: count the document itself (angle 0) among the k; by "
-                   "default the k are other documents.")
+              help="With --doc-id or --queries --ids: count the document itself (angle 0) "
+                   "among the k; by default the k are other documents.")
 @click.option("--index", "index_", type=STORE_PATH,
               help="index.zarr to search [default: the one `sphdist index` writes for the "
                    "model or --input embedding, when it exists].")
@@ -162,18 +226,21 @@ def index(
 @click.option("--nprobe", type=click.IntRange(min=1),
               help="Lists an ivf index scans per query [default: the one stored with it].")
 @click.option("--output", "-o", type=STORE_PATH,
-              help="With --queries or --all: the table to write, *.parquet or *.jsonl (query "
-                   "or query_doc_id, rank, doc_id, label, angle in degrees, cosine).")
-@click.option("--format", "-f", "format_", type=click.Choice(["parquet", "jsonl"]),
-              help="Format of --output [default: from its suffix].")
+              help="With --queries or --all: the table to write, *.parquet, *.jsonl or *.csv "
+                   "(columns query, query_label, rank, doc_id, label, angle in degrees, "
+                   "cosine).")
+@click.option("--format", "-f", "format_", type=click.Choice(["parquet", "jsonl", "csv"]),
+              help="Format of --output [default: from its suffix; given, it must agree "
+                   "with it].")
 @click.option("--overwrite", is_flag=True, help="Replace an existing --output.")
 @cluster_options
 @_JSON
+@click.pass_context
 def neighbors(
-    model: Path, input_: Path | None, query: str | None, doc_id: str | None,
-    queries: Path | None, ids: bool, all_: bool, k: int, include_self: bool,
-    index_: Path | None, exact: bool, nprobe: int | None, output: Path | None,
-    format_: str | None, overwrite: bool, scheduler_address: str | None,
+    ctx: click.Context, model: Path, input_: Path | None, query: str | None,
+    doc_id: str | None, queries: Path | None, ids: bool, on_error: str | None, all_: bool,
+    k: int, include_self: bool, index_: Path | None, exact: bool, nprobe: int | None,
+    output: Path | None, format_: str | None, overwrite: bool, scheduler_address: str | None,
     n_workers: int | None, threads_per_worker: int, memory_limit: str, tls_ca_file: str | None,
     tls_cert: str | None, tls_key: str | None, as_json: bool,
 ) -> None:
@@ -186,9 +253,12 @@ def neighbors(
     if len(given) != 1:
         raise click.UsageError("pass exactly one of --query TEXT, --doc-id ID, --queries FILE "
                                "and --all.")
+    mode = {"--query": "query", "--doc-id": "doc_id", "--queries": "ids" if ids else "queries",
+            "--all": "all"}[given[0]]
+    _refuse_idle_options(ctx, mode, exact)
     if (queries is not None or all_) and output is None:
         raise click.UsageError(f"{given[0]} writes a table: pass --output FILE.parquet (or "
-                               ".jsonl).")
+                               ".jsonl, .csv).")
     options = {"input": input_, "index": index_, "exact": exact, "nprobe": nprobe}
     if all_:  # the cluster starts once the request is validated and the index loaded
         report = jobs.knn_graph(
@@ -198,11 +268,14 @@ def neighbors(
     elif queries is not None:
         report = jobs.batch_neighbors(
             model, output, queries=jobs.queries_of(queries), ids=ids, k=k,
-            include_self=include_self, format=format_, overwrite=overwrite, **options)
+            include_self=include_self, format=format_, overwrite=overwrite,
+            on_error=on_error or "fail", **options)
     if all_ or queries is not None:
         how = f"the index {report['index']}" if report["index"] else "an exact scan"
         _report(report, as_json, f"wrote {report['output']}: {report['n_rows']} neighbours "
                                  f"({report['format']}) by {how} in {report['seconds']:.1f} s")
+        if report.get("skipped") and not as_json:
+            _list_skipped(report["skipped"], queries)
         return
     hits = jobs.query_neighbors(model, query=query, doc_id=doc_id, k=k,
                                 include_self=include_self, **options)
@@ -217,6 +290,20 @@ def neighbors(
             f"{h['rank']:>4}  {h['angle_deg']:>6.2f}°  {h['cosine']:>8.5f}  "
             f"{h['doc_id']:<{width}}  {h['label'] or ''}"
         )
+
+
+_SKIPPED_SHOWN = 20  # skipped queries listed one per line; --json lists them all
+
+
+def _list_skipped(skipped: list[dict], queries: Path | None) -> None:
+    """List the queries ``--on-error skip`` left out, one per line (the first 20)."""
+    n = len(skipped)
+    click.echo(f"skipped {n} bad {'query' if n == 1 else 'queries'} of {queries} "
+               "(--on-error skip):")
+    for s in skipped[:_SKIPPED_SHOWN]:
+        click.echo(f"  line {s['line']}: {s['reason']}")
+    if n > _SKIPPED_SHOWN:
+        click.echo(f"  ... and {n - _SKIPPED_SHOWN} more (--json lists them all)")
 
 
 COMMANDS = [transform, export, index, neighbors]

@@ -19,7 +19,7 @@ import dataclasses
 import glob
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, overload
 
 import dask.array as da
 import numpy as np
@@ -54,9 +54,12 @@ __all__ = [
     "mismatch",
     "reingest_remedy",
     "EXPORT_FORMATS",
+    "EXPORT_SUFFIXES",
 ]
 
-EXPORT_FORMATS = ("parquet", "npy")
+EXPORT_FORMATS = ("parquet", "npy", "csv")
+#: The formats of ``export``, by the suffix of its output.
+EXPORT_SUFFIXES = {".parquet": "parquet", ".npy": "npy", ".csv": "csv"}
 _SCAN_DOCS = 65536  # documents per chunk of an export or a neighbour scan
 
 
@@ -379,7 +382,7 @@ def export_embedding(
     model: str | os.PathLike[str],
     output: str | os.PathLike[str],
     *,
-    format: str = "parquet",
+    format: str | None = None,
     input: str | os.PathLike[str] | None = None,
     overwrite: bool = False,
     chunk_size: int = _SCAN_DOCS,
@@ -392,13 +395,18 @@ def export_embedding(
         A ``model.zarr``: its V embeds its training corpus; other documents are read from the
         ``embedding.zarr`` given as ``input``.
     output : path-like
-        The file to write.
-    format : {"parquet", "npy"}, default "parquet"
+        The file to write: ``*.parquet``, ``*.npy`` or ``*.csv``, its suffix tells the format
+        (:data:`EXPORT_SUFFIXES`).
+    format : {"parquet", "npy", "csv"}, optional
+        Default: the one the suffix of ``output`` names; given, it must agree with the suffix
+        (or name the format of an output whose suffix names none, such as ``embeddings``).
         ``"parquet"``: one row per document, columns ``doc_id`` (string), ``label`` (string,
         only when the corpus has labels) and ``e0`` ... ``e{r-1}`` (float64), written row group
-        by row group with ``pyarrow.parquet.ParquetWriter``. ``"npy"``: an array of shape
-        (n, r), float64, one row per document (scikit-learn's orientation), plus a sidecar
-        ``<output stem>.ids.csv`` (columns ``doc_id``, ``label``; row i describes row i).
+        by row group with ``pyarrow.parquet.ParquetWriter``. ``"csv"``: the same columns, with
+        a header line, each float in the fewest digits that read back equal (Python's repr).
+        ``"npy"``: an array of shape (n, r), float64, one row per document (scikit-learn's
+        orientation), plus a sidecar ``<output stem>.ids.csv`` (columns ``doc_id``, ``label``;
+        row i describes row i).
     input : path-like, optional
         The training corpus or an ``embedding.zarr`` (see :func:`open_embedding_source`).
     overwrite : bool, default False
@@ -414,7 +422,9 @@ def export_embedding(
     Raises
     ------
     ParameterError
-        For an unknown ``format`` or ``chunk_size < 1``.
+        For an unknown ``format``, a suffix of ``output`` that names another format or none
+        (the message names the formats and the command that writes one), or
+        ``chunk_size < 1``.
     OutputExistsError
         If ``output`` exists and ``overwrite`` is False.
     OutputLockedError
@@ -428,23 +438,30 @@ def export_embedding(
     absent; for npy the sidecar is renamed first, then the array. Memory: one chunk,
     ``chunk_size * r * 8`` bytes.
     """
-    if format not in EXPORT_FORMATS:
+    from sphdist.jobs._outputs import output_format
+
+    if format is not None and format not in EXPORT_FORMATS:
         raise ParameterError(f"format={format!r}: expected one of {list(EXPORT_FORMATS)}.")
     if chunk_size < 1:
         raise ParameterError(f"chunk_size must be >= 1, got {chunk_size}.")
     output = location(output)
+    given = ("--input", str(input)) if input is not None else ()
+    format = output_format(output, format, EXPORT_SUFFIXES, redo=lambda fixed: _command(
+        "sphdist", "export", "--model", model, *given, "--output", fixed))
     sidecar = output.with_name(output.name.removesuffix(".npy") + ".ids.csv")
     if not overwrite and (exists(output) or (format == "npy" and exists(sidecar))):
         raise OutputExistsError(
             f"{output} already exists. To resolve this, choose another --output or pass "
             "--overwrite."
         )
-    rest = ("--output", str(output)) + (("--format", format) if format != "parquet" else ())
+    rest = ("--output", str(output))
     src = open_embedding_source(model, input, verb="export", rest=rest)
     r, n = src.V.shape
     with atomic_path(output) as staging:
         if format == "parquet":
             _write_parquet(src, staging, chunk_size)
+        elif format == "csv":
+            _write_csv(src, staging, chunk_size)
         else:
             with atomic_path(sidecar) as side_staging:
                 _write_npy(src, staging, side_staging, chunk_size)
@@ -476,6 +493,22 @@ def _write_parquet(src: EmbeddingSource, path: Path, chunk_size: int) -> None:
             writer.write_table(pa.Table.from_arrays(columns, schema=schema))
 
 
+def _write_csv(src: EmbeddingSource, path: Path, chunk_size: int) -> None:
+    r, n = src.V.shape
+    with open(path, "w", newline="", encoding="utf-8") as f:
+        writer = csv.writer(f)
+        writer.writerow(["doc_id", *(["label"] if src.labels is not None else []),
+                         *(f"e{i}" for i in range(r))])
+        for a, b in _spans(n, chunk_size):
+            block = np.asarray(src.V[:, a:b].compute(), dtype=np.float64).T
+            labels = src.label_strings(np.arange(a, b)) if src.labels is not None else None
+            for j in range(b - a):
+                head = [src.doc_ids[a + j]]
+                if labels is not None:
+                    head.append("" if labels[j] is None else labels[j])
+                writer.writerow([*head, *(repr(float(x)) for x in block[j])])
+
+
 def _write_npy(src: EmbeddingSource, path: Path, sidecar: Path, chunk_size: int) -> None:
     r, n = src.V.shape
     out = np.lib.format.open_memmap(path, mode="w+", dtype=np.float64, shape=(n, r))
@@ -493,7 +526,19 @@ def _write_npy(src: EmbeddingSource, path: Path, sidecar: Path, chunk_size: int)
     del out
 
 
-def embed_texts(model: str | os.PathLike[str] | Model, texts: list[str]) -> np.ndarray:
+@overload
+def embed_texts(model: str | os.PathLike[str] | Model, texts: list[str], *,
+                return_degenerate: Literal[False] = ...) -> np.ndarray: ...
+
+
+@overload
+def embed_texts(model: str | os.PathLike[str] | Model, texts: list[str], *,
+                return_degenerate: Literal[True]) -> tuple[np.ndarray, np.ndarray]: ...
+
+
+def embed_texts(
+    model: str | os.PathLike[str] | Model, texts: list[str], *, return_degenerate: bool = False,
+) -> np.ndarray | tuple[np.ndarray, np.ndarray]:
     """Embed raw texts the way the model's training documents were: tf-idf, then the V-step.
 
     Parameters
@@ -504,20 +549,26 @@ def embed_texts(model: str | os.PathLike[str] | Model, texts: list[str]) -> np.n
     texts : list of str
         The documents, as text. No header, footer or quote removal is applied (a query is not
         a newsgroup post).
+    return_degenerate : bool, default False
+        Return which texts share no feature with the model instead of refusing them (their
+        columns are then placeholders, not directions).
 
     Returns
     -------
-    ndarray of shape (r, len(texts)), float64
+    V : ndarray of shape (r, len(texts)), float64
         Unit columns ``U^T x / ||U^T x||_2`` (Liu et al. 2019, Eq. 3.12 with lam = 2) of the
         tf-idf vectors x, built by the ingestion stage's code (:func:`sphdist.text.ingest.read_like`
         for the model's feature scheme, tf-idf options, idf and vocabulary; ``weight`` of
         :mod:`sphdist.text.tfidf` for the weighting and L2 normalisation).
+    degenerate : ndarray of shape (len(texts),), bool
+        Only with ``return_degenerate``: True where a text shares no feature with the model.
 
     Raises
     ------
     DataError
-        If the model has no text feature scheme (dense input), or a text shares no feature with
-        the model (``U^T x = 0``): the message names it.
+        If the model has no text feature scheme (dense input), or (unless
+        ``return_degenerate``) a text shares no feature with the model (``U^T x = 0``): the
+        message names it.
     """
     from sphdist.text.ingest import read_like
     from sphdist.text.tfidf import weight
@@ -537,6 +588,8 @@ def embed_texts(model: str | os.PathLike[str] | Model, texts: list[str]) -> np.n
         vectorizer = options.hashing_vectorizer()
     X = weight(vectorizer.transform(list(texts)).tocsr(), idf, options.sublinear_tf)  # (m, n_q)
     V, degenerate = kernels.v_step(np.asarray(X.T @ fitted.U).T, None, 2.0)
+    if return_degenerate:
+        return V, np.asarray(degenerate, dtype=bool)
     if degenerate.any():
         j = int(np.flatnonzero(degenerate)[0])
         raise DataError(

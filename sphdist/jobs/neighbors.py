@@ -7,9 +7,10 @@ gives (its V, or an ``embedding.zarr``) and stores it as an ``index.zarr``
 (:mod:`sphdist.io.index`), committed atomically by one writer. ``sphdist neighbors`` finds it
 (:func:`find_index`: ``--index``, else the default path :func:`default_index_path` beside the
 model or the embedding) and searches it (:func:`search`), unless ``--exact``; a batch of
-queries is written as Parquet or JSON Lines (:func:`write_hits`); ``--all`` writes every
-document's k nearest others (:func:`knn_graph`), chunk by chunk on Dask
-(:func:`sphdist.core.graph.knn_graph`).
+queries is written as Parquet, JSON Lines or CSV, by the suffix of the output
+(:func:`write_hits`); ``--all`` writes every document's k nearest others (:func:`knn_graph`),
+chunk by chunk on Dask (:func:`sphdist.core.graph.knn_graph`). Every table has the columns
+:data:`HIT_COLUMNS`.
 
 The single-query scan without an index is :func:`sphdist.jobs.embedding.nearest_neighbors`.
 """
@@ -17,11 +18,13 @@ The single-query scan without an index is :func:`sphdist.jobs.embedding.nearest_
 from __future__ import annotations
 
 import contextlib
+import csv
+import dataclasses
 import json
 import logging
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
@@ -32,6 +35,7 @@ from sphdist.core import graph
 from sphdist.core.neighbors import angle_degrees, top_k_chunk, top_k_merge
 from sphdist.errors import (
     CorpusMismatchError,
+    DataError,
     InputNotFoundError,
     OutputExistsError,
     ParameterError,
@@ -44,6 +48,8 @@ from sphdist.jobs.info import _command
 
 __all__ = [
     "HIT_FORMATS",
+    "HIT_COLUMNS",
+    "QueryLines",
     "build_index",
     "default_index_path",
     "find_index",
@@ -62,7 +68,13 @@ __all__ = [
 logger = logging.getLogger("sphdist")
 
 #: Output formats of batch queries and of the k-NN graph, by file suffix.
-HIT_FORMATS = {".parquet": "parquet", ".jsonl": "jsonl", ".json": "jsonl"}
+HIT_FORMATS = {".parquet": "parquet", ".jsonl": "jsonl", ".csv": "csv"}
+#: The columns of every neighbour table (``--queries``, ``--queries --ids``, ``--all``):
+#: ``query`` (the text, or the id of the query document), ``query_label`` (the query
+#: document's label; null for a text), ``rank`` (1-based), ``doc_id`` and ``label`` of the
+#: neighbour, ``angle`` (degrees, in [0, 180]) and ``cosine``.
+HIT_COLUMNS = ("query", "query_label", "rank", "doc_id", "label", "angle", "cosine")
+ON_ERROR = ("fail", "skip")
 
 _QUERY_BATCH = 1024  # queries scored at a time by the exact batch scan
 _DOC_SLICE = 16384  # documents per block of cosines in the exact batch scan
@@ -367,12 +379,26 @@ def search(
 
 
 def hits_table(
-    source: EmbeddingSource, queries: list[str], idx: np.ndarray, cos: np.ndarray,
-    query_column: str = "query",
+    source: EmbeddingSource, queries: Sequence[str], idx: np.ndarray, cos: np.ndarray,
+    query_labels: Sequence[str | None] | None = None,
 ) -> dict[str, list[Any]]:
-    """Rows ``query, rank, doc_id, label, angle, cosine`` of search results (columns as lists).
+    """The rows of search results, columns :data:`HIT_COLUMNS` (as lists).
 
-    ``angle`` in degrees, in [0, 180]; rows where fewer than k were found are left out.
+    Parameters
+    ----------
+    source : EmbeddingSource
+        The documents searched.
+    queries : sequence of str
+        What each query was: a text, or a document id.
+    idx, cos : ndarrays of shape (n_q, k), int64 and float64
+        From :func:`search`.
+    query_labels : sequence of str or None, optional
+        The label of each query document (None: text queries, no label).
+
+    Returns
+    -------
+    dict of str to list
+        ``angle`` in degrees, in [0, 180]; rows where fewer than k were found are left out.
     """
     n_q, k = idx.shape
     found = idx >= 0
@@ -381,7 +407,8 @@ def hits_table(
     docs = idx[found]
     c = cos[found]
     return {
-        query_column: [queries[i] for i in q_of],
+        "query": [queries[i] for i in q_of],
+        "query_label": [None if query_labels is None else query_labels[i] for i in q_of],
         "rank": rank.astype(np.int64).tolist(),
         "doc_id": [str(d) for d in source.doc_ids[docs]],
         "label": source.label_strings(docs),
@@ -390,16 +417,10 @@ def hits_table(
     }
 
 
-def _format(output: Path, format: str | None) -> str:
-    if format is not None:
-        return format
-    fmt = HIT_FORMATS.get(output.suffix.lower())
-    if fmt is None:
-        raise ParameterError(
-            f"{output}: cannot tell the format from the suffix {output.suffix!r}. To resolve "
-            f"this, name the output *.parquet or *.jsonl, or pass --format parquet."
-        )
-    return fmt
+def _format(output: Path, format: str | None, redo: Callable[[Path], str] | None = None) -> str:
+    from sphdist.jobs._outputs import output_format
+
+    return output_format(output, format, HIT_FORMATS, redo=redo)
 
 
 def _write_table(columns: dict[str, list[Any]], path: Path, fmt: str) -> None:
@@ -413,6 +434,13 @@ def _write_table(columns: dict[str, list[Any]], path: Path, fmt: str) -> None:
         pq.write_table(table, str(path))
         return
     names = list(columns)
+    if fmt == "csv":
+        with open(path, "w", newline="", encoding="utf-8") as f:
+            writer = csv.writer(f)
+            writer.writerow(names)
+            writer.writerows(["" if v is None else repr(v) if isinstance(v, float) else v
+                              for v in row] for row in zip(*columns.values(), strict=True))
+        return
     with open(path, "w", encoding="utf-8") as f:
         for row in zip(*columns.values(), strict=True):
             f.write(json.dumps(dict(zip(names, row, strict=True))) + "\n")
@@ -431,8 +459,9 @@ def write_hits(
     ----------
     columns : dict of str to list
     output : path-like
-    format : {"parquet", "jsonl"}, optional
-        Default: from the suffix of ``output`` (:data:`HIT_FORMATS`).
+    format : {"parquet", "jsonl", "csv"}, optional
+        Default: from the suffix of ``output`` (:data:`HIT_FORMATS`); given, it must agree
+        with it.
     overwrite : bool, default False
 
     Returns
@@ -445,7 +474,8 @@ def write_hits(
     OutputExistsError
         If ``output`` exists and ``overwrite`` is False.
     ParameterError
-        If the format is neither given nor told by the suffix.
+        If the suffix names another format than ``format``, or, without ``format``, none
+        (:func:`sphdist.jobs._outputs.output_format`).
     """
     output = location(output)
     fmt = _format(output, format)
@@ -474,13 +504,15 @@ def knn_graph(
     ----------
     model : path-like
     output : path-like
-        Parquet or JSON Lines: columns ``query_doc_id, rank, doc_id, label, angle, cosine``
-        (angle in degrees), n * k rows (fewer for documents with fewer than k others).
+        Parquet, JSON Lines or CSV (by its suffix): columns :data:`HIT_COLUMNS`, ``query``
+        the document's id and ``query_label`` its label, n * k rows (fewer for documents with
+        fewer than k others).
     k : int, default 10
     input, index, exact, nprobe
         As ``sphdist neighbors`` (:func:`find_index`): the index when there is one, else, or
         with ``exact``, the exact graph.
-    format : {"parquet", "jsonl"}, optional
+    format : {"parquet", "jsonl", "csv"}, optional
+        As :func:`write_hits`.
     overwrite : bool, default False
     query_chunk : int, optional
         Documents per task; default 2048 for the exact graph, 16384 with an index.
@@ -511,7 +543,10 @@ def knn_graph(
     import dask
 
     output = location(output)
-    fmt = _format(output, format)
+    given = ("--input", str(input)) if input is not None else ()
+    fmt = _format(output, format, lambda fixed: _command(
+        "sphdist", "neighbors", "--model", model, *given, "--all", "-k", str(k),
+        "--output", fixed))
     if not overwrite and exists(output):
         raise OutputExistsError(
             f"{output} already exists. To resolve this, choose another --output or pass "
@@ -535,7 +570,8 @@ def knn_graph(
     if skip is not None:  # documents without a direction have no neighbours
         idx[skip], cos[skip] = -1, -np.inf
     seconds = time.perf_counter() - start
-    columns = hits_table(source, [str(d) for d in source.doc_ids], idx, cos, "query_doc_id")
+    columns = hits_table(source, [str(d) for d in source.doc_ids], idx, cos,
+                         source.label_strings(np.arange(source.n_documents)))
     with atomic_path(output) as staging:
         _write_table(columns, staging, fmt)
     return {"output": str(output), "format": fmt, "n_rows": len(columns["rank"]),
@@ -543,59 +579,119 @@ def knn_graph(
             "index": None if path is None else str(path), "seconds": seconds}
 
 
-def queries_of(path: str | os.PathLike[str]) -> list[str]:
+@dataclasses.dataclass(frozen=True)
+class QueryLines:
+    """The queries of a ``--queries`` file, each with its line number (:func:`queries_of`).
+
+    Attributes
+    ----------
+    path : str
+        The file.
+    texts : list of str
+        One query per non-blank line, stripped.
+    lines : list of int
+        The 1-based line number of each query.
+    unreadable : dict of int to str
+        Position in ``texts`` of each line that is not UTF-8 text, and why (its text there is
+        the line decoded with replacement characters); :func:`batch_neighbors` treats them as
+        bad queries (``on_error``).
+    """
+
+    path: str
+    texts: list[str]
+    lines: list[int]
+    unreadable: dict[int, str] = dataclasses.field(default_factory=dict)
+
+    def __len__(self) -> int:
+        return len(self.texts)
+
+    def where(self, i: int) -> str:
+        """Where query ``i`` is, for a message: ``"q.txt line 3"``."""
+        return f"{self.path} line {self.lines[i]}"
+
+
+def queries_of(path: str | os.PathLike[str]) -> QueryLines:
     """The queries of a ``--queries`` file: one per non-blank line (UTF-8), stripped.
+
+    Lines are split at line feeds (a carriage return before one is dropped, as is a UTF-8
+    byte order mark); a line that is not UTF-8 text is kept as a bad query
+    (:attr:`QueryLines.unreadable`) so that ``on_error`` decides, as for a query the model
+    cannot embed.
+
+    Returns
+    -------
+    QueryLines
 
     Raises
     ------
     InputNotFoundError
         If the file does not exist.
     ParameterError
-        If it holds no query.
+        If ``path`` is a directory, or the file holds no query.
+    DataError
+        If the file is binary (it holds a NUL byte): the message gives its offset.
     """
     from sphdist.io import open_file
 
+    remedy = "To resolve this, pass a text file with one query per line."
     if not exists(path):
-        raise InputNotFoundError(
-            f"{path}: no such queries file. To resolve this, pass a text file with one query "
-            "per line."
+        raise InputNotFoundError(f"{path}: no such queries file. {remedy}")
+    try:
+        with open_file(path, "rb") as f:
+            data = f.read()
+    except IsADirectoryError:
+        raise ParameterError(f"{path} is a directory, not a queries file. {remedy}") from None
+    nul = data.find(b"\0")
+    if nul >= 0:
+        raise DataError(
+            f"{path} is a binary file, not text (a NUL byte at offset {nul}): a queries file "
+            f"holds one query per line, in UTF-8. {remedy}"
         )
-    with open_file(path, "rb") as f:
-        lines = [line.strip() for line in f.read().decode("utf-8").splitlines()]
-    queries = [q for q in lines if q]
-    if not queries:
+    texts: list[str] = []
+    lines: list[int] = []
+    unreadable: dict[int, str] = {}
+    for number, raw in enumerate(data.removeprefix(b"\xef\xbb\xbf").split(b"\n"), start=1):
+        try:
+            text = raw.decode("utf-8").strip()
+        except UnicodeDecodeError as exc:
+            unreadable[len(texts)] = (f"the line is not UTF-8 text (byte 0x{raw[exc.start]:02x} "
+                                      f"at column {exc.start + 1})")
+            text = raw.decode("utf-8", errors="replace").strip()
+        if text:
+            texts.append(text)
+            lines.append(number)
+    if not texts:
         raise ParameterError(
             f"{path} holds no query (every line is blank). To resolve this, write one query "
             "per line."
         )
-    return queries
+    return QueryLines(str(path), texts, lines, unreadable)
 
 
-def _doc_positions(source: EmbeddingSource, doc_ids: list[str]) -> np.ndarray:
-    """Positions of ``doc_ids`` in ``source`` (errors as :func:`document_embedding`)."""
-    from sphdist.errors import DataError
+def _ids_problems(source: EmbeddingSource, doc_ids: Sequence[str]
+                  ) -> tuple[np.ndarray, dict[int, tuple[type[Exception], str]]]:
+    """Positions of ``doc_ids`` in ``source`` (-1: none), and what is wrong with each bad one.
 
+    A bad id is unknown (:class:`ParameterError`) or names a document without a direction
+    (:class:`DataError`), as :func:`sphdist.jobs.embedding.document_embedding` says.
+    """
     order = np.argsort(source.doc_ids.astype(str), kind="stable")
     sorted_ids = source.doc_ids.astype(str)[order]
-    wanted = np.asarray(doc_ids, dtype=str)
+    wanted = np.asarray(list(doc_ids), dtype=str)
     at = np.searchsorted(sorted_ids, wanted)
     ok = (at < sorted_ids.size) & (sorted_ids[np.minimum(at, sorted_ids.size - 1)] == wanted)
-    if not ok.all():
-        bad = doc_ids[int(np.flatnonzero(~ok)[0])]
-        examples = ", ".join(map(repr, source.doc_ids[:3].tolist()))
-        raise ParameterError(
-            f"no document has id {bad!r} (ids look like {examples}). To resolve this, pass "
-            "ids from the corpus (see `sphdist export`)."
-        )
-    positions = order[at].astype(np.int64)
-    if source.degenerate is not None and source.degenerate[positions].any():
-        bad = doc_ids[int(np.flatnonzero(source.degenerate[positions])[0])]
-        raise DataError(
-            f"document {bad!r} is empty (no feature in common with the model), so its "
-            "embedding is a placeholder, not a direction. To resolve this, leave it out of the "
-            "queries."
-        )
-    return positions
+    positions = np.where(ok, order[np.minimum(at, sorted_ids.size - 1)], -1).astype(np.int64)
+    problems: dict[int, tuple[type[Exception], str]] = {}
+    examples = ", ".join(map(repr, source.doc_ids[:3].tolist()))
+    for i in np.flatnonzero(~ok):
+        problems[int(i)] = (ParameterError, f"no document has id {doc_ids[i]!r} (ids look like "
+                                            f"{examples}; see `sphdist export`)")
+    if source.degenerate is not None:
+        for i in np.flatnonzero(ok & source.degenerate[np.maximum(positions, 0)]):
+            problems[int(i)] = (DataError, f"document {doc_ids[i]!r} is empty (no feature in "
+                                           "common with the model), so its embedding is a "
+                                           "placeholder, not a direction")
+    return positions, problems
 
 
 def _columns_of(source: EmbeddingSource, positions: np.ndarray) -> np.ndarray:
@@ -640,15 +736,16 @@ def query_neighbors(
     Returns
     -------
     dict
-        ``query``, ``doc_id``, ``k``, ``neighbors`` (list of dict: ``rank``, ``index``,
+        ``query``, ``doc_id``, ``query_label`` (the label of the ``doc_id`` document, as the
+        tables' column; None for a text), ``k``, ``neighbors`` (list of dict: ``rank``, ``index``,
         ``doc_id``, ``label``, ``cosine``, ``angle_deg``, ``distance``) and, when an index was
         searched, ``index`` (its path).
 
     Raises
     ------
     ParameterError
-        If not exactly one of ``query`` and ``doc_id`` is given, an unknown ``doc_id``, or
-        ``k`` too large for the index.
+        If not exactly one of ``query`` and ``doc_id`` is given, ``include_self`` with a
+        ``query``, an unknown ``doc_id``, or ``k`` too large for the index.
     DataError
         For a query without a direction (empty, or no term of the model) or an empty document.
     CorpusMismatchError, ModelFormatError, InputNotFoundError
@@ -658,6 +755,11 @@ def query_neighbors(
 
     if (query is None) == (doc_id is None):
         raise ParameterError("pass exactly one of --query TEXT and --doc-id ID.")
+    if include_self and doc_id is None:
+        raise ParameterError(
+            "--include-self (include_self=True) applies to a document query (--doc-id): a "
+            "text query is no document of the collection. To resolve this, leave it out."
+        )
     rest = ("--doc-id", doc_id) if doc_id is not None else ("--query", str(query))
     fitted, source, found, path = _open(model, input, rest, index, exact, nprobe)
     own = None
@@ -666,7 +768,11 @@ def query_neighbors(
     else:
         vector = embed_texts(fitted, [str(query)])[:, 0]
     exclude = None if include_self else own
-    report: dict[str, Any] = {"query": query, "doc_id": doc_id, "k": k}
+    report: dict[str, Any] = {
+        "query": query, "doc_id": doc_id,
+        "query_label": None if own is None else source.label_strings(np.array([own]))[0],
+        "k": k,
+    }
     if found is None:
         report["neighbors"] = nearest_neighbors(source, vector, k, exclude=exclude)
         return report
@@ -690,11 +796,12 @@ def query_neighbors(
 
 @locks_output("output")
 def batch_neighbors(
-    model: str | os.PathLike[str], output: str | os.PathLike[str], *, queries: list[str],
-    ids: bool = False, k: int = 10, include_self: bool = False,
-    input: str | os.PathLike[str] | None = None, index: str | os.PathLike[str] | None = None,
-    exact: bool = False, nprobe: int | None = None, format: str | None = None,
-    overwrite: bool = False,
+    model: str | os.PathLike[str], output: str | os.PathLike[str], *,
+    queries: Sequence[str] | QueryLines, ids: bool = False, k: int = 10,
+    include_self: bool = False, input: str | os.PathLike[str] | None = None,
+    index: str | os.PathLike[str] | None = None, exact: bool = False,
+    nprobe: int | None = None, format: str | None = None, overwrite: bool = False,
+    on_error: str = "fail",
 ) -> dict[str, Any]:
     """The k nearest documents of many texts or documents, written as a table.
 
@@ -702,54 +809,94 @@ def batch_neighbors(
     ----------
     model : path-like
     output : path-like
-        Parquet or JSON Lines (by suffix, or ``format``): columns ``query, rank, doc_id,
-        label, angle, cosine``, angle in degrees.
-    queries : list of str
+        Parquet, JSON Lines or CSV (by its suffix; ``format`` must agree): columns
+        :data:`HIT_COLUMNS`, angle in degrees.
+    queries : sequence of str, or QueryLines
         Texts (embedded as :func:`sphdist.jobs.embedding.embed_texts`) or, with ``ids``,
         document ids of the documents searched (each one's neighbours are other documents
-        unless ``include_self``).
+        unless ``include_self``); :func:`queries_of` reads them from a file with their line
+        numbers, which the messages then name.
+    ids : bool, default False
     k : int, default 10
+    include_self : bool, default False
+        With ``ids``: count the document itself among its k neighbours.
     input, index, exact, nprobe
         As :func:`query_neighbors`; without an index the queries are answered by one exact
         scan (:func:`exact_search`).
-    format : {"parquet", "jsonl"}, optional
+    format : {"parquet", "jsonl", "csv"}, optional
     overwrite : bool, default False
+    on_error : {"fail", "skip"}, default "fail"
+        A bad query (a text sharing no term with the model, an unknown id, the id of an empty
+        document, a line that is not UTF-8): refused, naming its line and nothing written
+        (``"fail"``), or left out of the table and listed in ``skipped`` (``"skip"``).
 
     Returns
     -------
     dict
-        ``output``, ``format``, ``n_rows``, ``n_queries``, ``k``, ``index`` (path or None),
-        ``seconds`` (of the search).
+        ``output``, ``format``, ``n_rows``, ``n_queries`` (answered), ``k``, ``index`` (path
+        or None), ``seconds`` (of the search), ``n_skipped`` and ``skipped`` (list of dict:
+        ``line``, the 1-based line of the file, or position in the list, ``query`` and
+        ``reason``).
 
     Raises
     ------
     ParameterError
-        No query, an unknown id, ``k`` larger than the documents that can be neighbours, an
-        unknown format.
+        No query, an unknown id (``on_error="fail"``), every query bad (``"skip"``), ``k``
+        larger than the documents that can be neighbours, a format the suffix does not name,
+        ``include_self`` without ``ids``, an unknown ``on_error``.
     DataError
-        A query without a direction (the message names it).
+        A query without a direction, a line that is not UTF-8 (``on_error="fail"``: the
+        message names its line and the remedy).
     OutputExistsError, OutputLockedError, CorpusMismatchError, ModelFormatError
     """
     from sphdist.jobs.embedding import embed_texts
 
+    if on_error not in ON_ERROR:
+        raise ParameterError(f"on_error={on_error!r}: expected one of {list(ON_ERROR)}.")
+    if include_self and not ids:
+        raise ParameterError(
+            "--include-self (include_self=True) applies to document queries (--ids): a text "
+            "query is no document of the collection. To resolve this, leave it out."
+        )
     output = location(output)
-    fmt = _format(output, format)
-    if not queries:
+    lines = queries if isinstance(queries, QueryLines) else None
+    texts = list(queries.texts if lines is not None else queries)
+    file = lines.path if lines is not None else "FILE"
+    given = ("--input", str(input)) if input is not None else ()
+    fmt = _format(output, format, lambda fixed: _command(
+        "sphdist", "neighbors", "--model", model, *given, "--queries", file,
+        *(["--ids"] if ids else []), "--output", fixed))
+    if not texts:
         raise ParameterError("no query given. To resolve this, pass at least one query.")
     if not overwrite and exists(output):
         raise OutputExistsError(
             f"{output} already exists. To resolve this, choose another --output or pass "
             "--overwrite."
         )
-    rest = ("--queries", "FILE", "--output", str(output))
+    rest = ("--queries", file, "--output", str(output))
     fitted, source, found, path = _open(model, input, rest, index, exact, nprobe)
-    exclude = None
+    problems: dict[int, tuple[type[Exception], str]] = {
+        i: (DataError, why) for i, why in (lines.unreadable if lines is not None else {}).items()}
     if ids:
-        positions = _doc_positions(source, queries)
+        positions, bad = _ids_problems(source, texts)
+        problems = {**bad, **problems}
+    else:
+        Q, degenerate = embed_texts(fitted, texts, return_degenerate=True)
+        for i in np.flatnonzero(degenerate):
+            problems.setdefault(int(i), (DataError, (
+                f"query {texts[i][:60]!r} shares no term with the model's features, so it has "
+                "no direction on the sphere")))
+    skipped = _bad_queries(problems, texts, lines, on_error)
+    keep = np.array([i not in problems for i in range(len(texts))], dtype=bool)
+    kept = [t for t, ok in zip(texts, keep, strict=True) if ok]
+    exclude = query_labels = None
+    if ids:
+        positions = positions[keep]
         Q = _columns_of(source, positions)
         exclude = None if include_self else positions
+        query_labels = source.label_strings(positions)
     else:
-        Q = embed_texts(fitted, queries)
+        Q = Q[:, keep]
     skip = _skip(source)
     live = source.n_documents - (0 if skip is None else int(skip.sum()))
     n = found.n_indexed_ if found is not None else live
@@ -758,7 +905,41 @@ def batch_neighbors(
     start = time.perf_counter()
     idx, cos = search(source, Q, k, index=found, exclude=exclude)
     seconds = time.perf_counter() - start
-    result = write_hits(hits_table(source, queries, idx, cos), output, format=fmt,
+    result = write_hits(hits_table(source, kept, idx, cos, query_labels), output, format=fmt,
                         overwrite=overwrite)
-    return {**result, "n_queries": len(queries), "k": k,
-            "index": None if path is None else str(path), "seconds": seconds}
+    return {**result, "n_queries": len(kept), "k": k,
+            "index": None if path is None else str(path), "seconds": seconds,
+            "n_skipped": len(skipped), "skipped": skipped}
+
+
+def _bad_queries(
+    problems: dict[int, tuple[type[Exception], str]], texts: list[str],
+    lines: QueryLines | None, on_error: str,
+) -> list[dict[str, Any]]:
+    """The bad queries as ``skipped`` lists them, or the refusal of the first (``"fail"``)."""
+    def where(i: int) -> str:
+        return lines.where(i) if lines is not None else f"query {i + 1}"
+
+    def line(i: int) -> int:
+        return lines.lines[i] if lines is not None else i + 1
+
+    order = sorted(problems)
+    if order and on_error == "fail":
+        first = order[0]
+        cls, why = problems[first]
+        others = (f" ({len(order)} of {len(texts)} queries are bad, at "
+                  f"{'lines' if lines is not None else 'positions'} "
+                  f"{', '.join(str(line(i)) for i in order[:10])}"
+                  f"{', ...' if len(order) > 10 else ''})") if len(order) > 1 else ""
+        raise cls(
+            f"{where(first)}: {why}{others}. To resolve this, fix or remove that "
+            f"{'line' if lines is not None else 'query'}, or pass --on-error skip "
+            "(on_error='skip') to leave such queries out and list them."
+        )
+    if order and len(order) == len(texts):
+        raise ParameterError(
+            f"every query is bad ({len(texts)} of {len(texts)}; {where(order[0])}: "
+            f"{problems[order[0]][1]}); nothing was written. To resolve this, "
+            "fix the queries."
+        )
+    return [{"line": line(i), "query": texts[i], "reason": problems[i][1]} for i in order]

@@ -21,17 +21,29 @@ from sphdist.jobs.info import plural, shown_objective
 
 __all__ = [
     "convergence_series", "plot_convergence", "convergence_figure", "plot_embedding",
-    "embedding_figure", "sample_documents",
+    "embedding_figure", "sample_documents", "PLOT_SUFFIXES",
 ]
+
+
+#: The formats a figure is written in, by the suffix of its output (matplotlib's writers).
+PLOT_SUFFIXES = {".png": "png", ".svg": "svg", ".pdf": "pdf", ".jpg": "jpeg", ".jpeg": "jpeg"}
+
+
+def _format(output: str | os.PathLike[str]) -> str:
+    """The format ``output`` names (:data:`PLOT_SUFFIXES`); refused before any figure is drawn."""
+    from sphdist.jobs._outputs import output_format
+
+    return output_format(output, None, PLOT_SUFFIXES)
 
 
 def _save(fig: Any, output: str | os.PathLike[str]) -> Path:
     from matplotlib.backends.backend_agg import FigureCanvasAgg
 
+    fmt = _format(output)
     output = location(output)
     FigureCanvasAgg(fig)
     with atomic_path(output) as staging:
-        fig.savefig(staging, format="png", dpi=120, bbox_inches="tight")
+        fig.savefig(staging, format=fmt, dpi=120, bbox_inches="tight")
     return output
 
 
@@ -81,7 +93,8 @@ def plot_convergence(model: str | os.PathLike[str], output: str | os.PathLike[st
     model : path-like
         A ``model.zarr`` (its recorded histories are plotted; nothing is recomputed).
     output : path-like
-        The PNG to write.
+        The figure to write, in the format its suffix names (:data:`PLOT_SUFFIXES`: ``.png``,
+        ``.svg``, ``.pdf``, ``.jpg``/``.jpeg``).
 
     Returns
     -------
@@ -92,7 +105,10 @@ def plot_convergence(model: str | os.PathLike[str], output: str | os.PathLike[st
     ------
     InputNotFoundError, ModelFormatError
         For a missing or unreadable model.
+    ParameterError
+        For a suffix of ``output`` that names none of the formats (before the model is read).
     """
+    _format(output)  # a suffix that names no format is refused before the figure is drawn
     return _save(convergence_figure(model), output)
 
 
@@ -280,11 +296,14 @@ def plot_embedding(
     max_points: int = 5000,
     seed: int = 0,
 ) -> dict[str, Any]:
-    """Documents on the sphere, coloured by label, written as a PNG.
+    """Documents on the sphere, coloured by label, written as a PNG (or SVG, PDF, JPEG).
 
-    The figure of :func:`embedding_figure`, saved atomically to ``output``; the parameters,
-    the returned dict and the errors are that function's.
+    The figure of :func:`embedding_figure`, saved atomically to ``output`` in the format its
+    suffix names (:data:`PLOT_SUFFIXES`); the parameters, the returned dict and the errors are
+    that function's, and a :class:`~sphdist.errors.ParameterError` for a suffix that names
+    none of those formats, raised before anything is read.
     """
+    _format(output)  # a suffix that names no format is refused before the figure is drawn
     fig, result = embedding_figure(model, output, input=input, max_points=max_points, seed=seed)
     _save(fig, output)
     return result

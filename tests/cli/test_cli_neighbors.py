@@ -1,5 +1,6 @@
 """sphdist index, and neighbors with an index, batch queries and the k-NN graph (--all)."""
 
+import csv
 import json
 import shutil
 
@@ -13,6 +14,7 @@ from sphdist.cli import main
 from sphdist.core.neighbors import recall_at_k
 from sphdist.io.corpus import open_corpus
 from sphdist.io.model import open_model
+from sphdist.jobs.neighbors import HIT_COLUMNS
 
 from .._textcorpus import write_text_tree
 
@@ -81,6 +83,9 @@ def test_index_is_found_beside_the_model_and_answers_as_the_scan(trained, runner
     assert hits["index"] == str(tmp_path / "m.index.zarr")
     assert "searching the index" in result.stderr
     assert [h["index"] for h in hits["neighbors"]] == [h["index"] for h in scan["neighbors"]]
+    corpus = open_corpus(trained["corpus"])
+    label = corpus.label_names[corpus.labels[17]]
+    assert hits["query_label"] == scan["query_label"] == label  # as the tables' column
     np.testing.assert_allclose([h["cosine"] for h in hits["neighbors"]],
                                [h["cosine"] for h in scan["neighbors"]], atol=1e-6)
     exact = json.loads(_ok(runner.invoke(main, [*args, "--exact"])).stdout)
@@ -102,7 +107,10 @@ def test_batch_queries_of_ids_against_the_brute_force(trained, runner, tmp_path,
                              str(tmp_path / "q.txt"), "--ids", "-k", "5", "--index", str(index),
                              "-o", str(out)]))
     table = pq.read_table(out).to_pydict()
-    assert list(table) == ["query", "rank", "doc_id", "label", "angle", "cosine"]
+    assert list(table) == list(HIT_COLUMNS)  # one schema for every neighbour table
+    assert table["query"][::5] == [corpus.doc_ids[j] for j in picks]
+    names = np.asarray(corpus.label_names)[corpus.labels]
+    assert table["query_label"][::5] == [names[j] for j in picks]
     found = np.array([[list(corpus.doc_ids).index(d) for d in table["doc_id"][5 * i:5 * i + 5]]
                       for i in range(len(picks))])
     assert recall_at_k(found, order[picks, :5]) == 1.0  # nprobe = nlist: exact
@@ -117,6 +125,20 @@ def test_batch_queries_of_ids_against_the_brute_force(trained, runner, tmp_path,
                              "-o", str(jsonl)]))
     rows = [json.loads(line) for line in jsonl.read_text().splitlines()]
     assert [r["doc_id"] for r in rows] == table["doc_id"]  # the exact scan agrees
+    assert list(rows[0]) == list(HIT_COLUMNS)
+
+    hits_csv = tmp_path / "hits.csv"  # csv, by the suffix: the same rows
+    _ok(runner.invoke(main, ["neighbors", "-m", str(trained["model"]), "--queries",
+                             str(tmp_path / "q.txt"), "--ids", "-k", "5", "--exact",
+                             "-o", str(hits_csv)]))
+    with open(hits_csv, newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert list(rows[0]) == list(HIT_COLUMNS)
+    assert [r["doc_id"] for r in rows] == table["doc_id"]
+    assert [r["query_label"] for r in rows] == table["query_label"]
+    np.testing.assert_array_equal([float(r["cosine"]) for r in rows],
+                                  [r["cosine"] for r in json.loads(
+                                      "[" + ",".join(jsonl.read_text().splitlines()) + "]")])
 
 
 def test_batch_text_queries(trained, runner, tmp_path):
@@ -127,6 +149,9 @@ def test_batch_text_queries(trained, runner, tmp_path):
     rows = [json.loads(line) for line in out.read_text().splitlines()]
     assert [r["label"] for r in rows[:3]] == ["space"] * 3
     assert [r["label"] for r in rows[3:]] == ["sport"] * 3
+    assert list(rows[0]) == list(HIT_COLUMNS)
+    assert [r["query"] for r in rows] == ["rocket orbit nasa"] * 3 + ["pitcher baseball inning"] * 3
+    assert {r["query_label"] for r in rows} == {None}  # a text has no label
 
 
 @pytest.mark.parametrize("how", ["exact", "flat-index", "ivf-index"])
@@ -145,12 +170,15 @@ def test_knn_graph_equals_the_dense_reference(trained, runner, tmp_path, schedul
     report = json.loads(_ok(runner.invoke(
         main, [*args, "-o", str(out), "--scheduler-address", scheduler, "--json"])).stdout)
     table = pq.read_table(out).to_pydict()
-    assert list(table) == ["query_doc_id", "rank", "doc_id", "label", "angle", "cosine"]
-    ids = list(open_corpus(trained["corpus"]).doc_ids)
+    assert list(table) == list(HIT_COLUMNS)  # the schema of --queries (was query_doc_id)
+    corpus = open_corpus(trained["corpus"])
+    ids = list(corpus.doc_ids)
     n = len(ids)
     assert report["n_rows"] == 6 * (n - empty.sum())  # the empty document has no neighbours
     live = np.flatnonzero(~empty)
-    assert table["query_doc_id"] == [ids[i] for i in np.repeat(live, 6)]
+    assert table["query"] == [ids[i] for i in np.repeat(live, 6)]
+    names = np.asarray(corpus.label_names)[corpus.labels]
+    assert table["query_label"] == [names[i] for i in np.repeat(live, 6)]  # knn gains it
     found = np.array([ids.index(d) for d in table["doc_id"]]).reshape(-1, 6)
     if how == "exact":
         np.testing.assert_array_equal(found, order[live, :6])
@@ -243,3 +271,97 @@ def test_existing_outputs_are_not_overwritten(trained, runner, tmp_path):
     line = _error_line(runner.invoke(main, ["index", "-m", str(trained["model"]), "-o",
                                             str(index)]))
     assert "already exists" in line and "--overwrite" in line
+
+
+def _queries(tmp_path, *lines):
+    path = tmp_path / "q.txt"
+    path.write_bytes(b"\n".join(line if isinstance(line, bytes) else line.encode()
+                                 for line in lines) + b"\n")
+    return path
+
+
+def test_a_bad_line_of_queries_is_named_and_skipped_on_request(trained, runner, tmp_path):
+    """Issue 33 item 2: one bad query killed the batch with no line number and no output."""
+    model = str(trained["model"])
+    q = _queries(tmp_path, "rocket orbit nasa", "", "qqqq zzzz", "pitcher baseball inning",
+                 b"caf\xe9 orbit")
+    out = tmp_path / "hits.parquet"
+    args = ["neighbors", "-m", model, "--queries", str(q), "-k", "2", "-o", str(out)]
+    line = _error_line(runner.invoke(main, args))
+    assert (f"{q} line 3: query 'qqqq zzzz' shares no term with the model's features" in line)
+    assert "(2 of 4 queries are bad, at lines 3, 5)" in line
+    assert "fix or remove that line, or pass --on-error skip to leave such queries out" in line
+    assert not out.exists()
+
+    report = json.loads(_ok(runner.invoke(main, [*args, "--on-error", "skip", "--json"])).stdout)
+    assert report["n_queries"] == 2 and report["n_rows"] == 4 and report["n_skipped"] == 2
+    assert [(s["line"], s["query"]) for s in report["skipped"]] == [
+        (3, "qqqq zzzz"), (5, "caf\ufffd orbit")]
+    assert "not UTF-8 text (byte 0xe9 at column 4)" in report["skipped"][1]["reason"]
+    table = pq.read_table(out).to_pydict()
+    assert table["query"] == ["rocket orbit nasa"] * 2 + ["pitcher baseball inning"] * 2
+
+    result = _ok(runner.invoke(main, [*args, "--on-error", "skip", "--overwrite"]))
+    assert "skipped 2 bad queries" in result.stdout
+    assert "  line 3: query 'qqqq zzzz' shares no term" in result.stdout
+
+    ids = _queries(tmp_path, open_corpus(trained["corpus"]).doc_ids[3], "nope")
+    line = _error_line(runner.invoke(main, ["neighbors", "-m", model, "--queries", str(ids),
+                                            "--ids", "-o", str(tmp_path / "i.parquet")]))
+    assert f"{ids} line 2: no document has id 'nope'" in line and "--on-error skip" in line
+
+    allbad = _queries(tmp_path, "qqqq", "zzzz")
+    line = _error_line(runner.invoke(main, ["neighbors", "-m", model, "--queries",
+                                            str(allbad), "--on-error", "skip", "-o",
+                                            str(tmp_path / "none.parquet")]))
+    assert "every query is bad (2 of 2" in line and "nothing was written" in line
+    assert not (tmp_path / "none.parquet").exists()
+
+
+def test_a_binary_or_directory_queries_file_is_refused(trained, runner, tmp_path):
+    """Issue 31 items 5 and 7: a UnicodeDecodeError traceback, a bare IsADirectoryError."""
+    model = str(trained["model"])
+    binary = tmp_path / "q.bin"
+    binary.write_bytes(b"ab\x00\xff\xfe" * 50)
+    out = tmp_path / "h.parquet"
+    line = _error_line(runner.invoke(main, ["neighbors", "-m", model, "--queries", str(binary),
+                                            "-o", str(out)]))
+    assert f"{binary} is a binary file, not text (a NUL byte at offset 2)" in line
+    line = _error_line(runner.invoke(main, ["neighbors", "-m", model, "--queries",
+                                            str(tmp_path), "-o", str(out)]))
+    assert f"{tmp_path} is a directory, not a queries file" in line
+    assert "pass a text file with one query per line" in line
+    assert not out.exists()
+
+
+def test_options_that_do_nothing_are_refused(trained, runner, tmp_path):
+    """Issue 33 item 9: --include-self with --all or a text query was accepted and ignored."""
+    model = str(trained["model"])
+    doc_id = open_corpus(trained["corpus"]).doc_ids[5]
+    q = _queries(tmp_path, "rocket orbit")
+    knn = str(tmp_path / "knn.parquet")
+    cases = [
+        (["--all", "-o", knn, "--include-self"], "--include-self does nothing with --all"),
+        (["-q", "rocket", "--include-self"], "--include-self does nothing with --query"),
+        (["--queries", str(q), "-o", knn, "--include-self"],
+         "--include-self does nothing with --queries:"),
+        (["-q", "rocket", "--ids"], "--ids does nothing with --query"),
+        (["--doc-id", doc_id, "-o", knn], "--output does nothing with --doc-id"),
+        (["--doc-id", doc_id, "--on-error", "skip"], "--on-error does nothing with --doc-id"),
+        (["-q", "rocket", "--n-workers", "2"], "--n-workers does nothing with --query: only "
+                                               "--all runs on Dask"),
+        (["-q", "rocket", "--exact", "--nprobe", "4"], "--nprobe does nothing with --exact"),
+    ]
+    for extra, expected in cases:
+        args = ["neighbors", "-m", model, *extra]
+        result = runner.invoke(main, args)
+        assert result.exit_code == 2, (extra, result.output)
+        assert expected in result.stderr, (extra, result.stderr)
+        remedy = result.stderr.split("leave it out: `")[1].split("`")[0]
+        assert "--include-self" not in remedy and "--nprobe" not in remedy
+        assert not (tmp_path / "knn.parquet").exists()
+    # the remedy works: pasted, it runs
+    result = runner.invoke(main, ["neighbors", "-m", model, "-q", "rocket", "--include-self"])
+    remedy = result.stderr.split("leave it out: `")[1].split("`")[0]
+    assert remedy.startswith("sphdist neighbors ")
+    _ok(runner.invoke(main, __import__("shlex").split(remedy)[1:]))

@@ -160,6 +160,51 @@ def test_export_parquet_and_npy_equal_the_model(trained, runner, tmp_path):
     assert result.exit_code == 1 and "--overwrite" in _error_line(result)
 
 
+def test_export_writes_the_format_its_suffix_names(trained, runner, tmp_path):
+    """Issue 33 item 1: `export -o out.csv` wrote Parquet into out.csv."""
+    model, corpus = open_model(trained["model"]), open_corpus(trained["corpus"])
+    V = model.V().compute()
+    names = np.asarray(corpus.label_names)[corpus.labels]
+    out = tmp_path / "emb.csv"
+    result = runner.invoke(main, ["export", "-m", str(trained["model"]), "-o", str(out),
+                                  "--json"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["format"] == "csv"
+    with open(out, newline="") as f:
+        rows = list(csv.reader(f))
+    assert rows[0] == ["doc_id", "label", "e0", "e1", "e2"]
+    assert [r[0] for r in rows[1:]] == corpus.doc_ids.tolist()
+    assert [r[1] for r in rows[1:]] == names.tolist()
+    np.testing.assert_array_equal(np.array([r[2:] for r in rows[1:]], dtype=float), V.T)
+
+    npy = tmp_path / "e.npy"  # npy by its suffix alone
+    result = runner.invoke(main, ["export", "-m", str(trained["model"]), "-o", str(npy)])
+    assert result.exit_code == 0 and "npy (+ ids in" in result.stdout, result.output
+    np.testing.assert_array_equal(np.load(npy), V.T)
+
+
+def test_export_refuses_a_suffix_that_is_not_its_format(trained, runner, tmp_path):
+    model = str(trained["model"])
+    out = tmp_path / "out.csv"
+    result = runner.invoke(main, ["export", "-m", model, "-f", "parquet", "-o", str(out)])
+    line = _error_line(result)
+    assert result.exit_code == 1
+    assert f"{out} is named as a csv file, but --format parquet was asked for" in line
+    assert (f"name it {tmp_path / 'out.parquet'}, or leave out --format (csv is written): "
+            f"`sphdist export --model {model} --output {tmp_path / 'out.parquet'}`") in line
+
+    out = tmp_path / "out.txt"
+    result = runner.invoke(main, ["export", "-m", model, "-o", str(out)])
+    line = _error_line(result)
+    assert (f"{out}: the suffix '.txt' names none of the formats written here: parquet "
+            "(*.parquet), npy (*.npy), csv (*.csv)") in line
+    assert list(tmp_path.iterdir()) == []
+    remedy = line.split("`")[1]  # pasted, the remedy works
+    result = runner.invoke(main, remedy.split()[1:])
+    assert result.exit_code == 0, result.output
+    assert pq.read_table(tmp_path / "out.parquet").num_rows == open_model(model).shape[2]
+
+
 def test_export_in_small_chunks_equals_one_chunk(trained, tmp_path):
     from sphdist.jobs.embedding import export_embedding
 
