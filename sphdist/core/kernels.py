@@ -357,7 +357,10 @@ def _chunk_pass(
     if xp is np:
         spmm_accumulate(target, V64.T, part["XVt"])
     else:  # cuSPARSE SpMM on CSR rows (no transposed op: no atomics), added in float64
-        part["XVt"] += target.tocsr().astype(np.float64, copy=False) @ V64.T
+        rows_major = target.tocsr()  # cupyx's astype takes no copy=: cast only if needed
+        if rows_major.dtype != np.float64:
+            rows_major = rows_major.astype(np.float64)
+        part["XVt"] += rows_major @ V64.T
     part["sq_norm_X"] += _sq_norm(X_c)
     if V_prev is not None:
         part["dV_sq"] += float(xp.sum((V64 - V_prev) ** 2))
