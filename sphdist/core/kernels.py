@@ -357,7 +357,7 @@ def _chunk_pass(
     if xp is np:
         spmm_accumulate(target, V64.T, part["XVt"])
     else:  # cuSPARSE SpMM on CSR rows (no transposed op: no atomics), added in float64
-        rows_major = target.tocsr()  # cupyx's astype takes no copy=: cast only if needed
+        rows_major = target.tocsr()  # older cupyx astype takes no copy=: cast if needed
         if rows_major.dtype != np.float64:
             rows_major = rows_major.astype(np.float64)
         part["XVt"] += rows_major @ V64.T

@@ -27,16 +27,19 @@ from sphdist.jobs import cluster, fit
 from ..reference import random_corpus
 
 
-def _cuda_available() -> bool:
+def _cuda_available() -> tuple[bool, bool]:
+    """(CuPy imports, it sees a CUDA device)."""
     try:
         import cupy
-
-        return int(cupy.cuda.runtime.getDeviceCount()) > 0
     except Exception:
-        return False
+        return False, False
+    try:
+        return True, int(cupy.cuda.runtime.getDeviceCount()) > 0
+    except Exception:
+        return True, False
 
 
-CUDA = _cuda_available()
+CUPY, CUDA = _cuda_available()
 gpu = pytest.mark.skipif(not CUDA, reason="needs CuPy and a CUDA device")
 
 
@@ -101,6 +104,14 @@ def test_cuda_without_a_device_says_so(monkeypatch, count):
     with pytest.raises(DeviceError, match="no CUDA device is usable") as info:
         _device.check_device("cuda")
     assert "nvidia-smi" in str(info.value) and "--device cpu" in str(info.value)
+
+
+@pytest.mark.skipif(not CUPY or CUDA, reason="needs CuPy on a machine without a CUDA device")
+def test_real_cupy_without_a_device_says_so():
+    """The CUDA runtime's own answer (cudaErrorInsufficientDriver, no device) is refused."""
+    with pytest.raises(DeviceError, match="no CUDA device is usable") as info:
+        _device.check_device("cuda")
+    assert "--device cpu" in str(info.value)
 
 
 def test_host_arrays_never_import_cupy(monkeypatch):
