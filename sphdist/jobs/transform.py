@@ -14,13 +14,13 @@ import dask.array as da
 import numpy as np
 
 from sphdist.core import _device, graph
-from sphdist.errors import CorpusMismatchError, OutputExistsError
+from sphdist.errors import CorpusMismatchError, InsufficientMemoryError, OutputExistsError
 from sphdist.io import absolute, committed, location, locks_output
 from sphdist.io.corpus import open_input
 from sphdist.io.embedding import Embedding, EmbeddingWriter
 from sphdist.io.model import open_model
 from sphdist.jobs.fit import check_compatible
-from sphdist.jobs.info import check_roles, plural, warn_if_stopped
+from sphdist.jobs.info import _command, check_roles, plural, warn_if_stopped
 
 __all__ = ["transform_corpus", "check_transform"]
 
@@ -80,6 +80,9 @@ def transform_corpus(
         If another process is writing ``output`` (``overwrite`` does not take it over).
     DeviceError
         With ``device="cuda"``, if CuPy or a CUDA device is missing (checked first).
+    InsufficientMemoryError
+        If the device runs out of memory; nothing is written (the staging store is removed)
+        and the message holds the same transform on the CPU.
     InputNotFoundError, CorpusFormatError, ModelFormatError
         For a missing or unreadable input.
 
@@ -113,7 +116,19 @@ def transform_corpus(
             _embed_chunk, X, graph.broadcast(U), "ik", starts, "j",
             staging=str(writer.staging), device=device, dtype=np.int64,
         )
-        n_degenerate = int(graph.compute(counts, "transform", progress).sum())
+        try:
+            n_degenerate = int(graph.compute(counts, "transform", progress).sum())
+        except Exception as exc:
+            if not _device.is_out_of_memory(exc):
+                raise
+            again = _command("sphdist", "transform", "--model", model, "--input", input,
+                             "--output", output, *(["--overwrite"] if overwrite else []))
+            raise InsufficientMemoryError(
+                f"the {device} device ran out of memory while embedding {input} "
+                f"({type(exc).__name__}: {str(exc).strip()}); nothing was written to {output}. "
+                f"To resolve this, run it on the CPU: `{again}` (device='cpu'), or free the "
+                "device's memory (other processes on it: `nvidia-smi`) and run it again."
+            ) from None
         return writer.commit(
             doc_ids=source.doc_ids, labels=source.labels, label_names=source.label_names,
             attrs={

@@ -319,6 +319,42 @@ def test_device_out_of_memory_keeps_the_checkpoint_and_prints_the_resume(
     np.testing.assert_array_equal(open_model(out).objective, open_model(reference).objective)
 
 
+def test_transform_on_the_device_route_and_out_of_memory(runner, corpus, connects,
+                                                        numpy_as_cuda, monkeypatch, tmp_path):
+    from sphdist.io.embedding import open_embedding
+    from sphdist.io.model import open_model
+
+    model = tmp_path / "m.zarr"
+    assert runner.invoke(main, ["--quiet", "fit", "-i", str(corpus), "-o", str(model),
+                                "-r", "2", "--max-iter", "3"]).exit_code == 0
+    ok = runner.invoke(main, ["--quiet", "transform", "-m", str(model), "-i", str(corpus),
+                              "-o", str(tmp_path / "e.zarr"), "--device", "cuda"])
+    assert ok.exit_code == 0, ok.output
+    V = np.asarray(open_embedding(tmp_path / "e.zarr").V)
+    np.testing.assert_array_equal(V, np.asarray(open_model(model).V()))  # Eq. 3.12, lam = 2
+
+    class OutOfMemoryError(MemoryError):
+        pass
+
+    OutOfMemoryError.__module__ = "cupy.cuda.memory"
+
+    def full(*args, **kwargs):
+        raise OutOfMemoryError("Out of memory allocating 1,048,576 bytes")
+
+    monkeypatch.setattr(kernels, "v_step", full)
+    out = tmp_path / "f.zarr"
+    result = runner.invoke(main, ["--quiet", "transform", "-m", str(model), "-i", str(corpus),
+                                  "-o", str(out), "--device", "cuda"])
+    assert result.exit_code == 1
+    line = _error_line(result)
+    assert "ran out of memory" in line and "nothing was written" in line, line
+    again = next(w for w in line.split("`")[1::2] if w.startswith("sphdist transform"))
+    assert not out.exists() and not list(tmp_path.glob("f.zarr*")), list(tmp_path.iterdir())
+    monkeypatch.undo()
+    assert runner.invoke(main, ["--quiet", *again.split()[1:]]).exit_code == 0
+    np.testing.assert_array_equal(np.asarray(open_embedding(out).V), V)
+
+
 # -- on a CUDA device (pipelines/gpu_check.sh) --------------------------------------------------
 
 
