@@ -467,8 +467,10 @@ def embed_block(
     Returns
     -------
     ndarray of shape (r, n_c), ``dtype``
-        Bitwise the ``V`` that :func:`pass_block` computes with the same U on the same device
-        (unit columns; a document with ``U^T x_j = 0`` gets ``e_1``).
+        Bitwise the ``V`` that :func:`pass_block` computes with the same U on the CPU (unit
+        columns; a document with ``U^T x_j = 0`` gets ``e_1``); on a device the same entries
+        are summed in the same order, so bitwise as far as cuSPARSE reduces each row of the
+        chunk's CSR in a fixed order (checked on a GPU by ``tests/core/test_device.py``).
 
     Raises
     ------
