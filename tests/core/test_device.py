@@ -386,6 +386,8 @@ def test_gpu_pass_is_deterministic():
     a, b = (kernels.pass_block(blocks, U, device="cuda") for _ in range(2))
     np.testing.assert_array_equal(graph.densify(a["XVt"]), graph.densify(b["XVt"]))
     np.testing.assert_array_equal(np.concatenate(a["V"], 1), np.concatenate(b["V"], 1))
+    # the final embedding's kernel (full rows of U) gives the pass's V (U on a block's rows)
+    np.testing.assert_array_equal(kernels.embed_block(blocks[1], U, device="cuda"), a["V"][1])
 
 
 def _fits_and_scores(corpus, devices):
