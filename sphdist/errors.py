@@ -24,6 +24,7 @@ __all__ = [
 
 
     "StoreReplacedError",
+    "DeviceError",
     "Interrupted",
 ]
 
@@ -86,6 +87,10 @@ class StoreReplacedError(SphdistError, RuntimeError):
 
 class StorageError(SphdistError, OSError):
     """An object store refused or failed a request (no bucket, credentials, the service)."""
+
+
+class DeviceError(SphdistError, RuntimeError):
+    """The compute device asked for cannot run here (``device="cuda"`` without CuPy or a GPU)."""
 
 
 class Interrupted(KeyboardInterrupt):

@@ -44,6 +44,7 @@ logger = logging.getLogger("sphdist")
 @param_option("polar")
 @param_option("partials")
 @param_option("accelerate", "--accelerate/--no-accelerate", type=bool)
+@param_option("device")
 @click.option("--init-from", type=STORE_PATH,
               help="Warm start: U_0 from this model.zarr (same features and r); --init and "
                    "--seed are then not used.")

@@ -13,6 +13,7 @@ from sphdist.cli._common import (
     connect_options,
     echo_json,
     json_option,
+    param_option,
     progress_mode,
 )
 
@@ -44,24 +45,28 @@ def _report(report: dict, as_json: bool, line: str) -> None:
 @click.option("--output", "-o", required=True, type=STORE_PATH,
               help="embedding.zarr to write.")
 @click.option("--overwrite", is_flag=True, help="Replace an existing --output.")
+@param_option("device")
 @cluster_options
 @_JSON
 def transform(
-    model: Path, input_: Path, output: Path, overwrite: bool, scheduler_address: str | None,
+    model: Path, input_: Path, output: Path, overwrite: bool, device: str,
+    scheduler_address: str | None,
     n_workers: int | None, threads_per_worker: int, memory_limit: str, tls_ca_file: str | None,
     tls_cert: str | None, tls_key: str | None, as_json: bool,
 ) -> None:
     """Embed the documents of a corpus with a fitted model (the exact V-step, on Dask)."""
+    from sphdist.core._device import check_device
     from sphdist.jobs.info import plural
     from sphdist.jobs.transform import check_transform, transform_corpus
 
     # refuse swapped paths, a mismatched corpus or an existing output before any cluster
     # starts; on one machine it runs in this process, as a fit does
     check_transform(model, input_, output, overwrite=overwrite)
+    check_device(device)
     with connect_options(scheduler_address, n_workers, threads_per_worker, memory_limit,
                          tls_ca_file, tls_cert, tls_key):
         emb = transform_corpus(
-            model, input_, output, overwrite=overwrite, progress=progress_mode()
+            model, input_, output, overwrite=overwrite, progress=progress_mode(), device=device
         )
     r, n = emb.V.shape
     report = {

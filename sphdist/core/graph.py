@@ -496,7 +496,8 @@ def block_pass(
             part = dask.delayed(kernels.pass_onto, pure=False)(
                 part, list(xs[start:stop]), U_d,
                 None if vs is None else list(vs[start:stop]), rows=rows, lam=lam, dtype=dtype,
-                partials=config.partials, keep_V=keep_V, dask_key_name=(name, b),
+                partials=config.partials, keep_V=keep_V, device=config.device,
+                dask_key_name=(name, b),
             )
             b += 1
             if keep_V:
@@ -550,7 +551,9 @@ def occurring_features(X: da.Array, split_every: int) -> np.ndarray:
     return sum_parts(per_chunk(kernels.chunk_features, X), split_every)["occurs"]
 
 
-def embedding(X: da.Array, U: np.ndarray | RowSparse, *, dtype: Any) -> da.Array:
+def embedding(
+    X: da.Array, U: np.ndarray | RowSparse, *, dtype: Any, device: str = "cpu"
+) -> da.Array:
     """``V = normalise(U^T X)`` chunk by chunk, lazily (:func:`kernels.embed_block`).
 
     Parameters
@@ -562,6 +565,8 @@ def embedding(X: da.Array, U: np.ndarray | RowSparse, *, dtype: Any) -> da.Array
         RowSparse's rows are the features the chunks are renumbered onto.
     dtype : numpy.float64 or numpy.float32
         The fit's compute dtype.
+    device : {"cpu", "cuda"}, default "cpu"
+        Where each task computes its chunk (:func:`kernels.embed_block`); V lands on the host.
 
     Returns
     -------
@@ -573,7 +578,8 @@ def embedding(X: da.Array, U: np.ndarray | RowSparse, *, dtype: Any) -> da.Array
     U_d = broadcast(np.asarray(U.values if isinstance(U, RowSparse) else U, dtype=dtype))
     with computing():
         return da.blockwise(
-            functools.partial(kernels.embed_block, dtype=dtype), "kj", X, "ij", U_d, "ik",
+            functools.partial(kernels.embed_block, dtype=dtype, device=device), "kj", X, "ij",
+            U_d, "ik",
             concatenate=True,
             align_arrays=False, dtype=dtype, meta=np.empty((0, 0), dtype=dtype),
             rows=U.rows if isinstance(U, RowSparse) else None,

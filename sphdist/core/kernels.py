@@ -19,6 +19,13 @@ exact V-step the pass keeps no V (:func:`embed_block` recomputes it from U when 
 stored), and it may run on the features that occur in the corpus alone (:func:`pass_onto`).
 Both restrictions are one mechanism, :func:`~sphdist.core.partials.renumber`.
 
+One kernel for both devices: the chunk kernels take the array module from their arrays
+(:func:`sphdist.core._device.array_module`: NumPy/SciPy, or CuPy/``cupyx.scipy.sparse`` for
+chunks on a CUDA device), and :func:`pass_block` / :func:`embed_block` with
+``device="cuda"`` move each chunk there (:func:`sphdist.core._device.to_device`) after the
+host-side index work (which features occur, the renumbering) and hand their results back to
+the host; the U-step, the objective and the partial sums stay on the host in float64.
+
 Since ``U^T U = I`` and every ``||v_j|| = 1``, ``||UV||_F^2 = n`` and the objective needs no
 extra pass (:func:`objective`)::
 
@@ -38,9 +45,9 @@ from typing import Any
 
 import numpy as np
 import scipy.linalg
-import scipy.sparse as sp
 from threadpoolctl import threadpool_limits
 
+from sphdist.core import _device
 from sphdist.core.partials import (
     PARTIAL_FORMATS,
     RowSparse,
@@ -181,8 +188,8 @@ def v_step(
 
     Parameters
     ----------
-    A : ndarray of shape (r, n_c), float64
-        ``U_{k+1}^T X_c``.
+    A : ndarray of shape (r, n_c), float64 or float32
+        ``U_{k+1}^T X_c``; a ``cupy.ndarray`` computes on its device (the same code).
     V_prev : ndarray of shape (r, n_c), float64, or None
         Current ``V_k`` columns (unit norm). ``None`` at initialisation, where the step is
         ``v_j = normalise(U^T x_j)``.
@@ -191,7 +198,7 @@ def v_step(
 
     Returns
     -------
-    V : ndarray of shape (r, n_c), float64
+    V : ndarray of shape (r, n_c), A's dtype, on A's device
         ``v_j = q / ||q||_2`` with ``q = 2 A_j + (lam - 2) v_j`` (Liu et al. 2019, Eq. 3.12).
         Every column has unit L2 norm.
     degenerate : ndarray of shape (n_c,), bool
@@ -199,12 +206,13 @@ def v_step(
         column keeps ``V_prev``'s column, or ``e_1`` at initialisation, so it stays a defined
         unit vector and never NaN.
     """
+    xp = _device.array_module(A)
     q = 2.0 * A if V_prev is None else 2.0 * A + (lam - 2.0) * V_prev
-    norms = np.sqrt(np.einsum("ij,ij->j", q, q))
+    norms = xp.sqrt(xp.einsum("ij,ij->j", q, q))
     degenerate = norms <= _TINY
     # Inf in X gives inf/inf here; the solver reports non-finite input as a DataError
     with np.errstate(invalid="ignore"):
-        V = q / np.where(degenerate, 1.0, norms)
+        V = q / xp.where(degenerate, 1.0, norms)
     if degenerate.any():
         if V_prev is None:
             V[:, degenerate] = 0.0
@@ -217,15 +225,16 @@ def v_step(
 def _sq_norm(X_c: Any) -> float:
     # an overflow gives inf, which the solver reports as a DataError (no RuntimeWarning)
     with np.errstate(over="ignore"):
-        if sp.issparse(X_c):
+        if _device.issparse(X_c):
             data = X_c.data
             return float(data @ data)
-        return float(np.vdot(X_c, X_c).real)
+        return float(_device.array_module(X_c).vdot(X_c, X_c).real)
 
 
 def pass_block(
     X_blocks: list[Any], U: np.ndarray, V_prev_blocks: list[np.ndarray] | None = None, *,
     lam: float = 2.0, dtype: Any = np.float64, partials: str = "auto", keep_V: bool = True,
+    device: str = "cpu",
 ) -> dict[str, Any]:
     """One read of consecutive chunks: their V-step and the partials of the next U-step.
 
@@ -253,6 +262,12 @@ def pass_block(
     keep_V : bool, default True
         Return the new V columns; False drops them once the partials are accumulated (the
         stateless pass: nothing of size n leaves the task).
+    device : {"cpu", "cuda"}, default "cpu"
+        Where the products and the V-step run. ``"cuda"``: each chunk, renumbered onto its
+        partial's rows on the host, is copied to the device (:func:`_device.to_device`),
+        ``U^T X_c`` and the V-step run there with the same code (cuSPARSE SpMM), U on the
+        block's rows is gathered from one device copy per task, the partials are accumulated
+        on the device in float64 and everything returned is copied back to the host.
 
     Returns
     -------
@@ -270,6 +285,12 @@ def pass_block(
     ------
     ValueError
         If ``partials`` is not one of :data:`PARTIAL_FORMATS`.
+    sphdist.errors.DeviceError
+        With ``device="cuda"`` and no CuPy (:func:`_device.cupy_module`).
+    cupy.cuda.memory.OutOfMemoryError
+        With ``device="cuda"``, when a chunk and its products do not fit the device's free
+        memory (:func:`_device.is_out_of_memory` tells it apart; the fit job turns it into an
+        :class:`~sphdist.errors.InsufficientMemoryError` with the resume command).
 
     Notes
     -----
@@ -280,6 +301,8 @@ def pass_block(
     thread inside (threadpoolctl), so a worker thread never oversubscribes its core. Memory:
     ``m r (8 + itemsize)`` bytes for the accumulator and U, plus the block's chunks and V; with
     a row-sparse partial the accumulator is ``8 k r`` bytes, k the block's distinct features.
+    On a device the accumulator, U and one chunk at a time (with its products) are in device
+    memory; the host keeps the block's chunks as read.
     """
     if partials not in PARTIAL_FORMATS:
         raise ValueError(f"partials must be one of {PARTIAL_FORMATS}, got {partials!r}")
@@ -289,17 +312,26 @@ def pass_block(
     occurs = occurring(X_blocks)
     rows = partial_rows(X_blocks, occurs, partials)
     targets = X_blocks if rows is None else renumber(X_blocks, rows)
+    xp = np
+    if device != "cpu":  # U on the block's rows, as the renumbered chunks the device gets
+        xp = _device.cupy_module()
+        U = _device.shared_copy(U, device)
+        U = U if rows is None else U[xp.asarray(rows)]
     part: dict[str, Any] = {
-        "XVt": np.zeros((m if rows is None else rows.size, r)), "VVt": np.zeros((r, r)),
+        "XVt": xp.zeros((m if rows is None else rows.size, r)), "VVt": xp.zeros((r, r)),
         "sq_norm_X": 0.0, "dV_sq": 0.0, "n_degenerate": 0, "occurs": occurs,
     }
     Vs = []
     with threadpool_limits(limits=1, user_api="blas"):
         for i, (X_c, target) in enumerate(zip(X_blocks, targets, strict=True)):
             V_prev = None if V_prev_blocks is None else V_prev_blocks[i]
+            if device != "cpu":  # one copy of the chunk: U is on its rows already
+                X_c = target = _device.to_device(target, device)
+                V_prev = None if V_prev is None else _device.to_device(V_prev, device)
             V = _chunk_pass(X_c, target, U, V_prev, lam, dtype, part)
             if keep_V:
-                Vs.append(V)
+                Vs.append(_device.to_host(V))
+    part["XVt"], part["VVt"] = _device.to_host(part["XVt"]), _device.to_host(part["VVt"])
     if rows is not None:
         part["XVt"] = RowSparse(rows, part["XVt"], (m, r))
     if keep_V:
@@ -313,16 +345,25 @@ def _chunk_pass(
 ) -> np.ndarray:
     """One chunk of :func:`pass_block`: its V-step, its partials added into ``part``.
 
-    ``target`` is ``X_c`` on the rows of ``part["XVt"]``; returns the new V of the chunk.
+    ``target`` is ``X_c`` on the rows of ``part["XVt"]``; returns the new V of the chunk. The
+    arrays are all on the host or all on the device (``part``'s arrays too): the array module
+    is U's.
     """
-    V_prev = None if V_prev is None else np.ascontiguousarray(V_prev)
+    xp = _device.array_module(U)
+    V_prev = None if V_prev is None else xp.ascontiguousarray(V_prev)
     V, degenerate = _chunk_v(X_c, U, V_prev, lam, dtype)
-    V64 = np.asarray(V, dtype=np.float64)
+    V64 = V.astype(np.float64, copy=False)
     part["VVt"] += V64 @ V64.T
-    spmm_accumulate(target, V64.T, part["XVt"])
+    if xp is np:
+        spmm_accumulate(target, V64.T, part["XVt"])
+    else:  # cuSPARSE SpMM on CSR rows (no transposed op: no atomics), added in float64
+        rows_major = target.tocsr()  # older cupyx astype takes no copy=: cast if needed
+        if rows_major.dtype != np.float64:
+            rows_major = rows_major.astype(np.float64)
+        part["XVt"] += rows_major @ V64.T
     part["sq_norm_X"] += _sq_norm(X_c)
     if V_prev is not None:
-        part["dV_sq"] += float(np.sum((V64 - V_prev) ** 2))
+        part["dV_sq"] += float(xp.sum((V64 - V_prev) ** 2))
     part["n_degenerate"] += int(degenerate.sum())
     return V
 
@@ -383,13 +424,14 @@ def pass_onto(
 def _chunk_v(
     X_c: Any, U: np.ndarray, V_prev: np.ndarray | None, lam: float, dtype: np.dtype
 ) -> tuple[np.ndarray, np.ndarray]:
-    """The V-step of one chunk in ``dtype`` (U already in ``dtype``): Eq. 3.12."""
+    """The V-step of one chunk in ``dtype`` (U already in ``dtype``, on X_c's device): Eq. 3.12."""
+    xp = _device.array_module(U)
     X_d = X_c if X_c.dtype == dtype else X_c.astype(dtype)
     # C order for A and V_prev: the rounding of the V-step and of V V^T then never depends on
     # the memory layout V_prev arrived in (a checkpoint, a persisted chunk)
-    A = np.ascontiguousarray(np.asarray(X_d.T @ U).T)
+    A = xp.ascontiguousarray(xp.asarray(X_d.T @ U).T)
     V, degenerate = v_step(A, V_prev, lam)
-    return np.asarray(V, dtype=dtype), degenerate
+    return V.astype(dtype, copy=False), degenerate
 
 
 def chunk_features(X_c: Any) -> dict[str, np.ndarray]:
@@ -404,6 +446,7 @@ def chunk_features(X_c: Any) -> dict[str, np.ndarray]:
 
 def embed_block(
     X_c: Any, U: np.ndarray, *, dtype: Any = np.float64, rows: np.ndarray | None = None,
+    device: str = "cpu",
 ) -> np.ndarray:
     """``V_c = normalise(U^T X_c)``: the exact V-step of one chunk (lam = 2, Eq. 3.12).
 
@@ -417,19 +460,32 @@ def embed_block(
         Compute dtype, as in :func:`pass_block`.
     rows : ndarray of shape (k,), int64, optional
         As in :func:`pass_onto`.
+    device : {"cpu", "cuda"}, default "cpu"
+        Where ``U^T X_c`` and the normalisation run (:func:`pass_block`); the result is
+        copied back to the host.
 
     Returns
     -------
     ndarray of shape (r, n_c), ``dtype``
-        Bitwise the ``V`` that :func:`pass_block` computes with the same U (unit columns; a
-        document with ``U^T x_j = 0`` gets ``e_1``).
+        Bitwise the ``V`` that :func:`pass_block` computes with the same U on the CPU (unit
+        columns; a document with ``U^T x_j = 0`` gets ``e_1``); on a device the same entries
+        are summed in the same order, so bitwise as far as cuSPARSE reduces each row of the
+        chunk's CSR in a fixed order (checked on a GPU by ``tests/core/test_device.py``).
+
+    Raises
+    ------
+    sphdist.errors.DeviceError
+        With ``device="cuda"`` and no CuPy.
     """
     dtype = np.dtype(dtype)
     if rows is not None:
         (X_c,) = renumber([X_c], rows)
+    U = np.asarray(U, dtype=dtype)
+    if device != "cpu":
+        X_c, U = _device.to_device(X_c, device), _device.shared_copy(U, device)
     with threadpool_limits(limits=1, user_api="blas"):
-        V, _ = _chunk_v(X_c, np.asarray(U, dtype=dtype), None, 2.0, dtype)
-    return V
+        V, _ = _chunk_v(X_c, U, None, 2.0, dtype)
+    return _device.to_host(V)
 
 
 def chunk_partials(X_c: Any, V: np.ndarray, n_degenerate: int = 0) -> dict[str, Any]:

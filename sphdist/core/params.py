@@ -40,7 +40,7 @@ import numpy as np
 
 __all__ = [
     "PARAMS", "SOLVER_PARAMS", "RESUME_PARAMS", "STEP_MODES", "MAX_STEP", "POLAR_METHODS",
-    "PARTIAL_FORMATS", "Param", "Range", "Choice", "FitConfig", "accepts", "validate",
+    "PARTIAL_FORMATS", "DEVICES", "Param", "Range", "Choice", "FitConfig", "accepts", "validate",
     "defaults", "describe",
 ]
 
@@ -50,6 +50,8 @@ STEP_MODES = ("exact", "palm", "theory")
 POLAR_METHODS = ("svd", "gram", "auto")
 #: Formats of the X V^T block partials: :data:`sphdist.core.partials.PARTIAL_FORMATS`.
 PARTIAL_FORMATS = ("auto", "rows", "dense")
+#: Devices of the chunk kernels: :data:`sphdist.core._device.DEVICES`.
+DEVICES = ("cpu", "cuda")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -299,6 +301,10 @@ PARAMS: dict[str, Param] = {p.name: p for p in (
     Param("accelerate", ("boolean",), True,
           "Extrapolated exact U-step with a monotone safeguard (Ang and Gillis 2019): 14-20% "
           "fewer passes to tol; no effect unless lam and mu are exact.", resume=True),
+    Param("device", (Choice(frozenset(DEVICES)),), "cpu",
+          "Where the chunk kernels (U^T X, the V-step, the partial products) run: cpu, or "
+          "cuda (CuPy, pip install 'sphdist[gpu]'); the U-step and checkpoints stay on the host "
+          "in float64, so a fit resumes on either device."),
 )}
 
 #: The parameters :func:`sphdist.core.solver.fit` takes (all but the estimator's chunk_size).
@@ -381,6 +387,8 @@ class FitConfig:
         Accumulation chains per pass, at most.
     accelerate : bool
         Extrapolated exact U-step (:func:`sphdist.core.solver.iterate`).
+    device : {"cpu", "cuda"}
+        Where the chunk kernels run (:func:`sphdist.core.kernels.pass_block`).
 
     Examples
     --------
@@ -402,6 +410,7 @@ class FitConfig:
     partials: str
     max_partials: int
     accelerate: bool
+    device: str = "cpu"
 
     @classmethod
     def build(cls, caller: str = "sphdist.core.solver.fit", **values: Any) -> FitConfig:

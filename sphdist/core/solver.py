@@ -571,7 +571,9 @@ def stateless(lam: Any, keep_V: bool = False) -> bool:
     return not keep_V and (lam == "exact" or (not isinstance(lam, str) and float(lam) == 2.0))
 
 
-def embedding(X: da.Array, state: FitState, *, dtype: Any = np.float64) -> da.Array:
+def embedding(
+    X: da.Array, state: FitState, *, dtype: Any = np.float64, device: str = "cpu"
+) -> da.Array:
     """``V_k`` of a state, as a lazy dask array chunked like the documents of X.
 
     Parameters
@@ -582,6 +584,8 @@ def embedding(X: da.Array, state: FitState, *, dtype: Any = np.float64) -> da.Ar
         Any iteration k.
     dtype : numpy.float64 or numpy.float32, default float64
         The fit's compute dtype.
+    device : {"cpu", "cuda"}, default "cpu"
+        Where the chunks of ``normalise(U_k^T X)`` are computed (:func:`graph.embedding`).
 
     Returns
     -------
@@ -594,7 +598,7 @@ def embedding(X: da.Array, state: FitState, *, dtype: Any = np.float64) -> da.Ar
         return state.V
     if X.numblocks[0] != 1:
         X = X.rechunk({0: -1})
-    return graph.embedding(X, state.U, dtype=dtype)
+    return graph.embedding(X, state.U, dtype=dtype, device=device)
 
 
 def fit(

@@ -41,11 +41,12 @@ from typing import Any
 
 import numpy as np
 
-from sphdist.core import graph, solver
+from sphdist.core import _device, graph, solver
 from sphdist.errors import (
     CheckpointMismatchError,
     CorpusMismatchError,
     DataError,
+    InsufficientMemoryError,
     Interrupted,
     OutputExistsError,
     ParameterError,
@@ -164,6 +165,9 @@ def plan_fit(
     ParameterError
         If ``checkpoint_every`` or ``memory_budget`` is outside
         :data:`sphdist.jobs.params.JOB_PARAMS`.
+    DeviceError
+        With ``device="cuda"``, if CuPy or a CUDA device is missing
+        (:func:`sphdist.core._device.check_device`).
     """
     unknown = set(params) - set(fit_params.SOLVER_PARAMS)
     if unknown:
@@ -171,6 +175,8 @@ def plan_fit(
     fit_params.validate(
         {"checkpoint_every": checkpoint_every}, "sphdist.jobs.fit.fit_corpus", fit_params.JOB_PARAMS
     )
+    if params.get("device") == "cuda":  # before the output is locked or a cluster starts
+        _device.check_device("cuda")
     return FitPlan(
         input=input, output=output,
         params={**fit_params.defaults(), **params, "n_components": n_components},
@@ -275,6 +281,8 @@ class Fit:
         except WORKER_LOSS:
             raise  # run resumes
         except Exception as exc:
+            if _device.is_out_of_memory(exc):
+                raise InsufficientMemoryError(self.out_of_device_memory(exc)) from None
             if not is_storage_failure(exc):
                 raise
             error = storage_error(self.output, exc)  # the object store that failed, named
@@ -331,6 +339,9 @@ class Fit:
         )
         if hold:  # read once and kept; else every pass reads each chunk as its task runs
             X = X.persist()
+        if self.params.get("device", "cpu") != "cpu":
+            logger.info("chunk kernels on %s: every pass copies each chunk to the device "
+                        "(streamed; X is not held in device memory)", self.params["device"])
         scratch = ScratchV(output)  # V_k of a fit that keeps it (lam != 2): on disk
         with fit_params.validated():  # open_fit validated every parameter
             try:
@@ -344,11 +355,53 @@ class Fit:
         if final is not state or not open_model(output).has_embedding:
             t0 = time.perf_counter()
             # the final model: V written chunk by chunk by the tasks that compute it
-            save(final, V=solver.embedding(X, final, dtype=self.params["dtype"]))
+            save(final, V=solver.embedding(X, final, dtype=self.params["dtype"],
+                                           device=self.params.get("device", "cpu")))
             logger.info("wrote the embedding and committed %s in %.2fs", output,
                         time.perf_counter() - t0)
         scratch.remove()
         return open_model(output)
+
+    def out_of_device_memory(self, exc: BaseException) -> str:
+        """The message of a fit whose device ran out of memory: what is left, how to go on.
+
+        Parameters
+        ----------
+        exc : BaseException
+            The device's error (:func:`sphdist.core._device.is_out_of_memory`).
+
+        Returns
+        -------
+        str
+            The last complete checkpoint at the output (untouched: a checkpoint is committed
+            whole or not at all) and the commands that resume it on the CPU or, once device
+            memory is freed, on the device; or, before the first checkpoint, the command that
+            starts the fit again.
+        """
+        output, device = self.output, self.params.get("device", "cpu")
+        command = functools.partial(fit_command, self.input, output,
+                                    checkpoint_every=self.plan.checkpoint_every)
+        cpu = {**self.params, "device": "cpu"}
+        what = (f"the {device} device ran out of memory during the fit of {self.input} "
+                f"({type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc) else ''})")
+        try:
+            model = None if self.out.identity() in (None, self.before) and (
+                self.previous is None) else load_checkpoint(output)
+        except Exception:
+            model = None
+        free = ("free its memory (other processes on it: `nvidia-smi`) and resume there: "
+                if model is not None else "free its memory (`nvidia-smi`) and run it again: ")
+        if model is None:
+            return (
+                f"{what}; no checkpoint was written. To resolve this, run it on the CPU: "
+                f"`{command(cpu, overwrite=self.plan.overwrite)}`, or {free}"
+                f"`{command(self.params, overwrite=self.plan.overwrite)}`."
+            )
+        return (
+            f"{what}; {output} holds its checkpoint of iteration {model.n_iter}, intact. To "
+            f"resolve this, resume it on the CPU: `{command(cpu, resume=True)}`, or {free}"
+            f"`{command(self.params, resume=True)}`."
+        )
 
     def stopped(self) -> str:
         """Where a fit stopped by Ctrl-C is, and the command that goes on from there."""
@@ -475,6 +528,7 @@ def fit_corpus(
     polar: str = "auto",
     partials: str = "auto",
     accelerate: bool = True,
+    device: str = "cpu",
     checkpoint_every: int = 1,
     resume: bool = False,
     overwrite: bool = False,
@@ -500,6 +554,9 @@ def fit_corpus(
         those of :data:`sphdist.core.params.PARAMS`.
     partials, accelerate
         As well (the extrapolated U-step is on by default).
+    device : {"cpu", "cuda"}, default "cpu"
+        Where the chunk kernels run (:mod:`sphdist.core._device`); not a resume parameter:
+        a checkpoint written on one device resumes on the other (the model format is one).
     random_state : int or None, default 0
         Seed of the initialisation (stored with the model). 0, as for
         :class:`sphdist.SphericalPCA` and ``sphdist fit``: a checkpointed fit that restarts
@@ -556,6 +613,12 @@ def fit_corpus(
         If the checkpoint at ``output`` was written for another corpus or other parameters.
     CorpusMismatchError
         If ``init_from`` was fitted in another feature space.
+    DeviceError
+        With ``device="cuda"``, if CuPy or a CUDA device is missing (before the output is
+        touched).
+    InsufficientMemoryError
+        If the device runs out of memory during the fit; the last checkpoint is intact and
+        the message holds the commands that resume it (on the CPU, or on the device).
     ParameterError, DataError, CorpusFormatError, InputNotFoundError, ModelFormatError
         For invalid parameters or input (``ParameterError`` also when the r of ``init_from``
         is not ``n_components``).
@@ -564,7 +627,7 @@ def fit_corpus(
         input, output, n_components=n_components, lam=lam, mu=mu, max_iter=max_iter, tol=tol,
         init=init, random_state=random_state, init_n_iter=init_n_iter, split_every=split_every,
         max_partials=max_partials, dtype=dtype, polar=polar, partials=partials,
-        accelerate=accelerate, checkpoint_every=checkpoint_every, resume=resume,
+        accelerate=accelerate, device=device, checkpoint_every=checkpoint_every, resume=resume,
         overwrite=overwrite, init_from=init_from, memory_budget=memory_budget,
     )
     with open_fit(plan) as fit:

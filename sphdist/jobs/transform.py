@@ -13,14 +13,14 @@ from typing import Any
 import dask.array as da
 import numpy as np
 
-from sphdist.core import graph
-from sphdist.errors import CorpusMismatchError, OutputExistsError
+from sphdist.core import _device, graph
+from sphdist.errors import CorpusMismatchError, InsufficientMemoryError, OutputExistsError
 from sphdist.io import absolute, committed, location, locks_output
 from sphdist.io.corpus import open_input
 from sphdist.io.embedding import Embedding, EmbeddingWriter
 from sphdist.io.model import open_model
 from sphdist.jobs.fit import check_compatible
-from sphdist.jobs.info import check_roles, plural, warn_if_stopped
+from sphdist.jobs.info import _command, check_roles, plural, warn_if_stopped
 
 __all__ = ["transform_corpus", "check_transform"]
 
@@ -35,6 +35,7 @@ def transform_corpus(
     *,
     overwrite: bool = False,
     progress: bool | str = False,
+    device: str = "cpu",
 ) -> Embedding:
     """Embed the documents of a corpus with a fitted model: the exact V-step, chunk by chunk.
 
@@ -52,6 +53,9 @@ def transform_corpus(
     progress : {False, True, "log"}, default False
         Chunks done / total: a tqdm bar on stderr (True) or INFO lines on the ``sphdist``
         logger ("log"), see :func:`sphdist._progress.progress`.
+    device : {"cpu", "cuda"}, default "cpu"
+        Where each chunk's ``U^T X_c`` and normalisation run
+        (:mod:`sphdist.core._device`); V is written from the host, float64 either way.
 
     Returns
     -------
@@ -74,6 +78,11 @@ def transform_corpus(
         If ``output`` exists and ``overwrite`` is False.
     OutputLockedError
         If another process is writing ``output`` (``overwrite`` does not take it over).
+    DeviceError
+        With ``device="cuda"``, if CuPy or a CUDA device is missing (checked first).
+    InsufficientMemoryError
+        If the device runs out of memory; nothing is written (the staging store is removed)
+        and the message holds the same transform on the CPU.
     InputNotFoundError, CorpusFormatError, ModelFormatError
         For a missing or unreadable input.
 
@@ -89,6 +98,7 @@ def transform_corpus(
     training corpus of a model fitted with lam = "exact" (lam = 2), the result equals the
     model's V: the last pass of the fit computed V by this same step from the stored U.
     """
+    _device.check_device(device)
     fitted, source = check_transform(model, input, output, overwrite=overwrite)
     warn_if_stopped(fitted, "transform")
     output = location(output)
@@ -104,9 +114,21 @@ def transform_corpus(
         starts = da.from_array(np.asarray(writer.offsets, dtype=np.int64), chunks=1)
         counts = graph.per_chunk(
             _embed_chunk, X, graph.broadcast(U), "ik", starts, "j",
-            staging=str(writer.staging), dtype=np.int64,
+            staging=str(writer.staging), device=device, dtype=np.int64,
         )
-        n_degenerate = int(graph.compute(counts, "transform", progress).sum())
+        try:
+            n_degenerate = int(graph.compute(counts, "transform", progress).sum())
+        except Exception as exc:
+            if not _device.is_out_of_memory(exc):
+                raise
+            again = _command("sphdist", "transform", "--model", model, "--input", input,
+                             "--output", output, *(["--overwrite"] if overwrite else []))
+            raise InsufficientMemoryError(
+                f"the {device} device ran out of memory while embedding {input} "
+                f"({type(exc).__name__}: {str(exc).strip()}); nothing was written to {output}. "
+                f"To resolve this, run it on the CPU: `{again}` (device='cpu'), or free the "
+                "device's memory (other processes on it: `nvidia-smi`) and run it again."
+            ) from None
         return writer.commit(
             doc_ids=source.doc_ids, labels=source.labels, label_names=source.label_names,
             attrs={
@@ -170,12 +192,17 @@ def check_transform(
     return fitted, source
 
 
-def _embed_chunk(X_c: Any, U: np.ndarray, start: np.ndarray, staging: str) -> np.ndarray:
+def _embed_chunk(
+    X_c: Any, U: np.ndarray, start: np.ndarray, staging: str, device: str = "cpu"
+) -> np.ndarray:
     """Exact V-step of one chunk, written to the staging embedding; returns [n_degenerate]."""
     from sphdist.core import kernels
     from sphdist.io.embedding import write_embedding_block
 
-    A = np.asarray(X_c.T @ U).T
+    if device != "cpu":  # the product and the V-step on the device, the write from the host
+        X_c, U = _device.to_device(X_c, device), _device.shared_copy(U, device)
+    A = _device.array_module(U).asarray(X_c.T @ U).T
     V, degenerate = kernels.v_step(A, None, 2.0)
+    V, degenerate = _device.to_host(V), _device.to_host(degenerate)
     write_embedding_block(staging, int(start[0]), V, degenerate)
     return np.array([int(degenerate.sum())], dtype=np.int64)

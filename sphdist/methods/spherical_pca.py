@@ -21,7 +21,7 @@ from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, Transfo
 from sklearn.utils._param_validation import StrOptions
 
 from sphdist._validation import FloatDtype, Number
-from sphdist.core import graph, params, solver
+from sphdist.core import _device, graph, params, solver
 from sphdist.methods._base import EmbeddingMixin, SparseInput, SphereModel, fit_context
 
 __all__ = ["SphericalPCA"]
@@ -97,6 +97,12 @@ class SphericalPCA(
     accelerate : bool, default True
         Extrapolated exact U-step with a monotone safeguard (Ang and Gillis 2019;
         :func:`sphdist.core.solver.iterate`); no effect unless lam and mu are "exact".
+    device : {"cpu", "cuda"}, default "cpu"
+        Where the chunk kernels run (``U^T X``, the V-step, the partial products and the
+        final ``embedding_``): ``"cuda"`` needs CuPy (``pip install 'sphdist[gpu]'``) and a
+        CUDA device, and computes them with cuSPARSE/cuBLAS
+        (:func:`sphdist.core.kernels.pass_block`); the U-step, the objective and
+        ``components_`` stay on the host in float64. ``init="svd"`` runs on the CPU.
 
     The constraints of every parameter are those of :data:`sphdist.core.params.PARAMS`.
 
@@ -147,6 +153,7 @@ class SphericalPCA(
         partials: str = "auto",
         max_partials: int = 8,
         accelerate: bool = True,
+        device: str = "cpu",
     ):
         self.n_components = n_components
         self.lam = lam
@@ -163,6 +170,7 @@ class SphericalPCA(
         self.partials = partials
         self.max_partials = max_partials
         self.accelerate = accelerate
+        self.device = device
 
     _parameter_constraints: dict = {name: _constraints(name) for name in params.PARAMS}
 
@@ -189,13 +197,17 @@ class SphericalPCA(
             If a parameter is out of range (a ``ValueError``).
         ValueError
             If X holds NaN or Inf.
+        DeviceError
+            With ``device="cuda"``, if CuPy is not installed or no CUDA device is usable
+            (a ``RuntimeError``), before any work.
         """
+        _device.check_device(self.device)
         X = self._validate(X, reset=True)
         solver_params = {name: getattr(self, name) for name in params.SOLVER_PARAMS}
         Xc = graph.document_chunks(X, self.chunk_size)
         state = solver.fit(Xc, **solver_params)
         self.components_ = state.U_full.T
-        embedding = solver.embedding(Xc, state, dtype=self.dtype).T
+        embedding = solver.embedding(Xc, state, dtype=self.dtype, device=self.device).T
         self.embedding_ = embedding if isinstance(X, da.Array) else embedding.compute()
         self.objective_ = np.asarray(state.objective)
         self.u_step_norm_ = np.asarray(state.u_step_norm)
