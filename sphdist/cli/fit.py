@@ -15,6 +15,7 @@ from sphdist.cli._common import (
     cluster_options,
     connect_options,
     echo_json,
+    flags_only,
     json_option,
     local_cluster_options,
     param_option,
@@ -71,7 +72,7 @@ def fit(
 ) -> None:
     """Fit Spherical PCA to a corpus on a Dask cluster, checkpointing every iteration."""
     from sphdist.jobs.fit import prepare_fit
-    from sphdist.jobs.info import plural, shown_objective
+    from sphdist.jobs.info import plural, shown_objective, solver_seconds_per_iteration
 
     # validate the parameters, open the input and decide on the output once, before any
     # cluster starts; a retry after a worker loss resumes this fit's own checkpoint
@@ -94,6 +95,7 @@ def fit(
         finally:
             progress.close()
     seconds = progress.seconds_per_iteration  # wall time, the checkpoints included
+    solving = solver_seconds_per_iteration(model)  # the solver's own, as `sphdist info`
     if as_json:
         echo_json({
             "output": str(output), "n_components": n_components, "n_iter": model.n_iter,
@@ -106,6 +108,7 @@ def fit(
             "u_step_norm": (model.attrs["u_step_norm"] or [None])[-1],
             "v_step_norm": (model.attrs["v_step_norm"] or [None])[-1],
             "seconds_per_iteration": seconds,
+            "solver_seconds_per_iteration": solving,
             "init_from": model.params.get("init_from"),
         })
         return
@@ -113,7 +116,9 @@ def fit(
         f"wrote {output}: r={n_components}, {plural(model.n_iter, 'iteration')}"
         f"{' (converged)' if model.attrs['converged'] else ''}, objective "
         f"{shown_objective(model.objective[-1]):.10g}, "
-        f"{float('nan') if seconds is None else seconds:.2f} s/iteration"
+        f"{'-' if seconds is None else format(seconds, '.2f')} s/iteration"
+        + ("" if solving is None else f" ({solving:.2f} s solving, the rest writing the "
+           "checkpoint)")
     )
 
 
@@ -145,6 +150,8 @@ def evaluate(
     result = evaluate_model(
         model, input_, n_clusters=n_clusters, n_init=n_init, random_state=seed, knn_k=knn_k
     )
+    if result.get("knn_reason"):
+        result["knn_reason"] = flags_only(result["knn_reason"])
     if as_json:
         echo_json(result)
     else:
@@ -158,6 +165,8 @@ def evaluate(
             f"{how.get(result['embedding'], '')}, k={result['n_clusters']}, "
             f"r={result['n_components']}, {plural(result['n_iter'], 'iteration')})"
         )
+        if result.get("knn_reason"):
+            click.echo(f"{result['knn_k']}-NN accuracy not scored: {result['knn_reason']}.")
 
 
 
