@@ -79,3 +79,29 @@ def test_main_job_prints_the_three_methods_on_the_same_corpus(newsgroups_archive
         assert 0.2 < row["accuracy"] <= 1 and 0 < row["nmi"] <= 1 and row["seconds"] > 0
         assert 0.2 < row["knn_accuracy"] <= 1  # 10-NN label accuracy, beside k-means
     assert (tmp_path / "newsgroups-5" / "model.zarr").is_dir()
+
+
+def test_no_hint_to_replace_the_corpus_the_run_fits_on(tmp_path, caplog):
+    """Issue 33 item 5: a post that was only quoted text is emptied by the news cleaning; the
+    ingest's hint (ingest again without the cleaning, --overwrite) would replace the corpus
+    this run's model is fitted on, and is noise for 20 Newsgroups: it is not printed."""
+    import logging
+
+    from sphdist.text.ingest import SourceSpec
+
+    root = tmp_path / "src"
+    for doc_id, text in write_text_tree(root, n_per_label=10).items():  # posts with headers
+        (root / doc_id).write_text(f"From: someone@example.org\nSubject: {doc_id}\n\n{text}\n")
+    (root / "space" / "99.txt").write_text(
+        "From: someone@example.org\nSubject: re: orbit\n\n> nasa shuttle launch moon orbit\n")
+    logger = logging.getLogger("sphdist")
+    propagate, logger.propagate = logger.propagate, True
+    try:
+        with caplog.at_level(logging.INFO, logger="sphdist"):
+            corpus = newsgroups.ingest_newsgroups(SourceSpec(root), tmp_path / "c.zarr")
+    finally:
+        logger.propagate = propagate
+    assert corpus.n_empty == 2  # "a", and the post of quoted text only (the case of the hint)
+    said = [r.getMessage() for r in caplog.records]
+    assert not [m for m in said if "--overwrite" in m or "without the cleaning" in m], said
+    assert not logger.filters  # the job's filter is gone after the ingest
