@@ -110,7 +110,7 @@ FALLBACK_SHAPE = (80, 24)
 
 
 def _shape(stream: Any) -> dict[str, Any]:
-    """tqdm's geometry options for a bar on ``stream``: follow the terminal's size.
+    """The geometry options of a tqdm bar on ``stream``: the terminal's size, never 0.
 
     A terminal that reports 0 columns or 0 rows (a pty whose size was never set, as under
     ``script`` or some CI runners) would make tqdm draw nothing (it takes the size less one,
