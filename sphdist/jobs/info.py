@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from sphdist._words import plural
 from sphdist.errors import DataError, InputNotFoundError, ModelFormatError, ParameterError
 from sphdist.io import (
     CommitState,
@@ -354,17 +355,6 @@ def shown_objective(value: float) -> float:
     (0.0, 1.5)
     """
     return max(float(value), 0.0)
-
-
-def plural(count: int, noun: str) -> str:
-    """``"1 document"``, ``"2 documents"``: a count with its noun (regular plurals only).
-
-    Examples
-    --------
-    >>> plural(1, "document"), plural(0, "document")
-    ('1 document', '0 documents')
-    """
-    return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
 
 
 def _command(*words: str | os.PathLike[str]) -> str:
