@@ -105,3 +105,17 @@ def test_no_hint_to_replace_the_corpus_the_run_fits_on(tmp_path, caplog):
     said = [r.getMessage() for r in caplog.records]
     assert not [m for m in said if "--overwrite" in m or "without the cleaning" in m], said
     assert not logger.filters  # the job's filter is gone after the ingest
+
+
+def test_the_table_puts_the_scores_right_after_the_method():
+    """Issue 33 item 11: the scores were the last three of twelve columns, cut off on a page."""
+    row = {"method": "Spherical PCA (sphdist)", "n_iter": 15, "converged": True,
+           "features": 10796, "features_seconds": 6.7, "seconds": 7.5, "kmeans_seconds": 2.9,
+           "accuracy": 0.638, "nmi": 0.5102, "knn_accuracy": 0.8258}
+    text = newsgroups.table([{"corpus": "newsgroups-5", "n_documents": 4890,
+                              "n_components": 100, "methods": [row]}])
+    head, _, line = text.splitlines()
+    assert [c.strip() for c in head.strip("|").split("|")][:5] == [
+        "corpus", "method", "accuracy", "NMI", "10-NN accuracy"]
+    assert line.startswith("| newsgroups-5 | Spherical PCA (sphdist) | 0.6380 | 0.5102 | 0.8258 |")
+    assert "| 4890 | 10,796 | 100 | 15 |" in line

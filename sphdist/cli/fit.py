@@ -30,7 +30,8 @@ logger = logging.getLogger("sphdist")
 @click.option("--input", "-i", "input_", required=True, type=STORE_PATH,
               help="corpus.zarr or dense 2-D zarr array.")
 @click.option("--output", "-o", type=STORE_PATH,
-              help="model.zarr to write [default: <input>.model.zarr beside the input].")
+              help="model.zarr to write [default: beside the input, its name with .zarr "
+                   "replaced by .model.zarr: big10.zarr -> big10.model.zarr].")
 @param_option("n_components", "--n-components", "-r", default=20)
 @param_option("max_iter")
 @param_option("tol")

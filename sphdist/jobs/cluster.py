@@ -263,8 +263,8 @@ def check_memory_budget(value: str | int | None) -> int | None:
         raise ParameterError(f"memory budget {value!r} is not a size. {remedy}")
     if nbytes > MAX_MEMORY_BUDGET:
         raise ParameterError(
-            f"memory budget {value!r} is {format_bytes(nbytes)}, more than any machine's memory "
-            f"(at most {format_bytes(MAX_MEMORY_BUDGET)}). {remedy}"
+            f"memory budget {value!r} is more than any machine's memory (at most 1 EiB, "
+            f"{MAX_MEMORY_BUDGET} bytes). {remedy}"
         )
     return int(nbytes)
 
