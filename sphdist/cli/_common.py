@@ -7,16 +7,19 @@ unless ``--debug`` is given; bad option values are usage errors with exit status
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
 import logging
 import math
 import os
 import re
+import signal
 import stat
 import sys
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from numbers import Integral
 from typing import Any
 
@@ -637,19 +640,22 @@ def local_cluster_options(command: Callable[..., Any]) -> Callable[..., Any]:
     )(command)
 
 
+@contextlib.contextmanager
 def connect_options(
     scheduler_address: str | None, n_workers: int | None, threads_per_worker: int,
     memory_limit: str | int, tls_ca_file: str | os.PathLike[str] | None = None,
     tls_cert: str | os.PathLike[str] | None = None,
     tls_key: str | os.PathLike[str] | None = None, *, insecure_local_cluster: bool = False,
     **kwargs: Any,
-) -> Any:
+) -> Iterator[Any]:
     """:func:`sphdist.jobs.cluster.connect` with the values of :func:`cluster_options`.
 
     ``kwargs`` (e.g. ``dashboard_address``) are passed on to ``connect``. The
     embedded cluster's own log records (a failed task's traceback block) are dropped unless
     ``--log-level debug``: the error reaches the user as the one ``Error:`` line. An embedded
-    LocalCluster speaks TLS unless ``insecure_local_cluster`` (and no TLS files are given).
+    LocalCluster speaks TLS unless ``insecure_local_cluster`` (and no TLS files are given);
+    its worker processes ignore Ctrl-C (:func:`_ctrl_c_ignored`): this process takes it, says
+    what it left in one line and stops them.
     """
     from sphdist.jobs.cluster import connect, tls_security
 
@@ -661,8 +667,56 @@ def connect_options(
     kwargs.setdefault(
         "silence_logs", logging.WARNING if logger.isEnabledFor(logging.DEBUG) else logging.CRITICAL
     )
-    return connect(
-        scheduler_address, n_workers=n_workers, threads_per_worker=threads_per_worker,
-        memory_limit=memory_limit, security=security, **kwargs,
-    )
+    local_cluster = bool(n_workers) and not scheduler_address
+    asyncio_logger = logging.getLogger("asyncio")
+    if _UNRETRIEVED_CLIENT_WAIT not in asyncio_logger.filters:
+        asyncio_logger.addFilter(_UNRETRIEVED_CLIENT_WAIT)
+    with contextlib.ExitStack() as stack:
+        with _ctrl_c_ignored() if local_cluster else contextlib.nullcontext():
+            client = stack.enter_context(connect(
+                scheduler_address, n_workers=n_workers, threads_per_worker=threads_per_worker,
+                memory_limit=memory_limit, security=security, **kwargs,
+            ))
+        yield client
+
+
+class _UnretrievedClientWait(logging.Filter):
+    """Drops asyncio's "Task exception was never retrieved" of a Client's internal wait.
+
+    When Ctrl-C stops ``client.gather``, distributed leaves the task that waits for the
+    futures to end with its own ``AllExit`` exception; asyncio logs it, with a traceback,
+    when the task is collected. It says nothing to the user, whose one ``Error:`` line says
+    where the fit stopped.
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        kind = record.exc_info[0] if record.exc_info else None
+        return not (kind is not None and kind.__name__ == "AllExit"
+                    and kind.__module__.startswith("distributed"))
+
+
+_UNRETRIEVED_CLIENT_WAIT = _UnretrievedClientWait()
+
+
+@contextlib.contextmanager
+def _ctrl_c_ignored() -> Iterator[None]:
+    """SIGINT ignored in this process while the block runs (a LocalCluster starting).
+
+    The worker processes started in the block inherit the ignored SIGINT, and Python leaves
+    an ignored SIGINT ignored.
+
+    A Ctrl-C at a terminal is sent to the whole process group: workers that took it each
+    printed their KeyboardInterrupt tracebacks (about 75 lines with two workers) before the
+    command's one ``Error:`` line. The command itself takes Ctrl-C again once the cluster has
+    started, and stops its workers as it ends; a Ctrl-C pressed while the cluster starts (a
+    few seconds) is not seen.
+    """
+    if threading.current_thread() is not threading.main_thread():  # signals: main thread only
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
 

@@ -453,3 +453,36 @@ def test_evaluate_says_why_the_knn_accuracy_is_not_scored(runner, corpus, source
                                 "--max-iter", "2"]).exit_code == 0
     result = runner.invoke(main, ["evaluate", "-m", str(m1), "--knn-k", "1"])
     assert "1-NN accuracy not scored: label 'autos' has a single document" in result.stdout
+
+
+@pytest.mark.slow
+@pytest.mark.cluster
+def test_ctrl_c_during_a_fit_on_worker_processes_prints_one_line(corpus, tmp_path):
+    """Issue 31 item 6: Ctrl-C at a terminal reaches the whole process group; the workers'
+    KeyboardInterrupt tracebacks (about 75 lines) came before the one Error: line."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    code = "from sphdist.cli import main; main(prog_name='sphdist')"
+    err = tmp_path / "err.txt"
+    with open(err, "w") as stderr:
+        proc = subprocess.Popen(
+            [sys.executable, "-c", code, "fit", "-i", str(corpus), "-o",
+             str(tmp_path / "m.zarr"), "-r", "2", "--max-iter", "100000", "--tol", "0",
+             "--n-workers", "1", "--insecure-local-cluster"],
+            stdout=subprocess.DEVNULL, stderr=stderr, start_new_session=True,
+            env={k: v for k, v in os.environ.items() if k != "DASK_SCHEDULER_ADDRESS"})
+        deadline = time.monotonic() + 240
+        while "iter    2" not in err.read_text() and proc.poll() is None:
+            assert time.monotonic() < deadline, err.read_text()
+            time.sleep(0.2)
+        os.killpg(proc.pid, signal.SIGINT)  # as a terminal's Ctrl-C: the whole group
+        assert proc.wait(timeout=120) == 1
+    text = err.read_text()
+    assert "Traceback" not in text and "KeyboardInterrupt" not in text, text
+    lines = [line for line in text.splitlines() if not line.startswith("iter ")]
+    assert lines[-1].startswith("Error: the fit was interrupted (Ctrl-C)"), text
+    assert len(lines) <= 4, lines  # where it runs, the memory line, the Error: line
