@@ -136,17 +136,11 @@ class StorePath(click.ParamType):
 STORE_PATH = StorePath()
 
 
-class Group(click.Group):
-    """Turns sphdist errors into one-line messages (exit 1) unless --debug.
+class CommandList(click.Group):
+    """A group whose ``--help`` gives each command's whole first sentence.
 
-    With ``--json`` (:func:`json_option`), every error -- a usage error (exit 2) too -- is
-    also one JSON object on stdout (:func:`error_report`); stderr keeps the one ``Error:`` line
-    and the exit status is the same.
+    click cuts it to the terminal's width less the names, mid-sentence, with "...".
     """
-
-    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
-        ctx.meta[_ARGV] = list(args)  # for a parse error that comes before --json is read
-        return super().parse_args(ctx, args)
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         """The commands, each with the whole first sentence of its help (wrapped, not cut)."""
@@ -158,6 +152,19 @@ class Group(click.Group):
         if rows:
             with formatter.section("Commands"):
                 formatter.write_dl(rows)
+
+
+class Group(CommandList):
+    """Turns sphdist errors into one-line messages (exit 1) unless --debug.
+
+    With ``--json`` (:func:`json_option`), every error -- a usage error (exit 2) too -- is
+    also one JSON object on stdout (:func:`error_report`); stderr keeps the one ``Error:`` line
+    and the exit status is the same.
+    """
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        ctx.meta[_ARGV] = list(args)  # for a parse error that comes before --json is read
+        return super().parse_args(ctx, args)
 
     def invoke(self, ctx: click.Context) -> Any:
         try:

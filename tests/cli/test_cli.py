@@ -361,12 +361,14 @@ def test_a_memory_budget_that_is_no_size_is_a_usage_error(runner, tmp_path, valu
     assert "Traceback" not in result.output and result.exception.__class__ is SystemExit
 
 
-def test_the_top_level_help_gives_each_command_its_whole_first_sentence(runner):
-    result = runner.invoke(main, ["--help"], terminal_width=80)
+@pytest.mark.parametrize("words", [[], ["plot"]], ids=["sphdist", "plot"])
+def test_the_help_gives_each_command_its_whole_first_sentence(runner, words):
+    result = runner.invoke(main, [*words, "--help"], terminal_width=80)
     commands = result.stdout.partition("Commands:")[2]
     assert "..." not in commands, commands  # click cut them at the width of the terminal
     text = " ".join(commands.split())
-    for name, command in main.commands.items():
+    group = main.commands[words[0]] if words else main
+    for name, command in group.commands.items():
         sentence = command.get_short_help_str(limit=10_000)
         assert f"{name} {sentence}" in text, (name, sentence)
 
