@@ -138,6 +138,9 @@ html_theme = "pydata_sphinx_theme"
 html_title = f"sphdist {release}"
 html_theme_options = {
     "navbar_align": "left",
+    # every page of the top-level toctree in the header (the theme's default of 5 put the
+    # command-line reference and development under "More")
+    "header_links_before_dropdown": 7,
     "show_toc_level": 2,
     "navigation_with_keys": False,
     "secondary_sidebar_items": ["page-toc"],

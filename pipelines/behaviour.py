@@ -180,7 +180,8 @@ def normalise_text(text: str, replacements: dict[str, str] | None = None) -> str
 # Keys whose values change from run to run of the same code (wall times, the writer's identity,
 # a random id); their values are replaced, the shape of the value (list length) kept.
 VOLATILE_KEYS = frozenset({
-    "seconds", "seconds_per_iteration", "since", "pid", "host", "hostname",
+    "seconds", "seconds_per_iteration", "solver_seconds_per_iteration", "since", "pid", "host",
+    "hostname",
     "elapsed", "wall_s", "started", "time", "timestamp", "token", "memory_budget",
     "memory_available",
 })

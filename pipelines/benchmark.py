@@ -164,7 +164,7 @@ def _read_model(model: Path) -> dict[str, Any]:
         info = json.loads(subprocess.run([SPHDIST, "info", "--json", str(model)], env=_env(),
                                          capture_output=True, text=True, check=True).stdout)
         return {"n_iter": info["n_iter"], "converged": info["converged"],
-                "s_per_iter": info["seconds_per_iteration"], "model_read_error": repr(exc)}
+                "s_per_iter": info["solver_seconds_per_iteration"], "model_read_error": repr(exc)}
     it = np.asarray(seconds[1:])
     return out | {"init_s": seconds[0],
                   "s_per_iter": float(it.mean()) if it.size else None,

@@ -14,7 +14,7 @@ threads (each on half of the chunks):
 * ``V V^T`` -- BLAS on one thread per task;
 * ``renumber`` -- NumPy fancy indexing of the chunk's rows (:func:`partials.renumber`);
 * ``fused (numba)`` -- for comparison, one compiled loop doing ``U^T x_j``, the normalisation
-  and ``x_j v_j^T`` per document without the GIL (numba comes with dask-ml); its partial is
+  and ``x_j v_j^T`` per document without the GIL (numba: the ``bench`` extra); its partial is
   checked against ``pass_block``'s.
 
 Speed-up = one thread's seconds for the whole list of chunks / two threads' seconds for the

@@ -8,6 +8,7 @@ chunks) comes from :func:`progress`: a tqdm bar on stderr, or, where no terminal
 from __future__ import annotations
 
 import logging
+import os
 import sys
 import time
 from typing import Any
@@ -101,4 +102,26 @@ def progress(
     if mode not in (True, False):
         raise ValueError(f"progress mode must be one of {PROGRESS_MODES}, got {mode!r}.")
     return tqdm(total=total, desc=desc, unit=unit, disable=not mode, file=sys.stderr,
-                dynamic_ncols=True, **kwargs)
+                **_shape(sys.stderr) | kwargs)
+
+
+#: The bar's width and the terminal's height where a terminal reports 0 for them.
+FALLBACK_SHAPE = (80, 24)
+
+
+def _shape(stream: Any) -> dict[str, Any]:
+    """The geometry options of a tqdm bar on ``stream``: the terminal's size, never 0.
+
+    A terminal that reports 0 columns or 0 rows (a pty whose size was never set, as under
+    ``script`` or some CI runners) would make tqdm draw nothing (it takes the size less one,
+    and a bar at or below the last row is hidden): then a fixed size, :data:`FALLBACK_SHAPE`,
+    for what is 0.
+    """
+    try:
+        columns, lines = os.get_terminal_size(stream.fileno())
+    except (AttributeError, OSError, ValueError):  # not a terminal: tqdm's own defaults
+        return {"dynamic_ncols": True}
+    if columns > 0 and lines > 0:
+        return {"dynamic_ncols": True}
+    return {"ncols": columns if columns > 0 else FALLBACK_SHAPE[0],
+            "nrows": lines if lines > 0 else FALLBACK_SHAPE[1]}

@@ -153,3 +153,32 @@ def test_cli_reference_lists_every_command_and_option(site: dict[str, Path]) -> 
             if param.help:
                 assert _squash(param.help) in text, (
                     f"{' '.join(path)} {param.opts[0]}: help text differs from --help")
+
+
+# -- issue 33 item 11: the navigation, the synopsis and the results table -----------------------
+
+
+def test_every_top_level_page_is_in_the_header_not_under_more(site: dict[str, Path]) -> None:
+    """The command-line reference sat under a "More" dropdown (the theme's default of five)."""
+    body = (site["html"] / "index.html").read_text(encoding="utf-8")
+    header = body[body.index('class="bd-header'):body.index("</header>")]
+    assert not re.search(r">\s*More\s*<", header), "a page of the toctree is under More"
+    for page in ("getting-started", "methods", "reproducing", "api/index", "cli", "development"):
+        assert re.search(rf'href="{re.escape(page)}\.html"', header), page
+
+
+def test_the_cli_synopsis_names_every_command() -> None:
+    """docs/cli.rst's synopsis omitted `index`."""
+    text = (REPO / "docs" / "cli.rst").read_text(encoding="utf-8")
+    synopsis = text[text.index(".. code-block:: text"):text.index("Every command that")]
+    listed = set(re.findall(r"(?m)^     ([a-z]+) ", synopsis))
+    assert listed == set(main.commands), sorted(set(main.commands) ^ listed)
+
+
+def test_the_scores_come_first_in_the_getting_started_table(site: dict[str, Path]) -> None:
+    """The accuracy, NMI and 10-NN columns were cut off on the right: they follow the method."""
+    body = (site["html"] / "getting-started.html").read_text(encoding="utf-8")
+    head = re.search(r"(?s)<thead>(.*?)</thead>", body)[1]
+    cells = [" ".join(re.sub(r"<[^>]+>", " ", c).split())
+             for c in re.findall(r"(?s)<th\b.*?</th>", head)]
+    assert cells[:5] == ["corpus", "method", "accuracy", "NMI", "10-NN accuracy"], cells

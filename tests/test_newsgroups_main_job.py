@@ -79,3 +79,43 @@ def test_main_job_prints_the_three_methods_on_the_same_corpus(newsgroups_archive
         assert 0.2 < row["accuracy"] <= 1 and 0 < row["nmi"] <= 1 and row["seconds"] > 0
         assert 0.2 < row["knn_accuracy"] <= 1  # 10-NN label accuracy, beside k-means
     assert (tmp_path / "newsgroups-5" / "model.zarr").is_dir()
+
+
+def test_no_hint_to_replace_the_corpus_the_run_fits_on(tmp_path, caplog):
+    """Issue 33 item 5: a post that was only quoted text is emptied by the news cleaning; the
+    ingest's hint (ingest again without the cleaning, --overwrite) would replace the corpus
+    this run's model is fitted on, and is noise for 20 Newsgroups: it is not printed."""
+    import logging
+
+    from sphdist.text.ingest import SourceSpec
+
+    root = tmp_path / "src"
+    for doc_id, text in write_text_tree(root, n_per_label=10).items():  # posts with headers
+        (root / doc_id).write_text(f"From: someone@example.org\nSubject: {doc_id}\n\n{text}\n")
+    (root / "space" / "99.txt").write_text(
+        "From: someone@example.org\nSubject: re: orbit\n\n> nasa shuttle launch moon orbit\n")
+    logger = logging.getLogger("sphdist")
+    propagate, logger.propagate = logger.propagate, True
+    try:
+        with caplog.at_level(logging.INFO, logger="sphdist"):
+            corpus = newsgroups.ingest_newsgroups(SourceSpec(root), tmp_path / "c.zarr")
+    finally:
+        logger.propagate = propagate
+    assert corpus.n_empty == 2  # "a", and the post of quoted text only (the case of the hint)
+    said = [r.getMessage() for r in caplog.records]
+    assert not [m for m in said if "--overwrite" in m or "without the cleaning" in m], said
+    assert not logger.filters  # the job's filter is gone after the ingest
+
+
+def test_the_table_puts_the_scores_right_after_the_method():
+    """Issue 33 item 11: the scores were the last three of twelve columns, cut off on a page."""
+    row = {"method": "Spherical PCA (sphdist)", "n_iter": 15, "converged": True,
+           "features": 10796, "features_seconds": 6.7, "seconds": 7.5, "kmeans_seconds": 2.9,
+           "accuracy": 0.638, "nmi": 0.5102, "knn_accuracy": 0.8258}
+    text = newsgroups.table([{"corpus": "newsgroups-5", "n_documents": 4890,
+                              "n_components": 100, "methods": [row]}])
+    head, _, line = text.splitlines()
+    assert [c.strip() for c in head.strip("|").split("|")][:5] == [
+        "corpus", "method", "accuracy", "NMI", "10-NN accuracy"]
+    assert line.startswith("| newsgroups-5 | Spherical PCA (sphdist) | 0.6380 | 0.5102 | 0.8258 |")
+    assert "| 4890 | 10,796 | 100 | 15 |" in line

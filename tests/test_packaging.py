@@ -65,6 +65,27 @@ def test_no_extra_is_installed(bare_install):
         assert probe.returncode != 0, f"{extra} is importable in the bare install"
 
 
+def test_the_wheel_carries_the_license_and_no_unused_dependency(bare_install):
+    """Issue 33 item 10: BSD-3-Clause with no LICENSE file shipped; dask-ml required, never
+    imported (+208 MB with numba and llvmlite)."""
+    code = ("import importlib.metadata as m, json; d = m.distribution('sphdist'); "
+            "print(json.dumps({'files': [str(f) for f in d.files], 'requires': d.requires, "
+            "'license': d.metadata.get('License-Expression')}))")
+    probe = _run([str(bare_install / "python"), "-c", code], cwd=bare_install)  # not the
+    assert probe.returncode == 0, probe.stderr  # checkout's sphdist.egg-info, on sys.path[0]
+    meta = json.loads(probe.stdout)
+    licenses = [f for f in meta["files"] if f.endswith("LICENSE")]
+    assert licenses, meta["files"]
+    (path,) = [bare_install.parent / "lib" / f"python{sys.version_info.major}."
+               f"{sys.version_info.minor}" / "site-packages" / f for f in licenses]
+    assert path.read_text().startswith("BSD 3-Clause License")
+    assert meta["license"] == "BSD-3-Clause"
+    assert not [r for r in meta["requires"] if r.lower().startswith(("dask-ml", "dask_ml"))]
+    for unused in ("dask_ml", "numba"):
+        probe = _run([str(bare_install / "python"), "-c", f"import {unused}"], cwd=bare_install)
+        assert probe.returncode != 0, f"{unused} is installed with sphdist"
+
+
 def test_every_path_runs_from_the_wheel_without_extras(bare_install, env, tmp_path):
     sphdist = str(bare_install / "sphdist")
 

@@ -78,3 +78,71 @@ def test_bar_mode_draws_on_stderr_only(log, capsys):
 def test_unknown_mode_is_refused(mode):
     with pytest.raises(ValueError, match="progress mode"):
         progress(10, "x", mode=mode)
+
+
+# -- issue 33 item 7: log lines above the bar, the final bar once, a 0 x 0 terminal ------------
+
+
+def _screen(text: str) -> list[str]:
+    """What a terminal shows after ``text``: ``\\r`` returns to the line's start, characters
+    overwrite those under the cursor, ``\\n`` starts the next line."""
+    lines, line, col = [], [], 0
+    for ch in text:
+        if ch == "\n":
+            lines.append("".join(line).rstrip())
+            line, col = [], 0
+        elif ch == "\r":
+            col = 0
+        else:
+            line[col:col + 1] = [ch]
+            col += 1
+    if line:
+        lines.append("".join(line).rstrip())
+    return lines
+
+
+def test_log_lines_are_written_above_the_bar_and_the_final_bar_is_drawn_once(monkeypatch):
+    import io
+    import sys
+
+    from sphdist.cli._common import setup_logging
+
+    term = io.StringIO()
+    monkeypatch.setattr(sys, "stderr", term)
+    logger = logging.getLogger("sphdist")
+    handlers, level, propagate = logger.handlers[:], logger.level, logger.propagate
+    try:
+        setup_logging("info", quiet=False)  # the command line's handler, on this stderr
+        with progress(4, "fit", unit="it", mode=True, ncols=60) as bar:
+            logger.info("X (97.13 MiB) is held in memory")
+            bar.update(4)
+            logger.info("wrote the embedding")
+    finally:
+        logger.handlers[:], logger.propagate = handlers, propagate
+        logger.setLevel(level)
+    screen = _screen(term.getvalue())
+    assert "X (97.13 MiB) is held in memory" in screen, screen  # a line of its own
+    assert "wrote the embedding" in screen, screen
+    assert sum("fit: 100%" in line for line in screen) == 1, screen
+    assert screen[-1].startswith("fit: 100%"), screen  # the bar stays below the log lines
+
+
+def test_a_terminal_reporting_0_columns_and_rows_still_shows_the_bar(monkeypatch):
+    import fcntl
+    import os
+    import pty
+    import struct
+    import sys
+    import termios
+
+    master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 0, 0, 0, 0))
+    with os.fdopen(slave, "w") as tty:
+        assert os.get_terminal_size(tty.fileno()) == (0, 0)
+        monkeypatch.setattr(sys, "stderr", tty)
+        with progress(4, "fit", unit="it", mode=True) as bar:
+            bar.update(4)
+        tty.flush()
+        shown = os.read(master, 65536).decode()
+    os.close(master)
+    assert "fit: 100%" in shown and "4/4" in shown, repr(shown)

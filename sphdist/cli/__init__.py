@@ -11,16 +11,18 @@ from __future__ import annotations
 
 import click
 
-from sphdist.cli._common import Group, setup_logging
+from sphdist.cli._common import Group, accept_global_flags, setup_logging
 
 
 @click.group(cls=Group, context_settings={"help_option_names": ["-h", "--help"]})
-@click.option("--debug", is_flag=True, help="Show full tracebacks on errors.")
+@click.option("--debug", is_flag=True,
+              help="Show full tracebacks on errors (also taken after the command).")
 @click.option(
     "--log-level", type=click.Choice(["debug", "info", "warning", "error"]), default="info",
     show_default=True, help="Verbosity of the progress lines on stderr.",
 )
-@click.option("--quiet", "-q", is_flag=True, help="Only warnings and errors on stderr.")
+@click.option("--quiet", "-q", is_flag=True,
+              help="Only warnings and errors on stderr (also taken after the command).")
 @click.option(
     "--storage-option", "storage_option", multiple=True, metavar="[PROTOCOL.]KEY=VALUE",
     help="An fsspec option for URLs such as s3://bucket/corpus.zarr (protocol s3 if none is "
@@ -48,7 +50,6 @@ def main(
         set_storage_options(options)
 
 
-
 def _register() -> None:
     from sphdist.cli import fit as _fit
     from sphdist.cli import ingest as _ingest
@@ -58,6 +59,7 @@ def _register() -> None:
 
     for module in (_ingest, _fit, _use, _inspect, _plot):
         for command in module.COMMANDS:
+            accept_global_flags(command)
             main.add_command(command)
 
 

@@ -7,15 +7,19 @@ unless ``--debug`` is given; bad option values are usage errors with exit status
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
 import logging
 import math
 import os
 import re
+import signal
+import stat
 import sys
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from numbers import Integral
 from typing import Any
 
@@ -132,7 +136,25 @@ class StorePath(click.ParamType):
 STORE_PATH = StorePath()
 
 
-class Group(click.Group):
+class CommandList(click.Group):
+    """A group whose ``--help`` gives each command's whole first sentence.
+
+    click cuts it to the terminal's width less the names, mid-sentence, with "...".
+    """
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        """The commands, each with the whole first sentence of its help (wrapped, not cut)."""
+        rows = []
+        for name in self.list_commands(ctx):
+            command = self.get_command(ctx, name)
+            if command is not None and not command.hidden:
+                rows.append((name, command.get_short_help_str(limit=10_000)))
+        if rows:
+            with formatter.section("Commands"):
+                formatter.write_dl(rows)
+
+
+class Group(CommandList):
     """Turns sphdist errors into one-line messages (exit 1) unless --debug.
 
     With ``--json`` (:func:`json_option`), every error -- a usage error (exit 2) too -- is
@@ -147,6 +169,10 @@ class Group(click.Group):
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
+        except BrokenPipeError:  # stdout closed by its reader (`sphdist info X | head -2`)
+            if ctx.obj and ctx.obj.get("debug") or not _stdout_is_a_pipe():
+                raise
+            _end_quietly_on_closed_pipe()
         except click.exceptions.ClickException as exc:  # usage errors
             _echo_error(ctx, exc.format_message(), type(exc).__name__)
             raise
@@ -179,6 +205,64 @@ class Group(click.Group):
             if (ctx.obj and ctx.obj.get("debug")) or not _urls(ctx) or not is_storage_failure(exc):
                 raise
             raise _error(ctx, _store_failure(ctx, exc)) from None
+
+
+def _stdout_is_a_pipe() -> bool:
+    try:
+        mode = os.fstat(sys.stdout.fileno()).st_mode
+    except (OSError, ValueError, AttributeError):  # no file descriptor (a test's buffer)
+        return False
+    return stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode)
+
+
+#: The exit status of a command whose output pipe was closed: 128 + SIGPIPE, as a shell
+#: reports a Unix tool that the closed pipe ended (``yes | head -1`` under ``pipefail``).
+CLOSED_PIPE_STATUS = 141
+
+
+def _end_quietly_on_closed_pipe() -> None:
+    """Exit with :data:`CLOSED_PIPE_STATUS` and no message, as Unix tools do on a closed pipe.
+
+    stdout is pointed at /dev/null first, so that the interpreter's last flush of the
+    unwritten output does not fail again at exit (the recipe of Python's ``signal`` docs).
+    """
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+    raise click.exceptions.Exit(CLOSED_PIPE_STATUS)
+
+
+def _late_debug(ctx: click.Context, param: click.Parameter, value: bool) -> None:
+    if value and isinstance(ctx.obj, dict):
+        ctx.obj["debug"] = True
+
+
+def _late_quiet(ctx: click.Context, param: click.Parameter, value: bool) -> None:
+    if value:
+        logger.setLevel(max(logger.level, logging.WARNING))
+
+
+def accept_global_flags(command: click.Command) -> None:
+    """Let ``command`` (and each command of a group) take ``--debug`` and ``-q`` after its name.
+
+    ``sphdist fit ... -q`` means ``sphdist -q fit ...``: both set the same state as the
+    options of :func:`sphdist.cli.main`. A command that has a ``-q`` of its own
+    (``neighbors -q QUERY``) takes ``--quiet`` only.
+    """
+    if isinstance(command, click.Group):
+        for sub in command.commands.values():
+            accept_global_flags(sub)
+        return
+    taken = {opt for param in command.params for opt in param.opts}
+    quiet = [o for o in ("--quiet", "-q") if o not in taken]
+    if "--debug" not in taken:
+        command.params.append(click.Option(
+            ["--debug"], is_flag=True, expose_value=False, is_eager=True, callback=_late_debug,
+            help="Show full tracebacks on errors (as `sphdist --debug`)."))
+    if quiet:
+        command.params.append(click.Option(
+            quiet, is_flag=True, expose_value=False, is_eager=True, callback=_late_quiet,
+            help="Only warnings and errors on stderr (as `sphdist -q`)."))
 
 
 #: A Python argument in brackets after the flag that sets it (and its value, and the backtick
@@ -280,8 +364,30 @@ _OS_REMEDIES = {  # errno -> remedy, for OS errors on outputs
 }
 
 
+class _AboveTheBars(logging.StreamHandler):  # type: ignore[type-arg]
+    """A log handler that writes each line with ``tqdm.write``: above any progress bar.
+
+    A plain stream handler writes into the middle of a bar being drawn (``fit: 0%|...|
+    0/4 [00:00]X (97.13 MiB) is held ...``); ``tqdm.write`` clears the bars, writes the line
+    and draws them again below it (what ``tqdm.contrib.logging.logging_redirect_tqdm`` does
+    for a block of code, here for the whole command).
+    """
+
+    def emit(self, record: logging.LogRecord) -> None:
+        from tqdm import tqdm
+
+        try:
+            tqdm.write(self.format(record), file=self.stream)
+            self.flush()
+        except RecursionError:  # as logging.StreamHandler
+            raise
+        except Exception:
+            self.handleError(record)
+
+
 def setup_logging(level: str, quiet: bool) -> None:
-    handler = logging.StreamHandler(sys.stderr)
+    """Log lines of the ``sphdist`` logger on stderr, above any progress bar, at ``level``."""
+    handler = _AboveTheBars(sys.stderr)
     handler.setFormatter(logging.Formatter("%(message)s"))
     logger.handlers[:] = [handler]
     logger.setLevel(logging.WARNING if quiet else getattr(logging, level.upper()))
@@ -467,6 +573,35 @@ def _checked(name: str) -> Callable[[click.Context, click.Parameter, Any], Any]:
     return callback
 
 
+def _one_cluster(check: Callable[..., Any] | None = None) -> Callable[..., Any]:
+    """A callback refusing --n-workers beside a scheduler address, whichever is read second.
+
+    A job runs on an existing scheduler or on a LocalCluster it starts, never both: the two
+    together are a usage error before anything is opened (not a connect timeout later).
+    """
+
+    def callback(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
+        if check is not None:
+            value = check(ctx, param, value)
+        address, n_workers = (
+            (value, ctx.params.get("n_workers")) if param.name == "scheduler_address"
+            else (ctx.params.get("scheduler_address"), value)
+        )
+        if address and n_workers is not None:
+            from_env = (ctx.get_parameter_source("scheduler_address")
+                        is click.core.ParameterSource.ENVIRONMENT)
+            where = "DASK_SCHEDULER_ADDRESS is set" if from_env else "--scheduler-address is given"
+            raise click.UsageError(
+                f"--n-workers {n_workers} starts a LocalCluster on this machine, but {where} "
+                f"({address}): a job runs on one or the other. To resolve this, leave out "
+                "--n-workers to run on that scheduler, or "
+                + ("unset DASK_SCHEDULER_ADDRESS" if from_env else "leave out --scheduler-address")
+                + " to start the LocalCluster.", ctx)
+        return value
+
+    return callback
+
+
 def cluster_options(command: Callable[..., Any]) -> Callable[..., Any]:
     """Add --scheduler-address, --n-workers, --threads-per-worker, --memory-limit, --tls-*.
 
@@ -475,10 +610,10 @@ def cluster_options(command: Callable[..., Any]) -> Callable[..., Any]:
     """
     for option in reversed([
         click.option("--scheduler-address", envvar="DASK_SCHEDULER_ADDRESS",
-                     callback=_checked("check_scheduler_address"),
+                     callback=_one_cluster(_checked("check_scheduler_address")),
                      help="Existing Dask scheduler [env DASK_SCHEDULER_ADDRESS]; default: run "
                           "on this machine."),
-        click.option("--n-workers", type=click.IntRange(min=0),
+        click.option("--n-workers", type=click.IntRange(min=0), callback=_one_cluster(),
                      help="Worker processes of a LocalCluster [default: 0, dask's threads in "
                           "this process, whatever the size of the corpus]."),
         click.option("--threads-per-worker", type=click.IntRange(min=1), default=1,
@@ -512,19 +647,22 @@ def local_cluster_options(command: Callable[..., Any]) -> Callable[..., Any]:
     )(command)
 
 
+@contextlib.contextmanager
 def connect_options(
     scheduler_address: str | None, n_workers: int | None, threads_per_worker: int,
     memory_limit: str | int, tls_ca_file: str | os.PathLike[str] | None = None,
     tls_cert: str | os.PathLike[str] | None = None,
     tls_key: str | os.PathLike[str] | None = None, *, insecure_local_cluster: bool = False,
     **kwargs: Any,
-) -> Any:
+) -> Iterator[Any]:
     """:func:`sphdist.jobs.cluster.connect` with the values of :func:`cluster_options`.
 
     ``kwargs`` (e.g. ``dashboard_address``) are passed on to ``connect``. The
     embedded cluster's own log records (a failed task's traceback block) are dropped unless
     ``--log-level debug``: the error reaches the user as the one ``Error:`` line. An embedded
-    LocalCluster speaks TLS unless ``insecure_local_cluster`` (and no TLS files are given).
+    LocalCluster speaks TLS unless ``insecure_local_cluster`` (and no TLS files are given);
+    its worker processes ignore Ctrl-C (:func:`_ctrl_c_ignored`): this process takes it, says
+    what it left in one line and stops them.
     """
     from sphdist.jobs.cluster import connect, tls_security
 
@@ -536,8 +674,56 @@ def connect_options(
     kwargs.setdefault(
         "silence_logs", logging.WARNING if logger.isEnabledFor(logging.DEBUG) else logging.CRITICAL
     )
-    return connect(
-        scheduler_address, n_workers=n_workers, threads_per_worker=threads_per_worker,
-        memory_limit=memory_limit, security=security, **kwargs,
-    )
+    local_cluster = bool(n_workers) and not scheduler_address
+    asyncio_logger = logging.getLogger("asyncio")
+    if _UNRETRIEVED_CLIENT_WAIT not in asyncio_logger.filters:
+        asyncio_logger.addFilter(_UNRETRIEVED_CLIENT_WAIT)
+    with contextlib.ExitStack() as stack:
+        with _ctrl_c_ignored() if local_cluster else contextlib.nullcontext():
+            client = stack.enter_context(connect(
+                scheduler_address, n_workers=n_workers, threads_per_worker=threads_per_worker,
+                memory_limit=memory_limit, security=security, **kwargs,
+            ))
+        yield client
+
+
+class _UnretrievedClientWait(logging.Filter):
+    """Drops asyncio's "Task exception was never retrieved" of a Client's internal wait.
+
+    When Ctrl-C stops ``client.gather``, distributed leaves the task that waits for the
+    futures to end with its own ``AllExit`` exception; asyncio logs it, with a traceback,
+    when the task is collected. It says nothing to the user, whose one ``Error:`` line says
+    where the fit stopped.
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        kind = record.exc_info[0] if record.exc_info else None
+        return not (kind is not None and kind.__name__ == "AllExit"
+                    and kind.__module__.startswith("distributed"))
+
+
+_UNRETRIEVED_CLIENT_WAIT = _UnretrievedClientWait()
+
+
+@contextlib.contextmanager
+def _ctrl_c_ignored() -> Iterator[None]:
+    """SIGINT ignored in this process while the block runs (a LocalCluster starting).
+
+    The worker processes started in the block inherit the ignored SIGINT, and Python leaves
+    an ignored SIGINT ignored.
+
+    A Ctrl-C at a terminal is sent to the whole process group: workers that took it each
+    printed their KeyboardInterrupt tracebacks (about 75 lines with two workers) before the
+    command's one ``Error:`` line. The command itself takes Ctrl-C again once the cluster has
+    started, and stops its workers as it ends; a Ctrl-C pressed while the cluster starts (a
+    few seconds) is not seen.
+    """
+    if threading.current_thread() is not threading.main_thread():  # signals: main thread only
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
 

@@ -15,6 +15,7 @@ from sphdist.cli._common import (
     cluster_options,
     connect_options,
     echo_json,
+    flags_only,
     json_option,
     local_cluster_options,
     param_option,
@@ -29,7 +30,8 @@ logger = logging.getLogger("sphdist")
 @click.option("--input", "-i", "input_", required=True, type=STORE_PATH,
               help="corpus.zarr or dense 2-D zarr array.")
 @click.option("--output", "-o", type=STORE_PATH,
-              help="model.zarr to write [default: <input>.model.zarr beside the input].")
+              help="model.zarr to write [default: beside the input, its name with .zarr "
+                   "replaced by .model.zarr: big10.zarr -> big10.model.zarr].")
 @param_option("n_components", "--n-components", "-r", default=20)
 @param_option("max_iter")
 @param_option("tol")
@@ -72,7 +74,7 @@ def fit(
 ) -> None:
     """Fit Spherical PCA to a corpus on a Dask cluster, checkpointing every iteration."""
     from sphdist.jobs.fit import prepare_fit
-    from sphdist.jobs.info import plural, shown_objective
+    from sphdist.jobs.info import plural, shown_objective, solver_seconds_per_iteration
 
     # validate the parameters, open the input and decide on the output once, before any
     # cluster starts; a retry after a worker loss resumes this fit's own checkpoint
@@ -95,6 +97,7 @@ def fit(
         finally:
             progress.close()
     seconds = progress.seconds_per_iteration  # wall time, the checkpoints included
+    solving = solver_seconds_per_iteration(model)  # the solver's own, as `sphdist info`
     if as_json:
         echo_json({
             "output": str(output), "n_components": n_components, "n_iter": model.n_iter,
@@ -107,6 +110,7 @@ def fit(
             "u_step_norm": (model.attrs["u_step_norm"] or [None])[-1],
             "v_step_norm": (model.attrs["v_step_norm"] or [None])[-1],
             "seconds_per_iteration": seconds,
+            "solver_seconds_per_iteration": solving,
             "init_from": model.params.get("init_from"),
         })
         return
@@ -114,7 +118,9 @@ def fit(
         f"wrote {output}: r={n_components}, {plural(model.n_iter, 'iteration')}"
         f"{' (converged)' if model.attrs['converged'] else ''}, objective "
         f"{shown_objective(model.objective[-1]):.10g}, "
-        f"{float('nan') if seconds is None else seconds:.2f} s/iteration"
+        f"{'-' if seconds is None else format(seconds, '.2f')} s/iteration"
+        + ("" if solving is None else f" ({solving:.2f} s solving, the rest writing the "
+           "checkpoint)")
     )
 
 
@@ -146,6 +152,8 @@ def evaluate(
     result = evaluate_model(
         model, input_, n_clusters=n_clusters, n_init=n_init, random_state=seed, knn_k=knn_k
     )
+    if result.get("knn_reason"):
+        result["knn_reason"] = flags_only(result["knn_reason"])
     if as_json:
         echo_json(result)
     else:
@@ -159,6 +167,8 @@ def evaluate(
             f"{how.get(result['embedding'], '')}, k={result['n_clusters']}, "
             f"r={result['n_components']}, {plural(result['n_iter'], 'iteration')})"
         )
+        if result.get("knn_reason"):
+            click.echo(f"{result['knn_k']}-NN accuracy not scored: {result['knn_reason']}.")
 
 
 

@@ -248,7 +248,7 @@ def synth(
     as_json: bool,
 ) -> None:
     """Write a seeded synthetic collection: Zipfian words, topic mixtures, known labels."""
-    from sphdist.jobs.info import plural
+    from sphdist._words import plural
     from sphdist.text.synth import synth as run_synth
 
     summary = run_synth(

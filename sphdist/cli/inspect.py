@@ -15,6 +15,10 @@ def _history(pairs: list[list[float]]) -> str:
     return ", ".join(f"{int(k)}: {'-' if v is None else f'{v:.6g}'}" for k, v in pairs) or "-"
 
 
+def _seconds(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3g}"
+
+
 def _print(info: dict[str, Any]) -> None:
     from sphdist.jobs.info import plural
 
@@ -54,7 +58,8 @@ def _print(info: dict[str, Any]) -> None:
         click.echo(f"  status         {info['status']}")
         click.echo(
             f"  iterations     {info['n_iter']}, "
-            f"{info['seconds_per_iteration'] or float('nan'):.3g} s/iteration"
+            f"{_seconds(info['solver_seconds_per_iteration'])} s/iteration solving (the "
+            "checkpoint writes left out)"
         )
         click.echo(f"  objective      {_history(info['objective'])}")
         click.echo(f"  ||dU||_F       {_history(info['u_step_norm'])}")
@@ -67,10 +72,46 @@ def _print(info: dict[str, Any]) -> None:
         click.echo(f"  model          {(info.get('model') or {}).get('path')}")
         click.echo(f"  corpus         {(info.get('corpus') or {}).get('path')}")
         click.echo(f"  degenerate     {info['n_degenerate']}")
-    labels = info.get("labels")
     if kind != "model":
-        text = ", ".join(f"{k} {v}" for k, v in labels.items()) if labels else "none"
-        click.echo(f"  labels         {text}")
+        for line in _label_lines(info.get("labels"), info["path"]):
+            click.echo(line)
+
+
+#: Labels listed by ``sphdist info`` (the most documents first beyond that); --json lists all.
+SHOWN_LABELS = 20
+
+
+def _label_lines(labels: dict[str, int] | None, path: str) -> list[str]:
+    """The ``labels`` rows: "name count" pairs wrapped to the terminal, at most SHOWN_LABELS.
+
+    Examples
+    --------
+    >>> _label_lines({"a": 2, "b": 1}, "c.zarr")
+    ['  labels         a 2, b 1']
+    >>> _label_lines({f"l{i}": i for i in range(30)}, "c.zarr")[-1]
+    '                 ... and 10 more labels (`sphdist info c.zarr --json` lists them all)'
+    """
+    import shlex
+    import shutil
+    import textwrap
+
+    if not labels:
+        return ["  labels         none"]
+    pairs = list(labels.items())
+    more = len(pairs) - SHOWN_LABELS
+    if more > 0:  # the largest labels, in the stored order
+        keep = set(sorted(range(len(pairs)), key=lambda i: -pairs[i][1])[:SHOWN_LABELS])
+        pairs = [p for i, p in enumerate(pairs) if i in keep]
+    text = ", ".join(f"{k} {v}" for k, v in pairs)
+    if more > 0:
+        text = f"{len(labels)} labels, the {SHOWN_LABELS} largest: {text}"
+    width = max(40, min(shutil.get_terminal_size((100, 24)).columns, 120))
+    lines = textwrap.wrap(text, width=width, initial_indent="  labels         ",
+                          subsequent_indent=" " * 17, break_on_hyphens=False)
+    if more > 0:
+        lines.append(f"{' ' * 17}... and {more} more label{'s' if more > 1 else ''} "
+                     f"(`sphdist info {shlex.quote(path)} --json` lists them all)")
+    return lines
 
 
 @click.command()

@@ -6,10 +6,10 @@ from pathlib import Path
 
 import click
 
-from sphdist.cli._common import STORE_PATH, echo_json, json_option
+from sphdist.cli._common import STORE_PATH, CommandList, echo_json, json_option
 
 
-@click.group()
+@click.group(cls=CommandList)
 def plot() -> None:
     """Figures of a fitted model (PNG, SVG, PDF or JPEG, by the suffix of --output)."""
 

@@ -241,7 +241,8 @@ def check_memory_budget(value: str | int | None) -> int | None:
     Raises
     ------
     ParameterError
-        If the value is neither a size nor ``auto``.
+        If the value is neither a size nor ``auto`` (an empty value, a unit alone, an
+        infinity), or more than ``MAX_MEMORY_BUDGET`` (1 EiB).
 
     Examples
     --------
@@ -250,16 +251,26 @@ def check_memory_budget(value: str | int | None) -> int | None:
     """
     if value is None or value == "auto":
         return None
-    try:
+    remedy = ("To resolve this, pass bytes or a size such as --memory-budget 4GiB (0 streams X "
+              "from the store every iteration).")
+    try:  # parse_bytes reads "" and "GiB" as one unit, and "1e400" as an infinity
+        if isinstance(value, str) and not value.strip()[:1].isdigit():
+            raise ValueError(value)
         nbytes = parse_bytes(value) if isinstance(value, str) else int(value)
-    except (ValueError, TypeError):
+    except (ValueError, TypeError, OverflowError):
         nbytes = -1
     if nbytes < 0:
+        raise ParameterError(f"memory budget {value!r} is not a size. {remedy}")
+    if nbytes > MAX_MEMORY_BUDGET:
         raise ParameterError(
-            f"memory budget {value!r} is not a size. To resolve this, pass bytes or a size "
-            "such as --memory-budget 4GiB (0 streams X from the store every iteration)."
+            f"memory budget {value!r} is more than any machine's memory (at most 1 EiB, "
+            f"{MAX_MEMORY_BUDGET} bytes). {remedy}"
         )
     return int(nbytes)
+
+
+#: The largest ``--memory-budget``, in bytes (1 EiB): beyond it a value is a typo (``1e100``).
+MAX_MEMORY_BUDGET = 2**60
 
 
 def holds_in_memory(
@@ -496,8 +507,9 @@ def connect(
     Raises
     ------
     ParameterError
-        If ``n_workers`` is negative, ``threads_per_worker`` is below 1, or the address,
-        dashboard address or memory limit cannot be read.
+        If ``n_workers`` is negative, ``threads_per_worker`` is below 1, the address,
+        dashboard address or memory limit cannot be read, or a ``tls://`` address comes
+        without ``security`` (the files it needs are named).
     OSError
         If the scheduler cannot be reached (``TimeoutError`` is an ``OSError``).
 
@@ -512,6 +524,14 @@ def connect(
     address = scheduler_address or os.environ.get("DASK_SCHEDULER_ADDRESS")
     if address:
         check_scheduler_address(address)
+        if address.startswith("tls://") and not security:
+            raise ParameterError(
+                f"scheduler address {address} speaks TLS, but no TLS files were given. To "
+                "resolve this, pass the CA certificate and the client certificate (and its key) "
+                "that the scheduler trusts: --tls-ca-file CA.pem --tls-cert CERT.pem --tls-key "
+                "KEY.pem (or SPHDIST_TLS_CA_FILE, SPHDIST_TLS_CERT, SPHDIST_TLS_KEY; "
+                "cluster/README.md makes them)."
+            )
         with Client(address, security=security or None) as client:
             logger.info("connected to scheduler %s (dashboard %s)", address, client.dashboard_link)
             _share_storage_options(client)

@@ -53,7 +53,8 @@ def evaluate_model(
     -------
     dict
         ``accuracy``, ``nmi`` (fractions in [0, 1]), ``knn_accuracy`` (fraction in [0, 1], or
-        None), ``knn_k``, ``knn_folds``, ``knn_documents``, ``n_documents``, ``n_clusters``,
+        None), ``knn_reason`` (only where ``knn_accuracy`` is None: why, in words, with the
+        remedy), ``knn_k``, ``knn_folds``, ``knn_documents``, ``n_documents``, ``n_clusters``,
         ``n_components``, ``n_iter``, ``objective`` (final value of the fit, clipped at 0:
         :func:`sphdist.jobs.info.shown_objective`), ``input`` (the documents' path) and
         ``embedding``: ``"model"`` (the training corpus' V), ``"embedding"`` (an
@@ -114,12 +115,46 @@ def evaluate_model(
     if knn_k is not None:
         result.update(knn_accuracy(embedding, labels, n_neighbors=knn_k,
                                    random_state=kmeans.get("random_state", 0)))
+        if result["knn_accuracy"] is None:
+            result["knn_reason"] = _why_no_knn(result, known, source.label_names)
     result.update(
         n_components=int(V.shape[0]), n_iter=fitted.n_iter,
         objective=shown_objective(fitted.objective[-1]), input=str(where),
         embedding=source.origin,
     )
     return result
+
+
+def _why_no_knn(report: dict[str, Any], known: np.ndarray, names: list[str] | None) -> str:
+    """Why :func:`sphdist.metrics.knn_accuracy` scored nothing, and what would score it.
+
+    Its two cases: the rarest label has one document (no stratified split), or k is more
+    than the documents of the smallest training fold.
+
+    Examples
+    --------
+    >>> _why_no_knn({"knn_k": 10, "knn_folds": 1, "knn_documents": 7}, np.array([0, 0, 1]),
+    ...             ["a", "b"])
+    "label 'b' has a single document, and stratified folds need 2 of each label"
+    >>> _why_no_knn({"knn_k": 10, "knn_folds": 2, "knn_documents": 8}, np.array([0, 1] * 4),
+    ...             None)
+    '--knn-k 10 (knn_k=10) is more than the 4 documents of a training fold; choose k <= 4'
+    """
+    k, folds, n = report["knn_k"], report["knn_folds"], report["knn_documents"]
+    if folds < 2:
+        codes, counts = np.unique(known, return_counts=True)
+        single = codes[counts == 1]
+        if names is not None:
+            label = ", ".join(repr(names[int(c)]) for c in single[:3])
+        else:
+            label = ", ".join(str(int(c)) for c in single[:3])
+        more = f" and {single.size - 3} more" if single.size > 3 else ""
+        return (f"label{'s' if single.size > 1 else ''} {label}{more} "
+                f"{'have' if single.size > 1 else 'has'} a single document, and stratified "
+                "folds need 2 of each label")
+    training = n - -(-n // folds)  # the smallest training fold
+    return (f"--knn-k {k} (knn_k={k}) is more than the {training} documents of a training "
+            f"fold; choose k <= {training}")
 
 
 def _check_labels(

@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from sphdist._words import plural
 from sphdist.errors import DataError, InputNotFoundError, ModelFormatError, ParameterError
 from sphdist.io import (
     CommitState,
@@ -29,7 +30,7 @@ from sphdist.jobs.fit import fit_command
 
 __all__ = [
     "describe", "fit_status", "resume_command", "require_embedding", "warn_if_stopped",
-    "top_terms", "check_roles",
+    "top_terms", "check_roles", "solver_seconds_per_iteration",
     "shown_objective", "plural", "TOP_TERMS_BASIS",
 ]
 
@@ -92,7 +93,8 @@ def describe(path: str | os.PathLike[str], expect: str | None = None) -> dict[st
         ``n_components``, ``n_documents``, ``params``, ``n_iter``, ``converged``, ``status``
         (:func:`fit_status`: ``"stopped at iteration 2 of 200, not converged"``), ``objective``
         (the last iterations, as ``[iteration, value]``), ``u_step_norm`` / ``v_step_norm``
-        (likewise), ``seconds_per_iteration`` (mean, in seconds), ``corpus``, ``has_vocabulary``,
+        (likewise), ``solver_seconds_per_iteration`` (:func:`solver_seconds_per_iteration`),
+        ``corpus``, ``has_vocabulary``,
         ``has_embedding`` (whether V is stored: not in the checkpoint of a fit stopped early
         with the exact V-step, which holds U only) and ``checkpoint`` (``complete``;
         ``staging_dirs``, the names of uncommitted staging trees beside it; ``state``, in
@@ -154,7 +156,6 @@ def _describe_model(path: Path, state: CommitState) -> dict[str, Any]:
     a = model.attrs
     m, r, n = model.shape
     objective = a["objective"]
-    seconds = a["seconds"][1:]
 
     def last(values: list[float], first: int) -> list[list[float]]:
         start = max(0, len(values) - _HISTORY)
@@ -167,11 +168,33 @@ def _describe_model(path: Path, state: CommitState) -> dict[str, Any]:
         "converged": bool(a["converged"]), "status": fit_status(model),
         "objective": last([shown_objective(f) for f in objective], 0),
         "u_step_norm": last(a["u_step_norm"], 1), "v_step_norm": last(a["v_step_norm"], 1),
-        "seconds_per_iteration": float(np.mean(seconds)) if seconds else None,
+        "solver_seconds_per_iteration": solver_seconds_per_iteration(model),
         "n_degenerate": a.get("n_degenerate"), "corpus": a["corpus"],
         "has_vocabulary": model.vocabulary is not None, "has_embedding": model.has_embedding,
         "checkpoint": checkpoint,
     }
+
+
+def solver_seconds_per_iteration(model: Model) -> float | None:
+    """The solver's mean time per iteration of the fit that wrote ``model``, in seconds.
+
+    Read from the model's history of per-iteration seconds (``attrs["seconds"]``, every
+    run of a resumed fit included): the solver's own time, without the initialisation
+    (iteration 0) and without writing the checkpoints. ``sphdist fit`` reports it beside its
+    ``seconds_per_iteration``, the wall time between iterations of that run, checkpoints
+    included; the two names never stand for each other's figure.
+
+    Parameters
+    ----------
+    model : Model
+
+    Returns
+    -------
+    float or None
+        None before the first iteration.
+    """
+    seconds = [s for s in model.attrs["seconds"][1:] if s is not None]
+    return float(np.mean(seconds)) if seconds else None
 
 
 def fit_status(model: Model) -> str:
@@ -332,17 +355,6 @@ def shown_objective(value: float) -> float:
     (0.0, 1.5)
     """
     return max(float(value), 0.0)
-
-
-def plural(count: int, noun: str) -> str:
-    """``"1 document"``, ``"2 documents"``: a count with its noun (regular plurals only).
-
-    Examples
-    --------
-    >>> plural(1, "document"), plural(0, "document")
-    ('1 document', '0 documents')
-    """
-    return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
 
 
 def _command(*words: str | os.PathLike[str]) -> str:

@@ -346,13 +346,18 @@ def embedding_figure(
     matplotlib.figure.Figure
         The title names what is plotted: the model (its training corpus) or the
         ``embedding.zarr``. The legend of the labels lies outside the axes, right of them, so
-        it covers no point; the 3-D sphere has ticks at -1, 0, 1 and no tick labels (the
+        it covers no point; it lists every label drawn in colour (at most
+        ``COLOURED_LABELS``, 10: the most frequent among the points, each its own colour), then
+        "N other labels", drawn grey beneath them, so the figure keeps its size at 5, 20 or
+        200 labels. The 3-D sphere has ticks at -1, 0, 1 and no tick labels (the
         points lie on the unit sphere; labels of three axes overlapped).
     dict
         ``output``, ``projection`` (``"sphere-3d"``, ``"circle"``, ``"line"`` or ``"pca-2d"``),
         ``n_points``, ``n_documents``, ``n_left_out`` (documents without a direction),
         ``n_empty`` and ``n_degenerate`` (their split; None when the corpus an embedding was
-        written from is no longer there), ``explained_variance_ratio`` (PCA only).
+        written from is no longer there), ``labels_coloured`` (the labels in the legend, in
+        its order), ``n_other_labels`` (those drawn grey), ``explained_variance_ratio`` (PCA
+        only).
 
     Raises
     ------
@@ -428,17 +433,32 @@ def embedding_figure(
         ax.set_aspect("equal", adjustable="datalim")
     names_arr = np.asarray([x if x is not None else "" for x in names])
     size = 12 if index.shape[0] <= 2000 else 4
-    for i, group in enumerate(groups):
+    shown, others = _coloured_labels(names_arr, groups)
+    handles, texts = [], []
+    if others:  # grey, beneath the coloured labels
+        mask = np.isin(names_arr, others)
+        handles.append(ax.scatter(*(c[mask] for c in coords), s=size, color=OTHER_LABELS_GREY,
+                                  alpha=0.5, linewidths=0))
+        texts.append(f"{len(others)} other labels")
+    for i, group in enumerate(shown):
         mask = names_arr == group
-        ax.scatter(*(c[mask] for c in coords), s=size, color=f"C{i % 10}", label=group,
-                   alpha=0.8, linewidths=0)
+        handles.insert(i, ax.scatter(*(c[mask] for c in coords), s=size, color=f"C{i}",
+                                     alpha=0.8, linewidths=0))
+        texts.insert(i, group)
     unlabeled = names_arr == ""
     if unlabeled.any():
-        ax.scatter(*(c[unlabeled] for c in coords), s=size, color="0.5", alpha=0.6,
-                   label="(no label)" if groups else None, linewidths=0)
-    if groups:  # outside the axes, right of them: it covers no point
-        ax.legend(loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0, fontsize=8,
-                  markerscale=2, frameon=False)
+        handle = ax.scatter(*(c[unlabeled] for c in coords), s=size, color="0.5", alpha=0.6,
+                            linewidths=0)
+        if groups:
+            handles.append(handle)
+            texts.append("(no label)")
+    result["labels_coloured"] = shown
+    result["n_other_labels"] = len(others)
+    if groups:  # outside the axes, right of them: it covers no point. Handles and texts are
+        # given, so a label starting with "_" (which matplotlib skips when it collects the
+        # labels itself) is listed as any other
+        ax.legend(handles, texts, loc="upper left", bbox_to_anchor=(1.02, 1.0),
+                  borderaxespad=0.0, fontsize=8, markerscale=2, frameon=False)
     sampled = (f"{index.shape[0]} of {plural(n, 'document')}" if index.shape[0] < n
                else plural(n, "document"))
     if n_left_out:
@@ -449,6 +469,29 @@ def embedding_figure(
             else f"{location(input).name} (embedded with {location(model).name})")  # type: ignore[arg-type]
     fig.suptitle(f"{what}: {sampled}, {how[result['projection']]}", fontsize=10)
     return fig, result
+
+
+#: Labels drawn in colour (the most frequent among the points plotted); the rest are grey.
+COLOURED_LABELS = 10
+
+#: The colour of the labels beyond :data:`COLOURED_LABELS`.
+OTHER_LABELS_GREY = "0.78"
+
+
+def _coloured_labels(names: np.ndarray, groups: list[str]) -> tuple[list[str], list[str]]:
+    """The labels drawn in colour (most points first, ties by name) and the others.
+
+    At most :data:`COLOURED_LABELS`, each with its own colour of matplotlib's default cycle
+    (ten distinct colours), so that no two labels share a colour at any number of labels.
+
+    Examples
+    --------
+    >>> _coloured_labels(np.array(["b", "a", "b", "c", ""]), ["a", "b", "c"])
+    (['b', 'a', 'c'], [])
+    """
+    counts = {g: int(np.count_nonzero(names == g)) for g in groups}
+    ranked = sorted(groups, key=lambda g: (-counts[g], g))
+    return ranked[:COLOURED_LABELS], ranked[COLOURED_LABELS:]
 
 
 def _left_out(n_left_out: int, n_empty: int | None) -> str:

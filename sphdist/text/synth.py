@@ -36,18 +36,22 @@ import os
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
-from numbers import Real
-from typing import Any
+from numbers import Integral, Real
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import scipy.sparse as sp
 
 from sphdist._progress import progress as _progress
-from sphdist._validation import Number, check_int, check_param
+from sphdist.core.params import Param, Range, validate
 from sphdist.errors import OutputExistsError, ParameterError
 from sphdist.io import atomic_path, committed, location, locks_output
-from sphdist.io.corpus_writer import CorpusWriter
-from sphdist.text.tfidf import TextOptions, document_frequency, smooth_idf, weight
+
+if TYPE_CHECKING:
+    from sphdist.text.tfidf import TextOptions
+
+# The corpus format's writer and weighting (zarr, dask, scikit-learn's vectorizers) are
+# imported where a corpus is written: ``sphdist synth --format jsonl`` imports none of them.
 
 __all__ = ["SynthSummary", "synth", "pseudo_words"]
 
@@ -77,7 +81,7 @@ def pseudo_words(n: int) -> np.ndarray:
     >>> pseudo_words(3).tolist()
     ['bla', 'ble', 'bli']
     """
-    n = check_int("n", n, 0)
+    n = _check_int("n", n, 0)
     base = len(_ONSETS) * len(_VOWELS)
     syllables = [c + v for c in _CONSONANTS for v in _VOWELS]
     words = []
@@ -172,8 +176,21 @@ class _Model:
         return labels, lengths, terms
 
 
+def _check(name: str, value: Any, interval: Range) -> Any:
+    """``value`` if it lies in ``interval`` (:func:`sphdist.core.params.validate`).
+
+    scikit-learn's words, without importing scikit-learn unless the value is refused.
+    """
+    validate({name: value}, "sphdist.text.synth", {name: Param(name, (interval,), None, "")})
+    return value
+
+
+def _check_int(name: str, value: Any, low: int) -> int:
+    return int(_check(name, value, Range(Integral, low, None, "left")))
+
+
 def _check_float(name: str, value: Any, low: float, high: float) -> float:
-    return float(check_param(name, value, Number(Real, low, high, closed="both")))
+    return float(_check(name, value, Range(Real, low, high, "both")))
 
 
 @locks_output("output")  # one writer per output, until the commit
@@ -272,15 +289,19 @@ def synth(
     >>> summary.n_docs, summary.format
     (3, 'jsonl')
     """
-    n_docs = check_int("n_docs", n_docs, 1)
-    n_topics = check_int("n_topics", n_topics, 1)
-    seed = check_int("seed", seed, 0)
-    doc_length = check_int("doc_length", doc_length, 1)
-    vocab_size = check_int("vocab_size", vocab_size, 1)
-    chunk_size = check_int("chunk_size", chunk_size, 1)
+    n_docs = _check_int("n_docs", n_docs, 1)
+    n_topics = _check_int("n_topics", n_topics, 1)
+    seed = _check_int("seed", seed, 0)
+    doc_length = _check_int("doc_length", doc_length, 1)
+    vocab_size = _check_int("vocab_size", vocab_size, 1)
+    chunk_size = _check_int("chunk_size", chunk_size, 1)
     if format not in FORMATS:
         raise ParameterError(f"format={format!r}: expected one of {list(FORMATS)}.")
-    options = TextOptions(vocabulary=bool(vocabulary), n_features=n_features)
+    options = None
+    if format == "corpus":
+        from sphdist.text.tfidf import TextOptions
+
+        options = TextOptions(vocabulary=bool(vocabulary), n_features=n_features)
     model = _Model(
         n_topics=n_topics, vocab_size=vocab_size, doc_length=doc_length,
         zipf_exponent=_check_float("zipf_exponent", zipf_exponent, 0.0, 5.0),
@@ -373,6 +394,9 @@ def _feature_map(words: np.ndarray, options: TextOptions) -> np.ndarray:
 
 def _write_corpus(output, model, words, chunks, width, label_width, options, overwrite,
                   progress):
+    from sphdist.io.corpus_writer import CorpusWriter
+    from sphdist.text.tfidf import document_frequency, smooth_idf, weight
+
     n = chunks[-1][2]
     v = model.vocab_size
     # pass 1: document frequencies, per term (vocabulary scheme) or per hashed feature

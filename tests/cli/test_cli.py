@@ -299,3 +299,192 @@ def test_ctrl_c_during_ingest_says_nothing_was_written(runner, source, tmp_path,
     assert ("is as it was" if overwrite else "does not exist") in line, line
     assert "Aborted" not in result.output
     assert sorted(p.name for p in out.parent.iterdir()) == before  # no staging left
+
+
+# -- issue 33 item 7, issue 31 items 5 and 9: terminal manners ---------------------------------
+
+
+@pytest.fixture
+def corpus(runner, source, tmp_path):
+    path = tmp_path / "c.zarr"
+    assert runner.invoke(main, ["ingest", str(source), "-o", str(path), *HASHED]).exit_code == 0
+    return path
+
+
+def test_quiet_and_debug_are_taken_after_the_command_too(runner, corpus, tmp_path):
+    args = ["-i", str(corpus), "-r", "2", "--max-iter", "2", "--tol", "0"]
+    loud = runner.invoke(main, ["fit", *args, "-o", str(tmp_path / "a.zarr")])
+    quiet = runner.invoke(main, ["fit", *args, "-o", str(tmp_path / "b.zarr"), "-q"])
+    assert loud.exit_code == quiet.exit_code == 0, quiet.output
+    assert "iter " in loud.stderr and "iter " not in quiet.stderr, quiet.stderr
+    assert quiet.stdout.startswith("wrote ")
+    result = runner.invoke(main, ["fit", "-i", str(tmp_path / "nope.zarr"), "--debug"])
+    assert result.exit_code == 1 and isinstance(result.exception, FileNotFoundError)
+    # where a command has a -q of its own (neighbors --query), --quiet is still taken
+    result = runner.invoke(main, ["neighbors", "--help"])
+    assert "-q, --query" in result.stdout and "--quiet" in result.stdout
+
+
+def test_n_workers_with_a_scheduler_address_is_a_usage_error(runner, corpus, tmp_path):
+    result = runner.invoke(main, ["fit", "-i", str(corpus), "-o", str(tmp_path / "m.zarr"),
+                                  "--n-workers", "2", "--scheduler-address",
+                                  "tcp://127.0.0.1:1"])
+    assert result.exit_code == 2, result.output
+    line = " ".join(result.stderr.split())
+    assert "--n-workers 2 starts a LocalCluster" in line and "tcp://127.0.0.1:1" in line
+    assert "leave out --scheduler-address" in line
+    assert not (tmp_path / "m.zarr").exists()
+    result = runner.invoke(main, ["fit", "-i", str(corpus), "--n-workers", "1"],
+                           env={"DASK_SCHEDULER_ADDRESS": "tcp://127.0.0.1:1"})
+    assert result.exit_code == 2 and "unset DASK_SCHEDULER_ADDRESS" in result.stderr
+
+
+def test_a_tls_scheduler_without_the_tls_files_names_them(runner, corpus, tmp_path):
+    result = runner.invoke(main, ["fit", "-i", str(corpus), "-o", str(tmp_path / "m.zarr"),
+                                  "-r", "2", "--scheduler-address", "tls://127.0.0.1:1"])
+    assert result.exit_code == 1, result.output
+    line = _error_line(result)
+    assert "tls://127.0.0.1:1" in line and "no TLS files" in line, line
+    for option in ("--tls-ca-file", "--tls-cert", "--tls-key"):
+        assert option in line, line
+
+
+@pytest.mark.parametrize(("value", "words"), [
+    ("1e400", "is not a size"), ("", "is not a size"), ("GiB", "is not a size"),
+    ("1e100", "more than any machine's memory"),
+])
+def test_a_memory_budget_that_is_no_size_is_a_usage_error(runner, tmp_path, value, words):
+    result = runner.invoke(main, ["fit", "-i", str(tmp_path / "c.zarr"), "--memory-budget",
+                                  value])
+    assert result.exit_code == 2, result.output
+    assert f"memory budget {value!r}" in result.stderr and words in result.stderr
+    assert "Traceback" not in result.output and result.exception.__class__ is SystemExit
+
+
+@pytest.mark.parametrize("words", [[], ["plot"]], ids=["sphdist", "plot"])
+def test_the_help_gives_each_command_its_whole_first_sentence(runner, words):
+    result = runner.invoke(main, [*words, "--help"], terminal_width=80)
+    commands = result.stdout.partition("Commands:")[2]
+    assert "..." not in commands, commands  # click cut them at the width of the terminal
+    text = " ".join(commands.split())
+    group = main.commands[words[0]] if words else main
+    for name, command in group.commands.items():
+        sentence = command.get_short_help_str(limit=10_000)
+        assert f"{name} {sentence}" in text, (name, sentence)
+
+
+def test_info_wraps_and_caps_many_label_counts(runner, tmp_path):
+    import numpy as np
+
+    from sphdist.cli.inspect import SHOWN_LABELS
+    from sphdist.io.corpus_writer import CorpusWriter
+
+    from ..reference import random_corpus
+
+    names, n = [f"module_{i:03d}" for i in range(180)], 360
+    with CorpusWriter(tmp_path / "c.zarr", n_features=8, feature_scheme={"type": "hashing"},
+                      label_names=names) as w:
+        w.write_chunk(random_corpus(8, n, seed=1), [str(j) for j in range(n)], np.arange(n) % 180)
+        w.commit(idf=np.ones(8))
+    result = runner.invoke(main, ["info", str(tmp_path / "c.zarr")], terminal_width=100)
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("  labels "))
+    block = lines[start:]
+    assert len(block) > 2 and all(len(line) <= 100 for line in block[:-1]), block
+    assert sum(line.count("module_") for line in block) == SHOWN_LABELS
+    assert "180 labels" in block[0] and "160 more labels" in block[-1]
+    assert "--json` lists them all" in block[-1]
+    report = json.loads(runner.invoke(main, ["info", str(tmp_path / "c.zarr"), "--json"]).stdout)
+    assert len(report["labels"]) == 180
+
+
+def test_a_closed_pipe_ends_quietly(corpus):
+    """`sphdist info c.zarr | head -0`: no Error line, no traceback, the shell's status 141."""
+    import subprocess
+    import sys
+
+    from sphdist.cli._common import CLOSED_PIPE_STATUS
+
+    code = "from sphdist.cli import main; main(prog_name='sphdist')"
+    proc = subprocess.Popen([sys.executable, "-c", code, "info", str(corpus)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc.stdout.close()  # the reader is gone before the first line is written
+    _, err = proc.communicate(timeout=120)
+    assert err == b"", err.decode()
+    assert proc.returncode == CLOSED_PIPE_STATUS == 141
+
+
+# -- issue 33 item 6: numbers that agree, and are explained -------------------------------------
+
+
+def test_fit_and_info_report_one_seconds_per_iteration_each_under_its_own_name(
+    runner, corpus, tmp_path
+):
+    model = tmp_path / "m.zarr"
+    fit = json.loads(runner.invoke(main, [
+        "fit", "-i", str(corpus), "-o", str(model), "-r", "2", "--max-iter", "3", "--tol", "0",
+        "--json"]).stdout)
+    info = json.loads(runner.invoke(main, ["info", str(model), "--json"]).stdout)
+    assert "seconds_per_iteration" not in info  # info cannot know the wall time of the run
+    assert fit["solver_seconds_per_iteration"] == info["solver_seconds_per_iteration"] > 0
+    assert fit["seconds_per_iteration"] >= fit["solver_seconds_per_iteration"]
+    text = runner.invoke(main, ["info", str(model)]).stdout
+    assert f"{info['solver_seconds_per_iteration']:.3g} s/iteration solving" in text
+
+
+def test_evaluate_says_why_the_knn_accuracy_is_not_scored(runner, corpus, source, tmp_path):
+    model = tmp_path / "m.zarr"
+    assert runner.invoke(main, ["fit", "-i", str(corpus), "-o", str(model), "-r", "2",
+                                "--max-iter", "2"]).exit_code == 0
+    result = runner.invoke(main, ["evaluate", "-m", str(model)])  # 6 documents, 3 folds
+    assert result.exit_code == 0, result.output
+    assert "10-NN accuracy -" in result.stdout
+    assert ("10-NN accuracy not scored: --knn-k 10 is more than the 4 documents of a training "
+            "fold; choose k <= 4.") in result.stdout, result.stdout
+    report = json.loads(runner.invoke(main, ["evaluate", "-m", str(model), "--json"]).stdout)
+    assert report["knn_accuracy"] is None and report["knn_reason"].startswith("--knn-k 10 is")
+    assert json.loads(runner.invoke(main, ["evaluate", "-m", str(model), "--knn-k", "3",
+                                           "--json"]).stdout)["knn_accuracy"] is not None
+    # a label of a single document: no stratified fold
+    (source / "autos").mkdir()
+    (source / "autos" / "0.txt").write_text("the engine of the car")
+    single, m1 = tmp_path / "c1.zarr", tmp_path / "m1.zarr"
+    assert runner.invoke(main, ["ingest", str(source), "-o", str(single), *HASHED]).exit_code == 0
+    assert runner.invoke(main, ["fit", "-i", str(single), "-o", str(m1), "-r", "2",
+                                "--max-iter", "2"]).exit_code == 0
+    result = runner.invoke(main, ["evaluate", "-m", str(m1), "--knn-k", "1"])
+    assert "1-NN accuracy not scored: label 'autos' has a single document" in result.stdout
+
+
+@pytest.mark.slow
+@pytest.mark.cluster
+def test_ctrl_c_during_a_fit_on_worker_processes_prints_one_line(corpus, tmp_path):
+    """Issue 31 item 6: Ctrl-C at a terminal reaches the whole process group; the workers'
+    KeyboardInterrupt tracebacks (about 75 lines) came before the one Error: line."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    code = "from sphdist.cli import main; main(prog_name='sphdist')"
+    err = tmp_path / "err.txt"
+    with open(err, "w") as stderr:
+        proc = subprocess.Popen(
+            [sys.executable, "-c", code, "fit", "-i", str(corpus), "-o",
+             str(tmp_path / "m.zarr"), "-r", "2", "--max-iter", "100000", "--tol", "0",
+             "--n-workers", "1", "--insecure-local-cluster"],
+            stdout=subprocess.DEVNULL, stderr=stderr, start_new_session=True,
+            env={k: v for k, v in os.environ.items() if k != "DASK_SCHEDULER_ADDRESS"})
+        deadline = time.monotonic() + 240
+        while "iter    2" not in err.read_text() and proc.poll() is None:
+            assert time.monotonic() < deadline, err.read_text()
+            time.sleep(0.2)
+        os.killpg(proc.pid, signal.SIGINT)  # as a terminal's Ctrl-C: the whole group
+        assert proc.wait(timeout=120) == 1
+    text = err.read_text()
+    assert "Traceback" not in text and "KeyboardInterrupt" not in text, text
+    lines = [line for line in text.splitlines() if not line.startswith("iter ")]
+    assert lines[-1].startswith("Error: the fit was interrupted (Ctrl-C)"), text
+    assert len(lines) <= 4, lines  # where it runs, the memory line, the Error: line

@@ -166,3 +166,13 @@ def test_public_names_are_those_of_before():
     assert set(sphdist.__all__) <= set(namespace)
     with pytest.raises(AttributeError, match="has no attribute 'NotAThing'"):
         sphdist.NotAThing  # noqa: B018
+
+
+def test_synth_of_json_lines_imports_no_scikit_learn(tmp_path):
+    """Issue 33 item 10: `sphdist synth` imported scikit-learn (4.6 s of 0.1 s of work)."""
+    report, result = _run(_PROBE, "synth", "--n-docs", "20", "--n-topics", "2", "-o",
+                          str(tmp_path / "s.jsonl"))
+    assert report["code"] == 0, result.stderr
+    assert (tmp_path / "s.jsonl").stat().st_size > 0
+    assert "sklearn" not in report["heavy"] and "zarr" not in report["heavy"], report
+    assert "distributed" not in report["heavy"], report

@@ -273,3 +273,56 @@ def test_a_long_fit_has_no_marker_on_each_point_and_a_short_one_has(nine):
     assert long and all(m in ("None", "", " ", None) for m in long.values()), long
     short = markers(convergence_figure(nine))
     assert short and all(m not in ("None", "", " ", None) for m in short.values()), short
+
+
+# -- issue 33 item 8: readable at 5, 20 and 200 labels, every drawn label in the legend --------
+
+
+@pytest.mark.parametrize("n_labels", [5, 20, 200])
+def test_the_legend_is_readable_at_any_number_of_labels(tmp_path, n_labels):
+    """The most frequent labels (at most 10) each in a colour of their own and in the legend
+    (names starting with "_", which matplotlib drops from a legend it collects, included);
+    the rest grey and counted in one entry; the figure the same size at 5 and at 200."""
+    from matplotlib.collections import PathCollection
+    from matplotlib.colors import to_hex
+
+    from sphdist.jobs.plotting import COLOURED_LABELS, OTHER_LABELS_GREY, plot_embedding
+
+    n = 600
+    names = [f"_private{i}" if i % 3 == 0 else f"label{i:03d}" for i in range(n_labels)]
+    codes = np.random.default_rng(1).integers(0, n_labels, size=n)
+    path = tmp_path / f"c{n_labels}.zarr"
+    with CorpusWriter(path, n_features=M, feature_scheme={"type": "hashing"},
+                      label_names=names) as w:
+        w.write_chunk(random_corpus(M, n, seed=6), [str(j) for j in range(n)], codes)
+        w.commit(idf=np.ones(M))
+    model = fit_corpus(path, tmp_path / "m.zarr", n_components=3, max_iter=2, tol=0,
+                       callback=None, checkpoint_every=100)
+    from sphdist.jobs.plotting import embedding_figure
+
+    fig, report = embedding_figure(model.path, tmp_path / "e.png", max_points=n)
+    _drawn(fig)
+    (ax,) = fig.axes
+    texts = [t.get_text() for t in ax.get_legend().get_texts()]
+    coloured, n_other = report["labels_coloured"], report["n_other_labels"]
+    assert len(coloured) == min(n_labels, COLOURED_LABELS)
+    assert texts[:len(coloured)] == coloured
+    assert any(x.startswith("_") for x in coloured)
+    if n_labels > COLOURED_LABELS:
+        # the labels of the points plotted (some of 200 labels of 3 documents have none)
+        assert 0.8 * (n_labels - COLOURED_LABELS) <= n_other <= n_labels - COLOURED_LABELS
+        assert texts[len(coloured):] == [f"{n_other} other labels"]
+    else:
+        assert n_other == 0 and texts[len(coloured):] == []
+    # every label drawn in colour is in the legend, each colour once, the largest first
+    points = [c for c in ax.collections if isinstance(c, PathCollection)]
+    assert sum(c.get_offsets().shape[0] for c in points) == report["n_points"]
+    grey = to_hex(OTHER_LABELS_GREY)
+    drawn = [c for c in points if to_hex(c.get_facecolor()[0], keep_alpha=False) != grey]
+    colours = [to_hex(c.get_facecolor()[0], keep_alpha=False) for c in drawn]
+    assert len(drawn) == len(set(colours)) == len(coloured)
+    sizes = [c.get_offsets().shape[0] for c in drawn]
+    assert sizes == sorted(sizes, reverse=True)
+    out = plot_embedding(model.path, tmp_path / "e.png", max_points=n)["output"]
+    height, width = imread(out).shape[:2]
+    assert height < 900 and width < 1400, (height, width)  # 180 labels made 916 x 3585
