@@ -36,7 +36,7 @@ from sphdist.errors import (
     OutputExistsError,
     ParameterError,
 )
-from sphdist.io import atomic_path, exists, location, locks_output
+from sphdist.io import absolute, atomic_path, exists, location, locks_output
 from sphdist.io.index import index_kind, open_index, write_index
 from sphdist.io.model import Model, open_model
 from sphdist.jobs.embedding import EmbeddingSource, open_embedding_source
@@ -86,8 +86,9 @@ def default_index_path(model: str | os.PathLike[str], input: str | os.PathLike[s
 
 
 def _record(fitted: Model, source: EmbeddingSource, input: Any) -> tuple[dict, dict]:
-    model = {"path": str(fitted.path), "u_sha256": fitted.fingerprint}
-    where = str(location(input)) if source.origin == "embedding" and input is not None else None
+    # absolute: the remedies that name them are read from any directory
+    model = {"path": absolute(fitted.path), "u_sha256": fitted.fingerprint}
+    where = absolute(input) if source.origin == "embedding" and input is not None else None
     return model, {"origin": source.origin, "path": where, "n_documents": source.n_documents}
 
 
