@@ -1,4 +1,4 @@
-"""What an output may replace, and where it may be (issue 31, item 7).
+"""What an output may replace, and where it may be (issue 31, items 1, 2 and 7).
 
 ``--overwrite`` replaces an output of the same kind only: never an input of the same command,
 never a store of another kind, a directory or a file sphdist did not write as that kind; an
@@ -21,6 +21,9 @@ import pytest
 from click.testing import CliRunner
 
 from sphdist.cli import main
+from sphdist.io._fs import filesystem
+
+from ._s3 import clear_s3fs_cache
 
 SPHDIST = str(Path(sys.executable).with_name("sphdist"))
 
@@ -83,7 +86,151 @@ def _refused(result, *needles):
     return lines[0]
 
 
+SYNTH = ("synth", "--n-docs", 10, "--n-topics", 2, "--vocab-size", 20)
+
+# item 1: an input of the same command is never replaced
+AN_INPUT = [
+    ("ingest", "in/good.jsonl", "-o", "in/good.jsonl", "--overwrite"),
+    ("transform", "-m", "m.zarr", "-i", "c.zarr", "-o", "m.zarr", "--overwrite"),
+    ("transform", "-m", "m.zarr", "-i", "c.zarr", "-o", "c.zarr", "--overwrite"),
+    ("export", "-m", "m.zarr", "-o", "m.zarr", "--overwrite"),
+    ("index", "-m", "m.zarr", "-o", "m.zarr", "--overwrite"),
+    ("fit", "-i", "c.zarr", "-o", "c.zarr", "-r", 2, "--overwrite"),
+    ("neighbors", "-m", "m.zarr", "-i", "e.zarr", "--all", "-o", "e.zarr", "--overwrite"),
+    ("plot", "convergence", "-m", "m.zarr", "-o", "m.zarr"),
+]
+
+
+@pytest.mark.parametrize("args", AN_INPUT, ids=lambda a: " ".join(map(str, a)))
+def test_an_input_is_never_the_output(here, args):
+    before = _tree(here)
+    output = args[args.index("-o") + 1]
+    line = _refused(_cli(*args), f"{output} is also an input of this command",
+                    "To resolve this, choose another --output, e.g. --output ")
+    suggested = line.rsplit("--output ", 1)[1].rstrip(".")
+    assert not os.path.exists(suggested)  # the suggestion is free
+    assert _tree(here) == before
+
+
+# item 1: a store (or file) of another kind is never replaced; how to remove it by hand
+ANOTHER_KIND = [
+    (("export", "-m", "m.zarr", "-o", "c.zarr", "--overwrite"), "a sphdist corpus, not a file"),
+    (("export", "-m", "m.zarr", "-o", "i.zarr", "--overwrite"), "a sphdist index, not a file"),
+    (("index", "-m", "m.zarr", "-o", "c.zarr", "--overwrite"),
+     "a sphdist corpus, not a sphdist index"),
+    ((*SYNTH, "--format", "corpus", "-o", "m.zarr", "--overwrite"),
+     "a sphdist model, not a sphdist corpus"),
+    ((*SYNTH, "--format", "jsonl", "-o", "c.zarr", "--overwrite"),
+     "a sphdist corpus, not a file"),
+    (("ingest", "in/good.jsonl", "-o", "m.zarr", "--overwrite"),
+     "a sphdist model, not a sphdist corpus"),
+    (("fit", "-i", "c.zarr", "-o", "e.zarr", "-r", 2, "--overwrite"),
+     "a sphdist embedding, not a sphdist model"),
+    (("transform", "-m", "m.zarr", "-i", "c.zarr", "-o", "i.zarr", "--overwrite"),
+     "a sphdist index, not a sphdist embedding"),
+    (("transform", "-m", "m.zarr", "-i", "c.zarr", "-o", "in", "--overwrite"),
+     "a directory, not a sphdist embedding"),
+    (("transform", "-m", "m.zarr", "-i", "c.zarr", "-o", "in/good.jsonl", "--overwrite"),
+     "a file, not a sphdist embedding"),
+    (("neighbors", "-m", "m.zarr", "--all", "-o", "e.zarr", "--overwrite"),
+     "a sphdist embedding, not a file"),
+    (("plot", "embedding", "-m", "m.zarr", "-o", "i.zarr"), "a sphdist index, not a file"),
+]
+
+
+@pytest.mark.parametrize("args,what", ANOTHER_KIND, ids=lambda a: " ".join(map(str, a)))
+def test_overwrite_replaces_only_the_same_kind(here, args, what):
+    before = _tree(here)
+    output = args[args.index("-o") + 1]
+    rm = f"`rm {'' if what.startswith('a file') else '-r '}{output}`"
+    _refused(_cli(*args), f"{output} is {what}", "only", "remove it by hand first: " + rm)
+    assert _tree(here) == before
+
+
+def test_overwrite_still_replaces_the_same_kind(here, tmp_path):
+    out = tmp_path / "e.zarr"
+    _ok("transform", "-m", "m.zarr", "-i", "c.zarr", "-o", out)
+    first = (out / "zarr.json").stat().st_ino
+    _ok("transform", "-m", "m.zarr", "-i", "c.zarr", "-o", out, "--overwrite")
+    assert (out / "zarr.json").stat().st_ino != first  # a new version was committed
+    table = tmp_path / "x.parquet"
+    _ok("export", "-m", "m.zarr", "-o", table)
+    _ok("export", "-m", "m.zarr", "-o", table, "--overwrite")
+    assert table.is_file()
+
+
+@pytest.mark.parametrize("suffix", [".lock", ".lock.json", ".old", ".scratch", ".tmp-0a1b2c"])
+def test_an_output_at_another_outputs_lock_or_staging_name_is_refused(here, tmp_path, suffix):
+    out = tmp_path / "fx" / f"m.zarr{suffix}"
+    _refused(_cli("fit", "-i", "c.zarr", "-o", out, "-r", 2), str(out), "another name")
+    assert not (tmp_path / "fx").exists()  # not even a lock file was made
+
+
+# item 2: an output inside, or around, an input or another store
+NESTED = [
+    (("fit", "-i", "c.zarr", "-o", "c.zarr/X/new.zarr", "-r", 2),
+     "c.zarr/X/new.zarr is inside c.zarr, an input of this command"),
+    (("ingest", "in/good.jsonl", "-o", "c.zarr/X/new.zarr"),
+     "c.zarr/X/new.zarr is inside c.zarr, a zarr store (a sphdist corpus)"),
+    (("transform", "-m", "m.zarr", "-i", "c.zarr", "-o", "i.zarr/e.zarr"),
+     "i.zarr/e.zarr is inside i.zarr, a zarr store (a sphdist index)"),
+    (("ingest", "in", "-o", "in/c.zarr"), "in/c.zarr is inside in, an input of this command"),
+    (("export", "-m", "m.zarr", "-o", "m.zarr/U/x.parquet"),
+     "m.zarr/U/x.parquet is inside m.zarr, an input of this command"),
+]
+
+
+@pytest.mark.parametrize("args,said", NESTED, ids=lambda a: " ".join(map(str, a)))
+def test_an_output_inside_an_input_or_a_store_is_refused(here, args, said):
+    before = _tree(here)
+    _refused(_cli(*args), said, "choose an --output outside it")
+    assert _tree(here) == before  # nothing made inside the store, no lock file
+
+
+def test_an_output_containing_an_input_is_refused(tmp_path, stores, monkeypatch):
+    shutil.copytree(stores / "c.zarr", tmp_path / "data" / "c.zarr")
+    monkeypatch.chdir(tmp_path)
+    before = _tree(tmp_path)
+    _refused(_cli("fit", "-i", "data/c.zarr", "-o", "data", "-r", 2, "--overwrite"),
+             "data contains data/c.zarr, an input of this command")
+    assert _tree(tmp_path) == before
+
+
+# item 2 on S3, and a store of another kind in a bucket
+def test_nesting_and_kinds_in_a_bucket(s3_env, stores):
+    corpus = f"{s3_env.url}/c.zarr"
+    fs, inner = filesystem(corpus)
+    fs.put(str(stores / "c.zarr"), inner, recursive=True)
+    clear_s3fs_cache()
+    listed = sorted(fs.find(s3_env.bucket))
+    for args, said in (
+        (("fit", "-i", stores / "c.zarr", "-o", f"{corpus}/X/m.zarr", "-r", 2),
+         f"{corpus}/X/m.zarr is inside {corpus}, a zarr store (a sphdist corpus)"),
+        (("fit", "-i", corpus, "-o", f"{corpus}/X/m.zarr", "-r", 2),
+         f"{corpus}/X/m.zarr is inside {corpus}, an input of this command"),
+        (("fit", "-i", corpus, "-o", corpus, "-r", 2, "--overwrite"),
+         f"{corpus} is also an input of this command"),
+        (("fit", "-i", stores / "c.zarr", "-o", corpus, "-r", 2, "--overwrite"),
+         f"{corpus} is a sphdist corpus, not a sphdist model"),
+    ):
+        line = _refused(_cli(*args), said)
+        if "not a sphdist model" in said:
+            assert f"`aws s3 rm --recursive {corpus}`" in line
+    fs.invalidate_cache()
+    assert sorted(fs.find(s3_env.bucket)) == listed  # no lease, no version, nothing written
+
+
 # item 7: messages that said something else
+def test_an_unwritable_output_is_not_reported_as_locked(here):
+    if not os.path.isdir("/proc/self"):
+        pytest.skip("needs /proc")
+    _refused(_cli("fit", "-i", "c.zarr", "-o", "/proc/c.zarr", "-r", 2),
+             "/proc/c.zarr: no output can be written there", "/proc/c.zarr.lock",
+             "No such file or directory")
+    result = _cli("fit", "-i", "c.zarr", "-o", "/proc/c.zarr", "-r", 2)
+    assert "being written by" not in result.output
+
+
 def test_info_describes_an_index(here):
     result = _ok("info", "i.zarr")
     assert "i.zarr: index" in result.output and "not a sphdist corpus" not in result.output

@@ -96,7 +96,7 @@ def _skip(source: EmbeddingSource) -> np.ndarray | None:
     return None if source.degenerate is None else np.asarray(source.degenerate, dtype=bool)
 
 
-@locks_output("output")
+@locks_output("output", kind="index", inputs=("model", "input"))
 def build_index(
     model: str | os.PathLike[str], output: str | os.PathLike[str], *,
     input: str | os.PathLike[str] | None = None, kind: str = "auto", nlist: int | None = None,
@@ -461,7 +461,7 @@ def write_hits(
             "n_rows": len(next(iter(columns.values()), []))}
 
 
-@locks_output("output")
+@locks_output("output", kind="file", inputs=("model", "input", "index"))
 def knn_graph(
     model: str | os.PathLike[str], output: str | os.PathLike[str], *, k: int = 10,
     input: str | os.PathLike[str] | None = None, index: str | os.PathLike[str] | None = None,
@@ -689,7 +689,7 @@ def query_neighbors(
     return report
 
 
-@locks_output("output")
+@locks_output("output", kind="file", inputs=("model", "input", "index"))
 def batch_neighbors(
     model: str | os.PathLike[str], output: str | os.PathLike[str], *, queries: list[str],
     ids: bool = False, k: int = 10, include_self: bool = False,
