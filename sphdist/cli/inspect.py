@@ -66,6 +66,15 @@ def _print(info: dict[str, Any]) -> None:
         click.echo(f"  ||dV||_F       {_history(info['v_step_norm'])}")
         click.echo(f"  corpus         {info['corpus'].get('path')}")
         click.echo(f"  feature scheme {info['corpus'].get('feature_scheme')}")
+    elif kind == "index":
+        record = info["index"]
+        click.echo(f"  index          {record.get('kind')}, nlist {record.get('nlist')}, "
+                   f"nprobe {record.get('nprobe')}, {record.get('n_indexed')} of "
+                   f"{plural(int(record.get('n_documents') or 0), 'document')} indexed, "
+                   f"{record.get('n_components')} components")
+        click.echo(f"  model          {info['model'].get('path')}")
+        click.echo(f"  documents      {info['source'].get('path') or 'the training corpus'}")
+        return
     else:
         r, n = info["shape"]
         click.echo(f"  shape          {plural(r, 'component')} x {plural(n, 'document')}")
@@ -123,7 +132,7 @@ def _label_lines(labels: dict[str, int] | None, path: str) -> list[str]:
                    "component of U, apart (vocabulary-mode corpora).")
 @json_option()
 def info(path: Path | None, model: Path | None, top_terms: int | None, as_json: bool) -> None:
-    """Describe a corpus.zarr, model.zarr or embedding.zarr (PATH, or --model)."""
+    """Describe a corpus.zarr, model.zarr, embedding.zarr or index.zarr (PATH, or --model)."""
     from sphdist.jobs.info import TOP_TERMS_BASIS, describe
     from sphdist.jobs.info import top_terms as list_top_terms
 

@@ -41,7 +41,11 @@ once; callers never ask where a path lives. Both implement :class:`Target`:
 
 One writer: :func:`open_output` holds the output's lock for a block and gives an
 :class:`Output`, through which the writer stages, commits and cleans up; :func:`locks_output`
-does the same for a function that writes one output. This is the only module that knows the
+does the same for a function that writes one output. Given what it writes (``kind``) and what
+the command reads (``inputs``), :func:`open_output` applies the output policy once: an output
+is never an input of the same command, never inside or around an input or another store,
+never at another output's lock, staging or previous-version name, and replaces (with
+``--overwrite``) only what is of its own kind. This is the only module that knows the
 names of the staging trees, of the previous version and of a writer's scratch directory
 (``<target>.scratch``). Single files (plots, exports, reports) are written with
 :func:`atomic_path`.
@@ -50,18 +54,20 @@ names of the staging trees, of the previous version and of a writer's scratch di
 from __future__ import annotations
 
 import contextlib
+import fnmatch
 import functools
 import inspect
 import json
 import logging
 import os
+import re
 import shutil
 import uuid
-from collections.abc import Callable, Hashable, Iterator
+from collections.abc import Callable, Hashable, Iterable, Iterator
 from pathlib import Path
 from typing import Any, NamedTuple, Protocol, TypeVar
 
-from sphdist.errors import Interrupted, ParameterError
+from sphdist.errors import Interrupted, OutputExistsError, OutputLockedError, ParameterError
 from sphdist.io import _lock
 from sphdist.io._fs import (
     filesystem,
@@ -69,6 +75,7 @@ from sphdist.io._fs import (
     is_storage_failure,
     location,
     protocol_of,
+    removal_command,
     replace_file,
     storage_error,
 )
@@ -78,6 +85,7 @@ __all__ = [
     "output_lock", "locks_output", "lock_holder", "CommitState", "commit_state",
     "readable_path", "committed", "commit_identity", "staging_path", "discard", "atomic_path",
     "fsync_tree", "MANIFEST", "exists", "open_file", "load_array", "remove",
+    "check_output_place", "check_output_kind", "found_at",
 ]
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -209,6 +217,30 @@ def _named(target: Path) -> None:
             f"directory to write into). To resolve this, name the output in it, e.g. "
             f"--output {Path(target) / 'model.zarr'}."
         )
+
+
+def _creatable(target: Any, lock: Path) -> None:
+    """Raise ParameterError if the lock file ``lock`` of ``target`` cannot be created.
+
+    ``flock`` refused looks the same as a lock file that cannot be made (``/proc``, a
+    directory that does not accept files): a lock file that is not there, or that can be
+    opened now, means no writer holds it, and the OS's reason is said instead.
+    """
+    if os.path.lexists(lock):
+        return  # a holder's lock file: the refusal names it
+    try:
+        fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+    except FileExistsError:
+        return  # another writer made it meanwhile
+    except OSError as exc:
+        raise ParameterError(
+            f"{target}: no output can be written there: its lock file {lock} cannot be created "
+            f"([Errno {exc.errno}] {exc.strerror}). To resolve this, choose an --output in a "
+            f"directory you may write to, e.g. --output {_elsewhere(target, 'file', '')}."
+        ) from None
+    os.close(fd)
+    with contextlib.suppress(OSError):
+        os.unlink(lock)
 
 
 def fsync_tree(root: str | os.PathLike[str]) -> None:
@@ -354,12 +386,19 @@ class PosixTarget:
         ------
         ParameterError
             If ``target`` names no entry of its own (``.``, ``..``, ``/``): an output is
-            written beside its siblings and renamed into place, so it must have a name.
+            written beside its siblings and renamed into place, so it must have a name. Also
+            if its lock file cannot be created there (``/proc``): the OS's reason, not a
+            holder.
         OutputLockedError
             If another writer holds it.
         """
         _named(self.path)
-        return _lock.FileHold(self.path, self._lock_path())
+        lock = self._lock_path()
+        try:
+            return _lock.FileHold(self.path, lock)
+        except OutputLockedError:
+            _creatable(self.path, lock)  # no holder: the lock file cannot be made there
+            raise
 
     def holder(self) -> dict[str, Any] | None:
         """The record in ``<target>.lock.json``."""
@@ -782,18 +821,34 @@ class Output:
 
 
 @contextlib.contextmanager
-def open_output(path: str | os.PathLike[str] | Target) -> Iterator[Output]:
+def open_output(
+    path: str | os.PathLike[str] | Target, *, kind: str | None = None,
+    inputs: Iterable[Any] = (),
+) -> Iterator[Output]:
     """Hold the output ``path`` for a writer: its lock for the block, staging and commit.
 
     Not reentrant: a second hold of the same output, in this process or another, is refused.
     Released on exit whatever happens; the kernel releases an ``flock`` if the process dies,
     and a lease expires.
 
+    With ``kind``, the output policy is applied once, here (:func:`check_output_place` before
+    the lock is taken, so nothing is created inside what is refused, and
+    :func:`check_output_kind` under it): an output is never an input of the same command,
+    never inside or around an input or another store, never at a name sphdist keeps for
+    another output (``.lock``, ``.old``...), and what is there already is replaced only if it
+    is of the same kind.
+
     Parameters
     ----------
     path : path-like or Target
         The output (file or directory), existing or not. A local parent directory is created
         if missing (as a writer would).
+    kind : {"corpus", "model", "embedding", "index", "file"}, optional
+        What the writer writes (``"file"``: one file, an export, a table, a figure). Default:
+        no policy (a caller that checked already).
+    inputs : iterable of path-like, optional
+        What the same command reads (None entries are skipped; a glob pattern counts for the
+        paths it matches).
 
     Yields
     ------
@@ -807,14 +862,294 @@ def open_output(path: str | os.PathLike[str] | Target) -> Iterator[Output]:
     OSError
         If the lock file cannot be created (a read-only or missing location).
     ParameterError
-        If ``path`` names no entry of its own (``.``, ``..``, ``/``).
+        If ``path`` names no entry of its own (``.``, ``..``, ``/``), or is refused by
+        :func:`check_output_place`.
+    OutputExistsError
+        If something of another kind is at ``path`` (:func:`check_output_kind`).
     """
     target = open_target(path)
+    if kind is not None:
+        check_output_place(target.path, kind, inputs)
     hold = target.lock()
     try:
+        if kind is not None:
+            check_output_kind(target, kind)
         yield Output(target, hold)
     finally:
         hold.release()
+
+
+# -- the output policy: what an output may be, where, and what it may replace ----------------
+
+#: What sphdist keeps beside an output ``X`` (``X.lock``, ``X.lock.json``, ``X.old``,
+#: ``X.scratch``, ``X.tmp-<random>``...): an output is never named so.
+_COMPANIONS = {".lock.json": "lock record", ".lock": "lock",
+               ".old": "previous version (during a commit)", ".scratch": "temporary arrays"}
+
+#: The kinds of output, in messages: what it is, and what writes it.
+_KINDS = {
+    "corpus": ("a sphdist corpus", "sphdist ingest` or `sphdist synth", "corpus.zarr"),
+    "model": ("a sphdist model", "sphdist fit", "model.zarr"),
+    "embedding": ("a sphdist embedding", "sphdist transform", "embedding.zarr"),
+    "index": ("a sphdist index", "sphdist index", "index.zarr"),
+    "file": ("a file", "", ""),
+}
+
+
+def _key(path: Any) -> str:
+    """``path`` as comparable text: a resolved local path, or ``protocol://bucket/key``."""
+    protocol = protocol_of(path)
+    if protocol is None:
+        return os.path.realpath(os.fspath(path))
+    if protocol in ("file", "local"):
+        return os.path.realpath(location(path).path)
+    rest = re.sub("/+", "/", str(path).split("://", 1)[1]).strip("/")
+    return f"{'s3' if protocol == 's3a' else protocol}://{rest}"
+
+
+def _within(inner: str, outer: str) -> bool:
+    """Whether the key ``inner`` is strictly below the key ``outer``."""
+    return inner.startswith(outer.rstrip("/") + "/")
+
+
+def _input_keys(inputs: Iterable[Any]) -> list[tuple[str, str]]:
+    """(key, as named) of each input; an object with ``paths`` (a source spec) gives those."""
+    found: list[tuple[str, str]] = []
+    for item in inputs:
+        if item is None:
+            continue
+        paths = getattr(item, "paths", item)
+        one_path = isinstance(paths, str | os.PathLike) or hasattr(paths, "protocol")  # a UPath
+        items = [paths] if one_path else list(paths) if isinstance(paths, list | tuple) else []
+        for one in items:
+            if isinstance(one, str | os.PathLike) or hasattr(one, "protocol"):
+                found.append((_key(one), str(one)))  # not a path (an array): nothing to nest
+    return found
+
+
+def _stores_above(key: str) -> Iterator[str]:
+    """The keys of the zarr nodes (a ``zarr.json`` there) above the key ``key``, nearest first."""
+    protocol, _, rest = key.rpartition("://")
+    parts = rest.split("/")
+    for i in range(len(parts) - 1, 0, -1):
+        above = "/".join(parts[:i]) or "/"
+        if protocol:
+            try:
+                fs, inner = filesystem(f"{protocol}://{above}/{MANIFEST}")
+                present = bool(fs.exists(inner))
+            except Exception as exc:
+                if not is_storage_failure(exc):
+                    raise
+                raise storage_error(f"{protocol}://{above}", exc) from None
+        else:
+            present = os.path.isfile(os.path.join(above, MANIFEST))
+        if present:
+            yield f"{protocol}://{above}" if protocol else above
+
+
+def _named_as(path: Any, key: str) -> str:
+    """``key`` written as the user wrote ``path`` (relative stays relative where it can)."""
+    if protocol_of(path) is not None:
+        return key
+    text = os.fspath(path)
+    return key if os.path.isabs(text) else os.path.relpath(key)
+
+
+def _elsewhere(path: Any, kind: str, beside: str, taken: Iterable[str] = ()) -> str:
+    """Another output to suggest: the kind's usual name, or ``<stem>-2<suffix>``, in ``beside``."""
+    name = location(path).name
+    stem, dot, suffix = name.partition(".")
+    candidates = [_KINDS[kind][2] or (name if beside != str(location(path).parent) else ""),
+                  f"{stem}-2{dot}{suffix}", f"{stem}-new{dot}{suffix}"]
+    taken = set(taken)
+    for candidate in filter(None, candidates):
+        other = (beside.rstrip("/") + "/" + candidate if "://" in beside
+                 else candidate if beside in ("", ".") else os.path.join(beside, candidate))
+        if _key(other) not in taken and not exists(other):
+            return other
+    return beside.rstrip("/") + "/" + f"{stem}-{uuid.uuid4().hex[:6]}{dot}{suffix}"
+
+
+def check_output_place(
+    path: str | os.PathLike[str], kind: str, inputs: Iterable[Any] = (),
+) -> None:
+    """Refuse an output that is an input, nests with an input or a store, or is a companion.
+
+    Looks only at names: whether a parent of ``path`` holds a ``zarr.json`` (is a store), and
+    whether a name it suggests is free. Writes nothing, so a refused output leaves no lock
+    file (or lease) behind.
+
+    Parameters
+    ----------
+    path : path-like
+        The output.
+    kind : str
+        What is written there (see :func:`open_output`).
+    inputs : iterable of path-like
+        What the same command reads.
+
+    Raises
+    ------
+    ParameterError
+        If ``path`` names a companion of another output (``X.lock``, ``X.lock.json``,
+        ``X.old``, ``X.scratch``, ``X.tmp-...``); is an input of the command, or inside or
+        around one; or is inside a zarr store (a corpus, model...), whose next commit would
+        remove it. The message names both paths and another output to choose.
+    StorageError
+        If the object store fails while its parents are looked at.
+    """
+    name = location(path).name
+    for suffix in _COMPANIONS:
+        if name.endswith(suffix) and len(name) > len(suffix):
+            base = location(path).with_name(name[: -len(suffix)])
+            raise ParameterError(
+                f"{path}: a name ending in {suffix} is where sphdist keeps the "
+                f"{_COMPANIONS[suffix]} of another output, {base}; writing there would break "
+                f"that output's commits. To resolve this, choose another name, e.g. --output "
+                f"{_elsewhere(base, kind, str(base.parent))}."
+            )
+    if ".tmp-" in name:
+        raise ParameterError(
+            f"{path}: a name holding .tmp- is where sphdist stages another output before "
+            f"its commit (and removes it as debris). To resolve this, choose another name, "
+            f"e.g. --output {_elsewhere(path, kind, str(location(path).parent))}."
+        )
+    key = _key(path)
+    found = _input_keys(inputs)
+    taken = [k for k, _ in found]
+    for other, named in found:
+        glob_pattern = any(c in named for c in "*?[") and not exists(named)
+        if other == key or (glob_pattern and fnmatch.fnmatchcase(key, other)):
+            also = "" if named == str(path) else f" ({named})"
+            raise ParameterError(
+                f"{path} is also an input of this command{also}: a command never replaces "
+                f"what it reads. To resolve this, choose another --output, e.g. "
+                f"--output {_elsewhere(path, kind, str(location(path).parent), taken)}."
+            )
+        if _within(key, other):
+            outside = os.path.dirname(other) if "://" not in other else other.rsplit("/", 1)[0]
+            raise ParameterError(
+                f"{path} is inside {named}, an input of this command: an output is never "
+                f"written inside what the command reads (its next commit would remove it). "
+                f"To resolve this, choose an --output outside it, e.g. --output "
+                f"{_named_as(path, _elsewhere(path, kind, outside, taken))}."
+            )
+        if _within(other, key):
+            raise ParameterError(
+                f"{path} contains {named}, an input of this command: a command never "
+                f"replaces what it reads. To resolve this, choose an --output that does not "
+                f"contain it, e.g. --output "
+                f"{_named_as(path, _elsewhere(path, kind, other.rsplit('/', 1)[0], taken))}."
+            )
+    for store in list(_stores_above(key))[-1:]:  # the outermost: what a user named
+        outside = store.rsplit("/", 1)[0] or "/"
+        raise ParameterError(
+            f"{path} is inside {_named_as(path, store)}, a zarr store ({_found_text(store)}): "
+            f"an output is never written inside another store (its next commit would remove "
+            f"it). To resolve this, choose an --output outside it, e.g. --output "
+            f"{_named_as(path, _elsewhere(path, kind, outside, taken))}."
+        )
+
+
+def _found_text(path: Any) -> str:
+    """What is at ``path``, in words (see :func:`found_at`)."""
+    found = found_at(path)
+    if found in _KINDS and found != "file":
+        return _KINDS[found][0]
+    return {
+        None: "nothing", "file": "a file", "directory": "a directory",
+        "zarr": "a zarr store not written by sphdist",
+    }.get(found, f"a store tagged {found!r}")
+
+
+def found_at(path: str | os.PathLike[str] | Target) -> str | None:
+    """What is at ``path``: a sphdist kind, or ``"zarr"``, ``"directory"``, ``"file"``, None.
+
+    Parameters
+    ----------
+    path : path-like or Target
+
+    Returns
+    -------
+    str or None
+        The ``sphdist.kind`` tag of a store (``"corpus"``, ``"model"``...; after a local
+        commit interrupted between its renames, the previous version's); ``"zarr"`` for a
+        zarr node without one; ``"directory"`` for a directory (or prefix) holding anything
+        else; ``"file"`` for anything that is not a directory; None for nothing, an empty
+        directory, or a prefix holding only versions no manifest names (a killed writer's).
+
+    Raises
+    ------
+    StorageError
+        If the object store fails.
+    """
+    target = open_target(path)
+    protocol = protocol_of(target.path)
+    try:
+        where = target.readable()
+        fs, inner = filesystem(where)
+        if protocol is None:
+            inner = os.fspath(where)
+        try:
+            document = json.loads(fs.cat_file(f"{inner.rstrip('/')}/{MANIFEST}"))
+        except (FileNotFoundError, NotADirectoryError, IsADirectoryError, ValueError):
+            document = None
+        if isinstance(document, dict):
+            tag = document.get("attributes", {}).get("sphdist")
+            kind = tag.get("kind") if isinstance(tag, dict) else None
+            return kind if isinstance(kind, str) else "zarr"
+        if protocol is None:
+            if os.path.isdir(inner):
+                return "directory" if any(os.scandir(inner)) else None
+            return "file" if os.path.lexists(inner) else None
+        fs.invalidate_cache(inner)
+        if fs.isfile(inner):
+            return "file"
+        if not fs.exists(inner):
+            return None
+        names = [e.rstrip("/").rsplit("/", 1)[-1] for e in fs.ls(inner, detail=False)]
+        # only versions no manifest names: a killed writer's, which the next writer removes
+        return "directory" if any(not _version_of(n) for n in names) else None
+    except Exception as exc:
+        if not is_storage_failure(exc) or protocol is None:
+            raise
+        raise storage_error(target.path, exc) from None
+
+
+def check_output_kind(path: str | os.PathLike[str] | Target, kind: str) -> None:
+    """Refuse to write ``kind`` at ``path`` if something of another kind is there.
+
+    An output replaces (with ``overwrite``) only what its kind of writer wrote: a corpus a
+    corpus, a model a model, a file a file; never a store of another kind, a directory, or a
+    zarr store sphdist did not write. Called by :func:`open_output` under the output's lock.
+
+    Parameters
+    ----------
+    path : path-like or Target
+    kind : {"corpus", "model", "embedding", "index", "file"}
+
+    Raises
+    ------
+    OutputExistsError
+        If ``path`` holds anything else; the message says what it is, and how to remove it
+        by hand if it is really to be replaced.
+    StorageError
+        If the object store fails.
+    """
+    target = open_target(path)
+    found = found_at(target)
+    if found is None or found == kind:
+        return
+    what, writer, _ = _KINDS[kind]
+    by = f", as `{writer}` writes it" if writer else ""
+    rm = removal_command(target.path, directory=found != "file")
+    beside = str(target.path.parent)
+    raise OutputExistsError(
+        f"{target.path} is {_found_text(target)}, not {what}: this command replaces (with "
+        f"--overwrite) only {what}{by}, never anything else. To resolve this, choose another "
+        f"--output, e.g. --output {_elsewhere(target.path, kind, beside)}, or, if "
+        f"{target.path} is really to be replaced, remove it by hand first: `{rm}`."
+    )
 
 
 #: The name the rest of the package and its tests used for :func:`open_output`.
@@ -843,7 +1178,10 @@ def _left_behind(target: Any, before: Any) -> str:
     )
 
 
-def locks_output(parameter: str = "output") -> Callable[[F], F]:
+def locks_output(
+    parameter: str = "output", *, kind: str | Callable[[dict[str, Any]], str] | None = None,
+    inputs: tuple[str, ...] = (),
+) -> Callable[[F], F]:
     """Decorate a writer so that it holds its output (:func:`open_output`) throughout.
 
     For the jobs that write one output (ingest, synth, transform, export): the lock is taken
@@ -856,6 +1194,12 @@ def locks_output(parameter: str = "output") -> Callable[[F], F]:
     ----------
     parameter : str, default "output"
         The name of the decorated function's argument that is the output path.
+    kind : str or callable, optional
+        What the function writes (see :func:`open_output`), or a function of its bound
+        arguments (defaults included) that says it; default: no output policy.
+    inputs : tuple of str
+        The names of the function's arguments that are what it reads (paths, sequences of
+        paths, or objects with ``paths``), for the output policy.
 
     Returns
     -------
@@ -869,15 +1213,19 @@ def locks_output(parameter: str = "output") -> Callable[[F], F]:
         @functools.wraps(function)
         def locked(*args: Any, **kwargs: Any) -> Any:
             try:
-                target = signature.bind(*args, **kwargs).arguments[parameter]
+                bound = signature.bind(*args, **kwargs)
+                target = bound.arguments[parameter]
             except (TypeError, KeyError):  # the function's own TypeError says what is wrong
                 return function(*args, **kwargs)
+            bound.apply_defaults()
+            what = kind(bound.arguments) if callable(kind) else kind
+            read = [bound.arguments.get(name) for name in inputs]
             try:
                 before = commit_identity(target)
             except Exception:  # a failing store: the writer says so; Ctrl-C then says less
                 before = _UNKNOWN
             try:
-                with open_output(target):
+                with open_output(target, kind=what, inputs=read):
                     return function(*args, **kwargs)
             except Interrupted:
                 raise

@@ -36,7 +36,7 @@ __all__ = [
     "location", "is_remote", "absolute", "protocol_of", "filesystem",
     "set_storage_options",
     "storage_options", "apply_storage_options", "parse_storage_option", "storage_error",
-    "is_storage_failure", "listing_command", "join", "glob",
+    "is_storage_failure", "listing_command", "removal_command", "join", "glob",
     "replace_file", "fsync_directory",
 ]
 
@@ -176,13 +176,54 @@ def listing_command(path: str | os.PathLike[str]) -> str:
     return f"{shlex.quote(sys.executable)} -c {shlex.quote(code)}"
 
 
+def removal_command(path: str | os.PathLike[str], *, directory: bool = True) -> str:
+    """A shell command that removes ``path`` (a folder or prefix with ``directory``), by hand.
+
+    For the messages that refuse to replace something: the user decides, and runs it.
+
+    Parameters
+    ----------
+    path : path-like
+        A local path or a URL.
+    directory : bool, default True
+        Remove a folder (or every object under a prefix), not one file.
+
+    Returns
+    -------
+    str
+        The command, quoted for a POSIX shell.
+
+    Examples
+    --------
+    >>> removal_command("/data/m.zarr"), removal_command("s3://bkt/m.zarr")
+    ('rm -r /data/m.zarr', 'aws s3 rm --recursive s3://bkt/m.zarr')
+    >>> removal_command("out.parquet", directory=False)
+    'rm out.parquet'
+    """
+    import shlex
+    import sys
+
+    protocol = protocol_of(path)
+    if protocol is None or protocol == "file":
+        local = os.fspath(path) if protocol is None else location(path).path
+        return f"rm {'-r ' if directory else ''}{shlex.quote(local)}"
+    if protocol in ("s3", "s3a"):
+        return f"aws s3 rm {'--recursive ' if directory else ''}{str(path).rstrip('/')}"
+    import json
+
+    code = (f"import fsspec; fsspec.filesystem({json.dumps(protocol)}).rm("
+            f"{json.dumps(location(path).path)}, recursive={directory})")
+    return f"{shlex.quote(sys.executable)} -c {shlex.quote(code)}"
+
+
 def storage_error(path: str | os.PathLike[str], exc: BaseException) -> BaseException:
     """The error to raise for ``exc``, raised by the object store while reading or writing ``path``.
 
     Local paths and sphdist's own errors are returned as they are. For a URL, an
     :class:`~sphdist.errors.StorageError` naming ``path``, what the store said, and a remedy: a
     missing bucket (create it, or check the URL and ``AWS_ENDPOINT_URL``), refused credentials
-    (``AWS_ACCESS_KEY_ID`` / ``AWS_SECRET_ACCESS_KEY``, or ``--storage-option``), or a failing
+    (``AWS_ACCESS_KEY_ID`` / ``AWS_SECRET_ACCESS_KEY``, or ``--storage-option``), no
+    credentials at all (where they are read, and how to give them), or a failing
     service (check the endpoint, then rerun; a fit continues with ``--resume``).
 
     Parameters
@@ -201,6 +242,15 @@ def storage_error(path: str | os.PathLike[str], exc: BaseException) -> BaseExcep
     protocol = protocol_of(path)
     said = f"{type(exc).__name__}: {exc}"
     netloc = str(path).split("://", 1)[1].split("/", 1)[0]
+    if _no_credentials(exc):
+        remedy = ("give credentials: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (or "
+                  "AWS_PROFILE, a profile of ~/.aws/credentials or ~/.aws/config), or pass "
+                  "`--storage-option key=... --storage-option secret=...` (or `--storage-option "
+                  "anon=true` for a public bucket)")
+        return StorageError(
+            f"{path}: no credentials were found for {protocol}://{netloc} (botocore reads "
+            "them from the AWS_* variables, ~/.aws/credentials and ~/.aws/config, "
+            "--storage-option, and an instance's role). To resolve this, " + remedy + ".")
     if "bucket" in str(exc).lower() and isinstance(exc, FileNotFoundError):
         remedy = (f"create the bucket (`aws s3 mb {protocol}://{netloc}`), or check the URL and "
                   "the endpoint (AWS_ENDPOINT_URL)")
@@ -213,6 +263,22 @@ def storage_error(path: str | os.PathLike[str], exc: BaseException) -> BaseExcep
                   "the command again (a fit continues from its last checkpoint with --resume)")
     return StorageError(f"{path}: the object store refused or failed a request ({said}). To "
                         f"resolve this, {remedy}.")
+
+
+def _no_credentials(exc: BaseException) -> bool:
+    """Whether ``exc`` (or what it was raised from) is botocore's "Unable to locate credentials"."""
+    seen: set[int] = set()
+    stack: list[BaseException | None] = [exc]
+    while stack:
+        c = stack.pop()
+        if c is None or id(c) in seen:
+            continue
+        seen.add(id(c))
+        if (type(c).__name__ in ("NoCredentialsError", "PartialCredentialsError")
+                or "unable to locate credentials" in str(c).lower()):
+            return True
+        stack += [c.__cause__, c.__context__]
+    return False
 
 
 def join(path: str | os.PathLike[str], name: str) -> str:

@@ -162,11 +162,12 @@ class StoredIndex(TaggedStore):
             If a chunk is missing or does not decode, or the bytes do not match the recorded
             ``faiss_sha256`` (the message names the path and the rebuild command).
         """
-        model = self.model.get("path") or "MODEL"
-        source = self.source
-        remedy = ("write it again with `sphdist index --model " + str(model)
-                  + (f" --input {source['path']}" if source.get("path") else "")
-                  + f" --output {self.path} --overwrite`")
+        # a path recorded relative to where the index was built names nothing from here
+        model, where = _anywhere(self.model.get("path"), "MODEL")
+        embedding, also = _anywhere(self.source.get("path"), "EMBEDDING")
+        remedy = ("write it again with `sphdist index --model " + model
+                  + (f" --input {embedding}" if self.source.get("path") else "")
+                  + f" --output {self.path} --overwrite`" + where + also)
         sha = self.attrs.get("faiss_sha256")
         if not isinstance(sha, str):
             raise ModelFormatError(
@@ -175,6 +176,20 @@ class StoredIndex(TaggedStore):
         return read_checked(self._group["faiss"], str(self.location), "faiss",
                             error=ModelFormatError, remedy=remedy, sha256=sha,
                             digest="faiss_sha256")
+
+
+def _anywhere(path: Any, placeholder: str) -> tuple[str, str]:
+    """``path`` if it names the same file from any directory (absolute, a URL), else a placeholder.
+
+    Returns the name for a command, and a note saying what the placeholder stands for.
+    """
+    if not path:
+        return placeholder, ""
+    text = str(path)
+    if "://" in text or os.path.isabs(text):
+        return text, ""
+    return placeholder, (f" ({placeholder}: recorded as {text}, relative to the directory the "
+                         "index was built in)")
 
 
 def open_index(path: str | os.PathLike[str]) -> StoredIndex:

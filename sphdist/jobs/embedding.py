@@ -42,6 +42,7 @@ from sphdist.io import (
     open_stored,
     stored_kind,
 )
+from sphdist.io._atomic import check_output_kind, check_output_place
 from sphdist.io.model import Model, open_model
 from sphdist.jobs.info import _command, check_roles, require_embedding
 
@@ -377,7 +378,7 @@ def _spans(n: int, size: int) -> list[tuple[int, int]]:
     return [(a, min(a + size, n)) for a in range(0, n, size)] or [(0, 0)]
 
 
-@locks_output("output")  # one writer per output (and its npy sidecar), until the commit
+@locks_output("output", kind="file", inputs=("model", "input"))  # and its npy sidecar
 def export_embedding(
     model: str | os.PathLike[str],
     output: str | os.PathLike[str],
@@ -449,6 +450,9 @@ def export_embedding(
     format = output_format(output, format, EXPORT_SUFFIXES, redo=lambda fixed: _command(
         "sphdist", "export", "--model", model, *given, "--output", fixed))
     sidecar = output.with_name(output.name.removesuffix(".npy") + ".ids.csv")
+    if format == "npy":  # a second output: the policy of the first (locks_output) applies
+        check_output_place(sidecar, "file", (model, input))
+        check_output_kind(sidecar, "file")
     if not overwrite and (exists(output) or (format == "npy" and exists(sidecar))):
         raise OutputExistsError(
             f"{output} already exists. To resolve this, choose another --output or pass "

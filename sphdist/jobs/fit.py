@@ -460,7 +460,8 @@ def open_fit(plan: FitPlan) -> Iterator[Fit]:
     OutputExistsError, CheckpointMismatchError, CorpusMismatchError, DataError
         See :func:`fit_corpus`.
     """
-    with open_output(plan.output) as out:  # before anything at output is looked at
+    # before anything at output is looked at; never an input, nor in one, nor another kind
+    with open_output(plan.output, kind="model", inputs=(plan.input, plan.init_from)) as out:
         fit = _open(plan, out)
         try:
             yield fit

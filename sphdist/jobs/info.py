@@ -74,7 +74,7 @@ def _checkpoint_state(path: Path, state: CommitState) -> dict[str, Any]:
 
 
 def describe(path: str | os.PathLike[str], expect: str | None = None) -> dict[str, Any]:
-    """Describe the corpus, model or embedding at ``path``.
+    """Describe the corpus, model, embedding or neighbour index at ``path``.
 
     Parameters
     ----------
@@ -86,7 +86,8 @@ def describe(path: str | os.PathLike[str], expect: str | None = None) -> dict[st
     Returns
     -------
     dict
-        Always ``kind`` (``"corpus"``, ``"dense"``, ``"model"``, ``"embedding"``) and ``path``.
+        Always ``kind`` (``"corpus"``, ``"dense"``, ``"model"``, ``"embedding"``, ``"index"``)
+        and ``path``.
         A corpus: ``shape`` [m, n], ``nnz``, ``density`` (fraction), ``chunks`` (number,
         smallest, largest), ``feature_scheme``, ``tfidf``, ``labels`` (documents per label),
         ``n_empty``, ``has_vocabulary``, ``fingerprint``. A model: ``n_features``,
@@ -101,7 +102,9 @@ def describe(path: str | os.PathLike[str], expect: str | None = None) -> dict[st
         words: ``"committed"``, ``"none"`` or an interrupted commit whose last complete
         version is ``<path>.old``, with ``recover``, the ``sphdist fit ... --resume`` command
         that moves it back and continues the fit). An embedding: ``shape`` [r, n], ``model``,
-        ``corpus``, ``labels``, ``n_degenerate``.
+        ``corpus``, ``labels``, ``n_degenerate``. An index (``sphdist index``): ``index`` (its
+        record: ``kind``, ``nlist``, ``nprobe``, ``n_documents``, ``n_indexed``,
+        ``n_components``...), ``model`` and ``source`` (what it indexes).
 
     Raises
     ------
@@ -131,6 +134,12 @@ def describe(path: str | os.PathLike[str], expect: str | None = None) -> dict[st
             "labels": _label_counts(emb.labels, emb.attrs.get("label_names")),
             "n_degenerate": emb.attrs.get("n_degenerate"), "method": emb.attrs.get("method"),
         }
+    if kind == "index":  # `sphdist index`'s store: what it indexes, and how
+        from sphdist.io.index import open_index
+
+        index = open_index(path)
+        return {"kind": "index", "path": str(path), "index": index.record,
+                "model": index.model, "source": index.source}
     source = open_stored(path, "input")
     m, n = source.shape
     info: dict[str, Any] = {

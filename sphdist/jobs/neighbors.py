@@ -40,7 +40,7 @@ from sphdist.errors import (
     OutputExistsError,
     ParameterError,
 )
-from sphdist.io import atomic_path, exists, location, locks_output
+from sphdist.io import absolute, atomic_path, exists, location, locks_output
 from sphdist.io.index import index_kind, open_index, write_index
 from sphdist.io.model import Model, open_model
 from sphdist.jobs.embedding import EmbeddingSource, open_embedding_source
@@ -98,8 +98,9 @@ def default_index_path(model: str | os.PathLike[str], input: str | os.PathLike[s
 
 
 def _record(fitted: Model, source: EmbeddingSource, input: Any) -> tuple[dict, dict]:
-    model = {"path": str(fitted.path), "u_sha256": fitted.fingerprint}
-    where = str(location(input)) if source.origin == "embedding" and input is not None else None
+    # absolute: the remedies that name them are read from any directory
+    model = {"path": absolute(fitted.path), "u_sha256": fitted.fingerprint}
+    where = absolute(input) if source.origin == "embedding" and input is not None else None
     return model, {"origin": source.origin, "path": where, "n_documents": source.n_documents}
 
 
@@ -107,7 +108,7 @@ def _skip(source: EmbeddingSource) -> np.ndarray | None:
     return None if source.degenerate is None else np.asarray(source.degenerate, dtype=bool)
 
 
-@locks_output("output")
+@locks_output("output", kind="index", inputs=("model", "input"))
 def build_index(
     model: str | os.PathLike[str], output: str | os.PathLike[str], *,
     input: str | os.PathLike[str] | None = None, kind: str = "auto", nlist: int | None = None,
@@ -490,7 +491,7 @@ def write_hits(
             "n_rows": len(next(iter(columns.values()), []))}
 
 
-@locks_output("output")
+@locks_output("output", kind="file", inputs=("model", "input", "index"))
 def knn_graph(
     model: str | os.PathLike[str], output: str | os.PathLike[str], *, k: int = 10,
     input: str | os.PathLike[str] | None = None, index: str | os.PathLike[str] | None = None,
@@ -794,7 +795,7 @@ def query_neighbors(
     return report
 
 
-@locks_output("output")
+@locks_output("output", kind="file", inputs=("model", "input", "index"))
 def batch_neighbors(
     model: str | os.PathLike[str], output: str | os.PathLike[str], *,
     queries: Sequence[str] | QueryLines, ids: bool = False, k: int = 10,

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from sphdist.errors import ParameterError
-from sphdist.io import atomic_path, location
+from sphdist.io import atomic_path, location, locks_output
 from sphdist.io.model import Model, open_model
 from sphdist.jobs.embedding import open_embedding_source
 from sphdist.jobs.info import plural, shown_objective
@@ -83,6 +83,7 @@ def convergence_series(attrs: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+@locks_output("output", kind="file", inputs=("model",))
 def plot_convergence(model: str | os.PathLike[str], output: str | os.PathLike[str]) -> Path:
     """Objective gap, step norms and relative change per iteration (Liu et al. 2019, Fig. 3).
 
@@ -288,6 +289,7 @@ def sample_documents(n: int, max_points: int, seed: int = 0) -> np.ndarray:
     return np.sort(rng.choice(n, size=max_points, replace=False)).astype(np.int64)
 
 
+@locks_output("output", kind="file", inputs=("model", "input"))
 def plot_embedding(
     model: str | os.PathLike[str],
     output: str | os.PathLike[str],

@@ -16,6 +16,7 @@ import numpy as np
 from sphdist.core import _device, graph
 from sphdist.errors import CorpusMismatchError, InsufficientMemoryError, OutputExistsError
 from sphdist.io import absolute, committed, location, locks_output
+from sphdist.io._atomic import check_output_kind, check_output_place
 from sphdist.io.corpus import open_input
 from sphdist.io.embedding import Embedding, EmbeddingWriter
 from sphdist.io.model import open_model
@@ -27,7 +28,7 @@ __all__ = ["transform_corpus", "check_transform"]
 logger = logging.getLogger("sphdist")
 
 
-@locks_output("output")  # one writer per output, until the commit
+@locks_output("output", kind="embedding", inputs=("model", "input"))  # one writer, until commit
 def transform_corpus(
     model: str | os.PathLike[str],
     input: str | os.PathLike[str],
@@ -173,6 +174,8 @@ def check_transform(
     from sphdist.jobs.embedding import mismatch, reingest_remedy
 
     check_roles("transform", model, input, ("--output", str(output)))
+    check_output_place(output, "embedding", (model, input))  # as transform_corpus will
+    check_output_kind(output, "embedding")
     fitted = open_model(model)
     source = open_input(input)
     try:

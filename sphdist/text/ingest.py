@@ -290,7 +290,7 @@ class TextSpec:
 
 
 # -- the public function ------------------------------------------------------------------------
-@locks_output("output")  # one writer per output, until the commit
+@locks_output("output", kind="corpus", inputs=("source", "like"))  # one writer, until the commit
 def ingest(
     source: SourceSpec | str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
     output: str | os.PathLike[str],

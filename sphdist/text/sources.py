@@ -618,6 +618,14 @@ def plan(
         Unknown format or category, or options that do not apply to the format.
     """
     paths = _expand(source)
+    for p in paths:  # a pipe (a process substitution <(...)) or a device is read only once
+        if not is_remote(p) and not (p.is_file() or p.is_dir()):
+            raise ParameterError(
+                f"{p}: not a regular file or folder (a pipe such as a process substitution "
+                "<(...), or a device): ingest reads its source twice (once to count the "
+                "features, once to weight them). To resolve this, save it to a file first, "
+                "e.g. `COMMAND > docs.jsonl`, then `sphdist ingest docs.jsonl -o corpus.zarr`."
+            )
     if format is None:
         if len(paths) == 1 and paths[0].is_dir():
             format = "dir"

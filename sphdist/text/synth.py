@@ -193,7 +193,7 @@ def _check_float(name: str, value: Any, low: float, high: float) -> float:
     return float(_check(name, value, Range(Real, low, high, "both")))
 
 
-@locks_output("output")  # one writer per output, until the commit
+@locks_output("output", kind=lambda a: "corpus" if a["format"] == "corpus" else "file")
 def synth(
     output: str | os.PathLike[str],
     *,

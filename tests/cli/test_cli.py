@@ -261,7 +261,8 @@ def test_messages_name_the_flag_without_the_python_argument(runner, source, tmp_
                                      "--on-error", "skip"],
         "--hashing": ["ingest", str(source), "-o", str(tmp_path / "f.zarr"), "--n-features",
                       "64"],
-        "--overwrite.": ["synth", "--n-docs", "5", "--n-topics", "2", "-o", str(corpus)],
+        "--overwrite.": ["synth", "--n-docs", "5", "--n-topics", "2", "--format", "corpus",
+                         "-o", str(corpus)],
     }
     for flag, args in cases.items():
         result = runner.invoke(main, args)

@@ -312,12 +312,17 @@ def test_existing_output(tree, tmp_path):
     out = tmp_path / "out.zarr"
     out.mkdir()
     (out / "keep").write_text("previous")
+    # a directory that is not a corpus is never replaced, not even with overwrite (issue 31)
+    for overwrite in (False, True):
+        with pytest.raises(OutputExistsError, match="out.zarr is a directory, not a sphdist"):
+            ingest_old(tree, out, n_features=M, overwrite=overwrite)
+    assert (out / "keep").read_text() == "previous"
+    (out / "keep").unlink()
+    first = ingest_old(tree, out, n_features=M, overwrite=True)  # empty: nothing to lose
     with pytest.raises(OutputExistsError, match="out.zarr"):
         ingest_old(tree, out, n_features=M)
-    assert (out / "keep").read_text() == "previous"
-    corpus = ingest_old(tree, out, n_features=M, overwrite=True)
-    assert corpus.n_documents == len(DOCS)
-    assert not (out / "keep").exists()
+    corpus = ingest_old(tree, out, n_features=M, overwrite=True)  # a corpus by a corpus
+    assert corpus.n_documents == first.n_documents == len(DOCS)
 
 
 @pytest.mark.parametrize("scheduler, window", [("synchronous", 2), ("threads", 4)])

@@ -140,5 +140,10 @@ def test_cli_synth(tmp_path):
     assert summary["n_docs"] == corpus.n_documents == 40
     assert summary["nnz"] == corpus.nnz and corpus.shape == (256, 40)
     result = CliRunner().invoke(main, ["synth", "--n-docs", "4", "--n-topics", "2",
-                                       "-o", str(tmp_path / "c.zarr")])
+                                       "--format", "corpus", "-o", str(tmp_path / "c.zarr")])
     assert result.exit_code == 1 and "Error:" in result.output and "exists" in result.output
+    # JSON Lines over a corpus: never, not even with --overwrite (issue 31, item 1)
+    result = CliRunner().invoke(main, ["synth", "--n-docs", "4", "--n-topics", "2",
+                                       "-o", str(tmp_path / "c.zarr"), "--overwrite"])
+    assert result.exit_code == 1 and "is a sphdist corpus, not a file" in result.output
+    assert Corpus(tmp_path / "c.zarr").n_documents == 40
