@@ -221,6 +221,30 @@ def test_nesting_and_kinds_in_a_bucket(s3_env, stores):
 
 
 # item 7: messages that said something else
+def test_overwrite_never_replaces_a_link_a_pipe_or_a_device(here, tmp_path):
+    # found by hand: `export -o /dev/stdout -f csv --overwrite` renamed its staging file onto
+    # /dev/stdout, turning the machine's link into a plain file
+    files = tmp_path / "files"
+    files.mkdir()
+    target = files / "target.csv"
+    target.write_text("kept\n")
+    link = files / "link.csv"
+    link.symlink_to(target)
+    model_link = files / "model-link.zarr"
+    model_link.symlink_to(here / "m.zarr")
+    fifo = tmp_path / "pipe.csv"
+    os.mkfifo(fifo)
+    before = _tree(files)
+    _refused(_cli("export", "-m", "m.zarr", "-o", link, "--overwrite"),
+             f"{link} is a symbolic link", "--output")
+    _refused(_cli("export", "-m", "m.zarr", "-o", fifo, "--overwrite"),
+             f"{fifo} is a named pipe", "--output")
+    _refused(_cli("fit", "-i", "c.zarr", "-o", model_link, "-r", 2, "--overwrite"),
+             f"{model_link} is a symbolic link", str(here / "m.zarr"))
+    assert link.is_symlink() and model_link.is_symlink() and fifo.is_fifo()
+    assert _tree(files) == before
+
+
 def test_an_unwritable_output_is_not_reported_as_locked(here):
     if not os.path.isdir("/proc/self"):
         pytest.skip("needs /proc")

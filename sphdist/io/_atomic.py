@@ -62,6 +62,7 @@ import logging
 import os
 import re
 import shutil
+import stat
 import uuid
 from collections.abc import Callable, Hashable, Iterable, Iterator
 from pathlib import Path
@@ -994,7 +995,10 @@ def check_output_place(
         If ``path`` names a companion of another output (``X.lock``, ``X.lock.json``,
         ``X.old``, ``X.scratch``, ``X.tmp-...``); is an input of the command, or inside or
         around one; or is inside a zarr store (a corpus, model...), whose next commit would
-        remove it. The message names both paths and another output to choose.
+        remove it. The message names both paths and another output to choose. Also if
+        ``path`` is a symbolic link, a named pipe, a device or a socket: an output is
+        committed by a rename, which would replace the link or the device itself (``export
+        -o /dev/stdout --overwrite`` once turned the machine's ``/dev/stdout`` into a file).
     StorageError
         If the object store fails while its parents are looked at.
     """
@@ -1014,6 +1018,7 @@ def check_output_place(
             f"its commit (and removes it as debris). To resolve this, choose another name, "
             f"e.g. --output {_elsewhere(path, kind, str(location(path).parent))}."
         )
+    _refuse_special_file(path, kind)
     key = _key(path)
     found = _input_keys(inputs)
     taken = [k for k, _ in found]
@@ -1048,6 +1053,35 @@ def check_output_place(
             f"an output is never written inside another store (its next commit would remove "
             f"it). To resolve this, choose an --output outside it, e.g. --output "
             f"{_named_as(path, _elsewhere(path, kind, outside, taken))}."
+        )
+
+
+def _refuse_special_file(path: Any, kind: str) -> None:
+    """Refuse a local output that is a link, a pipe, a device or a socket (see the caller)."""
+    if protocol_of(path) is not None:
+        return
+    text = os.fspath(path)
+    try:
+        mode = os.lstat(text).st_mode
+    except OSError:
+        return  # nothing there (or nothing to see): the writer says what is wrong
+    if stat.S_ISLNK(mode):
+        pointed = os.path.realpath(text)
+        raise ParameterError(
+            f"{text} is a symbolic link (to {pointed}): an output is committed by a rename, "
+            f"which would replace the link, not write where it points. To resolve this, name "
+            f"the place itself, e.g. --output {pointed}, or another --output, e.g. --output "
+            f"{_elsewhere(text, kind, str(location(text).parent))}."
+        )
+    what = ("a named pipe" if stat.S_ISFIFO(mode) else "a device"
+            if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "a socket"
+            if stat.S_ISSOCK(mode) else None)
+    if what is not None:
+        raise ParameterError(
+            f"{text} is {what}: an output is written to a new file and renamed into place, "
+            f"which would replace {what} rather than write into it. To resolve this, write a "
+            f"file, e.g. --output {_elsewhere(text, kind, str(location(text).parent))}, and "
+            f"copy it from there."
         )
 
 
