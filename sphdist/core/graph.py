@@ -484,6 +484,11 @@ def block_pass(
     name = f"sphdist-pass-{uuid.uuid4().hex}"
     values = U.values if isinstance(U, RowSparse) else U
     U_d = broadcast(np.asarray(values, dtype=dtype), as_delayed=True)
+    if V_prev is not None and V_prev.dtype != dtype:
+        # V_k in the compute dtype, as the uninterrupted fit carries it: a checkpoint stores
+        # it as float64 (exactly the float32 values of a float32 fit), and a float64 V_k
+        # would promote the V-step's q = 2 U^T x + (lam - 2) v to float64 (issue 31 item 8)
+        V_prev = V_prev.astype(dtype)
     with computing():
         xs = X.to_delayed().ravel()
         vs = None if V_prev is None else V_prev.to_delayed().ravel()

@@ -1,6 +1,9 @@
 """The Dask solver against the dense reference, across chunk layouts and step-size modes."""
 
+import dataclasses
+
 import dask
+import dask.array
 import numpy as np
 import pytest
 import scipy.sparse as sp
@@ -250,3 +253,26 @@ def test_row_sparse_partials_give_bitwise_the_dense_fit(split_every):
 def test_partials_format_is_validated(X):
     with pytest.raises(ParameterError, match="partials"):
         solver.fit(chunked(X, [60, 60]), R, max_iter=1, partials="sparse")
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_resume_of_a_kept_V_read_back_as_float64_is_bitwise(X, dtype):
+    """Issue 31 item 8: a checkpoint stores V_k as float64 (``model.zarr/V``), while the
+    uninterrupted float32 fit carries V_k in float32; the palm V-step
+    ``q = 2 U^T x_j + (lam - 2) v_j`` (Liu et al. 2019, Eq. 3.12) must see the same float32
+    V_k either way, or the resumed iterates differ in the last bits."""
+    Xc = chunked(X, [24] * 5)
+    kw = dict(lam="palm", mu="palm", dtype=dtype, tol=0, random_state=0)
+    full = solver.fit(Xc, R, max_iter=8, **kw)
+    part = solver.fit(Xc, R, max_iter=5, **kw)
+    assert part.V.dtype == dtype
+    stored = part.V.compute().astype(np.float64)  # what the checkpoint gives back
+    state = dataclasses.replace(
+        part, V=dask.array.from_array(stored, chunks=part.V.chunks),
+        XVt=np.array(part.XVt), VVt=np.array(part.VVt),
+    )
+    resumed = solver.fit(Xc, R, max_iter=8, state=state, **kw)
+    assert resumed.objective == full.objective
+    np.testing.assert_array_equal(_bits(resumed.U_full), _bits(full.U_full))
+    assert resumed.V.dtype == dtype
+    np.testing.assert_array_equal(resumed.V.compute(), full.V.compute())

@@ -127,3 +127,16 @@ def test_the_corpus_is_opened_once_per_fit(corpus, tmp_path, monkeypatch):
                         lambda p: resolved.append(p) or readable_path(p))
     fit_corpus(corpus.path, tmp_path / "m.zarr", callback=None, retries=1, **KW)
     assert len(opened) == 1 and len(resolved) == 1
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_palm_fit_resumed_from_its_checkpoint_is_bitwise_the_uninterrupted_one(
+    corpus, tmp_path, dtype
+):
+    """Issue 31 item 8: ``--lam palm --mu palm --dtype float32`` resumed from a checkpoint
+    (V_k stored as float64) differed from iteration 6; every iterate is bitwise now."""
+    kw = {**KW, "lam": "palm", "mu": "palm", "dtype": dtype, "max_iter": 8}
+    reference = fit_corpus(corpus.path, tmp_path / "ref.zarr", callback=None, **kw)
+    out = tmp_path / "m.zarr"
+    fit_corpus(corpus.path, out, callback=None, **{**kw, "max_iter": 5})
+    _same(fit_corpus(corpus.path, out, resume=True, callback=None, **kw), reference)
