@@ -37,9 +37,9 @@ def _same(a, b):
 
 def test_every_solver_parameter_is_stored(corpus, tmp_path):
     model = fit_corpus(corpus.path, tmp_path / "m.zarr", callback=None, dtype="float32",
-                       polar="svd", partials="rows", max_partials=2, **KW)
-    assert {k: model.params[k] for k in ("dtype", "polar", "partials", "max_partials")} == {
-        "dtype": "float32", "polar": "svd", "partials": "rows", "max_partials": 2}
+                       polar="svd", partials="rows", split_every=3, **KW)
+    assert {k: model.params[k] for k in ("dtype", "polar", "partials", "split_every")} == {
+        "dtype": "float32", "polar": "svd", "partials": "rows", "split_every": 3}
 
 
 def test_checkpoint_without_the_new_keys_resumes_with_their_defaults(corpus, tmp_path):
