@@ -345,6 +345,21 @@ class Fit:
                 )
             except DataError as exc:  # the solver knows X, not the file: name it
                 raise DataError(f"{self.input}: {exc}") from None
+            except CheckpointMismatchError:
+                if previous is None or "max_partials" not in previous.params:
+                    raise
+                # written before issue 29: its passes summed the partials in accumulation
+                # chains, in an order this version's tree does not always reproduce, so the
+                # recomputed objective missed the recorded one by rounding, not other data
+                asked = fit_command(self.input, output, self.params, overwrite=True,
+                                    checkpoint_every=self.plan.checkpoint_every)
+                raise CheckpointMismatchError(
+                    f"{output} is a checkpoint of an earlier version of sphdist, whose passes "
+                    f"summed their partials in accumulation chains (max_partials="
+                    f"{previous.params['max_partials']}); this version sums them in another "
+                    "order, and the fit cannot continue from it to the bit. To resolve this, "
+                    f"start the fit again: `{asked}` (or choose another --output)."
+                ) from None
         if final is not state or not open_model(output).has_embedding:
             t0 = time.perf_counter()
             # the final model: V written chunk by chunk by the tasks that compute it
