@@ -809,7 +809,7 @@ def _fit_group() -> list:
         "checkpoint-every": ["--checkpoint-every", "2"],
         "streamed": ["--memory-budget", "0"],
         "memory-budget": ["--memory-budget", "1GiB"],
-        "split-every": ["--split-every", "2", "--max-partials", "2"],
+        "split-every": ["--split-every", "2"],
         "tol": ["--tol", "0.05", "--max-iter", "50"],
         "max-iter-0": ["--max-iter", "0"],
         "init-from": ["--init-from", "m.zarr"],

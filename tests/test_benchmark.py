@@ -166,3 +166,33 @@ def test_merge_takes_only_what_the_first_run_lacks():
     assert first["corpora"]["a"]["sphdist"]["wall_s"] == 1.0
     assert first["corpora"]["a"]["peers"]["sklearn"]["wall_s"] == 3.0
     assert first["peers"] == ["sklearn", "bae"] and "a sklearn" in first["notes"][-1]
+
+
+def test_scaling_table_speed_ups_and_the_rows_not_measured(tmp_path):
+    """pipelines/results/scaling.md from hand-made runs: speed-up = one thread's s/iteration
+    over the row's, every 16-core row 'not measured' and its command printed once."""
+    run = {"n_iter": 9, "init_s": 10.0, "wall_s": 100.0, "load_before": [1.0, 2.0, 3.0],
+           "objective": [3.0, 2.0]}
+    command = benchmark._scaling_command(1_000_000, [1, 16], ["16x1"], "out")
+    results = {
+        "command": "python pipelines/benchmark.py scaling", "commit": "abc", "started": "now",
+        "machine": "x86_64, 2 cores, 24 GiB", "corpus": "synthetic-250k", "fit_args": ["-r", "100"],
+        "load_start": [1.0, 1.0, 1.0], "load_end": [2.0, 2.0, 2.0], "notes": ["a note"],
+        "runs": [
+            {"label": "1 thread", "threads": 1, "s_per_iter": 8.0, "s_per_iter_median": 7.0,
+             **run},
+            {"label": "2 threads", "threads": 2, "s_per_iter": 5.0, "s_per_iter_median": 5.0,
+             **run},
+            {"label": "16 threads (16-core machine)", "not_measured": command},
+            {"label": "LocalCluster 16x1 (16-core machine)", "not_measured": command},
+        ],
+    }
+    benchmark.write_scaling(results, tmp_path / "scaling")
+    text = (tmp_path / "scaling.md").read_text()
+    assert "| 1 thread | 9 | 8.00 (median 7.00) | 10.0 | 100.0 | 1.00x | 1.0 / 2.0 / 3.0 |" in text
+    assert "| 2 threads | 9 | 5.00 (median 5.00) | 10.0 | 100.0 | 1.60x |" in text
+    assert text.count("not measured") == 2 and text.count(command) == 1
+    assert command == ("python pipelines/benchmark.py scaling --n-docs 1000000 --threads 1,16 "
+                       "--clusters 16x1 --output out")
+    assert "same objective history, bitwise" in text and "a note" in text
+    assert json.loads((tmp_path / "scaling.json").read_text())["runs"][1]["s_per_iter"] == 5.0

@@ -26,6 +26,18 @@ from sphdist.jobs.params import JOB_PARAMS
 logger = logging.getLogger("sphdist")
 
 
+def _removed_max_partials(ctx: click.Context, param: click.Parameter, value: Any) -> None:
+    """Refuse ``--max-partials``, removed with the accumulation chains it counted (issue 29)."""
+    if value is not None:
+        raise click.BadParameter(
+            "was removed: a pass no longer sums its partials in chains; every block is its "
+            "own task, all of them run at once, and their partials are summed in a tree of "
+            "fan-in --split-every, which with the threads bounds the memory. To resolve "
+            "this, drop --max-partials from the command (for less memory: --split-every 2, "
+            "or fewer threads with --n-workers 1 --threads-per-worker 1).", ctx, param,
+        )
+
+
 @click.command()
 @click.option("--input", "-i", "input_", required=True, type=STORE_PATH,
               help="corpus.zarr or dense 2-D zarr array.")
@@ -41,7 +53,8 @@ logger = logging.getLogger("sphdist")
 @param_option("init")
 @param_option("init_n_iter")
 @param_option("split_every")
-@param_option("max_partials")
+@click.option("--max-partials", type=int, hidden=True, expose_value=False,
+              callback=_removed_max_partials)
 @param_option("dtype")
 @param_option("polar")
 @param_option("partials")

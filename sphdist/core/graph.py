@@ -10,8 +10,8 @@ between lives here, composed from dask primitives (:func:`dask.array.blockwise`,
 * :func:`broadcast` -- a small driver array (U) sent once to every worker;
 * :func:`per_chunk` -- a kernel applied to every document chunk, one result dict per chunk;
   :func:`block_pass` -- :func:`sphdist.core.kernels.pass_block` applied to blocks of
-  consecutive chunks, each of a fixed number of accumulation chains reading its blocks in
-  turn (:func:`chain_bounds`);
+  consecutive chunks (:func:`pass_blocks`), one task each, no task waiting for another
+  (:func:`pass_graph`);
 * :func:`tree_sum` -- the partials of those dicts summed in a fixed tree
   (``dask.array.reduction`` over :func:`sphdist.core.partials.partials_chunk` and its pair), so
   the sum never depends on the number of workers or on task completion order;
@@ -58,7 +58,10 @@ __all__ = [
     "broadcast",
     "per_chunk",
     "block_bounds",
-    "chain_bounds",
+    "PASS_BLOCKS",
+    "pass_blocks",
+    "pass_graph",
+    "partials_held",
     "block_pass",
     "occurring_features",
     "embedding",
@@ -73,6 +76,9 @@ __all__ = [
 
 #: Most documents one pass task holds at once (8 chunks of the default 4096).
 MAX_BLOCK_DOCUMENTS = 32768
+#: Blocks a pass cuts a corpus of few chunks into, at least (a block a chunk below that):
+#: tasks for the cores of a machine or a cluster before the document bound makes more.
+PASS_BLOCKS = 32
 
 _OBJECTS = np.empty((0,), dtype=object)
 
@@ -276,18 +282,18 @@ def per_chunk(func: Callable[..., Any], X: da.Array, *args: Any, dtype: Any = ob
 
 
 def block_bounds(
-    n_chunks: int, max_partials: int, chunk_sizes: Sequence[int] | None = None,
+    n_chunks: int, max_blocks: int, chunk_sizes: Sequence[int] | None = None,
     max_block_documents: int = MAX_BLOCK_DOCUMENTS,
 ) -> list[tuple[int, int]]:
-    """Group consecutive chunks into blocks: at most ``max_partials``, unless that is too big.
+    """Group consecutive chunks into blocks: at most ``max_blocks``, unless that is too big.
 
     Parameters
     ----------
     n_chunks : int
         Document chunks of X.
-    max_partials : int
-        Upper bound on the number of blocks (each yields one (m, r) partial per pass) while
-        every block stays within ``max_block_documents``.
+    max_blocks : int
+        Upper bound on the number of blocks while every block stays within
+        ``max_block_documents`` (:data:`PASS_BLOCKS` for a pass, :func:`pass_blocks`).
     chunk_sizes : sequence of int, optional
         Documents per chunk (``X.chunks[1]``). Given, a block never holds more than
         ``max_block_documents`` documents (a single larger chunk is a block of its own), so
@@ -298,7 +304,7 @@ def block_bounds(
     Returns
     -------
     list of (int, int)
-        ``[start, stop)`` chunk ranges of ``ceil(n_chunks / max_partials)`` chunks each, cut
+        ``[start, stop)`` chunk ranges of ``ceil(n_chunks / max_blocks)`` chunks each, cut
         earlier where the document bound requires. A function of the chunk layout only, so
         the summation order of a pass never depends on the cluster.
 
@@ -311,7 +317,7 @@ def block_bounds(
     >>> block_bounds(3, 1, chunk_sizes=[50_000, 10, 10], max_block_documents=8192)
     [(0, 1), (1, 3)]
     """
-    size = max(1, -(-n_chunks // max(1, max_partials)))
+    size = max(1, -(-n_chunks // max(1, max_blocks)))
     if chunk_sizes is None:
         return [(a, min(a + size, n_chunks)) for a in range(0, n_chunks, size)]
     bounds, start, docs = [], 0, 0
@@ -325,42 +331,81 @@ def block_bounds(
     return bounds
 
 
-def chain_bounds(
-    chunk_sizes: Sequence[int], n_chains: int,
-    max_block_documents: int = MAX_BLOCK_DOCUMENTS,
-) -> list[list[tuple[int, int]]]:
-    """Split the chunks into at most ``n_chains`` chains of consecutive blocks.
+def pass_blocks(
+    chunk_sizes: Sequence[int], max_block_documents: int = MAX_BLOCK_DOCUMENTS,
+) -> list[tuple[int, int]]:
+    """The blocks of a pass: consecutive chunks, each block one task independent of the others.
 
     Parameters
     ----------
     chunk_sizes : sequence of int
         Documents per chunk (``X.chunks[1]``).
-    n_chains : int
-        Most chains: ``block_bounds(n_chunks, n_chains)``, ranges of consecutive chunks.
     max_block_documents : int, default 32768
-        Each chain is cut into blocks of at most this many documents (a larger chunk is a
-        block of its own), one task each, read in turn.
+        Most documents of a block (a larger chunk is a block of its own).
 
     Returns
     -------
-    list of list of (int, int)
-        Per chain, the ``[start, stop)`` chunk ranges of its blocks, in order. A function of
-        the chunk layout and ``n_chains`` only: the summation order of a pass (block by block
-        along each chain, then the chains in a fixed tree) never depends on what runs it,
-        and the partials held at once are one per chain, however large n grows.
+    list of (int, int)
+        The ``[start, stop)`` chunk ranges of :func:`block_bounds`: at most
+        ``max(1, n_chunks // PASS_BLOCKS)`` chunks a block, cut earlier at
+        ``max_block_documents``. So a pass offers ``min(n_chunks, PASS_BLOCKS)`` tasks at
+        least, and more as the corpus grows (one per 32,768 documents at most), however
+        many workers run it; a function of the chunk layout only, so the tree that sums the
+        blocks' partials (:func:`tree_sum`) never depends on what runs it.
 
     Examples
     --------
-    >>> chain_bounds([4096] * 5, 2, max_block_documents=8192)
-    [[(0, 2), (2, 3)], [(3, 5)]]
-    >>> chain_bounds([10, 50_000, 10], 1, max_block_documents=8192)
-    [[(0, 1), (1, 2), (2, 3)]]
+    >>> pass_blocks([4096] * 5)  # a small corpus: a block a chunk
+    [(0, 1), (1, 2), (2, 3), (3, 4), (4, 5)]
+    >>> len(pass_blocks([4096] * 245))  # 1M documents: 7 chunks a block
+    35
+    >>> len(pass_blocks([4096] * 2442))  # 10M documents: 8 chunks (32,768 documents) a block
+    306
+    >>> pass_blocks([10, 50_000, 10], max_block_documents=8192)
+    [(0, 1), (1, 2), (2, 3)]
     """
-    chains = []
-    for start, stop in block_bounds(len(chunk_sizes), n_chains):
-        pieces = block_bounds(stop - start, 1, chunk_sizes[start:stop], max_block_documents)
-        chains.append([(start + a, start + b) for a, b in pieces])
-    return chains
+    n_chunks = len(chunk_sizes)
+    per_block = max(1, n_chunks // PASS_BLOCKS)
+    return block_bounds(n_chunks, -(-n_chunks // per_block), chunk_sizes, max_block_documents)
+
+
+def partials_held(n_blocks: int, split_every: int, threads: int) -> int:
+    """Most (k, r) partials a pass holds at once, the running tasks' accumulators included.
+
+    Parameters
+    ----------
+    n_blocks : int
+        B, the blocks of the pass (:func:`pass_blocks`).
+    split_every : int
+        s, the fan-in of the tree that sums them (:func:`tree_sum`).
+    threads : int
+        t, the tasks running at once (threads of the process, or of a worker).
+
+    Returns
+    -------
+    int
+        ``(s - 1) L + 2 t + 1`` with ``L = ceil(log_s B)`` the levels of the tree: the tree
+        holds up to s - 1 finished inputs of its open combine at each level, each running
+        task its accumulator, and as many finished blocks may wait for a combine that
+        another thread has not finished; the 1 is the sum a combine builds. Logarithmic in
+        B, so flat in n for practical purposes, and independent of it once the tree is
+        shallow. An estimate of dask.order's depth-first schedule (blocks in tree order, a
+        combine as soon as its inputs exist), checked against an instrumented count on the
+        threaded scheduler (``tests/core/test_graph.py``); on a cluster, the worst
+        placement (every partial on one worker).
+
+    Examples
+    --------
+    >>> partials_held(35, 8, 2)  # 1M documents on two threads: 2 levels
+    19
+    >>> partials_held(306, 8, 2)  # 10M documents: 3 levels
+    26
+    """
+    levels, width = 0, max(int(n_blocks), 1)
+    while width > 1:
+        width = -(-width // max(int(split_every), 2))
+        levels += 1
+    return (int(split_every) - 1) * levels + 2 * max(int(threads), 1) + 1
 
 
 def tree_sum(parts: da.Array, split_every: int) -> da.Array:
@@ -434,11 +479,81 @@ def _take(part: dict[str, Any], key: str, index: int | None = None) -> np.ndarra
     return part[key] if index is None else part[key][index]
 
 
+def pass_graph(
+    X: da.Array, U: np.ndarray | RowSparse, V_prev: da.Array | None, *, lam: float,
+    config: FitConfig, keep_V: bool = True,
+) -> tuple[da.Array | None, da.Array]:
+    """The graph of one pass, not computed: a task per block, their partials summed in a tree.
+
+    Parameters
+    ----------
+    X, U, V_prev, lam, config, keep_V
+        As for :func:`block_pass`.
+
+    Returns
+    -------
+    V : dask.array.Array of shape (r, n), ``config.dtype``, or None
+        With ``keep_V``, the new V chunked like X, read from the block tasks' results.
+    total : dask.array.Array of shape (), object
+        The dict of the summed partials (:func:`tree_sum` of fan-in ``config.split_every``
+        over the block tasks, in block order).
+
+    Notes
+    -----
+    One task per block of :func:`pass_blocks`, keyed ``("sphdist-pass-<token>", b)`` (the
+    name the dashboard shows), each reading its chunks (and their ``V_k``), U and nothing
+    else: no block task depends on another, so every block can run at once. The tree's
+    shape depends on the number of blocks and the fan-in alone; the blocks' partials are
+    summed in it as they arrive, so the partials held at once are bounded by the tasks
+    running and the tree's fan-in (dask.order runs a combine as soon as its inputs exist),
+    not by n.
+    """
+    dtype = config.dtype
+    rows = U.rows if isinstance(U, RowSparse) else None
+    r = U.shape[1]
+    name = f"sphdist-pass-{uuid.uuid4().hex}"
+    values = U.values if isinstance(U, RowSparse) else U
+    U_d = broadcast(np.asarray(values, dtype=dtype), as_delayed=True)
+    if V_prev is not None and V_prev.dtype != dtype:
+        # V_k in the compute dtype, as the uninterrupted fit carries it: a checkpoint stores
+        # it as float64 (exactly the float32 values of a float32 fit), and a float64 V_k
+        # would promote the V-step's q = 2 U^T x + (lam - 2) v to float64 (issue 31 item 8)
+        V_prev = V_prev.astype(dtype)
+    with computing():
+        xs = X.to_delayed().ravel()
+        vs = None if V_prev is None else V_prev.to_delayed().ravel()
+    sizes = X.chunks[1]
+    meta = np.empty((0, 0), dtype=dtype)
+    leaves, V_blocks = [], []
+    for b, (start, stop) in enumerate(pass_blocks(sizes)):
+        part = dask.delayed(kernels.pass_onto, pure=False)(
+            None, list(xs[start:stop]), U_d,
+            None if vs is None else list(vs[start:stop]), rows=rows, lam=lam, dtype=dtype,
+            partials=config.partials, keep_V=keep_V, device=config.device,
+            dask_key_name=(name, b),
+        )
+        if keep_V:
+            V_blocks += [
+                da.from_delayed(
+                    dask.delayed(_take, pure=False)(
+                        part, "V", j - start, dask_key_name=(f"{name}-V", j)
+                    ),
+                    shape=(r, sizes[j]), dtype=dtype, meta=meta,
+                )
+                for j in range(start, stop)
+            ]
+        leaves.append(da.from_delayed(part, shape=(1,), dtype=object, meta=_OBJECTS))
+    total = tree_sum(da.concatenate(leaves), config.split_every)
+    with computing():
+        V = da.concatenate(V_blocks, axis=1) if keep_V else None
+    return V, total
+
+
 def block_pass(
     X: da.Array, U: np.ndarray | RowSparse, V_prev: da.Array | None, *, lam: float,
     config: FitConfig, keep_V: bool = True, spill: Spill | None = None,
 ) -> tuple[da.Array | None, dict[str, Any]]:
-    """One read of every chunk: :func:`sphdist.core.kernels.pass_onto` along each chain.
+    """One read of every chunk: :func:`sphdist.core.kernels.pass_block` on every block at once.
 
     Parameters
     ----------
@@ -454,12 +569,9 @@ def block_pass(
     lam : float
         Proximal parameter of Eq. 3.12 (:func:`kernels.pass_block`).
     config : FitConfig
-        The fit's parameters: ``dtype`` and ``partials`` (:func:`kernels.pass_block`),
-        ``split_every`` (fan-in of the tree that sums the chains' partials,
-        :func:`tree_sum`) and ``max_partials`` (at most this many accumulation chains,
-        :func:`chain_bounds`: each reads its blocks of consecutive chunks in turn, one task
-        per block adding them to the chain's sum, so a pass holds at most ``max_partials``
-        partial sums whatever n).
+        The fit's parameters: ``dtype`` and ``partials`` (:func:`kernels.pass_block`) and
+        ``split_every`` (fan-in of the tree that sums the blocks' partials,
+        :func:`tree_sum`).
     keep_V : bool, default True
         Keep the new V (:func:`kernels.pass_block`).
     spill : callable, optional
@@ -477,43 +589,16 @@ def block_pass(
         The summed partials (:func:`kernels.pass_block`), with ``"XVt"`` dense and aligned:
         an (m, r) float64 ndarray, or a RowSparse on U's rows whose values are one, and
         ``"VVt"`` an aligned (r, r) ndarray; ``"occurs"`` is the mask of U's rows that occur.
+
+    Notes
+    -----
+    The graph is :func:`pass_graph`: a task per block of :func:`pass_blocks`, none waiting
+    for another, summed in a fixed tree, so the bits depend on the chunk layout and
+    ``split_every`` alone (never on the scheduler, the workers, the threads or task order).
     """
-    dtype = config.dtype
+    V, total = pass_graph(X, U, V_prev, lam=lam, config=config, keep_V=keep_V)
     rows = U.rows if isinstance(U, RowSparse) else None
-    r = U.shape[1]
-    name = f"sphdist-pass-{uuid.uuid4().hex}"
-    values = U.values if isinstance(U, RowSparse) else U
-    U_d = broadcast(np.asarray(values, dtype=dtype), as_delayed=True)
     with computing():
-        xs = X.to_delayed().ravel()
-        vs = None if V_prev is None else V_prev.to_delayed().ravel()
-    sizes = X.chunks[1]
-    meta = np.empty((0, 0), dtype=dtype)
-    leaves, V_blocks, b = [], [], 0
-    for chain in chain_bounds(sizes, config.max_partials):
-        part = None  # the chain's sum so far: each block task adds its chunks to it
-        for start, stop in chain:
-            part = dask.delayed(kernels.pass_onto, pure=False)(
-                part, list(xs[start:stop]), U_d,
-                None if vs is None else list(vs[start:stop]), rows=rows, lam=lam, dtype=dtype,
-                partials=config.partials, keep_V=keep_V, device=config.device,
-                dask_key_name=(name, b),
-            )
-            b += 1
-            if keep_V:
-                V_blocks += [
-                    da.from_delayed(
-                        dask.delayed(_take, pure=False)(
-                            part, "V", j - start, dask_key_name=(f"{name}-V", j)
-                        ),
-                        shape=(r, sizes[j]), dtype=dtype, meta=meta,
-                    )
-                    for j in range(start, stop)
-                ]
-        leaves.append(da.from_delayed(part, shape=(1,), dtype=object, meta=_OBJECTS))
-    total = tree_sum(da.concatenate(leaves), config.split_every)
-    with computing():
-        V = da.concatenate(V_blocks, axis=1) if keep_V else None
         if V is not None and spill is None:
             V, total = dask.persist(V, total)
             (total,) = dask.compute(total)

@@ -295,9 +295,6 @@ PARAMS: dict[str, Param] = {p.name: p for p in (
           resume=True),
     Param("partials", (Choice(frozenset(PARTIAL_FORMATS)),), "auto",
           "Format of the X V^T block partials (bitwise the same result; auto moves fewer bytes)."),
-    Param("max_partials", (_at_least(1),), 8,
-          "At most this many (m, r) partials per pass: accumulation chains, each reading its "
-          "blocks of consecutive document chunks in turn (memory flat in n).", resume=True),
     Param("accelerate", ("boolean",), True,
           "Extrapolated exact U-step with a monotone safeguard (Ang and Gillis 2019): 14-20% "
           "fewer passes to tol; no effect unless lam and mu are exact.", resume=True),
@@ -383,8 +380,6 @@ class FitConfig:
         Route of the U-step's polar factor.
     partials : {"auto", "rows", "dense"}
         Format of the ``X V^T`` block partials.
-    max_partials : int
-        Accumulation chains per pass, at most.
     accelerate : bool
         Extrapolated exact U-step (:func:`sphdist.core.solver.iterate`).
     device : {"cpu", "cuda"}
@@ -408,7 +403,6 @@ class FitConfig:
     dtype: np.dtype
     polar: str
     partials: str
-    max_partials: int
     accelerate: bool
     device: str = "cpu"
 

@@ -4,15 +4,17 @@ Each iteration k -> k+1 is
 
 1. **U-step, on the driver** (Eq. 3.11): ``U_{k+1} = polar(M)`` from the reduced partials
    ``X V_k^T`` (m, r) and ``V_k V_k^T`` (r, r) of the previous pass (:func:`kernels.u_step`);
-2. **one pass over X**: the document chunks are split into at most ``max_partials``
-   accumulation chains of consecutive blocks (:func:`graph.chain_bounds`, a function of the
-   chunk layout only); one task per block reads each of its chunks once and computes their
-   new ``V_c`` (Eq. 3.12) together with ``sum_c X_c V_c^T``, ``sum_c V_c V_c^T`` and the
-   objective terms, accumulated in place in one float64 array in chunk order
-   (:func:`kernels.pass_block`), and adds them to its chain's sum (:func:`kernels.pass_onto`);
-   the chains' sums are added in a fixed tree of fan-in ``split_every``, so the result does
-   not depend on the scheduler, the number of workers or task completion order, and the
-   partials held at once do not grow with n; the new V (when kept) stays chunked like X.
+2. **one pass over X**: the document chunks are grouped into blocks of consecutive chunks
+   (:func:`graph.pass_blocks`, a function of the chunk layout only: at least
+   ``min(n_chunks, 32)`` blocks, one per 32,768 documents beyond); one task per block, none
+   waiting for another, reads each of its chunks once and computes their new ``V_c``
+   (Eq. 3.12) together with ``sum_c X_c V_c^T``, ``sum_c V_c V_c^T`` and the objective terms,
+   accumulated in place in one float64 array in chunk order (:func:`kernels.pass_block`);
+   the blocks' partials are added in a fixed tree of fan-in ``split_every``
+   (:func:`graph.tree_sum`), so the result does not depend on the scheduler, the number of
+   workers or task completion order, every block can run at once, and the partials held at
+   once are bounded by the tasks running and the tree (:func:`peak_bytes`), not by n; the
+   new V (when kept) stays chunked like X.
    U is broadcast to the workers once per iteration.
 
    ``X V^T`` partials are **row-sparse** by default (``partials="auto"``): a block's
@@ -304,7 +306,7 @@ def initialize(
         initialisation reads ``init`` (``"random"``: a Haar-random orthonormal U_0;
         ``"svd"``: the leading left singular vectors, Sun et al. 2011, step V0, costing
         ``init_n_iter + 1`` extra passes), ``random_state`` and ``init_n_iter``, the pass
-        ``split_every``, ``max_partials``, ``dtype`` and ``partials``.
+        ``split_every``, ``dtype`` and ``partials``.
 
     Returns
     -------
@@ -427,7 +429,7 @@ def resume(
         A checkpoint at iteration k: ``U`` (m, r) and the histories; ``V``, ``XVt`` and
         ``VVt`` are recomputed.
     config : FitConfig
-        The fit's parameters (the pass reads ``split_every``, ``max_partials``, ``dtype``,
+        The fit's parameters (the pass reads ``split_every``, ``dtype`` and
         ``partials``).
     keep_V, find_features
         As the fit that wrote the checkpoint had them (:func:`fit`).
@@ -478,7 +480,7 @@ def iterate(
         docstring), ``polar`` (the route of the U-step's polar factor,
         :func:`kernels.polar_factor`), ``tol`` (``converged`` is set when
         ``|f_k - f_{k+1}| / |f_k| < tol``), ``accelerate`` (below) and the pass's
-        ``split_every``, ``max_partials``, ``dtype`` and ``partials``.
+        ``split_every``, ``dtype`` and ``partials``.
     spill : callable, optional
         For an iteration that keeps V: ``spill(k + 1, V)`` stores ``V_{k+1}`` outside worker
         memory (:func:`sphdist.core.graph.block_pass`); default persisted on the workers.
@@ -642,9 +644,9 @@ def fit(
         ``lam``, ``mu`` (the steps, module docstring), ``max_iter``, ``tol`` (stop when the
         relative objective change ``|f_{k-1} - f_k| / |f_{k-1}|`` is below it), ``init``,
         ``random_state``, ``init_n_iter`` (:func:`initialize`), ``split_every`` (fan-in of the
-        reduction tree), ``max_partials`` (accumulation chains per pass,
-        :func:`graph.chain_bounds`), ``dtype`` (compute dtype of ``U^T X_c`` and the V-step,
-        and storage dtype of V; ``X V^T``, ``V V^T``, the objective and U stay float64),
+        reduction tree of the blocks' partials, :func:`graph.tree_sum`), ``dtype`` (compute
+        dtype of ``U^T X_c`` and the V-step, and storage dtype of V; ``X V^T``, ``V V^T``,
+        the objective and U stay float64),
         ``polar`` (:func:`kernels.polar_factor`), ``partials`` (format of the ``X V^T``
         block partials; bitwise the same result for all three), ``accelerate`` (the
         extrapolated U-step of :func:`iterate`, for lam and mu "exact").
@@ -676,32 +678,33 @@ def fit(
     Columns whose ``U^T x_j`` is zero get ``e_1`` (the kept path keeps ``V_k``'s column
     instead; both give ``e_1`` to an empty document). ``v_step_norm`` is NaN there.
 
-    Memory per worker (w workers, one thread each; C = ``max_partials`` accumulation chains
-    (:func:`graph.chain_bounds`), each reading its blocks of at most
-    ``graph.MAX_BLOCK_DOCUMENTS`` = 32768 documents in turn; G chunks per block; d = itemsize
-    of ``dtype``; c_X = bytes of one chunk, about ``12 nnz_c``; k_b = distinct features of a
-    chain, k_t those of the whole corpus, both <= m / 2 with ``partials="auto"`` on the full
-    feature space, and k_b = k_t = m once the iteration runs on the occurring features or
-    with ``partials="dense"``)::
+    Memory per worker (w workers; t threads each; B blocks of at most
+    ``graph.MAX_BLOCK_DOCUMENTS`` = 32768 documents (:func:`graph.pass_blocks`), one task each,
+    all of them independent; G chunks per block; P = :func:`graph.partials_held` (B,
+    ``split_every``, t), the partials alive at once: ``(split_every - 1) ceil(log_s B) + 2 t +
+    1``; d = itemsize of ``dtype``; c_X = bytes of one chunk, about ``12 nnz_c``; k = distinct
+    features of the partials, <= m / 2 with ``partials="auto"`` on the full feature space,
+    and k = m once the iteration runs on the occurring features or with
+    ``partials="dense"``)::
 
         RSS_worker ~ R_0                       Python, dask, NumPy/SciPy (~0.3 GiB)
                    + d m r                     U, broadcast once per iteration
-                   + 8 k_b r (2 C_w + 1)       the chains' sums it holds (C_w <= C: the chains
-                                               whose last block ran there), each block's own
-                                               accumulator, and the new sum while a block
-                                               adds its partial to its chain's
-                   + 8 k_t r                   the sum of the C chains (one combine)
-                   + G c_X (1 + t)             the chunks of the blocks it runs (t: threads)
+                   + 8 k r P                   the running blocks' accumulators and the
+                                               finished partials waiting in the tree for
+                                               their combine (dask.order runs a combine as
+                                               soon as its inputs exist)
+                   + G c_X (1 + t)             the chunks of the blocks it runs
                    [+ X_w]                     its share of X, only when X is held in memory
                                                (``sphdist.jobs.cluster.holds_in_memory``)
                    [+ 2 d r n / w]             V_k and V_{k+1} of its documents, only
                                                when V is kept (lam != 2 or keep_V) in
                                                worker memory (no ``spill``)
 
-    With the stateless iteration and X streamed every term is independent of n: C is fixed,
-    k_b and k_t are bounded by m (m is then the number of occurring features), G by the block
+    With the stateless iteration and X streamed every term but P is independent of n, and P
+    grows with the depth of the tree alone (2 levels at 1M documents and fan-in 8, 3 at
+    10M); k is bounded by m (m is then the number of occurring features), G by the block
     size. On dask's threaded scheduler in one process (the default on one machine) the
-    driver and the single "worker" are the same process, w = 1, C_w = C. The driver holds
+    driver and the single "worker" are the same process, w = 1. The driver holds
     about six (m, r) float64 arrays (U_k, U_{k+1}, X V^T, M and temporaries of the U-step):
     ``~ 48 m r`` bytes (after the first pass, m the occurring features). The benchmark
     (``pipelines/benchmark.py``) compares this with measured peak RSS.
@@ -760,16 +763,16 @@ class PeakMemory(NamedTuple):
     driver: int
     """The U-step on the driver: about six (k, r) float64 arrays."""
     worker: int
-    """One worker during a pass: U, the chains' partial sums, their combine, the chunks."""
+    """One worker during a pass: U, the partials alive in the tree, the chunks."""
 
 
 def peak_bytes(
-    n_rows: int, n_components: int, *, dtype: Any = np.float64, max_partials: int = 8,
-    chunk_bytes: int = 0, block_chunks: int = 1, threads: int = 1,
+    n_rows: int, n_components: int, *, dtype: Any = np.float64, split_every: int = 8,
+    n_blocks: int = 1, chunk_bytes: int = 0, block_chunks: int = 1, threads: int = 1,
 ) -> PeakMemory:
     """Estimate the fit's peak memory from its sizes, before anything is allocated.
 
-    The formula of :func:`fit`'s Notes, with every accumulation chain on one worker (the
+    The formula of :func:`fit`'s Notes, with every partial of a pass on one worker (the
     threaded scheduler in one process, or the worst placement on a cluster).
 
     Parameters
@@ -780,8 +783,10 @@ def peak_bytes(
         r.
     dtype : numpy.float64 or numpy.float32, default float64
         The fit's compute dtype (U's broadcast); the partials and the driver stay float64.
-    max_partials : int, default 8
-        C, the accumulation chains of a pass (:func:`graph.chain_bounds`).
+    split_every : int, default 8
+        Fan-in of the tree that sums the blocks' partials (:func:`graph.tree_sum`).
+    n_blocks : int, default 1
+        B, the blocks of a pass (:func:`graph.pass_blocks`).
     chunk_bytes : int, default 0
         c_X, bytes of the largest chunk of X in memory (CSC values, indices and pointers).
     block_chunks : int, default 1
@@ -792,20 +797,21 @@ def peak_bytes(
     Returns
     -------
     PeakMemory
-        ``driver = 48 k r`` and ``worker = d k r + 8 k r (2 C + 2) + G c_X (1 + t)``, in bytes.
-        On the threaded scheduler one process holds both, plus :data:`BASE_BYTES` and X
-        when X is held in memory.
+        ``driver = 48 k r`` and ``worker = d k r + 8 k r P + G c_X (1 + t)``, in bytes, with
+        P = :func:`graph.partials_held` (B, ``split_every``, t). On the threaded scheduler
+        one process holds both, plus :data:`BASE_BYTES` and X when X is held in memory.
 
     Examples
     --------
-    >>> peak = peak_bytes(45_580, 100, chunk_bytes=5 * 2**20, block_chunks=8, threads=2)
-    >>> round((BASE_BYTES + peak.driver + peak.worker) / 2**30, 2)  # measured: 0.95 GiB
-    1.26
+    >>> peak = peak_bytes(45_580, 100, chunk_bytes=5 * 2**20, n_blocks=25, threads=2)
+    >>> round((BASE_BYTES + peak.driver + peak.worker) / 2**30, 2)  # 100k documents, 2 threads
+    1.19
     """
-    k, r, C = int(n_rows), int(n_components), int(max_partials)
+    k, r = int(n_rows), int(n_components)
     d = np.dtype(dtype).itemsize
+    held = graph.partials_held(n_blocks, split_every, threads)
     driver = 48 * k * r
-    worker = d * k * r + 8 * k * r * (2 * C + 2) + int(block_chunks) * int(chunk_bytes) * (
+    worker = d * k * r + 8 * k * r * held + int(block_chunks) * int(chunk_bytes) * (
         1 + int(threads)
     )
     return PeakMemory(driver=driver, worker=worker)

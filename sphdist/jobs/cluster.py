@@ -107,6 +107,17 @@ def tls_security(
 # -- validation of the options ----------------------------------------------------------------
 
 
+def cpu_count() -> int:
+    """The cores this process may run on: its CPU affinity (``taskset``, a cgroup cpuset).
+
+    What the threaded scheduler and a default LocalCluster use, so that a fit started under
+    ``taskset -c 0,1`` runs two threads (``os.cpu_count`` counts every core of the machine).
+    """
+    if hasattr(os, "sched_getaffinity"):
+        return max(1, len(os.sched_getaffinity(0)))
+    return os.cpu_count() or 1
+
+
 @contextlib.contextmanager
 def _refused(problem: str, remedy: str) -> Iterator[None]:
     """Turn the ValueError or TypeError of a parser into a ParameterError: problem, remedy."""
@@ -335,7 +346,7 @@ def holds_in_memory(
 
 
 def memory_check(
-    source: Any, n_components: int, *, dtype: Any, max_partials: int,
+    source: Any, n_components: int, *, dtype: Any, split_every: int,
     client: Client | None = None, held_bytes: int = 0, available: int | None = None,
     remedy: Callable[[int, int], str] | None = None,
 ) -> Callable[[int], None]:
@@ -349,8 +360,10 @@ def memory_check(
         r.
     dtype : numpy.float64 or numpy.float32
         The fit's compute dtype.
-    max_partials : int
-        C, the accumulation chains of a pass.
+    split_every : int
+        Fan-in of the tree that sums a pass's partials (with the blocks of the source's
+        chunk layout and the threads, it bounds the partials alive at once,
+        :func:`sphdist.core.graph.partials_held`).
     client : distributed.Client, optional
         The cluster: each worker's estimate is checked against its memory limit (workers
         without one are not checked) and the driver's against this machine. None: threads in
@@ -361,15 +374,15 @@ def memory_check(
     available : int, optional
         Memory available to this process, in bytes; default what the OS reports.
     remedy : callable, optional
-        ``remedy(r, max_partials)``: the command of the same job with r components and
-        ``max_partials`` chains, printed as the remedy.
+        ``remedy(r, split_every)``: the command of the same job with r components and that
+        fan-in, printed as the remedy.
 
     Returns
     -------
     callable
         ``check(k)`` for :func:`sphdist.core.solver.fit` (k: the rows of U), which raises
         :class:`~sphdist.errors.InsufficientMemoryError` naming the estimate, the memory
-        there is, and the largest r that fits (with C chains, and with one).
+        there is, and the largest r that fits (with ``split_every``, and with fan-in 2).
 
     References
     ----------
@@ -386,13 +399,15 @@ def memory_check(
     nnz = getattr(source, "nnz", None)
     chunk_bytes = (12 * int(nnz) * largest // max(int(n), 1) + 8 * largest if nnz is not None
                    else 8 * int(m) * largest)
-    block_chunks = max(1, graph.MAX_BLOCK_DOCUMENTS // max(largest, 1))
+    blocks = graph.pass_blocks(sizes)
+    n_blocks = len(blocks)
+    block_chunks = max(b - a for a, b in blocks)
     if client is None:
         if available is None:
             import psutil
 
             available = psutil.virtual_memory().available
-        places = [("this machine", int(available), os.cpu_count() or 1, True, held_bytes)]
+        places = [("this machine", int(available), cpu_count(), True, held_bytes)]
     else:
         workers = list(client.scheduler_info()["workers"].values())
         share = held_bytes // max(len(workers), 1)
@@ -405,18 +420,19 @@ def memory_check(
             available = psutil.virtual_memory().available
         places.append(("this machine (the driver)", int(available), 0, None, 0))
 
-    def need(k: int, r: int, C: int, threads: int, both: bool | None, held: int) -> int:
-        peak = peak_bytes(k, r, dtype=dtype, max_partials=C, chunk_bytes=chunk_bytes,
-                          block_chunks=block_chunks, threads=max(threads, 1))
+    def need(k: int, r: int, s: int, threads: int, both: bool | None, held: int) -> int:
+        peak = peak_bytes(k, r, dtype=dtype, split_every=s, n_blocks=n_blocks,
+                          chunk_bytes=chunk_bytes, block_chunks=block_chunks,
+                          threads=max(threads, 1))
         if both is None:  # the driver of a cluster
             return BASE_BYTES + peak.driver
         return BASE_BYTES + held + peak.worker + (peak.driver if both else 0)
 
-    def largest_r(k: int, C: int) -> int:
+    def largest_r(k: int, s: int) -> int:
         r = 0
         for step in (2 ** e for e in range(20, -1, -1)):  # the largest r that fits everywhere
             if r + step <= min(k, n) and all(
-                need(k, r + step, C, t, both, held) <= limit
+                need(k, r + step, s, t, both, held) <= limit
                 for _, limit, t, both, held in places
             ):
                 r += step
@@ -424,20 +440,21 @@ def memory_check(
 
     def check(k: int) -> None:
         for where, limit, threads, both, held in places:
-            estimate = need(k, n_components, max_partials, threads, both, held)
+            estimate = need(k, n_components, split_every, threads, both, held)
             if estimate <= limit:
                 continue
-            fits, fits_one = largest_r(k, max_partials), largest_r(k, 1)
+            fits, fits_two = largest_r(k, split_every), largest_r(k, 2)
             text = (f"a fit of {n_components} components on {k} features needs about "
                     f"{format_bytes(estimate)} of memory, more than {format_bytes(limit)} "
                     f"({where}); nothing was allocated or written. To resolve this, ")
             options = []
-            if remedy is not None and fits_one >= n_components:  # one chain is enough
-                options.append(f"sum the partials in one chain instead of {max_partials} "
-                               f"(the same fit, up to rounding): `{remedy(n_components, 1)}`")
-            elif remedy is not None and max(fits, fits_one):
-                r, C = (fits_one, 1) if fits_one > fits else (fits, max_partials)
-                options.append(f"fit at most {r} components: `{remedy(r, C)}`")
+            if remedy is not None and split_every > 2 and fits_two >= n_components:
+                options.append(f"sum the partials in a tree of fan-in 2 instead of "
+                               f"{split_every} (the same fit, up to rounding): "
+                               f"`{remedy(n_components, 2)}`")
+            elif remedy is not None and max(fits, fits_two):
+                r, s = (fits_two, 2) if fits_two > fits else (fits, split_every)
+                options.append(f"fit at most {r} components: `{remedy(r, s)}`")
             options.append("ingest fewer features (a larger --min-df, or --hashing with a "
                            "smaller --n-features)")
             options.append("run on a cluster whose workers have more memory "
@@ -452,7 +469,7 @@ def _threads() -> Iterator[None]:
     """Dask's threaded scheduler, one thread per core, with single-threaded BLAS per task."""
     from threadpoolctl import threadpool_limits
 
-    with dask.config.set(scheduler="threads", num_workers=os.cpu_count() or 1), \
+    with dask.config.set(scheduler="threads", num_workers=cpu_count()), \
             threadpool_limits(1, user_api="blas"):
         yield
 
@@ -547,13 +564,13 @@ def connect(
         logger.info(
             "running in this process on dask's threaded scheduler (%d threads), no worker "
             "processes%s; --n-workers N starts a LocalCluster of N worker processes instead",
-            os.cpu_count() or 1, " (--n-workers 0)" if n_workers == 0 else "",
+            cpu_count(), " (--n-workers 0)" if n_workers == 0 else "",
         )
         with _threads():
             yield None
         return
     why = f"--n-workers {n_workers}"
-    n_workers = n_workers or os.cpu_count() or 1
+    n_workers = n_workers or cpu_count()
     with LocalCluster(
         n_workers=n_workers,
         threads_per_worker=threads_per_worker,

@@ -72,7 +72,10 @@ from sphdist.io.model import (
 )
 from sphdist.jobs import params as fit_params
 from sphdist.jobs.cluster import (
-    check_memory_budget, holds_in_memory, memory_check, stored_nbytes,
+    check_memory_budget,
+    holds_in_memory,
+    memory_check,
+    stored_nbytes,
 )
 
 __all__ = [
@@ -85,8 +88,9 @@ logger = logging.getLogger("sphdist")
 
 
 #: Parameters that change the sequence of iterates: a checkpoint resumes only if they match.
-#: A checkpoint written before ``max_partials``, ``dtype`` and ``polar`` were recorded was
-#: fitted with their defaults.
+#: A checkpoint written before ``dtype`` and ``polar`` were recorded was fitted with their
+#: defaults; the ``max_partials`` that checkpoints written before issue 29 record is ignored
+#: (the pass no longer has accumulation chains).
 RESUME_KEYS = fit_params.RESUME_KEYS  # the table's rows marked resume, and init_from
 #: The value a parameter had in checkpoints written before it was recorded (else the default).
 _BEFORE_RECORDED = {"accelerate": False}
@@ -329,10 +333,10 @@ class Fit:
         logger.info(why)
         check_memory = memory_check(
             source, self.params["n_components"], dtype=self.params["dtype"],
-            max_partials=self.params["max_partials"], client=client,
+            split_every=self.params["split_every"], client=client,
             held_bytes=stored_nbytes(source) if hold else 0,
-            remedy=lambda r, C: fit_command(
-                self.input, output, {**self.params, "n_components": r, "max_partials": C},
+            remedy=lambda r, s: fit_command(
+                self.input, output, {**self.params, "n_components": r, "split_every": s},
                 overwrite=self.plan.overwrite or previous is not None,
                 checkpoint_every=self.plan.checkpoint_every,
             ),
@@ -352,6 +356,21 @@ class Fit:
                 )
             except DataError as exc:  # the solver knows X, not the file: name it
                 raise DataError(f"{self.input}: {exc}") from None
+            except CheckpointMismatchError:
+                if previous is None or "max_partials" not in previous.params:
+                    raise
+                # written before issue 29: its passes summed the partials in accumulation
+                # chains, in an order this version's tree does not always reproduce, so the
+                # recomputed objective missed the recorded one by rounding, not other data
+                asked = fit_command(self.input, output, self.params, overwrite=True,
+                                    checkpoint_every=self.plan.checkpoint_every)
+                raise CheckpointMismatchError(
+                    f"{output} is a checkpoint of an earlier version of sphdist, whose passes "
+                    f"summed their partials in accumulation chains (max_partials="
+                    f"{previous.params['max_partials']}); this version sums them in another "
+                    "order, and the fit cannot continue from it to the bit. To resolve this, "
+                    f"start the fit again: `{asked}` (or choose another --output)."
+                ) from None
         if final is not state or not open_model(output).has_embedding:
             t0 = time.perf_counter()
             # the final model: V written chunk by chunk by the tasks that compute it
@@ -524,7 +543,6 @@ def fit_corpus(
     random_state: int | None = 0,
     init_n_iter: int = 4,
     split_every: int = 8,
-    max_partials: int = 8,
     dtype: Any = "float64",
     polar: str = "auto",
     partials: str = "auto",
@@ -550,7 +568,7 @@ def fit_corpus(
         The ``model.zarr`` to write (see :mod:`sphdist.io.model`).
     n_components : int
         r, ``1 <= r <= min(m, n)``.
-    lam, mu, max_iter, tol, init, init_n_iter, split_every, max_partials, dtype, polar
+    lam, mu, max_iter, tol, init, init_n_iter, split_every, dtype, polar
         Solver parameters, see :func:`sphdist.core.solver.fit`; constraints and defaults are
         those of :data:`sphdist.core.params.PARAMS`.
     partials, accelerate
@@ -627,7 +645,7 @@ def fit_corpus(
     plan = plan_fit(
         input, output, n_components=n_components, lam=lam, mu=mu, max_iter=max_iter, tol=tol,
         init=init, random_state=random_state, init_n_iter=init_n_iter, split_every=split_every,
-        max_partials=max_partials, dtype=dtype, polar=polar, partials=partials,
+        dtype=dtype, polar=polar, partials=partials,
         accelerate=accelerate, device=device, checkpoint_every=checkpoint_every, resume=resume,
         overwrite=overwrite, init_from=init_from, memory_budget=memory_budget,
     )

@@ -83,7 +83,8 @@ class SphericalPCA(
         Samples per chunk for NumPy / SciPy input (dask input keeps its chunks); default
         :func:`sphdist.core.graph.default_chunk_size`.
     split_every : int, default 8
-        Fan-in of the reduction tree.
+        Fan-in of the reduction tree that sums the partials of a pass's blocks (every block
+        one task, all of them independent, :func:`sphdist.core.graph.block_pass`).
     dtype : {"float64", "float32"}, default "float64"
         Compute dtype of ``U^T x`` and the V-step, and dtype of ``embedding_``; the partial
         products, the objective and ``components_`` stay float64 (see
@@ -92,8 +93,6 @@ class SphericalPCA(
         Route of the U-step's polar factor (:func:`sphdist.core.kernels.polar_factor`).
     partials : {"auto", "rows", "dense"}, default "auto"
         Format of the ``X V^T`` block partials; the result is bitwise the same for all three.
-    max_partials : int, default 8
-        At most this many (m, r) partials per pass (blocks of consecutive chunks).
     accelerate : bool, default True
         Extrapolated exact U-step with a monotone safeguard (Ang and Gillis 2019;
         :func:`sphdist.core.solver.iterate`); no effect unless lam and mu are "exact".
@@ -151,7 +150,6 @@ class SphericalPCA(
         dtype: str = "float64",
         polar: str = "auto",
         partials: str = "auto",
-        max_partials: int = 8,
         accelerate: bool = True,
         device: str = "cpu",
     ):
@@ -168,7 +166,6 @@ class SphericalPCA(
         self.dtype = dtype
         self.polar = polar
         self.partials = partials
-        self.max_partials = max_partials
         self.accelerate = accelerate
         self.device = device
 

@@ -75,6 +75,20 @@ def test_lam_below_two_is_a_usage_error(runner, corpus, connects):
     assert connects == []
 
 
+def test_the_removed_max_partials_is_a_usage_error_saying_what_replaced_it(
+    runner, corpus, connects, tmp_path
+):
+    """Issue 29: a pass has no accumulation chains any more; a command line that still asks
+    for them is refused with what bounds the memory now, not silently ignored."""
+    result = _fit(runner, corpus, "-o", str(tmp_path / "m.zarr"), "--max-partials", "1")
+    assert result.exit_code == 2
+    assert "Invalid value for '--max-partials': was removed" in result.stderr
+    assert "drop --max-partials" in result.stderr and "--split-every 2" in result.stderr
+    assert "Traceback" not in result.output
+    assert connects == [] and not (tmp_path / "m.zarr").exists()
+    assert "--max-partials" not in _fit(runner, corpus, "--help").output  # hidden
+
+
 def test_fit_opens_and_validates_once(runner, corpus, connects, monkeypatch, tmp_path):
     opened, validated = [], []
     open_input, validate = fit.open_input, params.validate
@@ -92,12 +106,12 @@ def test_fit_opens_and_validates_once(runner, corpus, connects, monkeypatch, tmp
     monkeypatch.setattr(params, "validate", counting_validate)
     result = _fit(runner, corpus, "-o", str(tmp_path / "m.zarr"), "-r", "2", "--max-iter", "2",
                   "--dtype", "float32", "--polar", "svd", "--partials", "dense",
-                  "--max-partials", "2", "--split-every", "3", "--init-n-iter", "1")
+                  "--split-every", "3", "--init-n-iter", "1")
     assert result.exit_code == 0, result.output
     assert opened == [corpus] and len(connects) == 1
     assert len(validated) == 1
-    assert {k: validated[0][k] for k in ("dtype", "polar", "partials", "max_partials")} == {
-        "dtype": "float32", "polar": "svd", "partials": "dense", "max_partials": 2}
+    assert {k: validated[0][k] for k in ("dtype", "polar", "partials", "split_every")} == {
+        "dtype": "float32", "polar": "svd", "partials": "dense", "split_every": 3}
     from sphdist.io.model import open_model
 
     stored = open_model(tmp_path / "m.zarr").params

@@ -12,9 +12,11 @@ import dask.array as da
 import numpy as np
 import pytest
 import scipy.sparse as sp
+from dask.callbacks import Callback
 
 from sphdist.core import graph, kernels
 from sphdist.core.params import FitConfig
+from sphdist.core.partials import densify
 
 from ..reference import LAYOUTS, chunked, random_corpus
 
@@ -72,15 +74,15 @@ def test_tree_sum_keeps_the_fixed_order_of_the_tree(n_parts, split_every):
 
 
 @pytest.mark.parametrize("layout", sorted(LAYOUTS))
-@pytest.mark.parametrize("max_partials", [1, 2, 8])
-def test_block_pass_reads_every_chunk_once_and_follows_eq_3_12(X, layout, max_partials):
+@pytest.mark.parametrize("split_every", [2, 8])
+def test_block_pass_reads_every_chunk_once_and_follows_eq_3_12(X, layout, split_every):
     sizes = LAYOUTS[layout](N)
     reads = []
     Xc = chunked(X, sizes).map_blocks(
         lambda b: (reads.append(1), b)[1], dtype=float, meta=sp.csc_matrix((0, 0))
     )
     U = np.linalg.qr(np.random.default_rng(1).standard_normal((M, R)))[0]
-    config = FitConfig.build(n_components=R, split_every=2, max_partials=max_partials)
+    config = FitConfig.build(n_components=R, split_every=split_every)
     V, total = graph.block_pass(Xc, U, None, lam=2.0, config=config)
     assert len(reads) == len(sizes)
     D = X.toarray()
@@ -147,9 +149,9 @@ def test_in_memory_sparse_input_is_chunked_by_its_stored_bytes():
 
 def test_block_bounds_cover_chunks_in_order():
     for n_chunks in (1, 2, 7, 49, 245):
-        for max_partials in (1, 2, 8, 300):
-            bounds = graph.block_bounds(n_chunks, max_partials)
-            assert len(bounds) <= max_partials
+        for max_blocks in (1, 2, 8, 300):
+            bounds = graph.block_bounds(n_chunks, max_blocks)
+            assert len(bounds) <= max_blocks
             assert [a for a, _ in bounds[1:]] == [b for _, b in bounds[:-1]]
             assert bounds[0][0] == 0 and bounds[-1][1] == n_chunks
 
@@ -158,14 +160,102 @@ def test_block_bounds_bound_the_documents_one_task_holds():
     rng = np.random.default_rng(0)
     for _ in range(50):
         sizes = rng.integers(1, 20_000, size=rng.integers(1, 80)).tolist()
-        for max_partials in (1, 3, 8):
-            bounds = graph.block_bounds(len(sizes), max_partials, sizes, 32768)
+        for max_blocks in (1, 3, 8):
+            bounds = graph.block_bounds(len(sizes), max_blocks, sizes, 32768)
             assert [a for a, _ in bounds[1:]] == [b for _, b in bounds[:-1]]
             assert bounds[0][0] == 0 and bounds[-1][1] == len(sizes)
             for a, b in bounds:  # within the bound, or one chunk that alone exceeds it
                 assert sum(sizes[a:b]) <= 32768 or b - a == 1
             if sum(sizes) <= 32768:  # small corpora: the count bound alone decides
-                assert bounds == graph.block_bounds(len(sizes), max_partials)
+                assert bounds == graph.block_bounds(len(sizes), max_blocks)
+
+
+@pytest.mark.parametrize("n_chunks", [1, 5, 31, 32, 33, 147, 245, 2442])
+def test_a_pass_offers_a_block_per_chunk_up_to_32_and_one_per_32768_documents(n_chunks):
+    sizes = [4096] * (n_chunks - 1) + [1000]
+    bounds = graph.pass_blocks(sizes)
+    assert [a for a, _ in bounds[1:]] == [b for _, b in bounds[:-1]]
+    assert bounds[0][0] == 0 and bounds[-1][1] == n_chunks
+    assert len(bounds) >= min(n_chunks, graph.PASS_BLOCKS)
+    assert all(sum(sizes[a:b]) <= graph.MAX_BLOCK_DOCUMENTS for a, b in bounds)
+    assert len(bounds) >= sum(sizes) / graph.MAX_BLOCK_DOCUMENTS
+
+
+def _pass_keys(graph_dict, prefix="sphdist-pass-"):
+    return [k for k in graph_dict if isinstance(k, tuple) and isinstance(k[0], str)
+            and k[0].startswith(prefix) and not k[0].endswith("-V")]
+
+
+@pytest.mark.parametrize("keep_V", [False, True])
+@pytest.mark.parametrize("sizes", [[5] * 12, [3] * 40, [1, 9, 2, 30, 7, 11]])
+def test_a_pass_over_B_blocks_is_B_tasks_with_no_path_between_any_two(sizes, keep_V):
+    """Issue 29 item 1: every block of a pass can run at the same time as every other."""
+    n = sum(sizes)
+    Xs = random_corpus(M, n, density=0.1, seed=3)
+    Xc = chunked(Xs, sizes)
+    U = np.linalg.qr(np.random.default_rng(1).standard_normal((M, R)))[0]
+    config = FitConfig.build(n_components=R, split_every=3)
+    V, total = graph.pass_graph(Xc, U, None, lam=2.0, config=config, keep_V=keep_V)
+    dsk = {}
+    for collection in [total] if V is None else [V, total]:
+        dsk.update(collection.__dask_graph__())
+    blocks = _pass_keys(dsk)
+    assert len(blocks) == len(graph.pass_blocks(sizes))
+    assert len({k[0] for k in blocks}) == 1  # one name, shown by the dashboard
+    deps = {k: dask.core.get_dependencies(dsk, k) for k in dsk}
+    for b in blocks:  # the block's ancestors: its chunks and U, never another block
+        seen, stack = set(), list(deps[b])
+        while stack:
+            k = stack.pop()
+            if k not in seen:
+                seen.add(k)
+                stack.extend(deps.get(k, ()))
+        assert not seen & set(blocks), b
+    # and the partials are summed in the tree over the blocks, in block order
+    (got,) = dask.compute(total)
+    D = Xs.toarray()
+    Q = U.T @ D
+    norms = np.linalg.norm(Q, axis=0)
+    V_ref = np.where(norms > 0, Q / np.where(norms > 0, norms, 1.0), np.eye(R)[:, [0]])
+    np.testing.assert_allclose(densify(got["XVt"]), D @ V_ref.T, atol=1e-12)
+
+
+class _PartialsHeld(Callback):
+    """The most partials alive at once: the distinct X V^T arrays the threaded scheduler
+    holds as results, plus one accumulator per running task."""
+
+    def __init__(self):
+        super().__init__()
+        self.most = 0
+
+    def _posttask(self, key, result, dsk, state, worker_id):
+        held = {id(v["XVt"]) for v in state["cache"].values()
+                if isinstance(v, dict) and "XVt" in v}
+        self.most = max(self.most, len(held) + len(state["running"]) + 1)
+
+
+@pytest.mark.parametrize("threads", [1, 2, 4])
+@pytest.mark.parametrize("split_every", [2, 8])
+def test_partials_held_at_once_stay_within_the_bound_however_many_blocks(
+    split_every, threads, monkeypatch
+):
+    """Every block in flight, memory still bounded: dask.order runs each combine of the tree
+    as soon as its inputs exist, so the partials alive at once are bounded by the tree's
+    fan-in, its depth and the threads (graph.partials_held), not by the blocks."""
+    monkeypatch.setattr(graph, "PASS_BLOCKS", 10**6)  # a block a chunk: many blocks, cheaply
+    U = np.linalg.qr(np.random.default_rng(1).standard_normal((M, R)))[0]
+    config = FitConfig.build(n_components=R, split_every=split_every)
+    seen = {}
+    for n_blocks in (8, 64, 200):
+        Xc = chunked(random_corpus(M, 2 * n_blocks, density=0.1, seed=3), [2] * n_blocks)
+        assert len(graph.pass_blocks(Xc.chunks[1])) == n_blocks
+        _, total = graph.pass_graph(Xc, U, None, lam=2.0, config=config, keep_V=False)
+        count = _PartialsHeld()
+        with dask.config.set(scheduler="threads", num_workers=threads), count:
+            dask.compute(total)
+        seen[n_blocks] = count.most
+        assert count.most <= graph.partials_held(n_blocks, split_every, threads), seen
+    assert seen[200] < 200 / 4  # far from one partial per block
 
 
 @pytest.mark.parametrize("layout", sorted(LAYOUTS))
@@ -225,7 +315,7 @@ def test_a_distributed_client_gives_bitwise_the_local_pass_and_counts(X, schedul
 
     Xc = chunked(X, LAYOUTS["irregular"](N))
     U = np.linalg.qr(np.random.default_rng(5).standard_normal((M, R)))[0]
-    kw = dict(lam=2.0, config=FitConfig.build(n_components=R, split_every=2, max_partials=2))
+    kw = dict(lam=2.0, config=FitConfig.build(n_components=R, split_every=2))
     V_local, local = graph.block_pass(Xc, U, None, **kw)
     other = chunked(random_corpus(M, N, density=0.1, seed=6), LAYOUTS["irregular"](N))
     counts = graph.per_chunk(lambda X_c, U: np.array([X_c.shape[1]]), other,

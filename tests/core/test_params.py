@@ -34,7 +34,6 @@ CASES = {
     "random_state": [("0", 0, True), ("-5", -5, False)],
     "init_n_iter": [("0", 0, True), ("-1", -1, False)],
     "split_every": [("2", 2, True), ("1", 1, False)],
-    "max_partials": [("1", 1, True), ("0", 0, False)],
     "dtype": [("float32", "float32", True), ("int64", "int64", False)],
     "polar": [("gram", "gram", True), ("qr", "qr", False)],
     "partials": [("rows", "rows", True), ("sparse", "sparse", False)],
@@ -138,7 +137,7 @@ def test_resume_keys_are_the_tables_rows_that_change_the_iterates():
     # written from the solver's docs: what changes U_0, the steps, or the summation order
     assert set(params.RESUME_PARAMS) == {
         "n_components", "lam", "mu", "init", "random_state", "init_n_iter", "split_every",
-        "dtype", "polar", "max_partials", "accelerate"}
+        "dtype", "polar", "accelerate"}
     assert job_params.RESUME_KEYS == (*params.RESUME_PARAMS, "init_from")
     assert not {"max_iter", "tol", "partials", "chunk_size"} & set(params.RESUME_PARAMS)
 

@@ -1,11 +1,14 @@
 """The Dask solver against the dense reference, across chunk layouts and step-size modes."""
 
+import dataclasses
+
 import dask
+import dask.array
 import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from sphdist.core import kernels, solver
+from sphdist.core import graph, kernels, solver
 from sphdist.core.partials import RowSparse, densify
 from sphdist.errors import DataError, ParameterError
 
@@ -124,18 +127,19 @@ def test_svd_init_starts_lower_than_random(X):
     assert svd.objective[0] < rnd.objective[0]
 
 
-@pytest.mark.parametrize("max_partials", [1, 2, 8])
-def test_one_read_of_every_chunk_per_iteration(X, max_partials):
+@pytest.mark.parametrize("pass_blocks", [1, 2, 8])
+def test_one_read_of_every_chunk_per_iteration(X, pass_blocks, monkeypatch):
+    monkeypatch.setattr(graph, "PASS_BLOCKS", pass_blocks)  # blocks of 5, 2-3 or 1 chunks
     reads = []
     Xc = chunked(X, [24] * 5).map_blocks(
         lambda b: (reads.append(1), b)[1], dtype=float, meta=sp.csc_matrix((0, 0))
     )
-    solver.fit(Xc, R, max_iter=4, tol=0, random_state=0, max_partials=max_partials)
+    solver.fit(Xc, R, max_iter=4, tol=0, random_state=0)
     # initialisation: a scan of the indices (the features the random U_0 is drawn on) and the
     # first pass; then one pass per iteration
     assert len(reads) == 5 * (2 + 4)
     reads.clear()
-    solver.fit(Xc, R, max_iter=4, tol=0, random_state=0, max_partials=max_partials,
+    solver.fit(Xc, R, max_iter=4, tol=0, random_state=0,
                accelerate=False, U0=np.eye(X.shape[0], R))
     assert len(reads) == 5 * (1 + 4)  # a warm start needs no scan
 
@@ -162,10 +166,11 @@ def test_random_start_is_drawn_on_the_occurring_features_only(X):
     assert state.objective[0] == pytest.approx(f0, rel=1e-10)
 
 
-@pytest.mark.parametrize("max_partials", [1, 3, 100])
-def test_any_grouping_of_chunks_equals_dense_reference(X, max_partials):
+@pytest.mark.parametrize("pass_blocks", [1, 3, 100])
+def test_any_grouping_of_chunks_equals_dense_reference(X, pass_blocks, monkeypatch):
+    monkeypatch.setattr(graph, "PASS_BLOCKS", pass_blocks)
     Xc = chunked(X, LAYOUTS["irregular"](N))
-    state = solver.fit(Xc, R, max_iter=6, tol=0, random_state=0, max_partials=max_partials)
+    state = solver.fit(Xc, R, max_iter=6, tol=0, random_state=0)
     expected, U, V = algorithm1(X, _U0(), n_iter=6, lam=2.0, mu=None)
     np.testing.assert_allclose(state.objective, expected, rtol=1e-10)
     np.testing.assert_allclose(state.U, U, atol=1e-9)
@@ -207,7 +212,7 @@ def test_float32_compute_stays_close_to_float64(X):
      (dict(lam=1.5), "lam=1.5"), (dict(mu=-1.0), "mu=-1.0"), (dict(lam="fast"), "lam='fast'"),
      (dict(max_iter=-1), "max_iter"), (dict(tol=float("nan")), "tol"),
      (dict(init="pca"), "init"), (dict(dtype=np.int64), "dtype"), (dict(polar="qr"), "polar"),
-     (dict(max_partials=0), "max_partials")],
+     (dict(split_every=1), "split_every")],
 )
 def test_bad_parameters_raise(X, kwargs, match):
     args = dict(n_components=R) | kwargs
@@ -230,7 +235,7 @@ def _bits(a):
 def test_row_sparse_partials_give_bitwise_the_dense_fit(split_every):
     Xs = topical_corpus()
     Xc = chunked(Xs, [12] * 8)
-    kw = dict(max_iter=4, tol=0, random_state=1, split_every=split_every, max_partials=4)
+    kw = dict(max_iter=4, tol=0, random_state=1, split_every=split_every)
     dense = solver.fit(Xc, 3, partials="dense", **kw)
     for partials in ("rows", "auto"):
         for scheduler in ("sync", "threads"):
@@ -250,3 +255,26 @@ def test_row_sparse_partials_give_bitwise_the_dense_fit(split_every):
 def test_partials_format_is_validated(X):
     with pytest.raises(ParameterError, match="partials"):
         solver.fit(chunked(X, [60, 60]), R, max_iter=1, partials="sparse")
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_resume_of_a_kept_V_read_back_as_float64_is_bitwise(X, dtype):
+    """Issue 31 item 8: a checkpoint stores V_k as float64 (``model.zarr/V``), while the
+    uninterrupted float32 fit carries V_k in float32; the palm V-step
+    ``q = 2 U^T x_j + (lam - 2) v_j`` (Liu et al. 2019, Eq. 3.12) must see the same float32
+    V_k either way, or the resumed iterates differ in the last bits."""
+    Xc = chunked(X, [24] * 5)
+    kw = dict(lam="palm", mu="palm", dtype=dtype, tol=0, random_state=0)
+    full = solver.fit(Xc, R, max_iter=8, **kw)
+    part = solver.fit(Xc, R, max_iter=5, **kw)
+    assert part.V.dtype == dtype
+    stored = part.V.compute().astype(np.float64)  # what the checkpoint gives back
+    state = dataclasses.replace(
+        part, V=dask.array.from_array(stored, chunks=part.V.chunks),
+        XVt=np.array(part.XVt), VVt=np.array(part.VVt),
+    )
+    resumed = solver.fit(Xc, R, max_iter=8, state=state, **kw)
+    assert resumed.objective == full.objective
+    np.testing.assert_array_equal(_bits(resumed.U_full), _bits(full.U_full))
+    assert resumed.V.dtype == dtype
+    np.testing.assert_array_equal(resumed.V.compute(), full.V.compute())

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from sphdist.core import solver
+from sphdist.core import graph, solver
 from sphdist.core.params import FitConfig
 from sphdist.core.partials import RowSparse
 from sphdist.errors import CheckpointMismatchError
@@ -87,10 +87,13 @@ def test_a_step_size_that_needs_V_is_not_restricted(X):
 
 
 @pytest.mark.parametrize("stop_after", [0, 1, 4])
-@pytest.mark.parametrize("max_partials", [1, 3])
-def test_resume_from_U_alone_is_bitwise_the_uninterrupted_run(X, stop_after, max_partials):
+@pytest.mark.parametrize("pass_blocks", [1, 3, 32])
+def test_resume_from_U_alone_is_bitwise_the_uninterrupted_run(
+    X, stop_after, pass_blocks, monkeypatch
+):
+    monkeypatch.setattr(graph, "PASS_BLOCKS", pass_blocks)  # blocks of 5, 2 or 1 chunks
     Xc = chunked(X, [24] * 5)
-    kw = dict(tol=0, random_state=0, max_partials=max_partials)
+    kw = dict(tol=0, random_state=0)
     full = solver.fit(Xc, R, max_iter=7, **kw)
     part = solver.fit(Xc, R, max_iter=stop_after, **kw)
     resumed = solver.fit(Xc, R, max_iter=7, state=_checkpoint(part), **kw)
@@ -154,8 +157,8 @@ def test_nothing_of_size_n_stays_on_the_cluster_between_iterations():
         state = solver.fit(Xc, r, max_iter=4, tol=0, random_state=0,
                            callback=lambda s: held.append(held_bytes()))
         kept = []
-        solver.fit(Xc, r, max_iter=4, tol=0, random_state=0, keep_V=True,
-                   callback=lambda s: kept.append(held_bytes()))
+        solver.fit(Xc, r, max_iter=4, tol=0, random_state=0, keep_V=True,  # V persisted:
+                   callback=lambda s: (distributed.wait(s.V), kept.append(held_bytes())))
     assert state.iteration == 4 and len(held) == 5
     V_bytes = 8 * r * n
     assert max(held) < V_bytes / 4, held  # U (m r) at most, never V

@@ -9,6 +9,7 @@ from distributed.client import FutureCancelledError
 
 from sphdist.errors import CheckpointMismatchError
 from sphdist.io.corpus_writer import CorpusWriter
+from sphdist.io.model import open_model
 from sphdist.jobs import fit
 from sphdist.jobs.fit import fit_corpus, prepare_fit
 
@@ -37,9 +38,9 @@ def _same(a, b):
 
 def test_every_solver_parameter_is_stored(corpus, tmp_path):
     model = fit_corpus(corpus.path, tmp_path / "m.zarr", callback=None, dtype="float32",
-                       polar="svd", partials="rows", max_partials=2, **KW)
-    assert {k: model.params[k] for k in ("dtype", "polar", "partials", "max_partials")} == {
-        "dtype": "float32", "polar": "svd", "partials": "rows", "max_partials": 2}
+                       polar="svd", partials="rows", split_every=3, **KW)
+    assert {k: model.params[k] for k in ("dtype", "polar", "partials", "split_every")} == {
+        "dtype": "float32", "polar": "svd", "partials": "rows", "split_every": 3}
 
 
 def test_checkpoint_without_the_new_keys_resumes_with_their_defaults(corpus, tmp_path):
@@ -127,3 +128,52 @@ def test_the_corpus_is_opened_once_per_fit(corpus, tmp_path, monkeypatch):
                         lambda p: resolved.append(p) or readable_path(p))
     fit_corpus(corpus.path, tmp_path / "m.zarr", callback=None, retries=1, **KW)
     assert len(opened) == 1 and len(resolved) == 1
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_palm_fit_resumed_from_its_checkpoint_is_bitwise_the_uninterrupted_one(
+    corpus, tmp_path, dtype
+):
+    """Issue 31 item 8: ``--lam palm --mu palm --dtype float32`` resumed from a checkpoint
+    (V_k stored as float64) differed from iteration 6; every iterate is bitwise now."""
+    kw = {**KW, "lam": "palm", "mu": "palm", "dtype": dtype, "max_iter": 8}
+    reference = fit_corpus(corpus.path, tmp_path / "ref.zarr", callback=None, **kw)
+    out = tmp_path / "m.zarr"
+    fit_corpus(corpus.path, out, callback=None, **{**kw, "max_iter": 5})
+    _same(fit_corpus(corpus.path, out, resume=True, callback=None, **kw), reference)
+
+
+def _as_written_before_issue_29(out, nudge):
+    """The checkpoint at ``out`` as a version with accumulation chains wrote it: its params
+    record max_partials, and (``nudge``) its last objective is one ulp off this version's,
+    as a sum in another order gives."""
+    group = zarr.open_group(str(out), mode="r+")
+    attrs = dict(group.attrs)
+    attrs["params"] = {**attrs["params"], "max_partials": 8}
+    if nudge:
+        attrs["objective"] = [*attrs["objective"][:-1],
+                              float(np.nextafter(attrs["objective"][-1], np.inf))]
+    group.attrs.put(attrs)
+
+
+def test_a_checkpoint_of_the_chained_pass_is_refused_with_the_fit_to_start_again(
+    corpus, tmp_path
+):
+    """Issue 29: a checkpoint written before it (max_partials recorded) whose objective this
+    version's summation order does not reproduce to the bit was refused as "fitted on other
+    data"; it is refused saying why, with the fit to start again. One it does reproduce
+    resumes."""
+    reference = fit_corpus(corpus.path, tmp_path / "ref.zarr", callback=None, **KW)
+    out = tmp_path / "m.zarr"
+    fit_corpus(corpus.path, out, callback=None, **{**KW, "max_iter": 2})
+    _as_written_before_issue_29(out, nudge=True)
+    with pytest.raises(CheckpointMismatchError, match="earlier version of sphdist") as caught:
+        fit_corpus(corpus.path, out, resume=True, callback=None, **KW)
+    assert "max_partials=8" in str(caught.value) and "other data" not in str(caught.value)
+    assert f"sphdist fit --input {corpus.path} --output {out}" in str(caught.value)
+    assert "--overwrite" in str(caught.value)
+    assert open_model(out).n_iter == 2  # nothing written
+    _same(fit_corpus(corpus.path, out, overwrite=True, callback=None, **KW), reference)
+    fit_corpus(corpus.path, out, overwrite=True, callback=None, **{**KW, "max_iter": 2})
+    _as_written_before_issue_29(out, nudge=False)  # the same sums: it continues, bitwise
+    _same(fit_corpus(corpus.path, out, resume=True, callback=None, **KW), reference)

@@ -2,6 +2,7 @@
 U is allocated, with the estimate and a command that fits; the estimate bounds a measured peak.
 """
 
+import os
 import re
 import shutil
 import subprocess
@@ -13,7 +14,7 @@ import psutil
 import pytest
 import scipy.sparse as sp
 
-from sphdist.core import solver
+from sphdist.core import graph, solver
 from sphdist.core.solver import BASE_BYTES, peak_bytes
 from sphdist.errors import InsufficientMemoryError
 from sphdist.io.corpus import open_input
@@ -78,24 +79,25 @@ def test_a_resumed_fit_is_checked_on_its_checkpoints_rows():
 def test_the_suggested_r_is_the_largest_that_fits(hashed_corpus):
     source = open_input(hashed_corpus)
     limit = 2 * 2**30
-    check = memory_check(source, 2500, dtype=np.float64, max_partials=8, available=limit,
-                         remedy=lambda r, C: f"R={r} C={C}")
+    check = memory_check(source, 2500, dtype=np.float64, split_every=8, available=limit,
+                         remedy=lambda r, s: f"R={r} S={s}")
     k = 38_000
     with pytest.raises(InsufficientMemoryError, match="needs about") as caught:
         check(k)
-    r, C = map(int, re.search(r"R=(\d+) C=(\d+)", str(caught.value)).groups())
+    r, s = map(int, re.search(r"R=(\d+) S=(\d+)", str(caught.value)).groups())
     chunk = 12 * source.nnz * max(source.chunks) // source.shape[1] + 8 * max(source.chunks)
-    blocks = max(1, 32768 // max(source.chunks))
+    blocks = graph.pass_blocks(source.chunks)
 
-    def need(r, C):
-        p = peak_bytes(k, r, max_partials=C, chunk_bytes=chunk, block_chunks=blocks,
-                       threads=psutil.cpu_count() or 1)
+    def need(r, s):
+        p = peak_bytes(k, r, split_every=s, n_blocks=len(blocks), chunk_bytes=chunk,
+                       block_chunks=max(b - a for a, b in blocks),
+                       threads=len(os.sched_getaffinity(0)))
         return BASE_BYTES + p.driver + p.worker
 
-    assert 0 < r < 2500 and C in (1, 8)
-    assert need(r, C) <= limit < need(r + 1, C)
-    assert need(r, 1) <= limit or C == 8  # one chain fits the most components
-    memory_check(source, r, dtype=np.float64, max_partials=C, available=limit)(k)  # passes
+    assert 0 < r < 2500 and s in (2, 8)
+    assert need(r, s) <= limit < need(r + 1, s)
+    assert need(r, 2) <= limit or s == 8  # fan-in 2 holds the fewest partials
+    memory_check(source, r, dtype=np.float64, split_every=s, available=limit)(k)  # passes
 
 
 @pytest.mark.slow
@@ -109,7 +111,9 @@ def test_the_estimate_bounds_a_measured_peak(hashed_corpus, tmp_path):
     measured = int(done.stdout.split()[-1]) * 1024
     X = sp.csr_matrix(open_input(hashed_corpus).to_dask().compute())
     k = int(np.count_nonzero(X.getnnz(axis=1)))  # the occurring features U is fitted on
-    estimate = BASE_BYTES + sum(peak_bytes(k, 200, threads=psutil.cpu_count() or 1))
+    n_blocks = len(graph.pass_blocks(open_input(hashed_corpus).chunks))
+    estimate = BASE_BYTES + sum(peak_bytes(k, 200, n_blocks=n_blocks,
+                                           threads=len(os.sched_getaffinity(0))))
     assert measured <= estimate <= 3 * measured, (measured, estimate, k)
 
 
