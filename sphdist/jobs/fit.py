@@ -71,7 +71,12 @@ from sphdist.io.model import (
 )
 from sphdist.jobs import params as fit_params
 from sphdist.jobs.cluster import (
-    check_memory_budget, holds_in_memory, memory_check, stored_nbytes,
+    check_memory_budget,
+    check_workers_see,
+    holds_in_memory,
+    memory_check,
+    stored_nbytes,
+    task_path,
 )
 
 __all__ = [
@@ -171,8 +176,8 @@ def plan_fit(
     fit_params.validate(
         {"checkpoint_every": checkpoint_every}, "sphdist.jobs.fit.fit_corpus", fit_params.JOB_PARAMS
     )
-    return FitPlan(
-        input=input, output=output,
+    return FitPlan(  # absolute here, once: the workers' working directories are their own
+        input=task_path(input), output=task_path(output),
         params={**fit_params.defaults(), **params, "n_components": n_components},
         checkpoint_every=checkpoint_every, resume=resume, overwrite=overwrite,
         init_from=init_from, memory_budget=check_memory_budget(memory_budget),
@@ -317,6 +322,7 @@ class Fit:
 
         X = source.to_dask()
         client = graph.active_client()
+        check_workers_see(client, inputs=(self.input,), outputs=(output,))
         hold, why = holds_in_memory(stored_nbytes(source), self.plan.memory_budget, client)
         logger.info(why)
         check_memory = memory_check(

@@ -15,10 +15,11 @@ import numpy as np
 
 from sphdist.core import graph
 from sphdist.errors import CorpusMismatchError, OutputExistsError
-from sphdist.io import absolute, committed, location, locks_output
+from sphdist.io import absolute, committed, locks_output
 from sphdist.io.corpus import open_input
 from sphdist.io.embedding import Embedding, EmbeddingWriter
 from sphdist.io.model import open_model
+from sphdist.jobs.cluster import check_workers_see, task_path
 from sphdist.jobs.fit import check_compatible
 from sphdist.jobs.info import check_roles, plural, warn_if_stopped
 
@@ -89,9 +90,11 @@ def transform_corpus(
     training corpus of a model fitted with lam = "exact" (lam = 2), the result equals the
     model's V: the last pass of the fit computed V by this same step from the stored U.
     """
+    # absolute here, once: the workers' working directories are their own
+    model, input, output = task_path(model), task_path(input), task_path(output)
     fitted, source = check_transform(model, input, output, overwrite=overwrite)
     warn_if_stopped(fitted, "transform")
-    output = location(output)
+    check_workers_see(graph.active_client(), inputs=(input,), outputs=(output,))
     logger.info("transform: embedding %s of %s in %s chunks with %s (r=%d)",
                 plural(source.n_documents, "document"), input, len(source.chunks), model,
                 fitted.U.shape[1])
