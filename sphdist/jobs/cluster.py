@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -35,6 +36,8 @@ __all__ = [
     "check_dashboard_address",
     "check_memory_budget",
     "check_memory_limit",
+    "check_worker_memory",
+    "NO_WORKERS_TIMEOUT_S",
     "check_scheduler_address",
     "connect",
     "holds_in_memory",
@@ -320,6 +323,59 @@ def check_workers_see(
                     "the output themselves (nothing was written). To resolve this, "
                     + _SHARED_REMEDY.format(name=Path(path).name) + "."
                 )
+
+
+#: Seconds the embedded LocalCluster's tasks wait while it has no worker (all of them lost,
+#: their nannies restarting them) before they fail (``distributed.scheduler.no-workers-timeout``).
+NO_WORKERS_TIMEOUT_S = 60
+
+
+def check_worker_memory(limit: str | int | float, threads_per_worker: int = 1) -> None:
+    """Refuse a LocalCluster worker memory limit below what one worker process takes idle.
+
+    A worker above 95 % of its limit is restarted by its nanny (distributed's default), so
+    with a limit below the process' own memory before any task runs, the workers are killed
+    and restarted for ever and no task runs (issue 31: ``--memory-limit 1MiB`` waited with
+    nothing printed).
+
+    Parameters
+    ----------
+    limit : str, int or float
+        ``--memory-limit``: ``"auto"``, bytes, a size (``"4GiB"``), or a fraction of this
+        machine's memory (a number <= 1, as distributed reads it); 0 means no limit.
+    threads_per_worker : int, default 1
+        For ``"auto"``: the machine's memory shared in proportion to the threads.
+
+    Raises
+    ------
+    ParameterError
+        If the limit, in bytes, is below :data:`sphdist.core.solver.BASE_BYTES` (the memory
+        of a process of Python, dask, NumPy and SciPy before a fit allocates anything, the
+        R_0 of the estimate in :func:`sphdist.core.solver.fit`'s Notes); the remedy names a
+        limit that holds it, and the fit's own estimate then checks the rest
+        (:func:`memory_check`).
+
+    Examples
+    --------
+    >>> check_worker_memory("4GiB"), check_worker_memory("auto"), check_worker_memory(0)
+    (None, None, None)
+    """
+    from distributed.worker_memory import parse_memory_limit
+
+    from sphdist.core.solver import BASE_BYTES
+
+    check_memory_limit(limit)
+    nbytes = parse_memory_limit(limit, threads_per_worker, logger=logger)
+    if nbytes is not None and nbytes < BASE_BYTES:
+        floor = f"{2 ** math.ceil(math.log2(BASE_BYTES)) // 2**20}MiB"
+        raise ParameterError(
+            f"memory limit {limit!r} per worker ({format_bytes(nbytes)}) cannot hold a worker "
+            f"process before any task runs (about {format_bytes(BASE_BYTES)}): its nanny would "
+            "restart it for ever and no task would run. To resolve this, give each worker at "
+            f"least that, e.g. --memory-limit {floor} (the fit checks its own "
+            "estimate against it before it starts), or leave out --memory-limit (auto: this "
+            "machine's memory shared by the workers)."
+        )
 
 
 # -- where the job runs -----------------------------------------------------------------------
@@ -672,7 +728,10 @@ def connect(
         return
     why = f"--n-workers {n_workers}"
     n_workers = n_workers or os.cpu_count() or 1
-    with LocalCluster(
+    check_worker_memory(memory_limit, threads_per_worker)
+    with dask.config.set({  # a cluster that keeps losing its workers fails, never waits
+        "distributed.scheduler.no-workers-timeout": f"{NO_WORKERS_TIMEOUT_S}s",
+    }), LocalCluster(
         n_workers=n_workers,
         threads_per_worker=threads_per_worker,
         processes=True,

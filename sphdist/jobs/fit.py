@@ -265,8 +265,10 @@ class Fit:
             try:
                 return self._attempt(previous, callback)
             except WORKER_LOSS as exc:
-                if attempt == retries:
-                    raise _workers_lost(self.output, retries, exc) from exc
+                if attempt == retries or _no_workers(exc):  # none left to retry on: stop
+                    resume = fit_command(self.input, self.output, self.params, resume=True,
+                                         checkpoint_every=self.plan.checkpoint_every)
+                    raise _workers_lost(self.output, attempt, exc, resume) from exc
                 if self.out.identity() not in (None, self.before):
                     previous = load_checkpoint(self.output)  # continue our own checkpoint
                 _log_retry(self.output, exc, attempt, retries)
@@ -830,9 +832,16 @@ def check_compatible(
 def _worker_loss_errors() -> tuple[type[BaseException], ...]:
     from distributed.client import FutureCancelledError
     from distributed.comm.core import CommClosedError
-    from distributed.scheduler import KilledWorker
+    from distributed.scheduler import KilledWorker, NoWorkerError
 
-    return (FutureCancelledError, KilledWorker, CommClosedError)
+    return (FutureCancelledError, KilledWorker, CommClosedError, NoWorkerError)
+
+
+def _no_workers(exc: BaseException) -> bool:
+    """Whether a task failed because the cluster had no worker left for a while."""
+    from distributed.scheduler import NoWorkerError
+
+    return isinstance(exc, NoWorkerError)
 
 
 #: Exceptions with which a computation fails when a worker holding its data dies.
@@ -840,12 +849,19 @@ WORKER_LOSS: tuple[type[BaseException], ...] = _worker_loss_errors()
 
 
 
-def _workers_lost(output: Any, retries: int, exc: BaseException) -> WorkersLostError:
+def _workers_lost(
+    output: Any, attempt: int, exc: BaseException, resume: str
+) -> WorkersLostError:
+    if _no_workers(exc):
+        what = (f"the cluster had no worker left for {getattr(exc, 'timeout', 0):.0f} s (every "
+                f"worker lost{'' if attempt == 0 else f', after {attempt} restarts'})")
+    else:
+        what = (f"workers were lost in {attempt + 1} attempts (last: {type(exc).__name__}: "
+                f"{str(exc).splitlines()[0][:200] if str(exc) else ''})")
     return WorkersLostError(
-        f"workers were lost in {retries + 1} attempts to fit {output} (last: "
-        f"{type(exc).__name__}: {str(exc)[:200]}). The last complete checkpoint is "
-        "kept. To resolve this, check the workers' logs (often a memory limit "
-        "below what sphdist.core.solver.fit's Notes give), then rerun with --resume."
+        f"{output}: {what}. The last complete checkpoint is kept. To resolve this, check the "
+        "workers' logs (often a memory limit below what sphdist.core.solver.fit's Notes give, "
+        f"or a worker killed from outside), then continue the fit: `{resume}`."
     )
 
 
