@@ -200,7 +200,7 @@ _SHARED_REMEDY = (
 )
 
 
-def task_path(path: str | os.PathLike[str] | None) -> Any:
+def task_path(path: str | os.PathLike[str] | None, *, output: bool = False) -> Any:
     """``path`` as every task of a job is given it: absolute, or a URL, made so once here.
 
     A task runs in a worker process whose working directory is its own (on another machine,
@@ -211,6 +211,10 @@ def task_path(path: str | os.PathLike[str] | None) -> Any:
     ----------
     path : path-like or None
         A local path (relative or absolute) or a URL (``s3://bucket/model.zarr``).
+    output : bool, default False
+        ``path`` is a store to write: one that names no file (``.``, ``..``, ``dir/..``) is
+        returned as it is, for the writer to refuse in its own words, instead of becoming
+        the name of the working directory (or of its parent).
 
     Returns
     -------
@@ -231,9 +235,14 @@ def task_path(path: str | os.PathLike[str] | None) -> Any:
     >>> str(task_path("s3://bucket/model.zarr"))
     's3://bucket/model.zarr'
     """
-    from sphdist.io import absolute, location
+    from sphdist.io import absolute, is_remote, location
 
-    return None if path is None else location(absolute(location(path)))
+    if path is None:
+        return None
+    given = location(path)
+    if is_remote(given) or (output and given.name in ("", ".", "..")):
+        return given
+    return location(absolute(given))
 
 
 def _signature(path: str) -> tuple[int, int] | None:

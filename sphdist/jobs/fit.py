@@ -177,7 +177,7 @@ def plan_fit(
         {"checkpoint_every": checkpoint_every}, "sphdist.jobs.fit.fit_corpus", fit_params.JOB_PARAMS
     )
     return FitPlan(  # absolute here, once: the workers' working directories are their own
-        input=task_path(input), output=task_path(output),
+        input=task_path(input), output=task_path(output, output=True),
         params={**fit_params.defaults(), **params, "n_components": n_components},
         checkpoint_every=checkpoint_every, resume=resume, overwrite=overwrite,
         init_from=init_from, memory_budget=check_memory_budget(memory_budget),

@@ -147,7 +147,7 @@ def build_index(
     from sphdist.jobs.cluster import task_path
     from sphdist.methods.neighbors import NeighborIndex
 
-    model, input, output = task_path(model), task_path(input), task_path(output)
+    model, input, output = task_path(model), task_path(input), task_path(output, output=True)
     if not overwrite and exists(output):
         raise OutputExistsError(
             f"{output} already exists. To resolve this, choose another --output or pass "
@@ -514,7 +514,7 @@ def knn_graph(
     from sphdist.jobs.cluster import check_workers_see, task_path
 
     # absolute here, once: the workers' working directories are their own
-    model, input, output = task_path(model), task_path(input), task_path(output)
+    model, input, output = task_path(model), task_path(input), task_path(output, output=True)
     fmt = _format(output, format)
     if not overwrite and exists(output):
         raise OutputExistsError(

@@ -91,7 +91,7 @@ def transform_corpus(
     model's V: the last pass of the fit computed V by this same step from the stored U.
     """
     # absolute here, once: the workers' working directories are their own
-    model, input, output = task_path(model), task_path(input), task_path(output)
+    model, input, output = task_path(model), task_path(input), task_path(output, output=True)
     fitted, source = check_transform(model, input, output, overwrite=overwrite)
     warn_if_stopped(fitted, "transform")
     check_workers_see(graph.active_client(), inputs=(input,), outputs=(output,))
