@@ -28,7 +28,41 @@ from distributed.security import Security
 from sphdist.errors import ParameterError
 from sphdist.jobs.cluster import tls_security
 
-__all__ = ["ProcessCluster"]
+__all__ = ["ProcessCluster", "isolation_unavailable"]
+
+# run as `sh -c SCRIPT sh CWD HIDDEN... -- COMMAND...` inside `unshare --mount`: an empty tmpfs
+# on every hidden directory, then on /tmp (so a hidden directory under /tmp is hidden twice)
+_ISOLATE = """
+set -e
+cwd=$1; shift
+while [ "$1" != -- ]; do mount -t tmpfs sphdist-hidden "$1"; shift; done; shift
+mount -t tmpfs sphdist-tmp /tmp
+mkdir -p "$cwd" && cd "$cwd"
+exec "$@"
+"""
+
+
+def _isolated(command: list[str], hidden: Sequence[str], cwd: str) -> list[str]:
+    return ["unshare", "--mount", "--propagation", "private", "sh", "-c", _ISOLATE, "sh", cwd,
+            *hidden, "--", *command]
+
+
+def isolation_unavailable() -> str | None:
+    """Why workers cannot be started in a mount namespace of their own here, or None if they can.
+
+    Tries what :class:`ProcessCluster` does with ``isolate``: ``unshare --mount`` (root, or
+    the CAP_SYS_ADMIN capability) and a tmpfs mounted on /tmp inside it.
+    """
+    if shutil.which("unshare") is None:
+        return "the unshare command (util-linux) is not installed"
+    try:
+        probe = subprocess.run(_isolated(["true"], [], "/"), capture_output=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"unshare --mount failed: {exc}"
+    if probe.returncode:
+        return ("unshare --mount with a private tmpfs on /tmp failed (it needs root or "
+                f"CAP_SYS_ADMIN): {probe.stderr.decode(errors='replace').strip()[:200]}")
+    return None
 
 
 def _dask_command() -> list[str]:
@@ -68,6 +102,14 @@ class ProcessCluster:
         directory removed on exit.
     timeout : float, default 60
         Seconds to wait for the scheduler and for the workers to connect.
+    cwd : path-like, optional
+        Working directory of the workers (default: this process'), as on another machine
+        whose processes start elsewhere.
+    isolate : sequence of path-like, optional
+        Start every worker in its own mount namespace (``unshare --mount --propagation
+        private``, root only) with a private, empty tmpfs on ``/tmp`` and on each of these
+        directories: the worker shares no disk with this process there (a node of a
+        multi-machine cluster). :func:`isolation_unavailable` says whether this machine can.
 
     Attributes
     ----------
@@ -96,6 +138,8 @@ class ProcessCluster:
         env: dict[str, str] | None = None,
         log_dir: str | os.PathLike[str] | None = None,
         timeout: float = 60.0,
+        cwd: str | os.PathLike[str] | None = None,
+        isolate: Sequence[str | os.PathLike[str]] | None = None,
     ):
         if n_workers < 0:
             raise ParameterError(f"n_workers must be >= 0, got {n_workers}.")
@@ -110,6 +154,8 @@ class ProcessCluster:
         self.worker_args = list(worker_args)
         self.env = {**os.environ, **(env or {})}
         self.timeout = timeout
+        self.cwd = None if cwd is None else str(cwd)
+        self.isolate = None if isolate is None else [str(Path(p).resolve()) for p in isolate]
         self._own_log_dir = log_dir is None
         self.log_dir = Path(log_dir or tempfile.mkdtemp(prefix="sphdist-cluster-"))
         self.log_dir.mkdir(parents=True, exist_ok=True)
@@ -126,11 +172,17 @@ class ProcessCluster:
         ca, cert, key = self.tls_files
         return ["--tls-ca-file", ca, "--tls-cert", cert, "--tls-key", key]
 
-    def _spawn(self, args: list[str], log_name: str) -> subprocess.Popen[bytes]:
+    def _spawn(
+        self, args: list[str], log_name: str, *, worker: bool = False
+    ) -> subprocess.Popen[bytes]:
         log = open(self.log_dir / log_name, "ab")  # noqa: SIM115 - closed in stop()
         self._logs.append(log)
+        command = _dask_command() + args
+        if worker and self.isolate is not None:
+            command = _isolated(command, self.isolate, self.cwd or "/")
         return subprocess.Popen(
-            _dask_command() + args, stdout=log, stderr=subprocess.STDOUT, env=self.env,
+            command, stdout=log, stderr=subprocess.STDOUT, env=self.env,
+            cwd=self.cwd if worker and self.isolate is None else None,
             start_new_session=True,  # a Ctrl-C of the caller does not race our shutdown
         )
 
@@ -161,6 +213,8 @@ class ProcessCluster:
         """Start ``n`` more workers and wait until the scheduler sees all of them."""
         for _ in range(n):
             i = len(self.workers)
+            local = (f"/tmp/sphdist-worker-{i}" if self.isolate is not None  # its own /tmp
+                     else str(self.log_dir / f"worker-{i}"))
             self.workers.append(self._spawn(
                 ["worker", self.address, "--host", "127.0.0.1", "--nthreads",
                  str(self.nthreads), "--nworkers", "1", "--memory-limit", self.memory_limit,
@@ -168,9 +222,9 @@ class ProcessCluster:
                  # the worker's HTTP server (/health, /metrics) stays up without a dashboard
                  "--dashboard-address", "127.0.0.1:0",
                  "--nanny" if self.nanny else "--no-nanny",
-                 "--local-directory", str(self.log_dir / f"worker-{i}"),
+                 "--local-directory", local,
                  *self._tls_args(), *self.worker_args],
-                f"worker-{i}.log",
+                f"worker-{i}.log", worker=True,
             ))
         self.wait_for_workers(len(self.workers))
 

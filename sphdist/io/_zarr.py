@@ -57,6 +57,7 @@ __all__ = [
     "checksummed",
     "content_sha256",
     "missing_chunks",
+    "require_written",
     "read_checked",
     "require_finite",
     "replaced_error",
@@ -535,6 +536,46 @@ def require_chunks(
             f"{path}: {what}: chunk file {missing[0]}{more} is missing (zarr would read it as "
             f"the fill value {arr.fill_value!r}). To resolve this, {remedy}."
         )
+
+
+def require_written(arr: zarr.Array, path: Any, what: str, option: str = "--output") -> None:
+    """Refuse to commit ``arr`` unless every chunk its tasks wrote is stored where it is read.
+
+    The tasks that compute an array (on a cluster: in the workers) write its chunks
+    themselves; a worker that does not share the driver's filesystem writes them somewhere
+    else, and the commit would make a store whose chunks read as the fill value. Called on
+    the staging array just before the commit.
+
+    Parameters
+    ----------
+    arr : zarr.Array
+        The array, opened in the staging store by this process.
+    path : path-like
+        The output being committed, for the message.
+    what : str
+        The array, in words (``"V"``).
+    option : str, default "--output"
+        The option that names the output, for the remedy.
+
+    Raises
+    ------
+    StorageError
+        Naming ``path``, how many chunk files are missing and the first; nothing is committed.
+    """
+    from sphdist.errors import StorageError
+
+    missing = missing_chunks(arr)
+    if not missing:
+        return
+    name = Path(str(path)).name
+    raise StorageError(
+        f"{path}: {len(missing)} of the {math.prod(arr.cdata_shape)} chunk files of {what} that "
+        f"the tasks wrote are not where this process reads them (first: {missing[0]}): the "
+        "workers do not share this machine's filesystem. Nothing was committed. To resolve "
+        "this, write the output where this machine and every worker reach the same files: an "
+        f"object store (e.g. {option} s3://BUCKET/{name}) or a filesystem mounted at the same "
+        "path on every node."
+    )
 
 
 def read_checked(

@@ -34,6 +34,7 @@ from sphdist.io._zarr import (
     TaggedStore,
     json_clean,
     regular_chunks,
+    require_written,
     write_array,
     write_vector,
 )
@@ -118,6 +119,8 @@ class EmbeddingWriter:
         Embedding
         """
         group = self._group
+        for name in ("V", "degenerate"):  # the workers wrote them: are they here?
+            require_written(group[name], self.path, name)
         write_vector(group, "doc_ids", np.asarray(doc_ids, dtype=object))
         if labels is not None:
             write_array(group, "labels", np.asarray(labels, dtype=np.int32))

@@ -85,6 +85,7 @@ from sphdist.io._zarr import (
     json_clean,
     regular_chunks,
     replaced_error,
+    require_written,
     write_array,
     write_vector,
 )
@@ -161,6 +162,7 @@ def save_checkpoint(
             write_vector(group, "vocabulary", np.asarray(vocabulary, dtype=object))
         if V is not None:
             _store_V(group, V)
+            require_written(group["V"], path, "V")  # the workers wrote them: are they here?
         group.attrs.update(json_clean({
             "sphdist": {"kind": KIND, "format_version": FORMAT_VERSION},
             "params": params,

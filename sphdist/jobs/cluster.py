@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -35,10 +36,14 @@ __all__ = [
     "check_dashboard_address",
     "check_memory_budget",
     "check_memory_limit",
+    "check_worker_memory",
+    "NO_WORKERS_TIMEOUT_S",
     "check_scheduler_address",
     "connect",
     "holds_in_memory",
     "stored_nbytes",
+    "task_path",
+    "check_workers_see",
     "tls_security",
 ]
 
@@ -193,6 +198,204 @@ def check_memory_limit(limit: str | int) -> None:
                   "unit, e.g. --memory-limit 4GiB, or --memory-limit auto"):
         if limit != "auto" and parse_bytes(limit) < 0:
             raise ValueError("a limit is not negative")
+
+
+# -- paths the tasks use ----------------------------------------------------------------------
+
+#: A remedy for a local path that the workers do not see as the driver does.
+_SHARED_REMEDY = (
+    "put it where this machine and every worker reach the same files: an object store "
+    "(e.g. s3://BUCKET/{name}, with AWS_ENDPOINT_URL and the credentials set for the workers "
+    "too) or a filesystem mounted at the same path on every node; or leave out "
+    "--scheduler-address to run on this machine"
+)
+
+
+def task_path(path: str | os.PathLike[str] | None, *, output: bool = False) -> Any:
+    """``path`` as every task of a job is given it: absolute, or a URL, made so once here.
+
+    A task runs in a worker process whose working directory is its own (on another machine,
+    or where ``dask worker`` was started), so a relative path would name another file there.
+    Jobs call this at their entry, on the driver, before any task is built.
+
+    Parameters
+    ----------
+    path : path-like or None
+        A local path (relative or absolute) or a URL (``s3://bucket/model.zarr``).
+    output : bool, default False
+        ``path`` is a store to write: one that names no file (``.``, ``..``, ``dir/..``) is
+        returned as it is, for the writer to refuse in its own words, instead of becoming
+        the name of the working directory (or of its parent).
+
+    Returns
+    -------
+    pathlib.Path or upath.UPath or None
+        The local path resolved against this process' working directory (symbolic links
+        resolved), or the URL unchanged; None for None.
+
+    Raises
+    ------
+    ValueError
+        As :func:`sphdist.io.location` (an empty path, an unknown protocol).
+
+    Examples
+    --------
+    >>> import os
+    >>> str(task_path("model.zarr")) == os.path.join(os.getcwd(), "model.zarr")
+    True
+    >>> str(task_path("s3://bucket/model.zarr"))
+    's3://bucket/model.zarr'
+    """
+    from sphdist.io import absolute, is_remote, location
+
+    if path is None:
+        return None
+    given = location(path)
+    if is_remote(given) or (output and given.name in ("", ".", "..")):
+        return given
+    return location(absolute(given))
+
+
+def _signature(path: str) -> tuple[int, int] | None:
+    """(size, mtime in ns) of the file, or of a zarr store's ``zarr.json``; None if absent."""
+    target = os.path.join(path, "zarr.json") if os.path.isdir(path) else path
+    try:
+        stat = os.stat(target)
+    except OSError:
+        return None
+    return stat.st_size, stat.st_mtime_ns
+
+
+def _sees(marker: str) -> bool:
+    return os.path.exists(marker)
+
+
+def check_workers_see(
+    client: Client | None, *, inputs: tuple[Any, ...] = (), outputs: tuple[Any, ...] = (),
+) -> None:
+    """Refuse, before any task runs, local paths that the workers do not see as this process.
+
+    The tasks of a job read its inputs and write its outputs themselves, so on a cluster
+    whose workers share no filesystem with the driver (separate machines, containers) a local
+    path names nothing, or another file, in their processes. URLs are not checked (every
+    party opens the same object store).
+
+    Parameters
+    ----------
+    client : distributed.Client or None
+        The cluster; None (dask's threads in this process) checks nothing.
+    inputs : tuple of path-like
+        Stores the tasks read: every worker must see the same file (the size and modification
+        time of the store's ``zarr.json``, or of the file).
+    outputs : tuple of path-like
+        Stores the tasks write: every worker must see the directory that will hold it (a
+        marker file written there by this process for the check, then removed).
+
+    Raises
+    ------
+    InputNotFoundError
+        If a worker does not see an input as this process does; naming the path, the worker
+        and the remedy (an object store, or a filesystem shared at the same path).
+    ParameterError
+        If a worker does not see the folder of an output; the same.
+    """
+    import shlex
+    import uuid
+
+    from sphdist.io import is_remote
+
+    if client is None:
+        return
+    for path in inputs:
+        if path is None or is_remote(path):
+            continue
+        path = str(path)
+        mine = _signature(path)
+        seen = client.run(_signature, path)
+        for worker, theirs in seen.items():
+            if tuple(theirs or ()) != tuple(mine or ()):
+                how = "does not find it" if theirs is None else "finds another file there"
+                name = Path(path).name
+                raise InputNotFoundError(
+                    f"{path}: worker {worker} {how}: the workers do not share this machine's "
+                    "filesystem, and the tasks read the input themselves. To resolve this, "
+                    + _SHARED_REMEDY.format(name=name) + f" (e.g. `aws s3 cp --recursive "
+                    f"{shlex.quote(path)} s3://BUCKET/{shlex.quote(name)}`, then pass that URL)."
+                )
+    for path in outputs:
+        if path is None or is_remote(path):
+            continue
+        folder = Path(path).parent
+        marker = folder / f".{Path(path).name}.sphdist-shared-{uuid.uuid4().hex}"
+        try:
+            marker.touch()
+        except OSError:
+            continue  # the writer reports an unwritable output in its own words
+        try:
+            seen = client.run(_sees, str(marker))
+        finally:
+            marker.unlink(missing_ok=True)
+        for worker, ok in seen.items():
+            if not ok:
+                raise ParameterError(
+                    f"{path}: worker {worker} does not see the folder {folder} of this "
+                    "machine: the workers do not share its filesystem, and the tasks write "
+                    "the output themselves (nothing was written). To resolve this, "
+                    + _SHARED_REMEDY.format(name=Path(path).name) + "."
+                )
+
+
+#: Seconds the embedded LocalCluster's tasks wait while it has no worker (all of them lost,
+#: their nannies restarting them) before they fail (``distributed.scheduler.no-workers-timeout``).
+NO_WORKERS_TIMEOUT_S = 60
+
+
+def check_worker_memory(limit: str | int | float, threads_per_worker: int = 1) -> None:
+    """Refuse a LocalCluster worker memory limit below what one worker process takes idle.
+
+    A worker above 95 % of its limit is restarted by its nanny (distributed's default), so
+    with a limit below the process' own memory before any task runs, the workers are killed
+    and restarted for ever and no task runs (issue 31: ``--memory-limit 1MiB`` waited with
+    nothing printed).
+
+    Parameters
+    ----------
+    limit : str, int or float
+        ``--memory-limit``: ``"auto"``, bytes, a size (``"4GiB"``), or a fraction of this
+        machine's memory (a number <= 1, as distributed reads it); 0 means no limit.
+    threads_per_worker : int, default 1
+        For ``"auto"``: the machine's memory shared in proportion to the threads.
+
+    Raises
+    ------
+    ParameterError
+        If the limit, in bytes, is below :data:`sphdist.core.solver.BASE_BYTES` (the memory
+        of a process of Python, dask, NumPy and SciPy before a fit allocates anything, the
+        R_0 of the estimate in :func:`sphdist.core.solver.fit`'s Notes); the remedy names a
+        limit that holds it, and the fit's own estimate then checks the rest
+        (:func:`memory_check`).
+
+    Examples
+    --------
+    >>> check_worker_memory("4GiB"), check_worker_memory("auto"), check_worker_memory(0)
+    (None, None, None)
+    """
+    from distributed.worker_memory import parse_memory_limit
+
+    from sphdist.core.solver import BASE_BYTES
+
+    check_memory_limit(limit)
+    nbytes = parse_memory_limit(limit, threads_per_worker, logger=logger)
+    if nbytes is not None and nbytes < BASE_BYTES:
+        floor = f"{2 ** math.ceil(math.log2(BASE_BYTES)) // 2**20}MiB"
+        raise ParameterError(
+            f"memory limit {limit!r} per worker ({format_bytes(nbytes)}) cannot hold a worker "
+            f"process before any task runs (about {format_bytes(BASE_BYTES)}): its nanny would "
+            "restart it for ever and no task would run. To resolve this, give each worker at "
+            f"least that, e.g. --memory-limit {floor} (the fit checks its own "
+            "estimate against it before it starts), or leave out --memory-limit (auto: this "
+            "machine's memory shared by the workers)."
+        )
 
 
 # -- where the job runs -----------------------------------------------------------------------
@@ -571,7 +774,10 @@ def connect(
         return
     why = f"--n-workers {n_workers}"
     n_workers = n_workers or cpu_count()
-    with LocalCluster(
+    check_worker_memory(memory_limit, threads_per_worker)
+    with dask.config.set({  # a cluster that keeps losing its workers fails, never waits
+        "distributed.scheduler.no-workers-timeout": f"{NO_WORKERS_TIMEOUT_S}s",
+    }), LocalCluster(
         n_workers=n_workers,
         threads_per_worker=threads_per_worker,
         processes=True,

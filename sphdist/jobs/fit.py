@@ -73,9 +73,11 @@ from sphdist.io.model import (
 from sphdist.jobs import params as fit_params
 from sphdist.jobs.cluster import (
     check_memory_budget,
+    check_workers_see,
     holds_in_memory,
     memory_check,
     stored_nbytes,
+    task_path,
 )
 
 __all__ = [
@@ -181,8 +183,8 @@ def plan_fit(
     )
     if params.get("device") == "cuda":  # before the output is locked or a cluster starts
         _device.check_device("cuda")
-    return FitPlan(
-        input=input, output=output,
+    return FitPlan(  # absolute here, once: the workers' working directories are their own
+        input=task_path(input), output=task_path(output, output=True),
         params={**fit_params.defaults(), **params, "n_components": n_components},
         checkpoint_every=checkpoint_every, resume=resume, overwrite=overwrite,
         init_from=init_from, memory_budget=check_memory_budget(memory_budget),
@@ -270,8 +272,10 @@ class Fit:
             try:
                 return self._attempt(previous, callback)
             except WORKER_LOSS as exc:
-                if attempt == retries:
-                    raise _workers_lost(self.output, retries, exc) from exc
+                if attempt == retries or _no_workers(exc):  # none left to retry on: stop
+                    resume = fit_command(self.input, self.output, self.params, resume=True,
+                                         checkpoint_every=self.plan.checkpoint_every)
+                    raise _workers_lost(self.output, attempt, exc, resume) from exc
                 if self.out.identity() not in (None, self.before):
                     previous = load_checkpoint(self.output)  # continue our own checkpoint
                 _log_retry(self.output, exc, attempt, retries)
@@ -329,6 +333,7 @@ class Fit:
 
         X = source.to_dask()
         client = graph.active_client()
+        check_workers_see(client, inputs=(self.input,), outputs=(output,))
         hold, why = holds_in_memory(stored_nbytes(source), self.plan.memory_budget, client)
         logger.info(why)
         check_memory = memory_check(
@@ -906,9 +911,16 @@ def check_compatible(
 def _worker_loss_errors() -> tuple[type[BaseException], ...]:
     from distributed.client import FutureCancelledError
     from distributed.comm.core import CommClosedError
-    from distributed.scheduler import KilledWorker
+    from distributed.scheduler import KilledWorker, NoWorkerError
 
-    return (FutureCancelledError, KilledWorker, CommClosedError)
+    return (FutureCancelledError, KilledWorker, CommClosedError, NoWorkerError)
+
+
+def _no_workers(exc: BaseException) -> bool:
+    """Whether a task failed because the cluster had no worker left for a while."""
+    from distributed.scheduler import NoWorkerError
+
+    return isinstance(exc, NoWorkerError)
 
 
 #: Exceptions with which a computation fails when a worker holding its data dies.
@@ -916,12 +928,19 @@ WORKER_LOSS: tuple[type[BaseException], ...] = _worker_loss_errors()
 
 
 
-def _workers_lost(output: Any, retries: int, exc: BaseException) -> WorkersLostError:
+def _workers_lost(
+    output: Any, attempt: int, exc: BaseException, resume: str
+) -> WorkersLostError:
+    if _no_workers(exc):
+        what = (f"the cluster had no worker left for {getattr(exc, 'timeout', 0):.0f} s (every "
+                f"worker lost{'' if attempt == 0 else f', after {attempt} restarts'})")
+    else:
+        what = (f"workers were lost in {attempt + 1} attempts (last: {type(exc).__name__}: "
+                f"{str(exc).splitlines()[0][:200] if str(exc) else ''})")
     return WorkersLostError(
-        f"workers were lost in {retries + 1} attempts to fit {output} (last: "
-        f"{type(exc).__name__}: {str(exc)[:200]}). The last complete checkpoint is "
-        "kept. To resolve this, check the workers' logs (often a memory limit "
-        "below what sphdist.core.solver.fit's Notes give), then rerun with --resume."
+        f"{output}: {what}. The last complete checkpoint is kept. To resolve this, check the "
+        "workers' logs (often a memory limit below what sphdist.core.solver.fit's Notes give, "
+        f"or a worker killed from outside), then continue the fit: `{resume}`."
     )
 
 

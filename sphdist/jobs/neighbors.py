@@ -157,9 +157,10 @@ def build_index(
     """
     import faiss
 
+    from sphdist.jobs.cluster import task_path
     from sphdist.methods.neighbors import NeighborIndex
 
-    output = location(output)
+    model, input, output = task_path(model), task_path(input), task_path(output, output=True)
     if not overwrite and exists(output):
         raise OutputExistsError(
             f"{output} already exists. To resolve this, choose another --output or pass "
@@ -543,6 +544,10 @@ def knn_graph(
     """
     import dask
 
+    from sphdist.jobs.cluster import check_workers_see, task_path
+
+    # absolute here, once: the workers' working directories are their own
+    model, input, output = task_path(model), task_path(input), task_path(output, output=True)
     output = location(output)
     given = ("--input", str(input)) if input is not None else ()
     fmt = _format(output, format, lambda fixed: _command(
@@ -565,6 +570,8 @@ def knn_graph(
     start = time.perf_counter()
     chunk = query_chunk or (2048 if found is None else 16384)
     with connect() if connect is not None else contextlib.nullcontext():
+        check_workers_see(graph.active_client(),
+                          inputs=(model if source.origin == "model" else input,))
         idx, cos = graph.knn_graph(source.V, k, skip=skip, query_chunk=chunk,
                                    search=None if found is None else found.search)
         idx, cos = dask.compute(idx, cos)

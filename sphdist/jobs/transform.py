@@ -20,6 +20,7 @@ from sphdist.io._atomic import check_output_kind, check_output_place
 from sphdist.io.corpus import open_input
 from sphdist.io.embedding import Embedding, EmbeddingWriter
 from sphdist.io.model import open_model
+from sphdist.jobs.cluster import check_workers_see, task_path
 from sphdist.jobs.fit import check_compatible
 from sphdist.jobs.info import _command, check_roles, plural, warn_if_stopped
 
@@ -100,9 +101,11 @@ def transform_corpus(
     model's V: the last pass of the fit computed V by this same step from the stored U.
     """
     _device.check_device(device)
+    # absolute here, once: the workers' working directories are their own
+    model, input, output = task_path(model), task_path(input), task_path(output, output=True)
     fitted, source = check_transform(model, input, output, overwrite=overwrite)
     warn_if_stopped(fitted, "transform")
-    output = location(output)
+    check_workers_see(graph.active_client(), inputs=(input,), outputs=(output,))
     logger.info("transform: embedding %s of %s in %s chunks with %s (r=%d)",
                 plural(source.n_documents, "document"), input, len(source.chunks), model,
                 fitted.U.shape[1])

@@ -206,6 +206,10 @@ def test_a_streamed_fit_reads_every_chunk_every_pass_and_equals_the_held_one(
     (dict(scheduler_address="foo://bar"), "'foo://bar'"),
     (dict(scheduler_address="tcp://127.0.0.1:notaport"), "'tcp://127.0.0.1:notaport'"),
     (dict(n_workers=-1), "n_workers"),
+    # issue 31.4: a limit below an idle worker process: its nanny restarts it for ever
+    (dict(n_workers=1, memory_limit="1MiB"), r"memory limit '1MiB' per worker .* 512MiB"),
+    (dict(n_workers=1, memory_limit=2**20), r"memory limit 1048576 per worker"),
+    (dict(n_workers=1, memory_limit="1e-9"), r"memory limit '1e-9' per worker"),
 ])
 def test_unusable_options_are_refused_before_anything_starts(monkeypatch, kwargs, needle):
     monkeypatch.setattr(cluster, "LocalCluster", None)  # would fail if reached
@@ -275,3 +279,86 @@ def test_default_cluster_refuses_other_local_processes(tmp_path):
         address = client.scheduler.address
         assert address.startswith("tcp://127.0.0.1:")
         assert _intrude(address) == "ran code in 1 workers"
+
+
+# -- issue 31.4: a cluster that cannot run, or keeps losing, its workers ends, never waits -----
+
+SPHDIST = str(Path(sys.executable).with_name("sphdist"))
+# a worker process that dies (as the OOM killer would end it) in every task reading a chunk
+DIE_ON_READ = """
+import os
+
+def dask_setup(worker):
+    import sphdist.io.corpus as corpus
+
+    def die(*args, **kwargs):
+        os._exit(1)
+
+    corpus._read_chunk = die
+"""
+
+
+def _small_corpus(path):
+    from sphdist.io.corpus_writer import CorpusWriter
+
+    from ..reference import random_corpus
+
+    X = random_corpus(60, 40, seed=3)
+    with CorpusWriter(path, n_features=60, feature_scheme={"type": "hashing"}) as w:
+        for a in range(0, 40, 10):
+            w.write_chunk(X[:, a:a + 10], [f"doc{j}" for j in range(a, a + 10)])
+        return w.commit(idf=np.ones(60))
+
+
+def _one_error_line(result):
+    """The last line of stderr, the only ``Error:`` one; no traceback before it."""
+    assert result.returncode == 1, result.stderr[-3000:]
+    lines = result.stderr.strip().splitlines()
+    errors = [line for line in lines if line.startswith("Error: ")]
+    assert errors == lines[-1:] and "Traceback" not in result.stderr, result.stderr[-3000:]
+    return errors[0]
+
+
+@pytest.mark.cluster
+def test_a_worker_memory_limit_below_an_idle_worker_is_refused_before_it_starts(tmp_path):
+    """It printed nothing for 420 s (the workers were restarted for ever)."""
+    corpus = _small_corpus(tmp_path / "small.zarr")
+    result = subprocess.run(
+        [SPHDIST, "fit", "-i", str(corpus.path), "-o", str(tmp_path / "m.zarr"), "-r", "3",
+         "--n-workers", "1", "--memory-limit", "1MiB"],
+        capture_output=True, text=True, timeout=120,
+    )
+    line = _one_error_line(result)
+    assert "memory limit '1MiB' per worker" in line and "--memory-limit 512MiB" in line
+    assert not (tmp_path / "m.zarr").exists()
+    # the remedy works: the same fit with the limit it names
+    again = subprocess.run(
+        [SPHDIST, "fit", "-i", str(corpus.path), "-o", str(tmp_path / "m.zarr"), "-r", "3",
+         "--max-iter", "2", "--n-workers", "1", "--memory-limit", "512MiB"],
+        capture_output=True, text=True, timeout=180,
+    )
+    assert again.returncode == 0, again.stderr[-3000:]
+
+
+@pytest.mark.cluster
+@pytest.mark.slow
+def test_a_cluster_that_keeps_losing_workers_ends_with_the_resume_command(tmp_path):
+    from .._process_cluster import ProcessCluster
+
+    corpus = _small_corpus(tmp_path / "small.zarr")
+    (tmp_path / "die_on_read.py").write_text(DIE_ON_READ)
+    out = tmp_path / "m.zarr"
+    with ProcessCluster(
+        1, memory_limit="1GiB", worker_args=["--preload", str(tmp_path / "die_on_read.py")],
+        env={"DASK_DISTRIBUTED__SCHEDULER__ALLOWED_FAILURES": "0"},  # a task fails at 1 loss
+    ) as cluster:
+        result = subprocess.run(
+            [SPHDIST, "--log-level", "warning", "fit", "-i", str(corpus.path), "-o", str(out),
+             "-r", "3", "--retries", "1", "--scheduler-address", cluster.address],
+            capture_output=True, text=True, timeout=240,
+        )
+    line = _one_error_line(result)
+    assert "workers were lost in 2 attempts" in line and "KilledWorker" in line
+    resume = line.split("`")[1]
+    assert resume.startswith("sphdist fit --input ") and " --resume " in resume
+    assert f"--output {out}" in resume
