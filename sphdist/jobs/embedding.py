@@ -351,8 +351,8 @@ def _emptied_by(remove: list[str], sources: list[str], ingest: dict[str, Any],
     scikit-learn's header stripper leaves nothing of them. If reading fails, the format
     decides (JSON Lines, CSV and Parquet hold no mail headers).
     """
-    from sphdist.text._documents import Reading
     from sphdist.text import clean
+    from sphdist.text._documents import Reading
     from sphdist.text.sources import JsonlPartition, plan
 
     fmt, fields = ingest.get("format"), ingest.get("fields") or {}

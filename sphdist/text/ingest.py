@@ -47,7 +47,15 @@ from sphdist._progress import progress as _progress
 from sphdist._validation import Number, check_int, check_param
 from sphdist.errors import DataError, InputNotFoundError, OutputExistsError, ParameterError
 from sphdist.io import (
-    committed, discard, exists, is_remote, join, location, locks_output, open_file, staging_path,
+    committed,
+    discard,
+    exists,
+    is_remote,
+    join,
+    location,
+    locks_output,
+    open_file,
+    staging_path,
 )
 from sphdist.io.corpus import Corpus
 from sphdist.io.corpus_writer import CorpusWriter

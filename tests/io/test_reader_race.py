@@ -132,9 +132,9 @@ def test_readers_racing_rewrites_see_one_committed_version_or_a_clear_error(
 def test_a_version_gone_past_its_grace_period_is_replaced_not_damaged(corpus, tmp_path):
     """An object store keeps the previous version one commit: a handle two commits behind
     reads missing chunks (zeros in zarr), which is a replacement, never a damage report."""
-    from sphdist.errors import StoreReplacedError
-
     from pathlib import Path
+
+    from sphdist.errors import StoreReplacedError
 
     out = f"file://{tmp_path}/model.zarr"
     fit_corpus(corpus.path, out, max_iter=2, random_state=0, **KW)
