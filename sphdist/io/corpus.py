@@ -67,12 +67,15 @@ from sphdist.io._atomic import readable_path
 from sphdist.io._fs import location
 from sphdist.io._values import check_csc_values, check_dense_values
 from sphdist.io._zarr import (
+    ChunkedVector,
     checked_array,
     content_sha256,
     open_node,
     read_checked,
+    read_chunk_checked,
     read_tag,
     require_finite,
+    warn_undigested,
     wrong_kind,
 )
 
@@ -273,7 +276,8 @@ class Corpus(_Input):
             )
         #: per chunk (sha256, nnz) recorded at writing; None for a corpus written before them
         self._expected: tuple[tuple[str, int], ...] | None = None
-        self._digests: dict[str, str] = {}
+        self._digests: dict[str, Any] = {}
+        self._warned: set[str] = set()
         if "chunk_sha256" in attrs:
             self._expected, self._digests = self._recorded_digests(attrs)
             self.fingerprint = data_fingerprint(attrs)
@@ -297,7 +301,9 @@ class Corpus(_Input):
                 f"{self.path}: attribute nnz={self.nnz} but the chunks hold {sum(nnz)} values "
                 f"(chunk_nnz). To resolve this, {_REMEDY}."
             )
-        return tuple(zip(map(str, sha), nnz, strict=True)), {k: str(v) for k, v in digests.items()}
+        return tuple(zip(map(str, sha), nnz, strict=True)), {
+            k: [str(x) for x in v] if isinstance(v, list) else str(v) for k, v in digests.items()
+        }
 
     def _check_lengths(self) -> None:
         """Refuse attributes that disagree with the arrays' metadata (no chunk is read)."""
@@ -351,8 +357,42 @@ class Corpus(_Input):
         # chunk equal to the fill value (all 0, all False)
         return read_checked(
             arr, str(self.path), name, error=CorpusFormatError, remedy=_REMEDY,
-            sha256=self._digests.get(name), required=required or self._expected is not None,
+            sha256=self._digest(name), required=required or self._expected is not None,
         )
+
+    def _digest(self, name: str) -> Any:
+        """The recorded digest of array ``name``; a warning, once, for a store without one."""
+        found = self._digests.get(name)
+        if found is None and name in ("doc_ids", "vocabulary") and name not in self._warned:
+            self._warned.add(name)
+            warn_undigested(self.path, name, f"{_REMEDY} (`sphdist ingest SOURCE --output "
+                            f"{self.path} --overwrite`)")
+        return found
+
+    def ids(self) -> ChunkedVector:
+        """The document ids, read chunk by chunk on demand (only the chunks used).
+
+        Returns
+        -------
+        ChunkedVector
+            Of length n, values str; each chunk checked against the recorded digest of
+            ``doc_ids`` when it is read.
+
+        Raises
+        ------
+        CorpusFormatError
+            If the array is missing, unsafe, of the wrong length, or (when a chunk is read)
+            that chunk is missing, damaged or does not match its digest.
+        """
+        arr = _required(_opened(self._group, "doc_ids", str(self.path)), self.path, "doc_ids")
+        if arr.ndim != 1 or arr.shape[0] != self.n_documents:
+            raise CorpusFormatError(f"{self.path}: doc_ids has shape {arr.shape} for "
+                                    f"{self.n_documents} documents. To resolve this, {_REMEDY}.")
+        sha = self._digest("doc_ids")
+        return ChunkedVector(arr.shape[0], arr.chunks[0], lambda i: read_chunk_checked(
+            arr, i, str(self.path), "doc_ids", error=CorpusFormatError, remedy=_REMEDY,
+            sha256=sha if isinstance(sha, list) else None,
+        ))
 
     @property
     def idf(self) -> np.ndarray | None:
@@ -445,7 +485,14 @@ class Corpus(_Input):
         )
 
 
-def _required(values: np.ndarray | None, path: Path, name: str) -> np.ndarray:
+def _opened(group: zarr.Group, name: str, path: str) -> zarr.Array | None:
+    try:
+        return _checked_array(group, name, path, name)
+    except KeyError:
+        return None
+
+
+def _required(values: Any, path: Path, name: str) -> Any:
     if values is None:
         raise CorpusFormatError(f"{path}: the array {name} is missing. To resolve this, {_REMEDY}.")
     return values
@@ -653,6 +700,10 @@ class DenseInput(_Input):
     def doc_ids(self) -> np.ndarray:
         """Ndarray of shape (n,), str: the sample indices as strings."""
         return np.arange(self.n_documents).astype(str)
+
+    def ids(self) -> ChunkedVector:
+        """:attr:`doc_ids` as a :class:`~sphdist.io._zarr.ChunkedVector`."""
+        return ChunkedVector.of(self.doc_ids)
 
     @property
     def empty(self) -> np.ndarray:

@@ -313,3 +313,99 @@ def test_wrong_nnz_is_refused_in_a_corpus_written_before_the_digests(copies):
     _edit_attr(path, "nnz", 7)
     with pytest.raises(CorpusFormatError, match=r"nnz.*re-ingest"):
         Corpus(path)
+
+
+# -- issue 31 item 3: every stored array under a digest, checked when it is read ----------------
+
+
+def _swap(array_path, i, j):
+    """Swap elements (columns, for a 2-D array) i and j of a stored array in place."""
+    arr = zarr.open_array(store=str(array_path), mode="r+")
+    values = np.asarray(arr[...])
+    order = np.arange(values.shape[-1])
+    order[[i, j]] = order[[j, i]]
+    arr[...] = values[..., order]
+
+
+def test_swapped_columns_of_v_are_refused(copies):
+    """Two columns of V swapped: every column still a unit vector, the neighbours wrong."""
+    _, out = copies
+    before = open_model(out).V().compute()
+    _swap(out / "V", 3, 7)
+    after = zarr.open_array(store=str(out / "V"), mode="r")[...]
+    np.testing.assert_allclose(np.linalg.norm(after, axis=0), 1.0)  # the unit check passes
+    assert not np.array_equal(after, before)
+    with pytest.raises(ModelFormatError, match=r"V \(columns 0:.*does not match its recorded "
+                                               r"sha256.*refit"):
+        open_model(out).V().compute()
+
+
+def test_swapped_doc_ids_are_refused_whole_and_by_chunk(copies):
+    path, _ = copies
+    assert Corpus(path).ids().take(np.array([2, 5])).tolist() == ["2", "5"]
+    _swap(path / "doc_ids", 2, 5)
+    with pytest.raises(CorpusFormatError, match=r"doc_ids.*does not match its recorded sha256"
+                                                r".*re-ingest"):
+        Corpus(path).doc_ids  # noqa: B018
+    with pytest.raises(CorpusFormatError, match=r"doc_ids \(chunk 0.*does not match"):
+        Corpus(path).ids().take(np.array([0]))
+    with pytest.raises(CorpusFormatError, match=r"doc_ids \(chunk 0.*does not match"):
+        Corpus(path).ids().find(["5"])
+
+
+def test_the_ids_of_hits_read_only_their_chunks(tmp_path):
+    """3 chunks of ids (2**17 each): one hit reads one chunk; an unknown id reads them all."""
+    n = 2 * 2**17 + 10
+    path = tmp_path / "c.zarr"
+    X = random_corpus(M, n, seed=1, density=0.02)
+    with CorpusWriter(path, n_features=M, feature_scheme={"type": "hashing"}) as w:
+        w.write_chunk(X, [f"d{j}" for j in range(n)])
+        w.commit()
+    ids = Corpus(path).ids()
+    assert ids.take(np.array([n - 1, n - 2])).tolist() == [f"d{n - 1}", f"d{n - 2}"]
+    assert ids.chunks_read == 1
+    assert ids.find(["d5", "nope"]).tolist() == [5, -1] and ids.chunks_read == 3
+
+
+def _vocabulary_corpus(path):
+    X = random_corpus(M, N, seed=3)
+    with CorpusWriter(path, n_features=M, feature_scheme={"type": "vocabulary", "n_features": M},
+                      vocabulary=[f"term{i}" for i in range(M)]) as w:
+        w.write_chunk(X, [str(j) for j in range(N)])
+        return w.commit(idf=np.linspace(1.0, 2.0, M))
+
+
+def test_swapped_vocabulary_is_refused_in_a_corpus_and_a_model(tmp_path):
+    corpus = _vocabulary_corpus(tmp_path / "c.zarr")
+    model = _fit(corpus.path, tmp_path / "m.zarr")
+    assert model.vocabulary[:2].tolist() == ["term0", "term1"]
+    _swap(tmp_path / "c.zarr/vocabulary", 0, 1)
+    with pytest.raises(CorpusFormatError, match=r"vocabulary.*does not match.*re-ingest"):
+        Corpus(tmp_path / "c.zarr").vocabulary  # noqa: B018
+    _swap(tmp_path / "m.zarr/vocabulary", 0, 1)
+    with pytest.raises(ModelFormatError, match=r"vocabulary.*does not match.*refit"):
+        open_model(tmp_path / "m.zarr").vocabulary  # noqa: B018
+
+
+def test_stores_written_before_these_digests_are_read_with_one_warning(copies, caplog):
+    """The previous version recorded no digest of V, doc_ids, vocabulary: read, and said so."""
+    path, out = copies
+    expected_V, expected_ids = open_model(out).V().compute(), Corpus(path).doc_ids
+    for store, key in ((path, "doc_ids"), (out, "V")):
+        g = zarr.open_group(store=str(store), mode="r+")
+        digests = dict(g.attrs["sha256"])
+        del digests[key]
+        g.attrs["sha256"] = digests
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="sphdist"):
+        corpus, model = Corpus(path), open_model(out)
+        np.testing.assert_array_equal(corpus.doc_ids, expected_ids)
+        corpus.ids().take(np.array([1]))
+        np.testing.assert_array_equal(model.V().compute(), expected_V)
+        model.V()
+    said = [r.getMessage() for r in caplog.records if "no recorded digest" in r.getMessage()]
+    assert len(said) == 2, said  # once per store and array
+    assert "doc_ids" in said[0] and "sphdist ingest SOURCE --output" in said[0]
+    assert "V has" in said[1] and "sphdist fit --input CORPUS --output" in said[1]
+    _swap(out / "V", 3, 7)  # unit columns: an older model's edit cannot be seen
+    open_model(out).V().compute()
