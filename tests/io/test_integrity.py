@@ -19,6 +19,7 @@ from sphdist.io import _atomic, open_stored
 from sphdist.io._zarr import content_sha256
 from sphdist.io.corpus import Corpus
 from sphdist.io.corpus_writer import CorpusWriter
+from sphdist.io.index import open_index
 from sphdist.io.model import load_checkpoint, open_model
 from sphdist.jobs.fit import fit_corpus
 from sphdist.jobs.info import describe
@@ -409,3 +410,104 @@ def test_stores_written_before_these_digests_are_read_with_one_warning(copies, c
     assert "V has" in said[1] and "sphdist fit --input CORPUS --output" in said[1]
     _swap(out / "V", 3, 7)  # unit columns: an older model's edit cannot be seen
     open_model(out).V().compute()
+
+
+# -- the faiss index: memory-mapped, a cheap check per read, validated, the full check ----------
+
+
+def _index(copies, kind="ivf", **kw):
+    from sphdist.jobs.neighbors import build_index
+
+    _, out = copies
+    path = out.with_name("i.zarr")
+    build_index(out, path, kind=kind, nlist=4 if kind == "ivf" else None, nprobe=2, **kw)
+    return out, path
+
+
+def _reload(out, path):
+    from sphdist.jobs.embedding import open_embedding_source
+    from sphdist.jobs.neighbors import load_index
+
+    return load_index(path, open_model(out), open_embedding_source(out))
+
+
+def _rewrite_faiss(path, data):
+    """Replace the index' bytes and record their digests again (an edit that passes them)."""
+    from sphdist.io.index import sample_sha256
+
+    g = zarr.open_group(store=str(path), mode="r+")
+    data = np.asarray(data, dtype=np.uint8)
+    del g["faiss"]
+    g.create_array("faiss", shape=data.shape, dtype=np.uint8, chunks=data.shape,
+                   compressors=None)[...] = data
+    g.attrs.update({"faiss_sha256": content_sha256(data), "faiss_nbytes": int(data.size),
+                    "faiss_sample_sha256": sample_sha256(data)})
+
+
+def test_an_index_is_read_memory_mapped_and_validated(copies):
+    import faiss
+
+    out, path = _index(copies)
+    assert (path / "faiss/c/0").stat().st_size == zarr.open_group(str(path)).attrs["faiss_nbytes"]
+    index = _reload(out, path)
+    lists = faiss.downcast_InvertedLists(faiss.downcast_index(index.index_).invlists)
+    assert isinstance(lists, faiss.OnDiskInvertedLists)  # the lists are read from the file
+    live = N - Corpus(copies[0]).n_empty  # empty documents are left out
+    assert index.n_indexed_ == live
+    assert open_index(path).verify(n_components=R, n_documents=N)["n_indexed"] == live
+    from click.testing import CliRunner
+
+    from sphdist.cli import main
+
+    result = CliRunner().invoke(main, ["index", "-m", str(out), "-o", str(path), "--check"])
+    assert result.exit_code == 0 and f"{path}: ok, {live} documents indexed" in result.output
+    result = CliRunner().invoke(main, ["index", "-m", str(out), "-o", str(path), "--check",
+                                       "--overwrite"])
+    assert result.exit_code != 0 and "builds nothing" in result.output
+
+
+@pytest.mark.parametrize("edit", ["header", "truncated_body", "record_r", "record_nlist",
+                                  "record_count", "flat_as_ivf"])
+def test_an_index_edited_with_its_digests_recomputed_is_refused_in_one_error(copies, edit):
+    """faiss' own exceptions, or a wrong index it reads fine, become a ModelFormatError."""
+    out, path = _index(copies)
+    g = zarr.open_group(store=str(path), mode="r+")
+    data = np.asarray(g["faiss"][...])
+    record = dict(g.attrs["index"])
+    if edit == "header":
+        _rewrite_faiss(path, np.concatenate([np.frombuffer(b"XXXX", np.uint8), data[4:]]))
+    elif edit == "truncated_body":
+        _rewrite_faiss(path, data[: data.size // 2])
+    elif edit == "flat_as_ivf":
+        record["kind"] = "flat"
+    else:
+        key = {"record_r": "n_components", "record_nlist": "nlist",
+               "record_count": "n_indexed"}[edit]
+        record[key] += 1
+    g.attrs["index"] = record
+    with pytest.raises(ModelFormatError, match=rf"{path}.*sphdist index --model .* --overwrite"):
+        _reload(out, path)
+
+
+def test_index_check_reads_every_byte_and_every_id(copies, monkeypatch):
+    """A byte outside the sampled ends passes the per-read check, not `sphdist index --check`."""
+    import faiss
+
+    from sphdist.io import index as stored_index
+    from sphdist.jobs.neighbors import check_index
+
+    monkeypatch.setattr(stored_index, "_SAMPLE", 64)
+    out, path = _index(copies, kind="flat")
+    loaded = faiss.read_index(str(path / "faiss/c/0"))
+    ids = faiss.vector_to_array(loaded.id_map)
+    ids[ids == 5] = 6  # document 6 twice, 5 never
+    faiss.copy_array_to_vector(ids, loaded.id_map)
+    data = faiss.serialize_index(loaded)
+    g = zarr.open_group(store=str(path), mode="r+")
+    g["faiss"][...] = data  # the sampled ends and the size are unchanged
+    with pytest.raises(ModelFormatError, match=r"faiss does not match its recorded faiss_sha256"):
+        check_index(out, path)
+    _rewrite_faiss(path, data)  # the full digest recomputed too: the ids are read
+    with pytest.raises(ModelFormatError, match=r"document id twice"):
+        check_index(out, path)
+    _reload(out, path)  # a search of it reads neither
