@@ -449,6 +449,7 @@ def export_embedding(
         )
     rest = ("--output", str(output)) + (("--format", format) if format != "parquet" else ())
     src = open_embedding_source(model, input, verb="export", rest=rest)
+    open_model(model).U  # noqa: B018 - a damaged model is refused, as transform refuses it
     r, n = src.V.shape
     with atomic_path(output) as staging:
         if format == "parquet":
