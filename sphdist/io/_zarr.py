@@ -510,7 +510,9 @@ def content_sha256(*arrays: np.ndarray) -> str:
     for values in arrays:
         values = np.asarray(values)
         if values.dtype.kind in "OUT":
-            items = [str(v) for v in values.ravel().tolist()]
+            items = values.ravel().tolist()  # str, as zarr reads UTF-8 arrays
+            if values.dtype.kind == "O" and not all(type(v) is str for v in items):
+                items = [str(v) for v in items]
             h.update(np.fromiter(map(len, items), dtype="<i8", count=len(items)).tobytes())
             h.update("".join(items).encode("utf-8", "surrogatepass"))
             continue
@@ -718,6 +720,8 @@ def read_chunk_checked(
     except Exception as exc:  # the codec fails: truncated, or the checksum does not match
         raise error(f"{path}: {where} is corrupted ({type(exc).__name__}: {exc}). To resolve "
                     f"this, {remedy}.") from None
+    if values.dtype.kind in "TU":  # Python str once, for the digest and the caller
+        values = values.astype(object)
     if sha256 is not None and (len(sha256) != arr.cdata_shape[-1]
                                or content_sha256(values) != sha256[i]):
         raise _changed(path, where, digest, error, remedy)
@@ -783,7 +787,7 @@ class ChunkedVector:
 
     def _get(self, i: int) -> np.ndarray:
         if i not in self._chunks:
-            self._chunks[i] = np.asarray(self._read_chunk(i)).astype(object)
+            self._chunks[i] = np.asarray(self._read_chunk(i)).astype(object, copy=False)
             self.chunks_read += 1
         return self._chunks[i]
 
@@ -816,7 +820,14 @@ class ChunkedVector:
         for i in range(-(-self.n // self.chunk)):
             if len(found) == len(wanted):
                 break
-            for j, v in enumerate(self._get(i).tolist()):
+            chunk = self._get(i)
+            if len(wanted) - len(found) <= 8:  # a few: one comparison in C per value
+                for v in wanted - set(found):
+                    at = np.flatnonzero(chunk == v)
+                    if at.size:
+                        found[v] = i * self.chunk + int(at[0])
+                continue
+            for j, v in enumerate(chunk.tolist()):
                 if v in wanted and v not in found:
                     found[v] = i * self.chunk + j
         return np.array([found.get(str(v), -1) for v in values], dtype=np.int64)

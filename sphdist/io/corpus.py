@@ -23,8 +23,10 @@ Group attributes: ``sphdist = {"kind": "corpus", "format_version": 1}``, ``shape
 ``label_names``, ``n_empty``, ``corpus_id`` (random, set at writing), ``chunk_nnz`` (values
 per document chunk), ``chunk_sha256`` (per document chunk, the sha256 of the little-endian
 bytes of its data, indices and indptr), ``sha256`` (the same digest of ``idf``, ``labels`` and
-``empty``) and ``fingerprint`` (sha256 of the canonical JSON of all of these: it covers the
-data through the digests).
+``empty``, and one digest per stored chunk of ``doc_ids`` and ``vocabulary``,
+:func:`~sphdist.io._zarr.chunk_sha256`, so that the ids of a few documents are read and
+checked without the others: :meth:`Corpus.ids`) and ``fingerprint`` (sha256 of the
+canonical JSON of all of these: it covers the data through the digests).
 
 Integrity: every chunk is stored and zstd-compressed with its content checksum. Each document
 chunk read is checked against its ``chunk_sha256`` and ``chunk_nnz``, each 1-D array against its
@@ -35,10 +37,11 @@ fingerprint is recomputed from the attributes at opening, so ``--resume`` on a c
 arrays (integer shape, ``nnz``, ``n_empty``, the lengths of ``idf`` and the per-document arrays,
 the ``n_features`` of the feature scheme). Values a fit cannot use are refused when read, naming
 the document: NaN, Inf, a document whose squared values overflow float64, a non-finite idf.
-Corpora written before the digests (same format version 1, no ``chunk_sha256``) are read as
-before: their stored fingerprint is used, chunks of ``data``, ``indices`` and ``idf`` must be
-stored, and ``nnz`` and the dtype of ``data`` are checked against every chunk's metadata at
-opening.
+Corpora written before the digests of ``doc_ids`` and ``vocabulary`` are read with one
+warning naming the re-ingest. Corpora written before the digests (same format version 1, no
+``chunk_sha256``) are read as before: their stored fingerprint is used, chunks of ``data``,
+``indices`` and ``idf`` must be stored, and ``nnz`` and the dtype of ``data`` are checked
+against every chunk's metadata at opening.
 
 A dense 2-D zarr array of shape (n_samples, n_features) (numeric UCI-style data), or a group
 holding such an array ``X`` and optional integer labels ``y``, is accepted as input too

@@ -159,6 +159,8 @@ def build_index(
     index = NeighborIndex(kind, nlist=nlist, nprobe=nprobe, train_size=train_size,
                           random_state=random_state).fit(source.V.T, exclude=_skip(source))
     seconds = time.perf_counter() - start
+    if index.kind_ == "ivf":  # searched, never reconstructed: no id map (16 n bytes) to load
+        index.index_.set_direct_map_type(faiss.DirectMap.NoMap)  # on every read
     data = faiss.serialize_index(index.index_)
     model_rec, source_rec = _record(fitted, source, input)
     record = {
