@@ -511,10 +511,13 @@ def content_sha256(*arrays: np.ndarray) -> str:
         values = np.asarray(values)
         if values.dtype.kind in "OUT":
             items = values.ravel().tolist()  # str, as zarr reads UTF-8 arrays
-            if values.dtype.kind == "O" and not all(type(v) is str for v in items):
+            try:
+                joined = "".join(items)
+            except TypeError:  # an object array of other things: their str
                 items = [str(v) for v in items]
+                joined = "".join(items)
             h.update(np.fromiter(map(len, items), dtype="<i8", count=len(items)).tobytes())
-            h.update("".join(items).encode("utf-8", "surrogatepass"))
+            h.update(joined.encode("utf-8", "surrogatepass"))
             continue
         h.update(np.ascontiguousarray(values, dtype=values.dtype.newbyteorder("<")).tobytes())
     return h.hexdigest()

@@ -42,7 +42,7 @@ from typing import Any
 import numpy as np
 import zarr
 
-from sphdist.errors import ModelFormatError
+from sphdist.errors import ModelFormatError, StoreReplacedError
 from sphdist.io._atomic import exists, open_target
 from sphdist.io._fs import is_remote, location
 from sphdist.io._zarr import (
@@ -294,8 +294,7 @@ class StoredIndex(TaggedStore):
 
     def _mapped_file(self) -> Path | None:
         """The file faiss can memory-map (one raw chunk on a local disk), else None."""
-        arr = self._group.get("faiss") if hasattr(self._group, "get") else None
-        arr = arr if arr is not None else self._group["faiss"]
+        arr = self._group["faiss"]
         codecs = [c.to_dict().get("name") for c in arr.metadata.codecs]
         if (is_remote(self.location) or codecs != ["bytes"] or arr.cdata_shape != (1,)
                 or not isinstance(self.attrs.get("faiss_sample_sha256"), str)):
@@ -347,11 +346,9 @@ class StoredIndex(TaggedStore):
 
         try:
             index = self._consistent(read)
-        except ModelFormatError:
+        except (ModelFormatError, StoreReplacedError):
             raise
         except Exception as exc:  # noqa: BLE001 - anything faiss raises reading damaged bytes
-            if type(exc).__name__ == "StoreReplacedError":
-                raise
             raise self.refuse(f"faiss cannot read the index ({type(exc).__name__}: "
                               f"{str(exc).strip().splitlines()[-1] if str(exc).strip() else ''})"
                               ) from None

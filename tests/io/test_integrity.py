@@ -511,3 +511,23 @@ def test_index_check_reads_every_byte_and_every_id(copies, monkeypatch):
     with pytest.raises(ModelFormatError, match=r"document id twice"):
         check_index(out, path)
     _reload(out, path)  # a search of it reads neither
+
+
+def test_an_index_written_by_the_previous_version_is_read_whole_and_checked(copies):
+    """zstd chunks and no sample digest (as written before): read whole, against faiss_sha256."""
+    from sphdist.io._zarr import CHECKSUMMED
+
+    out, path = _index(copies)
+    g = zarr.open_group(store=str(path), mode="r+")
+    data = np.asarray(g["faiss"][...])
+    del g["faiss"]
+    g.create_array("faiss", shape=data.shape, dtype=np.uint8, chunks=(1000,),
+                   compressors=CHECKSUMMED)[...] = data
+    for key in ("faiss_nbytes", "faiss_sample_sha256"):
+        del g.attrs[key]
+    assert open_index(path)._mapped_file() is None
+    assert _reload(out, path).n_indexed_ > 0
+    data[len(data) // 2] ^= 0xFF
+    g["faiss"][...] = data
+    with pytest.raises(ModelFormatError, match=r"does not match its recorded faiss_sha256"):
+        _reload(out, path)
