@@ -260,6 +260,23 @@ def _table(rows: list[dict], cols: list[tuple[str, str, str]]) -> list[str]:
     return out
 
 
+#: What ``sphdist neighbors`` imports before it reads anything (the start-up of a query).
+_IMPORTS = "import sphdist.cli, sphdist.jobs.neighbors, sphdist.methods.neighbors, faiss"
+
+
+def _python_wall(code: str) -> dict:
+    """Wall seconds of ``python -c code`` in a fresh process, its load, and what it printed."""
+    load = _load()
+    start = time.perf_counter()
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True)
+    rec = {"wall_s": time.perf_counter() - start, "load": load, "peak_rss_gib": 0.0}
+    said = [x for x in out.stdout.splitlines() if x.startswith("SECONDS ")]
+    if said:
+        rec["seconds"] = float(said[-1].split()[1])
+    return rec
+
+
 def measure_single_query(model: Path, repeats: int) -> dict:
     """One query at a time as a user runs it, in fresh processes: wall times with their load."""
     from sphdist.io.corpus import open_corpus
@@ -276,22 +293,34 @@ def measure_single_query(model: Path, repeats: int) -> dict:
     rec["version"] = [timed_command(["--version"]) for _ in range(repeats)]
     rec["doc_id"] = [timed_command(["neighbors", "-m", str(model), "--doc-id", d, "-k", "10"])
                      for d in docs]
-    rec["query"] = [timed_command(["neighbors", "-m", str(model), "-q", "w12 w7 w301 w45",
-                                   "-k", "10"]) for _ in range(repeats)]
+    from sphdist.text.synth import pseudo_words
+
+    text = " ".join(pseudo_words(40)[[3, 10, 20, 35]])  # words of the synthetic collection
+    rec["query"] = [timed_command(["neighbors", "-m", str(model), "-q", text, "-k", "10"])
+                    for _ in range(repeats)]
+    rec["imports"] = [_python_wall(_IMPORTS) for _ in range(repeats)]
+    rec["in_process"] = [_python_wall(_IMPORTS + "; import time; t = time.perf_counter(); "
+                                      "sphdist.jobs.neighbors.query_neighbors("
+                                      f"{str(model)!r}, doc_id={d!r}, k=10); "
+                                      "print('SECONDS', time.perf_counter() - t)") for d in docs]
     rec["check"] = timed_command(["index", "-m", str(model), "-o", str(index), "--check"])
     rec["uptime_end"] = uptime()
-    for key in ("version", "doc_id", "query"):
+    for key in ("version", "doc_id", "query", "imports", "in_process"):
         for run in rec[key]:
             run.pop("stdout", None)
     rec["check"].pop("stdout", None)
     return rec
 
 
+def _gib(value: float) -> str:
+    return f"{value:.2f} GiB" if value else "-"
+
+
 def _single_query_lines(sq: dict) -> list[str]:
     def cell(runs: list[dict]) -> str:
         wall = [r["wall_s"] for r in runs]
         return (f"{statistics.median(wall):.2f} s | {min(wall):.2f}-{max(wall):.2f} s | "
-                f"{max(r['peak_rss_gib'] for r in runs):.2f} GiB | "
+                f"{_gib(max(r['peak_rss_gib'] for r in runs))} | "
                 f"{min(r['load'] for r in runs):.1f}-{max(r['load'] for r in runs):.1f} |")
 
     return [
@@ -309,6 +338,14 @@ def _single_query_lines(sq: dict) -> list[str]:
         f"| `sphdist --version` (start-up) | {cell(sq['version'])}",
         f"| `sphdist neighbors -m MODEL --doc-id ID -k 10` | {cell(sq['doc_id'])}",
         f"| `sphdist neighbors -m MODEL -q TEXT -k 10` | {cell(sq['query'])}",
+        f"| `python -c \"{_IMPORTS}\"` (the imports of the command) | "
+        f"{cell(sq['imports'])}",
+        f"| `query_neighbors(MODEL, doc_id=ID, k=10)` in a fresh process, imports excluded | "
+        f"{statistics.median(r['seconds'] for r in sq['in_process']):.2f} s | "
+        f"{min(r['seconds'] for r in sq['in_process']):.2f}-"
+        f"{max(r['seconds'] for r in sq['in_process']):.2f} s | - | "
+        f"{min(r['load'] for r in sq['in_process']):.1f}-"
+        f"{max(r['load'] for r in sq['in_process']):.1f} |",
         f"| `sphdist index -m MODEL -o INDEX --check` (every byte and id, once) | "
         f"{sq['check']['wall_s']:.2f} s | - | {sq['check']['peak_rss_gib']:.2f} GiB | "
         f"{sq['check']['load']:.1f} |", "",
