@@ -23,10 +23,12 @@ Group attributes: ``sphdist = {"kind": "corpus", "format_version": 1}``, ``shape
 ``label_names``, ``n_empty``, ``corpus_id`` (random, set at writing), ``chunk_nnz`` (values
 per document chunk), ``chunk_sha256`` (per document chunk, the sha256 of the little-endian
 bytes of its data, indices and indptr), ``sha256`` (the same digest of ``idf``, ``labels`` and
-``empty``, and one digest per stored chunk of ``doc_ids`` and ``vocabulary``,
-:func:`~sphdist.io._zarr.chunk_sha256`, so that the ids of a few documents are read and
-checked without the others: :meth:`Corpus.ids`) and ``fingerprint`` (sha256 of the
-canonical JSON of all of these: it covers the data through the digests).
+``empty``), ``chunked_sha256`` (one digest per stored chunk of ``doc_ids`` and
+``vocabulary``, :func:`~sphdist.io._zarr.chunk_sha256`, so that the ids of a few documents
+are read and checked without the others, :meth:`Corpus.ids`; apart from ``sha256``, whose
+entries the previous version reads as one digest each) and ``fingerprint`` (sha256 of the
+canonical JSON of all of these but ``chunked_sha256``: it covers the data through the
+digests, and is the one the previous version computes).
 
 Integrity: every chunk is stored and zstd-compressed with its content checksum. Each document
 chunk read is checked against its ``chunk_sha256`` and ``chunk_nnz``, each 1-D array against its
@@ -283,6 +285,10 @@ class Corpus(_Input):
         self._warned: set[str] = set()
         if "chunk_sha256" in attrs:
             self._expected, self._digests = self._recorded_digests(attrs)
+        chunked = attrs.get("chunked_sha256")
+        if isinstance(chunked, dict):
+            self._digests.update({k: [str(x) for x in v] if isinstance(v, list) else []
+                                  for k, v in chunked.items()})
             self.fingerprint = data_fingerprint(attrs)
         self._check_lengths()
 

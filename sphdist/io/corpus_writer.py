@@ -269,7 +269,9 @@ class CorpusWriter:
         ids = self._write_1d("doc_ids", np.asarray(self._doc_ids, dtype=object))
         empty = np.concatenate(self._empty) if self._empty else np.zeros(0, dtype=bool)
         self._write_1d("empty", empty)
-        digests: dict[str, Any] = {"empty": content_sha256(empty), "doc_ids": ids}
+        digests: dict[str, Any] = {"empty": content_sha256(empty)}
+        # per-chunk digests apart: the previous version hashes every sha256 entry as one digest
+        chunked: dict[str, list[str]] = {"doc_ids": ids}
         if self._labels:
             labels = np.concatenate(self._labels)
             if labels.shape[0] != n:
@@ -283,7 +285,7 @@ class CorpusWriter:
             self._write_1d("idf", idf)
             digests["idf"] = content_sha256(idf)
         if self.vocabulary is not None:
-            digests["vocabulary"] = self._write_1d(
+            chunked["vocabulary"] = self._write_1d(
                 "vocabulary", np.asarray(self.vocabulary, dtype=str))
         meta = {
             "sphdist": {"kind": KIND, "format_version": FORMAT_VERSION},
@@ -298,6 +300,7 @@ class CorpusWriter:
             "chunk_nnz": self._chunk_nnz,
             "chunk_sha256": self._chunk_sha256,
             "sha256": digests,
+            "chunked_sha256": chunked,
         }
         meta = json_clean(meta)
         meta["fingerprint"] = data_fingerprint(meta)
