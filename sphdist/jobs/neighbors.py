@@ -587,6 +587,8 @@ def knn_graph(
         idx, cos = graph.knn_graph(source.V, k, skip=skip, query_chunk=chunk,
                                    search=None if found is None else found.search)
         idx, cos = dask.compute(idx, cos)
+    if found is not None:
+        _check_hits(found, source, idx)
     if skip is not None:  # documents without a direction have no neighbours
         idx[skip], cos[skip] = -1, -np.inf
     seconds = time.perf_counter() - start

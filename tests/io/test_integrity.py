@@ -535,3 +535,19 @@ def test_an_index_written_by_the_previous_version_is_read_whole_and_checked(copi
     g["faiss"][...] = data
     with pytest.raises(ModelFormatError, match=r"does not match its recorded faiss_sha256"):
         _reload(out, path)
+
+
+def test_a_search_that_returns_an_id_of_no_document_is_refused(copies):
+    """An id edited past n with every digest recomputed: the hits are checked, not printed."""
+    import faiss
+
+    from sphdist.jobs.neighbors import query_neighbors
+
+    out, path = _index(copies, kind="flat")
+    loaded = faiss.read_index(str(path / "faiss/c/0"))
+    ids = faiss.vector_to_array(loaded.id_map)
+    ids[ids == 5] = N + 5
+    faiss.copy_array_to_vector(ids, loaded.id_map)
+    _rewrite_faiss(path, faiss.serialize_index(loaded))
+    with pytest.raises(ModelFormatError, match=rf"returned document {N + 5}.*--overwrite"):
+        query_neighbors(out, doc_id="7", k=loaded.ntotal - 1, index=path)
