@@ -285,11 +285,11 @@ class Corpus(_Input):
         self._warned: set[str] = set()
         if "chunk_sha256" in attrs:
             self._expected, self._digests = self._recorded_digests(attrs)
+            self.fingerprint = data_fingerprint(attrs)
         chunked = attrs.get("chunked_sha256")
         if isinstance(chunked, dict):
             self._digests.update({k: [str(x) for x in v] if isinstance(v, list) else []
                                   for k, v in chunked.items()})
-            self.fingerprint = data_fingerprint(attrs)
         self._check_lengths()
 
     def _recorded_digests(
