@@ -490,8 +490,7 @@ def test_a_model_whose_values_were_edited_is_refused(
                    "-f", "npy"],
         "info": ["info", model],
     }
-    uses = {"nan_in_U": ["transform"], "U_scaled": ["transform"],
-            "V_of_ones": ["export"]}.get(how, list(commands))  # info never reads U or V
+    uses = {"V_of_ones": ["export"]}.get(how, list(commands))  # info reads U, never V
     for command in uses:
         result = _cli(runner, *commands[command])
         _one_error_line(result, f"{model}", named, "refit")

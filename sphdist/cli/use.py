@@ -120,14 +120,18 @@ def export(
               help="Lists an ivf index scans per query, stored with it (`neighbors --nprobe` "
                    "overrides it) [default: 32].")
 @click.option("--overwrite", is_flag=True, help="Replace an existing --output.")
+@click.option("--check", is_flag=True,
+              help="Build nothing: verify the index at --output against the model (every "
+                   "byte against its sha256, its structure, every id; each search checks "
+                   "only its size, a sample and its structure).")
 @_JSON
 def index(
     model: Path, input_: Path | None, output: Path | None, kind: str, nlist: int | None,
-    nprobe: int | None, overwrite: bool, as_json: bool,
+    nprobe: int | None, overwrite: bool, check: bool, as_json: bool,
 ) -> None:
     """Build the nearest-neighbour index (faiss) of a model's embeddings."""
     from sphdist.jobs.info import plural
-    from sphdist.jobs.neighbors import build_index, default_index_path
+    from sphdist.jobs.neighbors import build_index, check_index, default_index_path
 
     if output is None:
         from sphdist.io import stored_kind
@@ -135,6 +139,18 @@ def index(
         origin = "embedding" if input_ is not None and stored_kind(input_) == "embedding" \
             else "model"
         output = default_index_path(model, input_, origin)
+    if check:
+        if overwrite or nlist or nprobe or kind != "auto":
+            from sphdist.errors import ParameterError
+
+            raise ParameterError(
+                "--check verifies an index and builds nothing, so --kind, --nlist, --nprobe "
+                f"and --overwrite do nothing with it. To resolve this, run `sphdist index "
+                f"--model {model} --output {output} --check`.")
+        report = check_index(model, output, input=input_)
+        _report(report, as_json, f"{report['path']}: ok, {plural(report['n_indexed'], 'document')}"
+                                 f" indexed, {report['nbytes'] / 2**20:.1f} MiB verified")
+        return
     report = build_index(model, output, input=input_, kind=kind, nlist=nlist, nprobe=nprobe,
                          overwrite=overwrite)
     how = (f"ivf, {report['nlist']} lists, nprobe {report['nprobe']}"

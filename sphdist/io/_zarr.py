@@ -22,6 +22,7 @@ import asyncio
 import hashlib
 import itertools
 import json
+import logging
 import math
 import os
 import warnings
@@ -56,12 +57,18 @@ __all__ = [
     "WRITE_CONFIG",
     "checksummed",
     "content_sha256",
+    "chunk_sha256",
+    "read_chunk_checked",
+    "warn_undigested",
+    "ChunkedVector",
     "missing_chunks",
     "require_written",
     "read_checked",
     "require_finite",
     "replaced_error",
 ]
+
+logger = logging.getLogger("sphdist")
 
 #: zarr v3 codecs sphdist reads: none of them can execute code (no pickle, no object dtype).
 SAFE_CODECS = frozenset({
@@ -433,19 +440,28 @@ def write_array(group: zarr.Group, name: str, values: np.ndarray) -> None:
     arr[...] = values
 
 
-def write_vector(group: zarr.Group, name: str, values: np.ndarray) -> None:
+def write_vector(group: zarr.Group, name: str, values: np.ndarray) -> list[str]:
     """Store a 1-D array at ``group[name]`` in chunks of at most 2**17 elements.
 
     Strings (numpy ``U`` or ``O`` dtype) are stored as zarr's variable-length UTF-8 type, the
     one with a v3 specification; other dtypes as they are.
+
+    Returns
+    -------
+    list of str
+        :func:`chunk_sha256` of the values, one digest per stored chunk: the caller records
+        it (the ``sha256`` attribute of the store) and readers check it
+        (:func:`read_checked`, :func:`read_chunk_checked`).
     """
+    chunk = max(1, min(values.shape[0], _VECTOR_CHUNK))
     arr = group.create_array(
         name, shape=values.shape, dtype=str if values.dtype.kind in "UO" else values.dtype,
-        chunks=(max(1, min(values.shape[0], _VECTOR_CHUNK)),), compressors=CHECKSUMMED,
+        chunks=(chunk,), compressors=CHECKSUMMED,
         config=WRITE_CONFIG,
     )
     if values.shape[0]:
         arr[:] = values
+    return chunk_sha256(values, chunk)
 
 
 def json_clean(value: Any) -> Any:
@@ -475,15 +491,77 @@ def checksummed(compressors: Any = "auto") -> Any:
 
 
 def content_sha256(*arrays: np.ndarray) -> str:
-    """Hex sha256 of the little-endian bytes of ``arrays`` (C order), one after the other.
+    """Hex sha256 of the values of ``arrays``, one after the other.
 
-    For one float64 array this is :func:`sphdist.io.model.u_sha256`.
+    Numbers: their little-endian bytes (C order); for one float64 array this is
+    :func:`sphdist.io.model.u_sha256`. Strings (numpy ``U``, ``T`` or ``O`` of str, as zarr
+    reads its UTF-8 arrays back): the little-endian int64 lengths of all the strings (in code
+    points), then their UTF-8 bytes (lone surrogates passed through), so a dtype change
+    between writing and reading leaves the digest as it was, and moving a character from one
+    string to the next changes it.
+
+    Examples
+    --------
+    >>> content_sha256(np.array(["ab", "c"])) == content_sha256(np.array(["ab", "c"], object))
+    True
+    >>> content_sha256(np.array(["ab", "c"])) == content_sha256(np.array(["a", "bc"]))
+    False
     """
     h = hashlib.sha256()
     for values in arrays:
         values = np.asarray(values)
+        if values.dtype.kind in "OUT":
+            items = values.ravel().tolist()  # str, as zarr reads UTF-8 arrays
+            try:
+                joined = "".join(items)
+            except TypeError:  # an object array of other things: their str
+                items = [str(v) for v in items]
+                joined = "".join(items)
+            h.update(np.fromiter(map(len, items), dtype="<i8", count=len(items)).tobytes())
+            h.update(joined.encode("utf-8", "surrogatepass"))
+            continue
         h.update(np.ascontiguousarray(values, dtype=values.dtype.newbyteorder("<")).tobytes())
     return h.hexdigest()
+
+
+def chunk_sha256(values: np.ndarray, chunk: int) -> list[str]:
+    """:func:`content_sha256` of each ``chunk`` elements of ``values`` along its last axis.
+
+    The digests of an array stored in chunks of ``chunk`` along its last axis (a 1-D vector,
+    the document columns of V), so that a reader of one chunk checks that chunk alone.
+
+    Parameters
+    ----------
+    values : ndarray of shape (..., n)
+    chunk : int
+        Elements per chunk along the last axis, >= 1.
+
+    Returns
+    -------
+    list of str
+        ``ceil(n / chunk)`` hex digests, in order (one for an empty array).
+
+    Examples
+    --------
+    >>> v = np.arange(5.0)
+    >>> chunk_sha256(v, 2)[2] == content_sha256(v[4:])
+    True
+    """
+    n = values.shape[-1]
+    return [content_sha256(values[..., a:a + chunk]) for a in range(0, max(n, 1), chunk)]
+
+
+def warn_undigested(path: Any, what: str, remedy: str) -> None:
+    """Log one WARNING: ``what`` of the store at ``path`` has no recorded digest.
+
+    Stores written by sphdist before every array had a digest are read (their values are
+    still checked: finite, unit columns, consistent shapes) but an edit of ``what`` cannot
+    be detected; ``remedy`` (completing "To resolve this, ...") writes it again with one.
+    """
+    logger.warning(
+        "%s: %s has no recorded digest (written by an earlier sphdist), so a change to it "
+        "cannot be detected. To resolve this, %s.", path, what, remedy,
+    )
 
 
 def _storage_keys(arr: zarr.Array) -> list[str]:
@@ -580,7 +658,7 @@ def require_written(arr: zarr.Array, path: Any, what: str, option: str = "--outp
 
 def read_checked(
     arr: zarr.Array, path: str, what: str, *, error: type[SphdistError], remedy: str,
-    sha256: str | None = None, digest: str = "sha256", required: bool = True,
+    sha256: str | list[str] | None = None, digest: str = "sha256", required: bool = True,
 ) -> np.ndarray:
     """Read all of ``arr``, refusing missing chunks, undecodable chunks and changed values.
 
@@ -593,8 +671,9 @@ def read_checked(
         ``CorpusFormatError`` or ``ModelFormatError``.
     remedy : str
         Completes "To resolve this, ...".
-    sha256 : str, optional
-        The recorded :func:`content_sha256` of the values; not checked when None (stores
+    sha256 : str or list of str, optional
+        The recorded :func:`content_sha256` of the values, or their :func:`chunk_sha256`
+        (one digest per zarr chunk along the last axis); not checked when None (stores
         written before digests were recorded).
     digest : str, default "sha256"
         The attribute the digest was recorded as, for the message.
@@ -623,11 +702,73 @@ def read_checked(
             f"{path}: {what} is corrupted ({type(exc).__name__}: {exc}). To resolve this, "
             f"{remedy}."
         ) from None
-    if sha256 is not None and content_sha256(values) != sha256:
+    if isinstance(sha256, list):
+        c = arr.chunks[-1] if arr.ndim else 1
+        found = chunk_sha256(values, c) if values.ndim else [content_sha256(values)]
+        bad = [i for i, (a, b) in enumerate(itertools.zip_longest(found, sha256)) if a != b]
+        if bad:
+            raise _changed(path, f"{what} (chunk {bad[0]}, elements {bad[0] * c}:"
+                           f"{(bad[0] + 1) * c})", digest, error, remedy)
+    elif sha256 is not None and content_sha256(values) != sha256:
+        raise _changed(path, what, digest, error, remedy)
+    return values
+
+
+def _changed(path: str, what: str, digest: str, error: type[SphdistError],
+             remedy: str) -> SphdistError:
+    return error(
+        f"{path}: {what} does not match its recorded {digest} (the stored values were "
+        f"changed or damaged). To resolve this, {remedy}."
+    )
+
+
+def read_chunk_checked(
+    arr: zarr.Array, i: int, path: str, what: str, *, error: type[SphdistError], remedy: str,
+    sha256: list[str] | None, digest: str = "sha256",
+) -> np.ndarray:
+    """Read zarr chunk ``i`` of ``arr`` (along its last axis) alone, checked as read_checked is.
+
+    Parameters
+    ----------
+    arr : zarr.Array of shape (..., n)
+    i : int
+        The chunk: elements ``i * c : (i + 1) * c`` of the last axis, c = ``arr.chunks[-1]``.
+    path, what, error, remedy, digest
+        As :func:`read_checked`.
+    sha256 : list of str or None
+        The array's recorded :func:`chunk_sha256`; None: not checked (an older store).
+
+    Returns
+    -------
+    ndarray of shape (..., n_i)
+        The values of the chunk, bitwise as stored.
+
+    Raises
+    ------
+    error
+        If the chunk's file is missing, does not decode, or does not match ``sha256[i]`` (or
+        ``sha256`` does not have one digest per chunk).
+    """
+    c = arr.chunks[-1]
+    prefix = f"{arr.store_path.path}/" if arr.store_path.path else ""
+    key = (prefix + arr.metadata.encode_chunk_key((0,) * (arr.ndim - 1) + (i,))
+           if arr.shards is None else None)
+    where = f"{what} (chunk {i}, elements {i * c}:{(i + 1) * c})"
+    if key is not None and not sync(arr.store_path.store.exists(key)):
         raise error(
-            f"{path}: {what} does not match its recorded {digest} (the stored values were "
-            f"changed or damaged). To resolve this, {remedy}."
+            f"{path}: {where}: chunk file {key} is missing (zarr would read it as the fill "
+            f"value {arr.fill_value!r}). To resolve this, {remedy}."
         )
+    try:
+        values = np.asarray(arr[..., i * c:(i + 1) * c])
+    except Exception as exc:  # the codec fails: truncated, or the checksum does not match
+        raise error(f"{path}: {where} is corrupted ({type(exc).__name__}: {exc}). To resolve "
+                    f"this, {remedy}.") from None
+    if values.dtype.kind in "TU":  # Python str once, for the digest and the caller
+        values = values.astype(object)
+    if sha256 is not None and (len(sha256) != arr.cdata_shape[-1]
+                               or content_sha256(values) != sha256[i]):
+        raise _changed(path, where, digest, error, remedy)
     return values
 
 
@@ -649,3 +790,88 @@ def require_finite(
             f"this, {remedy}."
         )
     return values
+
+
+class ChunkedVector:
+    """A 1-D array of a store (document ids), read chunk by chunk, only the chunks asked for.
+
+    Each chunk is read once, by ``read_chunk`` (which checks it against its digest,
+    :func:`read_chunk_checked`), and kept: the ids of k hits cost at most k chunks, not the
+    whole array.
+
+    Parameters
+    ----------
+    n : int
+        Length.
+    chunk : int
+        Elements per chunk (the zarr chunk), >= 1.
+    read_chunk : callable
+        ``i -> ndarray of shape (min(chunk, n - i * chunk),)``: chunk i, checked.
+
+    Examples
+    --------
+    >>> ids = ChunkedVector.of(np.array(["a", "b", "c"], dtype=object))
+    >>> ids.take(np.array([2, 0])).tolist(), ids.find(["c", "z"]).tolist(), len(ids)
+    (['c', 'a'], [2, -1], 3)
+    """
+
+    def __init__(self, n: int, chunk: int, read_chunk: Callable[[int], np.ndarray]):
+        self.n, self.chunk, self._read_chunk = int(n), max(1, int(chunk)), read_chunk
+        self._chunks: dict[int, np.ndarray] = {}
+        self.chunks_read = 0  # how many chunks were read from the store
+
+    @classmethod
+    def of(cls, values: np.ndarray) -> ChunkedVector:
+        """The vector of in-memory ``values`` (one chunk)."""
+        values = np.asarray(values).astype(object)
+        return cls(values.shape[0], max(1, values.shape[0]), lambda i: values)
+
+    def __len__(self) -> int:
+        return self.n
+
+    def _get(self, i: int) -> np.ndarray:
+        if i not in self._chunks:
+            self._chunks[i] = np.asarray(self._read_chunk(i)).astype(object, copy=False)
+            self.chunks_read += 1
+        return self._chunks[i]
+
+    def read(self) -> np.ndarray:
+        """All values, ndarray of shape (n,), object."""
+        parts = [self._get(i) for i in range(-(-self.n // self.chunk))]
+        return np.concatenate(parts) if parts else np.zeros(0, dtype=object)
+
+    def take(self, positions: np.ndarray) -> np.ndarray:
+        """Values at ``positions`` (int, each in [0, n)), ndarray of the same shape, object."""
+        positions = np.asarray(positions, dtype=np.int64)
+        out = np.empty(positions.shape, dtype=object)
+        which = positions // self.chunk
+        for i in np.unique(which).tolist():
+            here = which == i
+            out[here] = self._get(i)[positions[here] - i * self.chunk]
+        return out
+
+    def find(self, values: list[str]) -> np.ndarray:
+        """Position of the first element equal to each of ``values``, -1 where none is.
+
+        Chunks are read in order until every value is found (all of them when one is not).
+
+        Returns
+        -------
+        ndarray of shape (len(values),), int64
+        """
+        wanted = {str(v) for v in values}
+        found: dict[str, int] = {}
+        for i in range(-(-self.n // self.chunk)):
+            if len(found) == len(wanted):
+                break
+            chunk = self._get(i)
+            if len(wanted) - len(found) <= 8:  # a few: one comparison in C per value
+                for v in wanted - set(found):
+                    at = np.flatnonzero(chunk == v)
+                    if at.size:
+                        found[v] = i * self.chunk + int(at[0])
+                continue
+            for j, v in enumerate(chunk.tolist()):
+                if v in wanted and v not in found:
+                    found[v] = i * self.chunk + j
+        return np.array([found.get(str(v), -1) for v in values], dtype=np.int64)

@@ -23,8 +23,12 @@ Group attributes: ``sphdist = {"kind": "corpus", "format_version": 1}``, ``shape
 ``label_names``, ``n_empty``, ``corpus_id`` (random, set at writing), ``chunk_nnz`` (values
 per document chunk), ``chunk_sha256`` (per document chunk, the sha256 of the little-endian
 bytes of its data, indices and indptr), ``sha256`` (the same digest of ``idf``, ``labels`` and
-``empty``) and ``fingerprint`` (sha256 of the canonical JSON of all of these: it covers the
-data through the digests).
+``empty``), ``chunked_sha256`` (one digest per stored chunk of ``doc_ids`` and
+``vocabulary``, :func:`~sphdist.io._zarr.chunk_sha256`, so that the ids of a few documents
+are read and checked without the others, :meth:`Corpus.ids`; apart from ``sha256``, whose
+entries the previous version reads as one digest each) and ``fingerprint`` (sha256 of the
+canonical JSON of all of these but ``chunked_sha256``: it covers the data through the
+digests, and is the one the previous version computes).
 
 Integrity: every chunk is stored and zstd-compressed with its content checksum. Each document
 chunk read is checked against its ``chunk_sha256`` and ``chunk_nnz``, each 1-D array against its
@@ -35,10 +39,11 @@ fingerprint is recomputed from the attributes at opening, so ``--resume`` on a c
 arrays (integer shape, ``nnz``, ``n_empty``, the lengths of ``idf`` and the per-document arrays,
 the ``n_features`` of the feature scheme). Values a fit cannot use are refused when read, naming
 the document: NaN, Inf, a document whose squared values overflow float64, a non-finite idf.
-Corpora written before the digests (same format version 1, no ``chunk_sha256``) are read as
-before: their stored fingerprint is used, chunks of ``data``, ``indices`` and ``idf`` must be
-stored, and ``nnz`` and the dtype of ``data`` are checked against every chunk's metadata at
-opening.
+Corpora written before the digests of ``doc_ids`` and ``vocabulary`` are read with one
+warning naming the re-ingest. Corpora written before the digests (same format version 1, no
+``chunk_sha256``) are read as before: their stored fingerprint is used, chunks of ``data``,
+``indices`` and ``idf`` must be stored, and ``nnz`` and the dtype of ``data`` are checked
+against every chunk's metadata at opening.
 
 A dense 2-D zarr array of shape (n_samples, n_features) (numeric UCI-style data), or a group
 holding such an array ``X`` and optional integer labels ``y``, is accepted as input too
@@ -67,12 +72,15 @@ from sphdist.io._atomic import readable_path
 from sphdist.io._fs import location
 from sphdist.io._values import check_csc_values, check_dense_values
 from sphdist.io._zarr import (
+    ChunkedVector,
     checked_array,
     content_sha256,
     open_node,
     read_checked,
+    read_chunk_checked,
     read_tag,
     require_finite,
+    warn_undigested,
     wrong_kind,
 )
 
@@ -273,10 +281,15 @@ class Corpus(_Input):
             )
         #: per chunk (sha256, nnz) recorded at writing; None for a corpus written before them
         self._expected: tuple[tuple[str, int], ...] | None = None
-        self._digests: dict[str, str] = {}
+        self._digests: dict[str, Any] = {}
+        self._warned: set[str] = set()
         if "chunk_sha256" in attrs:
             self._expected, self._digests = self._recorded_digests(attrs)
             self.fingerprint = data_fingerprint(attrs)
+        chunked = attrs.get("chunked_sha256")
+        if isinstance(chunked, dict):
+            self._digests.update({k: [str(x) for x in v] if isinstance(v, list) else []
+                                  for k, v in chunked.items()})
         self._check_lengths()
 
     def _recorded_digests(
@@ -297,7 +310,9 @@ class Corpus(_Input):
                 f"{self.path}: attribute nnz={self.nnz} but the chunks hold {sum(nnz)} values "
                 f"(chunk_nnz). To resolve this, {_REMEDY}."
             )
-        return tuple(zip(map(str, sha), nnz, strict=True)), {k: str(v) for k, v in digests.items()}
+        return tuple(zip(map(str, sha), nnz, strict=True)), {
+            k: [str(x) for x in v] if isinstance(v, list) else str(v) for k, v in digests.items()
+        }
 
     def _check_lengths(self) -> None:
         """Refuse attributes that disagree with the arrays' metadata (no chunk is read)."""
@@ -351,8 +366,42 @@ class Corpus(_Input):
         # chunk equal to the fill value (all 0, all False)
         return read_checked(
             arr, str(self.path), name, error=CorpusFormatError, remedy=_REMEDY,
-            sha256=self._digests.get(name), required=required or self._expected is not None,
+            sha256=self._digest(name), required=required or self._expected is not None,
         )
+
+    def _digest(self, name: str) -> Any:
+        """The recorded digest of array ``name``; a warning, once, for a store without one."""
+        found = self._digests.get(name)
+        if found is None and name in ("doc_ids", "vocabulary") and name not in self._warned:
+            self._warned.add(name)
+            warn_undigested(self.path, name, f"{_REMEDY} (`sphdist ingest SOURCE --output "
+                            f"{self.path} --overwrite`)")
+        return found
+
+    def ids(self) -> ChunkedVector:
+        """The document ids, read chunk by chunk on demand (only the chunks used).
+
+        Returns
+        -------
+        ChunkedVector
+            Of length n, values str; each chunk checked against the recorded digest of
+            ``doc_ids`` when it is read.
+
+        Raises
+        ------
+        CorpusFormatError
+            If the array is missing, unsafe, of the wrong length, or (when a chunk is read)
+            that chunk is missing, damaged or does not match its digest.
+        """
+        arr = _required(_opened(self._group, "doc_ids", str(self.path)), self.path, "doc_ids")
+        if arr.ndim != 1 or arr.shape[0] != self.n_documents:
+            raise CorpusFormatError(f"{self.path}: doc_ids has shape {arr.shape} for "
+                                    f"{self.n_documents} documents. To resolve this, {_REMEDY}.")
+        sha = self._digest("doc_ids")
+        return ChunkedVector(arr.shape[0], arr.chunks[0], lambda i: read_chunk_checked(
+            arr, i, str(self.path), "doc_ids", error=CorpusFormatError, remedy=_REMEDY,
+            sha256=sha if isinstance(sha, list) else None,
+        ))
 
     @property
     def idf(self) -> np.ndarray | None:
@@ -445,7 +494,14 @@ class Corpus(_Input):
         )
 
 
-def _required(values: np.ndarray | None, path: Path, name: str) -> np.ndarray:
+def _opened(group: zarr.Group, name: str, path: str) -> zarr.Array | None:
+    try:
+        return _checked_array(group, name, path, name)
+    except KeyError:
+        return None
+
+
+def _required(values: Any, path: Path, name: str) -> Any:
     if values is None:
         raise CorpusFormatError(f"{path}: the array {name} is missing. To resolve this, {_REMEDY}.")
     return values
@@ -653,6 +709,10 @@ class DenseInput(_Input):
     def doc_ids(self) -> np.ndarray:
         """Ndarray of shape (n,), str: the sample indices as strings."""
         return np.arange(self.n_documents).astype(str)
+
+    def ids(self) -> ChunkedVector:
+        """:attr:`doc_ids` as a :class:`~sphdist.io._zarr.ChunkedVector`."""
+        return ChunkedVector.of(self.doc_ids)
 
     @property
     def empty(self) -> np.ndarray:

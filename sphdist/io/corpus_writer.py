@@ -240,8 +240,8 @@ class CorpusWriter:
         if labels is not None:
             self._labels.append(np.asarray(labels, dtype=np.int32))
 
-    def _write_1d(self, name: str, values: np.ndarray) -> None:
-        write_vector(self._group, name, values)
+    def _write_1d(self, name: str, values: np.ndarray) -> list[str]:
+        return write_vector(self._group, name, values)
 
     def commit(
         self, idf: np.ndarray | None = None, extra_attrs: dict[str, Any] | None = None
@@ -266,10 +266,12 @@ class CorpusWriter:
             If labels were given for some chunks but not others.
         """
         n = self._boundaries[-1]
-        self._write_1d("doc_ids", np.asarray(self._doc_ids, dtype=object))
+        ids = self._write_1d("doc_ids", np.asarray(self._doc_ids, dtype=object))
         empty = np.concatenate(self._empty) if self._empty else np.zeros(0, dtype=bool)
         self._write_1d("empty", empty)
-        digests = {"empty": content_sha256(empty)}
+        digests: dict[str, Any] = {"empty": content_sha256(empty)}
+        # per-chunk digests apart: the previous version hashes every sha256 entry as one digest
+        chunked: dict[str, list[str]] = {"doc_ids": ids}
         if self._labels:
             labels = np.concatenate(self._labels)
             if labels.shape[0] != n:
@@ -283,7 +285,8 @@ class CorpusWriter:
             self._write_1d("idf", idf)
             digests["idf"] = content_sha256(idf)
         if self.vocabulary is not None:
-            self._write_1d("vocabulary", np.asarray(self.vocabulary, dtype=str))
+            chunked["vocabulary"] = self._write_1d(
+                "vocabulary", np.asarray(self.vocabulary, dtype=str))
         meta = {
             "sphdist": {"kind": KIND, "format_version": FORMAT_VERSION},
             "shape": [self.n_features, n],
@@ -297,6 +300,7 @@ class CorpusWriter:
             "chunk_nnz": self._chunk_nnz,
             "chunk_sha256": self._chunk_sha256,
             "sha256": digests,
+            "chunked_sha256": chunked,
         }
         meta = json_clean(meta)
         meta["fingerprint"] = data_fingerprint(meta)

@@ -10,7 +10,9 @@
 
 with attributes ``sphdist = {"kind": "embedding", "format_version": 1}``, ``model``
 (``path``, ``u_sha256``), ``corpus`` (``path``, ``fingerprint``, ``shape``), ``label_names``,
-``n_degenerate`` and ``method``.
+``n_degenerate``, ``method`` and ``sha256`` (``doc_ids``: one digest per stored chunk,
+:func:`~sphdist.io._zarr.chunk_sha256`; ``labels``: one digest; checked when they are read;
+embeddings written before it are read with one warning).
 
 :class:`EmbeddingWriter` builds the group in a sibling staging directory, the tasks write their
 chunks of V into it (:func:`write_embedding_block`), and :meth:`EmbeddingWriter.commit` makes it
@@ -26,15 +28,20 @@ from typing import Any
 import numpy as np
 import zarr
 
+from sphdist.errors import ModelFormatError
 from sphdist.io._atomic import open_target
 from sphdist.io._fs import location
 from sphdist.io._zarr import (
     CHECKSUMMED,
     WRITE_CONFIG,
+    ChunkedVector,
     TaggedStore,
+    content_sha256,
     json_clean,
+    read_chunk_checked,
     regular_chunks,
     require_written,
+    warn_undigested,
     write_array,
     write_vector,
 )
@@ -121,13 +128,17 @@ class EmbeddingWriter:
         group = self._group
         for name in ("V", "degenerate"):  # the workers wrote them: are they here?
             require_written(group[name], self.path, name)
-        write_vector(group, "doc_ids", np.asarray(doc_ids, dtype=object))
+        digests: dict[str, Any] = {
+            "doc_ids": write_vector(group, "doc_ids", np.asarray(doc_ids, dtype=object))}
         if labels is not None:
-            write_array(group, "labels", np.asarray(labels, dtype=np.int32))
+            labels = np.asarray(labels, dtype=np.int32)
+            write_array(group, "labels", labels)
+            digests["labels"] = content_sha256(labels)
         group.attrs.update(json_clean({
             **attrs,
             "sphdist": {"kind": KIND, "format_version": FORMAT_VERSION},
             "label_names": label_names,
+            "sha256": digests,
         }))
         self._target.commit(self.staging)
         self._committed = True
@@ -182,17 +193,38 @@ class Embedding(TaggedStore):
         """The (r, n) float64 zarr array of unit columns (read slices of it); every chunk stored."""
         return self._array("V")
 
+    def _digest(self, name: str) -> Any:
+        """The recorded digest of ``name`` (doc_ids, labels); a warning, once, without one."""
+        digests = self.attrs.get("sha256")
+        found = digests.get(name) if isinstance(digests, dict) else None
+        warned = self.__dict__.setdefault("_warned", set())
+        if found is None and name not in warned:
+            warned.add(name)
+            warn_undigested(self.path, name, self._REWRITE)
+        return found
+
     @property
     def doc_ids(self) -> np.ndarray:
         """Ndarray of shape (n,), object (Python str)."""
-        return self._read("doc_ids").astype(object)
+        return self._read("doc_ids", self._digest("doc_ids")).astype(object)
+
+    def ids(self) -> ChunkedVector:
+        """The document ids, read chunk by chunk on demand, each chunk checked when read."""
+        arr = self._array("doc_ids")
+        sha = self._digest("doc_ids")
+        return ChunkedVector(arr.shape[0], arr.chunks[0], lambda i: self._consistent(
+            lambda: read_chunk_checked(arr, i, str(self.location), "doc_ids",
+                                       error=ModelFormatError, remedy=self._REWRITE,
+                                       sha256=sha if isinstance(sha, list) else None)))
 
     @property
     def labels(self) -> np.ndarray | None:
         """Ndarray of shape (n,), int32, or None."""
         # labels and degenerate: embeddings written before every chunk was stored left out
         # chunks equal to the fill value (all 0, all False)
-        return self._read("labels", required=False) if "labels" in self._group else None
+        if "labels" not in self._group:
+            return None
+        return self._read("labels", self._digest("labels"), required=False)
 
     @property
     def degenerate(self) -> np.ndarray:

@@ -4,34 +4,48 @@
 
     index.zarr/                  zarr v3 group
       faiss       (n_bytes,)     uint8     faiss.serialize_index of the index (ids: document
-                                           positions in the documents it was built from)
+                                           positions in the documents it was built from),
+                                           one uncompressed chunk: its file faiss/c/0 is the
+                                           serialized index byte for byte, memory-mapped
 
 with attributes ``sphdist = {"kind": "index", "format_version": 1}``, ``faiss_sha256`` (the
-sha256 of the serialized bytes, checked on every read), ``index`` (``kind`` flat or ivf,
-``nlist``, ``nprobe``, ``n_documents``, ``n_indexed``, ``n_components``, ``metric``,
-``faiss_version``), ``model`` (``path``, ``u_sha256``: the model whose embedding was indexed)
-and ``source`` (``origin`` model or embedding, ``path``, ``n_documents``).
+sha256 of the serialized bytes: verified when the index is written and by ``sphdist index
+--check``), ``faiss_nbytes`` and ``faiss_sample_sha256`` (the size, and the sha256 of the first
+and the last MiB: checked on every read), ``index`` (``kind`` flat or ivf, ``nlist``,
+``nprobe``, ``n_documents``, ``n_indexed``, ``n_components``, ``metric``, ``faiss_version``),
+``model`` (``path``, ``u_sha256``: the model whose embedding was indexed) and ``source``
+(``origin`` model or embedding, ``path``, ``n_documents``).
+
+**Reading** (:meth:`StoredIndex.load`): on a local disk the file is memory-mapped by faiss
+(``faiss.IO_FLAG_MMAP``), so a query reads the pages of the lists it probes, not the whole
+index; its size and sampled digest are checked first, and the loaded index is validated
+structurally against its record (:func:`check_structure`: dimension, count, metric, kind,
+nlist, nprobe, the lengths of the inverted lists); any faiss exception while reading becomes a
+:class:`~sphdist.errors.ModelFormatError` naming the rebuild command. Elsewhere (an object
+store), and for indexes written before the sample digest (zstd chunks of 16 MiB), the bytes are
+read whole and checked against ``faiss_sha256``. :meth:`StoredIndex.verify` (``sphdist index
+--check``) reads every byte and every id.
 
 :func:`write_index` builds the group in a sibling staging directory and commits it atomically
 (:mod:`sphdist.io._atomic`: a rename on a disk, a manifest in an object store), so a reader
-sees a complete index or none; :func:`open_index` refuses another kind, a damaged array, and
-bytes that do not match ``faiss_sha256``. Building and searching the index is
+sees a complete index or none. Building and searching the index is
 :mod:`sphdist.methods.neighbors`; the job that writes one, :mod:`sphdist.jobs.neighbors`.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import zarr
 
-from sphdist.errors import ModelFormatError
+from sphdist.errors import ModelFormatError, StoreReplacedError
 from sphdist.io._atomic import exists, open_target
-from sphdist.io._fs import location
+from sphdist.io._fs import is_remote, location
 from sphdist.io._zarr import (
-    CHECKSUMMED,
     WRITE_CONFIG,
     TaggedStore,
     content_sha256,
@@ -41,11 +55,14 @@ from sphdist.io._zarr import (
     read_tag,
 )
 
-__all__ = ["FORMAT_VERSION", "KIND", "StoredIndex", "open_index", "write_index", "index_kind"]
+__all__ = [
+    "FORMAT_VERSION", "KIND", "StoredIndex", "open_index", "write_index", "index_kind",
+    "check_structure", "sample_sha256",
+]
 
 FORMAT_VERSION = 1
 KIND = "index"  # the group attribute sphdist.kind
-_BYTES_CHUNK = 1 << 24  # 16 MiB of serialized index per zarr chunk
+_SAMPLE = 1 << 20  # bytes at each end of the serialized index whose digest every read checks
 
 _WRITE = "sphdist index --model MODEL --output INDEX"
 
@@ -91,14 +108,14 @@ def write_index(
     staging = target.staging()
     try:
         group = zarr.open_group(store=str(staging), mode="w-")
-        arr = group.create_array(
-            "faiss", shape=data.shape, dtype=np.uint8,
-            chunks=(max(1, min(data.shape[0], _BYTES_CHUNK)),), compressors=CHECKSUMMED,
-            config=WRITE_CONFIG,
+        arr = group.create_array(  # one raw chunk: the file faiss memory-maps
+            "faiss", shape=data.shape, dtype=np.uint8, chunks=(max(1, data.shape[0]),),
+            compressors=None, config=WRITE_CONFIG,
         )
         arr[:] = data
         group.attrs.update(json_clean({
-            **attrs, "faiss_sha256": content_sha256(data),
+            **attrs, "faiss_sha256": content_sha256(data), "faiss_nbytes": int(data.shape[0]),
+            "faiss_sample_sha256": sample_sha256(data),
             "sphdist": {"kind": KIND, "format_version": FORMAT_VERSION},
         }))
         target.commit(staging)
@@ -106,6 +123,97 @@ def write_index(
         target.discard(staging)
         raise
     return StoredIndex(path)
+
+
+def sample_sha256(data: Any) -> str:
+    """Hex sha256 of the first and the last MiB of ``data`` (bytes-like), and of its length.
+
+    The cheap check of every read of an index: a truncated, extended or replaced file, or one
+    whose header (for IVF: the coarse quantizer) or last inverted lists were edited, fails it.
+
+    >>> sample_sha256(b"abc") == sample_sha256(bytearray(b"abc"))
+    True
+    """
+    view = memoryview(data).cast("B")
+    n = view.nbytes
+    h = hashlib.sha256(n.to_bytes(8, "little"))
+    h.update(view[:_SAMPLE])
+    h.update(view[max(_SAMPLE, n - _SAMPLE):])
+    return h.hexdigest()
+
+
+def _file_sample_sha256(file: Path, n: int) -> str:
+    h = hashlib.sha256(n.to_bytes(8, "little"))
+    with open(file, "rb") as f:
+        h.update(f.read(_SAMPLE))
+        if n > _SAMPLE:
+            f.seek(max(_SAMPLE, n - _SAMPLE))
+            h.update(f.read())
+    return h.hexdigest()
+
+
+def check_structure(
+    index: Any, record: dict[str, Any], *, n_components: int, n_documents: int,
+    nprobe: int | None, refuse: Any,
+) -> None:
+    """Refuse a loaded faiss index that is not the one its record and the model describe.
+
+    Parameters
+    ----------
+    index : faiss.Index
+        As loaded.
+    record : dict
+        The ``index`` attribute (kind, nlist, nprobe, n_indexed, n_components, metric).
+    n_components, n_documents : int
+        r of the model, and the documents searched (every id must be below).
+    nprobe : int or None
+        The lists a search will scan (an override, else the record's).
+    refuse : callable
+        ``str -> Exception``: the error naming the path and the remedy.
+
+    Raises
+    ------
+    Exception
+        ``refuse(what)`` on the first disagreement: the dimension, the number of vectors, the
+        metric, the kind (flat: an id map over an inner-product flat index; ivf: an
+        inverted file of ``nlist`` trained lists whose lengths sum to the count), ``nprobe``.
+
+    Notes
+    -----
+    Reads the header and the ``nlist`` list lengths only (no vector, no id).
+    """
+    import faiss
+
+    def expect(what: str, found: Any, wanted: Any) -> None:
+        if found != wanted:
+            raise refuse(f"the faiss index has {what} {found!r} but {wanted!r} is recorded")
+
+    expect("dimension", int(index.d), n_components)
+    expect("dimension", int(index.d), record.get("n_components"))
+    expect("vector count", int(index.ntotal), record.get("n_indexed"))
+    if not 0 < int(index.ntotal) <= n_documents:
+        raise refuse(f"the faiss index holds {index.ntotal} vectors for {n_documents} documents")
+    expect("metric", int(index.metric_type), int(faiss.METRIC_INNER_PRODUCT))
+    kind = record.get("kind")
+    inner = faiss.downcast_index(index)
+    if kind == "flat":
+        if not isinstance(inner, faiss.IndexIDMap2) or not isinstance(
+                faiss.downcast_index(inner.index), faiss.IndexFlatIP):
+            raise refuse(f"a flat index is an IndexIDMap2 over IndexFlatIP, found "
+                         f"{type(inner).__name__}")
+        expect("id count", int(inner.id_map.size()), int(index.ntotal))
+    elif kind == "ivf":
+        if not isinstance(inner, faiss.IndexIVFFlat) or not inner.is_trained:
+            raise refuse(f"an ivf index is a trained IndexIVFFlat, found {type(inner).__name__}")
+        expect("list count", int(inner.nlist), record.get("nlist"))
+        lists = inner.invlists
+        total = sum(int(lists.list_size(i)) for i in range(inner.nlist))
+        expect("sum of inverted-list lengths", total, int(index.ntotal))
+        probe = nprobe if nprobe is not None else record.get("nprobe")
+        if isinstance(probe, bool) or not isinstance(probe, int) or probe < 1:
+            raise refuse(f"nprobe {probe!r} is not an integer >= 1")
+    else:
+        raise refuse(f"index kind {kind!r} is neither flat nor ivf")
 
 
 class StoredIndex(TaggedStore):
@@ -153,8 +261,25 @@ class StoredIndex(TaggedStore):
         """The ``source`` attribute: ``origin``, ``path`` and ``n_documents`` of the documents."""
         return dict(self.attrs.get("source") or {})
 
+    def rebuild(self) -> str:
+        """The remedy of every error: the command that writes this index again.
+
+        A model or embedding recorded by a path relative to where the index was built names
+        nothing from elsewhere: it is written ``MODEL`` (``EMBEDDING``), with a note saying
+        what was recorded.
+        """
+        model, where = _anywhere(self.model.get("path"), "MODEL")
+        embedding, also = _anywhere(self.source.get("path"), "EMBEDDING")
+        return ("write it again with `sphdist index --model " + model
+                + (f" --input {embedding}" if self.source.get("path") else "")
+                + f" --output {self.path} --overwrite`" + where + also)
+
+    def refuse(self, what: str) -> ModelFormatError:
+        """The error for damage ``what``, naming the path and the rebuild command."""
+        return ModelFormatError(f"{self.location}: {what}. To resolve this, {self.rebuild()}.")
+
     def data(self) -> np.ndarray:
-        """The serialized faiss index, ndarray of shape (n_bytes,), uint8.
+        """The serialized faiss index, ndarray of shape (n_bytes,), uint8, read whole.
 
         Raises
         ------
@@ -162,20 +287,128 @@ class StoredIndex(TaggedStore):
             If a chunk is missing or does not decode, or the bytes do not match the recorded
             ``faiss_sha256`` (the message names the path and the rebuild command).
         """
-        # a path recorded relative to where the index was built names nothing from here
-        model, where = _anywhere(self.model.get("path"), "MODEL")
-        embedding, also = _anywhere(self.source.get("path"), "EMBEDDING")
-        remedy = ("write it again with `sphdist index --model " + model
-                  + (f" --input {embedding}" if self.source.get("path") else "")
-                  + f" --output {self.path} --overwrite`" + where + also)
         sha = self.attrs.get("faiss_sha256")
         if not isinstance(sha, str):
-            raise ModelFormatError(
-                f"{self.location}: no faiss_sha256 recorded. To resolve this, {remedy}."
-            )
-        return read_checked(self._group["faiss"], str(self.location), "faiss",
-                            error=ModelFormatError, remedy=remedy, sha256=sha,
-                            digest="faiss_sha256")
+            raise self.refuse("no faiss_sha256 recorded")
+        remedy = self.rebuild()
+        return self._consistent(lambda: read_checked(
+            self._group["faiss"], str(self.location), "faiss", error=ModelFormatError,
+            remedy=remedy, sha256=sha, digest="faiss_sha256"))
+
+    def _mapped_file(self) -> Path | None:
+        """The file faiss can memory-map (one raw chunk on a local disk), else None."""
+        arr = self._group["faiss"]
+        codecs = [c.to_dict().get("name") for c in arr.metadata.codecs]
+        if (is_remote(self.location) or codecs != ["bytes"] or arr.cdata_shape != (1,)
+                or not isinstance(self.attrs.get("faiss_sample_sha256"), str)):
+            return None
+        return Path(self.location) / "faiss" / "c" / "0"
+
+    def load(self, *, n_components: int, n_documents: int, nprobe: int | None = None) -> Any:
+        """The faiss index, memory-mapped where it can be, checked cheaply and structurally.
+
+        Parameters
+        ----------
+        n_components, n_documents : int
+            r of the model and the documents searched (:func:`check_structure`).
+        nprobe : int, optional
+            The lists a search will scan (default: the recorded ``nprobe``).
+
+        Returns
+        -------
+        faiss.Index
+
+        Raises
+        ------
+        ModelFormatError
+            If the file's size or sampled digest (or, when read whole, its ``faiss_sha256``)
+            is not the recorded one, faiss cannot read it (its exception named), or the index
+            is not the one recorded (:func:`check_structure`).
+
+        Notes
+        -----
+        Memory-mapped: opening reads the header (for IVF, the coarse quantizer, ``4 nlist
+        r`` bytes, and the list lengths), 2 MiB for the sampled digest and the pages of the
+        lists each search probes. Read whole: the file, then faiss' copy of it.
+        """
+        import faiss
+
+        file = self._mapped_file()
+
+        def read() -> Any:
+            if file is None:
+                return faiss.deserialize_index(self.data())
+            n = self.attrs.get("faiss_nbytes")
+            size = file.stat().st_size if file.is_file() else None
+            if size != n:
+                raise self.refuse(f"faiss/c/0 has {size} bytes, {n!r} recorded (faiss_nbytes)")
+            if _file_sample_sha256(file, n) != self.attrs["faiss_sample_sha256"]:
+                raise self.refuse("faiss does not match its recorded faiss_sample_sha256 (the "
+                                  "stored bytes were changed or damaged)")
+            return faiss.read_index(str(file), faiss.IO_FLAG_MMAP | faiss.IO_FLAG_READ_ONLY)
+
+        try:
+            index = self._consistent(read)
+        except (ModelFormatError, StoreReplacedError):
+            raise
+        except Exception as exc:  # noqa: BLE001 - anything faiss raises reading damaged bytes
+            raise self.refuse(f"faiss cannot read the index ({type(exc).__name__}: "
+                              f"{str(exc).strip().splitlines()[-1] if str(exc).strip() else ''})"
+                              ) from None
+        check_structure(index, self.record, n_components=n_components, n_documents=n_documents,
+                        nprobe=nprobe, refuse=self.refuse)
+        return index
+
+    def verify(self, *, n_components: int, n_documents: int) -> dict[str, Any]:
+        """The full check (``sphdist index --check``): every byte, the structure, every id.
+
+        Returns
+        -------
+        dict
+            ``path``, ``nbytes``, ``n_indexed``, ``faiss_sha256`` (verified).
+
+        Raises
+        ------
+        ModelFormatError
+            As :meth:`load`, and if the bytes do not match ``faiss_sha256`` or an id is
+            outside ``[0, n_documents)`` or repeated.
+        """
+        import faiss
+
+        data = self.data()  # every byte against faiss_sha256
+        if isinstance(self.attrs.get("faiss_sample_sha256"), str) and (
+                sample_sha256(data) != self.attrs["faiss_sample_sha256"]
+                or data.shape[0] != self.attrs.get("faiss_nbytes")):
+            raise self.refuse("faiss does not match its recorded faiss_sample_sha256")
+        try:
+            index = faiss.deserialize_index(data)
+        except Exception as exc:  # noqa: BLE001
+            raise self.refuse(f"faiss cannot read the index ({type(exc).__name__})") from None
+        check_structure(index, self.record, n_components=n_components, n_documents=n_documents,
+                        nprobe=None, refuse=self.refuse)
+        ids = _all_ids(faiss.downcast_index(index))
+        if ids.size and (ids.min() < 0 or ids.max() >= n_documents):
+            bad = int(ids[(ids < 0) | (ids >= n_documents)][0])
+            raise self.refuse(f"the index holds id {bad}, outside [0, {n_documents})")
+        if np.unique(ids).size != ids.size:
+            raise self.refuse("the index holds a document id twice")
+        return {"path": str(self.path), "nbytes": int(data.shape[0]),
+                "n_indexed": int(index.ntotal), "faiss_sha256": self.attrs["faiss_sha256"]}
+
+
+def _all_ids(index: Any) -> np.ndarray:
+    """Every id stored in a flat (IndexIDMap2) or IVF index, ndarray of int64."""
+    import faiss
+
+    if isinstance(index, faiss.IndexIDMap2):
+        return faiss.vector_to_array(index.id_map).astype(np.int64)
+    lists = index.invlists
+    parts = []
+    for i in range(index.nlist):
+        size = int(lists.list_size(i))
+        if size:
+            parts.append(faiss.rev_swig_ptr(lists.get_ids(i), size).astype(np.int64).copy())
+    return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
 
 
 def _anywhere(path: Any, placeholder: str) -> tuple[str, str]:

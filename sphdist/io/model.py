@@ -21,8 +21,10 @@ values), ``seconds`` (wall time per iteration), ``converged``, ``n_degenerate``,
 ``sq_norm_X``, ``extrapolation`` (``beta``, ``beta_bar`` of the accelerated U-step, so a
 resumed fit continues it), ``u_sha256`` (sha256 of the bytes of U, an identifier of the
 iterate, checked whenever U is read), ``sha256`` (the same digest of ``state/XVt``,
-``state/VVt`` and ``idf``, checked when they are read; absent in models written before it was
-recorded), and ``corpus``
+``state/VVt`` and ``idf``, checked when they are read, and, one digest per stored chunk
+(:func:`~sphdist.io._zarr.chunk_sha256`), of ``V`` and ``vocabulary``, each chunk of V checked
+by the task that reads it; absent in models written before they were recorded, which are read
+with one warning naming the refit), and ``corpus``
 (``path``, ``fingerprint``, ``shape``, ``feature_scheme``, ``tfidf``).
 
 Every array is written with zstd's content checksum and every chunk stored
@@ -43,8 +45,8 @@ A **checkpoint** of the default (stateless) fit holds ``U_k`` and the histories 
 ``(m r + O(m)) * 8`` bytes before compression, whatever n (``V_k = normalise(U_k^T X)`` is
 recomputed by one pass on ``--resume``, :func:`sphdist.core.solver.resume`). The **final
 model** adds V, written chunk by chunk by the tasks that compute it, never gathered on the
-driver. :meth:`Model.V` of a checkpoint says the fit stopped (the jobs print the command that finishes it,
-:func:`sphdist.jobs.info.resume_command`).
+driver. :meth:`Model.V` of a checkpoint says the fit stopped (the jobs print the command
+that finishes it, :func:`sphdist.jobs.info.resume_command`).
 
 Every write builds the whole group in a sibling staging directory and commits it with an atomic
 rename (:mod:`sphdist.io._atomic`), after flushing every file and directory of the tree to disk:
@@ -86,6 +88,7 @@ from sphdist.io._zarr import (
     regular_chunks,
     replaced_error,
     require_written,
+    warn_undigested,
     write_array,
     write_vector,
 )
@@ -159,9 +162,10 @@ def save_checkpoint(
                 write_array(group, name, values)
                 digests[name] = content_sha256(values)
         if vocabulary is not None:
-            write_vector(group, "vocabulary", np.asarray(vocabulary, dtype=object))
+            digests["vocabulary"] = write_vector(
+                group, "vocabulary", np.asarray(vocabulary, dtype=object))
         if V is not None:
-            _store_V(group, V)
+            digests["V"] = _store_V(group, V)
             require_written(group["V"], path, "V")  # the workers wrote them: are they here?
         group.attrs.update(json_clean({
             "sphdist": {"kind": KIND, "format_version": FORMAT_VERSION},
@@ -184,17 +188,32 @@ def save_checkpoint(
         target.discard(staging)
 
 
-def _store_V(group: zarr.Group, V: da.Array) -> None:
-    """Store V (r, n) at ``group/V`` in regular chunks along the documents, task by task."""
+def _store_V(group: zarr.Group, V: da.Array) -> list[str]:
+    """Store V (r, n) at ``group/V`` in regular chunks along the documents, task by task.
+
+    Returns the :func:`~sphdist.io._zarr.chunk_sha256` of the stored chunks, each computed by
+    the task that writes the chunk (V is never gathered).
+    """
     r, chunks = V.shape[0], V.chunks[1]
-    if not regular_chunks(chunks):
+    if not regular_chunks(chunks) or V.numblocks[0] != 1:
         V = V.rechunk((r, max(chunks)))
     target = group.create_array(
         "V", shape=V.shape, dtype=np.float64, chunks=(r, max(V.chunks[1])),
         compressors=CHECKSUMMED, config=WRITE_CONFIG,
     )
+    written = V.astype(np.float64).map_blocks(
+        _write_v_block, target, V.chunks[1][0], dtype=object, chunks=((1,), (1,) * V.numblocks[1]),
+        meta=np.empty((0, 0), dtype=object),
+    )
     with graph.computing():  # no task still writing when a failed commit is cleaned up
-        da.store(V.astype(np.float64), target, lock=False)
+        return [str(d) for d in np.asarray(written.compute()).ravel().tolist()]
+
+
+def _write_v_block(block: np.ndarray, target: zarr.Array, c: int, block_id=None) -> np.ndarray:
+    """Write a block of V as zarr chunk ``block_id[1]`` (runs in a task); its digest."""
+    start = block_id[1] * c
+    target[:, start:start + block.shape[1]] = block
+    return np.array([[content_sha256(block)]], dtype=object)
 
 
 class ScratchV:
@@ -300,6 +319,7 @@ class Model(TaggedStore):
 
     def _open(self) -> None:
         super()._open()
+        self._warned: set[str] = set()
         self._check_layout()
 
     def _refuse(self, what: str) -> ModelFormatError:
@@ -428,7 +448,17 @@ class Model(TaggedStore):
         """Ndarray of shape (m,), object (str): feature names (vocabulary scheme), or None."""
         if "vocabulary" not in self._group:
             return None
-        return self._read("vocabulary").astype(object)
+        return self._read("vocabulary", self._digest("vocabulary")).astype(object)
+
+    def _digest(self, name: str) -> Any:
+        """The recorded digest of ``name`` (V, vocabulary); a warning, once, without one."""
+        digests = self.attrs.get("sha256")
+        found = digests.get(name) if isinstance(digests, dict) else None
+        if found is None and name not in self._warned:
+            self._warned.add(name)
+            warn_undigested(self.path, name, f"{self._REWRITE} (`sphdist fit --input CORPUS "
+                            f"--output {self.path} --overwrite`)")
+        return found
 
     @property
     def shape(self) -> tuple[int, int, int]:
@@ -472,8 +502,12 @@ class Model(TaggedStore):
         V = self._array("V")
         r, c = V.chunks
         starts = range(0, V.shape[1], c)
+        digests = self._digest("V")
+        if digests is not None and not isinstance(digests, list):
+            digests = []  # no chunk matches: refused by the first chunk read
         V = da.map_blocks(
             _read_v_block, str(self.location), c, self._target, self._version,
+            None if digests is None else tuple(digests),
             dtype=np.float64,
             chunks=((r,), tuple(min(c, V.shape[1] - s) for s in starts) or (0,)),
             meta=np.empty((0, 0)),
@@ -514,13 +548,15 @@ class Model(TaggedStore):
 
 
 def _read_v_block(
-    location: str, c: int, target: Any, version: Any, block_id=None
+    location: str, c: int, target: Any, version: Any, digests: tuple[str, ...] | None,
+    block_id=None,
 ) -> np.ndarray:
     """Columns of V in zarr chunk ``block_id[1]`` (runs in a task); a bad chunk is refused.
 
     ``target`` and ``version``: the model's :class:`~sphdist.io.Target` and the version the
     handle opened; a read that met a commit raises StoreReplacedError (see
-    :class:`~sphdist.io._zarr.TaggedStore`).
+    :class:`~sphdist.io._zarr.TaggedStore`). ``digests``: the recorded ``sha256.V``, one per
+    chunk (None for a model written before it was recorded).
     """
     start = block_id[1] * c
     try:
@@ -558,6 +594,15 @@ def _read_v_block(
         raise ModelFormatError(
             f"{location}: column {start + j} of V {what}; the columns of V are unit vectors. "
             f"To resolve this, {Model._REWRITE}."
+        )
+    if digests is not None and (len(digests) != -(-arr.shape[1] // c) or content_sha256(block)
+                                != digests[block_id[1]]):  # last: the
+        # checks above name more (a column swap keeps every column a unit vector)
+        if target.replaced(version, failed=True):
+            raise replaced_error(target.path)
+        raise ModelFormatError(
+            f"{location}: V (columns {start}:{start + c}) does not match its recorded sha256 "
+            f"(the stored values were changed or damaged). To resolve this, {Model._REWRITE}."
         )
     return block
 

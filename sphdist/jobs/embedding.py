@@ -43,6 +43,7 @@ from sphdist.io import (
     stored_kind,
 )
 from sphdist.io._atomic import check_output_kind, check_output_place
+from sphdist.io._zarr import ChunkedVector
 from sphdist.io.model import Model, open_model
 from sphdist.jobs.info import _command, check_roles, require_embedding
 
@@ -72,7 +73,9 @@ class EmbeddingSource:
     ----------
     V : dask.array.Array of shape (r, n), float64
         Column j: the unit-norm embedding of document j (lazy, read from the store).
-    doc_ids : ndarray of shape (n,), object (str)
+    ids : ChunkedVector
+        The document ids, read chunk by chunk on demand (:meth:`ChunkedVector.take` of the
+        hits, :meth:`ChunkedVector.find` of a ``--doc-id``); :attr:`doc_ids` reads them all.
     labels : ndarray of shape (n,), int32, or None
         Codes into ``label_names``; -1 or None: unknown.
     label_names : list of str or None
@@ -90,12 +93,17 @@ class EmbeddingSource:
     """
 
     V: da.Array
-    doc_ids: np.ndarray
+    ids: ChunkedVector
     labels: np.ndarray | None
     label_names: list[str] | None
     origin: str
     degenerate: np.ndarray | None = None
     empty: np.ndarray | None = None
+
+    @property
+    def doc_ids(self) -> np.ndarray:
+        """Ndarray of shape (n,), object (str): every document id (each chunk read once)."""
+        return self.ids.read()
 
     @property
     def n_documents(self) -> int:
@@ -177,7 +185,7 @@ def open_embedding_source(
                 f"documents again with `sphdist transform --model {fitted.path}`."
             )
         return EmbeddingSource(
-            V=da.from_zarr(emb.V), doc_ids=emb.doc_ids, labels=emb.labels,
+            V=da.from_zarr(emb.V), ids=emb.ids(), labels=emb.labels,
             label_names=emb.attrs.get("label_names"), origin="embedding",
             degenerate=emb.degenerate, empty=_recorded_empty(emb.attrs),
         )
@@ -202,7 +210,7 @@ def open_embedding_source(
                 X = X.rechunk({0: -1})
             return EmbeddingSource(
                 V=graph.embedding(X, fitted.U, dtype=np.float64),
-                doc_ids=np.asarray(source.doc_ids).astype(object), labels=source.labels,
+                ids=source.ids(), labels=source.labels,
                 label_names=source.label_names, origin="corpus", empty=np.asarray(source.empty),
             )
         transform = _command("sphdist", "transform", "--model", fitted.path, "--input", path,
@@ -214,7 +222,7 @@ def open_embedding_source(
         )
     require_embedding(fitted)
     return EmbeddingSource(
-        V=fitted.V(), doc_ids=np.asarray(source.doc_ids).astype(object), labels=source.labels,
+        V=fitted.V(), ids=source.ids(), labels=source.labels,
         label_names=source.label_names, origin="model", degenerate=np.asarray(source.empty),
         empty=np.asarray(source.empty),
     )
@@ -460,6 +468,7 @@ def export_embedding(
         )
     rest = ("--output", str(output))
     src = open_embedding_source(model, input, verb="export", rest=rest)
+    open_model(model).U  # noqa: B018 - a damaged model is refused, as transform refuses it
     r, n = src.V.shape
     with atomic_path(output) as staging:
         if format == "parquet":
@@ -663,9 +672,10 @@ def nearest_neighbors(
     angle = np.degrees(np.arccos(cosine))
     distance = np.sqrt(np.maximum(2.0 - 2.0 * cosine, 0.0))
     labels = source.label_strings(best_idx)
+    ids = source.ids.take(best_idx)
     return [
         {
-            "rank": i + 1, "index": int(j), "doc_id": str(source.doc_ids[j]), "label": labels[i],
+            "rank": i + 1, "index": int(j), "doc_id": str(ids[i]), "label": labels[i],
             "cosine": float(best_cos[i]), "angle_deg": float(angle[i]),
             "distance": float(distance[i]),
         }
@@ -683,14 +693,13 @@ def document_embedding(source: EmbeddingSource, doc_id: str) -> tuple[int, np.nd
     DataError
         If that document has no direction (empty, or ``U^T x = 0``).
     """
-    hits = np.flatnonzero(source.doc_ids == doc_id)
-    if hits.shape[0] == 0:
-        examples = ", ".join(map(repr, source.doc_ids[:3].tolist()))
+    j = int(source.ids.find([doc_id])[0])
+    if j < 0:
+        examples = ", ".join(map(repr, source.ids.take(np.arange(min(3, source.n_documents)))))
         raise ParameterError(
             f"no document has id {doc_id!r} (ids look like {examples}). To resolve this, pass "
             "an id from the corpus (see `sphdist export`)."
         )
-    j = int(hits[0])
     if source.degenerate is not None and source.degenerate[j]:
         raise DataError(
             f"document {doc_id!r} is empty (no feature in common with the model), so its "

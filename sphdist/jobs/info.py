@@ -111,7 +111,8 @@ def describe(path: str | os.PathLike[str], expect: str | None = None) -> dict[st
     InputNotFoundError
         If nothing is at ``path`` (and no staging tree of it either).
     CorpusFormatError, ModelFormatError
-        If ``path`` is not a sphdist store.
+        If ``path`` is not a sphdist store, or a value read is damaged: a model's U (its
+        digest, finite, orthonormal), its vocabulary or a corpus' (their digests).
     """
     path = location(path)
     state = commit_state(path)  # what is committed, staged or interrupted; changes nothing
@@ -160,6 +161,7 @@ def _describe_model(path: Path, state: CommitState) -> dict[str, Any]:
     if not state.complete:
         return {"kind": "model", "path": str(path), "checkpoint": checkpoint}
     model = open_stored(path, "model")
+    model.U  # noqa: B018 - the values are checked (finite, orthonormal, u_sha256), as transform does
     if state.interrupted and not state.committed:  # the fit's writer moves it back
         checkpoint["recover"] = resume_command(model)
     a = model.attrs

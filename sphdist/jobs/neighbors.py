@@ -51,6 +51,7 @@ __all__ = [
     "HIT_COLUMNS",
     "QueryLines",
     "build_index",
+    "check_index",
     "default_index_path",
     "find_index",
     "load_index",
@@ -172,6 +173,8 @@ def build_index(
     index = NeighborIndex(kind, nlist=nlist, nprobe=nprobe, train_size=train_size,
                           random_state=random_state).fit(source.V.T, exclude=_skip(source))
     seconds = time.perf_counter() - start
+    if index.kind_ == "ivf":  # searched, never reconstructed: no id map (16 n bytes) to load
+        index.index_.set_direct_map_type(faiss.DirectMap.NoMap)  # on every read
     data = faiss.serialize_index(index.index_)
     model_rec, source_rec = _record(fitted, source, input)
     record = {
@@ -184,6 +187,44 @@ def build_index(
     return {"output": str(output), **{k: record[k] for k in (
         "kind", "nlist", "nprobe", "n_documents", "n_indexed", "n_components")},
         "nbytes": int(data.nbytes), "seconds": seconds}
+
+
+def check_index(
+    model: str | os.PathLike[str], path: str | os.PathLike[str], *,
+    input: str | os.PathLike[str] | None = None,
+) -> dict[str, Any]:
+    """The full check of a stored index (``sphdist index --check``); writes nothing.
+
+    Every read of an index checks its size, a sampled digest and its structure
+    (:meth:`sphdist.io.index.StoredIndex.load`); this reads every byte against the recorded
+    ``faiss_sha256`` and every id (each a document of the model's embeddings, none twice), and
+    checks that it is the index of ``model``'s documents.
+
+    Parameters
+    ----------
+    model : path-like
+    path : path-like
+        The ``index.zarr``.
+    input : path-like, optional
+        The embedding it indexes, as for :func:`build_index`.
+
+    Returns
+    -------
+    dict
+        ``path``, ``nbytes``, ``n_indexed``, ``faiss_sha256``, ``ok`` (True).
+
+    Raises
+    ------
+    InputNotFoundError, ModelFormatError, CorpusMismatchError
+        As :func:`load_index`, and for bytes that do not match ``faiss_sha256`` or an id
+        outside the documents or repeated.
+    """
+    source = open_embedding_source(model, input, verb="index", rest=("--check",))
+    fitted = open_model(model)
+    load_index(path, fitted, source, input)  # the record against the model, the cheap checks
+    report = open_index(path).verify(n_components=fitted.shape[1],
+                                     n_documents=source.n_documents)
+    return {**report, "ok": True}
 
 
 def load_index(
@@ -214,14 +255,14 @@ def load_index(
     InputNotFoundError
         If nothing is at ``path``.
     ModelFormatError
-        If it is not a sphdist index, or damaged (a missing chunk, a chunk that fails its
-        checksum, bytes that do not match ``faiss_sha256``).
+        If it is not a sphdist index, or damaged (:meth:`sphdist.io.index.StoredIndex.load`:
+        the size or sampled digest of the memory-mapped file, bytes faiss cannot read, an
+        index whose dimension, count, metric, kind, nlist or nprobe disagree with its record
+        and the model).
     CorpusMismatchError
         If it was built from another model, or from other documents than ``source``; the
         remedy rebuilds it (or passes ``--exact``).
     """
-    import faiss
-
     from sphdist.methods.neighbors import NeighborIndex
 
     stored = open_index(path)
@@ -245,11 +286,13 @@ def load_index(
     record = stored.record
     index = NeighborIndex(record.get("kind", "auto"), nlist=record.get("nlist"),
                           nprobe=nprobe or record.get("nprobe"))
-    index.index_ = faiss.deserialize_index(stored.data())
+    index.index_ = stored.load(n_components=fitted.shape[1], n_documents=source.n_documents,
+                               nprobe=nprobe)
     index.kind_, index.nlist_ = record["kind"], record.get("nlist")
     index.n_samples_fit_ = int(record["n_documents"])
     index.n_indexed_ = int(index.index_.ntotal)
     index.n_features_in_ = int(record["n_components"])
+    index.rebuild_ = stored.refuse  # the error of damage found when searching
     return index
 
 
@@ -372,12 +415,24 @@ def search(
     if index is None:
         return exact_search(source, Q, k, exclude=exclude)
     idx, cos = index.search(Q.T, k + (exclude is not None))
+    _check_hits(index, source, idx)
     if exclude is not None:
         cos = np.where(idx == np.asarray(exclude)[:, None], -np.inf, cos)
         idx = np.where(np.isfinite(cos), idx, -1)
         empty = (np.full((Q.shape[1], 0), -1, dtype=np.int64), np.zeros((Q.shape[1], 0)))
         idx, cos = top_k_merge((idx, cos), empty, k)
     return idx, cos
+
+
+def _check_hits(index: Any, source: EmbeddingSource, idx: np.ndarray) -> None:
+    """Refuse ids a stored index returned that no document searched has (a damaged index)."""
+    bad = idx[(idx >= source.n_documents) | (idx < -1)]
+    if not bad.size and source.degenerate is not None:
+        hit = idx[idx >= 0]
+        bad = hit[np.asarray(source.degenerate)[hit]]
+    if bad.size and hasattr(index, "rebuild_"):
+        raise index.rebuild_(f"the index returned document {int(bad[0])}, which is not an "
+                             f"indexed document of the {source.n_documents} searched")
 
 
 def hits_table(
@@ -575,6 +630,8 @@ def knn_graph(
         idx, cos = graph.knn_graph(source.V, k, skip=skip, query_chunk=chunk,
                                    search=None if found is None else found.search)
         idx, cos = dask.compute(idx, cos)
+    if found is not None:
+        _check_hits(found, source, idx)
     if skip is not None:  # documents without a direction have no neighbours
         idx[skip], cos[skip] = -1, -np.inf
     seconds = time.perf_counter() - start
@@ -791,9 +848,10 @@ def query_neighbors(
     keep = idx[0] >= 0
     idx, cos = idx[0][keep], cos[0][keep]
     labels = source.label_strings(idx)
+    ids = source.ids.take(idx)  # only the chunks of ids that hold the hits
     distance = np.sqrt(np.maximum(2.0 - 2.0 * np.clip(cos, -1.0, 1.0), 0.0))
     report["neighbors"] = [
-        {"rank": i + 1, "index": int(j), "doc_id": str(source.doc_ids[j]), "label": labels[i],
+        {"rank": i + 1, "index": int(j), "doc_id": str(ids[i]), "label": labels[i],
          "cosine": float(cos[i]), "angle_deg": float(angle_degrees(cos[i])),
          "distance": float(distance[i])}
         for i, j in enumerate(idx)

@@ -19,6 +19,7 @@ from sphdist.io import _atomic, open_stored
 from sphdist.io._zarr import content_sha256
 from sphdist.io.corpus import Corpus
 from sphdist.io.corpus_writer import CorpusWriter
+from sphdist.io.index import open_index
 from sphdist.io.model import load_checkpoint, open_model
 from sphdist.jobs.fit import fit_corpus
 from sphdist.jobs.info import describe
@@ -313,3 +314,240 @@ def test_wrong_nnz_is_refused_in_a_corpus_written_before_the_digests(copies):
     _edit_attr(path, "nnz", 7)
     with pytest.raises(CorpusFormatError, match=r"nnz.*re-ingest"):
         Corpus(path)
+
+
+# -- issue 31 item 3: every stored array under a digest, checked when it is read ----------------
+
+
+def _swap(array_path, i, j):
+    """Swap elements (columns, for a 2-D array) i and j of a stored array in place."""
+    arr = zarr.open_array(store=str(array_path), mode="r+")
+    values = np.asarray(arr[...])
+    order = np.arange(values.shape[-1])
+    order[[i, j]] = order[[j, i]]
+    arr[...] = values[..., order]
+
+
+def test_swapped_columns_of_v_are_refused(copies):
+    """Two columns of V swapped: every column still a unit vector, the neighbours wrong."""
+    _, out = copies
+    before = open_model(out).V().compute()
+    _swap(out / "V", 3, 7)
+    after = zarr.open_array(store=str(out / "V"), mode="r")[...]
+    np.testing.assert_allclose(np.linalg.norm(after, axis=0), 1.0)  # the unit check passes
+    assert not np.array_equal(after, before)
+    with pytest.raises(ModelFormatError, match=r"V \(columns 0:.*does not match its recorded "
+                                               r"sha256.*refit"):
+        open_model(out).V().compute()
+
+
+def test_swapped_doc_ids_are_refused_whole_and_by_chunk(copies):
+    path, _ = copies
+    attrs = zarr.open_group(str(path)).attrs
+    # the previous version reads each sha256 entry as one digest: the chunked ones are apart
+    assert all(isinstance(v, str) for v in attrs["sha256"].values())
+    assert len(attrs["chunked_sha256"]["doc_ids"]) == 1
+    assert Corpus(path).ids().take(np.array([2, 5])).tolist() == ["2", "5"]
+    _swap(path / "doc_ids", 2, 5)
+    with pytest.raises(CorpusFormatError, match=r"doc_ids.*does not match its recorded sha256"
+                                                r".*re-ingest"):
+        Corpus(path).doc_ids  # noqa: B018
+    with pytest.raises(CorpusFormatError, match=r"doc_ids \(chunk 0.*does not match"):
+        Corpus(path).ids().take(np.array([0]))
+    with pytest.raises(CorpusFormatError, match=r"doc_ids \(chunk 0.*does not match"):
+        Corpus(path).ids().find(["5"])
+
+
+def test_the_ids_of_hits_read_only_their_chunks(tmp_path):
+    """3 chunks of ids (2**17 each): one hit reads one chunk; an unknown id reads them all."""
+    n = 2 * 2**17 + 10
+    path = tmp_path / "c.zarr"
+    X = random_corpus(M, n, seed=1, density=0.02)
+    with CorpusWriter(path, n_features=M, feature_scheme={"type": "hashing"}) as w:
+        w.write_chunk(X, [f"d{j}" for j in range(n)])
+        w.commit()
+    ids = Corpus(path).ids()
+    assert ids.take(np.array([n - 1, n - 2])).tolist() == [f"d{n - 1}", f"d{n - 2}"]
+    assert ids.chunks_read == 1
+    assert ids.find(["d5", "nope"]).tolist() == [5, -1] and ids.chunks_read == 3
+
+
+def _vocabulary_corpus(path):
+    X = random_corpus(M, N, seed=3)
+    with CorpusWriter(path, n_features=M, feature_scheme={"type": "vocabulary", "n_features": M},
+                      vocabulary=[f"term{i}" for i in range(M)]) as w:
+        w.write_chunk(X, [str(j) for j in range(N)])
+        return w.commit(idf=np.linspace(1.0, 2.0, M))
+
+
+def test_swapped_vocabulary_is_refused_in_a_corpus_and_a_model(tmp_path):
+    corpus = _vocabulary_corpus(tmp_path / "c.zarr")
+    model = _fit(corpus.path, tmp_path / "m.zarr")
+    assert model.vocabulary[:2].tolist() == ["term0", "term1"]
+    _swap(tmp_path / "c.zarr/vocabulary", 0, 1)
+    with pytest.raises(CorpusFormatError, match=r"vocabulary.*does not match.*re-ingest"):
+        Corpus(tmp_path / "c.zarr").vocabulary  # noqa: B018
+    _swap(tmp_path / "m.zarr/vocabulary", 0, 1)
+    with pytest.raises(ModelFormatError, match=r"vocabulary.*does not match.*refit"):
+        open_model(tmp_path / "m.zarr").vocabulary  # noqa: B018
+
+
+def test_stores_written_before_these_digests_are_read_with_one_warning(copies, caplog):
+    """The previous version recorded no digest of V, doc_ids, vocabulary: read, and said so."""
+    path, out = copies
+    expected_V, expected_ids = open_model(out).V().compute(), Corpus(path).doc_ids
+    for store, attr, key in ((path, "chunked_sha256", "doc_ids"), (out, "sha256", "V")):
+        g = zarr.open_group(store=str(store), mode="r+")
+        digests = dict(g.attrs[attr])
+        del digests[key]
+        g.attrs[attr] = digests
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="sphdist"):
+        corpus, model = Corpus(path), open_model(out)
+        np.testing.assert_array_equal(corpus.doc_ids, expected_ids)
+        corpus.ids().take(np.array([1]))
+        np.testing.assert_array_equal(model.V().compute(), expected_V)
+        model.V()
+    said = [r.getMessage() for r in caplog.records if "no recorded digest" in r.getMessage()]
+    assert len(said) == 2, said  # once per store and array
+    assert "doc_ids" in said[0] and "sphdist ingest SOURCE --output" in said[0]
+    assert "V has" in said[1] and "sphdist fit --input CORPUS --output" in said[1]
+    _swap(out / "V", 3, 7)  # unit columns: an older model's edit cannot be seen
+    open_model(out).V().compute()
+
+
+# -- the faiss index: memory-mapped, a cheap check per read, validated, the full check ----------
+
+
+def _index(copies, kind="ivf", **kw):
+    from sphdist.jobs.neighbors import build_index
+
+    _, out = copies
+    path = out.with_name("i.zarr")
+    build_index(out, path, kind=kind, nlist=4 if kind == "ivf" else None, nprobe=2, **kw)
+    return out, path
+
+
+def _reload(out, path):
+    from sphdist.jobs.embedding import open_embedding_source
+    from sphdist.jobs.neighbors import load_index
+
+    return load_index(path, open_model(out), open_embedding_source(out))
+
+
+def _rewrite_faiss(path, data):
+    """Replace the index' bytes and record their digests again (an edit that passes them)."""
+    from sphdist.io.index import sample_sha256
+
+    g = zarr.open_group(store=str(path), mode="r+")
+    data = np.asarray(data, dtype=np.uint8)
+    del g["faiss"]
+    g.create_array("faiss", shape=data.shape, dtype=np.uint8, chunks=data.shape,
+                   compressors=None)[...] = data
+    g.attrs.update({"faiss_sha256": content_sha256(data), "faiss_nbytes": int(data.size),
+                    "faiss_sample_sha256": sample_sha256(data)})
+
+
+def test_an_index_is_read_memory_mapped_and_validated(copies):
+    import faiss
+
+    out, path = _index(copies)
+    assert (path / "faiss/c/0").stat().st_size == zarr.open_group(str(path)).attrs["faiss_nbytes"]
+    index = _reload(out, path)
+    lists = faiss.downcast_InvertedLists(faiss.downcast_index(index.index_).invlists)
+    assert isinstance(lists, faiss.OnDiskInvertedLists)  # the lists are read from the file
+    live = N - Corpus(copies[0]).n_empty  # empty documents are left out
+    assert index.n_indexed_ == live
+    assert open_index(path).verify(n_components=R, n_documents=N)["n_indexed"] == live
+    from click.testing import CliRunner
+
+    from sphdist.cli import main
+
+    result = CliRunner().invoke(main, ["index", "-m", str(out), "-o", str(path), "--check"])
+    assert result.exit_code == 0 and f"{path}: ok, {live} documents indexed" in result.output
+    result = CliRunner().invoke(main, ["index", "-m", str(out), "-o", str(path), "--check",
+                                       "--overwrite"])
+    assert result.exit_code != 0 and "builds nothing" in result.output
+
+
+@pytest.mark.parametrize("edit", ["header", "truncated_body", "record_r", "record_nlist",
+                                  "record_count", "flat_as_ivf"])
+def test_an_index_edited_with_its_digests_recomputed_is_refused_in_one_error(copies, edit):
+    """faiss' own exceptions, or a wrong index it reads fine, become a ModelFormatError."""
+    out, path = _index(copies)
+    g = zarr.open_group(store=str(path), mode="r+")
+    data = np.asarray(g["faiss"][...])
+    record = dict(g.attrs["index"])
+    if edit == "header":
+        _rewrite_faiss(path, np.concatenate([np.frombuffer(b"XXXX", np.uint8), data[4:]]))
+    elif edit == "truncated_body":
+        _rewrite_faiss(path, data[: data.size // 2])
+    elif edit == "flat_as_ivf":
+        record["kind"] = "flat"
+    else:
+        key = {"record_r": "n_components", "record_nlist": "nlist",
+               "record_count": "n_indexed"}[edit]
+        record[key] += 1
+    g.attrs["index"] = record
+    with pytest.raises(ModelFormatError, match=rf"{path}.*sphdist index --model .* --overwrite"):
+        _reload(out, path)
+
+
+def test_index_check_reads_every_byte_and_every_id(copies, monkeypatch):
+    """A byte outside the sampled ends passes the per-read check, not `sphdist index --check`."""
+    import faiss
+
+    from sphdist.io import index as stored_index
+    from sphdist.jobs.neighbors import check_index
+
+    monkeypatch.setattr(stored_index, "_SAMPLE", 64)
+    out, path = _index(copies, kind="flat")
+    loaded = faiss.read_index(str(path / "faiss/c/0"))
+    ids = faiss.vector_to_array(loaded.id_map)
+    ids[ids == 5] = 6  # document 6 twice, 5 never
+    faiss.copy_array_to_vector(ids, loaded.id_map)
+    data = faiss.serialize_index(loaded)
+    g = zarr.open_group(store=str(path), mode="r+")
+    g["faiss"][...] = data  # the sampled ends and the size are unchanged
+    with pytest.raises(ModelFormatError, match=r"faiss does not match its recorded faiss_sha256"):
+        check_index(out, path)
+    _rewrite_faiss(path, data)  # the full digest recomputed too: the ids are read
+    with pytest.raises(ModelFormatError, match=r"document id twice"):
+        check_index(out, path)
+    _reload(out, path)  # a search of it reads neither
+
+
+def test_an_index_written_by_the_previous_version_is_read_whole_and_checked(copies):
+    """zstd chunks and no sample digest (as written before): read whole, against faiss_sha256."""
+    from sphdist.io._zarr import CHECKSUMMED
+
+    out, path = _index(copies)
+    g = zarr.open_group(store=str(path), mode="r+")
+    data = np.asarray(g["faiss"][...])
+    del g["faiss"]
+    g.create_array("faiss", shape=data.shape, dtype=np.uint8, chunks=(1000,),
+                   compressors=CHECKSUMMED)[...] = data
+    for key in ("faiss_nbytes", "faiss_sample_sha256"):
+        del g.attrs[key]
+    assert open_index(path)._mapped_file() is None
+    assert _reload(out, path).n_indexed_ > 0
+    data[len(data) // 2] ^= 0xFF
+    g["faiss"][...] = data
+    with pytest.raises(ModelFormatError, match=r"does not match its recorded faiss_sha256"):
+        _reload(out, path)
+
+
+def test_a_search_that_returns_an_id_of_no_document_is_refused(copies):
+    """An id edited past n with every digest recomputed: the hits are checked, not printed."""
+    import faiss
+
+    from sphdist.jobs.neighbors import query_neighbors
+
+    out, path = _index(copies, kind="flat")
+    loaded = faiss.read_index(str(path / "faiss/c/0"))
+    ids = faiss.vector_to_array(loaded.id_map)
+    ids[ids == 5] = N + 5
+    faiss.copy_array_to_vector(ids, loaded.id_map)
+    _rewrite_faiss(path, faiss.serialize_index(loaded))
+    with pytest.raises(ModelFormatError, match=rf"returned document {N + 5}.*--overwrite"):
+        query_neighbors(out, doc_id="7", k=loaded.ntotal - 1, index=path)
