@@ -174,7 +174,8 @@ def ingest(source: tuple[str, ...], output: Path, like: Path | None, workers: in
         "n_features": corpus.n_features, "nnz": corpus.nnz, "n_chunks": corpus.n_chunks,
         "n_empty": corpus.n_empty, "n_labels": len(corpus.label_names or []),
         **{k: meta.get(k) for k in ("n_skipped", "skipped_examples", "n_blank_text",
-                                    "n_partitions", "workers", "seconds", "format")},
+                                    "n_partitions", "workers", "scheduler", "seconds",
+                                    "format")},
     }
     if as_json:
         click.echo(json.dumps(summary))

@@ -105,6 +105,7 @@ def test_n_workers_one_runs_in_this_thread_and_the_default_on_dask_threads(tmp_p
     with dask.config.set(num_workers=3):
         threads, threads_stored = _ingested(tmp_path, "threads.zarr")
     assert one["workers"] == 1 and threads["workers"] == 3
+    assert one["scheduler"] == "synchronous" and threads["scheduler"] == "threads"
     assert one["n_partitions"] == threads["n_partitions"] == 4
     assert threads_stored == one_stored
 
