@@ -337,10 +337,10 @@ def _tfidf_child(source: str) -> None:
 @click.option("--sizes", default="1000000", show_default=True,
               help="Comma-separated numbers of documents.")
 @click.option("--modes", default="sklearn,default,threads", show_default=True,
-              help="Runs: sklearn (TfidfVectorizer), default (the pool ingest chooses), "
-                   "threads (dask's threads).")
+              help="Runs, in this order: sklearn (TfidfVectorizer), default (the pool ingest "
+                   "chooses), threads (dask's threads).")
 @click.option("--update", is_flag=True,
-              help="Replace only these runs in the existing ingest_default.json.")
+              help="Add these runs, as a new series, to the existing ingest_default.json.")
 @click.option("--doc-length", type=click.IntRange(min=1), default=120, show_default=True)
 @click.option("--n-topics", type=click.IntRange(min=1), default=20, show_default=True)
 @click.option("--workdir", type=click.Path(path_type=Path),
@@ -352,8 +352,8 @@ def _tfidf_child(source: str) -> None:
 def defaults(sizes, modes, update, doc_length, n_topics, workdir, output_dir, from_json):
     """`sphdist ingest` at its defaults beside scikit-learn's TfidfVectorizer (ingest_default.md).
 
-    One run each, alternating, on ``sphdist synth --format jsonl`` documents; the load average
-    before and after every run.
+    One run of each mode per series, in the order given, on ``sphdist synth --format jsonl``
+    documents; the load average before and after every run.
     """
     if from_json is not None:
         report = json.loads(from_json.read_text())
@@ -364,29 +364,29 @@ def defaults(sizes, modes, update, doc_length, n_topics, workdir, output_dir, fr
     own = workdir is None
     workdir = Path(tempfile.mkdtemp(prefix="ingest-default-")) if own else workdir
     workdir.mkdir(parents=True, exist_ok=True)
-    report = {"doc_length": doc_length, "n_topics": n_topics, "runs": [],
+    report = {"doc_length": doc_length, "n_topics": n_topics, "trials": [], "commands": [],
               "machine": {"cpus": os.cpu_count(), "platform": platform.platform(),
                           "python": platform.python_version()}}
     if update:
         report = json.loads((output_dir / "ingest_default.json").read_text())
+    series = 1 + max((t["series"] for t in report["trials"]), default=0)
+    report["commands"].append(" ".join(["pipelines/ingest_benchmark.py", *sys.argv[1:]]))
     try:
         for n in sorted(int(x) for x in sizes.split(",")):
             source = workdir / f"synth-{n}.jsonl"
-            summary = synth(source, n_docs=n, n_topics=n_topics, seed=0,
-                            doc_length=doc_length, overwrite=True)
-            size = next((r for r in report["runs"] if r["size"] == n), None)
-            if size is None:
-                size = {"size": n}
-                report["runs"].append(size)
-            size.update(jsonl_bytes=source.stat().st_size, synth_seconds=summary.seconds)
+            synth(source, n_docs=n, n_topics=n_topics, seed=0, doc_length=doc_length,
+                  overwrite=True)
             for mode in modes.split(","):
                 if mode == "sklearn":
-                    size[mode] = _measure(["tfidf", str(source)])
+                    result = _measure(["tfidf", str(source)])
                 else:
-                    size[mode] = _measure(["ingest-default", str(source),
-                                           str(workdir / f"{mode}.zarr"), mode])
+                    result = _measure(["ingest-default", str(source),
+                                       str(workdir / f"{mode}.zarr"), mode])
                     shutil.rmtree(workdir / f"{mode}.zarr", ignore_errors=True)
-                click.echo(f"{mode} {n}: {size[mode]}", err=True)
+                result.update(size=n, mode=mode, series=series,
+                              jsonl_bytes=source.stat().st_size)
+                report["trials"].append(result)
+                click.echo(f"{mode} {n}: {result}", err=True)
             source.unlink()
     finally:
         if own:
@@ -395,6 +395,11 @@ def defaults(sizes, modes, update, doc_length, n_topics, workdir, output_dir, fr
     _write_result(output_dir / "ingest_default.json", json.dumps(report, indent=2) + "\n")
     _write_result(output_dir / "ingest_default.md", _default_markdown(report))
     click.echo(_default_markdown(report))
+
+
+_MODE_NAMES = {"sklearn": "scikit-learn TfidfVectorizer, 1 process",
+               "default": "sphdist ingest, default pool",
+               "threads": "sphdist ingest, dask threads (the default before)"}
 
 
 def _default_markdown(report: dict) -> str:
@@ -407,51 +412,59 @@ def _default_markdown(report: dict) -> str:
         "words, sublinear tf; ids from the `id` field) in a fresh process; scikit-learn's "
         "`TfidfVectorizer` with the same options on the same file, in memory, one process. "
         f"{report['machine']['cpus']} CPUs; peak RSS: the process and its children, sampled "
-        "every 50 ms; one run each, in the order of the table, with the load average (1 min) "
-        "before and after each: the machine is shared.",
+        "every 50 ms. Runs in the order of the table (a series: one run of each), with the "
+        "load average (1 min) before and after each: the machine is shared, and a run's wall "
+        "time depends on the load more than on anything measured here; CPU µs per document "
+        "depend on it far less.",
         "",
-        "| documents | run | seconds | documents / s | peak RSS (GiB) | CPU s (tree) "
-        "| cores used | features | nnz | load before → after |",
-        "|---:|---|---:|---:|---:|---:|---:|---:|---:|---|",
+        "| series | documents | run | seconds | documents / s | peak RSS (GiB) | CPU s (tree) "
+        "| CPU µs / doc | cores used | features | nnz | load before → after |",
+        "|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---|",
     ]
-    names = {"sklearn": "scikit-learn TfidfVectorizer, 1 process",
-             "default": "sphdist ingest, default pool",
-             "threads": "sphdist ingest, dask threads (the default before)"}
-    for size in report["runs"]:
-        for key in ("sklearn", "default", "threads"):
-            r = size.get(key)
-            if r is None:
-                continue
-            name = names[key] + (f" ({r['scheduler']}, {r['workers']})"
-                                 if r.get("scheduler") and key == "default" else "")
-            lines.append(
-                f"| {size['size']:,} | {name} | {r['seconds']:.1f} | "
-                f"{r['docs_per_second']:,.0f} | {_gib(r['peak_rss_bytes'])} | "
-                f"{r['cpu_seconds']:.1f} | {r['cpu_seconds'] / r['wall_seconds']:.2f} | "
-                f"{r['n_features']:,} | {r['nnz']:,} | "
-                f"{r['loadavg_before'][0]:.1f} → {r['loadavg_after'][0]:.1f} |")
+    trials = report["trials"]
+    for r in trials:
+        name = _MODE_NAMES[r["mode"]] + (f" ({r['scheduler']}, {r['workers']})"
+                                         if r["mode"] == "default" else "")
+        cpu = r["cpu_seconds"]
+        lines.append(
+            f"| {r['series']} | {r['size']:,} | {name} | {r['seconds']:.1f} | "
+            f"{r['docs_per_second']:,.0f} | {_gib(r['peak_rss_bytes'])} | {cpu:.1f} | "
+            f"{1e6 * cpu / r['n_documents']:.0f} | {cpu / r['wall_seconds']:.2f} | "
+            f"{r['n_features']:,} | {r['nnz']:,} | "
+            f"{r['loadavg_before'][0]:.1f} → {r['loadavg_after'][0]:.1f} |")
     lines.append("")
-    for size in report["runs"]:
-        sk, de, th = size["sklearn"], size.get("default"), size.get("threads")
-        if de is not None:
+    for n in sorted({r["size"] for r in trials}):
+        best = {}
+        for mode in _MODE_NAMES:
+            runs = [r for r in trials if r["size"] == n and r["mode"] == mode]
+            if runs:
+                best[mode] = min(runs, key=lambda r: r["seconds"])
+        sk, de, th = best.get("sklearn"), best.get("default"), best.get("threads")
+        if sk is not None and de is not None:
             lines.append(
-                f"- {size['size']:,} documents: the default pool / scikit-learn: "
+                f"- {n:,} documents, fastest run of each: the default pool / scikit-learn: "
                 f"**{de['docs_per_second'] / sk['docs_per_second']:.2f}x** the throughput, "
                 f"{de['peak_rss_bytes'] / sk['peak_rss_bytes']:.2f}x the peak RSS; same "
                 f"features and nonzeros as scikit-learn: "
                 f"{(de['n_features'], de['nnz']) == (sk['n_features'], sk['nnz'])}.")
         if de is not None and th is not None:
+            digests = {r["stored_sha256"] for r in trials
+                       if r["size"] == n and r["mode"] != "sklearn"}
             lines.append(
-                f"- the default pool / dask threads: {th['seconds'] / de['seconds']:.2f}x "
-                f"faster; the same stored corpus, bit for bit (chunk and array digests): "
-                f"{de['stored_sha256'] == th['stored_sha256']}.")
+                f"- {n:,} documents, fastest run of each: the default pool is "
+                f"{th['seconds'] / de['seconds']:.2f}x as fast as dask's threads; every "
+                f"sphdist run stored the same corpus, bit for bit (chunk and array digests): "
+                f"{len(digests) == 1}.")
     lines += [
         "- seconds: the timed region of each subprocess (after its imports; sphdist's "
-        "includes starting its pool, writing the corpus.zarr and the spilled counts). "
-        "\"cores used\": CPU seconds of the subprocess tree / its wall seconds.",
+        "includes starting its pool, writing the corpus.zarr and the spilled counts). CPU s: "
+        "user + system of the subprocess tree (the pool's workers are children of a fork "
+        "server: sampled every 50 ms). \"cores used\": CPU s / wall seconds of the subprocess.",
         "",
-        "Regenerate: `.venv/bin/python pipelines/ingest_benchmark.py defaults "
-        "[--sizes 1000000]` (rewrites this file and ingest_default.json).",
+        *[f"- {note}" for note in report.get("notes", [])],
+        "",
+        "Produced by (each command adds a series with `--update`): "
+        + "; ".join(f"`.venv/bin/python {c}`" for c in report.get("commands", [])) + ".",
         "",
     ]
     return "\n".join(lines)
