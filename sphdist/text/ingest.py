@@ -45,7 +45,9 @@ import zarr
 
 from sphdist._progress import progress as _progress
 from sphdist._validation import Number, check_int, check_param
-from sphdist.errors import DataError, InputNotFoundError, OutputExistsError, ParameterError
+from sphdist.errors import (
+    DataError, InputNotFoundError, OutputExistsError, ParameterError, WorkersLostError,
+)
 from sphdist.io import (
     committed, discard, exists, is_remote, join, location, locks_output, open_file, open_target,
     staging_path,
@@ -828,7 +830,9 @@ def local_pool(n_documents: int | None, n_bytes: int, *, cpus: int,
     documents, or, when the count is unknown before reading (``n_documents`` None), at least
     :data:`PROCESSES_FROM_BYTES` bytes of files. A source or output in an object store keeps
     to threads (the storage options of this process are not a worker process's). The corpus
-    is the same, bit for bit, either way.
+    is the same, bit for bit, either way. Worker processes import the main module again
+    (Python's multiprocessing): a script that calls :func:`ingest` must do so under
+    ``if __name__ == "__main__":`` (else :class:`~sphdist.errors.WorkersLostError` says so).
 
     Parameters
     ----------
@@ -936,6 +940,8 @@ def _in_order(window: int, settle: Callable[[], None] | None = None
     while a window runs calls ``settle`` (given: it waits for the tasks that are running and
     cancels the others) before it is raised, for the same reason.
     """
+    from concurrent.futures.process import BrokenProcessPool
+
     import dask
 
     def run(fn: Callable, tasks: list[tuple]) -> Iterator[Any]:
@@ -945,6 +951,17 @@ def _in_order(window: int, settle: Callable[[], None] | None = None
                      for args in tasks[start:start + window]]
             try:
                 outcomes = dask.compute(*batch)
+            except BrokenProcessPool as exc:
+                if settle is not None:
+                    settle()
+                raise WorkersLostError(
+                    f"the ingest's worker processes stopped ({type(exc).__name__}): a process "
+                    "pool's workers import the main module again (Python's multiprocessing), "
+                    "so a script that calls ingest() at its top level runs it again in each of "
+                    "them. To resolve this, put the script's code under `if __name__ == "
+                    "\"__main__\":`, or run the tasks on threads: `with "
+                    "dask.config.set(scheduler=\"threads\"): ingest(...)`."
+                ) from None
             except BaseException:
                 if settle is not None:
                     settle()

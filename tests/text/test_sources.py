@@ -557,6 +557,28 @@ def test_gzip_files_in_a_folder_or_archive_are_read_as_text(tmp_path):
         ingest_old(str(tree), tmp_path / "bad.zarr", encoding="utf-8", n_features=M)
 
 
+def test_an_unguarded_script_is_told_how_to_run_on_processes(tmp_path):
+    """Pool workers import the main module again: a script without a main guard would run
+    its ingest again in each; the driver says so in one error, with both remedies."""
+    import subprocess
+    import sys
+
+    source = _jsonl(tmp_path)
+    (tmp_path / "run.py").write_text(
+        "import sphdist.text.ingest as m\n"
+        "m.PROCESSES_FROM_DOCUMENTS = 1  # as a large source\n"
+        f"m.ingest(m.SourceSpec({source!r}, id_field='id'), 'c.zarr',\n"
+        "         text=m.TextSpec(min_df=1, max_df=1.0))\n")
+    proc = subprocess.run([sys.executable, "run.py"], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode != 0
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith("sphdist.errors.WorkersLostError"), proc.stderr
+    assert 'if __name__ == "__main__":' in last and 'scheduler="threads"' in last
+    assert not list(tmp_path.glob("c.zarr*")) or sorted(
+        p.name for p in tmp_path.glob("c.zarr*")) == ["c.zarr.lock"]
+
+
 def test_tasks_run_a_window_at_a_time_and_come_back_in_order():
     """At most ``window`` tasks are started before their results are taken, in task order."""
     import threading
