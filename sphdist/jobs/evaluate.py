@@ -169,9 +169,10 @@ def _no_labels(model: Any, where: Any, origin: str) -> DataError:
     described = attrs.get("source")
     sources = [described] if isinstance(described, str) else list(described or ["SOURCE"])
     field = "label" if "label" in first_fields(sources[0], fmt) else "NAME"
+    out = f"{str(where).rstrip('/').rsplit('.zarr', 1)[0]}.labelled.zarr"  # beside the corpus
     ingest = _command("sphdist", "ingest", *sources, "--like", model, "--label-field", field,
-                      "-o", "labelled.zarr")
-    again = _command("sphdist", "evaluate", "-m", model, "-i", "labelled.zarr")
+                      "-o", out)
+    again = _command("sphdist", "evaluate", "-m", model, "-i", out)
     return DataError(
         f"{where} has no labels: its {fmt} documents were ingested without --label-field. To "
         f"resolve this, ingest them with their labels in the model's features, `{ingest}`"
