@@ -128,9 +128,8 @@ class _DocumentCount(click.ParamType):
 @click.option("--partition-size", type=_DOCUMENTS,
               help="Documents per counting task (default 4 chunks).")
 @click.option("--n-workers", "--workers", "workers", type=click.IntRange(min=1),
-              help="Worker processes of a local Dask cluster (default: this machine's cores, "
-                   "as threads for a source under 20,000 documents, else a pool of processes; "
-                   "1: one task at a time in this process).")
+              help="Worker processes of a local Dask cluster (default: threads in this "
+                   "process, one per core; 1: one task at a time in this process).")
 @click.option("--scheduler-address", envvar="DASK_SCHEDULER_ADDRESS",
               help="Run on an existing Dask scheduler [env DASK_SCHEDULER_ADDRESS].")
 @click.option("--overwrite", is_flag=True, help="Replace an existing output.")

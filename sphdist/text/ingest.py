@@ -404,9 +404,9 @@ def ingest(
     ``distributed`` client (``with sphdist.jobs.cluster.connect(...)``: a scheduler's address
     or a LocalCluster of worker processes), or the local scheduler the caller's ``dask.config``
     names (``with dask.config.set(scheduler="synchronous")`` runs everything in this thread);
-    else a pool of this machine's cores owned by the call (:func:`local_pool`: threads for a
-    small source, processes started from a fork server for a large one, as tokenising holds
-    Python's GIL), shut down at its end. Tasks are computed ``2 * workers`` at a time and their
+    else a pool of this machine's cores owned by the call (:func:`local_pool`: threads; a pool
+    of processes started from a fork server when its thresholds are set, off by default as
+    it measured slower), shut down at its end. Tasks are computed ``2 * workers`` at a time and their
     results taken in task order, so the corpus is the same, bit for bit, on every scheduler. On
     Ctrl-C the running tasks of the ingest's own pool are let finish (the workers ignore
     SIGINT) before the scratch and staging are removed; whatever an ingest killed outright
@@ -812,23 +812,26 @@ def _report_skipped(total: Counts, on_error: str) -> None:
 
 # -- where the tasks run: dask's scheduler of the calling context, else a pool of this machine --
 #: A local source of at least this many documents is ingested by a pool of processes (below:
-#: threads, which start nothing); as the fork pool of sphdist before dask (issue 26).
-PROCESSES_FROM_DOCUMENTS = 20_000
+#: threads, which start nothing). None: never, the default, because the pool was measured
+#: slower than threads at 50,000 and 1,000,000 documents on 2 cores (it kept 0.48 of them
+#: busy against the threads' 0.84: pipelines/results/ingest_default.md); 20,000 turns it on.
+PROCESSES_FROM_DOCUMENTS: int | None = None
 #: The same for a source whose documents are counted only by reading it (gzip JSON Lines, CSV),
-#: by the bytes of its files: 20,000 documents of 500 bytes.
-PROCESSES_FROM_BYTES = 10_000_000
+#: by the bytes of its files (10,000,000: 20,000 documents of 500 bytes); None: never.
+PROCESSES_FROM_BYTES: int | None = None
 
 
 def local_pool(n_documents: int | None, n_bytes: int, *, cpus: int,
                local: bool = True) -> str:
     """The pool of dask's local scheduler that runs an ingest: ``"threads"`` or ``"processes"``.
 
-    Tokenising holds Python's GIL, so threads count on about one core; processes use them all
-    but cost a start (a fork server that imports the tokeniser once, about a second) and
-    pickling each partition's counts. They are chosen when there is more than one core and
-    the source is large enough to pay for that: at least :data:`PROCESSES_FROM_DOCUMENTS`
-    documents, or, when the count is unknown before reading (``n_documents`` None), at least
-    :data:`PROCESSES_FROM_BYTES` bytes of files. A source or output in an object store keeps
+    Tokenising holds Python's GIL, so threads count on about one core; processes could use
+    them all but cost a start (a fork server that imports the tokeniser once, 6 s at a load of
+    9) and pickling each partition's counts, and were measured slower than threads (see
+    :data:`PROCESSES_FROM_DOCUMENTS`, None by default: threads always). With the thresholds
+    set, they are chosen when there is more than one core and the source is large enough: at
+    least :data:`PROCESSES_FROM_DOCUMENTS` documents, or, when the count is unknown before
+    reading (``n_documents`` None), at least :data:`PROCESSES_FROM_BYTES` bytes of files. A source or output in an object store keeps
     to threads (the storage options of this process are not a worker process's). The corpus
     is the same, bit for bit, either way. Worker processes import the main module again
     (Python's multiprocessing): a script that calls :func:`ingest` must do so under
@@ -849,13 +852,19 @@ def local_pool(n_documents: int | None, n_bytes: int, *, cpus: int,
     -------
     str
 
+    >>> local_pool(1_000_000, 0, cpus=2)  # the thresholds are None: never processes
+    'threads'
+    >>> import sphdist.text.ingest as m
+    >>> m.PROCESSES_FROM_DOCUMENTS, m.PROCESSES_FROM_BYTES = 20_000, 10_000_000
     >>> local_pool(18_846, 0, cpus=2), local_pool(1_000_000, 0, cpus=2)
     ('threads', 'processes')
     >>> local_pool(None, 50_000_000, cpus=2), local_pool(1_000_000, 0, cpus=1)
     ('processes', 'threads')
+    >>> m.PROCESSES_FROM_DOCUMENTS = m.PROCESSES_FROM_BYTES = None
     """
-    large = (n_documents >= PROCESSES_FROM_DOCUMENTS if n_documents is not None
-             else n_bytes >= PROCESSES_FROM_BYTES)
+    threshold, size = ((PROCESSES_FROM_DOCUMENTS, n_documents) if n_documents is not None
+                       else (PROCESSES_FROM_BYTES, n_bytes))
+    large = threshold is not None and size >= threshold
     return "processes" if large and cpus > 1 and local else "threads"
 
 

@@ -140,7 +140,7 @@ def test_ctrl_c_leaves_no_staging_or_spilled_counts(tmp_path):
     import signal
     import time
 
-    _lines_of(tmp_path / "docs.jsonl", 24_000)  # above the threshold of the process pool
+    _lines_of(tmp_path / "docs.jsonl", 24_000)  # long enough to be interrupted mid-pass
     proc = subprocess.Popen([*SPHDIST, "ingest", "docs.jsonl", "-o", "c.zarr", "--hashing"],
                             cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True, start_new_session=True)

@@ -510,10 +510,11 @@ def test_threads_same_as_one_thread_bit_for_bit(tmp_path):
 
 
 def test_a_large_source_runs_on_processes_and_writes_the_same_bits(tmp_path, monkeypatch):
-    """The default pool: threads for a small source, processes for a large one (issue 29.6).
+    """The ingest's own pool: threads by default, processes above a threshold (issue 29.6).
 
-    The threshold is lowered to this source's size, so that the pool of processes (started
-    from a fork server) runs it; the corpus is the one dask's synchronous scheduler writes.
+    The threshold (None, off, by default) is set to this source's size, so that the pool of
+    processes (started from a fork server) runs it; the corpus is the one dask's synchronous
+    scheduler writes.
     """
     import os
 
