@@ -65,8 +65,10 @@ class _DocumentCount(click.ParamType):
               help="Source format (default: from the path).")
 @click.option("--text-field", default="text", show_default=True,
               help="JSON Lines field / CSV or Parquet column of the text.")
-@click.option("--label-field", help="Field / column of the label (optional).")
-@click.option("--id-field", help="Field / column of the document id (default: path:line).")
+@click.option("--label-field", help="Field / column of the label (optional; with --like, "
+              "the field its corpus was ingested with, when the documents have it).")
+@click.option("--id-field", help="Field / column of the document id (default: JSON Lines' "
+              "`id` field when every record has one, unique; else path:line).")
 @click.option("--categories", help="Comma-separated labels to keep (folder / tar sources).")
 @click.option("--max-docs-per-label", type=click.IntRange(min=1),
               help="Sample at most this many documents per label (folder / tar sources).")
@@ -127,7 +129,7 @@ class _DocumentCount(click.ParamType):
               help="Documents per counting task (default 4 chunks).")
 @click.option("--n-workers", "--workers", "workers", type=click.IntRange(min=1),
               help="Worker processes of a local Dask cluster (default: threads in this "
-                   "process; 1: one task at a time in this process).")
+                   "process, one per core; 1: one task at a time in this process).")
 @click.option("--scheduler-address", envvar="DASK_SCHEDULER_ADDRESS",
               help="Run on an existing Dask scheduler [env DASK_SCHEDULER_ADDRESS].")
 @click.option("--overwrite", is_flag=True, help="Replace an existing output.")
@@ -171,7 +173,8 @@ def ingest(source: tuple[str, ...], output: Path, like: Path | None, workers: in
         "n_features": corpus.n_features, "nnz": corpus.nnz, "n_chunks": corpus.n_chunks,
         "n_empty": corpus.n_empty, "n_labels": len(corpus.label_names or []),
         **{k: meta.get(k) for k in ("n_skipped", "skipped_examples", "n_blank_text",
-                                    "n_partitions", "workers", "seconds", "format")},
+                                    "n_partitions", "workers", "scheduler", "seconds",
+                                    "format")},
     }
     if as_json:
         click.echo(json.dumps(summary))

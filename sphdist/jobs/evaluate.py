@@ -87,15 +87,14 @@ def evaluate_model(
     Embedding on the fly reads every chunk of the corpus once, on the active Dask scheduler;
     k-means then holds V, r n float64, in memory, as for the training corpus.
     """
+    if input is not None:
+        _refuse_raw_text(model, input)
     source = open_embedding_source(model, input, verb="evaluate", rest=(), embed=True)
     fitted = open_model(model)
     where = input if input is not None else fitted.corpus.get("path")
     labels = source.labels
     if labels is None:
-        raise DataError(
-            f"{where} has no labels. To resolve this, ingest a labelled source (one folder "
-            "per label) to evaluate clustering."
-        )
+        raise _no_labels(model, where, source.origin)
     _check_labels(labels, source.label_names, source.doc_ids, where)
     known = labels[labels >= 0]
     k = kmeans.get("n_clusters")
@@ -155,6 +154,69 @@ def _why_no_knn(report: dict[str, Any], known: np.ndarray, names: list[str] | No
     training = n - -(-n // folds)  # the smallest training fold
     return (f"--knn-k {k} (knn_k={k}) is more than the {training} documents of a training "
             f"fold; choose k <= {training}")
+
+
+def _refuse_raw_text(model: Any, input: Any) -> None:
+    """Refuse a text file (JSON Lines, CSV, Parquet, tar) given as ``--input``.
+
+    The message gives the ``ingest --like`` command that makes it a corpus in the model's
+    features.
+    """
+    from pathlib import Path
+
+    from sphdist.io import is_remote
+    from sphdist.text.sources import first_fields, source_format
+
+    if is_remote(input) or not Path(input).is_file():
+        return
+    fmt = source_format(input)
+    if fmt is None:
+        return
+    out = str(Path(input).with_name((Path(input).name.split(".")[0] or "documents") + ".zarr"))
+    field = "label" if "label" in first_fields(input, fmt) or fmt == "tar" else "NAME"
+    ingest = _command("sphdist", "ingest", input, "--like", model,
+                      *(("--label-field", field) if fmt != "tar" else ()), "-o", out)
+    again = _command("sphdist", "evaluate", "-m", model, "-i", out)
+    raise CorpusFormatError(
+        f"{input}: raw text ({fmt}), not a corpus: evaluate scores the embedding of ingested "
+        f"documents. To resolve this, ingest it in the model's features and labels with "
+        f"`{ingest}`" + (" (NAME: the field or column of the labels)" if field == "NAME"
+                         else "") + f", then `{again}`."
+    )
+
+
+def _no_labels(model: Any, where: Any, origin: str) -> DataError:
+    """The error for documents without labels, with the remedy for their source's kind."""
+    attrs: dict[str, Any] = {}
+    if origin in ("model", "corpus"):
+        try:
+            from sphdist.io.corpus import open_corpus
+
+            attrs = open_corpus(where).attrs
+        except Exception:  # noqa: BLE001 - the generic remedy below
+            attrs = {}
+    fmt = (attrs.get("ingest") or {}).get("format")
+    if fmt not in ("jsonl", "csv", "parquet"):
+        return DataError(
+            f"{where} has no labels. To resolve this, ingest a labelled source (one folder "
+            "per label, or --label-field naming the field of JSON Lines, CSV or Parquet "
+            "documents that holds the label) to evaluate clustering."
+        )
+    from sphdist.text.sources import first_fields
+
+    described = attrs.get("source")
+    sources = [described] if isinstance(described, str) else list(described or ["SOURCE"])
+    field = "label" if "label" in first_fields(sources[0], fmt) else "NAME"
+    out = f"{str(where).rstrip('/').rsplit('.zarr', 1)[0]}.labelled.zarr"  # beside the corpus
+    ingest = _command("sphdist", "ingest", *sources, "--like", model, "--label-field", field,
+                      "-o", out)
+    again = _command("sphdist", "evaluate", "-m", model, "-i", out)
+    return DataError(
+        f"{where} has no labels: its {fmt} documents were ingested without --label-field. To "
+        f"resolve this, ingest them with their labels in the model's features, `{ingest}`"
+        + (" (NAME: the field or column of the labels)" if field == "NAME" else "")
+        + f", then `{again}`."
+    )
 
 
 def _check_labels(

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import gzip
+import io
 import os
 import zlib
 from collections.abc import Callable, Iterator
@@ -19,7 +20,7 @@ from typing import Any
 from sphdist.errors import DataError, ParameterError
 
 __all__ = [
-    "Bad", "Reading", "Record", "printable", "not_utf8", "check_raw", "check_text",
+    "Bad", "Reading", "Record", "printable", "not_utf8", "check_raw", "check_text", "gunzip",
     "stream_errors",
 ]
 
@@ -76,6 +77,10 @@ class Reading:
     text_field: str = "text"
     label_field: str | None = None
     id_field: str | None = None
+    #: JSON Lines without ``id_field``: the field whose value is a record's id when it has one
+    #: (a record without it has ``None``; :func:`sphdist.text.ingest.ingest` then decides
+    #: between these ids and ``path:line`` for all the documents).
+    default_id_field: str | None = None
 
 
 def check_raw(where: str, content: bytes, reading: Reading) -> str | Bad:
@@ -95,6 +100,24 @@ def check_raw(where: str, content: bytes, reading: Reading) -> str | Bad:
         raise ParameterError(f"encoding={reading.encoding!r}: {exc}.") from None
 
 
+def gunzip(where: str, content: bytes, reading: Reading) -> bytes | Bad:
+    """The bytes of a gzip-compressed document (a file or member named ``*.gz``).
+
+    Folder and tar documents whose name ends in ``.gz`` are decompressed, as JSON Lines and CSV
+    files are; at most ``reading.max_bytes`` bytes are decompressed (a larger document is a
+    :class:`Bad`, as an uncompressed one), and damaged data is a :class:`Bad` naming the file.
+    """
+    try:
+        with gzip.GzipFile(fileobj=io.BytesIO(content), mode="rb") as f:
+            data = f.read(reading.max_bytes + 1)
+    except (OSError, EOFError, zlib.error) as exc:
+        return Bad(where, f"named .gz but not readable gzip data ({type(exc).__name__}: {exc})")
+    if len(data) > reading.max_bytes:
+        return Bad(where, f"document of more than {reading.max_bytes} bytes once decompressed "
+                          "exceeds the limit (max_document_bytes)")
+    return data
+
+
 def check_text(where: str, text: Any, reading: Reading, what: str) -> str | Bad:
     if text is None:
         return Bad(where, f"the {what} is null")
@@ -108,7 +131,9 @@ def check_text(where: str, text: Any, reading: Reading, what: str) -> str | Bad:
     return text
 
 
-Record = tuple[str, str, str | None, str]
+#: ``(doc_id, text, label, where)``; ``doc_id`` is None for a JSON Lines record without the
+#: ``default_id_field`` (its id is then ``where``, ``path:line``).
+Record = tuple[str | None, str, str | None, str]
 
 
 @contextlib.contextmanager

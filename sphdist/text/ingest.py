@@ -45,7 +45,13 @@ import zarr
 
 from sphdist._progress import progress as _progress
 from sphdist._validation import Number, check_int, check_param
-from sphdist.errors import DataError, InputNotFoundError, OutputExistsError, ParameterError
+from sphdist.errors import (
+    DataError,
+    InputNotFoundError,
+    OutputExistsError,
+    ParameterError,
+    WorkersLostError,
+)
 from sphdist.io import (
     committed,
     discard,
@@ -55,6 +61,7 @@ from sphdist.io import (
     location,
     locks_output,
     open_file,
+    open_target,
     staging_path,
 )
 from sphdist.io.corpus import Corpus
@@ -67,11 +74,12 @@ from sphdist.text._passes import (
     WeightJob,
     count_partition,
     features,
+    ignore_interrupts,
     repeated_ids,
     weight_chunk,
 )
 from sphdist.text.defaults import INGEST_DEFAULTS
-from sphdist.text.sources import FORMATS, Plan, Reading, plan
+from sphdist.text.sources import FORMATS, Plan, Reading, field_names, plan
 from sphdist.text.tfidf import (
     DEFAULT_TOKEN_PATTERN,
     MAX_CHUNK_SIZE,
@@ -80,7 +88,7 @@ from sphdist.text.tfidf import (
 )
 
 __all__ = ["FORMATS", "ON_ERROR", "REMOVE_OPTIONS", "SourceSpec", "TextSpec", "ingest",
-           "read_like"]
+           "local_pool", "read_like"]
 
 logger = logging.getLogger("sphdist")
 
@@ -89,6 +97,9 @@ REMOVE_OPTIONS = ("headers", "footers", "quotes")
 #: What to do with a document that cannot be ingested.
 ON_ERROR = ("fail", "skip")
 _DOCUMENTS = Number(Integral, 1, MAX_CHUNK_SIZE, closed="both")  # a chunk or partition size
+#: JSON Lines without ``id_field``: the field that holds the ids when every record has one
+#: (``sphdist synth --format jsonl`` writes it).
+DEFAULT_ID_FIELD = "id"
 
 
 # -- what to read, and how to turn it into features ---------------------------------------------
@@ -108,9 +119,13 @@ class SourceSpec:
         Default: from the path (a directory, the file suffixes, else a tar archive).
     text_field, label_field, id_field : str
         Field (JSON Lines) or column (CSV, Parquet) of the text, the label (optional; any
-        scalar, used as a string) and the document id (optional; default ``path:line`` or
-        ``path:row``). Ids must be unique: a document whose id an earlier one has is a bad
-        document (``on_error``: refused naming both, or skipped and counted, the first kept).
+        scalar, used as a string) and the document id (optional; default: for JSON Lines, the
+        :data:`DEFAULT_ID_FIELD` (``"id"``) field when every record has one and no two are
+        equal, else ``path:line``; ``path:row`` for CSV and Parquet). Ids must be unique: a
+        document whose ``id_field`` value an earlier one has is a bad document (``on_error``:
+        refused naming both, or skipped and counted, the first kept). With :func:`ingest`'s
+        ``like``, the fields the imitated corpus was ingested with replace the defaults here,
+        where the source has them.
     categories : sequence of str, optional
         Directory / tar sources: keep only the documents with these labels.
     max_docs_per_label : int, optional
@@ -126,7 +141,9 @@ class SourceSpec:
     on_error : {"fail", "skip"}, default "fail"
         A document that cannot be used (undecodable bytes, binary content, longer than
         ``max_document_bytes``, a line that is not a JSON object or has no text field, a
-        null text or label, a repeated id, a JSON value nested too deeply to read, a member of
+        null text or label, a repeated id, a JSON value nested too deeply to read, a number
+        of more than 4,300 digits, a lone surrogate in its text, label or id (not Unicode
+        text: UTF-8 cannot store it), a ``*.gz`` file that is not gzip data, a member of
         a tar archive that is a link or a device, a FIFO or device in a folder) raises
         :class:`~sphdist.errors.DataError` naming the file and line (or member); with
         ``"skip"`` it is left out, counted (``attrs["ingest"]["n_skipped"]``, with the first
@@ -185,7 +202,8 @@ class SourceSpec:
         """How each document is read and checked (the fields, encoding and size limit)."""
         return Reading(encoding=self.encoding, max_bytes=self.max_document_bytes,
                        text_field=self.text_field, label_field=self.label_field,
-                       id_field=self.id_field)
+                       id_field=self.id_field,
+                       default_id_field=DEFAULT_ID_FIELD if self.id_field is None else None)
 
     def flags(self) -> dict[str, Any]:
         """The ``sphdist ingest`` options that select these documents, defaults left out."""
@@ -396,11 +414,15 @@ def ingest(
 
     Where the tasks run: on the scheduler dask uses in the calling context: the default
     ``distributed`` client (``with sphdist.jobs.cluster.connect(...)``: a scheduler's address
-    or a LocalCluster of worker processes), else dask's local scheduler, by default its thread
-    pool (``with dask.config.set(scheduler="synchronous")`` runs everything in this thread).
-    Tasks are computed ``2 * workers`` at a time and their results taken in task order, so the
-    corpus is the same, bit for bit, on every scheduler. Tokenising holds Python's GIL: threads
-    run the counting pass on about one core; a LocalCluster of processes runs it on several.
+    or a LocalCluster of worker processes), or the local scheduler the caller's ``dask.config``
+    names (``with dask.config.set(scheduler="synchronous")`` runs everything in this thread);
+    else a pool of this machine's cores owned by the call (:func:`local_pool`: threads; a pool
+    of processes started from a fork server when its thresholds are set, off by default as
+    it measured slower), shut down at its end. Tasks are computed ``2 * workers`` at a time
+    and their results taken in task order, so the corpus is the same, bit for bit, on every
+    scheduler. On Ctrl-C the running tasks of the ingest's own pool are let finish (the workers ignore
+    SIGINT) before the scratch and staging are removed; whatever an ingest killed outright
+    left beside ``output`` (``output.tmp-*``) is removed by the next ingest of ``output``.
 
     Memory: the driver holds the document frequencies (``n_features * 8`` bytes, or the
     vocabulary's terms with two counts each, times the labels for ``select``), O(n) ids and
@@ -464,6 +486,9 @@ def ingest(
     src = plan(paths, format=source.format, reading=reading, partition_size=partition_size,
                categories=source.categories, max_docs_per_label=source.max_docs_per_label,
                seed=source.seed)
+    if like_info is not None and like_info.get("fields"):
+        source = _carry_fields(source, src, like_info["fields"], like)
+        reading = source.reading()
     labelled = src.format in ("dir", "tar") or source.label_field is not None
     if options.select is not None and not labelled:
         raise ParameterError(
@@ -475,15 +500,23 @@ def ingest(
                         "a source with at least one document.")
     if src.unreadable and on_error == "fail":  # a link or device in a folder or archive
         raise src.unreadable[0].error()
-    workers = _workers()
-    run = _in_order(2 * workers)
+    open_target(output).remove_stale()  # an interrupted ingest's staging and spilled counts:
+    # this one holds the output's lock, which proves them stale
     spill = location(f"{staging_path(output)}-spill")
-    with _scratch(spill) as spill_dir:
+    with _scheduler(src, output) as (scheduler, workers, settle), _scratch(spill) as spill_dir:
+        run = _in_order(2 * workers, settle)
         job = CountJob(options=options, remove=remove, reading=reading, on_error=on_error,
                        chunk_size=chunk_size, need_class_df=options.select is not None,
                        spill=str(spill_dir))
         total = _reduce_counts(run, src, job, progress)
-        repeated = repeated_ids(src.partitions, reading, total)
+        id_field, wheres = _id_field(source, src, total)
+        repeated = [] if wheres else repeated_ids(src.partitions, reading, total)
+        if repeated and id_field != source.id_field:  # the default field's ids repeat
+            logger.warning(
+                "the %r field does not hold unique ids (%s): document ids are path:line "
+                "instead. To use a field of unique ids, name it with --id-field NAME",
+                id_field, repeated[0][2].why)
+            repeated, id_field, wheres = [], None, True
         repeat = f"{documents(len(repeated))} repeat{'s' if len(repeated) == 1 else ''}"
         if repeated and on_error == "fail":
             first = repeated[0][2]
@@ -532,6 +565,7 @@ def ingest(
                 spill=str(spill_dir), staging=str(writer.staging), n_features=m,
                 learned=mapping is not None, sublinear_tf=options.sublinear_tf,
                 label_names=tuple(label_names) if label_names is not None else None,
+                wheres=wheres,
             )
             tasks = [(weigh, k, c) for k, c in enumerate(total.chunks)]
             with _progress(n, "pass 2/2: tf-idf", unit="document", mode=progress) as bar:
@@ -541,6 +575,8 @@ def ingest(
             summary = _summary(source, src, total, remove=remove, options=options,
                                chunk_size=chunk_size, partition_size=partition_size,
                                workers=workers, like_info=like_info)
+            summary["scheduler"] = scheduler
+            summary["fields"]["id"] = id_field
             summary["seconds"] = round(time.perf_counter() - start_time, 3)
             corpus = writer.commit(idf, extra_attrs={"source": _describe(paths),
                                                      "ingest": summary})
@@ -549,6 +585,24 @@ def ingest(
                     "corpus.empty)", corpus.n_empty, documents(n),
                     "has" if corpus.n_empty == 1 else "have")
     return corpus
+
+
+def _id_field(source: SourceSpec, src: Plan, total: Counts) -> tuple[str | None, bool]:
+    """The field the ids came from, and whether to store ``path:line`` ids instead.
+
+    JSON Lines without ``id_field``: the ids are the :data:`DEFAULT_ID_FIELD` values when every
+    document has one (the caller still checks that they are unique), else ``path:line`` for
+    every document (an information line says why, when only some have one).
+    """
+    if source.id_field is not None or src.format != "jsonl" or not total.n_docs:
+        return source.id_field, False
+    if total.n_without_id == 0:
+        return DEFAULT_ID_FIELD, False
+    if total.n_without_id < total.n_docs:
+        logger.info("%d of %s have no usable %r field: document ids are path:line. To use a "
+                    "field of ids, name it with --id-field NAME", total.n_without_id,
+                    documents(total.n_docs), DEFAULT_ID_FIELD)
+    return None, True
 
 
 def _summary(source: SourceSpec, src: Plan, total: Counts, *, remove: tuple[str, ...],
@@ -702,8 +756,51 @@ def read_like(
         fixed_vocabulary=fixed,
     )
     remove = tuple(tfidf.get("remove", ()))
-    info = {"path": str(path), "fingerprint": meta.get("fingerprint"), "feature_scheme": scheme}
+    info = {"path": str(path), "fingerprint": meta.get("fingerprint"), "feature_scheme": scheme,
+            "fields": _like_fields(stored, kind, meta)}
     return options, idf, remove, info
+
+
+def _like_fields(stored: Any, kind: str, meta: dict[str, Any]) -> dict[str, Any] | None:
+    """The fields (text, label, id) the corpus of ``--like`` was ingested with, if known.
+
+    A model records its corpus's path and fingerprint: the fields are read from that corpus
+    when it is still there and is still the one the model was fitted on.
+    """
+    from sphdist.io import open_stored, stored_kind
+
+    if kind == "corpus":
+        return (stored.attrs.get("ingest") or {}).get("fields")
+    path = meta.get("path")
+    try:
+        if not path or not exists(path) or stored_kind(path) != "corpus":
+            return None
+        corpus = open_stored(path, "corpus")
+        if corpus.fingerprint != meta.get("fingerprint"):
+            return None
+        return (corpus.attrs.get("ingest") or {}).get("fields")
+    except Exception:  # noqa: BLE001 - fields are a convenience; the model is what is checked
+        return None
+
+
+def _carry_fields(source: SourceSpec, src: Plan, fields: dict[str, Any],
+                  like: Any) -> SourceSpec:
+    """``source`` with the fields of the ``like`` corpus it does not name, where it has them.
+
+    A field the source's first record (or its columns) lacks is not carried: held-out
+    documents without labels are ingested without labels, as before.
+    """
+    names = field_names(src)
+    carried = {}
+    for role, default in (("text", "text"), ("label", None), ("id", None)):
+        theirs, ours = fields.get(role), getattr(source, f"{role}_field")
+        if theirs and ours == default and theirs != ours and theirs in names:
+            carried[f"{role}_field"] = theirs
+    if not carried:
+        return source
+    logger.info("fields as %s was ingested: %s", like, ", ".join(
+        f"--{k.replace('_', '-')} {v}" for k, v in carried.items()))
+    return dataclasses.replace(source, **carried)
 
 
 def _reduce_counts(run: Callable, src: Plan, job: CountJob, progress: bool | str) -> Counts:
@@ -725,30 +822,149 @@ def _report_skipped(total: Counts, on_error: str) -> None:
         )
 
 
-# -- where the tasks run: dask's scheduler of the calling context ---------------------------------
-def _workers() -> int:
-    """How many tasks dask runs at once here: the client's workers, or the local pool's size."""
+# -- where the tasks run: dask's scheduler of the calling context, else a pool of this machine --
+#: A local source of at least this many documents is ingested by a pool of processes (below:
+#: threads, which start nothing). None: never, the default, because the pool was measured
+#: slower than threads at 50,000 and 1,000,000 documents on 2 cores (it kept 0.48 of them
+#: busy against the threads' 0.84: pipelines/results/ingest_default.md); 20,000 turns it on.
+PROCESSES_FROM_DOCUMENTS: int | None = None
+#: The same for a source whose documents are counted only by reading it (gzip JSON Lines, CSV),
+#: by the bytes of its files (10,000,000: 20,000 documents of 500 bytes); None: never.
+PROCESSES_FROM_BYTES: int | None = None
+
+
+def local_pool(n_documents: int | None, n_bytes: int, *, cpus: int,
+               local: bool = True) -> str:
+    """The pool of dask's local scheduler that runs an ingest: ``"threads"`` or ``"processes"``.
+
+    Tokenising holds Python's GIL, so threads count on about one core; processes could use
+    them all but cost a start (a fork server that imports the tokeniser once, 6 s at a load of
+    9) and pickling each partition's counts, and were measured slower than threads (see
+    :data:`PROCESSES_FROM_DOCUMENTS`, None by default: threads always). With the thresholds
+    set, they are chosen when there is more than one core and the source is large enough: at
+    least :data:`PROCESSES_FROM_DOCUMENTS` documents, or, when the count is unknown before
+    reading (``n_documents`` None), at least :data:`PROCESSES_FROM_BYTES` bytes of files. A
+    source or output in an object store keeps to threads (the storage options of this process
+    are not a worker process's). The corpus is the same, bit for bit, either way. Worker processes import the main module again
+    (Python's multiprocessing): a script that calls :func:`ingest` must do so under
+    ``if __name__ == "__main__":`` (else :class:`~sphdist.errors.WorkersLostError` says so).
+
+    Parameters
+    ----------
+    n_documents : int or None
+        Documents of the source, when known from listing it.
+    n_bytes : int
+        Bytes of its files (0 when unknown, e.g. a folder).
+    cpus : int
+        Cores to use: dask's ``num_workers`` setting, else this machine's (``os.cpu_count()``).
+    local : bool, default True
+        Whether the source and the output are on a local (or shared) filesystem.
+
+    Returns
+    -------
+    str
+
+    >>> local_pool(1_000_000, 0, cpus=2)  # the thresholds are None: never processes
+    'threads'
+    >>> import sphdist.text.ingest as m
+    >>> m.PROCESSES_FROM_DOCUMENTS, m.PROCESSES_FROM_BYTES = 20_000, 10_000_000
+    >>> local_pool(18_846, 0, cpus=2), local_pool(1_000_000, 0, cpus=2)
+    ('threads', 'processes')
+    >>> local_pool(None, 50_000_000, cpus=2), local_pool(1_000_000, 0, cpus=1)
+    ('processes', 'threads')
+    >>> m.PROCESSES_FROM_DOCUMENTS = m.PROCESSES_FROM_BYTES = None
+    """
+    threshold, size = ((PROCESSES_FROM_DOCUMENTS, n_documents) if n_documents is not None
+                       else (PROCESSES_FROM_BYTES, n_bytes))
+    large = threshold is not None and size >= threshold
+    return "processes" if large and cpus > 1 and local else "threads"
+
+
+@contextlib.contextmanager
+def _scheduler(src: Plan, output: Any) -> Iterator[tuple[str, int, Callable[[], None] | None]]:
+    """Where the tasks run: ``(scheduler, workers, settle)`` for the block.
+
+    The active ``distributed`` client, or the scheduler the caller's ``dask.config`` names,
+    as they are; else a pool of this machine's cores (:func:`local_pool`) owned by the block
+    (dask's ``pool`` setting), shut down on exit. ``settle()`` waits for the pool's running
+    tasks and cancels the others (None when the pool is not the ingest's own).
+    """
     import dask
 
     from sphdist.core.graph import active_client
 
     client = active_client()
     if client is not None:
-        return max(1, len(client.scheduler_info().get("workers", {})))
-    if dask.config.get("scheduler", None) in ("sync", "synchronous", "single-threaded"):
-        return 1
-    return int(dask.config.get("num_workers", None) or os.cpu_count() or 1)
+        yield "distributed", max(1, len(client.scheduler_info().get("workers", {}))), None
+        return
+    named = dask.config.get("scheduler", None)
+    if named is not None:
+        single = named in ("sync", "synchronous", "single-threaded")
+        workers = 1 if single else int(dask.config.get("num_workers", None)
+                                       or os.cpu_count() or 1)
+        yield str(named), workers, None
+        return
+    from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
+
+    cpus = int(dask.config.get("num_workers", None) or os.cpu_count() or 1)
+    local = not is_remote(output) and not any(is_remote(p) for p in src.paths)
+    kind = local_pool(src.n_documents, _source_bytes(src), cpus=cpus, local=local)
+    if kind == "processes":
+        pool: Any = ProcessPoolExecutor(cpus, mp_context=_fork_server(),
+                                        initializer=ignore_interrupts)
+    else:
+        pool = ThreadPoolExecutor(cpus, thread_name_prefix="sphdist-ingest")
+
+    def settle() -> None:
+        pool.shutdown(wait=True, cancel_futures=True)
+
+    try:
+        with dask.config.set(scheduler=kind, pool=pool, num_workers=cpus):
+            yield kind, cpus, settle
+    finally:
+        settle()
 
 
-def _in_order(window: int) -> Callable[[Callable, list[tuple]], Iterator[Any]]:
+def _source_bytes(src: Plan) -> int:
+    """Bytes of a source's files (0 for a folder or what cannot be sized)."""
+    total = 0
+    for path in src.paths:
+        with contextlib.suppress(OSError, TypeError):
+            if not is_remote(path) and os.path.isfile(path):
+                total += os.path.getsize(path)
+    return total
+
+
+def _fork_server() -> Any:
+    """A multiprocessing context whose workers fork from a server that imported the tokeniser.
+
+    The server has imported the tokenising code once (cheap starts, no fork of this
+    multi-threaded process); spawn where there is no fork server (Windows).
+    """
+    import multiprocessing
+
+    try:
+        context = multiprocessing.get_context("forkserver")
+    except ValueError:  # pragma: no cover - no fork server on this platform
+        return multiprocessing.get_context("spawn")
+    context.set_forkserver_preload(["dask.multiprocessing", "sphdist.text._passes"])
+    return context
+
+
+def _in_order(window: int, settle: Callable[[], None] | None = None
+              ) -> Callable[[Callable, list[tuple]], Iterator[Any]]:
     """``run(fn, tasks)``: ``fn(*args)`` of every task as ``dask.delayed``, in task order.
 
     ``window`` tasks are computed at a time (one ``dask.compute``, on the client or local
     scheduler of the calling context), so that at most ``window`` results wait in the driver
     and the driver's reductions see them in task order whatever the order they finish in. A
     task's error is raised once every task of its window has ended (none still writes next to
-    the output while the driver cleans up), the first in task order.
+    the output while the driver cleans up), the first in task order. An interruption (Ctrl-C)
+    while a window runs calls ``settle`` (given: it waits for the tasks that are running and
+    cancels the others) before it is raised, for the same reason.
     """
+    from concurrent.futures.process import BrokenProcessPool
+
     import dask
 
     def run(fn: Callable, tasks: list[tuple]) -> Iterator[Any]:
@@ -756,7 +972,24 @@ def _in_order(window: int) -> Callable[[Callable, list[tuple]], Iterator[Any]]:
             batch = [dask.delayed(_outcome)(fn, *args,
                                             dask_key_name=f"{fn.__name__}-{uuid.uuid4().hex}")
                      for args in tasks[start:start + window]]
-            for failed, value in dask.compute(*batch):
+            try:
+                outcomes = dask.compute(*batch)
+            except BrokenProcessPool as exc:
+                if settle is not None:
+                    settle()
+                raise WorkersLostError(
+                    f"the ingest's worker processes stopped ({type(exc).__name__}): a process "
+                    "pool's workers import the main module again (Python's multiprocessing), "
+                    "so a script that calls ingest() at its top level runs it again in each of "
+                    "them. To resolve this, put the script's code under `if __name__ == "
+                    "\"__main__\":`, or run the tasks on threads: `with "
+                    "dask.config.set(scheduler=\"threads\"): ingest(...)`."
+                ) from None
+            except BaseException:
+                if settle is not None:
+                    settle()
+                raise
+            for failed, value in outcomes:
                 if failed:
                     raise value
                 yield value

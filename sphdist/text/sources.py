@@ -44,6 +44,7 @@ from sphdist.text._documents import (
     Record,
     check_raw,
     check_text,
+    gunzip,
     not_utf8,
     stream_errors,
 )
@@ -122,6 +123,11 @@ class DirPartition(Partition):
             except OSError as exc:
                 yield Bad(path, f"could not be read ({type(exc).__name__}: {exc.strerror})")
                 continue
+            if doc_id.endswith(".gz"):
+                content = gunzip(path, content, reading)
+                if isinstance(content, Bad):
+                    yield content
+                    continue
             text = check_raw(path, content, reading)
             yield text if isinstance(text, Bad) else (doc_id, text, label_of(doc_id), path)
 
@@ -167,7 +173,9 @@ class TarPartition(Partition):
             elif isinstance(content, Bad):
                 yield content
             else:
-                text = check_raw(where, content, reading)
+                if doc_id.endswith(".gz"):
+                    content = gunzip(where, content, reading)
+                text = content if isinstance(content, Bad) else check_raw(where, content, reading)
                 yield text if isinstance(text, Bad) else (doc_id, text, label_of(doc_id),
                                                           where)
 
@@ -352,6 +360,10 @@ class JsonlPartition(Partition):
                     yield Bad(where, "a JSON value nested too deeply to read (RecursionError); "
                                      "a document is an object of flat fields")
                     continue
+                except ValueError as exc:  # an integer past Python's int-string limit
+                    why = str(exc).split(";")[0]  # less its advice to raise the limit
+                    yield Bad(where, f"a JSON number of more digits than Python reads ({why})")
+                    continue
                 if not isinstance(obj, dict):
                     yield Bad(where, f"a JSON {type(obj).__name__}, not an object with a "
                                      f"{text_field!r} field")
@@ -369,7 +381,47 @@ class JsonlPartition(Partition):
                 if isinstance(label, Bad) or isinstance(doc_id, Bad):
                     yield label if isinstance(label, Bad) else doc_id
                     continue
+                if b"\\u" in raw:  # only a \u escape can make a lone surrogate in JSON
+                    bad = _surrogate(where, ((text_field, text), (label_field, label),
+                                             (id_field, doc_id)))
+                    if bad is not None:
+                        yield bad
+                        continue
+                if doc_id is None and reading.default_id_field is not None:
+                    yield _default_id(obj, reading.default_id_field), text, label, where
+                    continue
                 yield (where if doc_id is None else doc_id), text, label, where
+
+
+def _surrogate(where: str, fields: Iterable[tuple[str | None, str | None]]) -> Bad | None:
+    r"""A :class:`Bad` if a field's value holds a lone surrogate (JSON's ``"\ud800"`` escape).
+
+    One rule for the text, the label and the id: such a string is not Unicode text, UTF-8
+    (the corpus, ``info``, ``export``) cannot store it, so the document is refused here.
+    """
+    for name, value in fields:
+        if value is None:
+            continue
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            return Bad(where, f"the {name!r} field holds a lone surrogate "
+                              f"{value[exc.start]!r} at character {exc.start + 1}, which is "
+                              "not Unicode text (UTF-8 cannot store it)")
+    return None
+
+
+def _default_id(obj: dict, name: str) -> str | None:
+    """The value of the field ``name`` as an id, or None where it is not a usable one."""
+    value = obj.get(name)
+    if value is None or isinstance(value, (dict, list)):
+        return None
+    value = str(value)
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:  # a lone surrogate: never stored (ids are then path:line)
+        return None
+    return value
 
 
 def _scalar_field(obj: dict, name: str | None, role: str, where: str) -> str | Bad | None:
@@ -721,6 +773,61 @@ def plan(
                     group, rows = [], 0
             n_documents = (n_documents or 0) + meta.num_rows
     return Plan(format, partitions, n_documents, paths=[str(p) for p in files])
+
+
+def field_names(src: Plan) -> set[str]:
+    """The fields of the first record (or columns of the first file) of a planned source.
+
+    JSON Lines records, CSV or Parquet files; empty for folders and archives, or what cannot
+    be read.
+    """
+    if not src.partitions or src.format not in ("jsonl", "csv", "parquet"):
+        return set()
+    return first_fields(src.partitions[0].path, src.format)  # type: ignore[attr-defined]
+
+
+def source_format(path: str | os.PathLike[str]) -> str | None:
+    """The format a source file's name says: ``"jsonl"``, ``"csv"``, ``"parquet"``, ``"tar"``.
+
+    None where the name says none.
+    """
+    return _guess_format(Path(path))
+
+
+def first_fields(path: str | os.PathLike[str], format: str | None) -> set[str]:
+    """The fields of the first record of a JSON Lines file, or the columns of a CSV or Parquet.
+
+    Empty for another format, or what cannot be read.
+
+    Parameters
+    ----------
+    path : path-like or URL
+    format : {"jsonl", "csv", "parquet"} or None
+    """
+    path = str(path)
+    try:
+        if format == "csv":
+            import pandas as pd
+
+            return set(pd.read_csv(path, nrows=0, sep="\t" if ".tsv" in path else ",").columns)
+        if format == "parquet":
+            import pyarrow.parquet as pq
+
+            with open_file(path) as raw, pq.ParquetFile(raw) as f:
+                return set(f.schema_arrow.names)
+        if format != "jsonl":
+            return set()
+        with _open_binary(path) as f:
+            for _ in range(100):  # the first record, past blank lines
+                line = f.readline(1 << 20)
+                if not line:
+                    break
+                if line.strip():
+                    obj = json.loads(line)
+                    return set(obj) if isinstance(obj, dict) else set()
+    except Exception:  # noqa: BLE001 - reading the documents reports what is wrong
+        return set()
+    return set()
 
 
 def _plan_files(path: Path, format: str, partition_size: int, categories, max_docs_per_label,

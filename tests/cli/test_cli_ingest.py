@@ -104,6 +104,7 @@ def test_n_workers_one_runs_in_this_thread_and_the_default_on_dask_threads(tmp_p
     with dask.config.set(num_workers=3):
         threads, threads_stored = _ingested(tmp_path, "threads.zarr")
     assert one["workers"] == 1 and threads["workers"] == 3
+    assert one["scheduler"] == "synchronous" and threads["scheduler"] == "threads"
     assert one["n_partitions"] == threads["n_partitions"] == 4
     assert threads_stored == one_stored
 
@@ -120,3 +121,116 @@ def test_scheduler_address_runs_on_that_cluster(tmp_path):
                                           cluster.scheduler_address)
     assert remote["workers"] == 2
     assert remote_stored == one_stored
+
+
+def _lines_of(path, n: int) -> None:
+    words = ["orbit", "launch", "shuttle", "bread", "butter", "jam", "moon", "crew"]
+    with open(path, "w", encoding="utf-8") as f:
+        for j in range(n):
+            text = " ".join(words[(j * k) % 8] + str(k % 50) for k in range(1, 40))
+            f.write(json.dumps({"text": text}) + "\n")
+
+
+def test_ctrl_c_leaves_no_staging_or_spilled_counts(tmp_path):
+    """Ctrl-C (SIGINT to the process group, as a terminal sends it) during the counting pass.
+
+    Issue 31, item 6: "nothing was written" must be true of the folder too: no
+    ``OUTPUT.tmp-<id>-spill`` of spilled counts left beside it, and one error line.
+    """
+    import signal
+    import time
+
+    _lines_of(tmp_path / "docs.jsonl", 24_000)  # long enough to be interrupted mid-pass
+    proc = subprocess.Popen([*SPHDIST, "ingest", "docs.jsonl", "-o", "c.zarr", "--hashing"],
+                            cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, start_new_session=True)
+    deadline = time.monotonic() + 120
+    while not list(tmp_path.glob("c.zarr.tmp-*-spill/*.npz")) and proc.poll() is None:
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    os.killpg(proc.pid, signal.SIGINT)
+    _, stderr = proc.communicate(timeout=120)
+    if proc.returncode == 0:  # finished before the signal arrived: nothing to check
+        pytest.skip("the ingest ended before Ctrl-C")
+    assert proc.returncode == 1, stderr
+    assert "Traceback" not in stderr, stderr
+    errors = [ln for ln in stderr.splitlines() if ln.startswith("Error: ")]
+    assert len(errors) == 1 and "nothing was written" in errors[0], stderr
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith("c.zarr")) in (
+        [], ["c.zarr.lock"]), sorted(p.name for p in tmp_path.iterdir())
+
+
+def test_a_later_ingest_removes_what_an_interrupted_one_left(tmp_path):
+    """Staging and spilled counts of a killed ingest are removed by the next one (its lock
+    proves them stale)."""
+    write_text_tree(tmp_path / "tree", n_per_label=10)
+    for name in ("c.zarr.tmp-0123456789ab-spill", "c.zarr.tmp-0123456789ab"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "000000-00000.npz").write_bytes(b"x" * 1000)
+    summary, _ = _ingested(tmp_path, "c.zarr")
+    assert summary["n_documents"] == 30
+    assert not list(tmp_path.glob("c.zarr.tmp-*"))
+
+
+# -- fields that travel (issue 33, item 4) -------------------------------------------------------
+@pytest.fixture
+def fitted_on_jsonl(tmp_path):
+    """A model fitted on synthetic JSON Lines ingested with --label-field label; the lines."""
+    from sphdist.text.synth import synth
+
+    synth(tmp_path / "train.jsonl", n_docs=120, n_topics=3, seed=0)
+    synth(tmp_path / "test.jsonl", n_docs=60, n_topics=3, seed=1)
+    runner = CliRunner()
+    for args in (["ingest", "train.jsonl", "--label-field", "label", "--min-df", "1",
+                  "-o", "c.zarr"], ["fit", "-i", "c.zarr", "-o", "m.zarr", "-r", "3"]):
+        result = runner.invoke(main, ["-q", *[str(tmp_path / a) if a.endswith(
+            (".jsonl", ".zarr")) else a for a in args]])
+        assert result.exit_code == 0, result.output
+    return tmp_path
+
+
+def test_like_carries_the_label_and_id_fields_of_the_models_corpus(fitted_on_jsonl):
+    from sphdist.io.corpus import open_corpus
+
+    tmp = fitted_on_jsonl
+    result = CliRunner().invoke(main, ["-q", "ingest", str(tmp / "test.jsonl"), "--like",
+                                       str(tmp / "m.zarr"), "-o", str(tmp / "held.zarr")])
+    assert result.exit_code == 0, result.output
+    held = open_corpus(tmp / "held.zarr")
+    lines = [json.loads(line) for line in (tmp / "test.jsonl").read_text().splitlines()]
+    assert list(held.doc_ids) == [r["id"] for r in lines]
+    assert [held.label_names[c] for c in held.labels] == [r["label"] for r in lines]
+    # documents without the model's label field are ingested without labels, as before
+    (tmp / "bare.jsonl").write_text("".join(json.dumps({"text": r["text"]}) + "\n"
+                                            for r in lines[:5]))
+    result = CliRunner().invoke(main, ["-q", "ingest", str(tmp / "bare.jsonl"), "--like",
+                                       str(tmp / "m.zarr"), "-o", str(tmp / "bare.zarr")])
+    assert result.exit_code == 0, result.output
+    assert open_corpus(tmp / "bare.zarr").labels is None
+
+
+def test_evaluate_remedies_for_json_lines_work_when_pasted(fitted_on_jsonl):
+    """A raw .jsonl, and a JSON Lines corpus without labels: the remedy is ``ingest --like``
+    with --label-field (not "one folder per label"), and the pasted commands evaluate."""
+    import re
+    import shlex
+
+    tmp = fitted_on_jsonl
+    runner = CliRunner()
+    raw = runner.invoke(main, ["evaluate", "-m", str(tmp / "m.zarr"), "-i",
+                               str(tmp / "test.jsonl")])
+    assert raw.exit_code != 0 and "Traceback" not in raw.output
+    assert "folder" not in raw.output and "--like" in raw.output, raw.output
+    assert runner.invoke(main, ["-q", "ingest", str(tmp / "train.jsonl"), "-o",  # no labels
+                                str(tmp / "nolabels.zarr"), "--min-df", "1"]).exit_code == 0
+    bare = runner.invoke(main, ["evaluate", "-m", str(tmp / "m.zarr"), "-i",
+                                str(tmp / "nolabels.zarr")])
+    assert bare.exit_code != 0 and "folder per label" not in bare.output, bare.output
+    for result in (raw, bare):
+        commands = re.findall(r"`(sphdist [^`]+)`", result.output)
+        assert [c.split()[1] for c in commands] == ["ingest", "evaluate"], result.output
+        for command in commands:
+            pasted = runner.invoke(main, shlex.split(command)[1:], catch_exceptions=False)
+            assert pasted.exit_code == 0, (command, pasted.output)
+        assert "accuracy" in pasted.output
+    assert (tmp / "test.zarr").is_dir() and (tmp / "nolabels.labelled.zarr").is_dir()

@@ -307,6 +307,8 @@ BAD_LINES = {
     "undecodable": (b'{"text": "caf\xe9"}', "not valid UTF-8"),
     "binary": (b'{"text": "nul \\u0000 inside"}', "binary"),
     "too long": (json.dumps({"text": "x" * 5000}).encode(), "exceeds the limit"),
+    # a lone surrogate cannot be stored as UTF-8 (issue 31, item 5): one rule for every field
+    "surrogate in the text": (b'{"text": "bad \\ud800 text"}', "lone surrogate"),
 }
 
 
@@ -336,6 +338,51 @@ def test_bad_jsonl_line_skipped_and_counted(tmp_path, case, caplog):
     expected, _ = _hashing_reference(["first good text", "second good one"])
     np.testing.assert_allclose(_matrix(corpus), expected, rtol=0, atol=1e-12)
     logging.getLogger("sphdist").propagate = True
+
+
+@pytest.mark.parametrize("field", ["id", "label"])
+def test_lone_surrogate_in_an_id_or_label_is_a_bad_document(tmp_path, field):
+    """Refused at ingest (``info``/``export`` would crash on it later); skipped and counted."""
+    bad = b'{"id": "x1", "label": "a", "text": "third text"}'.replace(
+        b'"x1"' if field == "id" else b'"a"', b'"bad\\ud800one"')
+    lines = [json.dumps({"id": f"d{k}", "label": "a", "text": t}).encode()
+             for k, t in enumerate(["first good text", "second good one"])]
+    source = _lines(tmp_path, [lines[0], bad, lines[1]])
+    with pytest.raises(DataError, match=f"{source}:2: the '{field}' field") as info:
+        ingest_old(source, tmp_path / "out.zarr", id_field="id", label_field="label")
+    assert "lone surrogate" in str(info.value) and "--on-error skip" in str(info.value)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.jsonl"]
+    corpus = ingest_old(source, tmp_path / "out.zarr", id_field="id", label_field="label",
+                        on_error="skip")
+    assert list(corpus.doc_ids) == ["d0", "d1"] and corpus.label_names == ["a"]
+    assert corpus.attrs["ingest"]["n_skipped"] == 1
+
+
+def test_a_5000_digit_integer_in_any_field_is_a_bad_document(tmp_path):
+    """Python's int-string limit (4,300 digits) raises a ValueError, not a JSONDecodeError."""
+    source = _lines(tmp_path, [GOOD[0], b'{"text": "ok", "n": ' + b"7" * 5000 + b"}", GOOD[1]])
+    with pytest.raises(DataError, match=f"{source}:2: a JSON number of more digits") as info:
+        ingest_old(source, tmp_path / "out.zarr")
+    assert "4300 digits" in str(info.value) and "set_int_max_str_digits" not in str(info.value)
+    corpus = ingest_old(source, tmp_path / "out.zarr", on_error="skip")
+    assert corpus.n_documents == 2 and corpus.attrs["ingest"]["n_skipped"] == 1
+
+
+def test_cli_lone_surrogate_and_huge_integer_one_error_line(tmp_path):
+    source = _lines(tmp_path, [b'{"id": "a", "text": "first good text"}',
+                               b'{"id": "bad\\ud800id", "text": "t"}',
+                               b'{"text": "ok", "n": ' + b"9" * 5000 + b"}"])
+    runner = CliRunner()
+    for args, where in ((["--id-field", "id"], 2), (["--on-error", "skip"], None)):
+        result = runner.invoke(main, ["ingest", source, "-o", str(tmp_path / "o.zarr"),
+                                      "--hashing", *args])
+        assert "Traceback" not in result.output, result.output
+        if where is None:  # both bad lines skipped, not crashed on
+            assert result.exit_code == 0, result.output
+            continue
+        assert result.exit_code == 1
+        errors = [ln for ln in result.output.splitlines() if ln.startswith("Error: ")]
+        assert len(errors) == 1 and f"{source}:{where}:" in errors[0], result.output
 
 
 def test_skip_everything_is_an_error(tmp_path):
@@ -460,6 +507,77 @@ def test_threads_same_as_one_thread_bit_for_bit(tmp_path):
     assert sum(k.startswith("weight_chunk") for k in keys) == threaded.n_chunks == len(RECORDS)
     assert _stored(threaded) == _stored(serial)
     np.testing.assert_array_equal(_matrix(threaded), _matrix(serial))
+
+
+def test_a_large_source_runs_on_processes_and_writes_the_same_bits(tmp_path, monkeypatch):
+    """The ingest's own pool: threads by default, processes above a threshold (issue 29.6).
+
+    The threshold (None, off, by default) is set to this source's size, so that the pool of
+    processes (started from a fork server) runs it; the corpus is the one dask's synchronous
+    scheduler writes.
+    """
+    import os
+
+    import dask
+
+    import sphdist.text.ingest as ingest_module
+
+    options = dict(vocabulary=True, partition_size=2, chunk_size=1)
+    with dask.config.set(scheduler="synchronous"):
+        serial = _ingest("jsonl", tmp_path, "a.zarr", **options)
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)  # as CI's 2 cores, whatever this machine
+    small = _ingest("jsonl", tmp_path, "b.zarr", **options)
+    assert small.attrs["ingest"]["scheduler"] == "threads"
+    monkeypatch.setattr(ingest_module, "PROCESSES_FROM_DOCUMENTS", len(RECORDS))
+    parallel = _ingest("jsonl", tmp_path, "c.zarr", **options)
+    assert parallel.attrs["ingest"]["scheduler"] == "processes"
+    assert parallel.attrs["ingest"]["workers"] == 2
+    for corpus in (small, parallel):
+        assert _stored(corpus) == _stored(serial)
+        np.testing.assert_array_equal(_matrix(corpus), _matrix(serial))
+        assert list(corpus.doc_ids) == list(serial.doc_ids)
+
+
+def test_gzip_files_in_a_folder_or_archive_are_read_as_text(tmp_path):
+    """``.gz`` documents are decompressed, as JSON Lines ``.gz`` files are (issue 33.11)."""
+    tree = Path(_tree(tmp_path))
+    for doc_id in ("d01", "d08"):  # two documents stored compressed, under their .gz name
+        path = tree / LABEL[doc_id] / doc_id
+        path.with_name(doc_id + ".gz").write_bytes(gzip.compress(path.read_bytes()))
+        path.unlink()
+    with tarfile.open(tmp_path / "docs.tar", "w") as archive:
+        archive.add(tree / "space", arcname="space")
+        archive.add(tree / "food", arcname="food")
+    expected, _ = _hashing_reference([TEXT[i] for i in sorted(IDS, key=lambda i: (LABEL[i], i))])
+    for source, out in ((tree, "dir.zarr"), (tmp_path / "docs.tar", "tar.zarr")):
+        corpus = ingest_old(str(source), tmp_path / out, encoding="utf-8", n_features=M)
+        assert {"space/d01.gz", "food/d08.gz"} <= set(corpus.doc_ids)
+        np.testing.assert_allclose(_matrix(corpus), expected, rtol=0, atol=1e-12)
+    (tree / "food" / "broken.gz").write_bytes(b"\x1f\x8b\x08\x00 not gzip")
+    with pytest.raises(DataError, match="broken.gz: named .gz but not readable gzip"):
+        ingest_old(str(tree), tmp_path / "bad.zarr", encoding="utf-8", n_features=M)
+
+
+def test_an_unguarded_script_is_told_how_to_run_on_processes(tmp_path):
+    """Pool workers import the main module again: a script without a main guard would run
+    its ingest again in each; the driver says so in one error, with both remedies."""
+    import subprocess
+    import sys
+
+    source = _jsonl(tmp_path)
+    (tmp_path / "run.py").write_text(
+        "import sphdist.text.ingest as m\n"
+        "m.PROCESSES_FROM_DOCUMENTS = 1  # as a large source\n"
+        f"m.ingest(m.SourceSpec({source!r}, id_field='id'), 'c.zarr',\n"
+        "         text=m.TextSpec(min_df=1, max_df=1.0))\n")
+    proc = subprocess.run([sys.executable, "run.py"], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode != 0
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith("sphdist.errors.WorkersLostError"), proc.stderr
+    assert 'if __name__ == "__main__":' in last and 'scheduler="threads"' in last
+    assert not list(tmp_path.glob("c.zarr*")) or sorted(
+        p.name for p in tmp_path.glob("c.zarr*")) == ["c.zarr.lock"]
 
 
 def test_tasks_run_a_window_at_a_time_and_come_back_in_order():
@@ -746,3 +864,36 @@ def test_equal_id_digests_are_confirmed_on_the_ids_themselves(tmp_path):
     found = repeated_ids(parts, reading, collide)  # every digest equal: only 'b' repeats
     assert [(p, k) for p, k, _ in found] == [(1, 0)]
     assert found[0][2].message() == f"{path}:4: duplicate id 'b', the id of {path}:2"
+
+
+# -- the id field by default (issue 33, item 4) --------------------------------------------------
+def test_synth_ids_are_the_document_ids_without_id_field(tmp_path):
+    """``sphdist synth --format jsonl`` writes an ``id``; ingest uses it with no --id-field."""
+    from sphdist.text.synth import synth
+
+    source = tmp_path / "s.jsonl"
+    synth(source, n_docs=30, n_topics=3, seed=0)
+    written = [json.loads(line)["id"] for line in source.read_text().splitlines()]
+    corpus = ingest_old(str(source), tmp_path / "c.zarr", label_field="label", n_features=M)
+    assert list(corpus.doc_ids) == written and len(set(written)) == 30
+    assert corpus.attrs["ingest"]["fields"]["id"] == "id"
+
+
+@pytest.mark.parametrize("case", ["some without", "repeated", "null", "surrogate"])
+def test_default_ids_fall_back_to_path_and_line_for_every_document(tmp_path, case, caplog):
+    """Not every record has a usable, unique ``id``: every id is path:line (nothing refused)."""
+    ids = {"some without": ["a", "b", None, "d"], "repeated": ["a", "b", "a", "d"],
+           "null": ["a", "b", "null", "d"], "surrogate": ["a", "b", "\\ud800", "d"]}[case]
+    lines = []
+    for k, doc_id in enumerate(ids):
+        text = json.dumps({"text": f"text number {k}"})[1:-1]
+        lines.append(("{" + text + "}" if doc_id is None else
+                      "{" + text + ', "id": ' + (doc_id if doc_id == "null" else
+                                                 f'"{doc_id}"') + "}").encode())
+    source = _lines(tmp_path, lines)
+    with caplog.at_level(logging.INFO, logger="sphdist"):
+        corpus = ingest_old(source, tmp_path / "c.zarr", n_features=M)
+    assert list(corpus.doc_ids) == [f"{source}:{k}" for k in range(1, 5)]
+    assert corpus.attrs["ingest"]["fields"]["id"] is None
+    assert "path:line" in caplog.text
+    logging.getLogger("sphdist").propagate = True
