@@ -420,8 +420,8 @@ def ingest(
     of processes started from a fork server when its thresholds are set, off by default as
     it measured slower), shut down at its end. Tasks are computed ``2 * workers`` at a time
     and their results taken in task order, so the corpus is the same, bit for bit, on every
-    scheduler. On Ctrl-C the running tasks of the ingest's own pool are let finish (the workers ignore
-    SIGINT) before the scratch and staging are removed; whatever an ingest killed outright
+    scheduler. On Ctrl-C the running tasks of the ingest's own pool are let finish (the
+    workers ignore SIGINT) before the scratch and staging are removed; whatever an ingest killed outright
     left beside ``output`` (``output.tmp-*``) is removed by the next ingest of ``output``.
 
     Memory: the driver holds the document frequencies (``n_features * 8`` bytes, or the
@@ -845,8 +845,8 @@ def local_pool(n_documents: int | None, n_bytes: int, *, cpus: int,
     least :data:`PROCESSES_FROM_DOCUMENTS` documents, or, when the count is unknown before
     reading (``n_documents`` None), at least :data:`PROCESSES_FROM_BYTES` bytes of files. A
     source or output in an object store keeps to threads (the storage options of this process
-    are not a worker process's). The corpus is the same, bit for bit, either way. Worker processes import the main module again
-    (Python's multiprocessing): a script that calls :func:`ingest` must do so under
+    are not a worker process's). The corpus is the same, bit for bit, either way. Worker
+    processes import the main module again (Python's multiprocessing): a script that calls :func:`ingest` must do so under
     ``if __name__ == "__main__":`` (else :class:`~sphdist.errors.WorkersLostError` says so).
 
     Parameters
