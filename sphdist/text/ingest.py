@@ -413,16 +413,17 @@ def ingest(
     counted in the summary, never dropped).
 
     Where the tasks run: on the scheduler dask uses in the calling context: the default
-    ``distributed`` client (``with sphdist.jobs.cluster.connect(...)``: a scheduler's address
-    or a LocalCluster of worker processes), or the local scheduler the caller's ``dask.config``
+    ``distributed`` client (``with sphdist.jobs.cluster.connect(...)``: a scheduler's address or
+    a LocalCluster of worker processes), or the local scheduler the caller's ``dask.config``
     names (``with dask.config.set(scheduler="synchronous")`` runs everything in this thread);
     else a pool of this machine's cores owned by the call (:func:`local_pool`: threads; a pool
-    of processes started from a fork server when its thresholds are set, off by default as
-    it measured slower), shut down at its end. Tasks are computed ``2 * workers`` at a time
-    and their results taken in task order, so the corpus is the same, bit for bit, on every
-    scheduler. On Ctrl-C the running tasks of the ingest's own pool are let finish (the
-    workers ignore SIGINT) before the scratch and staging are removed; whatever an ingest killed outright
-    left beside ``output`` (``output.tmp-*``) is removed by the next ingest of ``output``.
+    of processes started from a fork server when its thresholds are set, off by default as it
+    measured slower), shut down at its end. Tasks are computed ``2 * workers`` at a time and
+    their results taken in task order, so the corpus is the same, bit for bit, on every
+    scheduler. On Ctrl-C the running tasks of the ingest's own pool are let finish (the workers
+    ignore SIGINT) before the scratch and staging are removed; whatever an ingest killed
+    outright left beside ``output`` (``output.tmp-*``) is removed by the next ingest of
+    ``output``.
 
     Memory: the driver holds the document frequencies (``n_features * 8`` bytes, or the
     vocabulary's terms with two counts each, times the labels for ``select``), O(n) ids and
@@ -837,17 +838,18 @@ def local_pool(n_documents: int | None, n_bytes: int, *, cpus: int,
                local: bool = True) -> str:
     """The pool of dask's local scheduler that runs an ingest: ``"threads"`` or ``"processes"``.
 
-    Tokenising holds Python's GIL, so threads count on about one core; processes could use
-    them all but cost a start (a fork server that imports the tokeniser once, 6 s at a load of
-    9) and pickling each partition's counts, and were measured slower than threads (see
-    :data:`PROCESSES_FROM_DOCUMENTS`, None by default: threads always). With the thresholds
-    set, they are chosen when there is more than one core and the source is large enough: at
-    least :data:`PROCESSES_FROM_DOCUMENTS` documents, or, when the count is unknown before
-    reading (``n_documents`` None), at least :data:`PROCESSES_FROM_BYTES` bytes of files. A
-    source or output in an object store keeps to threads (the storage options of this process
-    are not a worker process's). The corpus is the same, bit for bit, either way. Worker
-    processes import the main module again (Python's multiprocessing): a script that calls :func:`ingest` must do so under
-    ``if __name__ == "__main__":`` (else :class:`~sphdist.errors.WorkersLostError` says so).
+    Tokenising holds Python's GIL, so threads count on about one core; processes could use them
+    all but cost a start (a fork server that imports the tokeniser once, 6 s at a load of 9) and
+    pickling each partition's counts, and were measured slower than threads (see
+    :data:`PROCESSES_FROM_DOCUMENTS`, None by default: threads always). With the thresholds set,
+    they are chosen when there is more than one core and the source is large enough: at least
+    :data:`PROCESSES_FROM_DOCUMENTS` documents, or, when the count is unknown before reading
+    (``n_documents`` None), at least :data:`PROCESSES_FROM_BYTES` bytes of files. A source or
+    output in an object store keeps to threads (the storage options of this process are not a
+    worker process's). The corpus is the same, bit for bit, either way. Worker processes import
+    the main module again (Python's multiprocessing): a script that calls :func:`ingest` must do
+    so under ``if __name__ == "__main__":`` (else :class:`~sphdist.errors.WorkersLostError` says
+    so).
 
     Parameters
     ----------
