@@ -59,10 +59,11 @@ def test_every_block_of_a_pass_is_processing_at_once_on_16_workers(tmp_path):
           chunk_size=100)
     assert len(graph.pass_blocks([100] * 40)) == 40
     kwargs = dict(n_components=4, max_iter=2, tol=0, random_state=0, callback=None)
-    # worker processes forked from this one, which has imported numpy, scipy and distributed
-    # already: 16 spawned workers importing them ran past the start timeout on a loaded
-    # 2-core machine, forked ones start in ~17 s at load 22
-    with dask.config.set({"distributed.worker.multiprocessing-method": "fork"}), connect(
+    # worker processes forked from a fork server that has imported distributed, numpy, pandas
+    # (distributed preloads them): 16 spawned workers importing them ran past the start
+    # timeout on a loaded 2-core machine; a fork of this process, whose earlier tests left
+    # threads running, hung in the full suite
+    with dask.config.set({"distributed.worker.multiprocessing-method": "forkserver"}), connect(
         n_workers=N_WORKERS, threads_per_worker=1
     ):
         client = default_client()

@@ -54,7 +54,9 @@ def _removed_max_partials(ctx: click.Context, param: click.Parameter, value: Any
 @param_option("init_n_iter")
 @param_option("split_every")
 @click.option("--max-partials", type=int, hidden=True, expose_value=False,
-              callback=_removed_max_partials)
+              callback=_removed_max_partials,
+              help="Removed: a pass is one task per block, summed in a fixed tree; refused "
+                   "with what replaced it (--split-every).")
 @param_option("dtype")
 @param_option("polar")
 @param_option("partials")

@@ -693,6 +693,12 @@ def fit(
                                                finished partials waiting in the tree for
                                                their combine (dask.order runs a combine as
                                                soon as its inputs exist)
+                   + 8 k r C                   the copies of a sum the tree's combine and
+                                               aggregate steps make, and the driver's
+                                               dense, aligned copy of the total (C =
+                                               ``TREE_COPIES`` = 6, measured: a one-block
+                                               fit at r = 200, k = 38,195 peaked 4.9
+                                               partials above the other terms)
                    + G c_X (1 + t)             the chunks of the blocks it runs
                    [+ X_w]                     its share of X, only when X is held in memory
                                                (``sphdist.jobs.cluster.holds_in_memory``)
@@ -756,6 +762,12 @@ def _fit(
 #: Bytes of a process before the fit allocates anything: Python, dask, NumPy/SciPy (R_0).
 BASE_BYTES = 300 * 2**20
 
+#: Dense (k, r) float64 copies of a pass's sum beyond the partials held (C in :func:`fit`'s
+#: Notes): the tree's combine and aggregate outputs and the driver's densified, aligned
+#: total. Measured (``tests/jobs/test_memory_estimate.py``): a one-block fit at r = 200
+#: peaked 4.9 such copies above the other terms.
+TREE_COPIES = 6
+
 
 class PeakMemory(NamedTuple):
     """The fit's estimated peak memory, in bytes, without ``BASE_BYTES`` and a held X."""
@@ -797,21 +809,22 @@ def peak_bytes(
     Returns
     -------
     PeakMemory
-        ``driver = 48 k r`` and ``worker = d k r + 8 k r P + G c_X (1 + t)``, in bytes, with
-        P = :func:`graph.partials_held` (B, ``split_every``, t). On the threaded scheduler
+        ``driver = 48 k r`` and ``worker = d k r + 8 k r (P + C) + G c_X (1 + t)``, in
+        bytes, with P = :func:`graph.partials_held` (B, ``split_every``, t) and C =
+        :data:`TREE_COPIES`. On the threaded scheduler
         one process holds both, plus :data:`BASE_BYTES` and X when X is held in memory.
 
     Examples
     --------
     >>> peak = peak_bytes(45_580, 100, chunk_bytes=5 * 2**20, n_blocks=25, threads=2)
     >>> round((BASE_BYTES + peak.driver + peak.worker) / 2**30, 2)  # 100k documents, 2 threads
-    1.19
+    1.39
     """
     k, r = int(n_rows), int(n_components)
     d = np.dtype(dtype).itemsize
     held = graph.partials_held(n_blocks, split_every, threads)
     driver = 48 * k * r
-    worker = d * k * r + 8 * k * r * held + int(block_chunks) * int(chunk_bytes) * (
+    worker = d * k * r + 8 * k * r * (held + TREE_COPIES) + int(block_chunks) * int(chunk_bytes) * (
         1 + int(threads)
     )
     return PeakMemory(driver=driver, worker=worker)

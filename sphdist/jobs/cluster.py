@@ -230,8 +230,8 @@ def task_path(path: str | os.PathLike[str] | None, *, output: bool = False) -> A
     Returns
     -------
     pathlib.Path or upath.UPath or None
-        The local path resolved against this process' working directory (symbolic links
-        resolved), or the URL unchanged; None for None.
+        The local path resolved against this process' working directory (an input's
+        symbolic links resolved, an output's kept), or the URL unchanged; None for None.
 
     Raises
     ------
@@ -253,6 +253,8 @@ def task_path(path: str | os.PathLike[str] | None, *, output: bool = False) -> A
     given = location(path)
     if is_remote(given) or (output and given.name in ("", ".", "..")):
         return given
+    if output:  # a link stays a link: the writer refuses to replace it, never writes through
+        return location(os.path.abspath(given))
     return location(absolute(given))
 
 
