@@ -13,6 +13,7 @@ from sphdist.datasets import DATA_HOME_ENV
 from sphdist.datasets import newsgroups_archive as _newsgroups_archive
 from sphdist.errors import InputNotFoundError
 
+from ._fit_cli import connects, corpus, runner  # noqa: F401
 from ._s3 import s3_auth_env, s3_auth_server, s3_env, s3_flaky, s3_server  # noqa: F401
 
 REPO = Path(__file__).resolve().parents[1]

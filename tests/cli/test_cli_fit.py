@@ -1,43 +1,13 @@
 """``sphdist fit`` validates its parameters and opens its input once, before any cluster starts."""
 
-import contextlib
 
 import pytest
-from click.testing import CliRunner
 
 from sphdist.cli import main
 from sphdist.core import params
-from sphdist.jobs import cluster, fit
+from sphdist.jobs import fit
 
-
-@pytest.fixture
-def runner():
-    return CliRunner()
-
-
-@pytest.fixture
-def corpus(runner, tmp_path):
-    path = tmp_path / "corpus.zarr"
-    result = runner.invoke(main, [
-        "synth", "--n-docs", "40", "--n-topics", "2", "--vocab-size", "50", "--format", "corpus",
-        "--n-features", "64", "--chunk-size", "16", "-o", str(path),
-    ])
-    assert result.exit_code == 0, result.output
-    return path
-
-
-@pytest.fixture
-def connects(monkeypatch):
-    """Calls of ``connect`` (what starts or joins a cluster); the fit then runs in-process."""
-    calls = []
-
-    @contextlib.contextmanager
-    def fake_connect(*args, **kwargs):
-        calls.append(args)
-        yield None
-
-    monkeypatch.setattr(cluster, "connect", fake_connect)
-    return calls
+# runner, corpus and connects: tests/_fit_cli.py (fixtures of every test module)
 
 
 def _fit(runner, corpus, *args):

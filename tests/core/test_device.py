@@ -10,19 +10,17 @@ compare the CuPy route with the NumPy reference (Liu et al. 2019, Eq. 3.11-3.12)
 
 from __future__ import annotations
 
-import contextlib
 import sys
 import types
 
 import numpy as np
 import pytest
 import scipy.sparse as sp
-from click.testing import CliRunner
 
 from sphdist.cli import main
 from sphdist.core import _device, graph, kernels, params
 from sphdist.errors import DeviceError, ParameterError
-from sphdist.jobs import cluster, fit
+from sphdist.jobs import fit
 
 from ..reference import random_corpus
 
@@ -221,33 +219,7 @@ def test_estimator_cuda_without_cupy_fails_before_any_work(no_cupy):
 # -- the command line: one Error line, the checkpoint intact, the resume printed ----------------
 
 
-@pytest.fixture
-def runner():
-    return CliRunner()
-
-
-@pytest.fixture
-def corpus(runner, tmp_path):
-    path = tmp_path / "corpus.zarr"
-    result = runner.invoke(main, [
-        "synth", "--n-docs", "40", "--n-topics", "2", "--vocab-size", "50", "--format", "corpus",
-        "--n-features", "64", "--chunk-size", "16", "-o", str(path),
-    ])
-    assert result.exit_code == 0, result.output
-    return path
-
-
-@pytest.fixture
-def connects(monkeypatch):
-    calls = []
-
-    @contextlib.contextmanager
-    def fake_connect(*args, **kwargs):
-        calls.append(args)
-        yield None
-
-    monkeypatch.setattr(cluster, "connect", fake_connect)
-    return calls
+# runner, corpus and connects: tests/_fit_cli.py (fixtures of every test module)
 
 
 def _error_line(result):
