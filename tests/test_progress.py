@@ -131,6 +131,7 @@ def test_a_terminal_reporting_0_columns_and_rows_still_shows_the_bar(monkeypatch
     import fcntl
     import os
     import pty
+    import select
     import struct
     import sys
     import termios
@@ -143,6 +144,20 @@ def test_a_terminal_reporting_0_columns_and_rows_still_shows_the_bar(monkeypatch
         with progress(4, "fit", unit="it", mode=True) as bar:
             bar.update(4)
         tty.flush()
-        shown = os.read(master, 65536).decode()
+    # The slave end is closed: read the master until the kernel has handed over every byte
+    # (a pty passes output on asynchronously, so one read may see only the first write).
+    shown = b""
+    while True:
+        ready, _, _ = select.select([master], [], [], 10)
+        if not ready:
+            break
+        try:
+            got = os.read(master, 65536)
+        except OSError:  # EIO: the slave is closed and everything has been read
+            break
+        if not got:
+            break
+        shown += got
     os.close(master)
+    shown = shown.decode()
     assert "fit: 100%" in shown and "4/4" in shown, repr(shown)
