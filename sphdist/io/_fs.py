@@ -160,20 +160,8 @@ def listing_command(path: str | os.PathLike[str]) -> str:
     >>> listing_command("/data/corpora"), listing_command("s3://bucket/corpora")
     ('ls /data/corpora', 'aws s3 ls s3://bucket/corpora/')
     """
-    import shlex
-    import sys
-
-    protocol = protocol_of(path)
-    if protocol is None or protocol == "file":
-        local = os.fspath(path) if protocol is None else location(path).path
-        return f"ls {shlex.quote(local)}"
-    if protocol in ("s3", "s3a"):
-        return f"aws s3 ls {str(path).rstrip('/')}/"
-    import json  # its strings are Python literals in double quotes: no shell escapes
-
-    code = (f"import fsspec; print(*fsspec.filesystem({json.dumps(protocol)}).ls("
-            f"{json.dumps(location(path).path)}, detail=False), sep=chr(10))")
-    return f"{shlex.quote(sys.executable)} -c {shlex.quote(code)}"
+    return _shell_command(path, "ls {}", "aws s3 ls {}/",
+                          "print(*{fs}.ls({path}, detail=False), sep=chr(10))")
 
 
 def removal_command(path: str | os.PathLike[str], *, directory: bool = True) -> str:
@@ -200,19 +188,30 @@ def removal_command(path: str | os.PathLike[str], *, directory: bool = True) -> 
     >>> removal_command("out.parquet", directory=False)
     'rm out.parquet'
     """
+    return _shell_command(path, f"rm {'-r ' if directory else ''}{{}}",
+                          f"aws s3 rm {'--recursive ' if directory else ''}{{}}",
+                          f"{{fs}}.rm({{path}}, recursive={directory})")
+
+
+def _shell_command(path: str | os.PathLike[str], local: str, s3: str, fsspec_call: str) -> str:
+    """``local`` (a local path), ``s3`` (an ``s3://`` URL) or ``fsspec_call`` (any other URL)
+    with ``path`` put in, quoted for a POSIX shell: the one switch behind the hand-run remedies.
+
+    ``local`` and ``s3`` take the path at ``{}``; ``fsspec_call`` is Python code run in this
+    interpreter, with ``{fs}`` the protocol's filesystem and ``{path}`` the path in it.
+    """
+    import json  # its strings are Python literals in double quotes: no shell escapes
     import shlex
     import sys
 
     protocol = protocol_of(path)
     if protocol is None or protocol == "file":
-        local = os.fspath(path) if protocol is None else location(path).path
-        return f"rm {'-r ' if directory else ''}{shlex.quote(local)}"
+        return local.format(shlex.quote(os.fspath(path) if protocol is None
+                                        else location(path).path))
     if protocol in ("s3", "s3a"):
-        return f"aws s3 rm {'--recursive ' if directory else ''}{str(path).rstrip('/')}"
-    import json
-
-    code = (f"import fsspec; fsspec.filesystem({json.dumps(protocol)}).rm("
-            f"{json.dumps(location(path).path)}, recursive={directory})")
+        return s3.format(str(path).rstrip("/"))
+    code = "import fsspec; " + fsspec_call.format(
+        fs=f"fsspec.filesystem({json.dumps(protocol)})", path=json.dumps(location(path).path))
     return f"{shlex.quote(sys.executable)} -c {shlex.quote(code)}"
 
 
