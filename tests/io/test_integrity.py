@@ -596,3 +596,26 @@ def test_an_edited_embedding_is_refused_by_every_reader(copies, tmp_path, edit):
     assert _embed_cli(*words[1:]).exit_code == 0
     again = _embed_cli("neighbors", "-m", model, "-i", emb, "--doc-id", "3", "-k", 3)
     assert again.exit_code == 0 and again.output == before.output
+
+
+def test_an_embedding_written_before_its_v_digests_is_read_with_one_warning(copies, tmp_path,
+                                                                          caplog):
+    from sphdist.io.embedding import open_embedding
+    from sphdist.jobs.transform import transform_corpus
+
+    corpus, model = copies
+    emb = transform_corpus(model, corpus, tmp_path / "e.zarr")
+    assert len(emb.attrs["sha256"]["V"]) == 18 == len(emb.attrs["sha256"]["degenerate"])  # c=5
+    V, degenerate = emb.V.compute(), emb.degenerate
+    g = zarr.open_group(store=str(tmp_path / "e.zarr"), mode="r+")
+    g.attrs["sha256"] = {k: v for k, v in g.attrs["sha256"].items()
+                         if k not in ("V", "degenerate")}
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="sphdist"):
+        old = open_embedding(tmp_path / "e.zarr")
+        np.testing.assert_array_equal(old.V.compute(), V)
+        np.testing.assert_array_equal(old.degenerate, degenerate)
+        old.V  # noqa: B018
+    said = [r.getMessage() for r in caplog.records if "no recorded digest" in r.getMessage()]
+    assert len(said) == 2 and "V has" in said[0] and "degenerate has" in said[1], said
+    assert "sphdist transform --model" in said[0]
