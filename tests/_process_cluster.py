@@ -226,7 +226,8 @@ class ProcessCluster:
                  *self._tls_args(), *self.worker_args],
                 f"worker-{i}.log", worker=True,
             ))
-        self.wait_for_workers(len(self.workers))
+        if self.workers:  # distributed refuses to wait for 0 (a scheduler alone)
+            self.wait_for_workers(len(self.workers))
 
     def security(self) -> Security | None:
         """The client-side ``Security`` for this cluster (None without TLS)."""

@@ -339,3 +339,62 @@ def test_worker_killed_at_any_phase_ends_the_fit_within_a_bound(
         _, stderr = proc.communicate(timeout=150)  # the bound: a hang fails here
     assert proc.returncode == 0, stderr.decode()
     _assert_same(open_model(out), reference)
+
+
+# -- an external scheduler that loses every worker: the fit ends (issue 31 item 4) ----------
+
+
+def test_an_external_cluster_that_loses_every_worker_ends_the_fit(corpus, tmp_path):
+    """``--scheduler-address`` of a cluster whose only worker dies, no nanny to restart it:
+    the scheduler (started with distributed's defaults, no ``no-workers-timeout``) would keep
+    the tasks waiting for good; the fit ends after sphdist's bound (here 3 s, from the
+    client's dask config) with one line and the resume command."""
+    with ProcessCluster(1, memory_limit="1GiB", worker_args=PRELOAD, env=WORKER_ENV,
+                        nanny=False, log_dir=tmp_path / "logs") as cluster:
+        with cluster.client() as client:
+            (victim,) = client.run(os.getpid).values()
+        out = tmp_path / "model.zarr"
+        env = {**_env(cluster), "DASK_DISTRIBUTED__SCHEDULER__NO_WORKERS_TIMEOUT": "3s"}
+        proc = subprocess.Popen(
+            [SPHDIST, "--quiet", "fit", "-i", str(corpus.path), "-o", str(out), *CLI_ARGS,
+             "--scheduler-address", cluster.address], env=env,
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        _wait_for_checkpoint(proc, out, 1)
+        os.kill(victim, signal.SIGKILL)
+        killed = time.monotonic()
+        _, stderr = proc.communicate(timeout=60)  # the bound: a hang fails here
+        took = time.monotonic() - killed
+        with cluster.client() as client:  # the scheduler's own setting is left as it was
+            assert client.run_on_scheduler(lambda dask_scheduler:
+                                           dask_scheduler.no_workers_timeout) is None
+    assert proc.returncode == 1 and took < 30, (took, stderr.decode())
+    *retries, line = stderr.decode().strip().splitlines()
+    assert "Traceback" not in stderr.decode()
+    # before: one WARNING per restart of the fit after a worker loss (the fit's retries)
+    assert all(r.startswith("a worker was lost (") for r in retries), retries
+    assert line.startswith(f"Error: {out}: the cluster had no worker left for 3 s"), line
+    assert f"`sphdist fit --input {corpus.path} --output {out} --resume" in line, line
+    assert 1 <= load_checkpoint(out).n_iter < MAX_ITER  # the last checkpoint, kept
+
+
+def test_jobs_on_an_external_cluster_without_workers_end_in_one_line(corpus, tmp_path):
+    """No worker ever comes: the fit, and a job that is not a fit (transform), end."""
+    import dask
+
+    model = tmp_path / "m.zarr"
+    with dask.config.set(scheduler="synchronous"):
+        fit_corpus(corpus.path, model, n_components=2, max_iter=2, tol=0, random_state=0)
+    with ProcessCluster(0, log_dir=tmp_path / "logs") as cluster:
+        env = {**_env(cluster), "DASK_DISTRIBUTED__SCHEDULER__NO_WORKERS_TIMEOUT": "2s"}
+        for args, said in (
+            (("fit", "-i", corpus.path, "-o", tmp_path / "new.zarr", *CLI_ARGS),
+             f"Error: {tmp_path / 'new.zarr'}: the cluster had no worker left for 2 s"),
+            (("transform", "-m", model, "-i", corpus.path, "-o", tmp_path / "e.zarr"),
+             "Error: the Dask cluster had no worker for 2 s, so the job's tasks could not run"),
+        ):
+            done = subprocess.run([SPHDIST, "--quiet", *map(str, args)], env=env,
+                                  capture_output=True, timeout=60)
+            stderr = done.stderr.decode()
+            assert done.returncode == 1 and "Traceback" not in stderr, stderr
+            assert stderr.strip().splitlines()[-1].startswith(said), stderr
+    assert not (tmp_path / "e.zarr").exists()

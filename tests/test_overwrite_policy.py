@@ -40,7 +40,7 @@ def _ok(*args):
 
 @pytest.fixture(scope="module")
 def stores(tmp_path_factory):
-    """in/good.jsonl, and the corpus, model, embedding and index made from it."""
+    """in/good.jsonl, the corpus, model, embedding and index made from it, a queries file."""
     root = tmp_path_factory.mktemp("stores")
     cwd = os.getcwd()
     os.chdir(root)  # the paths of the issue's reproductions, relative
@@ -52,6 +52,7 @@ def stores(tmp_path_factory):
         _ok("fit", "-i", "c.zarr", "-o", "m.zarr", "-r", 2, "--max-iter", 3)
         _ok("transform", "-m", "m.zarr", "-i", "c.zarr", "-o", "e.zarr")
         _ok("index", "-m", "m.zarr", "-o", "i.zarr")
+        (root / "q.csv").write_text("doc01\ndoc02\n")  # document ids, for --queries --ids
     finally:
         os.chdir(cwd)
     return root
@@ -101,6 +102,7 @@ AN_INPUT = [
     ("fit", "-i", "c.zarr", "-o", "c.zarr", "-r", 2, "--overwrite"),
     ("neighbors", "-m", "m.zarr", "-i", "e.zarr", "--all", "-o", "e.zarr", "--overwrite"),
     ("plot", "convergence", "-m", "m.zarr", "-o", "m.zarr"),
+    ("neighbors", "-m", "m.zarr", "--queries", "q.csv", "--ids", "-o", "q.csv", "--overwrite"),
 ]
 
 

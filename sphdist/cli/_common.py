@@ -202,9 +202,32 @@ class Group(CommandList):
         except Exception as exc:  # an object store's client (botocore, aiohttp) failed
             from sphdist.io import is_storage_failure
 
-            if (ctx.obj and ctx.obj.get("debug")) or not _urls(ctx) or not is_storage_failure(exc):
+            if ctx.obj and ctx.obj.get("debug"):
+                raise
+            if _no_workers(exc):  # the fit says it itself, with its --resume
+                raise _error(ctx, _no_workers_message(exc), "NoWorkerError") from None
+            if not _urls(ctx) or not is_storage_failure(exc):
                 raise
             raise _error(ctx, _store_failure(ctx, exc)) from None
+
+
+def _no_workers(exc: BaseException) -> bool:
+    """Whether ``exc`` is distributed's: a task waited ``no-workers-timeout`` without a worker."""
+    if "distributed" not in sys.modules:
+        return False
+    from distributed.scheduler import NoWorkerError
+
+    return isinstance(exc, NoWorkerError)
+
+
+def _no_workers_message(exc: Any) -> str:
+    """One line for a job whose cluster had no worker (all lost, or none started)."""
+    return (
+        f"the Dask cluster had no worker for {float(getattr(exc, 'timeout', 0) or 0):.0f} s, "
+        "so the job's tasks could not run (every worker lost, or none started); nothing was "
+        "written. To resolve this, start workers for the scheduler (`dask worker "
+        "SCHEDULER_ADDRESS`), or see in their logs why they ended, then run the command again."
+    )
 
 
 def _stdout_is_a_pipe() -> bool:

@@ -247,8 +247,30 @@ def broadcast(A: np.ndarray, *, as_delayed: bool = False) -> Any:
     # (``broadcast=True``) could hang for good when a worker died during it
     # (dask/distributed#5704); a lost copy now fails the tasks that need it, which the fit
     # job's retries catch
-    future = dask.delayed(client.scatter(A, hash=False))
+    future = dask.delayed(_scatter(client, A))
     return future if as_delayed else da.from_delayed(future, shape=A.shape, dtype=A.dtype)
+
+
+def _scatter(client: Any, A: np.ndarray) -> Any:
+    """``client.scatter(A)``; with no worker for ``no-workers-timeout``, a NoWorkerError.
+
+    distributed's scatter waits for a worker up to its connect timeout and then raises a
+    bare ``TimeoutError("No valid workers found")``; the tasks of a cluster without workers
+    fail with :class:`distributed.scheduler.NoWorkerError` after the scheduler's
+    ``distributed.scheduler.no-workers-timeout`` (:func:`sphdist.jobs.cluster.connect` sets
+    it): the same wait, the same error, which the jobs turn into their message.
+    """
+    from dask.utils import parse_timedelta
+    from distributed.scheduler import NoWorkerError
+
+    value = dask.config.get("distributed.scheduler.no-workers-timeout", None)
+    timeout = parse_timedelta(value) if value is not None else None
+    try:
+        return client.scatter(A, hash=False, **({"timeout": timeout} if timeout else {}))
+    except TimeoutError as exc:
+        if "No valid workers" not in str(exc):
+            raise
+        raise NoWorkerError(task="scatter of U", timeout=timeout or 0) from exc
 
 
 def per_chunk(func: Callable[..., Any], X: da.Array, *args: Any, dtype: Any = object,

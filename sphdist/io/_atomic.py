@@ -1214,7 +1214,7 @@ def _left_behind(target: Any, before: Any) -> str:
 
 def locks_output(
     parameter: str = "output", *, kind: str | Callable[[dict[str, Any]], str] | None = None,
-    inputs: tuple[str, ...] = (),
+    inputs: tuple[str, ...] | Callable[[dict[str, Any]], Iterable[Any]] = (),
 ) -> Callable[[F], F]:
     """Decorate a writer so that it holds its output (:func:`open_output`) throughout.
 
@@ -1231,9 +1231,11 @@ def locks_output(
     kind : str or callable, optional
         What the function writes (see :func:`open_output`), or a function of its bound
         arguments (defaults included) that says it; default: no output policy.
-    inputs : tuple of str
+    inputs : tuple of str or callable
         The names of the function's arguments that are what it reads (paths, sequences of
-        paths, or objects with ``paths``), for the output policy.
+        paths, or objects with ``paths``), or a function of its bound arguments (defaults
+        included) that returns what it reads (for an argument that is a path only sometimes:
+        ``neighbors``' queries are texts or a file), for the output policy.
 
     Returns
     -------
@@ -1253,7 +1255,8 @@ def locks_output(
                 return function(*args, **kwargs)
             bound.apply_defaults()
             what = kind(bound.arguments) if callable(kind) else kind
-            read = [bound.arguments.get(name) for name in inputs]
+            read = (list(inputs(bound.arguments)) if callable(inputs)
+                    else [bound.arguments.get(name) for name in inputs])
             try:
                 before = commit_identity(target)
             except Exception:  # a failing store: the writer says so; Ctrl-C then says less

@@ -85,6 +85,10 @@ CHECKSUMMED = ZstdCodec(level=0, checksum=True)
 #: that a chunk without a file is always damage.
 WRITE_CONFIG = {"write_empty_chunks": True}
 
+#: Largest ``| ||v_j|| - 1 |`` accepted of a stored unit column (the V of a model or an
+#: embedding; the V of a float32 fit is normalised in float32).
+UNIT_TOLERANCE = 1e-4
+
 
 def open_node(
     path: str | os.PathLike[str], *, missing: str, unreadable: Callable[[Exception], str],
@@ -304,6 +308,31 @@ class TaggedStore:
 
         return self._consistent(read)
 
+    def _unit_columns(self, name: str, digests: Any, *, token: Any) -> Any:
+        """``group[name]``, an (r, n) array of unit columns, as a lazy dask array.
+
+        One task per stored chunk of columns, which reads and checks that chunk alone
+        (:func:`read_unit_columns`) against ``digests`` (the recorded :func:`chunk_sha256`;
+        None for a store written before it). ``token`` identifies the stored values (a digest
+        of the store), for the name of the dask array.
+        """
+        import dask.array as da
+        from dask.base import tokenize
+
+        arr = self._array(name)
+        r, c = arr.chunks
+        n = arr.shape[1]
+        if digests is not None and not isinstance(digests, list):
+            digests = []  # no chunk matches: refused by the first chunk read
+        return da.map_blocks(
+            read_unit_columns, str(self.location), name, c, self._target, self._version,
+            None if digests is None else tuple(digests), self._REWRITE,
+            dtype=np.float64,
+            chunks=((r,), tuple(min(c, n - s) for s in range(0, n, c)) or (0,)),
+            meta=np.empty((0, 0)),
+            name=f"sphdist-{self.KIND}-{name}-{tokenize(str(self.location), token, c)}",
+        )
+
     def _read(
         self, name: str, sha256: str | None = None, digest: str = "sha256",
         required: bool = True,
@@ -313,6 +342,97 @@ class TaggedStore:
             self._group[name], str(self.location), name, error=ModelFormatError,
             remedy=self._REWRITE, sha256=sha256, digest=digest, required=required,
         ))
+
+
+def read_unit_columns(
+    location: str, name: str, c: int, target: Any, version: Any,
+    digests: tuple[str, ...] | None, remedy: str, block_id: Any = None,
+) -> np.ndarray:
+    """Columns of ``name`` in its zarr chunk ``block_id[1]`` (runs in a task); a bad one is refused.
+
+    The reader of the unit columns of a model's and an embedding's V
+    (:meth:`TaggedStore._unit_columns`).
+
+    Parameters
+    ----------
+    location : str
+        The directory of the version read.
+    name : str
+        The array, of shape (r, n), float64, chunked ``(r, c)``.
+    c : int
+        Columns per zarr chunk.
+    target, version
+        The store's :class:`~sphdist.io.Target` and the version the handle opened; a read
+        that met a commit raises StoreReplacedError (see :class:`TaggedStore`).
+    digests : tuple of str or None
+        The recorded :func:`chunk_sha256` of the array, one per chunk (None for a store
+        written before it was recorded).
+    remedy : str
+        Completes "To resolve this, ...".
+    block_id : tuple of int
+        Given by :func:`dask.array.map_blocks`.
+
+    Returns
+    -------
+    ndarray of shape (r, c_i), float64
+        The columns, bitwise as stored.
+
+    Raises
+    ------
+    ModelFormatError
+        If the chunk does not decode, a column is not a finite unit vector (within
+        :data:`UNIT_TOLERANCE`), or the chunk does not match its digest (a column swap keeps
+        every column a unit vector).
+    StoreReplacedError
+        If a commit replaced the store while it was read.
+    """
+    start = block_id[1] * c
+    try:
+        arr = zarr.open_array(store=location, path=name, mode="r")
+    except Exception:
+        if target.replaced(version, failed=True):
+            raise replaced_error(target.path) from None
+        raise
+    error = None
+    try:
+        block = np.asarray(arr[:, start:start + c])
+    except Exception as exc:  # the zstd checksum fails, or the file is truncated
+        error = replaced_error(target.path) if target.replaced(version, failed=True) else (
+            ModelFormatError(
+                f"{location}: {name} (columns {start}:{start + c}) is corrupted "
+                f"({type(exc).__name__}: {exc}). To resolve this, {remedy}."
+            )
+        )
+    if error is None and target.replaced(version, failed=False):
+        error = replaced_error(target.path)  # the values may be another version's
+    if error is not None:
+        raise error  # outside the except block: the client must unpickle it without zarr's cause
+    with np.errstate(invalid="ignore", over="ignore"):
+        off = np.abs(np.sqrt(np.einsum("ij,ij->j", block, block)) - 1.0)
+    bad = np.flatnonzero(~(off <= UNIT_TOLERANCE))  # NaN and Inf included
+    if bad.size and target.replaced(version, failed=True):
+        # a version gone past its grace period reads as zeros (missing chunks), not damage
+        raise replaced_error(target.path)
+    if bad.size:
+        j = int(bad[0])
+        column = block[:, j]
+        what = (f"holds a non-finite value ({column[~np.isfinite(column)][0]})"
+                if not np.isfinite(column).all() else
+                f"is not a unit vector (norm {np.linalg.norm(column):.6g})")
+        raise ModelFormatError(
+            f"{location}: column {start + j} of {name} {what}; the columns of {name} are unit "
+            f"vectors. To resolve this, {remedy}."
+        )
+    if digests is not None and (len(digests) != -(-arr.shape[1] // c) or content_sha256(block)
+                                != digests[block_id[1]]):  # last: the
+        # checks above name more (a column swap keeps every column a unit vector)
+        if target.replaced(version, failed=True):
+            raise replaced_error(target.path)
+        raise ModelFormatError(
+            f"{location}: {name} (columns {start}:{start + c}) does not match its recorded "
+            f"sha256 (the stored values were changed or damaged). To resolve this, {remedy}."
+        )
+    return block
 
 
 def check_array(

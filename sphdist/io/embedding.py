@@ -10,9 +10,11 @@
 
 with attributes ``sphdist = {"kind": "embedding", "format_version": 1}``, ``model``
 (``path``, ``u_sha256``), ``corpus`` (``path``, ``fingerprint``, ``shape``), ``label_names``,
-``n_degenerate``, ``method`` and ``sha256`` (``doc_ids``: one digest per stored chunk,
-:func:`~sphdist.io._zarr.chunk_sha256`; ``labels``: one digest; checked when they are read;
-embeddings written before it are read with one warning).
+``n_degenerate``, ``method`` and ``sha256`` (``V``, ``degenerate`` and ``doc_ids``: one digest
+per stored chunk, :func:`~sphdist.io._zarr.chunk_sha256`, those of V and ``degenerate``
+computed by the tasks that write the chunks; ``labels``: one digest; checked when they are
+read, each chunk of V by the task that reads it, which also checks that its columns are finite
+unit vectors; embeddings written before a digest was recorded are read with one warning).
 
 :class:`EmbeddingWriter` builds the group in a sibling staging directory, the tasks write their
 chunks of V into it (:func:`write_embedding_block`), and :meth:`EmbeddingWriter.commit` makes it
@@ -23,7 +25,8 @@ visible with an atomic rename (:mod:`sphdist.io._atomic`). Exporting and searchi
 from __future__ import annotations
 
 import os
-from typing import Any
+import shlex
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import zarr
@@ -36,6 +39,7 @@ from sphdist.io._zarr import (
     WRITE_CONFIG,
     ChunkedVector,
     TaggedStore,
+    chunk_sha256,
     content_sha256,
     json_clean,
     read_chunk_checked,
@@ -45,6 +49,9 @@ from sphdist.io._zarr import (
     write_array,
     write_vector,
 )
+
+if TYPE_CHECKING:
+    import dask.array as da
 
 __all__ = [
     "FORMAT_VERSION", "KIND", "Embedding", "EmbeddingWriter", "open_embedding",
@@ -110,11 +117,15 @@ class EmbeddingWriter:
     def commit(
         self, *, doc_ids: np.ndarray, labels: np.ndarray | None,
         label_names: list[str] | None, attrs: dict[str, Any],
+        blocks: list[dict[str, list[str]]] | None = None,
     ) -> Embedding:
         """Write ids, labels and attributes, then rename the staging tree to ``path``.
 
         Parameters
         ----------
+        blocks : list of dict
+            What :func:`write_embedding_block` returned for each document chunk, in the
+            order of the chunks: the digests of V and ``degenerate``, recorded.
         doc_ids : ndarray of shape (n,), str
         labels : ndarray of shape (n,), int32, or None
         label_names : list of str or None
@@ -130,6 +141,9 @@ class EmbeddingWriter:
             require_written(group[name], self.path, name)
         digests: dict[str, Any] = {
             "doc_ids": write_vector(group, "doc_ids", np.asarray(doc_ids, dtype=object))}
+        if blocks is not None:  # one digest per zarr chunk, in order (every block starts one)
+            for name in ("V", "degenerate"):
+                digests[name] = [d for block in blocks for d in block[name]]
         if labels is not None:
             labels = np.asarray(labels, dtype=np.int32)
             write_array(group, "labels", labels)
@@ -147,7 +161,7 @@ class EmbeddingWriter:
 
 def write_embedding_block(
     staging: str, start: int, V: np.ndarray, degenerate: np.ndarray
-) -> None:
+) -> dict[str, list[str]]:
     """Write columns ``start:start + n_c`` of an embedding being built (runs in a task).
 
     Parameters
@@ -155,14 +169,26 @@ def write_embedding_block(
     staging : str
         :attr:`EmbeddingWriter.staging`.
     start : int
-        First document of the chunk.
+        First document of the chunk (the first of a zarr chunk).
     V : ndarray of shape (r, n_c), float64
     degenerate : ndarray of shape (n_c,), bool
+
+    Returns
+    -------
+    dict
+        ``V`` and ``degenerate``: the :func:`~sphdist.io._zarr.chunk_sha256` of the zarr
+        chunks written, in order, for :meth:`EmbeddingWriter.commit`. They depend on the
+        values alone, so the same whatever the scheduler.
     """
     group = zarr.open_group(store=staging, mode="r+")
     stop = start + V.shape[1]
-    group["V"].with_config(WRITE_CONFIG)[:, start:stop] = V
-    group["degenerate"].with_config(WRITE_CONFIG)[start:stop] = degenerate
+    arr_V, arr_d = group["V"], group["degenerate"]
+    V = np.asarray(V, dtype=arr_V.dtype)
+    degenerate = np.asarray(degenerate, dtype=arr_d.dtype)
+    arr_V.with_config(WRITE_CONFIG)[:, start:stop] = V
+    arr_d.with_config(WRITE_CONFIG)[start:stop] = degenerate
+    return {"V": chunk_sha256(V, arr_V.chunks[1]),
+            "degenerate": chunk_sha256(degenerate, arr_d.chunks[0])}
 
 
 class Embedding(TaggedStore):
@@ -188,13 +214,29 @@ class Embedding(TaggedStore):
         "--overwrite`"
     )
 
+    def _open(self) -> None:
+        super()._open()
+        recorded = (self.attrs.get("model"), self.attrs.get("corpus"))
+        paths = [p.get("path") if isinstance(p, dict) else None for p in recorded]
+        if all(isinstance(p, str) and p for p in paths):  # the command that wrote it
+            self._REWRITE = (
+                "write it again with `" + " ".join(shlex.quote(str(w)) for w in (
+                    "sphdist", "transform", "--model", paths[0], "--input", paths[1],
+                    "--output", self.path, "--overwrite")) + "`"
+            )
+
     @property
-    def V(self) -> zarr.Array:
-        """The (r, n) float64 zarr array of unit columns (read slices of it); every chunk stored."""
-        return self._array("V")
+    def V(self) -> da.Array:
+        """The (r, n) float64 unit columns, lazy: one task per stored chunk reads and checks it.
+
+        Each chunk is checked when read (:func:`~sphdist.io._zarr.read_unit_columns`):
+        it decodes, its columns are finite unit vectors, and it matches its recorded digest.
+        """
+        return self._unit_columns("V", self._digest("V"),
+                                  token=("embedding", self.attrs.get("sha256")))
 
     def _digest(self, name: str) -> Any:
-        """The recorded digest of ``name`` (doc_ids, labels); a warning, once, without one."""
+        """The recorded digest of ``name`` (V, degenerate, doc_ids, labels); warned once if none."""
         digests = self.attrs.get("sha256")
         found = digests.get(name) if isinstance(digests, dict) else None
         warned = self.__dict__.setdefault("_warned", set())
@@ -229,7 +271,7 @@ class Embedding(TaggedStore):
     @property
     def degenerate(self) -> np.ndarray:
         """Ndarray of shape (n,), bool: True where ``U^T x_j = 0``."""
-        return self._read("degenerate", required=False)
+        return self._read("degenerate", self._digest("degenerate"), required=False)
 
 
 def open_embedding(path: str | os.PathLike[str]) -> Embedding:

@@ -73,7 +73,6 @@ from typing import Any
 import dask.array as da
 import numpy as np
 import zarr
-from dask.base import tokenize
 
 from sphdist.core import graph
 from sphdist.core.solver import FitState
@@ -81,12 +80,12 @@ from sphdist.errors import InputNotFoundError, ModelFormatError
 from sphdist.io._atomic import discard, open_output, open_target
 from sphdist.io._zarr import (
     CHECKSUMMED,
+    UNIT_TOLERANCE,
     WRITE_CONFIG,
     TaggedStore,
     content_sha256,
     json_clean,
     regular_chunks,
-    replaced_error,
     require_written,
     warn_undigested,
     write_array,
@@ -311,7 +310,7 @@ class Model(TaggedStore):
     #: Largest ``|U^T U - I|`` entry accepted: a polar factor is orthonormal to ~1e-12.
     U_TOLERANCE = 1e-6
     #: Largest ``| ||v_j|| - 1 |`` accepted (the V of a float32 fit is normalised in float32).
-    V_TOLERANCE = 1e-4
+    V_TOLERANCE = UNIT_TOLERANCE
     FORMAT_VERSION = FORMAT_VERSION
     _MISSING = "check the path, or fit one with `sphdist fit --input CORPUS --output PATH`"
     _STALE = "refit with this version of sphdist"
@@ -499,20 +498,7 @@ class Model(TaggedStore):
                 f"holds U, not the embedding V. To resolve this, finish the fit: `sphdist "
                 f"info {self.path}` prints the command that does."
             )
-        V = self._array("V")
-        r, c = V.chunks
-        starts = range(0, V.shape[1], c)
-        digests = self._digest("V")
-        if digests is not None and not isinstance(digests, list):
-            digests = []  # no chunk matches: refused by the first chunk read
-        V = da.map_blocks(
-            _read_v_block, str(self.location), c, self._target, self._version,
-            None if digests is None else tuple(digests),
-            dtype=np.float64,
-            chunks=((r,), tuple(min(c, V.shape[1] - s) for s in starts) or (0,)),
-            meta=np.empty((0, 0)),
-            name=f"sphdist-model-V-{tokenize(str(self.location), self.fingerprint, c)}",
-        )
+        V = self._unit_columns("V", self._digest("V"), token=("model", self.fingerprint))
         return V if chunks is None else V.rechunk((V.shape[0], chunks))
 
     def state(self, chunks: tuple[int, ...]) -> FitState:
@@ -545,66 +531,6 @@ class Model(TaggedStore):
             converged=bool(a["converged"]),
             **a.get("extrapolation", {}),
         )
-
-
-def _read_v_block(
-    location: str, c: int, target: Any, version: Any, digests: tuple[str, ...] | None,
-    block_id=None,
-) -> np.ndarray:
-    """Columns of V in zarr chunk ``block_id[1]`` (runs in a task); a bad chunk is refused.
-
-    ``target`` and ``version``: the model's :class:`~sphdist.io.Target` and the version the
-    handle opened; a read that met a commit raises StoreReplacedError (see
-    :class:`~sphdist.io._zarr.TaggedStore`). ``digests``: the recorded ``sha256.V``, one per
-    chunk (None for a model written before it was recorded).
-    """
-    start = block_id[1] * c
-    try:
-        arr = zarr.open_array(store=location, path="V", mode="r")
-    except Exception:
-        if target.replaced(version, failed=True):
-            raise replaced_error(target.path) from None
-        raise
-    error = None
-    try:
-        block = np.asarray(arr[:, start:start + c])
-    except Exception as exc:  # the zstd checksum fails, or the file is truncated
-        error = replaced_error(target.path) if target.replaced(version, failed=True) else (
-            ModelFormatError(
-                f"{location}: V (columns {start}:{start + c}) is corrupted "
-                f"({type(exc).__name__}: {exc}). To resolve this, {Model._REWRITE}."
-            )
-        )
-    if error is None and target.replaced(version, failed=False):
-        error = replaced_error(target.path)  # the values may be another version's
-    if error is not None:
-        raise error  # outside the except block: the client must unpickle it without zarr's cause
-    with np.errstate(invalid="ignore", over="ignore"):
-        off = np.abs(np.sqrt(np.einsum("ij,ij->j", block, block)) - 1.0)
-    bad = np.flatnonzero(~(off <= Model.V_TOLERANCE))  # NaN and Inf included
-    if bad.size and target.replaced(version, failed=True):
-        # a version gone past its grace period reads as zeros (missing chunks), not damage
-        raise replaced_error(target.path)
-    if bad.size:
-        j = int(bad[0])
-        column = block[:, j]
-        what = (f"holds a non-finite value ({column[~np.isfinite(column)][0]})"
-                if not np.isfinite(column).all() else
-                f"is not a unit vector (norm {np.linalg.norm(column):.6g})")
-        raise ModelFormatError(
-            f"{location}: column {start + j} of V {what}; the columns of V are unit vectors. "
-            f"To resolve this, {Model._REWRITE}."
-        )
-    if digests is not None and (len(digests) != -(-arr.shape[1] // c) or content_sha256(block)
-                                != digests[block_id[1]]):  # last: the
-        # checks above name more (a column swap keeps every column a unit vector)
-        if target.replaced(version, failed=True):
-            raise replaced_error(target.path)
-        raise ModelFormatError(
-            f"{location}: V (columns {start}:{start + c}) does not match its recorded sha256 "
-            f"(the stored values were changed or damaged). To resolve this, {Model._REWRITE}."
-        )
-    return block
 
 
 def open_model(path: str | os.PathLike[str]) -> Model:

@@ -352,6 +352,55 @@ def check_workers_see(
 NO_WORKERS_TIMEOUT_S = 60
 
 
+def no_workers_timeout() -> float:
+    """Seconds a job's tasks may wait while the cluster has no worker, before they fail.
+
+    dask's ``distributed.scheduler.no-workers-timeout`` where it is set (on this machine:
+    ``DASK_DISTRIBUTED__SCHEDULER__NO_WORKERS_TIMEOUT=10min`` for a cluster whose workers
+    wait in a batch queue), else :data:`NO_WORKERS_TIMEOUT_S`.
+    """
+    from dask.utils import parse_timedelta
+
+    value = dask.config.get("distributed.scheduler.no-workers-timeout", None)
+    seconds = parse_timedelta(value) if value is not None else None
+    return float(seconds) if seconds else float(NO_WORKERS_TIMEOUT_S)
+
+
+@contextlib.contextmanager
+def _no_workers_bound(client: Client, seconds: float) -> Iterator[None]:
+    """A scheduler without a no-workers timeout fails our tasks after ``seconds`` without workers.
+
+    A scheduler started with distributed's defaults keeps a task that no worker can run
+    waiting for good: a job on a cluster that lost every worker (killed, pre-empted, never
+    started) would wait for ever (issue 31 item 4). For the duration of the job the scheduler
+    gets the timeout the embedded LocalCluster has (:func:`no_workers_timeout`), then its own
+    setting back; a scheduler that has a timeout of its own keeps it. The timeout is the
+    scheduler's, so while the job runs it applies to every client's tasks on it.
+    """
+
+    def _set_no_workers_timeout(dask_scheduler: Any, seconds: Any, only_if: Any) -> Any:
+        # runs on the scheduler (sent by value: it need not have sphdist installed)
+        previous = dask_scheduler.no_workers_timeout
+        if previous == only_if:
+            dask_scheduler.no_workers_timeout = seconds
+        return previous
+
+    refused = object()
+    try:
+        previous = client.run_on_scheduler(_set_no_workers_timeout, seconds=seconds,
+                                           only_if=None)
+    except Exception as exc:  # a scheduler that runs no client code: the job runs unbounded
+        logger.warning("could not give the scheduler a no-workers timeout (%s: %s): a job "
+                       "on it waits while it has no worker", type(exc).__name__, exc)
+        previous = refused
+    try:
+        yield
+    finally:
+        if previous is None:  # it had none: it gets none back (unless another job changed it)
+            with contextlib.suppress(Exception):  # the scheduler may be gone
+                client.run_on_scheduler(_set_no_workers_timeout, seconds=None, only_if=seconds)
+
+
 def check_worker_memory(limit: str | int | float, threads_per_worker: int = 1) -> None:
     """Refuse a LocalCluster worker memory limit below what one worker process takes idle.
 
@@ -737,6 +786,11 @@ def connect(
 
     Notes
     -----
+    A job on a cluster with no worker (all lost, or none started) does not wait for ever: its
+    tasks fail with distributed's ``NoWorkerError`` after :func:`no_workers_timeout` seconds,
+    on the LocalCluster and on an external scheduler, which is given that timeout for the
+    block if it has none of its own (:func:`_no_workers_bound`).
+
     The LocalCluster and everything it listens on bind to 127.0.0.1. On one machine the
     threaded scheduler moves no bytes between processes: scipy's sparse products and NumPy's
     BLAS release the GIL (two threads on their own chunks ran 1.66x one thread's work rate),
@@ -754,7 +808,11 @@ def connect(
                 "KEY.pem (or SPHDIST_TLS_CA_FILE, SPHDIST_TLS_CERT, SPHDIST_TLS_KEY; "
                 "cluster/README.md makes them)."
             )
-        with Client(address, security=security or None) as client:
+        seconds = no_workers_timeout()
+        with dask.config.set({  # read by graph.broadcast's scatter too
+            "distributed.scheduler.no-workers-timeout": f"{seconds}s",
+        }), Client(address, security=security or None) as client, \
+                _no_workers_bound(client, seconds):
             logger.info("connected to scheduler %s (dashboard %s)", address, client.dashboard_link)
             _share_storage_options(client)
             yield client
@@ -778,7 +836,7 @@ def connect(
     n_workers = n_workers or cpu_count()
     check_worker_memory(memory_limit, threads_per_worker)
     with dask.config.set({  # a cluster that keeps losing its workers fails, never waits
-        "distributed.scheduler.no-workers-timeout": f"{NO_WORKERS_TIMEOUT_S}s",
+        "distributed.scheduler.no-workers-timeout": f"{no_workers_timeout()}s",
     }), LocalCluster(
         n_workers=n_workers,
         threads_per_worker=threads_per_worker,

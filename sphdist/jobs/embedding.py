@@ -185,7 +185,7 @@ def open_embedding_source(
                 f"documents again with `sphdist transform --model {fitted.path}`."
             )
         return EmbeddingSource(
-            V=da.from_zarr(emb.V), ids=emb.ids(), labels=emb.labels,
+            V=emb.V, ids=emb.ids(), labels=emb.labels,
             label_names=emb.attrs.get("label_names"), origin="embedding",
             degenerate=emb.degenerate, empty=_recorded_empty(emb.attrs),
         )

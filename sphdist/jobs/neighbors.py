@@ -860,7 +860,8 @@ def query_neighbors(
     return report
 
 
-@locks_output("output", kind="file", inputs=("model", "input", "index"))
+@locks_output("output", kind="file", inputs=lambda a: (  # a queries file is read too
+    a["model"], a["input"], a["index"], getattr(a["queries"], "path", None)))
 def batch_neighbors(
     model: str | os.PathLike[str], output: str | os.PathLike[str], *,
     queries: Sequence[str] | QueryLines, ids: bool = False, k: int = 10,
@@ -909,7 +910,9 @@ def batch_neighbors(
     ParameterError
         No query, an unknown id (``on_error="fail"``), every query bad (``"skip"``), ``k``
         larger than the documents that can be neighbours, a format the suffix does not name,
-        ``include_self`` without ``ids``, an unknown ``on_error``.
+        ``include_self`` without ``ids``, an unknown ``on_error``; ``output`` is an input:
+        the model, the embedding, the index or the queries file (:func:`queries_of`), before
+        anything is read (:func:`sphdist.io.locks_output`).
     DataError
         A query without a direction, a line that is not UTF-8 (``on_error="fail"``: the
         message names its line and the remedy).

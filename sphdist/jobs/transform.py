@@ -118,10 +118,10 @@ def transform_corpus(
         starts = da.from_array(np.asarray(writer.offsets, dtype=np.int64), chunks=1)
         counts = graph.per_chunk(
             _embed_chunk, X, graph.broadcast(U), "ik", starts, "j",
-            staging=str(writer.staging), device=device, dtype=np.int64,
+            staging=str(writer.staging), device=device, dtype=object,
         )
         try:
-            n_degenerate = int(graph.compute(counts, "transform", progress).sum())
+            blocks = list(graph.compute(counts, "transform", progress))  # in chunk order
         except Exception as exc:
             if not _device.is_out_of_memory(exc):
                 raise
@@ -133,8 +133,10 @@ def transform_corpus(
                 f"To resolve this, run it on the CPU: `{again}` (device='cpu'), or free the "
                 "device's memory (other processes on it: `nvidia-smi`) and run it again."
             ) from None
+        n_degenerate = sum(int(b["n_degenerate"]) for b in blocks)
         return writer.commit(
-            doc_ids=source.doc_ids, labels=source.labels, label_names=source.label_names,
+            blocks=blocks, doc_ids=source.doc_ids, labels=source.labels,
+            label_names=source.label_names,
             attrs={
                 "model": {"path": absolute(model), "u_sha256": fitted.fingerprint},
                 "corpus": {
@@ -201,7 +203,11 @@ def check_transform(
 def _embed_chunk(
     X_c: Any, U: np.ndarray, start: np.ndarray, staging: str, device: str = "cpu"
 ) -> np.ndarray:
-    """Exact V-step of one chunk, written to the staging embedding; returns [n_degenerate]."""
+    """Exact V-step of one chunk, written to the staging embedding.
+
+    Returns the digests :func:`~sphdist.io.embedding.write_embedding_block` computed of what
+    it wrote, and ``n_degenerate``, the chunk's documents with ``U^T x = 0``.
+    """
     from sphdist.core import kernels
     from sphdist.io.embedding import write_embedding_block
 
@@ -210,5 +216,5 @@ def _embed_chunk(
     A = _device.array_module(U).asarray(X_c.T @ U).T
     V, degenerate = kernels.v_step(A, None, 2.0)
     V, degenerate = _device.to_host(V), _device.to_host(degenerate)
-    write_embedding_block(staging, int(start[0]), V, degenerate)
-    return np.array([int(degenerate.sum())], dtype=np.int64)
+    written = write_embedding_block(staging, int(start[0]), V, degenerate)
+    return {**written, "n_degenerate": int(degenerate.sum())}

@@ -551,3 +551,71 @@ def test_a_search_that_returns_an_id_of_no_document_is_refused(copies):
     _rewrite_faiss(path, faiss.serialize_index(loaded))
     with pytest.raises(ModelFormatError, match=rf"returned document {N + 5}.*--overwrite"):
         query_neighbors(out, doc_id="7", k=loaded.ntotal - 1, index=path)
+
+
+# -- the embedding's V and degenerate: one digest per stored chunk (issue 31 item 3) -----------
+
+
+def _embed_cli(*args):
+    from click.testing import CliRunner
+
+    from sphdist.cli import main
+
+    return CliRunner().invoke(main, ["--quiet", *map(str, args)])
+
+
+@pytest.mark.parametrize("edit", ["V", "degenerate"])
+def test_an_edited_embedding_is_refused_by_every_reader(copies, tmp_path, edit):
+    """Swapped columns of an embedding's V (unit vectors still) or a flipped ``degenerate``."""
+    corpus, model = copies
+    emb = tmp_path / "e.zarr"
+    assert _embed_cli("transform", "-m", model, "-i", corpus, "-o", emb).exit_code == 0
+    before = _embed_cli("neighbors", "-m", model, "-i", emb, "--doc-id", "3", "-k", 3)
+    assert before.exit_code == 0, before.output
+    if edit == "V":
+        _swap(emb / "V", 3, 7)  # chunk 0 of 5 columns holds 3, chunk 1 holds 7
+    else:
+        arr = zarr.open_array(store=str(emb / "degenerate"), mode="r+")
+        arr[8] = not arr[8]
+    chunks = ("columns 0:5", "columns 5:10") if edit == "V" else ("chunk 1, elements 5:10",)
+    for args in (("neighbors", "-m", model, "-i", emb, "--doc-id", "3", "-k", 3),
+                 ("export", "-m", model, "-i", emb, "-o", tmp_path / "out.parquet"),
+                 ("neighbors", "-m", model, "-i", emb, "--all", "-k", 3,
+                  "-o", tmp_path / "knn.parquet")):
+        result = _embed_cli(*args)
+        assert result.exit_code == 1, (args, result.output)
+        assert "Traceback" not in result.output
+        lines = result.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith(f"Error: {emb}: {edit} ("), lines
+        assert any(c in lines[0] for c in chunks), lines
+        assert "does not match its recorded sha256" in lines[0], lines
+        remedy = lines[0].split("To resolve this, write it again with `", 1)[1].split("`")[0]
+    assert not (tmp_path / "out.parquet").exists() and not (tmp_path / "knn.parquet").exists()
+    words = remedy.split()  # the remedy works: the same embedding, readable again
+    assert words[:2] == ["sphdist", "transform"] and "--overwrite" in words, remedy
+    assert _embed_cli(*words[1:]).exit_code == 0
+    again = _embed_cli("neighbors", "-m", model, "-i", emb, "--doc-id", "3", "-k", 3)
+    assert again.exit_code == 0 and again.output == before.output
+
+
+def test_an_embedding_written_before_its_v_digests_is_read_with_one_warning(copies, tmp_path,
+                                                                          caplog):
+    from sphdist.io.embedding import open_embedding
+    from sphdist.jobs.transform import transform_corpus
+
+    corpus, model = copies
+    emb = transform_corpus(model, corpus, tmp_path / "e.zarr")
+    assert len(emb.attrs["sha256"]["V"]) == 18 == len(emb.attrs["sha256"]["degenerate"])  # c=5
+    V, degenerate = emb.V.compute(), emb.degenerate
+    g = zarr.open_group(store=str(tmp_path / "e.zarr"), mode="r+")
+    g.attrs["sha256"] = {k: v for k, v in g.attrs["sha256"].items()
+                         if k not in ("V", "degenerate")}
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="sphdist"):
+        old = open_embedding(tmp_path / "e.zarr")
+        np.testing.assert_array_equal(old.V.compute(), V)
+        np.testing.assert_array_equal(old.degenerate, degenerate)
+        old.V  # noqa: B018
+    said = [r.getMessage() for r in caplog.records if "no recorded digest" in r.getMessage()]
+    assert len(said) == 2 and "V has" in said[0] and "degenerate has" in said[1], said
+    assert "sphdist transform --model" in said[0]
