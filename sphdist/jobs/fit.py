@@ -47,7 +47,6 @@ import numpy as np
 from sphdist.core import _device, graph, solver
 from sphdist.errors import (
     CheckpointMismatchError,
-    CorpusMismatchError,
     DataError,
     InsufficientMemoryError,
     Interrupted,
@@ -67,7 +66,6 @@ from sphdist.io.corpus import open_input
 from sphdist.io.model import (
     Model,
     ScratchV,
-    idf_sha256,
     load_checkpoint,
     open_model,
     save_checkpoint,
@@ -84,9 +82,9 @@ from sphdist.jobs.cluster import (
 from sphdist.jobs.params import FitConfig, JobSettings
 
 __all__ = [
-    "fit_corpus", "plan_fit", "FitPlan", "FitConfig", "JobSettings", "open_fit", "Fit",
-    "prepare_fit",    "warm_start", "check_compatible", "fit_command", "RESUME_KEYS",
-    "WORKER_LOSS",
+    "fit_corpus", "plan_fit", "FitPlan", "open_fit", "Fit", "prepare_fit", "warm_start",
+    "check_compatible", "fit_command", "decide_output", "OutputDecision", "Remedy",
+    "RESUME_KEYS", "WORKER_LOSS",
 ]
 
 logger = logging.getLogger("sphdist")
@@ -682,64 +680,146 @@ def _checkpoint_to_resume(
 ) -> Model | None:
     """The checkpoint at ``output`` to resume, None for a fresh fit, or why neither.
 
-    Each refusal prints the commands that work (:func:`fit_command`), the one that does what
-    was asked first: the asked fit with ``--overwrite``, and the resume of what is there with
-    its own parameters (and the asked ``--max-iter`` and ``--tol``, which may change).
+    The output's interrupted commit put back and its checkpoint read, then
+    :func:`decide_output`; a refusal is raised with its remedies as commands
+    (:func:`fit_command`).
     """
     out.recover()  # this fit is the writer of the output: an interrupted commit put back
-    output = out.path
-    previous = load_checkpoint(output)
+    previous = load_checkpoint(out.path)
+    decision = decide_output(previous, source.fingerprint, input, params, resume=resume,
+                             overwrite=overwrite)
+    if decision.error is None:
+        return previous if decision.action == "resume" else None
+    remedies = ", or ".join(
+        "{}: `{}`".format(r.say, fit_command(
+            r.input, out.path, r.params, resume=r.action == "resume",
+            overwrite=r.action == "overwrite", checkpoint_every=checkpoint_every,
+        )) for r in decision.remedies
+    )
+    raise decision.error(f"{out.path} {decision.found}. To resolve this, {remedies} "
+                         "(or choose another --output).")
+
+
+@dataclasses.dataclass(frozen=True)
+class Remedy:
+    """A fit that resolves a refusal of the output: what it does there and with what.
+
+    Attributes
+    ----------
+    action : {"resume", "overwrite"}
+        Continue the checkpoint at the output, or replace it.
+    input : path-like
+        The corpus of that fit.
+    params : dict
+        Its parameters (:data:`RESUME_KEYS` and the other names of
+        :data:`sphdist.core.params.SOLVER_PARAMS`).
+    say : str
+        What it does, in words (``"continue it"``, ``"replace it"``).
+    """
+
+    action: str
+    input: Any
+    params: dict[str, Any]
+    say: str
+
+
+@dataclasses.dataclass(frozen=True)
+class OutputDecision:
+    """What a fit does with a model already at its output (:func:`decide_output`).
+
+    Attributes
+    ----------
+    action : {"fresh", "resume", "refuse"}
+        Start afresh (nothing there, or ``overwrite``), continue its checkpoint, or refuse.
+    error : type or None
+        The refusal's exception (:class:`~sphdist.errors.OutputExistsError`,
+        :class:`~sphdist.errors.CheckpointMismatchError`); None unless refused.
+    found : str
+        What is at the output, the message's words after its path.
+    remedies : tuple of Remedy
+        The fits that resolve the refusal, the one nearest to what was asked first.
+    """
+
+    action: str
+    error: type[Exception] | None = None
+    found: str = ""
+    remedies: tuple[Remedy, ...] = ()
+
+
+def decide_output(
+    previous: Model | None, fingerprint: str, input: Any, params: dict[str, Any], *,
+    resume: bool, overwrite: bool,
+) -> OutputDecision:
+    """Whether a fit resumes, starts afresh or is refused at an output; pure.
+
+    Parameters
+    ----------
+    previous : Model or None
+        The checkpoint at the output (only its ``corpus``, ``params``, ``n_iter`` and
+        ``converged`` are read), or None.
+    fingerprint : str
+        The fingerprint of the corpus to fit.
+    input : path-like
+        Its path, for the messages and remedies.
+    params : dict
+        The fit's parameters, as stored (:data:`RESUME_KEYS` and ``max_iter``).
+    resume, overwrite : bool
+        What was asked (:class:`JobSettings`).
+
+    Returns
+    -------
+    OutputDecision
+        Resumed only when asked, with the same corpus and the same :data:`RESUME_KEYS`;
+        refused with :class:`~sphdist.errors.OutputExistsError` when a model is there and
+        neither was asked, with :class:`~sphdist.errors.CheckpointMismatchError` when a
+        resume was asked of another corpus' or other parameters' checkpoint; each refusal
+        with the asked fit replacing the output and the continuation of what is there.
+    """
     if previous is None or (overwrite and not resume):
-        return None
-    same_corpus = previous.corpus.get("fingerprint") == source.fingerprint
+        return OutputDecision("fresh")
+    same_corpus = previous.corpus.get("fingerprint") == fingerprint
     recorded = _recorded_params(previous)
     changed = {k: (recorded[k], params[k]) for k in RESUME_KEYS
                if _resume_value(k, recorded[k]) != _resume_value(k, params[k])}
     if same_corpus and not changed and resume:
-        return previous
-    asked = fit_command(input, output, params, overwrite=True, checkpoint_every=checkpoint_every)
-    theirs = fit_command(  # the fit that is there, continued
-        input if same_corpus else previous.corpus.get("path", "CORPUS"), output,
-        {**params, **recorded}, resume=True, checkpoint_every=checkpoint_every,
+        return OutputDecision("resume")
+    asked = functools.partial(Remedy, "overwrite", input, params)
+    theirs = functools.partial(  # the fit that is there, continued
+        Remedy, "resume", input if same_corpus else previous.corpus.get("path", "CORPUS"),
+        {**params, **recorded},
     )
     detail = ", ".join(f"{k}: {a!r} -> {b!r}" for k, (a, b) in changed.items())
     other_corpus = (
         f"{previous.corpus.get('path')!r} (fingerprint "
         f"{previous.corpus.get('fingerprint', '?')[:12]}), not {{}} {input} (fingerprint "
-        f"{source.fingerprint[:12]})"
+        f"{fingerprint[:12]})"
     )
-    if not resume:
-        if same_corpus and not changed:
-            if not previous.converged and previous.n_iter < params["max_iter"]:
-                raise OutputExistsError(
-                    f"{output} already exists: this fit, stopped at iteration "
-                    f"{previous.n_iter}. To resolve this, continue it: `{theirs}`, or replace "
-                    f"it: `{asked}` (or choose another --output)."
-                )
-            what = f"this fit, finished at iteration {previous.n_iter}"
-            if not previous.converged:  # at its max_iter: more iterations would continue it
-                what += " (--resume with a larger --max-iter continues it)"
-        elif same_corpus:
-            what = f"a fit with other parameters ({detail})"
-        else:
-            what = f"a fit of {other_corpus.format('of')}"
-        more = "" if same_corpus and not changed else f", or continue that fit: `{theirs}`"
-        raise OutputExistsError(
-            f"{output} already exists: {what}. To resolve this, replace it: `{asked}`{more} "
-            "(or choose another --output)."
+    if resume and not same_corpus:
+        return OutputDecision(
+            "refuse", CheckpointMismatchError, f"was fitted on {other_corpus.format('on')}",
+            (theirs("resume with the original corpus"), asked(f"start a new fit of {input}")),
         )
-    if not same_corpus:
-        raise CheckpointMismatchError(
-            f"{output} was fitted on {other_corpus.format('on')}. To resolve this, resume with the "
-            "original "
-            f"corpus: `{theirs}`, or start a new fit of {input}: `{asked}` (or choose another "
-            "--output)."
+    if resume:
+        return OutputDecision(
+            "refuse", CheckpointMismatchError, f"was written with other parameters ({detail})",
+            (theirs("resume with the checkpoint's parameters"), asked("start the fit asked for")),
         )
-    raise CheckpointMismatchError(
-        f"{output} was written with other parameters ({detail}). To resolve this, resume "
-        f"with the checkpoint's parameters: `{theirs}`, or start the fit asked for: `{asked}` "
-        "(or choose another --output)."
-    )
+    if same_corpus and not changed:
+        if not previous.converged and previous.n_iter < params["max_iter"]:
+            return OutputDecision(
+                "refuse", OutputExistsError,
+                f"already exists: this fit, stopped at iteration {previous.n_iter}",
+                (theirs("continue it"), asked("replace it")),
+            )
+        what = f"this fit, finished at iteration {previous.n_iter}"
+        if not previous.converged:  # at its max_iter: more iterations would continue it
+            what += " (--resume with a larger --max-iter continues it)"
+        return OutputDecision("refuse", OutputExistsError, f"already exists: {what}",
+                              (asked("replace it"),))
+    what = (f"a fit with other parameters ({detail})" if same_corpus
+            else f"a fit of {other_corpus.format('of')}")
+    return OutputDecision("refuse", OutputExistsError, f"already exists: {what}",
+                          (asked("replace it"), theirs("continue that fit")))
 
 
 def _recorded_params(model: Model) -> dict[str, Any]:
@@ -851,7 +931,8 @@ def warm_start(
     ParameterError
         If the model's r is not ``n_components``.
     CorpusMismatchError
-        If the model was fitted in another feature space (see :func:`check_compatible`).
+        If the model was fitted in another feature space
+        (:meth:`~sphdist.io.model.Model.check_compatible`).
     """
     previous = open_model(init_from)
     m, r, _ = previous.shape
@@ -861,69 +942,15 @@ def warm_start(
             f"was asked. To resolve this, fit with -r {r}, or warm-start from a model with "
             f"{n_components} components."
         )
-    check_compatible(previous, source, input, check_idf=False)
+    previous.check_compatible(source, input, check_idf=False)
     return previous.U
 
 
 def check_compatible(
     model: Model, source: Any, input: str | os.PathLike[str], *, check_idf: bool = True
 ) -> None:
-    """Check that a corpus lives in the feature space (and weighting) a model was fitted in.
-
-    Parameters
-    ----------
-    model : Model
-        An open ``model.zarr``.
-    source : Corpus or DenseInput
-        An open input (:func:`sphdist.io.corpus.open_input`).
-    input : path-like
-        Its path, for the message.
-    check_idf : bool, default True
-        Also require the same idf (sha256 of its bytes) and tf-idf options, as
-        :func:`sphdist.jobs.transform.transform_corpus` does: a document weighted with another
-        idf is not the document the model saw. A warm start (``fit_corpus(init_from=...)``)
-        needs only the same features.
-
-    Raises
-    ------
-    CorpusMismatchError
-        Naming each difference (number of features, feature scheme, vocabulary, idf, tf-idf
-        options) and how to re-ingest the corpus the model's way (``ingest --like``).
-    """
-    fitted = model.corpus
-    problems = []
-    m_model = model.shape[0]
-    if source.n_features != m_model:
-        problems.append(f"{source.n_features} features, the model has {m_model}")
-    scheme = fitted.get("feature_scheme")
-    if scheme is not None and source.feature_scheme != scheme:
-        problems.append(
-            f"feature scheme {source.feature_scheme!r}, the model's is {scheme!r}"
-        )
-    if not problems:
-        theirs, ours = getattr(source, "vocabulary", None), model.vocabulary
-        if theirs is not None and ours is not None and not np.array_equal(theirs, ours):
-            problems.append("another vocabulary than the model's")
-    if check_idf and not problems:
-        a, b = idf_sha256(source.idf), idf_sha256(model.idf)
-        if a != b:
-            problems.append(
-                f"idf fingerprint {(a or 'none')[:12]}, the model's is {(b or 'none')[:12]}"
-            )
-        options = fitted.get("tfidf") or {}
-        differ = sorted(  # the cleaning ("remove": headers, quotes) is not the weighting
-            k for k in (set(options) & set(source.tfidf)) - {"remove"}
-            if options[k] != source.tfidf[k]
-        )
-        if differ:
-            problems.append(f"other tf-idf options ({', '.join(differ)})")
-    if problems:
-        raise CorpusMismatchError(
-            f"{input} does not match the model {model.path}: it has {'; '.join(problems)}. "
-            f"To resolve this, ingest the documents with `sphdist ingest SOURCE --like "
-            f"{model.path} --output NEW.zarr` (the model's feature scheme and idf)."
-        )
-
+    """:meth:`sphdist.io.model.Model.check_compatible` (kept here for its importers)."""
+    model.check_compatible(source, input, check_idf=check_idf)
 
 
 def _worker_loss_errors() -> tuple[type[BaseException], ...]:

@@ -265,3 +265,51 @@ def test_the_command_lines_defaults_are_the_configs():
     assert options == expected
     signature = inspect.signature(fit_corpus).parameters
     assert {name: signature[name].default for name in {**config, **job}} == {**config, **job}
+
+
+# -- what a fit does with the output: a pure decision with its remedies ----------------------
+
+def _stored(**changes):
+    from sphdist.core import params
+
+    return {**params.defaults(), "n_components": 3, "dtype": "float64", "init_from": None,
+            "max_iter": 5, **changes}
+
+
+def _checkpoint(n_iter=2, converged=False, fingerprint="a" * 64, **changes):
+    from types import SimpleNamespace
+
+    return SimpleNamespace(corpus={"fingerprint": fingerprint, "path": "/old/corpus.zarr"},
+                           params=_stored(**changes), n_iter=n_iter, converged=converged)
+
+
+@pytest.mark.parametrize("previous, resume, overwrite, action, error, remedies", [
+    (None, False, False, "fresh", None, []),
+    (None, True, False, "fresh", None, []),
+    (_checkpoint(), False, True, "fresh", None, []),
+    (_checkpoint(), True, False, "resume", None, []),
+    (_checkpoint(), True, True, "resume", None, []),
+    (_checkpoint(), False, False, "refuse", "OutputExistsError", ["resume", "overwrite"]),
+    (_checkpoint(n_iter=5), False, False, "refuse", "OutputExistsError", ["overwrite"]),
+    (_checkpoint(random_state=1), False, False, "refuse", "OutputExistsError",
+     ["overwrite", "resume"]),
+    (_checkpoint(random_state=1), True, False, "refuse", "CheckpointMismatchError",
+     ["resume", "overwrite"]),
+    (_checkpoint(fingerprint="b" * 64), True, False, "refuse", "CheckpointMismatchError",
+     ["resume", "overwrite"]),
+])
+def test_the_output_decision_is_pure_and_names_its_remedies(
+    previous, resume, overwrite, action, error, remedies
+):
+    decision = fit.decide_output(previous, "a" * 64, "/new/corpus.zarr", _stored(),
+                                 resume=resume, overwrite=overwrite)
+    assert decision.action == action
+    assert (decision.error and decision.error.__name__) == error
+    assert [r.action for r in decision.remedies] == remedies
+    for remedy in decision.remedies:  # replace: the fit asked; resume: the one that is there
+        expected = _stored() if remedy.action == "overwrite" else {
+            **_stored(), **{k: previous.params[k] for k in fit.RESUME_KEYS}}
+        assert remedy.params == expected
+        assert remedy.input == ("/old/corpus.zarr" if remedy.action == "resume"
+                                and previous.corpus["fingerprint"] != "a" * 64
+                                else "/new/corpus.zarr")
