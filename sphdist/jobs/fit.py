@@ -2,8 +2,9 @@
 
 A fit is planned, then run while it holds its output, once:
 
-1. :func:`plan_fit` is pure: it validates the solver's :class:`FitConfig` against
-   :data:`sphdist.core.params.PARAMS` and the job's :class:`JobSettings` against
+1. :func:`plan_fit` is pure: it validates the solver's
+   :class:`~sphdist.core.params.FitConfig` against :data:`sphdist.core.params.PARAMS` and the
+   job's :class:`~sphdist.jobs.params.JobSettings` against
    :data:`sphdist.jobs.params.JOB_PARAMS`, and returns a :class:`FitPlan` that carries both;
    nothing is locked, opened or written before.
 2. :func:`open_fit` holds the output (:func:`sphdist.io.open_output`: its lock, taken before
@@ -12,9 +13,9 @@ A fit is planned, then run while it holds its output, once:
    what to do with the output (a fresh fit, a resume of its checkpoint, or an error). It
    yields a :class:`Fit`.
 3. :meth:`Fit.run` runs :func:`sphdist.core.solver.fit` on the active Dask scheduler (see
-   :func:`sphdist.jobs.cluster.connect`) with the plan's :class:`FitConfig`, checkpointing to
-   the output, and resumes from its own last checkpoint when a worker is lost
-   (:attr:`JobSettings.retries`).
+   :func:`sphdist.jobs.cluster.connect`) with the plan's
+   :class:`~sphdist.core.params.FitConfig`, checkpointing to the output, and resumes from its
+   own last checkpoint when a worker is lost (:attr:`~sphdist.jobs.params.JobSettings.retries`).
 
 :func:`fit_corpus` does the three; ``sphdist fit`` opens the fit before it starts a cluster.
 A second fit of the same output is refused with :class:`~sphdist.errors.OutputLockedError`
@@ -129,7 +130,8 @@ class FitPlan:
 
 
 _CALLER = "sphdist.jobs.fit.fit_corpus"  # who validates, in the messages
-#: The defaults of the signatures here: the table's and :class:`JobSettings`' (frozen).
+#: The defaults of the signatures here: the table's and
+#: :class:`~sphdist.jobs.params.JobSettings`' (frozen).
 _SOLVER, _JOB = fit_params.defaults(), JobSettings()
 
 
@@ -178,7 +180,7 @@ def plan_fit(
 def _settings(
     function: str, params: dict[str, Any]
 ) -> tuple[FitConfig, JobSettings]:
-    """The :class:`FitConfig` and :class:`JobSettings` of keyword arguments, not validated."""
+    """The FitConfig and JobSettings of keyword arguments, not validated."""
     job = {name: params.pop(name) for name in _JOB_FIELDS if name in params}
     unknown = set(params) - set(fit_params.SOLVER_PARAMS)
     if unknown:
@@ -205,8 +207,9 @@ class Fit:
     source : Corpus or DenseInput
         The open input (:func:`sphdist.io.corpus.open_input`), opened once.
     params : dict
-        What is stored with the model: the plan's :class:`FitConfig` (checked against the
-        input's shape) as a dict, ``dtype`` by name, and ``init_from``.
+        What is stored with the model: the plan's
+        :class:`~sphdist.core.params.FitConfig` (checked against the input's shape) as a dict,
+        ``dtype`` by name, and ``init_from``.
     previous : Model or None
         The checkpoint to resume, or None for a fresh fit.
     U0 : ndarray of shape (m, r), float64, or None
@@ -250,7 +253,7 @@ class Fit:
             Called with the solver state after the initialisation and every iteration.
         retries : int, optional
             Restarts allowed after a worker loss; default: the plan's
-            (:attr:`JobSettings.retries`).
+            (:attr:`~sphdist.jobs.params.JobSettings.retries`).
 
         Returns
         -------
@@ -535,8 +538,8 @@ def prepare_fit(
     input, output : path-like
         As for :func:`fit_corpus`.
     **kwargs
-        ``n_components`` and the other fields of :class:`FitConfig` and of
-        :class:`JobSettings` (those not given take their defaults).
+        ``n_components`` and the other fields of :class:`~sphdist.core.params.FitConfig` and of
+        :class:`~sphdist.jobs.params.JobSettings` (those not given take their defaults).
 
     Raises
     ------
@@ -764,7 +767,7 @@ def decide_output(
     params : dict
         The fit's parameters, as stored (:data:`RESUME_KEYS` and ``max_iter``).
     resume, overwrite : bool
-        What was asked (:class:`JobSettings`).
+        What was asked (:class:`~sphdist.jobs.params.JobSettings`).
 
     Returns
     -------
