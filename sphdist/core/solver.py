@@ -73,7 +73,7 @@ from threadpoolctl import threadpool_limits
 
 from sphdist._validation import check_bound
 from sphdist.core import graph, kernels
-from sphdist.core.params import STEP_MODES, FitConfig
+from sphdist.core.params import PARAMS, STEP_MODES, FitConfig
 from sphdist.core.partials import RowSparse, densify
 from sphdist.errors import CheckpointMismatchError, DataError
 
@@ -807,7 +807,8 @@ class PeakMemory(NamedTuple):
 
 
 def peak_bytes(
-    n_rows: int, n_components: int, *, dtype: Any = np.float64, split_every: int = 8,
+    n_rows: int, n_components: int, *, dtype: Any = np.float64,
+    split_every: int = PARAMS["split_every"].default,
     n_blocks: int = 1, chunk_bytes: int = 0, block_chunks: int = 1, threads: int = 1,
 ) -> PeakMemory:
     """Estimate the fit's peak memory from its sizes, before anything is allocated.

@@ -679,7 +679,7 @@ def fit_corpus(
 
 def _checkpoint_to_resume(
     input: Any, out: Output, source: Any, params: dict[str, Any], resume: bool,
-    overwrite: bool, checkpoint_every: int = 1,
+    overwrite: bool, checkpoint_every: int,
 ) -> Model | None:
     """The checkpoint at ``output`` to resume, None for a fresh fit, or why neither.
 
@@ -841,7 +841,8 @@ _FLAGS = {"n_components": "-r", "random_state": "--seed"}
 
 def fit_command(
     input: str | os.PathLike[str], output: str | os.PathLike[str], params: dict[str, Any], *,
-    resume: bool = False, overwrite: bool = False, checkpoint_every: int = 1,
+    resume: bool = False, overwrite: bool = False,
+    checkpoint_every: int = _JOB.checkpoint_every,
 ) -> str:
     """The ``sphdist fit`` command line of a fit of ``input`` to ``output`` with ``params``.
 
@@ -897,7 +898,7 @@ def fit_command(
     if init_from:
         path = init_from["path"] if isinstance(init_from, dict) else init_from
         words.append(f"--init-from {shlex.quote(str(path))}")
-    if checkpoint_every != 1:
+    if checkpoint_every != _JOB.checkpoint_every:
         words.append(f"--checkpoint-every {checkpoint_every}")
     return " ".join(words)
 
