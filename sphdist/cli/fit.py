@@ -21,7 +21,7 @@ from sphdist.cli._common import (
     param_option,
     progress_enabled,
 )
-from sphdist.jobs.params import JOB_PARAMS
+from sphdist.jobs.params import JOB_PARAMS, N_COMPONENTS, JobSettings
 
 logger = logging.getLogger("sphdist")
 
@@ -44,7 +44,7 @@ def _removed_max_partials(ctx: click.Context, param: click.Parameter, value: Any
 @click.option("--output", "-o", type=STORE_PATH,
               help="model.zarr to write [default: beside the input, its name with .zarr "
                    "replaced by .model.zarr: big10.zarr -> big10.model.zarr].")
-@param_option("n_components", "--n-components", "-r", default=20)
+@param_option("n_components", "--n-components", "-r", default=N_COMPONENTS)
 @param_option("max_iter")
 @param_option("tol")
 @param_option("random_state", "--seed")
@@ -62,14 +62,15 @@ def _removed_max_partials(ctx: click.Context, param: click.Parameter, value: Any
 @param_option("partials")
 @param_option("accelerate", "--accelerate/--no-accelerate", type=bool)
 @param_option("device")
-@click.option("--init-from", type=STORE_PATH,
+@click.option("--init-from", type=STORE_PATH, default=JobSettings.init_from,
               help="Warm start: U_0 from this model.zarr (same features and r); --init and "
                    "--seed are then not used.")
-@click.option("--resume", is_flag=True, help="Continue from the checkpoint at --output.")
-@click.option("--overwrite", is_flag=True,
+@click.option("--resume", is_flag=True, default=JobSettings.resume,
+              help="Continue from the checkpoint at --output.")
+@click.option("--overwrite", is_flag=True, default=JobSettings.overwrite,
               help="Replace an existing --output (never one another process is writing).")
 @param_option("checkpoint_every", table=JOB_PARAMS)
-@click.option("--memory-budget", default="auto", show_default=True,
+@click.option("--memory-budget", default=JobSettings.memory_budget, show_default=True,
               callback=_checked("check_memory_budget"),
               help="Most memory X may take, e.g. 4GiB: held in memory (read once) when it fits, "
                    "else streamed from the store every iteration; auto: a quarter of the "
@@ -100,7 +101,7 @@ def fit(
     n_components, max_iter = params["n_components"], params["max_iter"]
     with prepare_fit(
         input_, output, checkpoint_every=checkpoint_every, resume=resume, overwrite=overwrite,
-        init_from=init_from, memory_budget=memory_budget, **params,
+        init_from=init_from, memory_budget=memory_budget, retries=retries, **params,
     ) as prepared, connect_options(
         scheduler_address, n_workers, threads_per_worker, memory_limit, tls_ca_file, tls_cert,
         tls_key, dashboard_address=dashboard_address,
@@ -108,7 +109,7 @@ def fit(
     ):
         progress = FitProgress(max_iter, bar=progress_enabled(), tol=params["tol"])
         try:
-            model = prepared.run(progress, retries=retries)
+            model = prepared.run(progress)
         finally:
             progress.close()
     seconds = progress.seconds_per_iteration  # wall time, the checkpoints included

@@ -351,10 +351,13 @@ def defaults(names: Sequence[str] = SOLVER_PARAMS) -> dict[str, Any]:
 class FitConfig:
     """The parameters of one Spherical PCA fit: one attribute per name of :data:`SOLVER_PARAMS`.
 
-    Built once, by :meth:`build` (the table's defaults, validated), where a fit starts
-    (:func:`sphdist.core.solver.fit`, :func:`sphdist.core.solver.check_params`), and passed
-    down to the solver's functions and the graph's pass; each attribute's meaning, constraint
-    and default are its row of :data:`PARAMS`.
+    Built once where a fit starts: by :meth:`build` (the table's defaults, validated), or
+    constructed (its fields' defaults are the table's) and validated by :meth:`checked` (what
+    :func:`sphdist.jobs.fit.plan_fit` does); passed down to the solver
+    (:func:`sphdist.core.solver.fit` takes it as ``config``), its functions and the graph's
+    pass. Each attribute's meaning, constraint and default are its row of :data:`PARAMS`;
+    ``n_components`` has no default (the estimator's 2 is its own, the command line's is
+    :data:`sphdist.jobs.params.N_COMPONENTS`).
 
     Attributes
     ----------
@@ -375,7 +378,8 @@ class FitConfig:
     split_every : int
         Fan-in of the reduction tree.
     dtype : numpy.dtype
-        float64 or float32: compute dtype of ``U^T X`` and of V.
+        float64 or float32: compute dtype of ``U^T X`` and of V (as given until
+        :meth:`checked`, a ``numpy.dtype`` after).
     polar : {"auto", "svd", "gram"}
         Route of the U-step's polar factor.
     partials : {"auto", "rows", "dense"}
@@ -391,20 +395,20 @@ class FitConfig:
     8
     """
 
-    n_components: int
-    lam: float | str
-    mu: float | str
-    max_iter: int
-    tol: float
-    init: str
-    random_state: Any
-    init_n_iter: int
-    split_every: int
-    dtype: np.dtype
-    polar: str
-    partials: str
-    accelerate: bool
-    device: str = "cpu"
+    n_components: int  # no default: a fit says its r
+    lam: float | str = PARAMS["lam"].default
+    mu: float | str = PARAMS["mu"].default
+    max_iter: int = PARAMS["max_iter"].default
+    tol: float = PARAMS["tol"].default
+    init: str = PARAMS["init"].default
+    random_state: Any = PARAMS["random_state"].default
+    init_n_iter: int = PARAMS["init_n_iter"].default
+    split_every: int = PARAMS["split_every"].default
+    dtype: Any = PARAMS["dtype"].default
+    polar: str = PARAMS["polar"].default
+    partials: str = PARAMS["partials"].default
+    accelerate: bool = PARAMS["accelerate"].default
+    device: str = PARAMS["device"].default
 
     @classmethod
     def build(cls, caller: str = "sphdist.core.solver.fit", **values: Any) -> FitConfig:
@@ -433,9 +437,36 @@ class FitConfig:
         unknown = set(values) - set(SOLVER_PARAMS)
         if unknown:
             raise TypeError(f"{caller}() got unexpected keyword arguments {sorted(unknown)}")
-        values = {**defaults(), **values}
+        return cls(**values).checked(caller)
+
+    def checked(self, caller: str = "sphdist.core.solver.fit") -> FitConfig:
+        """The configuration, validated against :data:`PARAMS`, ``dtype`` a ``numpy.dtype``.
+
+        Pure: a frozen copy whose ``dtype`` is normalised (itself when it already is).
+
+        Parameters
+        ----------
+        caller : str, default "sphdist.core.solver.fit"
+            Named in the message of an invalid value.
+
+        Returns
+        -------
+        FitConfig
+
+        Raises
+        ------
+        sphdist._validation.InvalidParameterValueError
+            If a value is outside its row of :data:`PARAMS` (:func:`validate`, in the table's
+            order); not checked inside :func:`sphdist._validation.validated`.
+        """
         from sphdist._validation import skip_validation
 
         if not skip_validation():
-            validate(values, caller)
-        return cls(**{**values, "dtype": np.dtype(values["dtype"])})
+            validate(self.values(), caller)
+        if isinstance(self.dtype, np.dtype):
+            return self
+        return dataclasses.replace(self, dtype=np.dtype(self.dtype))
+
+    def values(self) -> dict[str, Any]:
+        """The parameters as a dict of :data:`SOLVER_PARAMS` (keywords of the solver)."""
+        return {name: getattr(self, name) for name in SOLVER_PARAMS}

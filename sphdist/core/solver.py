@@ -73,13 +73,13 @@ from threadpoolctl import threadpool_limits
 
 from sphdist._validation import check_bound
 from sphdist.core import graph, kernels
-from sphdist.core.params import STEP_MODES, FitConfig
+from sphdist.core.params import PARAMS, STEP_MODES, FitConfig
 from sphdist.core.partials import RowSparse, densify
 from sphdist.errors import CheckpointMismatchError, DataError
 
 __all__ = [
-    "FitState", "FitConfig", "check_params", "svd_init", "initialize", "resume", "iterate",
-    "fit", "embedding", "stateless", "STEP_MODES",
+    "FitState", "FitConfig", "check_params", "check_shape", "svd_init", "initialize", "resume",
+    "iterate", "fit", "embedding", "stateless", "STEP_MODES",
 ]
 
 _PALM_FACTOR = 1.1
@@ -202,9 +202,22 @@ def check_params(
     ``skip_parameter_validation``) the caller has validated the table's constraints, and only
     ``n_components`` is checked against the shape (:func:`sphdist._validation.check_bound`).
     """
-    config = FitConfig.build(caller, n_components=n_components, **params)
+    return check_shape(FitConfig.build(caller, n_components=n_components, **params), shape)
+
+
+def check_shape(config: FitConfig, shape: tuple[int, int]) -> FitConfig:
+    """``config``, after checking that its r fits X of ``shape``: ``1 <= r <= min(m, n)``.
+
+    What depends on the data; the table's constraints were checked where ``config`` was
+    built (:meth:`FitConfig.build`, :meth:`FitConfig.checked`).
+
+    Raises
+    ------
+    ParameterError
+        If ``n_components`` exceeds ``min(m, n)`` (:func:`sphdist._validation.check_bound`).
+    """
     m, n = shape
-    check_bound("n_components", n_components, min(m, n),
+    check_bound("n_components", config.n_components, min(m, n),
                 f" for X with {m} features and {n} documents")
     return config
 
@@ -604,7 +617,8 @@ def embedding(
 
 
 def fit(
-    X: da.Array, n_components: int, *, state: FitState | None = None,
+    X: da.Array, n_components: int | None = None, *, config: FitConfig | None = None,
+    state: FitState | None = None,
     U0: np.ndarray | None = None, callback: Callable[[FitState], None] | None = None,
     keep_V: bool = False, spill: Callable[[int, da.Array], Any] | None = None,
     check_memory: Callable[[int], None] | None = None, **params: Any,
@@ -616,8 +630,12 @@ def fit(
     X : dask.array.Array of shape (m, n), float64
         Documents as columns, chunked along columns only (one block along the feature axis),
         blocks scipy.sparse (CSC preferred) or ndarray.
-    n_components : int
-        r, ``1 <= r <= min(m, n)``.
+    n_components : int, optional
+        r, ``1 <= r <= min(m, n)``; with the ``**params``, or else ``config``.
+    config : FitConfig, optional
+        Every parameter at once, built (and validated against the table) by the caller
+        (:meth:`FitConfig.build`, :meth:`FitConfig.checked`): only r is checked here, against
+        X's shape (:func:`check_shape`). Instead of ``n_components`` and ``**params``.
     state : FitState, optional
         Resume from this state (a loaded checkpoint) instead of initialising.
     U0 : ndarray of shape (m, r), optional
@@ -661,6 +679,9 @@ def fit(
     ------
     ParameterError
         If a parameter is out of range.
+    TypeError
+        If both or neither of ``n_components`` and ``config`` are given, or ``**params``
+        with ``config``.
     DataError
         If X contains NaN or Inf.
 
@@ -715,7 +736,14 @@ def fit(
     ``~ 48 m r`` bytes (after the first pass, m the occurring features). The benchmark
     (``pipelines/benchmark.py``) compares this with measured peak RSS.
     """
-    config = check_params(n_components, X.shape, **params)
+    if config is None:
+        if n_components is None:
+            raise TypeError("fit() needs n_components (with the other parameters) or config")
+        config = check_params(n_components, X.shape, **params)
+    elif n_components is not None or params:
+        raise TypeError("fit() takes config or n_components and parameters, not both")
+    else:
+        config = check_shape(config.checked(), X.shape)
     if X.numblocks[0] != 1:
         X = X.rechunk({0: -1})
     # one BLAS thread on the driver for the whole fit: the rounding of U_0's polar factor, the
@@ -779,7 +807,8 @@ class PeakMemory(NamedTuple):
 
 
 def peak_bytes(
-    n_rows: int, n_components: int, *, dtype: Any = np.float64, split_every: int = 8,
+    n_rows: int, n_components: int, *, dtype: Any = np.float64,
+    split_every: int = PARAMS["split_every"].default,
     n_blocks: int = 1, chunk_bytes: int = 0, block_chunks: int = 1, threads: int = 1,
 ) -> PeakMemory:
     """Estimate the fit's peak memory from its sizes, before anything is allocated.

@@ -76,7 +76,7 @@ import zarr
 
 from sphdist.core import graph
 from sphdist.core.solver import FitState
-from sphdist.errors import InputNotFoundError, ModelFormatError
+from sphdist.errors import CorpusMismatchError, InputNotFoundError, ModelFormatError
 from sphdist.io._atomic import discard, open_output, open_target
 from sphdist.io._zarr import (
     CHECKSUMMED,
@@ -531,6 +531,63 @@ class Model(TaggedStore):
             converged=bool(a["converged"]),
             **a.get("extrapolation", {}),
         )
+
+    def check_compatible(
+        self, source: Any, input: str | os.PathLike[str], *, check_idf: bool = True
+    ) -> None:
+        """Check that a corpus lives in the feature space (and weighting) this model was fitted in.
+
+        Parameters
+        ----------
+        source : Corpus or DenseInput
+            An open input (:func:`sphdist.io.corpus.open_input`).
+        input : path-like
+            Its path, for the message.
+        check_idf : bool, default True
+            Also require the same idf (sha256 of its bytes) and tf-idf options, as
+            :func:`sphdist.jobs.transform.transform_corpus` does: a document weighted with another
+            idf is not the document the model saw. A warm start (``fit_corpus(init_from=...)``)
+            needs only the same features.
+
+        Raises
+        ------
+        CorpusMismatchError
+            Naming each difference (number of features, feature scheme, vocabulary, idf, tf-idf
+            options) and how to re-ingest the corpus the model's way (``ingest --like``).
+        """
+        fitted = self.corpus
+        problems = []
+        m_model = self.shape[0]
+        if source.n_features != m_model:
+            problems.append(f"{source.n_features} features, the model has {m_model}")
+        scheme = fitted.get("feature_scheme")
+        if scheme is not None and source.feature_scheme != scheme:
+            problems.append(
+                f"feature scheme {source.feature_scheme!r}, the model's is {scheme!r}"
+            )
+        if not problems:
+            theirs, ours = getattr(source, "vocabulary", None), self.vocabulary
+            if theirs is not None and ours is not None and not np.array_equal(theirs, ours):
+                problems.append("another vocabulary than the model's")
+        if check_idf and not problems:
+            a, b = idf_sha256(source.idf), idf_sha256(self.idf)
+            if a != b:
+                problems.append(
+                    f"idf fingerprint {(a or 'none')[:12]}, the model's is {(b or 'none')[:12]}"
+                )
+            options = fitted.get("tfidf") or {}
+            differ = sorted(  # the cleaning ("remove": headers, quotes) is not the weighting
+                k for k in (set(options) & set(source.tfidf)) - {"remove"}
+                if options[k] != source.tfidf[k]
+            )
+            if differ:
+                problems.append(f"other tf-idf options ({', '.join(differ)})")
+        if problems:
+            raise CorpusMismatchError(
+                f"{input} does not match the model {self.path}: it has {'; '.join(problems)}. "
+                f"To resolve this, ingest the documents with `sphdist ingest SOURCE --like "
+                f"{self.path} --output NEW.zarr` (the model's feature scheme and idf)."
+            )
 
 
 def open_model(path: str | os.PathLike[str]) -> Model:

@@ -2,16 +2,20 @@
 
 A fit is planned, then run while it holds its output, once:
 
-1. :func:`plan_fit` is pure: it validates the parameters against
-   :data:`sphdist.core.params.PARAMS` and the job settings, and returns a :class:`FitPlan`.
+1. :func:`plan_fit` is pure: it validates the solver's
+   :class:`~sphdist.core.params.FitConfig` against :data:`sphdist.core.params.PARAMS` and the
+   job's :class:`~sphdist.jobs.params.JobSettings` against
+   :data:`sphdist.jobs.params.JOB_PARAMS`, and returns a :class:`FitPlan` that carries both;
+   nothing is locked, opened or written before.
 2. :func:`open_fit` holds the output (:func:`sphdist.io.open_output`: its lock, taken before
    anything there is looked at, its staging and commits) for one ``with`` block, opens the
    input once, checks the parameters against its shape, reads the warm start and decides
    what to do with the output (a fresh fit, a resume of its checkpoint, or an error). It
    yields a :class:`Fit`.
 3. :meth:`Fit.run` runs :func:`sphdist.core.solver.fit` on the active Dask scheduler (see
-   :func:`sphdist.jobs.cluster.connect`), checkpointing to the output, and resumes from its
-   own last checkpoint when a worker is lost (``retries``).
+   :func:`sphdist.jobs.cluster.connect`) with the plan's
+   :class:`~sphdist.core.params.FitConfig`, checkpointing to the output, and resumes from its
+   own last checkpoint when a worker is lost (:attr:`~sphdist.jobs.params.JobSettings.retries`).
 
 :func:`fit_corpus` does the three; ``sphdist fit`` opens the fit before it starts a cluster.
 A second fit of the same output is refused with :class:`~sphdist.errors.OutputLockedError`
@@ -44,7 +48,6 @@ import numpy as np
 from sphdist.core import _device, graph, solver
 from sphdist.errors import (
     CheckpointMismatchError,
-    CorpusMismatchError,
     DataError,
     InsufficientMemoryError,
     Interrupted,
@@ -64,7 +67,6 @@ from sphdist.io.corpus import open_input
 from sphdist.io.model import (
     Model,
     ScratchV,
-    idf_sha256,
     load_checkpoint,
     open_model,
     save_checkpoint,
@@ -72,18 +74,18 @@ from sphdist.io.model import (
 )
 from sphdist.jobs import params as fit_params
 from sphdist.jobs.cluster import (
-    check_memory_budget,
     check_workers_see,
     holds_in_memory,
     memory_check,
     stored_nbytes,
     task_path,
 )
+from sphdist.jobs.params import FitConfig, JobSettings
 
 __all__ = [
-    "fit_corpus", "plan_fit", "FitPlan", "open_fit", "Fit", "prepare_fit",
-    "warm_start", "check_compatible", "fit_command", "RESUME_KEYS",
-    "WORKER_LOSS",
+    "fit_corpus", "plan_fit", "FitPlan", "open_fit", "Fit", "prepare_fit", "warm_start",
+    "check_compatible", "fit_command", "decide_output", "OutputDecision", "Remedy",
+    "RESUME_KEYS", "WORKER_LOSS",
 ]
 
 logger = logging.getLogger("sphdist")
@@ -113,52 +115,45 @@ class FitPlan:
     Attributes
     ----------
     input, output : pathlib.Path or upath.UPath
-        The corpus and the ``model.zarr`` to write.
-    params : dict
-        The solver parameters (every name of :data:`sphdist.core.params.SOLVER_PARAMS`,
-        validated against the table, not yet against the corpus' shape).
-    checkpoint_every : int
-        Write the model every this many iterations (and at the end).
-    resume, overwrite : bool
-        What to do with a model already at ``output``.
-    init_from : path-like or None
-        The model whose U is the warm start.
-    memory_budget : int or None
-        The most bytes X may take in memory, in bytes; None: the default of
-        :func:`sphdist.jobs.cluster.holds_in_memory`.
+        The corpus and the ``model.zarr`` to write, absolute (or URLs).
+    config : FitConfig
+        The solver's parameters, validated against the table (not yet against the corpus'
+        shape), ``dtype`` a ``numpy.dtype``; what :func:`sphdist.core.solver.fit` is given.
+    job : JobSettings
+        The job's settings, validated, the memory budget in bytes (or None).
     """
 
     input: Path
     output: Path
-    params: dict[str, Any]
-    checkpoint_every: int = 1
-    resume: bool = False
-    overwrite: bool = False
-    init_from: Any = None
-    memory_budget: int | None = None
+    config: FitConfig
+    job: JobSettings = JobSettings()  # noqa: RUF009  (frozen: shared safely)
+
+
+_CALLER = "sphdist.jobs.fit.fit_corpus"  # who validates, in the messages
+#: The defaults of the signatures here: the table's and
+#: :class:`~sphdist.jobs.params.JobSettings`' (frozen).
+_SOLVER, _JOB = fit_params.defaults(), JobSettings()
 
 
 def plan_fit(
     input: str | os.PathLike[str],
     output: str | os.PathLike[str],
-    *,
-    n_components: int,
-    checkpoint_every: int = 1,
-    resume: bool = False,
-    overwrite: bool = False,
-    init_from: str | os.PathLike[str] | None = None,
-    memory_budget: int | str | None = None,
-    **params: Any,
+    config: FitConfig,
+    job: JobSettings = _JOB,
 ) -> FitPlan:
     """Validate a fit's parameters and settings; reads and writes nothing.
 
+    Everything a fit can refuse without its data is refused here, before its output is
+    locked or anything is opened.
+
     Parameters
     ----------
-    input, output, n_components, checkpoint_every, resume, overwrite, init_from, memory_budget
+    input, output : path-like
         As for :func:`fit_corpus`.
-    **params
-        The other solver parameters of :data:`sphdist.core.params.SOLVER_PARAMS`; those not
-        given take the table's defaults.
+    config : FitConfig
+        The solver's parameters.
+    job : JobSettings, optional
+        The job's settings (default: their defaults).
 
     Returns
     -------
@@ -166,29 +161,36 @@ def plan_fit(
 
     Raises
     ------
-    TypeError
-        If a keyword is not a solver parameter.
     ParameterError
-        If ``checkpoint_every`` or ``memory_budget`` is outside
-        :data:`sphdist.jobs.params.JOB_PARAMS`.
+        If a value of ``config`` is outside :data:`sphdist.core.params.PARAMS`, or one of
+        ``job`` outside :data:`sphdist.jobs.params.JOB_PARAMS` (or the memory budget is not
+        a size).
     DeviceError
         With ``device="cuda"``, if CuPy or a CUDA device is missing
         (:func:`sphdist.core._device.check_device`).
     """
-    unknown = set(params) - set(fit_params.SOLVER_PARAMS)
-    if unknown:
-        raise TypeError(f"prepare_fit() got unexpected keyword arguments {sorted(unknown)}")
-    fit_params.validate(
-        {"checkpoint_every": checkpoint_every}, "sphdist.jobs.fit.fit_corpus", fit_params.JOB_PARAMS
-    )
-    if params.get("device") == "cuda":  # before the output is locked or a cluster starts
+    config, job = config.checked(_CALLER), job.checked(_CALLER)
+    if config.device == "cuda":  # before the output is locked or a cluster starts
         _device.check_device("cuda")
     return FitPlan(  # absolute here, once: the workers' working directories are their own
-        input=task_path(input), output=task_path(output, output=True),
-        params={**fit_params.defaults(), **params, "n_components": n_components},
-        checkpoint_every=checkpoint_every, resume=resume, overwrite=overwrite,
-        init_from=init_from, memory_budget=check_memory_budget(memory_budget),
+        input=task_path(input), output=task_path(output, output=True), config=config, job=job,
     )
+
+
+def _settings(
+    function: str, params: dict[str, Any]
+) -> tuple[FitConfig, JobSettings]:
+    """The FitConfig and JobSettings of keyword arguments, not validated."""
+    job = {name: params.pop(name) for name in _JOB_FIELDS if name in params}
+    unknown = set(params) - set(fit_params.SOLVER_PARAMS)
+    if unknown:
+        raise TypeError(f"{function}() got unexpected keyword arguments {sorted(unknown)}")
+    if "n_components" not in params:
+        raise TypeError(f"{function}() missing required keyword argument 'n_components'")
+    return FitConfig(**params), JobSettings(**job)
+
+
+_JOB_FIELDS = tuple(f.name for f in dataclasses.fields(JobSettings))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -205,8 +207,9 @@ class Fit:
     source : Corpus or DenseInput
         The open input (:func:`sphdist.io.corpus.open_input`), opened once.
     params : dict
-        The solver parameters, validated against the input's shape, ``dtype`` by name, and
-        ``init_from``: what is stored with the model.
+        What is stored with the model: the plan's
+        :class:`~sphdist.core.params.FitConfig` (checked against the input's shape) as a dict,
+        ``dtype`` by name, and ``init_from``.
     previous : Model or None
         The checkpoint to resume, or None for a fresh fit.
     U0 : ndarray of shape (m, r), float64, or None
@@ -235,7 +238,7 @@ class Fit:
 
     def run(
         self, callback: Callable[[solver.FitState], None] | None = _log_iteration, *,
-        retries: int = 0,
+        retries: int | None = None,
     ) -> Model:
         """Run the fit on the active Dask scheduler, checkpointing to the output.
 
@@ -248,8 +251,9 @@ class Fit:
         ----------
         callback : callable or None
             Called with the solver state after the initialisation and every iteration.
-        retries : int, default 0
-            Restarts allowed after a worker loss.
+        retries : int, optional
+            Restarts allowed after a worker loss; default: the plan's
+            (:attr:`~sphdist.jobs.params.JobSettings.retries`).
 
         Returns
         -------
@@ -266,7 +270,11 @@ class Fit:
             If an object store holding the input or the output fails a request even after
             its client's retries; the last complete checkpoint stays readable.
         """
-        fit_params.validate({"retries": retries}, "sphdist.jobs.fit.Fit.run", fit_params.JOB_PARAMS)
+        if retries is None:
+            retries = self.plan.job.retries
+        else:
+            fit_params.validate({"retries": retries}, "sphdist.jobs.fit.Fit.run",
+                                fit_params.JOB_PARAMS)
         previous = self.previous
         for attempt in range(retries + 1):
             try:
@@ -274,7 +282,7 @@ class Fit:
             except WORKER_LOSS as exc:
                 if attempt == retries or _no_workers(exc):  # none left to retry on: stop
                     resume = fit_command(self.input, self.output, self.params, resume=True,
-                                         checkpoint_every=self.plan.checkpoint_every)
+                                         checkpoint_every=self.plan.job.checkpoint_every)
                     raise _workers_lost(self.output, attempt, exc, resume) from exc
                 if self.out.identity() not in (None, self.before):
                     previous = load_checkpoint(self.output)  # continue our own checkpoint
@@ -328,13 +336,13 @@ class Fit:
             # m rows, U_1 only the occurring features' (8 m r bytes against 8 k r), and
             # redoing it is the seed plus one pass
             first = s.iteration == 0 and s.V is None
-            if s.iteration % self.plan.checkpoint_every == 0 and not final and not first:
+            if s.iteration % self.plan.job.checkpoint_every == 0 and not final and not first:
                 save(s)  # U_k alone (and V_k, for a fit that keeps it)
 
         X = source.to_dask()
         client = graph.active_client()
         check_workers_see(client, inputs=(self.input,), outputs=(output,))
-        hold, why = holds_in_memory(stored_nbytes(source), self.plan.memory_budget, client)
+        hold, why = holds_in_memory(stored_nbytes(source), self.plan.job.memory_budget, client)
         logger.info(why)
         check_memory = memory_check(
             source, self.params["n_components"], dtype=self.params["dtype"],
@@ -342,8 +350,8 @@ class Fit:
             held_bytes=stored_nbytes(source) if hold else 0,
             remedy=lambda r, s: fit_command(
                 self.input, output, {**self.params, "n_components": r, "split_every": s},
-                overwrite=self.plan.overwrite or previous is not None,
-                checkpoint_every=self.plan.checkpoint_every,
+                overwrite=self.plan.job.overwrite or previous is not None,
+                checkpoint_every=self.plan.job.checkpoint_every,
             ),
         )
         if hold:  # read once and kept; else every pass reads each chunk as its task runs
@@ -352,12 +360,11 @@ class Fit:
             logger.info("chunk kernels on %s: every pass copies each chunk to the device "
                         "(streamed; X is not held in device memory)", self.params["device"])
         scratch = ScratchV(output)  # V_k of a fit that keeps it (lam != 2): on disk
-        with fit_params.validated():  # open_fit validated every parameter
+        with fit_params.validated():  # plan_fit validated every parameter
             try:
                 final = solver.fit(
-                    X, state=state, U0=self.U0, callback=on_state, spill=scratch,
-                    check_memory=check_memory,
-                    **{name: self.params[name] for name in fit_params.SOLVER_PARAMS},
+                    X, config=self.plan.config, state=state, U0=self.U0, callback=on_state,
+                    spill=scratch, check_memory=check_memory,
                 )
             except DataError as exc:  # the solver knows X, not the file: name it
                 raise DataError(f"{self.input}: {exc}") from None
@@ -368,7 +375,7 @@ class Fit:
                 # chains, in an order this version's tree does not always reproduce, so the
                 # recomputed objective missed the recorded one by rounding, not other data
                 asked = fit_command(self.input, output, self.params, overwrite=True,
-                                    checkpoint_every=self.plan.checkpoint_every)
+                                    checkpoint_every=self.plan.job.checkpoint_every)
                 raise CheckpointMismatchError(
                     f"{output} is a checkpoint of an earlier version of sphdist, whose passes "
                     f"summed their partials in accumulation chains (max_partials="
@@ -404,7 +411,7 @@ class Fit:
         """
         output, device = self.output, self.params.get("device", "cpu")
         command = functools.partial(fit_command, self.input, output,
-                                    checkpoint_every=self.plan.checkpoint_every)
+                                    checkpoint_every=self.plan.job.checkpoint_every)
         cpu = {**self.params, "device": "cpu"}
         what = (f"the {device} device ran out of memory during the fit of {self.input} "
                 f"({type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc) else ''})")
@@ -418,8 +425,8 @@ class Fit:
         if model is None:
             return (
                 f"{what}; no checkpoint was written. To resolve this, run it on the CPU: "
-                f"`{command(cpu, overwrite=self.plan.overwrite)}`, or {free}"
-                f"`{command(self.params, overwrite=self.plan.overwrite)}`."
+                f"`{command(cpu, overwrite=self.plan.job.overwrite)}`, or {free}"
+                f"`{command(self.params, overwrite=self.plan.job.overwrite)}`."
             )
         return (
             f"{what}; {output} holds its checkpoint of iteration {model.n_iter}, intact. To "
@@ -431,12 +438,12 @@ class Fit:
         """Where a fit stopped by Ctrl-C is, and the command that goes on from there."""
         output, max_iter = self.output, self.params["max_iter"]
         command = functools.partial(fit_command, self.input, output, self.params,
-                                    checkpoint_every=self.plan.checkpoint_every)
+                                    checkpoint_every=self.plan.job.checkpoint_every)
         if self.previous is None and self.out.identity() == self.before:
             return (
                 "the fit was interrupted (Ctrl-C) before its first checkpoint: nothing was "
                 f"written, {output} {'does not exist' if self.before is None else 'is as it was'}"
-                f". To resolve this, run it again: `{command(overwrite=self.plan.overwrite)}`."
+                f". To resolve this, run it again: `{command(overwrite=self.plan.job.overwrite)}`."
             )
         try:
             model = load_checkpoint(output)
@@ -485,7 +492,7 @@ def open_fit(plan: FitPlan) -> Iterator[Fit]:
         See :func:`fit_corpus`.
     """
     # before anything at output is looked at; never an input, nor in one, nor another kind
-    with open_output(plan.output, kind="model", inputs=(plan.input, plan.init_from)) as out:
+    with open_output(plan.output, kind="model", inputs=(plan.input, plan.job.init_from)) as out:
         fit = _open(plan, out)
         try:
             yield fit
@@ -496,7 +503,7 @@ def open_fit(plan: FitPlan) -> Iterator[Fit]:
                 said = fit.stopped()
             except Exception:  # the store fails: say what is sure
                 resume = fit_command(fit.input, fit.output, fit.params, resume=True,
-                                     checkpoint_every=plan.checkpoint_every)
+                                     checkpoint_every=plan.job.checkpoint_every)
                 said = (f"the fit was interrupted (Ctrl-C); {fit.output} holds its last "
                         f"complete checkpoint, if any. To resolve this, continue it: "
                         f"`{resume}`.")
@@ -506,17 +513,17 @@ def open_fit(plan: FitPlan) -> Iterator[Fit]:
 def _open(plan: FitPlan, out: Output) -> Fit:
     source = open_input(plan.input)
     source.require_documents()
-    values = dict(plan.params)
-    solver.check_params(shape=source.shape, caller="sphdist.jobs.fit.fit_corpus", **values)
-    values["dtype"] = np.dtype(values["dtype"]).name  # stored by name
-    U0 = None
-    if plan.init_from is not None:
-        U0 = warm_start(plan.init_from, source, plan.input, values["n_components"])
+    solver.check_shape(plan.config, source.shape)  # the table's constraints: plan_fit
+    values = plan.config.values()
+    values["dtype"] = values["dtype"].name  # stored by name
+    U0, init_from = None, plan.job.init_from
+    if init_from is not None:
+        U0 = warm_start(init_from, source, plan.input, values["n_components"])
     values["init_from"] = None if U0 is None else {
-        "path": absolute(plan.init_from), "u_sha256": u_sha256(U0),
+        "path": absolute(init_from), "u_sha256": u_sha256(U0),
     }
-    previous = _checkpoint_to_resume(plan.input, out, source, values, plan.resume,
-                                     plan.overwrite, plan.checkpoint_every)
+    previous = _checkpoint_to_resume(plan.input, out, source, values, plan.job.resume,
+                                     plan.job.overwrite, plan.job.checkpoint_every)
     return Fit(plan=plan, out=out, source=source, params=values, previous=previous, U0=U0,
                before=out.identity())  # after a recovery, before any write
 
@@ -524,15 +531,25 @@ def _open(plan: FitPlan, out: Output) -> Fit:
 def prepare_fit(
     input: str | os.PathLike[str], output: str | os.PathLike[str], **kwargs: Any
 ) -> contextlib.AbstractContextManager[Fit]:
-    """``open_fit(plan_fit(input, output, **kwargs))``: use it as a context manager.
+    """``open_fit(plan_fit(input, output, config, job))`` of keywords: a context manager.
+
+    Parameters
+    ----------
+    input, output : path-like
+        As for :func:`fit_corpus`.
+    **kwargs
+        ``n_components`` and the other fields of :class:`~sphdist.core.params.FitConfig` and of
+        :class:`~sphdist.jobs.params.JobSettings` (those not given take their defaults).
 
     Raises
     ------
-    TypeError, ParameterError
+    TypeError
+        If a keyword is neither, or ``n_components`` is missing.
+    ParameterError, DeviceError
         As :func:`plan_fit`, at the call; the others of :func:`open_fit` when the block
         is entered.
     """
-    return open_fit(plan_fit(input, output, **kwargs))
+    return open_fit(plan_fit(input, output, *_settings("prepare_fit", kwargs)))
 
 
 def fit_corpus(
@@ -540,26 +557,26 @@ def fit_corpus(
     output: str | os.PathLike[str],
     *,
     n_components: int,
-    lam: float | str = "exact",
-    mu: float | str = "exact",
-    max_iter: int = 100,
-    tol: float = 1e-4,
-    init: str = "random",
-    random_state: int | None = 0,
-    init_n_iter: int = 4,
-    split_every: int = 8,
-    dtype: Any = "float64",
-    polar: str = "auto",
-    partials: str = "auto",
-    accelerate: bool = True,
-    device: str = "cpu",
-    checkpoint_every: int = 1,
-    resume: bool = False,
-    overwrite: bool = False,
-    init_from: str | os.PathLike[str] | None = None,
-    memory_budget: int | str | None = None,
+    lam: float | str = _SOLVER["lam"],
+    mu: float | str = _SOLVER["mu"],
+    max_iter: int = _SOLVER["max_iter"],
+    tol: float = _SOLVER["tol"],
+    init: str = _SOLVER["init"],
+    random_state: int | None = _SOLVER["random_state"],
+    init_n_iter: int = _SOLVER["init_n_iter"],
+    split_every: int = _SOLVER["split_every"],
+    dtype: Any = _SOLVER["dtype"],
+    polar: str = _SOLVER["polar"],
+    partials: str = _SOLVER["partials"],
+    accelerate: bool = _SOLVER["accelerate"],
+    device: str = _SOLVER["device"],
+    checkpoint_every: int = _JOB.checkpoint_every,
+    resume: bool = _JOB.resume,
+    overwrite: bool = _JOB.overwrite,
+    init_from: str | os.PathLike[str] | None = _JOB.init_from,
+    memory_budget: int | str | None = _JOB.memory_budget,
     callback: Callable[[solver.FitState], None] | None = _log_iteration,
-    retries: int = 3,
+    retries: int = _JOB.retries,
 ) -> Model:
     """Fit Spherical PCA to a stored corpus, checkpointing to ``output``.
 
@@ -600,11 +617,11 @@ def fit_corpus(
         both have one); the idf may differ (a refit on newer documents). Recorded in the
         parameters as ``init_from`` (the sha256 of that U), so ``resume`` continues only the
         same warm start.
-    memory_budget : int or str, optional
+    memory_budget : int or str, default "auto"
         The most memory X may take, in bytes or as a size (``"4GiB"``); X (its CSC values,
         indices and pointers, :func:`sphdist.jobs.cluster.stored_nbytes`) is read once and
         held in memory when it fits, else streamed from the store chunk by chunk every
-        iteration (the result is bitwise the same). Default: a quarter of the memory
+        iteration (the result is bitwise the same). "auto" (or None): a quarter of the memory
         available to this process, or of the workers' summed memory limits on a cluster
         (:func:`sphdist.jobs.cluster.holds_in_memory`); 0 always streams.
     callback : callable or None
@@ -647,81 +664,165 @@ def fit_corpus(
         For invalid parameters or input (``ParameterError`` also when the r of ``init_from``
         is not ``n_components``).
     """
-    plan = plan_fit(
-        input, output, n_components=n_components, lam=lam, mu=mu, max_iter=max_iter, tol=tol,
-        init=init, random_state=random_state, init_n_iter=init_n_iter, split_every=split_every,
-        dtype=dtype, polar=polar, partials=partials,
-        accelerate=accelerate, device=device, checkpoint_every=checkpoint_every, resume=resume,
-        overwrite=overwrite, init_from=init_from, memory_budget=memory_budget,
+    config = FitConfig(
+        n_components=n_components, lam=lam, mu=mu, max_iter=max_iter, tol=tol, init=init,
+        random_state=random_state, init_n_iter=init_n_iter, split_every=split_every,
+        dtype=dtype, polar=polar, partials=partials, accelerate=accelerate, device=device,
     )
-    with open_fit(plan) as fit:
-        return fit.run(callback, retries=retries)
+    job = JobSettings(
+        checkpoint_every=checkpoint_every, retries=retries, resume=resume, overwrite=overwrite,
+        init_from=init_from, memory_budget=memory_budget,
+    )
+    with open_fit(plan_fit(input, output, config, job)) as fit:
+        return fit.run(callback)
 
 
 def _checkpoint_to_resume(
     input: Any, out: Output, source: Any, params: dict[str, Any], resume: bool,
-    overwrite: bool, checkpoint_every: int = 1,
+    overwrite: bool, checkpoint_every: int,
 ) -> Model | None:
     """The checkpoint at ``output`` to resume, None for a fresh fit, or why neither.
 
-    Each refusal prints the commands that work (:func:`fit_command`), the one that does what
-    was asked first: the asked fit with ``--overwrite``, and the resume of what is there with
-    its own parameters (and the asked ``--max-iter`` and ``--tol``, which may change).
+    The output's interrupted commit put back and its checkpoint read, then
+    :func:`decide_output`; a refusal is raised with its remedies as commands
+    (:func:`fit_command`).
     """
     out.recover()  # this fit is the writer of the output: an interrupted commit put back
-    output = out.path
-    previous = load_checkpoint(output)
+    previous = load_checkpoint(out.path)
+    decision = decide_output(previous, source.fingerprint, input, params, resume=resume,
+                             overwrite=overwrite)
+    if decision.error is None:
+        return previous if decision.action == "resume" else None
+    remedies = ", or ".join(
+        "{}: `{}`".format(r.say, fit_command(
+            r.input, out.path, r.params, resume=r.action == "resume",
+            overwrite=r.action == "overwrite", checkpoint_every=checkpoint_every,
+        )) for r in decision.remedies
+    )
+    raise decision.error(f"{out.path} {decision.found}. To resolve this, {remedies} "
+                         "(or choose another --output).")
+
+
+@dataclasses.dataclass(frozen=True)
+class Remedy:
+    """A fit that resolves a refusal of the output: what it does there and with what.
+
+    Attributes
+    ----------
+    action : {"resume", "overwrite"}
+        Continue the checkpoint at the output, or replace it.
+    input : path-like
+        The corpus of that fit.
+    params : dict
+        Its parameters (:data:`RESUME_KEYS` and the other names of
+        :data:`sphdist.core.params.SOLVER_PARAMS`).
+    say : str
+        What it does, in words (``"continue it"``, ``"replace it"``).
+    """
+
+    action: str
+    input: Any
+    params: dict[str, Any]
+    say: str
+
+
+@dataclasses.dataclass(frozen=True)
+class OutputDecision:
+    """What a fit does with a model already at its output (:func:`decide_output`).
+
+    Attributes
+    ----------
+    action : {"fresh", "resume", "refuse"}
+        Start afresh (nothing there, or ``overwrite``), continue its checkpoint, or refuse.
+    error : type or None
+        The refusal's exception (:class:`~sphdist.errors.OutputExistsError`,
+        :class:`~sphdist.errors.CheckpointMismatchError`); None unless refused.
+    found : str
+        What is at the output, the message's words after its path.
+    remedies : tuple of Remedy
+        The fits that resolve the refusal, the one nearest to what was asked first.
+    """
+
+    action: str
+    error: type[Exception] | None = None
+    found: str = ""
+    remedies: tuple[Remedy, ...] = ()
+
+
+def decide_output(
+    previous: Model | None, fingerprint: str, input: Any, params: dict[str, Any], *,
+    resume: bool, overwrite: bool,
+) -> OutputDecision:
+    """Whether a fit resumes, starts afresh or is refused at an output; pure.
+
+    Parameters
+    ----------
+    previous : Model or None
+        The checkpoint at the output (only its ``corpus``, ``params``, ``n_iter`` and
+        ``converged`` are read), or None.
+    fingerprint : str
+        The fingerprint of the corpus to fit.
+    input : path-like
+        Its path, for the messages and remedies.
+    params : dict
+        The fit's parameters, as stored (:data:`RESUME_KEYS` and ``max_iter``).
+    resume, overwrite : bool
+        What was asked (:class:`~sphdist.jobs.params.JobSettings`).
+
+    Returns
+    -------
+    OutputDecision
+        Resumed only when asked, with the same corpus and the same :data:`RESUME_KEYS`;
+        refused with :class:`~sphdist.errors.OutputExistsError` when a model is there and
+        neither was asked, with :class:`~sphdist.errors.CheckpointMismatchError` when a
+        resume was asked of another corpus' or other parameters' checkpoint; each refusal
+        with the asked fit replacing the output and the continuation of what is there.
+    """
     if previous is None or (overwrite and not resume):
-        return None
-    same_corpus = previous.corpus.get("fingerprint") == source.fingerprint
+        return OutputDecision("fresh")
+    same_corpus = previous.corpus.get("fingerprint") == fingerprint
     recorded = _recorded_params(previous)
     changed = {k: (recorded[k], params[k]) for k in RESUME_KEYS
                if _resume_value(k, recorded[k]) != _resume_value(k, params[k])}
     if same_corpus and not changed and resume:
-        return previous
-    asked = fit_command(input, output, params, overwrite=True, checkpoint_every=checkpoint_every)
-    theirs = fit_command(  # the fit that is there, continued
-        input if same_corpus else previous.corpus.get("path", "CORPUS"), output,
-        {**params, **recorded}, resume=True, checkpoint_every=checkpoint_every,
+        return OutputDecision("resume")
+    asked = functools.partial(Remedy, "overwrite", input, params)
+    theirs = functools.partial(  # the fit that is there, continued
+        Remedy, "resume", input if same_corpus else previous.corpus.get("path", "CORPUS"),
+        {**params, **recorded},
     )
     detail = ", ".join(f"{k}: {a!r} -> {b!r}" for k, (a, b) in changed.items())
     other_corpus = (
         f"{previous.corpus.get('path')!r} (fingerprint "
         f"{previous.corpus.get('fingerprint', '?')[:12]}), not {{}} {input} (fingerprint "
-        f"{source.fingerprint[:12]})"
+        f"{fingerprint[:12]})"
     )
-    if not resume:
-        if same_corpus and not changed:
-            if not previous.converged and previous.n_iter < params["max_iter"]:
-                raise OutputExistsError(
-                    f"{output} already exists: this fit, stopped at iteration "
-                    f"{previous.n_iter}. To resolve this, continue it: `{theirs}`, or replace "
-                    f"it: `{asked}` (or choose another --output)."
-                )
-            what = f"this fit, finished at iteration {previous.n_iter}"
-            if not previous.converged:  # at its max_iter: more iterations would continue it
-                what += " (--resume with a larger --max-iter continues it)"
-        elif same_corpus:
-            what = f"a fit with other parameters ({detail})"
-        else:
-            what = f"a fit of {other_corpus.format('of')}"
-        more = "" if same_corpus and not changed else f", or continue that fit: `{theirs}`"
-        raise OutputExistsError(
-            f"{output} already exists: {what}. To resolve this, replace it: `{asked}`{more} "
-            "(or choose another --output)."
+    if resume and not same_corpus:
+        return OutputDecision(
+            "refuse", CheckpointMismatchError, f"was fitted on {other_corpus.format('on')}",
+            (theirs("resume with the original corpus"), asked(f"start a new fit of {input}")),
         )
-    if not same_corpus:
-        raise CheckpointMismatchError(
-            f"{output} was fitted on {other_corpus.format('on')}. To resolve this, resume with the "
-            "original "
-            f"corpus: `{theirs}`, or start a new fit of {input}: `{asked}` (or choose another "
-            "--output)."
+    if resume:
+        return OutputDecision(
+            "refuse", CheckpointMismatchError, f"was written with other parameters ({detail})",
+            (theirs("resume with the checkpoint's parameters"), asked("start the fit asked for")),
         )
-    raise CheckpointMismatchError(
-        f"{output} was written with other parameters ({detail}). To resolve this, resume "
-        f"with the checkpoint's parameters: `{theirs}`, or start the fit asked for: `{asked}` "
-        "(or choose another --output)."
-    )
+    if same_corpus and not changed:
+        if not previous.converged and previous.n_iter < params["max_iter"]:
+            return OutputDecision(
+                "refuse", OutputExistsError,
+                f"already exists: this fit, stopped at iteration {previous.n_iter}",
+                (theirs("continue it"), asked("replace it")),
+            )
+        what = f"this fit, finished at iteration {previous.n_iter}"
+        if not previous.converged:  # at its max_iter: more iterations would continue it
+            what += " (--resume with a larger --max-iter continues it)"
+        return OutputDecision("refuse", OutputExistsError, f"already exists: {what}",
+                              (asked("replace it"),))
+    what = (f"a fit with other parameters ({detail})" if same_corpus
+            else f"a fit of {other_corpus.format('of')}")
+    return OutputDecision("refuse", OutputExistsError, f"already exists: {what}",
+                          (asked("replace it"), theirs("continue that fit")))
 
 
 def _recorded_params(model: Model) -> dict[str, Any]:
@@ -740,7 +841,8 @@ _FLAGS = {"n_components": "-r", "random_state": "--seed"}
 
 def fit_command(
     input: str | os.PathLike[str], output: str | os.PathLike[str], params: dict[str, Any], *,
-    resume: bool = False, overwrite: bool = False, checkpoint_every: int = 1,
+    resume: bool = False, overwrite: bool = False,
+    checkpoint_every: int = _JOB.checkpoint_every,
 ) -> str:
     """The ``sphdist fit`` command line of a fit of ``input`` to ``output`` with ``params``.
 
@@ -796,7 +898,7 @@ def fit_command(
     if init_from:
         path = init_from["path"] if isinstance(init_from, dict) else init_from
         words.append(f"--init-from {shlex.quote(str(path))}")
-    if checkpoint_every != 1:
+    if checkpoint_every != _JOB.checkpoint_every:
         words.append(f"--checkpoint-every {checkpoint_every}")
     return " ".join(words)
 
@@ -833,7 +935,8 @@ def warm_start(
     ParameterError
         If the model's r is not ``n_components``.
     CorpusMismatchError
-        If the model was fitted in another feature space (see :func:`check_compatible`).
+        If the model was fitted in another feature space
+        (:meth:`~sphdist.io.model.Model.check_compatible`).
     """
     previous = open_model(init_from)
     m, r, _ = previous.shape
@@ -843,69 +946,15 @@ def warm_start(
             f"was asked. To resolve this, fit with -r {r}, or warm-start from a model with "
             f"{n_components} components."
         )
-    check_compatible(previous, source, input, check_idf=False)
+    previous.check_compatible(source, input, check_idf=False)
     return previous.U
 
 
 def check_compatible(
     model: Model, source: Any, input: str | os.PathLike[str], *, check_idf: bool = True
 ) -> None:
-    """Check that a corpus lives in the feature space (and weighting) a model was fitted in.
-
-    Parameters
-    ----------
-    model : Model
-        An open ``model.zarr``.
-    source : Corpus or DenseInput
-        An open input (:func:`sphdist.io.corpus.open_input`).
-    input : path-like
-        Its path, for the message.
-    check_idf : bool, default True
-        Also require the same idf (sha256 of its bytes) and tf-idf options, as
-        :func:`sphdist.jobs.transform.transform_corpus` does: a document weighted with another
-        idf is not the document the model saw. A warm start (``fit_corpus(init_from=...)``)
-        needs only the same features.
-
-    Raises
-    ------
-    CorpusMismatchError
-        Naming each difference (number of features, feature scheme, vocabulary, idf, tf-idf
-        options) and how to re-ingest the corpus the model's way (``ingest --like``).
-    """
-    fitted = model.corpus
-    problems = []
-    m_model = model.shape[0]
-    if source.n_features != m_model:
-        problems.append(f"{source.n_features} features, the model has {m_model}")
-    scheme = fitted.get("feature_scheme")
-    if scheme is not None and source.feature_scheme != scheme:
-        problems.append(
-            f"feature scheme {source.feature_scheme!r}, the model's is {scheme!r}"
-        )
-    if not problems:
-        theirs, ours = getattr(source, "vocabulary", None), model.vocabulary
-        if theirs is not None and ours is not None and not np.array_equal(theirs, ours):
-            problems.append("another vocabulary than the model's")
-    if check_idf and not problems:
-        a, b = idf_sha256(source.idf), idf_sha256(model.idf)
-        if a != b:
-            problems.append(
-                f"idf fingerprint {(a or 'none')[:12]}, the model's is {(b or 'none')[:12]}"
-            )
-        options = fitted.get("tfidf") or {}
-        differ = sorted(  # the cleaning ("remove": headers, quotes) is not the weighting
-            k for k in (set(options) & set(source.tfidf)) - {"remove"}
-            if options[k] != source.tfidf[k]
-        )
-        if differ:
-            problems.append(f"other tf-idf options ({', '.join(differ)})")
-    if problems:
-        raise CorpusMismatchError(
-            f"{input} does not match the model {model.path}: it has {'; '.join(problems)}. "
-            f"To resolve this, ingest the documents with `sphdist ingest SOURCE --like "
-            f"{model.path} --output NEW.zarr` (the model's feature scheme and idf)."
-        )
-
+    """:meth:`sphdist.io.model.Model.check_compatible` (kept here for its importers)."""
+    model.check_compatible(source, input, check_idf=check_idf)
 
 
 def _worker_loss_errors() -> tuple[type[BaseException], ...]:

@@ -3,7 +3,9 @@
 The solver's parameters are one table, :data:`sphdist.core.params.PARAMS`; the settings that
 only the fit job has (how often it checkpoints, how often it restarts after a worker loss) are
 :data:`JOB_PARAMS` here, in the same form, so that ``sphdist fit`` derives their options the
-same way (:func:`sphdist.cli._common.param_option`). What the job reads of the solver's table
+same way (:func:`sphdist.cli._common.param_option`). A fit's plan carries the solver's
+:class:`~sphdist.core.params.FitConfig` and the job's :class:`JobSettings`, whose defaults are
+the two tables'. What the job reads of the solver's table
 is imported here too (``PARAMS``, ``SOLVER_PARAMS``, ``defaults``, ``validate``), so that the
 job has one module of parameters.
 
@@ -13,20 +15,24 @@ line reads it to build its options).
 
 from __future__ import annotations
 
+import dataclasses
+import os
 from contextlib import AbstractContextManager
 from numbers import Integral
+from typing import Any
 
 from sphdist.core.params import (  # noqa: F401  (the job's view of the solver's table)
     PARAMS,
     RESUME_PARAMS,
     SOLVER_PARAMS,
+    FitConfig,
     Param,
     Range,
     defaults,
     validate,
 )
 
-__all__ = ["JOB_PARAMS", "RESUME_KEYS", "validated"]
+__all__ = ["JOB_PARAMS", "RESUME_KEYS", "N_COMPONENTS", "JobSettings", "validated"]
 
 #: The fit job's own parameters (:func:`sphdist.jobs.fit.fit_corpus`, ``sphdist fit``).
 JOB_PARAMS: dict[str, Param] = {p.name: p for p in (
@@ -35,6 +41,67 @@ JOB_PARAMS: dict[str, Param] = {p.name: p for p in (
     Param("retries", (Range(Integral, 0, None, "left"),), 3,
           "Resume from the last checkpoint this many times when a worker dies."),
 )}
+
+#: r of a fit job that does not say (``sphdist fit`` without ``-r``): a text embedding's
+#: dimension. The estimator's default is the table's row (2, scikit-learn's ``TruncatedSVD``'s);
+#: :func:`sphdist.jobs.fit.fit_corpus` and :class:`sphdist.core.params.FitConfig` have none (a
+#: Python caller says its r).
+N_COMPONENTS = 20
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class JobSettings:
+    """How the fit job runs, beside the solver's :class:`~sphdist.core.params.FitConfig`.
+
+    The defaults of :attr:`checkpoint_every` and :attr:`retries` are their rows of
+    :data:`JOB_PARAMS`; nothing else writes them. Validated by
+    :func:`sphdist.jobs.fit.plan_fit` (:meth:`checked`).
+
+    Attributes
+    ----------
+    checkpoint_every : int
+        Write the model every this many iterations (and at the end).
+    retries : int
+        Restarts from the last checkpoint after a worker loss.
+    resume, overwrite : bool
+        What to do with a model already at the output.
+    init_from : path-like or None
+        The model whose U is the warm start.
+    memory_budget : int, str or None
+        The most memory X may take: bytes, a size (``"4GiB"``), or ``"auto"`` (or None): the
+        default of :func:`sphdist.jobs.cluster.holds_in_memory`. In bytes, or None for
+        ``"auto"``, once :meth:`checked`.
+    """
+
+    checkpoint_every: int = JOB_PARAMS["checkpoint_every"].default
+    retries: int = JOB_PARAMS["retries"].default
+    resume: bool = False
+    overwrite: bool = False
+    init_from: str | os.PathLike[str] | None = None
+    memory_budget: int | str | None = "auto"
+
+    def checked(self, caller: str) -> JobSettings:
+        """These settings validated, the memory budget in bytes (or None); reads nothing.
+
+        Raises
+        ------
+        ParameterError
+            If ``checkpoint_every`` or ``retries`` is outside :data:`JOB_PARAMS`, or
+            ``memory_budget`` is not a size
+            (:func:`sphdist.jobs.cluster.check_memory_budget`).
+        """
+        from sphdist.jobs.cluster import check_memory_budget
+
+        validate(
+            {"checkpoint_every": self.checkpoint_every, "retries": self.retries}, caller,
+            JOB_PARAMS,
+        )
+        return dataclasses.replace(self, memory_budget=check_memory_budget(self.memory_budget))
+
+    def values(self) -> dict[str, Any]:
+        """The settings as keywords of :func:`sphdist.jobs.fit.fit_corpus`."""
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+
 
 #: What a checkpoint must have been written with to be resumed: the solver parameters whose
 #: row says so (:data:`sphdist.core.params.RESUME_PARAMS`) and the warm start ``init_from``.

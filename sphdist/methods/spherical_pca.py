@@ -46,6 +46,9 @@ def _constraints(name: str) -> list[Any]:
     return out
 
 
+#: The signature's defaults: the parameter table's rows (:data:`sphdist.core.params.PARAMS`).
+_DEFAULT = params.defaults(list(params.PARAMS))
+
 class SphericalPCA(
     EmbeddingMixin, SphereModel, SparseInput, ClassNamePrefixFeaturesOutMixin, TransformerMixin,
     BaseEstimator,
@@ -136,22 +139,22 @@ class SphericalPCA(
 
     def __init__(
         self,
-        n_components: int = 2,
+        n_components: int = _DEFAULT["n_components"],
         *,
-        lam: float | str = "exact",
-        mu: float | str = "exact",
-        max_iter: int = 100,
-        tol: float = 1e-4,
-        init: str = "random",
-        random_state: Any = 0,
-        init_n_iter: int = 4,
-        chunk_size: int | None = None,
-        split_every: int = 8,
-        dtype: str = "float64",
-        polar: str = "auto",
-        partials: str = "auto",
-        accelerate: bool = True,
-        device: str = "cpu",
+        lam: float | str = _DEFAULT["lam"],
+        mu: float | str = _DEFAULT["mu"],
+        max_iter: int = _DEFAULT["max_iter"],
+        tol: float = _DEFAULT["tol"],
+        init: str = _DEFAULT["init"],
+        random_state: Any = _DEFAULT["random_state"],
+        init_n_iter: int = _DEFAULT["init_n_iter"],
+        chunk_size: int | None = _DEFAULT["chunk_size"],
+        split_every: int = _DEFAULT["split_every"],
+        dtype: str = _DEFAULT["dtype"],
+        polar: str = _DEFAULT["polar"],
+        partials: str = _DEFAULT["partials"],
+        accelerate: bool = _DEFAULT["accelerate"],
+        device: str = _DEFAULT["device"],
     ):
         self.n_components = n_components
         self.lam = lam

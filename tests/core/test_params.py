@@ -217,3 +217,25 @@ def test_the_largest_steps_keep_the_arithmetic_finite(dtype):
         V_far, _ = kernels.v_step(A, V, 1e160)
     assert not np.allclose(np.linalg.norm(V_far.astype(np.float64), axis=0), 1.0)
     assert not _valid("lam", 1e160) and not _valid("mu", 1e200)
+
+
+def test_solver_takes_a_built_config_and_checks_it_and_its_r():
+    """solver.fit(X, config=...) is the keyword form's fit; a config constructed directly is
+    validated (the table) and its r checked against X (12 features here)."""
+    import dask.array as da
+
+    X = da.from_array(np.random.default_rng(0).random((12, 30)), chunks=(12, 10))
+    config = params.FitConfig(n_components=2, max_iter=3)
+    assert config.dtype == "float64" and config.checked().dtype == np.dtype("float64")
+    built = solver.fit(X, config=config)
+    keywords = solver.fit(X, 2, max_iter=3)
+    assert built.objective == keywords.objective
+    np.testing.assert_array_equal(built.U_full, keywords.U_full)
+    with pytest.raises(ParameterError, match="'lam' parameter"):
+        solver.fit(X, config=params.FitConfig(n_components=2, lam=1.0))
+    with pytest.raises(ParameterError, match="n_components"):
+        solver.fit(X, config=params.FitConfig(n_components=13))
+    with pytest.raises(TypeError, match="not both"):
+        solver.fit(X, 2, config=config)
+    with pytest.raises(TypeError, match="n_components"):
+        solver.fit(X)

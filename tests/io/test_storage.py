@@ -132,7 +132,7 @@ def test_object_store_readers_of_the_previous_version_have_one_commit_of_grace(k
         return int(zarr.open_group(store=str(version), mode="r")["a"][0])
 
     assert value_at(versions[1]) == 2  # the previous: still whole for its readers
-    with pytest.raises(Exception):  # noqa: B017,PT011  the one before: removed
+    with pytest.raises(zarr.errors.GroupNotFoundError):  # the one before: removed
         value_at(versions[0])
     assert target.state().staging == ()  # the previous version is not a staging tree
 

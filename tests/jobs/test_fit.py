@@ -1,7 +1,10 @@
 """The fit job: one preparation, resume decisions, and retries that reuse the preparation."""
 
+import dataclasses
+import inspect
 import os
 
+import click
 import numpy as np
 import pytest
 import zarr
@@ -75,8 +78,9 @@ def test_retry_resumes_its_own_checkpoint_without_reopening_the_input(
             lost.append(state.iteration)
             raise FutureCancelledError("pass", reason="lost")
 
-    with fit.open_fit(fit.plan_fit(corpus.path, out, overwrite=True, **KW)) as job:
-        model = job.run(lose_a_worker_once, retries=3)
+    plan = fit.plan_fit(corpus.path, out, fit.FitConfig(**KW), fit.JobSettings(overwrite=True))
+    with fit.open_fit(plan) as job:
+        model = job.run(lose_a_worker_once)  # the plan's retries: 3
     assert lost == [3] and opened == [corpus.path]
     assert seen == [0, 1, 2, 3, 3, 4, 5]  # the retry resumed the checkpoint of iteration 2
     _same(model, reference)
@@ -177,3 +181,135 @@ def test_a_checkpoint_of_the_chained_pass_is_refused_with_the_fit_to_start_again
     fit_corpus(corpus.path, out, overwrite=True, callback=None, **{**KW, "max_iter": 2})
     _as_written_before_issue_29(out, nudge=False)  # the same sums: it continues, bitwise
     _same(fit_corpus(corpus.path, out, resume=True, callback=None, **KW), reference)
+
+
+# -- the plan: pure, fully validated, one config ---------------------------------------------
+
+@pytest.mark.parametrize("bad", [
+    {"n_components": -5}, {"lam": 1.0}, {"tol": -1}, {"mu": -1.0}, {"dtype": "int64"},
+    {"device": "gpu"}, {"checkpoint_every": 0}, {"retries": -1}, {"memory_budget": "lots"},
+])
+def test_the_plan_refuses_an_invalid_value_before_anything_is_opened_or_written(
+    tmp_path, bad
+):
+    """Issue 32, item 4: every value the table or the job's settings refuse is refused by
+    plan_fit, which reads nothing (the input does not exist) and writes nothing (no lock, no
+    output, no staging)."""
+    from sphdist.errors import ParameterError
+
+    input, out = tmp_path / "missing.zarr", tmp_path / "m.zarr"
+    kwargs = {**KW, **bad}
+    with pytest.raises(ParameterError, match=next(iter(bad)) if "memory" not in str(bad)
+                       else "memory budget"):
+        prepare_fit(input, out, **kwargs)
+    config = {k: v for k, v in kwargs.items() if k in fit.fit_params.SOLVER_PARAMS}
+    job = {k: v for k, v in kwargs.items() if k not in config}
+    with pytest.raises(ParameterError):
+        fit.plan_fit(input, out, fit.FitConfig(**config), fit.JobSettings(**job))
+    with pytest.raises(ParameterError):
+        fit_corpus(input, out, callback=None, **kwargs)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_the_plan_is_pure_and_carries_the_config_the_solver_is_given(
+    corpus, tmp_path, monkeypatch
+):
+    """One FitConfig, built and validated once (plan_fit), is what solver.fit runs with."""
+    out = tmp_path / "m.zarr"
+    plan = fit.plan_fit(corpus.path, out, fit.FitConfig(dtype="float32", **KW),
+                        fit.JobSettings(checkpoint_every=2, memory_budget="1MiB"))
+    assert [p.name for p in tmp_path.iterdir()] == ["corpus.zarr"]  # nothing new
+    assert plan.config.dtype == np.dtype("float32") and plan.job.memory_budget == 2**20
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        plan.config.lam = "palm"
+    given = []
+    solver_fit = fit.solver.fit
+    monkeypatch.setattr(fit.solver, "fit",
+                        lambda X, **kw: given.append(kw["config"]) or solver_fit(X, **kw))
+    with fit.open_fit(plan) as job:
+        model = job.run(callback=None)
+    assert given == [plan.config] and given[0] is plan.config
+    assert model.params["dtype"] == "float32" and model.n_iter == KW["max_iter"]
+
+
+def test_run_retries_as_the_plan_says_by_default(corpus, tmp_path):
+    from sphdist.errors import WorkersLostError
+
+    seen = []
+
+    def always_lost_at_1(state):
+        seen.append(state.iteration)
+        if state.iteration == 1:
+            raise FutureCancelledError("pass", reason="lost")
+
+    with pytest.raises(WorkersLostError, match="2 attempts"), \
+            prepare_fit(corpus.path, tmp_path / "m.zarr", retries=1, **KW) as job:
+        job.run(always_lost_at_1)
+    assert seen == [0, 1, 0, 1]  # no checkpoint before iteration 1: started again
+
+
+def test_the_command_lines_defaults_are_the_configs():
+    """Each option of `sphdist fit` that sets a FitConfig or JobSettings field defaults to
+    that field's default (n_components, which FitConfig leaves to the caller: the job's
+    N_COMPONENTS); nothing re-types one."""
+    from sphdist.cli.fit import fit as command
+    from sphdist.jobs.params import N_COMPONENTS
+
+    config = {f.name: f.default for f in dataclasses.fields(fit.FitConfig)}
+    job = {f.name: f.default for f in dataclasses.fields(fit.JobSettings)}
+    assert config.pop("n_components") is dataclasses.MISSING
+    expected = {**config, **job, "n_components": N_COMPONENTS}
+    context = click.Context(command)
+    options = {p.name: p.get_default(context) for p in command.params if p.name in expected}
+    assert set(options) == set(expected)
+    assert options == expected
+    signature = inspect.signature(fit_corpus).parameters
+    assert {name: signature[name].default for name in {**config, **job}} == {**config, **job}
+
+
+# -- what a fit does with the output: a pure decision with its remedies ----------------------
+
+def _stored(**changes):
+    from sphdist.core import params
+
+    return {**params.defaults(), "n_components": 3, "dtype": "float64", "init_from": None,
+            "max_iter": 5, **changes}
+
+
+def _checkpoint(n_iter=2, converged=False, fingerprint="a" * 64, **changes):
+    from types import SimpleNamespace
+
+    return SimpleNamespace(corpus={"fingerprint": fingerprint, "path": "/old/corpus.zarr"},
+                           params=_stored(**changes), n_iter=n_iter, converged=converged)
+
+
+@pytest.mark.parametrize("previous, resume, overwrite, action, error, remedies", [
+    (None, False, False, "fresh", None, []),
+    (None, True, False, "fresh", None, []),
+    (_checkpoint(), False, True, "fresh", None, []),
+    (_checkpoint(), True, False, "resume", None, []),
+    (_checkpoint(), True, True, "resume", None, []),
+    (_checkpoint(), False, False, "refuse", "OutputExistsError", ["resume", "overwrite"]),
+    (_checkpoint(n_iter=5), False, False, "refuse", "OutputExistsError", ["overwrite"]),
+    (_checkpoint(random_state=1), False, False, "refuse", "OutputExistsError",
+     ["overwrite", "resume"]),
+    (_checkpoint(random_state=1), True, False, "refuse", "CheckpointMismatchError",
+     ["resume", "overwrite"]),
+    (_checkpoint(fingerprint="b" * 64), True, False, "refuse", "CheckpointMismatchError",
+     ["resume", "overwrite"]),
+])
+def test_the_output_decision_is_pure_and_names_its_remedies(
+    previous, resume, overwrite, action, error, remedies
+):
+    decision = fit.decide_output(previous, "a" * 64, "/new/corpus.zarr", _stored(),
+                                 resume=resume, overwrite=overwrite)
+    assert decision.action == action
+    assert (decision.error and decision.error.__name__) == error
+    assert [r.action for r in decision.remedies] == remedies
+    for remedy in decision.remedies:  # replace: the fit asked; resume: the one that is there
+        expected = _stored() if remedy.action == "overwrite" else {
+            **_stored(), **{k: previous.params[k] for k in fit.RESUME_KEYS}}
+        assert remedy.params == expected
+        assert remedy.input == ("/old/corpus.zarr" if remedy.action == "resume"
+                                and previous.corpus["fingerprint"] != "a" * 64
+                                else "/new/corpus.zarr")
