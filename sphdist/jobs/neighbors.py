@@ -31,8 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from sphdist.core import graph
-from sphdist.core.neighbors import angle_degrees, top_k_chunk, top_k_merge
+from sphdist.core.neighbors import SearchIndex, angle_degrees, top_k_chunk, top_k_merge
 from sphdist.errors import (
     CorpusMismatchError,
     DataError,
@@ -247,8 +246,9 @@ def load_index(
 
     Returns
     -------
-    NeighborIndex
-        Fitted, its ``nprobe`` the stored one or the override.
+    SearchIndex
+        Its ``nprobe`` the stored one or the override (the search of
+        :class:`~sphdist.methods.neighbors.NeighborIndex`, without scikit-learn).
 
     Raises
     ------
@@ -263,8 +263,6 @@ def load_index(
         If it was built from another model, or from other documents than ``source``; the
         remedy rebuilds it (or passes ``--exact``).
     """
-    from sphdist.methods.neighbors import NeighborIndex
-
     stored = open_index(path)
     rebuild = _command("sphdist", "index", "--model", fitted.path,
                        *(["--input", str(input)] if source.origin == "embedding" else []),
@@ -284,16 +282,14 @@ def load_index(
             f"documents searched. To resolve this, rebuild it: `{rebuild}` (or pass --exact)."
         )
     record = stored.record
-    index = NeighborIndex(record.get("kind", "auto"), nlist=record.get("nlist"),
-                          nprobe=nprobe or record.get("nprobe"))
-    index.index_ = stored.load(n_components=fitted.shape[1], n_documents=source.n_documents,
-                               nprobe=nprobe)
-    index.kind_, index.nlist_ = record["kind"], record.get("nlist")
-    index.n_samples_fit_ = int(record["n_documents"])
-    index.n_indexed_ = int(index.index_.ntotal)
-    index.n_features_in_ = int(record["n_components"])
-    index.rebuild_ = stored.refuse  # the error of damage found when searching
-    return index
+    faiss_index = stored.load(n_components=fitted.shape[1], n_documents=source.n_documents,
+                              nprobe=nprobe)
+    return SearchIndex(
+        faiss_index, kind_=record["kind"], nlist_=record.get("nlist"),
+        nprobe=nprobe or record.get("nprobe"), n_samples_fit_=int(record["n_documents"]),
+        n_indexed_=int(faiss_index.ntotal), n_features_in_=int(record["n_components"]),
+        rebuild_=stored.refuse,  # the error of damage found when searching
+    )
 
 
 def find_index(
@@ -305,7 +301,7 @@ def find_index(
 
     Returns
     -------
-    (NeighborIndex or None, Path or None)
+    (SearchIndex or None, Path or None)
         None when ``exact``, or when no index was given and none is at
         :func:`default_index_path` (the exact scan then runs, as before indexes existed).
 
@@ -370,13 +366,13 @@ def exact_search(
     V is read once, ``65536`` documents at a time; memory ``8 * 1024 * 16384`` bytes of
     cosines at a time plus the (n_q, k) results.
     """
-    r, n = source.V.shape
+    r, n = source.shape
     n_q = Q.shape[1]
     skip = _skip(source)
     best = (np.full((n_q, k), -1, dtype=np.int64), np.full((n_q, k), -np.inf))
     for a in range(0, n, _READ_DOCS):
         b = min(a + _READ_DOCS, n)
-        block = np.asarray(source.V[:, a:b].compute(), dtype=np.float64)
+        block = source.columns(a, b)
         for s in range(a, b, _DOC_SLICE):
             e = min(s + _DOC_SLICE, b)
             for q in range(0, n_q, _QUERY_BATCH):
@@ -599,6 +595,7 @@ def knn_graph(
     """
     import dask
 
+    from sphdist.core import graph
     from sphdist.jobs.cluster import check_workers_see, task_path
 
     # absolute here, once: the workers' working directories are their own
