@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any, Literal, overload
 
 import numpy as np
 
+from sphdist.core.neighbors import angle_degrees
 from sphdist.errors import (
     CorpusMismatchError,
     DataError,
@@ -700,9 +701,11 @@ def nearest_neighbors(
     -------
     list of dict
         At most k (documents without a direction, ``source.degenerate``, are left out),
-        sorted by increasing angle (ties: document order): ``rank`` (1-based), ``index``,
-        ``doc_id``, ``label`` (or None), ``cosine`` (``v^T q``), ``angle_deg`` (``arccos`` of
-        it, in degrees, in [0, 180]) and ``distance`` (``||v - q||_2 = sqrt(2 - 2 cos)``).
+        sorted by increasing angle (ties: document order): ``rank`` (1-based), ``index`` (the
+        document's position), ``doc_id``, ``label`` (or None), ``angle`` (``arccos`` of the
+        cosine, in degrees, in [0, 180]) and ``cosine`` (``v^T q``), as the columns of the
+        neighbour tables (:data:`sphdist.jobs.neighbors.HIT_COLUMNS`); the Euclidean distance
+        is ``sqrt(2 - 2 cos)``.
 
     Raises
     ------
@@ -732,17 +735,12 @@ def nearest_neighbors(
         order = np.lexsort((idx, -cos))[:k]  # largest cosine first, then document order
         order = order[np.isfinite(cos[order])]
         best_idx, best_cos = idx[order], cos[order]
-    cosine = np.clip(best_cos, -1.0, 1.0)
-    angle = np.degrees(np.arccos(cosine))
-    distance = np.sqrt(np.maximum(2.0 - 2.0 * cosine, 0.0))
+    angle = angle_degrees(best_cos)
     labels = source.label_strings(best_idx)
     ids = source.ids.take(best_idx)
     return [
-        {
-            "rank": i + 1, "index": int(j), "doc_id": str(ids[i]), "label": labels[i],
-            "cosine": float(best_cos[i]), "angle_deg": float(angle[i]),
-            "distance": float(distance[i]),
-        }
+        {"rank": i + 1, "index": int(j), "doc_id": str(ids[i]), "label": labels[i],
+         "angle": float(angle[i]), "cosine": float(best_cos[i])}
         for i, j in enumerate(best_idx)
     ]
 
