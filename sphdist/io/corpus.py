@@ -63,13 +63,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import scipy.sparse as sp
 import zarr
 
 from sphdist.errors import CorpusFormatError, DataError
 
-if TYPE_CHECKING:  # dask where X is read as a graph (to_dask); ids, labels, empty without it
+if TYPE_CHECKING:  # dask and SciPy where X is read (to_dask, read_chunk); the ids, labels
+    # and empty flags a neighbour query reads without them
     import dask.array as da
+    import scipy.sparse as sp
 from sphdist.io._atomic import readable_path
 from sphdist.io._fs import location
 from sphdist.io._values import check_csc_values, check_dense_values
@@ -477,6 +478,7 @@ class Corpus(_Input):
             ``scipy.sparse.csc_matrix`` read from the store when the task runs.
         """
         import dask.array as da
+        import scipy.sparse as sp
 
         m = self.n_features
         return da.map_blocks(
@@ -615,6 +617,8 @@ def _read_chunk_checked(
         "clean the source and re-ingest it",
     )
     _check_digest(path, i, expected, data, indices, indptr)  # last: the checks above name more
+    import scipy.sparse as sp
+
     return sp.csc_matrix((data, indices, indptr), shape=(m, n_i))
 
 

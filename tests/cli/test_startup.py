@@ -216,7 +216,7 @@ def test_one_neighbour_query_imports_neither_scikit_learn_nor_dask(small_model, 
     assert len(result.stdout.strip().splitlines()) == 1 + 3 + 1, result.stdout  # header, 3 rows
     searched = "searching the index" in result.stderr
     assert searched is (how == []), result.stderr
-    for name in ("sklearn", "dask", "distributed", "pandas"):
+    for name in ("sklearn", "dask", "distributed", "pandas", "scipy"):
         assert name not in report["heavy"], report
 
 
