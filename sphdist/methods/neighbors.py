@@ -82,7 +82,8 @@ class NeighborIndex(ValidatedParams, BaseEstimator):
         Inverted lists of an IVF index; default :func:`default_nlist` of n.
     nprobe : int, optional
         Lists scanned per query (the accuracy knob: recall grows with it, so does the time);
-        default :data:`DEFAULT_NPROBE`. May be changed after ``fit`` (``set_params``).
+        default :data:`~sphdist.core.neighbors.DEFAULT_NPROBE`. May be changed after ``fit``
+        (``set_params``).
     train_size : int, optional
         Vectors sampled (uniformly, without replacement) to train the IVF's coarse quantizer
         (k-means, 10 iterations); default ``40 * nlist``.
@@ -228,7 +229,10 @@ class NeighborIndex(ValidatedParams, BaseEstimator):
 
     @property
     def nprobe_(self) -> int | None:
-        """Lists scanned per query now (``nprobe``, or :data:`DEFAULT_NPROBE`); None for flat."""
+        """Lists scanned per query now: ``nprobe``, or the default; None for flat.
+
+        The default is :data:`~sphdist.core.neighbors.DEFAULT_NPROBE`.
+        """
         check_is_fitted(self, "index_")
         if self.kind_ != "ivf":
             return None
