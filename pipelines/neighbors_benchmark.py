@@ -187,7 +187,7 @@ def measure(name: str, model: Path, *, n_queries: int, nlists: list[int],
             if nprobe > nlist or (rec["ivf"] and rec["ivf"][-1]["nlist"] == nlist
                                   and rec["ivf"][-1]["recall@10"] > 0.995):
                 continue  # beyond a recall of 0.995 only the time grows
-            ivf.set_params(nprobe=nprobe)
+            ivf.nprobe = nprobe  # a NeighborIndex (built here) or the loaded SearchIndex
             row = {"nlist": nlist, "nprobe": nprobe, "build_s": build,
                    "recall@10": recall_at_k(_search(ivf, Qr, 10, own), exact_idx),
                    "batch_ms": 1e3 * _per_query_batch(ivf, Qr, own, 10, repeats),
@@ -261,7 +261,28 @@ def _table(rows: list[dict], cols: list[tuple[str, str, str]]) -> list[str]:
 
 
 #: What ``sphdist neighbors`` imports before it reads anything (the start-up of a query).
-_IMPORTS = "import sphdist.cli, sphdist.jobs.neighbors, sphdist.methods.neighbors, faiss"
+#: The modules ``sphdist neighbors --doc-id`` imports (the estimator, scikit-learn's, is not
+#: one of them since the index is loaded as a :class:`sphdist.core.neighbors.SearchIndex`).
+_IMPORTS = "import sphdist.cli, sphdist.jobs.neighbors, faiss"
+#: Runs ``sphdist ARGS`` in this interpreter, then prints the heavy packages it imported.
+_MODULES = """
+import json, sys
+from sphdist.cli import main
+try:
+    main(sys.argv[1:], prog_name="sphdist")
+except SystemExit:
+    pass
+heavy = ("sklearn", "dask", "distributed", "pandas", "scipy", "zarr", "faiss", "pyarrow")
+print("MODULES", json.dumps(sorted({m.partition(".")[0] for m in sys.modules} & set(heavy))))
+"""
+
+
+def _modules(args: list[str]) -> list[str]:
+    """The heavy packages ``sphdist ARGS`` imports (a fresh process)."""
+    out = subprocess.run([sys.executable, "-c", _MODULES, *args], capture_output=True,
+                         text=True, check=True)
+    line = [x for x in out.stdout.splitlines() if x.startswith("MODULES ")][-1]
+    return json.loads(line.split(" ", 1)[1])
 
 
 def _python_wall(code: str) -> dict:
@@ -303,6 +324,10 @@ def measure_single_query(model: Path, repeats: int) -> dict:
                                       "sphdist.jobs.neighbors.query_neighbors("
                                       f"{str(model)!r}, doc_id={d!r}, k=10); "
                                       "print('SECONDS', time.perf_counter() - t)") for d in docs]
+    rec["imports_code"] = _IMPORTS
+    rec["modules"] = {
+        "doc_id": _modules(["neighbors", "-m", str(model), "--doc-id", docs[0], "-k", "10"]),
+        "query": _modules(["neighbors", "-m", str(model), "-q", text, "-k", "10"])}
     rec["check"] = timed_command(["index", "-m", str(model), "-o", str(index), "--check"])
     rec["uptime_end"] = uptime()
     for key in ("version", "doc_id", "query", "imports", "in_process"):
@@ -316,20 +341,26 @@ def _gib(value: float) -> str:
     return f"{value:.2f} GiB" if value else "-"
 
 
-def _single_query_lines(sq: dict) -> list[str]:
+def _single_query_lines(sq: dict, title: str | None = None) -> list[str]:
     def cell(runs: list[dict]) -> str:
         wall = [r["wall_s"] for r in runs]
         return (f"{statistics.median(wall):.2f} s | {min(wall):.2f}-{max(wall):.2f} s | "
                 f"{_gib(max(r['peak_rss_gib'] for r in runs))} | "
                 f"{min(r['load'] for r in runs):.1f}-{max(r['load'] for r in runs):.1f} |")
 
+    imports = sq.get("imports_code", "import sphdist.cli, sphdist.jobs.neighbors, "
+                                        "sphdist.methods.neighbors, faiss")
+    modules = sq.get("modules")
+    said = [] if not modules else [
+        f"Heavy packages imported: `--doc-id` {', '.join(modules['doc_id']) or 'none'}; "
+        f"`-q TEXT` {', '.join(modules['query']) or 'none'}.", ""]
     return [
-        f"### One query at a time (issue 33 item 3): n = {sq['n_documents']:,}, "
-        f"r = {sq['n_components']}", "",
+        title or f"### One query at a time (issue 33 item 3): n = {sq['n_documents']:,}, "
+                 f"r = {sq['n_components']}", "",
         "The index memory-mapped by faiss (each search reads the inverted lists it probes), "
         "a cheap check per read (size, sha256 of the first and last MiB, structure), only the "
         "chunks of document ids that hold the query and the hits read; each command run "
-        f"{len(sq['doc_id'])} times in fresh processes, `{sq['model']}` (`sphdist synth "
+        f"{len(sq['doc_id'])} times in fresh processes, a 1M model (`sphdist synth "
         "--n-docs 1000000 --n-topics 20 --doc-length 120 --format corpus`, `sphdist fit -r 100 "
         "--max-iter 2`: the query time depends on n, r and the index, not on the fit's "
         "convergence) with its default index (ivf, 1024 lists, nprobe 32).", "",
@@ -338,7 +369,7 @@ def _single_query_lines(sq: dict) -> list[str]:
         f"| `sphdist --version` (start-up) | {cell(sq['version'])}",
         f"| `sphdist neighbors -m MODEL --doc-id ID -k 10` | {cell(sq['doc_id'])}",
         f"| `sphdist neighbors -m MODEL -q TEXT -k 10` | {cell(sq['query'])}",
-        f"| `python -c \"{_IMPORTS}\"` (the imports of the command) | "
+        f"| `python -c \"{imports}\"` (the imports of the command) | "
         f"{cell(sq['imports'])}",
         f"| `query_neighbors(MODEL, doc_id=ID, k=10)` in a fresh process, imports excluded | "
         f"{statistics.median(r['seconds'] for r in sq['in_process']):.2f} s | "
@@ -348,7 +379,8 @@ def _single_query_lines(sq: dict) -> list[str]:
         f"{max(r['load'] for r in sq['in_process']):.1f} |",
         f"| `sphdist index -m MODEL -o INDEX --check` (every byte and id, once) | "
         f"{sq['check']['wall_s']:.2f} s | - | {sq['check']['peak_rss_gib']:.2f} GiB | "
-        f"{sq['check']['load']:.1f} |", "",
+        f"{sq['check']['load']:.1f} |", "", *said,
+        *([sq["note"], ""] if sq.get("note") else []),
     ]
 
 
@@ -393,8 +425,11 @@ def report(records: list[dict]) -> str:
                      f"{min(r['load'] for r in one['doc_id']):.1f}-"
                      f"{max(r['load'] for r in one['doc_id']):.1f}; start-up "
                      f"{statistics.median(r['wall_s'] for r in one['version']):.2f} s): "
-                     f"{mark[wall <= 1.0]} (the figure above is the same command before: the "
-                     "index read, hashed and copied whole, every id read)")
+                     f"{mark[wall <= 1.0]}" + "".join(
+                         f"; before, {statistics.median(r['wall_s'] for r in h['doc_id']):.2f} s"
+                         f" (load {min(r['load'] for r in h['doc_id']):.1f}-"
+                         f"{max(r['load'] for r in h['doc_id']):.1f})"
+                         for h in big.get("single_query_issue33_before", [])))
     lines.append("")
     for rec in records:
         n, name = rec["n_documents"], rec["name"]
@@ -471,6 +506,9 @@ def report(records: list[dict]) -> str:
                       f"| graph time / scikit-learn's (scaled) | "
                       f"{gc['wall_s'] / p['sklearn_graph_s_scaled']:.3f} |"]
         lines.append("")
+        for i, before in enumerate(rec.get("single_query_issue33_before", [])):
+            lines += _single_query_lines(before, f"### One query at a time, before ({i + 1}): "
+                                                 f"{before.get('tree', 'an earlier tree')}")
         if rec.get("single_query_issue33"):
             lines += _single_query_lines(rec["single_query_issue33"])
     return "\n".join(lines) + "\n"
@@ -510,8 +548,11 @@ def main(model_1m, model_news, fit_seconds, skip_1m, report_only, graph_timeout,
 
     if single_query is not None:
         big = max(records, key=lambda r: r["n_documents"])
-        keep({**big, "single_query_issue33": measure_single_query(single_query,
-                                                                   max(repeats, 5))})
+        before = big.get("single_query_issue33_before", [])
+        if big.get("single_query_issue33"):  # kept, titled, beside the new measurement
+            before = [*before, big["single_query_issue33"]]
+        keep({**big, "single_query_issue33_before": before,
+              "single_query_issue33": measure_single_query(single_query, max(repeats, 5))})
         skip_news = skip_1m = True
 
     if not skip_news and not report_only:

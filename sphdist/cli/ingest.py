@@ -230,11 +230,12 @@ def _scheduler(address: str | None, n_workers: int | None) -> Any:
               help="Mean tokens per document (Poisson).")
 @click.option("--vocab-size", type=click.IntRange(min=1), default=50_000, show_default=True,
               help="Distinct words (Zipfian ranks).")
-@click.option("--format", "fmt", type=click.Choice(["jsonl", "corpus"]), default="jsonl",
-              show_default=True,
-              help="jsonl: raw text lines {id, label, text} (.gz compresses); corpus: a tf-idf "
-                   "corpus.zarr, as `sphdist ingest --hashing --stop-words none "
-                   "--no-sublinear-tf` of those lines would write.")
+@click.option("--format", "fmt", type=click.Choice(["jsonl", "csv", "corpus"]),
+              help="jsonl: raw text lines {id, label, text}; csv: the same as columns id, "
+                   "label, text (.gz after either compresses); corpus: a tf-idf corpus.zarr, "
+                   "as `sphdist ingest --hashing --stop-words none --no-sublinear-tf` of "
+                   "those lines would write [default: from the suffix of --output; given, it "
+                   "must agree with it].")
 @click.option("--n-features", type=_N_FEATURES, default=2**18, show_default=True,
               help="Hashed features (--format corpus).")
 @click.option("--vocabulary", is_flag=True,
@@ -242,11 +243,12 @@ def _scheduler(address: str | None, n_workers: int | None) -> Any:
 @click.option("--chunk-size", type=click.IntRange(min=1), default=4096, show_default=True,
               help="Documents per generated and stored chunk.")
 @click.option("--output", "-o", required=True, type=STORE_PATH,
-              help="JSON Lines file or corpus.zarr to write.")
+              help="File or store to write: *.jsonl, *.csv (each also .gz) or *.zarr (a "
+                   "corpus).")
 @click.option("--overwrite", is_flag=True, help="Replace an existing output.")
 @json_option("Print the summary as one JSON object.")
 def synth(
-    n_docs: int, n_topics: int, seed: int, doc_length: int, vocab_size: int, fmt: str,
+    n_docs: int, n_topics: int, seed: int, doc_length: int, vocab_size: int, fmt: str | None,
     n_features: int, vocabulary: bool, chunk_size: int, output: Path, overwrite: bool,
     as_json: bool,
 ) -> None:

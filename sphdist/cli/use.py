@@ -308,7 +308,7 @@ def neighbors(
     click.echo(f"{'rank':>4}  {'angle':>7}  {'cosine':>8}  {'doc_id':<{width}}  label")
     for h in rows:
         click.echo(
-            f"{h['rank']:>4}  {h['angle_deg']:>6.2f}°  {h['cosine']:>8.5f}  "
+            f"{h['rank']:>4}  {h['angle']:>6.2f}°  {h['cosine']:>8.5f}  "
             f"{h['doc_id']:<{width}}  {h['label'] or ''}"
         )
 

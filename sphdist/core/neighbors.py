@@ -11,13 +11,26 @@ collection's k-NN graph is a tree of merges over the document chunks
 Candidate lists are a pair ``(index, cosine)`` of arrays of shape (n_q, k): int64 document
 indices and float64 cosines, each row sorted by decreasing cosine, ties by increasing index;
 a row with fewer than k candidates is padded with index -1 and cosine ``-inf``.
+
+The search of a faiss index of unit rows (:func:`faiss_search`, :class:`SearchIndex`) is here
+too, importing faiss only when called: a stored index is searched without the estimator that
+built it (:class:`sphdist.methods.neighbors.NeighborIndex`, scikit-learn).
 """
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Callable
+from typing import Any
+
 import numpy as np
 
-__all__ = ["top_k_chunk", "top_k_merge", "recall_at_k", "angle_degrees"]
+__all__ = ["top_k_chunk", "top_k_merge", "recall_at_k", "angle_degrees", "faiss_search",
+           "SearchIndex", "DEFAULT_NPROBE"]
+
+#: Inverted lists visited per query by default (pipelines/results/neighbors.md: recall@10
+#: 0.999 with 16 at 1M synthetic documents, r = 100; 20 Newsgroups needs 32 for 0.98).
+DEFAULT_NPROBE = 32
 
 
 def _sort_rows(idx: np.ndarray, cos: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
@@ -157,3 +170,111 @@ def angle_degrees(cosine: np.ndarray) -> np.ndarray:
     array([  0.,  90., 180.])
     """
     return np.degrees(np.arccos(np.clip(np.asarray(cosine, dtype=np.float64), -1.0, 1.0)))
+
+
+def unit_float32(block: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Rows of ``block`` scaled to unit norm, as float32; and which rows have no direction."""
+    norms = np.linalg.norm(block, axis=1)
+    zero = ~(norms > 0) | ~np.isfinite(norms)
+    out = block / np.where(zero, 1.0, norms)[:, None]
+    return np.ascontiguousarray(out, dtype=np.float32), zero
+
+
+def faiss_search(
+    index: Any, Q: np.ndarray, k: int, *, n_features: int, nprobe: int | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
+    """The k largest cosines of each query row in a faiss inner-product index of unit rows.
+
+    Parameters
+    ----------
+    index : faiss.Index
+        Flat or IVF (``nprobe`` given), of unit float32 rows.
+    Q : ndarray of shape (n_queries, r), float
+        Query vectors, one per row; scaled to unit norm.
+    k : int
+        Neighbours per query, >= 1.
+    n_features : int
+        r, the dimension of the indexed vectors.
+    nprobe : int, optional
+        Inverted lists scanned per query (IVF only).
+
+    Returns
+    -------
+    index : ndarray of shape (n_queries, k), int64
+        Ids of the index, nearest first; -1 where fewer than k were found.
+    cosine : ndarray of shape (n_queries, k), float64
+        Their cosines (float32 precision); ``-inf`` where the index is -1.
+
+    Raises
+    ------
+    DataError
+        If a query has no direction (a zero row) or the wrong dimension.
+    ParameterError
+        If ``k < 1``.
+    """
+    import faiss
+
+    from sphdist.errors import DataError, ParameterError
+
+    if int(k) < 1:
+        raise ParameterError(f"k must be >= 1, got {k}.")
+    Q = np.atleast_2d(np.asarray(Q, dtype=np.float64))
+    if Q.ndim != 2 or Q.shape[1] != n_features:
+        raise DataError(f"queries have shape {Q.shape}, expected (n_queries, {n_features}).")
+    Qf, zero = unit_float32(Q)
+    if zero.any():
+        raise DataError(f"query {int(np.flatnonzero(zero)[0])} has no direction (a zero or "
+                        "non-finite vector). To resolve this, query with a nonzero vector.")
+    params = faiss.SearchParametersIVF(nprobe=nprobe) if nprobe is not None else None
+    cos, idx = index.search(Qf, int(k), params=params)
+    idx = idx.astype(np.int64)
+    cos = np.where(idx >= 0, cos.astype(np.float64), -np.inf)
+    return idx, cos
+
+
+@dataclasses.dataclass
+class SearchIndex:
+    """A stored faiss index, loaded to be searched (:func:`sphdist.jobs.neighbors.load_index`).
+
+    The search of :class:`sphdist.methods.neighbors.NeighborIndex` without the estimator
+    around it (scikit-learn): what ``sphdist neighbors`` needs of an index it did not build.
+
+    Attributes
+    ----------
+    index_ : faiss.Index
+        Flat or IVF, inner product, of unit float32 rows; ids are document numbers.
+    kind_ : {"flat", "ivf"}
+    nlist_ : int or None
+        Inverted lists (None for flat).
+    nprobe : int or None
+        Lists scanned per query (IVF; None: :data:`DEFAULT_NPROBE`).
+    n_samples_fit_ : int
+        Documents the index was built from (those left out included).
+    n_indexed_ : int
+        Documents in the index.
+    n_features_in_ : int
+        r, the dimension of the vectors.
+    rebuild_ : callable, optional
+        ``rebuild_(what)``: the error to raise for damage found when searching.
+    """
+
+    index_: Any
+    kind_: str
+    nlist_: int | None
+    nprobe: int | None
+    n_samples_fit_: int
+    n_indexed_: int
+    n_features_in_: int
+    rebuild_: Callable[[str], Exception] | None = None
+
+    @property
+    def nprobe_(self) -> int | None:
+        """Lists scanned per query now (``nprobe``, or :data:`DEFAULT_NPROBE`); None for flat."""
+        if self.kind_ != "ivf":
+            return None
+        return min(int(self.nprobe or DEFAULT_NPROBE), int(self.nlist_ or 1))
+
+    def search(self, Q: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """The k largest cosines of each query row: :func:`faiss_search`."""
+        return faiss_search(self.index_, Q, k, n_features=self.n_features_in_,
+                            nprobe=self.nprobe_)

@@ -333,6 +333,35 @@ class TaggedStore:
             name=f"sphdist-{self.KIND}-{name}-{tokenize(str(self.location), token, c)}",
         )
 
+    def _unit_columns_between(self, name: str, digests: Any, start: int, stop: int
+                              ) -> np.ndarray:
+        """Columns ``start:stop`` of ``group[name]`` (as :meth:`_unit_columns`), read now.
+
+        Without dask: only the stored chunks that hold them are read, each checked by
+        :func:`read_unit_columns` as the tasks of :meth:`_unit_columns` check theirs (a reader
+        of a few columns, such as ``sphdist neighbors --doc-id``, reads a few chunks).
+
+        Returns
+        -------
+        ndarray of shape (r, stop - start), float64
+            ``start`` and ``stop`` clipped to ``0 <= start <= stop <= n``.
+        """
+        arr = self._array(name)
+        r, c = arr.chunks
+        n = arr.shape[1]
+        start, stop = max(0, int(start)), min(n, int(stop))
+        if digests is not None and not isinstance(digests, list):
+            digests = []
+        blocks = [
+            read_unit_columns(str(self.location), name, c, self._target, self._version,
+                              None if digests is None else tuple(digests), self._REWRITE,
+                              block_id=(0, b))
+            for b in range(start // c, -(-stop // c))
+        ]
+        first = (start // c) * c
+        out = np.concatenate(blocks, axis=1) if blocks else np.zeros((r, 0))
+        return np.ascontiguousarray(out[:, start - first:stop - first], dtype=np.float64)
+
     def _read(
         self, name: str, sha256: str | None = None, digest: str = "sha256",
         required: bool = True,

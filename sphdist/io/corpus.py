@@ -60,14 +60,17 @@ import hashlib
 import json
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import dask.array as da
 import numpy as np
-import scipy.sparse as sp
 import zarr
 
 from sphdist.errors import CorpusFormatError, DataError
+
+if TYPE_CHECKING:  # dask and SciPy where X is read (to_dask, read_chunk); the ids, labels
+    # and empty flags a neighbour query reads without them
+    import dask.array as da
+    import scipy.sparse as sp
 from sphdist.io._atomic import readable_path
 from sphdist.io._fs import location
 from sphdist.io._values import check_csc_values, check_dense_values
@@ -474,6 +477,9 @@ class Corpus(_Input):
             One block per document chunk (``chunks == ((m,), self.chunks)``), each a
             ``scipy.sparse.csc_matrix`` read from the store when the task runs.
         """
+        import dask.array as da
+        import scipy.sparse as sp
+
         m = self.n_features
         return da.map_blocks(
             _load_block,
@@ -611,6 +617,8 @@ def _read_chunk_checked(
         "clean the source and re-ingest it",
     )
     _check_digest(path, i, expected, data, indices, indptr)  # last: the checks above name more
+    import scipy.sparse as sp
+
     return sp.csc_matrix((data, indices, indptr), shape=(m, n_i))
 
 
@@ -721,6 +729,8 @@ class DenseInput(_Input):
 
     def to_dask(self) -> da.Array:
         """Return X of shape (n_features, n_samples), float64, chunked along samples."""
+        import dask.array as da
+
         x = da.from_zarr(self._array, chunks=(self.chunks, self.shape[0]))
         x = x.astype(np.float64).map_blocks(
             _check_finite_rows, str(self.path), dtype=np.float64, meta=np.empty((0, 0)),

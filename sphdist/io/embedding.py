@@ -235,6 +235,19 @@ class Embedding(TaggedStore):
         return self._unit_columns("V", self._digest("V"),
                                   token=("embedding", self.attrs.get("sha256")))
 
+    @property
+    def shape(self) -> tuple[int, int]:
+        """``(r, n)``: the shape of V, read from its metadata (no values, no dask)."""
+        return tuple(int(d) for d in self._array("V").shape)  # type: ignore[return-value]
+
+    def V_columns(self, start: int, stop: int) -> np.ndarray:
+        """Columns ``start:stop`` of V as an ndarray of shape (r, stop - start), float64.
+
+        Read now, without dask: only the stored chunks that hold them, each checked as the
+        tasks of :attr:`V` check theirs.
+        """
+        return self._unit_columns_between("V", self._digest("V"), start, stop)
+
     def _digest(self, name: str) -> Any:
         """The recorded digest of ``name`` (V, degenerate, doc_ids, labels); warned once if none."""
         digests = self.attrs.get("sha256")

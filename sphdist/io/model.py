@@ -68,14 +68,11 @@ from __future__ import annotations
 import hashlib
 import os
 import uuid
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import dask.array as da
 import numpy as np
 import zarr
 
-from sphdist.core import graph
-from sphdist.core.solver import FitState
 from sphdist.errors import CorpusMismatchError, InputNotFoundError, ModelFormatError
 from sphdist.io._atomic import discard, open_output, open_target
 from sphdist.io._zarr import (
@@ -96,6 +93,12 @@ __all__ = [
     "FORMAT_VERSION", "KIND", "save_checkpoint", "load_checkpoint", "open_model", "Model",
     "u_sha256", "idf_sha256", "ScratchV",
 ]
+
+if TYPE_CHECKING:  # dask and the solver (scikit-learn) only where V is computed or a fit
+    # resumed: a reader of U, idf and columns of V (``sphdist neighbors``) imports neither
+    import dask.array as da
+
+    from sphdist.core.solver import FitState
 
 FORMAT_VERSION = 1
 KIND = "model"  # the group attribute sphdist.kind
@@ -193,6 +196,7 @@ def _store_V(group: zarr.Group, V: da.Array) -> list[str]:
     Returns the :func:`~sphdist.io._zarr.chunk_sha256` of the stored chunks, each computed by
     the task that writes the chunk (V is never gathered).
     """
+    from sphdist.core import graph
     r, chunks = V.shape[0], V.chunks[1]
     if not regular_chunks(chunks) or V.numblocks[0] != 1:
         V = V.rechunk((r, max(chunks)))
@@ -242,6 +246,8 @@ class ScratchV:
 
     def __call__(self, iteration: int, V: da.Array) -> tuple[Any, da.Array]:
         """Store ``V`` (r, n) as ``V_iteration``: (the store to compute, the lazy reader)."""
+        import dask.array as da
+
         r, chunks = V.shape[0], V.chunks[1]
         if not regular_chunks(chunks):
             V = V.rechunk((r, max(chunks)))
@@ -491,6 +497,35 @@ class Model(TaggedStore):
         dask.array.Array of shape (r, n), float64
             Column j is the unit-norm embedding of document j.
         """
+        self._require_embedding()
+        V = self._unit_columns("V", self._digest("V"), token=("model", self.fingerprint))
+        return V if chunks is None else V.rechunk((V.shape[0], chunks))
+
+    def V_columns(self, start: int, stop: int) -> np.ndarray:
+        """Columns ``start:stop`` of V, read without dask, each stored chunk checked.
+
+        The chunks that hold them are read and checked as the tasks of :meth:`V` check theirs
+        (finite unit columns, the recorded sha256 of each chunk): a reader of a few columns
+        (``sphdist neighbors --doc-id``) reads a few chunks, not V.
+
+        Parameters
+        ----------
+        start, stop : int
+            Document range, ``0 <= start <= stop <= n``.
+
+        Returns
+        -------
+        ndarray of shape (r, stop - start), float64
+
+        Raises
+        ------
+        ModelFormatError
+            As :meth:`V`: a checkpoint without V, or a damaged chunk.
+        """
+        self._require_embedding()
+        return self._unit_columns_between("V", self._digest("V"), start, stop)
+
+    def _require_embedding(self) -> None:
         if not self.has_embedding:
             raise ModelFormatError(
                 f"{self.path} is a checkpoint of a fit stopped at iteration {self.n_iter} of "
@@ -498,8 +533,6 @@ class Model(TaggedStore):
                 f"holds U, not the embedding V. To resolve this, finish the fit: `sphdist "
                 f"info {self.path}` prints the command that does."
             )
-        V = self._unit_columns("V", self._digest("V"), token=("model", self.fingerprint))
-        return V if chunks is None else V.rechunk((V.shape[0], chunks))
 
     def state(self, chunks: tuple[int, ...]) -> FitState:
         """The saved solver state, with V chunked as ``chunks`` (the corpus' document chunks).
@@ -517,6 +550,8 @@ class Model(TaggedStore):
             partials; otherwise these are None and
             :func:`sphdist.core.solver.resume` recomputes them in one pass.
         """
+        from sphdist.core.solver import FitState
+
         a = self.attrs
         kept = "state/XVt" in self._group
         U = self.U

@@ -16,15 +16,16 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import functools
 import glob
 import os
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Literal, overload
+from typing import TYPE_CHECKING, Any, Literal, overload
 
-import dask.array as da
 import numpy as np
 
-from sphdist.core import graph, kernels
+from sphdist.core.neighbors import angle_degrees
 from sphdist.errors import (
     CorpusMismatchError,
     DataError,
@@ -46,6 +47,9 @@ from sphdist.io._atomic import check_output_kind, check_output_place
 from sphdist.io._zarr import ChunkedVector
 from sphdist.io.model import Model, open_model
 from sphdist.jobs.info import _command, check_roles, require_embedding
+
+if TYPE_CHECKING:  # dask only where V is scanned whole: one query reads a few chunks without it
+    import dask.array as da
 
 __all__ = [
     "EmbeddingSource",
@@ -71,8 +75,8 @@ class EmbeddingSource:
 
     Attributes
     ----------
-    V : dask.array.Array of shape (r, n), float64
-        Column j: the unit-norm embedding of document j (lazy, read from the store).
+    shape : tuple of int
+        (r components, n documents).
     ids : ChunkedVector
         The document ids, read chunk by chunk on demand (:meth:`ChunkedVector.take` of the
         hits, :meth:`ChunkedVector.find` of a ``--doc-id``); :attr:`doc_ids` reads them all.
@@ -90,15 +94,53 @@ class EmbeddingSource:
         True where the document has no token at all (the corpus' ``empty``; None when the
         corpus an embedding was written from is no longer there). ``degenerate & ~empty``:
         documents with tokens none of which the model weighs (``U^T x = 0``).
+    lazy_V : callable
+        Builds :attr:`V`, the embeddings as a lazy dask array (called once, when first used).
+    read_columns : callable, optional
+        ``read_columns(start, stop)``: columns ``start:stop`` of V as an ndarray, read from the
+        store without dask (each stored chunk checked as the tasks of :attr:`V` check theirs);
+        None where the embeddings are computed (:meth:`columns` then computes them by
+        :attr:`V`).
+
+    Notes
+    -----
+    A few columns (one ``sphdist neighbors`` query: :meth:`columns`) are read without
+    importing dask; :attr:`V` (a scan, an export, the k-NN graph) imports it.
     """
 
-    V: da.Array
+    shape: tuple[int, int]
     ids: ChunkedVector
     labels: np.ndarray | None
     label_names: list[str] | None
     origin: str
     degenerate: np.ndarray | None = None
     empty: np.ndarray | None = None
+    lazy_V: Callable[[], da.Array] | None = dataclasses.field(default=None, repr=False)
+    read_columns: Callable[[int, int], np.ndarray] | None = dataclasses.field(
+        default=None, repr=False)
+
+    @functools.cached_property
+    def V(self) -> da.Array:
+        """The embeddings, as a lazy dask array (built when first used).
+
+        Returns
+        -------
+        dask.array.Array of shape (r, n), float64
+            Column j: the unit-norm embedding of document j, read from the store chunk by chunk.
+        """
+        assert self.lazy_V is not None
+        return self.lazy_V()
+
+    def columns(self, start: int, stop: int) -> np.ndarray:
+        """The embeddings of documents ``start:stop``, without dask where they are stored.
+
+        Returns
+        -------
+        ndarray of shape (r, stop - start), float64
+        """
+        if self.read_columns is not None:
+            return self.read_columns(start, stop)
+        return np.asarray(self.V[:, start:stop].compute(), dtype=np.float64)
 
     @property
     def doc_ids(self) -> np.ndarray:
@@ -108,7 +150,7 @@ class EmbeddingSource:
     @property
     def n_documents(self) -> int:
         """Number of documents n."""
-        return int(self.V.shape[1])
+        return int(self.shape[1])
 
     def label_strings(self, index: np.ndarray) -> list[str | None]:
         """Label names of documents ``index`` (None where unknown)."""
@@ -185,7 +227,8 @@ def open_embedding_source(
                 f"documents again with `sphdist transform --model {fitted.path}`."
             )
         return EmbeddingSource(
-            V=emb.V, ids=emb.ids(), labels=emb.labels,
+            shape=emb.shape, lazy_V=lambda: emb.V, read_columns=emb.V_columns,
+            ids=emb.ids(), labels=emb.labels,
             label_names=emb.attrs.get("label_names"), origin="embedding",
             degenerate=emb.degenerate, empty=_recorded_empty(emb.attrs),
         )
@@ -205,11 +248,14 @@ def open_embedding_source(
                 f"{reingest_remedy(fitted, source, path, then=use)}."
             ) from None
         if embed:  # the exact V-step, lam = 2 (Liu et al. 2019, Eq. 3.12), chunk by chunk
+            from sphdist.core import graph
+
             X = source.to_dask()
             if X.numblocks[0] != 1:
                 X = X.rechunk({0: -1})
+            V = graph.embedding(X, fitted.U, dtype=np.float64)
             return EmbeddingSource(
-                V=graph.embedding(X, fitted.U, dtype=np.float64),
+                shape=(int(V.shape[0]), int(V.shape[1])), lazy_V=functools.partial(_given, V),
                 ids=source.ids(), labels=source.labels,
                 label_names=source.label_names, origin="corpus", empty=np.asarray(source.empty),
             )
@@ -221,11 +267,16 @@ def open_embedding_source(
             f"use the embedding: `{transform} && {use}`."
         )
     require_embedding(fitted)
+    _, r, n = fitted.shape
     return EmbeddingSource(
-        V=fitted.V(), ids=source.ids(), labels=source.labels,
-        label_names=source.label_names, origin="model", degenerate=np.asarray(source.empty),
-        empty=np.asarray(source.empty),
+        shape=(r, n), lazy_V=fitted.V, read_columns=fitted.V_columns, ids=source.ids(),
+        labels=source.labels, label_names=source.label_names, origin="model",
+        degenerate=np.asarray(source.empty), empty=np.asarray(source.empty),
     )
+
+
+def _given(V: da.Array) -> da.Array:
+    return V
 
 
 def _stored(path: Path) -> bool:
@@ -583,6 +634,7 @@ def embed_texts(
         ``return_degenerate``) a text shares no feature with the model (``U^T x = 0``): the
         message names it.
     """
+    from sphdist.core import kernels
     from sphdist.text.ingest import read_like
     from sphdist.text.tfidf import weight
 
@@ -636,9 +688,11 @@ def nearest_neighbors(
     -------
     list of dict
         At most k (documents without a direction, ``source.degenerate``, are left out),
-        sorted by increasing angle (ties: document order): ``rank`` (1-based), ``index``,
-        ``doc_id``, ``label`` (or None), ``cosine`` (``v^T q``), ``angle_deg`` (``arccos`` of
-        it, in degrees, in [0, 180]) and ``distance`` (``||v - q||_2 = sqrt(2 - 2 cos)``).
+        sorted by increasing angle (ties: document order): ``rank`` (1-based), ``index`` (the
+        document's position), ``doc_id``, ``label`` (or None), ``angle`` (``arccos`` of the
+        cosine, in degrees, in [0, 180]) and ``cosine`` (``v^T q``), as the columns of the
+        neighbour tables (:data:`sphdist.jobs.neighbors.HIT_COLUMNS`); the Euclidean distance
+        is ``sqrt(2 - 2 cos)``.
 
     Raises
     ------
@@ -649,7 +703,7 @@ def nearest_neighbors(
     -----
     A scan over the chunks of V keeping the k best of each: memory ``O(r * chunk_size + k)``.
     """
-    r, n = source.V.shape
+    r, n = source.shape
     query = np.asarray(query, dtype=np.float64)
     if query.shape != (r,):
         raise ParameterError(f"query has shape {query.shape}, expected ({r},).")
@@ -658,7 +712,7 @@ def nearest_neighbors(
     best_idx = np.zeros(0, dtype=np.int64)
     best_cos = np.zeros(0, dtype=np.float64)
     for a, b in _spans(n, chunk_size):
-        cos = query @ np.asarray(source.V[:, a:b].compute())
+        cos = query @ source.columns(a, b)
         if source.degenerate is not None:  # placeholders, not directions: never neighbours
             cos = np.where(source.degenerate[a:b], -np.inf, cos)
         if exclude is not None and a <= exclude < b:
@@ -668,17 +722,12 @@ def nearest_neighbors(
         order = np.lexsort((idx, -cos))[:k]  # largest cosine first, then document order
         order = order[np.isfinite(cos[order])]
         best_idx, best_cos = idx[order], cos[order]
-    cosine = np.clip(best_cos, -1.0, 1.0)
-    angle = np.degrees(np.arccos(cosine))
-    distance = np.sqrt(np.maximum(2.0 - 2.0 * cosine, 0.0))
+    angle = angle_degrees(best_cos)
     labels = source.label_strings(best_idx)
     ids = source.ids.take(best_idx)
     return [
-        {
-            "rank": i + 1, "index": int(j), "doc_id": str(ids[i]), "label": labels[i],
-            "cosine": float(best_cos[i]), "angle_deg": float(angle[i]),
-            "distance": float(distance[i]),
-        }
+        {"rank": i + 1, "index": int(j), "doc_id": str(ids[i]), "label": labels[i],
+         "angle": float(angle[i]), "cosine": float(best_cos[i])}
         for i, j in enumerate(best_idx)
     ]
 
@@ -706,4 +755,4 @@ def document_embedding(source: EmbeddingSource, doc_id: str) -> tuple[int, np.nd
             "embedding is a placeholder, not a direction. To resolve this, query another "
             "document or by --query text."
         )
-    return j, np.asarray(source.V[:, j].compute(), dtype=np.float64)
+    return j, source.columns(j, j + 1)[:, 0]

@@ -26,7 +26,6 @@ from sphdist.io import (
     stored_kind,
 )
 from sphdist.io.model import Model, open_model
-from sphdist.jobs.fit import fit_command
 
 __all__ = [
     "describe", "fit_status", "resume_command", "require_embedding", "warn_if_stopped",
@@ -238,6 +237,8 @@ def resume_command(model: Model) -> str:
     where they differ from the defaults; :func:`sphdist.jobs.fit.fit_command`), so the
     command passes the resume checks.
     """
+    from sphdist.jobs.fit import fit_command  # the fit job (dask, distributed): only here
+
     return fit_command(model.corpus.get("path", "CORPUS"), model.path, model.params,
                        resume=True)
 

@@ -31,8 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from sphdist.core import graph
-from sphdist.core.neighbors import angle_degrees, top_k_chunk, top_k_merge
+from sphdist.core.neighbors import SearchIndex, angle_degrees, top_k_chunk, top_k_merge
 from sphdist.errors import (
     CorpusMismatchError,
     DataError,
@@ -247,8 +246,9 @@ def load_index(
 
     Returns
     -------
-    NeighborIndex
-        Fitted, its ``nprobe`` the stored one or the override.
+    SearchIndex
+        Its ``nprobe`` the stored one or the override (the search of
+        :class:`~sphdist.methods.neighbors.NeighborIndex`, without scikit-learn).
 
     Raises
     ------
@@ -263,8 +263,6 @@ def load_index(
         If it was built from another model, or from other documents than ``source``; the
         remedy rebuilds it (or passes ``--exact``).
     """
-    from sphdist.methods.neighbors import NeighborIndex
-
     stored = open_index(path)
     rebuild = _command("sphdist", "index", "--model", fitted.path,
                        *(["--input", str(input)] if source.origin == "embedding" else []),
@@ -284,16 +282,14 @@ def load_index(
             f"documents searched. To resolve this, rebuild it: `{rebuild}` (or pass --exact)."
         )
     record = stored.record
-    index = NeighborIndex(record.get("kind", "auto"), nlist=record.get("nlist"),
-                          nprobe=nprobe or record.get("nprobe"))
-    index.index_ = stored.load(n_components=fitted.shape[1], n_documents=source.n_documents,
-                               nprobe=nprobe)
-    index.kind_, index.nlist_ = record["kind"], record.get("nlist")
-    index.n_samples_fit_ = int(record["n_documents"])
-    index.n_indexed_ = int(index.index_.ntotal)
-    index.n_features_in_ = int(record["n_components"])
-    index.rebuild_ = stored.refuse  # the error of damage found when searching
-    return index
+    faiss_index = stored.load(n_components=fitted.shape[1], n_documents=source.n_documents,
+                              nprobe=nprobe)
+    return SearchIndex(
+        faiss_index, kind_=record["kind"], nlist_=record.get("nlist"),
+        nprobe=nprobe or record.get("nprobe"), n_samples_fit_=int(record["n_documents"]),
+        n_indexed_=int(faiss_index.ntotal), n_features_in_=int(record["n_components"]),
+        rebuild_=stored.refuse,  # the error of damage found when searching
+    )
 
 
 def find_index(
@@ -305,7 +301,7 @@ def find_index(
 
     Returns
     -------
-    (NeighborIndex or None, Path or None)
+    (SearchIndex or None, Path or None)
         None when ``exact``, or when no index was given and none is at
         :func:`default_index_path` (the exact scan then runs, as before indexes existed).
 
@@ -370,13 +366,13 @@ def exact_search(
     V is read once, ``65536`` documents at a time; memory ``8 * 1024 * 16384`` bytes of
     cosines at a time plus the (n_q, k) results.
     """
-    r, n = source.V.shape
+    r, n = source.shape
     n_q = Q.shape[1]
     skip = _skip(source)
     best = (np.full((n_q, k), -1, dtype=np.int64), np.full((n_q, k), -np.inf))
     for a in range(0, n, _READ_DOCS):
         b = min(a + _READ_DOCS, n)
-        block = np.asarray(source.V[:, a:b].compute(), dtype=np.float64)
+        block = source.columns(a, b)
         for s in range(a, b, _DOC_SLICE):
             e = min(s + _DOC_SLICE, b)
             for q in range(0, n_q, _QUERY_BATCH):
@@ -437,7 +433,7 @@ def _check_hits(index: Any, source: EmbeddingSource, idx: np.ndarray) -> None:
 
 def hits_table(
     source: EmbeddingSource, queries: Sequence[str], idx: np.ndarray, cos: np.ndarray,
-    query_labels: Sequence[str | None] | None = None,
+    query_labels: Sequence[str | None] | None = None, *, doc_ids: np.ndarray | None = None,
 ) -> dict[str, list[Any]]:
     """The rows of search results, columns :data:`HIT_COLUMNS` (as lists).
 
@@ -451,6 +447,9 @@ def hits_table(
         From :func:`search`.
     query_labels : sequence of str or None, optional
         The label of each query document (None: text queries, no label).
+    doc_ids : ndarray of shape (n_q, k), object, optional
+        The ids of the documents ``idx`` (read by the caller: one query reads the chunks of
+        ids that hold its hits); default: read from ``source``.
 
     Returns
     -------
@@ -467,7 +466,8 @@ def hits_table(
         "query": [queries[i] for i in q_of],
         "query_label": [None if query_labels is None else query_labels[i] for i in q_of],
         "rank": rank.astype(np.int64).tolist(),
-        "doc_id": [str(d) for d in source.doc_ids[docs]],
+        "doc_id": [str(d) for d in (source.doc_ids[docs] if doc_ids is None
+                                    else np.asarray(doc_ids)[found])],
         "label": source.label_strings(docs),
         "angle": angle_degrees(c).tolist(),
         "cosine": c.astype(np.float64).tolist(),
@@ -599,6 +599,7 @@ def knn_graph(
     """
     import dask
 
+    from sphdist.core import graph
     from sphdist.jobs.cluster import check_workers_see, task_path
 
     # absolute here, once: the workers' working directories are their own
@@ -801,10 +802,11 @@ def query_neighbors(
     Returns
     -------
     dict
-        ``query``, ``doc_id``, ``query_label`` (the label of the ``doc_id`` document, as the
-        tables' column; None for a text), ``k``, ``neighbors`` (list of dict: ``rank``, ``index``,
-        ``doc_id``, ``label``, ``cosine``, ``angle_deg``, ``distance``) and, when an index was
-        searched, ``index`` (its path).
+        ``query``, ``doc_id``, ``query_label`` (the label of the ``doc_id`` document; None for
+        a text), ``k``, ``neighbors`` (list of dict, nearest first: the rows of the tables of
+        :func:`batch_neighbors`, with their columns :data:`HIT_COLUMNS`: ``query`` (the text,
+        or the ``doc_id``), ``query_label``, ``rank``, ``doc_id``, ``label``, ``angle`` in
+        degrees, ``cosine``) and, when an index was searched, ``index`` (its path).
 
     Raises
     ------
@@ -838,25 +840,23 @@ def query_neighbors(
         "query_label": None if own is None else source.label_strings(np.array([own]))[0],
         "k": k,
     }
+    asked = [str(query) if doc_id is None else doc_id]
     if found is None:
-        report["neighbors"] = nearest_neighbors(source, vector, k, exclude=exclude)
-        return report
-    check_k(k, found.n_indexed_ - (exclude is not None))
-    _say(found, path)
-    idx, cos = search(source, vector[:, None], k, index=found,
-                      exclude=None if exclude is None else np.array([exclude]))
-    keep = idx[0] >= 0
-    idx, cos = idx[0][keep], cos[0][keep]
-    labels = source.label_strings(idx)
-    ids = source.ids.take(idx)  # only the chunks of ids that hold the hits
-    distance = np.sqrt(np.maximum(2.0 - 2.0 * np.clip(cos, -1.0, 1.0), 0.0))
-    report["neighbors"] = [
-        {"rank": i + 1, "index": int(j), "doc_id": str(ids[i]), "label": labels[i],
-         "cosine": float(cos[i]), "angle_deg": float(angle_degrees(cos[i])),
-         "distance": float(distance[i])}
-        for i, j in enumerate(idx)
-    ]
-    report["index"] = str(path)
+        hits = nearest_neighbors(source, vector, k, exclude=exclude)
+        idx = np.array([[h["index"] for h in hits]], dtype=np.int64).reshape(1, -1)
+        cos = np.array([[h["cosine"] for h in hits]], dtype=np.float64).reshape(1, -1)
+        ids = np.array([[h["doc_id"] for h in hits]], dtype=object).reshape(1, -1)
+    else:
+        check_k(k, found.n_indexed_ - (exclude is not None))
+        _say(found, path)
+        idx, cos = search(source, vector[:, None], k, index=found,
+                          exclude=None if exclude is None else np.array([exclude]))
+        ids = source.ids.take(np.where(idx >= 0, idx, 0))  # only the chunks holding the hits
+    columns = hits_table(source, asked, idx, cos, [report["query_label"]], doc_ids=ids)
+    report["neighbors"] = [dict(zip(columns, row, strict=True))
+                           for row in zip(*columns.values(), strict=True)]
+    if found is not None:
+        report["index"] = str(path)
     return report
 
 

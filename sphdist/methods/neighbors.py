@@ -29,6 +29,8 @@ from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted
 
 from sphdist._validation import ValidatedParams
+from sphdist.core.neighbors import DEFAULT_NPROBE, faiss_search
+from sphdist.core.neighbors import unit_float32 as _unit_float32
 from sphdist.errors import DataError, ParameterError
 from sphdist.methods._base import fit_context
 
@@ -39,9 +41,6 @@ __all__ = ["NeighborIndex", "FLAT_MAX", "default_nlist", "DEFAULT_NPROBE"]
 #: (load 5.8), against 0.8 ms for the IVF of 1M documents (pipelines/results/neighbors.md).
 FLAT_MAX = 100_000
 
-#: Inverted lists visited per query by default (pipelines/results/neighbors.md: recall@10
-#: 0.999 with 16 at 1M synthetic documents, r = 100; 20 Newsgroups needs 32 for 0.98).
-DEFAULT_NPROBE = 32
 
 _TRAIN_PER_LIST = 40  # training points per inverted list (faiss warns below 39)
 _TRAIN_ITERATIONS = 10  # k-means iterations of the coarse quantizer (faiss' default: 25)
@@ -70,14 +69,6 @@ def _rows(X: Any, a: int, b: int) -> np.ndarray:
     return np.asarray(block, dtype=np.float64)
 
 
-def _unit_float32(block: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Rows of ``block`` scaled to unit norm, as float32; and which rows have no direction."""
-    norms = np.linalg.norm(block, axis=1)
-    zero = ~(norms > 0) | ~np.isfinite(norms)
-    out = block / np.where(zero, 1.0, norms)[:, None]
-    return np.ascontiguousarray(out, dtype=np.float32), zero
-
-
 class NeighborIndex(ValidatedParams, BaseEstimator):
     """Nearest neighbours by cosine over a faiss index (exact flat or IVF).
 
@@ -91,7 +82,8 @@ class NeighborIndex(ValidatedParams, BaseEstimator):
         Inverted lists of an IVF index; default :func:`default_nlist` of n.
     nprobe : int, optional
         Lists scanned per query (the accuracy knob: recall grows with it, so does the time);
-        default :data:`DEFAULT_NPROBE`. May be changed after ``fit`` (``set_params``).
+        default :data:`~sphdist.core.neighbors.DEFAULT_NPROBE`. May be changed after ``fit``
+        (``set_params``).
     train_size : int, optional
         Vectors sampled (uniformly, without replacement) to train the IVF's coarse quantizer
         (k-means, 10 iterations); default ``40 * nlist``.
@@ -237,7 +229,10 @@ class NeighborIndex(ValidatedParams, BaseEstimator):
 
     @property
     def nprobe_(self) -> int | None:
-        """Lists scanned per query now (``nprobe``, or :data:`DEFAULT_NPROBE`); None for flat."""
+        """Lists scanned per query now: ``nprobe``, or the default; None for flat.
+
+        The default is :data:`~sphdist.core.neighbors.DEFAULT_NPROBE`.
+        """
         check_is_fitted(self, "index_")
         if self.kind_ != "ivf":
             return None
@@ -267,25 +262,9 @@ class NeighborIndex(ValidatedParams, BaseEstimator):
         ParameterError
             If ``k < 1``.
         """
-        import faiss
-
         check_is_fitted(self, "index_")
-        if int(k) < 1:
-            raise ParameterError(f"k must be >= 1, got {k}.")
-        Q = np.atleast_2d(np.asarray(Q, dtype=np.float64))
-        if Q.ndim != 2 or Q.shape[1] != self.n_features_in_:
-            raise DataError(f"queries have shape {Q.shape}, expected (n_queries, "
-                            f"{self.n_features_in_}).")
-        Qf, zero = _unit_float32(Q)
-        if zero.any():
-            raise DataError(f"query {int(np.flatnonzero(zero)[0])} has no direction (a zero or "
-                            "non-finite vector). To resolve this, query with a nonzero vector.")
-        params = (faiss.SearchParametersIVF(nprobe=self.nprobe_) if self.kind_ == "ivf"
-                  else None)
-        cos, idx = self.index_.search(Qf, int(k), params=params)
-        idx = idx.astype(np.int64)
-        cos = np.where(idx >= 0, cos.astype(np.float64), -np.inf)
-        return idx, cos
+        return faiss_search(self.index_, Q, k, n_features=self.n_features_in_,
+                            nprobe=self.nprobe_)
 
     def kneighbors(
         self, X: Any = None, n_neighbors: int | None = None, return_distance: bool = True,

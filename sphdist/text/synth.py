@@ -1,8 +1,8 @@
 r"""Synthetic text collections with known topics, for scale work and tests.
 
 :func:`synth` draws ``n_docs`` documents from a seeded generative model and writes them either
-as raw JSON Lines (``{"id": ..., "label": ..., "text": ...}``, the input of
-``sphdist ingest --text-field text --label-field label --id-field id``) or directly as the
+as raw JSON Lines (``{"id": ..., "label": ..., "text": ...}``) or CSV (columns ``id, label,
+text``), the input of ``sphdist ingest --label-field label``, or directly as the
 ``corpus.zarr`` that ingesting those lines would produce (hashing or vocabulary scheme, smooth
 idf, unit columns) with ``sphdist ingest --hashing --stop-words none --no-sublinear-tf`` (or
 ``--min-df 1 --max-df 1.0 --stop-words none --no-sublinear-tf`` for the vocabulary scheme), without
@@ -55,7 +55,10 @@ if TYPE_CHECKING:
 
 __all__ = ["SynthSummary", "synth", "pseudo_words"]
 
-FORMATS = ("jsonl", "corpus")
+FORMATS = ("jsonl", "csv", "corpus")
+#: The formats of :func:`synth`, by the suffix of its output; ``.gz`` after ``.jsonl`` or
+#: ``.csv`` compresses the text.
+SUFFIXES = {".jsonl": "jsonl", ".csv": "csv", ".zarr": "corpus"}
 _CONSONANTS = "bcdfghjklmnprstvz"
 _ONSETS = [a + b for a in "bcdfgkpt" for b in "lr"] + ["st", "sp", "sk", "sm", "sn"]
 _VOWELS = "aeiou"
@@ -105,7 +108,7 @@ class SynthSummary:
     output : str
         The path written.
     format : str
-        ``"jsonl"`` or ``"corpus"``.
+        ``"jsonl"``, ``"csv"`` or ``"corpus"``.
     n_docs, n_topics, seed : int
         The generation parameters.
     n_tokens : int
@@ -193,7 +196,52 @@ def _check_float(name: str, value: Any, low: float, high: float) -> float:
     return float(_check(name, value, Range(Real, low, high, "both")))
 
 
-@locks_output("output", kind=lambda a: "corpus" if a["format"] == "corpus" else "file")
+def output_format(output: str | os.PathLike[str], format: str | None = None) -> str:
+    """The format :func:`synth` writes ``output`` in: the one its suffix names.
+
+    ``*.jsonl`` JSON Lines, ``*.csv`` CSV (each also ``.gz``, compressed), ``*.zarr`` a
+    corpus; ``format`` must agree with the suffix, or name the format of an output whose
+    suffix names none (:func:`sphdist.jobs._outputs.output_format`, the rule of every command
+    that writes a file).
+
+    Raises
+    ------
+    ParameterError
+        If the suffix names another format than ``format``, or none of :data:`SUFFIXES`
+        without ``format``, or ``.gz`` follows a corpus; the message lists the formats.
+
+    Examples
+    --------
+    >>> output_format("docs.csv.gz"), output_format("c.zarr"), output_format("d", "jsonl")
+    ('csv', 'corpus', 'jsonl')
+    """
+    from sphdist.jobs._outputs import output_format as by_suffix
+
+    path = location(output)
+    gz = path.name.lower().endswith(".gz")
+    found = by_suffix(path.with_name(path.name[:-3]) if gz else path, format, SUFFIXES)
+    if gz and found == "corpus":
+        raise ParameterError(
+            f"{path}: .gz compresses JSON Lines or CSV, not a corpus.zarr (a directory). To "
+            f"resolve this, name it {path.name[:-3]}, or name a text file *.jsonl.gz or "
+            "*.csv.gz."
+        )
+    return found
+
+
+def _kind(arguments: dict[str, Any]) -> str:
+    """What :func:`synth` writes at its output (the kind :func:`locks_output` checks for).
+
+    Told by ``format`` or the suffix; a suffix that names no format is refused after the
+    lock, by :func:`output_format`: an output of another kind is refused first, as it is by
+    every command.
+    """
+    format, name = arguments.get("format"), location(arguments["output"]).name.lower()
+    corpus = format == "corpus" or (format is None and name.endswith(".zarr"))
+    return "corpus" if corpus else "file"
+
+
+@locks_output("output", kind=_kind)
 def synth(
     output: str | os.PathLike[str],
     *,
@@ -202,7 +250,7 @@ def synth(
     seed: int = 0,
     doc_length: int = 100,
     vocab_size: int = 50_000,
-    format: str = "jsonl",
+    format: str | None = None,
     n_features: int = 2**18,
     vocabulary: bool = False,
     chunk_size: int = 4096,
@@ -217,8 +265,9 @@ def synth(
     Parameters
     ----------
     output : path-like
-        For ``format="jsonl"``: the JSON Lines file (gzip-compressed when it ends in ``.gz``).
-        For ``format="corpus"``: the ``corpus.zarr`` directory.
+        ``*.jsonl`` (JSON Lines) or ``*.csv`` (CSV: a header ``id,label,text``, a row per
+        document), each gzip-compressed when it ends in ``.gz``; ``*.zarr``: the corpus
+        directory. The format is the suffix's (:func:`output_format`).
     n_docs : int
         Number of documents, >= 1.
     n_topics : int
@@ -230,7 +279,8 @@ def synth(
         distinct terms with the defaults; ``SynthSummary.nnz / n_docs`` reports it.
     vocab_size : int, default 50000
         Number of distinct words V.
-    format : {"jsonl", "corpus"}, default "jsonl"
+    format : {"jsonl", "csv", "corpus"}, optional
+        Default: the one the suffix of ``output`` names; given, it must agree with it.
     n_features : int, default 2**18
         Hashed features of the corpus (``format="corpus"``, hashing scheme).
     vocabulary : bool, default False
@@ -258,7 +308,8 @@ def synth(
     Raises
     ------
     ParameterError
-        If a parameter is out of range.
+        If a parameter is out of range, or the suffix of ``output`` names another format or
+        none (:func:`output_format`).
     OutputExistsError
         If ``output`` exists and ``overwrite`` is False.
     OutputLockedError
@@ -295,8 +346,9 @@ def synth(
     doc_length = _check_int("doc_length", doc_length, 1)
     vocab_size = _check_int("vocab_size", vocab_size, 1)
     chunk_size = _check_int("chunk_size", chunk_size, 1)
-    if format not in FORMATS:
+    if format is not None and format not in FORMATS:
         raise ParameterError(f"format={format!r}: expected one of {list(FORMATS)}.")
+    format = output_format(output, format)
     options = None
     if format == "corpus":
         from sphdist.text.tfidf import TextOptions
@@ -320,8 +372,9 @@ def synth(
     chunks = [(k, bounds[k], bounds[k + 1]) for k in range(len(bounds) - 1)]
     width = len(str(n_docs - 1))
     label_width = len(str(n_topics - 1))
-    if format == "jsonl":
-        n_tokens, nnz = _write_jsonl(output, model, words, chunks, width, label_width, progress)
+    if format in ("jsonl", "csv"):
+        n_tokens, nnz = _write_text(output, model, words, chunks, width, label_width, progress,
+                                    csv=format == "csv")
     else:
         n_tokens, nnz = _write_corpus(output, model, words, chunks, width, label_width, options,
                                       overwrite, progress)
@@ -335,16 +388,21 @@ def _doc_ids(lo: int, hi: int, width: int) -> list[str]:
     return [f"doc{i:0{width}d}" for i in range(lo, hi)]
 
 
-def _write_jsonl(output, model, words, chunks, width, label_width, progress):
+def _write_text(output, model, words, chunks, width, label_width, progress, csv=False):
+    """JSON Lines, or CSV (the words and ids need no quoting: ASCII letters and digits)."""
     encoded = [w.encode("ascii") + b" " for w in words.tolist()]
     lens = np.array([len(w) for w in encoded], dtype=np.int64)
     offsets = np.concatenate([[0], np.cumsum(lens)])
     buffer = np.frombuffer(b"".join(encoded), dtype=np.uint8)
     opener = gzip.open if output.name.endswith(".gz") else open
     n_tokens = nnz = 0
+    line = (b"doc%0*d,topic%0*d,%s\n" if csv else
+            b'{"id": "doc%0*d", "label": "topic%0*d", "text": "%s"}\n')
     with atomic_path(output) as staging:
         with opener(staging, "wb", **({"compresslevel": 1} if opener is gzip.open else {})) as f, \
                 _progress(chunks[-1][2], "synth", mode=progress) as bar:
+            if csv:
+                f.write(b"id,label,text\n")
             for k, lo, hi in chunks:
                 labels, lengths, terms = model.draw(k, hi - lo)
                 n_tokens += terms.shape[0]
@@ -358,8 +416,7 @@ def _write_jsonl(output, model, words, chunks, width, label_width, progress):
                 doc_end = ends[np.cumsum(lengths) - 1]
                 doc_start = np.concatenate([[0], doc_end[:-1]])
                 lines = [
-                    b'{"id": "doc%0*d", "label": "topic%0*d", "text": "%s"}\n'
-                    % (width, lo + i, label_width, z, text[s:e - 1])
+                    line % (width, lo + i, label_width, z, text[s:e - 1])
                     for i, (z, s, e) in enumerate(
                         zip(labels.tolist(), doc_start.tolist(), doc_end.tolist(), strict=True)
                     )

@@ -82,7 +82,7 @@ def test_index_is_found_beside_the_model_and_answers_as_the_scan(trained, runner
     hits = json.loads(result.stdout)
     assert hits["index"] == str(tmp_path / "m.index.zarr")
     assert "searching the index" in result.stderr
-    assert [h["index"] for h in hits["neighbors"]] == [h["index"] for h in scan["neighbors"]]
+    assert [h["doc_id"] for h in hits["neighbors"]] == [h["doc_id"] for h in scan["neighbors"]]
     corpus = open_corpus(trained["corpus"])
     label = corpus.label_names[corpus.labels[17]]
     assert hits["query_label"] == scan["query_label"] == label  # as the tables' column
@@ -139,6 +139,32 @@ def test_batch_queries_of_ids_against_the_brute_force(trained, runner, tmp_path,
     np.testing.assert_array_equal([float(r["cosine"]) for r in rows],
                                   [r["cosine"] for r in json.loads(
                                       "[" + ",".join(jsonl.read_text().splitlines()) + "]")])
+
+
+@pytest.mark.parametrize("how", [[], ["--exact"]], ids=["index", "exact"])
+def test_one_query_json_has_the_rows_of_the_tables(trained, runner, tmp_path, how):
+    """Issue 33 item 9: one query's --json said angle_deg and distance, the tables angle: each
+    neighbour of one query is now a row of the tables, its columns and values."""
+    model = tmp_path / "m.zarr"
+    shutil.copytree(trained["model"], model)
+    _ok(runner.invoke(main, ["index", "-m", str(model)]))
+    doc_id = open_corpus(trained["corpus"]).doc_ids[17]
+    one = json.loads(_ok(runner.invoke(main, ["neighbors", "-m", str(model), "--doc-id",
+                                              doc_id, "-k", "4", "--json", *how])).stdout)
+    (tmp_path / "q.txt").write_text(doc_id + "\n")
+    out = tmp_path / "hits.jsonl"
+    _ok(runner.invoke(main, ["neighbors", "-m", str(model), "--queries", str(tmp_path / "q.txt"),
+                             "--ids", "-k", "4", "-o", str(out), *how]))
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [list(h) for h in one["neighbors"]] == [list(HIT_COLUMNS)] * 4
+    assert one["neighbors"] == rows
+
+    text = json.loads(_ok(runner.invoke(main, ["neighbors", "-m", str(model), "-q",
+                                               "rocket orbit nasa", "-k", "2", "--json",
+                                               *how])).stdout)
+    assert [list(h) for h in text["neighbors"]] == [list(HIT_COLUMNS)] * 2
+    assert {h["query"] for h in text["neighbors"]} == {"rocket orbit nasa"}
+    assert {h["query_label"] for h in text["neighbors"]} == {None}
 
 
 def test_batch_text_queries(trained, runner, tmp_path):

@@ -245,19 +245,19 @@ def test_neighbors_of_a_document(trained, runner):
                                   doc_id, "-k", "6", "--include-self", "--json"])
     assert result.exit_code == 0, result.output
     hits = json.loads(result.stdout)["neighbors"]
-    assert hits[0]["doc_id"] == doc_id and hits[0]["angle_deg"] == pytest.approx(0, abs=1e-5)
-    angles = [h["angle_deg"] for h in hits]
+    assert hits[0]["doc_id"] == doc_id and hits[0]["angle"] == pytest.approx(0, abs=1e-5)
+    angles = [h["angle"] for h in hits]
     assert angles == sorted(angles) and len(hits) == 6
     # dense reference: all cosines, sorted
     cos = V[:, j] @ V
     expected = np.lexsort((np.arange(cos.shape[0]), -cos))[:6]
-    assert [h["index"] for h in hits] == expected.tolist()
+    assert [h["doc_id"] for h in hits] == [corpus.doc_ids[i] for i in expected]
     np.testing.assert_allclose(
         angles, np.degrees(np.arccos(np.clip(cos[expected], -1, 1))), atol=1e-9)
-    # Euclidean distance on the sphere is 2 sin(angle / 2)
+    # Euclidean distance on the sphere is 2 sin(angle / 2) = sqrt(2 - 2 cos)
     np.testing.assert_allclose(
-        [h["distance"] for h in hits], np.linalg.norm(V[:, expected] - V[:, [j]], axis=0),
-        atol=1e-12)
+        np.sqrt(np.maximum(2 - 2 * np.array([h["cosine"] for h in hits]), 0)),
+        np.linalg.norm(V[:, expected] - V[:, [j]], axis=0), atol=1e-7)
 
     text = runner.invoke(main, ["neighbors", "-m", str(trained["model"]), "--doc-id", doc_id,
                                 "-k", "2", "--include-self"])
@@ -282,7 +282,7 @@ def test_neighbors_of_a_text_query(trained, runner):
     hits = json.loads(result.stdout)["neighbors"]
     # the text of a training document, weighted with the model's idf, lands on its embedding
     assert hits[0]["doc_id"] == corpus.doc_ids[j]
-    assert hits[0]["angle_deg"] == pytest.approx(0, abs=1e-5)
+    assert hits[0]["angle"] == pytest.approx(0, abs=1e-5)
 
     result = runner.invoke(main, ["neighbors", "-m", str(trained["model"]), "--query", "zz"])
     assert result.exit_code == 1 and "shares no term" in _error_line(result)
@@ -369,9 +369,9 @@ def test_neighbors_of_a_document_are_k_others_unless_include_self(trained, runne
     cos = V[:, j] @ V
     cos[j] = -np.inf
     cos[corpus.empty] = -np.inf
-    expected = np.lexsort((np.arange(cos.shape[0]), -cos))[:k]
-    assert [h["index"] for h in hits] == expected.tolist()
+    expected = [corpus.doc_ids[i] for i in np.lexsort((np.arange(cos.shape[0]), -cos))[:k]]
+    assert [h["doc_id"] for h in hits] == expected
 
     hits = json.loads(runner.invoke(main, [*args, "--include-self"]).stdout)["neighbors"]
-    assert hits[0]["doc_id"] == doc_id and hits[0]["angle_deg"] == pytest.approx(0, abs=1e-5)
-    assert len(hits) == k and [h["index"] for h in hits[1:]] == expected[:k - 1].tolist()
+    assert hits[0]["doc_id"] == doc_id and hits[0]["angle"] == pytest.approx(0, abs=1e-5)
+    assert len(hits) == k and [h["doc_id"] for h in hits[1:]] == expected[:k - 1]

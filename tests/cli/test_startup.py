@@ -176,3 +176,56 @@ def test_synth_of_json_lines_imports_no_scikit_learn(tmp_path):
     assert (tmp_path / "s.jsonl").stat().st_size > 0
     assert "sklearn" not in report["heavy"] and "zarr" not in report["heavy"], report
     assert "distributed" not in report["heavy"], report
+
+
+@pytest.fixture(scope="module")
+def small_model(tmp_path_factory):
+    """A model of 60 text documents (r = 3), its default index beside it, and a document id."""
+    from click.testing import CliRunner
+
+    from sphdist.cli import main
+    from sphdist.io.corpus import open_corpus
+
+    from .._textcorpus import write_text_tree
+
+    root = tmp_path_factory.mktemp("startup-knn")
+    texts = write_text_tree(root / "src", n_per_label=20)
+    corpus, model = root / "corpus.zarr", root / "model.zarr"
+    runner = CliRunner()
+    for args in (["ingest", str(root / "src"), "-o", str(corpus), "--hashing",
+                  "--n-features", "256", "--chunk-size", "16"],
+                 ["fit", "-i", str(corpus), "-o", str(model), "-r", "3", "--max-iter", "5"],
+                 ["index", "-m", str(model)]):
+        result = runner.invoke(main, args)
+        assert result.exit_code == 0, result.output
+    ids = [str(i) for i in open_corpus(corpus).ids().read()]
+    doc_id = next(i for i in ids if texts.get(i, "") != "a")  # not the empty document
+    return model, doc_id
+
+
+@pytest.mark.parametrize("how", [[], ["--exact"]], ids=["index", "exact"])
+def test_one_neighbour_query_imports_neither_scikit_learn_nor_dask(small_model, how):
+    """Issue 33 item 3: one `neighbors --doc-id` query imported scikit-learn, SciPy's stats,
+    dask and pandas (1.85 s of a 3 s query at 1M) through the model reader, the solver and
+    the estimator around the index: it reads the model's U, a chunk of V, the ids of the
+    hits and the memory-mapped index, and needs none of them."""
+    model, doc_id = small_model
+    report, result = _run(_PROBE, "neighbors", "-m", str(model), "--doc-id", doc_id, "-k", "3",
+                          *how)
+    assert report["code"] == 0, result.stderr
+    assert len(result.stdout.strip().splitlines()) == 1 + 3 + 1, result.stdout  # header, 3 rows
+    searched = "searching the index" in result.stderr
+    assert searched is (how == []), result.stderr
+    for name in ("sklearn", "dask", "distributed", "pandas", "scipy"):
+        assert name not in report["heavy"], report
+
+
+def test_one_text_query_imports_no_dask(small_model):
+    """A text query needs scikit-learn's vectorizer (the ingestion's tokens and hashing), and
+    with it what scikit-learn imports; not dask."""
+    model, _ = small_model
+    report, result = _run(_PROBE, "neighbors", "-m", str(model), "-q", "rocket orbit moon",
+                          "-k", "3")
+    assert report["code"] == 0, result.stderr
+    assert "sklearn" in report["heavy"]
+    assert "dask" not in report["heavy"] and "distributed" not in report["heavy"], report

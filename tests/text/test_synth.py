@@ -144,6 +144,50 @@ def test_cli_synth(tmp_path):
     assert result.exit_code == 1 and "Error:" in result.output and "exists" in result.output
     # JSON Lines over a corpus: never, not even with --overwrite (issue 31, item 1)
     result = CliRunner().invoke(main, ["synth", "--n-docs", "4", "--n-topics", "2",
-                                       "-o", str(tmp_path / "c.zarr"), "--overwrite"])
+                                       "--format", "jsonl", "-o", str(tmp_path / "c.zarr"),
+                                       "--overwrite"])
     assert result.exit_code == 1 and "is a sphdist corpus, not a file" in result.output
     assert Corpus(tmp_path / "c.zarr").n_documents == 40
+
+
+@pytest.mark.parametrize("name", ["docs.csv", "docs.csv.gz"])
+def test_csv_by_the_suffix_is_what_ingest_reads(tmp_path, name):
+    """Issue 33 item 1: `synth -o x.csv` wrote JSON Lines into a file named .csv. The format
+    is the suffix's: CSV (id, label, text), read by ingest as the JSON Lines are."""
+    out = tmp_path / name
+    result = CliRunner().invoke(main, ["synth", "--n-docs", "30", "--n-topics", "3",
+                                       "--seed", "2", "--doc-length", "12", "-o", str(out),
+                                       "--json"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["format"] == "csv"
+    import pandas as pd
+
+    table = pd.read_csv(out)  # gzip told by the suffix
+    synth(tmp_path / "docs.jsonl", n_docs=30, n_topics=3, seed=2, doc_length=12)
+    rows = _read_jsonl(tmp_path / "docs.jsonl")
+    assert list(table.columns) == ["id", "label", "text"]
+    assert table.to_dict("records") == rows  # the same documents as the JSON Lines
+    text = TextSpec(vocabulary=False, n_features=M, stop_words=None, sublinear_tf=False)
+    # CSV ids are path:row unless --id-field names the column (JSON Lines default to "id")
+    corpus = ingest(SourceSpec(str(out), label_field="label", id_field="id"), tmp_path / "c.zarr",
+                    text=text)
+    lines = ingest(SourceSpec(tmp_path / "docs.jsonl", label_field="label"), tmp_path / "j.zarr",
+                   text=text)
+    assert corpus.n_documents == 30 and list(corpus.doc_ids[:2]) == ["doc00", "doc01"]
+    np.testing.assert_array_equal(_matrix(corpus), _matrix(lines))
+
+
+@pytest.mark.parametrize("args,message", [
+    (["-o", "x.parquet"], "the suffix '.parquet' names none of the formats written here: "
+                          "jsonl (*.jsonl), csv (*.csv), corpus (*.zarr)"),
+    (["-o", "x.txt"], "names none of the formats"),
+    (["-o", "x.csv", "--format", "jsonl"], "x.csv is named as a csv file, but --format jsonl"),
+    (["-o", "x.zarr", "--format", "csv"], "x.zarr is named as a corpus file, but --format csv"),
+    (["-o", "x.zarr.gz"], "compresses JSON Lines or CSV"),
+], ids=["parquet", "txt", "csv-as-jsonl", "zarr-as-csv", "zarr-gz"])
+def test_a_suffix_that_names_another_format_is_refused(tmp_path, args, message):
+    args = [a if not a.startswith("x.") else str(tmp_path / a) for a in args]
+    result = CliRunner().invoke(main, ["synth", "--n-docs", "4", "--n-topics", "2", *args])
+    assert result.exit_code == 1, result.output
+    assert message in " ".join(result.stderr.split()), result.stderr
+    assert list(tmp_path.iterdir()) == []  # nothing written
