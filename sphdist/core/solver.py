@@ -681,7 +681,8 @@ def fit(
     Memory per worker (w workers; t threads each; B blocks of at most
     ``graph.MAX_BLOCK_DOCUMENTS`` = 32768 documents (:func:`graph.pass_blocks`), one task each,
     all of them independent; G chunks per block; P = :func:`graph.partials_held` (B,
-    ``split_every``, t), the partials alive at once: ``ceil(log_s B) + 2 t + 1``; d = itemsize of ``dtype``; c_X = bytes of one chunk, about ``12 nnz_c``; k = distinct
+    ``split_every``, t), the partials alive at once: ``ceil(log_s B) + 2 t + 1``; d =
+    itemsize of ``dtype``; c_X = bytes of one chunk, about ``12 nnz_c``; k = distinct
     features of the partials, <= m / 2 with ``partials="auto"`` on the full feature space,
     and k = m once the iteration runs on the occurring features or with
     ``partials="dense"``)::
