@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import math
 import sys
 import uuid
 from collections.abc import Callable, Iterator, Sequence
@@ -44,9 +45,7 @@ from sphdist.core.params import FitConfig
 from sphdist.core.partials import (
     RowSparse,
     densify,
-    partials_agg,
-    partials_chunk,
-    partials_combine,
+    partials_fold,
 )
 
 __all__ = [
@@ -65,6 +64,7 @@ __all__ = [
     "block_pass",
     "occurring_features",
     "embedding",
+    "tree_levels",
     "tree_sum",
     "sum_parts",
     "pairs_sum",
@@ -406,28 +406,69 @@ def partials_held(n_blocks: int, split_every: int, threads: int) -> int:
     Returns
     -------
     int
-        ``(s - 1) L + 2 t + 1`` with ``L = ceil(log_s B)`` the levels of the tree: the tree
-        holds up to s - 1 finished inputs of its open combine at each level, each running
-        task its accumulator, and as many finished blocks may wait for a combine that
-        another thread has not finished; the 1 is the sum a combine builds. Logarithmic in
-        B, so flat in n for practical purposes, and independent of it once the tree is
-        shallow. An estimate of dask.order's depth-first schedule (blocks in tree order, a
-        combine as soon as its inputs exist), checked against an instrumented count on the
+        ``L + 2 t + 1`` with ``L = ceil(log_s B)`` the levels of the tree: one running sum
+        per level (every node folds its inputs in as they arrive, :func:`tree_sum`), each
+        running task its accumulator, as many finished blocks waiting for the fold of the
+        block before them, and the new sum a fold builds. The fan-in no longer multiplies
+        the depth (the earlier tree held up to s - 1 finished inputs per level, ``(s - 1) L
+        + 2 t + 1``: 19 at 1M documents, 26 at 10M), so the partials held grow by one per
+        level, a factor s of blocks: 7 at 1M documents, 8 at 10M on two threads. An
+        estimate of dask.order's schedule (blocks in tree order, each fold as soon as its
+        inputs exist) where a block takes longer than a fold (a block's products against
+        an addition of two partials), checked against an instrumented count on the
         threaded scheduler (``tests/core/test_graph.py``); on a cluster, the worst
         placement (every partial on one worker).
 
     Examples
     --------
     >>> partials_held(35, 8, 2)  # 1M documents on two threads: 2 levels
-    19
+    7
     >>> partials_held(306, 8, 2)  # 10M documents: 3 levels
-    26
+    8
     """
     levels, width = 0, max(int(n_blocks), 1)
     while width > 1:
         width = -(-width // max(int(split_every), 2))
         levels += 1
-    return (int(split_every) - 1) * levels + 2 * max(int(threads), 1) + 1
+    return levels + 2 * max(int(threads), 1) + 1
+
+
+def tree_levels(n_parts: int, split_every: int) -> list[list[list[int]]]:
+    """The shape of :func:`tree_sum`: per level, the groups of consecutive inputs of each node.
+
+    Parameters
+    ----------
+    n_parts : int
+        Leaves of the tree (>= 1).
+    split_every : int
+        Fan-in, >= 2.
+
+    Returns
+    -------
+    list of list of list of int
+        Level by level (leaves first), for each node the indices of its inputs in the level
+        below. The shape of ``dask.array.reduction(..., split_every=s)``: ``max(1,
+        ceil(log_s n))`` levels, each grouping ``s`` consecutive inputs, the last one a
+        single node; computed with the same ``math.log`` so the shape, and so every bit of
+        the sum, is the one the earlier ``da.reduction`` tree gave.
+
+    Examples
+    --------
+    >>> tree_levels(5, 2)
+    [[[0, 1], [2, 3], [4]], [[0, 1], [2]], [[0, 1]]]
+    >>> [len(level) for level in tree_levels(306, 8)]  # 10M documents: 3 levels
+    [39, 5, 1]
+    """
+    s = max(int(split_every), 2)
+    depth = max(1, math.ceil(math.log(n_parts, s))) if n_parts > 1 else 1
+    levels, width = [], int(n_parts)
+    for i in range(depth):
+        groups = [list(range(a, min(a + s, width))) for a in range(0, width, s)]
+        if i == depth - 1 and len(groups) > 1:  # as dask: the last level reduces to one
+            raise AssertionError("the tree's last level has more than one node")
+        levels.append(groups)
+        width = len(groups)
+    return levels
 
 
 def tree_sum(parts: da.Array, split_every: int) -> da.Array:
@@ -443,15 +484,34 @@ def tree_sum(parts: da.Array, split_every: int) -> da.Array:
     Returns
     -------
     dask.array.Array of shape (), object
-        The dict of summed partials (:func:`sphdist.core.partials.partials_agg`): consecutive
-        groups of ``split_every`` parts are summed in list order, level by level, so the
-        result depends on the chunk layout only.
+        The dict of summed partials: consecutive groups of ``split_every`` parts are summed
+        in list order, level by level (:func:`tree_levels`), so the result depends on the
+        chunk layout only.
+
+    Notes
+    -----
+    Every node of the tree is a chain of tasks that folds its inputs in one at a time
+    (:func:`sphdist.core.partials.partials_fold`), bitwise the sum of the whole group at
+    once (a left fold too). A finished input is added as soon as the inputs before it are,
+    and freed, so a node holds one running sum rather than up to ``split_every - 1``
+    finished inputs waiting for the last: the partials alive at once are one sum per level
+    plus the tasks running and the inputs finished ahead of their turn
+    (:func:`partials_held`), and no longer grow by ``split_every - 1`` with every level.
     """
-    return da.reduction(
-        parts, partials_chunk, partials_agg, combine=partials_combine,
-        axis=0, keepdims=False, concatenate=False, split_every=split_every, dtype=object,
-        meta=np.empty((), dtype=object),
-    )
+    with computing():
+        level = list(parts.to_delayed().ravel())
+    token = dask.base.tokenize(parts.name, split_every)
+    fold = dask.delayed(partials_fold, pure=True)
+    for depth, groups in enumerate(tree_levels(len(level), split_every)):
+        nodes = []
+        for g, group in enumerate(groups):
+            total = None
+            for j, i in enumerate(group):
+                total = fold(total, level[i],
+                             dask_key_name=(f"sphdist-sum-{token}", depth, g, j))
+            nodes.append(total)
+        level = nodes
+    return da.from_delayed(level[0], shape=(), dtype=object, meta=np.empty((), dtype=object))
 
 
 def pairs_sum(func: Callable[[Any, Any], np.ndarray], X: da.Array) -> float:

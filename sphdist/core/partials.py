@@ -44,6 +44,7 @@ __all__ = [
     "flatten_partials",
     "partials_combine",
     "partials_agg",
+    "partials_fold",
 ]
 
 
@@ -355,3 +356,39 @@ def partials_combine(parts: Any, axis: Any = None, keepdims: bool = False) -> di
 def partials_agg(parts: Any, axis: Any = None, keepdims: bool = False) -> dict:
     """Final step of the tree sum: the same as :func:`partials_combine`."""
     return partials_combine(parts)
+
+
+def partials_fold(total: dict[str, Any] | None, part: dict[str, Any]) -> dict:
+    """One step of a left fold: ``total + part`` key by key, ``part``'s per-chunk keys dropped.
+
+    Parameters
+    ----------
+    total : dict or None
+        The sum of the earlier parts of a group (a previous result of this function), or
+        None for the group's first part. Not modified.
+    part : dict
+        The next part (a chunk's or a block's result, or a lower level's sum).
+
+    Returns
+    -------
+    dict
+        ``partials_chunk(part)`` when ``total`` is None, else
+        ``partials_combine([total, partials_chunk(part)])``.
+
+    Notes
+    -----
+    Folding a group's parts one at a time is bitwise :func:`partials_combine` of the whole
+    group: that is a left fold too, element by element (for a :class:`RowSparse` term, its
+    additions into a +0.0-initialised accumulator, which are the dense fold's), so a tree whose
+    nodes fold their inputs as they arrive gives the tree sum's bits while holding one running
+    sum per node instead of all of the node's finished inputs.
+
+    >>> parts = [{"a": 1.0, "V": [0]}, {"a": 2.0, "V": [1]}, {"a": 3.0}]
+    >>> total = None
+    >>> for p in parts:
+    ...     total = partials_fold(total, p)
+    >>> total == partials_combine([partials_chunk(p) for p in parts])
+    True
+    """
+    part = partials_chunk(part)
+    return part if total is None else partials_combine([total, part])

@@ -702,18 +702,19 @@ def fit(
     Memory per worker (w workers; t threads each; B blocks of at most
     ``graph.MAX_BLOCK_DOCUMENTS`` = 32768 documents (:func:`graph.pass_blocks`), one task each,
     all of them independent; G chunks per block; P = :func:`graph.partials_held` (B,
-    ``split_every``, t), the partials alive at once: ``(split_every - 1) ceil(log_s B) + 2 t +
-    1``; d = itemsize of ``dtype``; c_X = bytes of one chunk, about ``12 nnz_c``; k = distinct
+    ``split_every``, t), the partials alive at once: ``ceil(log_s B) + 2 t + 1``; d =
+    itemsize of ``dtype``; c_X = bytes of one chunk, about ``12 nnz_c``; k = distinct
     features of the partials, <= m / 2 with ``partials="auto"`` on the full feature space,
     and k = m once the iteration runs on the occurring features or with
     ``partials="dense"``)::
 
         RSS_worker ~ R_0                       Python, dask, NumPy/SciPy (~0.3 GiB)
                    + d m r                     U, broadcast once per iteration
-                   + 8 k r P                   the running blocks' accumulators and the
-                                               finished partials waiting in the tree for
-                                               their combine (dask.order runs a combine as
-                                               soon as its inputs exist)
+                   + 8 k r P                   the running blocks' accumulators, the
+                                               finished partials waiting for their fold
+                                               and one running sum per level of the tree
+                                               (each node folds its inputs in as they
+                                               arrive, :func:`graph.tree_sum`)
                    + 8 k r C                   the copies of a sum the tree's combine and
                                                aggregate steps make, and the driver's
                                                dense, aligned copy of the total (C =
@@ -728,8 +729,8 @@ def fit(
                                                worker memory (no ``spill``)
 
     With the stateless iteration and X streamed every term but P is independent of n, and P
-    grows with the depth of the tree alone (2 levels at 1M documents and fan-in 8, 3 at
-    10M); k is bounded by m (m is then the number of occurring features), G by the block
+    grows by one partial per level of the tree alone (2 levels at 1M documents and fan-in 8,
+    3 at 10M); k is bounded by m (m is then the number of occurring features), G by the block
     size. On dask's threaded scheduler in one process (the default on one machine) the
     driver and the single "worker" are the same process, w = 1. The driver holds
     about six (m, r) float64 arrays (U_k, U_{k+1}, X V^T, M and temporaries of the U-step):
@@ -847,7 +848,7 @@ def peak_bytes(
     --------
     >>> peak = peak_bytes(45_580, 100, chunk_bytes=5 * 2**20, n_blocks=25, threads=2)
     >>> round((BASE_BYTES + peak.driver + peak.worker) / 2**30, 2)  # 100k documents, 2 threads
-    1.39
+    0.99
     """
     k, r = int(n_rows), int(n_components)
     d = np.dtype(dtype).itemsize

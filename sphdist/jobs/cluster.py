@@ -641,8 +641,8 @@ def memory_check(
     References
     ----------
     The estimate is :func:`sphdist.core.solver.peak_bytes` (the formula of ``solver.fit``'s
-    Notes), which is above the measured peak of ``pipelines/benchmark.py`` (1.26 GiB
-    estimated for 0.95 GiB measured at 100k documents, r = 100).
+    Notes), which is above the measured peak (0.99 GiB estimated for 0.80 GiB measured
+    at 100k documents streamed, r = 100, ``pipelines/results/memory_streamed.md``).
     """
     from sphdist.core import graph
     from sphdist.core.solver import BASE_BYTES, peak_bytes

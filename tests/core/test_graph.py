@@ -6,6 +6,8 @@ the order the tree of fan-in ``split_every`` must take.
 """
 
 import logging
+import math
+import time
 
 import dask
 import dask.array as da
@@ -16,7 +18,13 @@ from dask.callbacks import Callback
 
 from sphdist.core import graph, kernels
 from sphdist.core.params import FitConfig
-from sphdist.core.partials import densify
+from sphdist.core.partials import (
+    RowSparse,
+    densify,
+    partials_agg,
+    partials_chunk,
+    partials_combine,
+)
 
 from ..reference import LAYOUTS, chunked, random_corpus
 
@@ -239,14 +247,26 @@ class _PartialsHeld(Callback):
 def test_partials_held_at_once_stay_within_the_bound_however_many_blocks(
     split_every, threads, monkeypatch
 ):
-    """Every block in flight, memory still bounded: dask.order runs each combine of the tree
-    as soon as its inputs exist, so the partials alive at once are bounded by the tree's
-    fan-in, its depth and the threads (graph.partials_held), not by the blocks."""
+    """Every block in flight, memory still bounded: every node of the tree folds its inputs in
+    as they arrive, so the partials alive at once are one running sum per level, the tasks
+    running and the blocks finished ahead of their turn (graph.partials_held): not the
+    s - 1 finished inputs per level the earlier tree held, and never one per block.
+
+    A block sleeps 20 ms, as a real block takes longer than a fold (its products against one
+    addition of two partials); with blocks as cheap as a fold, free threads run blocks ahead
+    of the fold chain."""
     monkeypatch.setattr(graph, "PASS_BLOCKS", 10**6)  # a block a chunk: many blocks, cheaply
+    pass_onto = kernels.pass_onto
+
+    def block(*args, **kwargs):
+        time.sleep(0.02)
+        return pass_onto(*args, **kwargs)
+
+    monkeypatch.setattr(kernels, "pass_onto", block)
     U = np.linalg.qr(np.random.default_rng(1).standard_normal((M, R)))[0]
     config = FitConfig.build(n_components=R, split_every=split_every)
     seen = {}
-    for n_blocks in (8, 64, 200):
+    for n_blocks in (8, 80):
         Xc = chunked(random_corpus(M, 2 * n_blocks, density=0.1, seed=3), [2] * n_blocks)
         assert len(graph.pass_blocks(Xc.chunks[1])) == n_blocks
         _, total = graph.pass_graph(Xc, U, None, lam=2.0, config=config, keep_V=False)
@@ -254,8 +274,44 @@ def test_partials_held_at_once_stay_within_the_bound_however_many_blocks(
         with dask.config.set(scheduler="threads", num_workers=threads), count:
             dask.compute(total)
         seen[n_blocks] = count.most
-        assert count.most <= graph.partials_held(n_blocks, split_every, threads), seen
-    assert seen[200] < 200 / 4  # far from one partial per block
+        levels = math.ceil(math.log(n_blocks, split_every))
+        bound = graph.partials_held(n_blocks, split_every, threads)
+        assert bound == levels + 2 * threads + 1  # one running sum per level, no more
+        assert count.most <= bound, seen
+    assert seen[80] < 80 / 4  # far from one partial per block
+
+
+@pytest.mark.parametrize("split_every", [2, 3, 8])
+def test_the_folding_tree_gives_bitwise_the_sum_of_dask_reduction(split_every):
+    """tree_sum folds each node's inputs one at a time; the bits are those of the
+    da.reduction tree it replaced (the same grouping, a left fold either way), so
+    checkpoints written before resume to the bit."""
+    rng = np.random.default_rng(7)
+    m, r = 50, 3
+    for n_parts in (1, 2, 7, 8, 9, 27, 64, 65, 100):
+        parts = []
+        for i in range(n_parts):
+            rows = np.sort(rng.choice(m, size=int(rng.integers(1, m)), replace=False))
+            values = rng.standard_normal((rows.size, r)) * 10.0 ** rng.integers(-8, 8)
+            xvt = RowSparse(rows, values, (m, r)) if i % 3 else RowSparse(
+                rows, values, (m, r)).toarray()
+            parts.append({"XVt": xvt, "VVt": rng.standard_normal((r, r)),
+                          "sq_norm_X": float(rng.standard_normal()) * 1e3,
+                          "occurs": rng.random(m) < 0.2, "n_degenerate": i, "V": [i]})
+        arr = da.concatenate([
+            da.from_delayed(dask.delayed(p), shape=(1,), dtype=object,
+                            meta=np.empty((0,), dtype=object)) for p in parts
+        ])
+        reduced = da.reduction(
+            arr, partials_chunk, partials_agg, combine=partials_combine, axis=0,
+            keepdims=False, concatenate=False, split_every=split_every, dtype=object,
+            meta=np.empty((), dtype=object),
+        )
+        (want,), (got,) = dask.compute(reduced), dask.compute(graph.tree_sum(arr, split_every))
+        assert set(got) == set(want) == {"XVt", "VVt", "sq_norm_X", "occurs", "n_degenerate"}
+        for key in want:
+            a, b = densify(want[key]), densify(got[key])
+            assert np.asarray(a).tobytes() == np.asarray(b).tobytes(), (n_parts, key)
 
 
 @pytest.mark.parametrize("layout", sorted(LAYOUTS))
