@@ -33,8 +33,8 @@ def _removed_max_partials(ctx: click.Context, param: click.Parameter, value: Any
             "was removed: a pass no longer sums its partials in chains; every block is its "
             "own task, all of them run at once, and their partials are summed in a tree of "
             "fan-in --split-every, which with the threads bounds the memory. To resolve "
-            "this, drop --max-partials from the command (for less memory: --split-every 2, "
-            "or fewer threads with --n-workers 1 --threads-per-worker 1).", ctx, param,
+            "this, drop --max-partials from the command (for less memory: fewer threads, with "
+            "--n-workers 1 --threads-per-worker 1).", ctx, param,
         )
 
 

@@ -636,7 +636,7 @@ def memory_check(
     callable
         ``check(k)`` for :func:`sphdist.core.solver.fit` (k: the rows of U), which raises
         :class:`~sphdist.errors.InsufficientMemoryError` naming the estimate, the memory
-        there is, and the largest r that fits (with ``split_every``, and with fan-in 2).
+        there is, and the largest r that fits (with ``split_every``).
 
     References
     ----------
@@ -697,18 +697,14 @@ def memory_check(
             estimate = need(k, n_components, split_every, threads, both, held)
             if estimate <= limit:
                 continue
-            fits, fits_two = largest_r(k, split_every), largest_r(k, 2)
+            fits = largest_r(k, split_every)
             text = (f"a fit of {n_components} components on {k} features needs about "
                     f"{format_bytes(estimate)} of memory, more than {format_bytes(limit)} "
                     f"({where}); nothing was allocated or written. To resolve this, ")
             options = []
-            if remedy is not None and split_every > 2 and fits_two >= n_components:
-                options.append(f"sum the partials in a tree of fan-in 2 instead of "
-                               f"{split_every} (the same fit, up to rounding): "
-                               f"`{remedy(n_components, 2)}`")
-            elif remedy is not None and max(fits, fits_two):
-                r, s = (fits_two, 2) if fits_two > fits else (fits, split_every)
-                options.append(f"fit at most {r} components: `{remedy(r, s)}`")
+            if remedy is not None and fits:  # another fan-in saves a partial at most
+                options.append(f"fit at most {fits} components: "
+                               f"`{remedy(fits, split_every)}`")
             options.append("ingest fewer features (a larger --min-df, or --hashing with a "
                            "smaller --n-features)")
             options.append("run on a cluster whose workers have more memory "

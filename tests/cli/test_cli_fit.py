@@ -53,7 +53,7 @@ def test_the_removed_max_partials_is_a_usage_error_saying_what_replaced_it(
     result = _fit(runner, corpus, "-o", str(tmp_path / "m.zarr"), "--max-partials", "1")
     assert result.exit_code == 2
     assert "Invalid value for '--max-partials': was removed" in result.stderr
-    assert "drop --max-partials" in result.stderr and "--split-every 2" in result.stderr
+    assert "drop --max-partials" in result.stderr and "--threads-per-worker 1" in result.stderr
     assert "Traceback" not in result.output
     assert connects == [] and not (tmp_path / "m.zarr").exists()
     assert "--max-partials" not in _fit(runner, corpus, "--help").output  # hidden
