@@ -829,12 +829,18 @@ def _report_skipped(total: Counts, on_error: str) -> None:
 
 # -- where the tasks run: dask's scheduler of the calling context, else a pool of this machine --
 #: A local source of at least this many documents is ingested by a pool of processes (below:
-#: threads, which start nothing). None: never, the default, because the pool was measured
-#: slower than threads at 50,000 and 1,000,000 documents on 2 cores (it kept 0.48 of them
-#: busy against the threads' 0.84: pipelines/results/ingest_default.md); 20,000 turns it on.
+#: threads, which start nothing). None: never, the default. Since each task is handed to the
+#: pool on its own, both processes of a 2-process pool tokenise at once (busy 1.98 of 2 in pass
+#: 1 at 100,000 documents; before, dask's multiprocessing scheduler gave a whole window to one
+#: process); but on the shared 2-core machine, at loads of 8 to 15, the pool was no faster than
+#: threads (77-97 s against 58-74 s at 100,000 documents, 0.27-0.34 cores used against
+#: 0.31-0.42): the kernel's autogroup gives a session one share of the cores whatever its number
+#: of processes (one busy process got 0.24 cores, two got 0.23-0.26 together), so a second
+#: process buys nothing and costs its start (a fork server importing scikit-learn, ~2.5 CPU s).
+#: Not measured on idle cores (pipelines/results/ingest_default.md); 50,000 turns it on.
 PROCESSES_FROM_DOCUMENTS: int | None = None
 #: The same for a source whose documents are counted only by reading it (gzip JSON Lines, CSV),
-#: by the bytes of its files (10,000,000: 20,000 documents of 500 bytes); None: never.
+#: by the bytes of its files (25,000,000: 50,000 documents of 500 bytes); None: never.
 PROCESSES_FROM_BYTES: int | None = None
 
 
