@@ -31,6 +31,7 @@ from __future__ import annotations
 import codecs
 import contextlib
 import dataclasses
+import itertools
 import logging
 import os
 import time
@@ -416,10 +417,11 @@ def ingest(
     ``distributed`` client (``with sphdist.jobs.cluster.connect(...)``: a scheduler's address or
     a LocalCluster of worker processes), or the local scheduler the caller's ``dask.config``
     names (``with dask.config.set(scheduler="synchronous")`` runs everything in this thread);
-    else a pool of this machine's cores owned by the call (:func:`local_pool`: threads; a pool
-    of processes started from a fork server when its thresholds are set, off by default as it
-    measured slower), shut down at its end. Tasks are computed ``2 * workers`` at a time and
-    their results taken in task order, so the corpus is the same, bit for bit, on every
+    else a pool of this machine's cores owned by the call (:func:`local_pool`: threads for a
+    small source, a pool of processes started from a fork server for a large one), shut down at
+    its end. At most ``2 * workers`` tasks are in flight (the own pool is handed the next task
+    as the driver takes a result, dask's schedulers a window of them at a time) and their
+    results are taken in task order, so the corpus is the same, bit for bit, on every
     scheduler. On Ctrl-C the running tasks of the ingest's own pool are let finish (the workers
     ignore SIGINT) before the scratch and staging are removed; whatever an ingest killed
     outright left beside ``output`` (``output.tmp-*``) is removed by the next ingest of
@@ -504,8 +506,9 @@ def ingest(
     open_target(output).remove_stale()  # an interrupted ingest's staging and spilled counts:
     # this one holds the output's lock, which proves them stale
     spill = location(f"{staging_path(output)}-spill")
-    with _scheduler(src, output) as (scheduler, workers, settle), _scratch(spill) as spill_dir:
-        run = _in_order(2 * workers, settle)
+    with _scheduler(src, output) as pool, _scratch(spill) as spill_dir:
+        scheduler, workers = pool.scheduler, pool.workers
+        run = _in_order(2 * workers, pool.settle, pool.executor)
         job = CountJob(options=options, remove=remove, reading=reading, on_error=on_error,
                        chunk_size=chunk_size, need_class_df=options.select is not None,
                        spill=str(spill_dir))
@@ -577,6 +580,7 @@ def ingest(
                                chunk_size=chunk_size, partition_size=partition_size,
                                workers=workers, like_info=like_info)
             summary["scheduler"] = scheduler
+            summary["task_processes"] = len(run.pids)
             summary["fields"]["id"] = id_field
             summary["seconds"] = round(time.perf_counter() - start_time, 3)
             corpus = writer.commit(idf, extra_attrs={"source": _describe(paths),
@@ -825,31 +829,35 @@ def _report_skipped(total: Counts, on_error: str) -> None:
 
 # -- where the tasks run: dask's scheduler of the calling context, else a pool of this machine --
 #: A local source of at least this many documents is ingested by a pool of processes (below:
-#: threads, which start nothing). None: never, the default, because the pool was measured
-#: slower than threads at 50,000 and 1,000,000 documents on 2 cores (it kept 0.48 of them
-#: busy against the threads' 0.84: pipelines/results/ingest_default.md); 20,000 turns it on.
+#: threads, which start nothing). None: never, the default. Since each task is handed to the
+#: pool on its own, both processes of a 2-process pool tokenise at once (busy 1.98 of 2 in pass
+#: 1 at 100,000 documents; before, dask's multiprocessing scheduler gave a whole window to one
+#: process); but on the shared 2-core machine, at loads of 8 to 15, the pool was no faster than
+#: threads (77-97 s against 58-74 s at 100,000 documents, 0.27-0.34 cores used against
+#: 0.31-0.42): the kernel's autogroup gives a session one share of the cores whatever its number
+#: of processes (one busy process got 0.24 cores, two got 0.23-0.26 together), so a second
+#: process buys nothing and costs its start (a fork server importing scikit-learn, ~2.5 CPU s).
+#: Not measured on idle cores (pipelines/results/ingest_default.md); 50,000 turns it on.
 PROCESSES_FROM_DOCUMENTS: int | None = None
 #: The same for a source whose documents are counted only by reading it (gzip JSON Lines, CSV),
-#: by the bytes of its files (10,000,000: 20,000 documents of 500 bytes); None: never.
+#: by the bytes of its files (25,000,000: 50,000 documents of 500 bytes); None: never.
 PROCESSES_FROM_BYTES: int | None = None
 
 
 def local_pool(n_documents: int | None, n_bytes: int, *, cpus: int,
                local: bool = True) -> str:
-    """The pool of dask's local scheduler that runs an ingest: ``"threads"`` or ``"processes"``.
+    """The pool of this machine that runs an ingest: ``"threads"`` or ``"processes"``.
 
-    Tokenising holds Python's GIL, so threads count on about one core; processes could use them
-    all but cost a start (a fork server that imports the tokeniser once, 6 s at a load of 9) and
-    pickling each partition's counts, and were measured slower than threads (see
-    :data:`PROCESSES_FROM_DOCUMENTS`, None by default: threads always). With the thresholds set,
-    they are chosen when there is more than one core and the source is large enough: at least
-    :data:`PROCESSES_FROM_DOCUMENTS` documents, or, when the count is unknown before reading
-    (``n_documents`` None), at least :data:`PROCESSES_FROM_BYTES` bytes of files. A source or
-    output in an object store keeps to threads (the storage options of this process are not a
-    worker process's). The corpus is the same, bit for bit, either way. Worker processes import
-    the main module again (Python's multiprocessing): a script that calls :func:`ingest` must do
-    so under ``if __name__ == "__main__":`` (else :class:`~sphdist.errors.WorkersLostError` says
-    so).
+    Tokenising holds Python's GIL, so threads keep about one core busy; processes use them all
+    but cost a start (a fork server that imports the tokeniser once, then forks each worker)
+    and pickling each partition's counts back. They are chosen when there is more than one core
+    and the source is large enough: at least :data:`PROCESSES_FROM_DOCUMENTS` documents, or,
+    when the count is unknown before reading (``n_documents`` None), at least
+    :data:`PROCESSES_FROM_BYTES` bytes of files. A source or output in an object store keeps to
+    threads (the storage options of this process are not a worker process's). The corpus is the
+    same, bit for bit, either way. Worker processes import the main module again (Python's
+    multiprocessing): a script that calls :func:`ingest` on a large source must do so under
+    ``if __name__ == "__main__":`` (else :class:`~sphdist.errors.WorkersLostError` says so).
 
     Parameters
     ----------
@@ -882,14 +890,29 @@ def local_pool(n_documents: int | None, n_bytes: int, *, cpus: int,
     return "processes" if large and cpus > 1 and local else "threads"
 
 
+@dataclasses.dataclass
+class _Pool:
+    """Where an ingest's tasks run, as :func:`_scheduler` yields it.
+
+    ``executor``: the ingest's own pool (a ``concurrent.futures`` executor the tasks are
+    submitted to directly), None when the tasks go to dask's scheduler of the calling context;
+    ``settle()`` waits for the own pool's running tasks and cancels the others (None when the
+    pool is not the ingest's own).
+    """
+
+    scheduler: str
+    workers: int
+    settle: Callable[[], None] | None = None
+    executor: Any = None
+
+
 @contextlib.contextmanager
-def _scheduler(src: Plan, output: Any) -> Iterator[tuple[str, int, Callable[[], None] | None]]:
-    """Where the tasks run: ``(scheduler, workers, settle)`` for the block.
+def _scheduler(src: Plan, output: Any) -> Iterator[_Pool]:
+    """Where the tasks run, for the block.
 
     The active ``distributed`` client, or the scheduler the caller's ``dask.config`` names,
-    as they are; else a pool of this machine's cores (:func:`local_pool`) owned by the block
-    (dask's ``pool`` setting), shut down on exit. ``settle()`` waits for the pool's running
-    tasks and cancels the others (None when the pool is not the ingest's own).
+    as they are; else a pool of this machine's cores (:func:`local_pool`) owned by the block,
+    shut down on exit.
     """
     import dask
 
@@ -897,14 +920,14 @@ def _scheduler(src: Plan, output: Any) -> Iterator[tuple[str, int, Callable[[], 
 
     client = active_client()
     if client is not None:
-        yield "distributed", max(1, len(client.scheduler_info().get("workers", {}))), None
+        yield _Pool("distributed", max(1, len(client.scheduler_info().get("workers", {}))))
         return
     named = dask.config.get("scheduler", None)
     if named is not None:
         single = named in ("sync", "synchronous", "single-threaded")
         workers = 1 if single else int(dask.config.get("num_workers", None)
                                        or os.cpu_count() or 1)
-        yield str(named), workers, None
+        yield _Pool(str(named), workers)
         return
     from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 
@@ -921,8 +944,7 @@ def _scheduler(src: Plan, output: Any) -> Iterator[tuple[str, int, Callable[[], 
         pool.shutdown(wait=True, cancel_futures=True)
 
     try:
-        with dask.config.set(scheduler=kind, pool=pool, num_workers=cpus):
-            yield kind, cpus, settle
+        yield _Pool(kind, cpus, settle, pool)
     finally:
         settle()
 
@@ -940,8 +962,9 @@ def _source_bytes(src: Plan) -> int:
 def _fork_server() -> Any:
     """A multiprocessing context whose workers fork from a server that imported the tokeniser.
 
-    The server has imported the tokenising code once (cheap starts, no fork of this
-    multi-threaded process); spawn where there is no fork server (Windows).
+    The server has imported the tokenising code and the tasks' wrapper (this module) once:
+    each worker forks from it with nothing left to import (no fork of this multi-threaded
+    process); spawn where there is no fork server (Windows).
     """
     import multiprocessing
 
@@ -949,62 +972,103 @@ def _fork_server() -> Any:
         context = multiprocessing.get_context("forkserver")
     except ValueError:  # pragma: no cover - no fork server on this platform
         return multiprocessing.get_context("spawn")
-    context.set_forkserver_preload(["dask.multiprocessing", "sphdist.text._passes"])
+    context.set_forkserver_preload(["sphdist.text.ingest"])
     return context
 
 
-def _in_order(window: int, settle: Callable[[], None] | None = None
-              ) -> Callable[[Callable, list[tuple]], Iterator[Any]]:
-    """``run(fn, tasks)``: ``fn(*args)`` of every task as ``dask.delayed``, in task order.
+def _in_order(window: int, settle: Callable[[], None] | None = None,
+              executor: Any = None) -> _InOrder:
+    """``run(fn, tasks)``: ``fn(*args)`` of every task, results yielded in task order.
 
-    ``window`` tasks are computed at a time (one ``dask.compute``, on the client or local
-    scheduler of the calling context), so that at most ``window`` results wait in the driver
-    and the driver's reductions see them in task order whatever the order they finish in. A
-    task's error is raised once every task of its window has ended (none still writes next to
-    the output while the driver cleans up), the first in task order. An interruption (Ctrl-C)
-    while a window runs calls ``settle`` (given: it waits for the tasks that are running and
-    cancels the others) before it is raised, for the same reason.
+    With ``executor`` (the ingest's own pool, a ``concurrent.futures`` executor): a sliding
+    window; ``window`` tasks are submitted at first, and each time the driver takes a result
+    (the first in task order, when it has ended) the next task is submitted *before* the
+    result is yielded, so the pool stays fed while the driver reduces it (merges the counts,
+    records a chunk) and while a slow task holds up the results behind it. Without one: one
+    ``dask.delayed`` per task, ``window`` tasks per ``dask.compute`` (on the client or local
+    scheduler of the calling context). Either way at most ``window`` results wait in the
+    driver and its reductions see them in task order whatever the order they finish in, so
+    the output is the same, bit for bit. A task's error is raised, the first in task order,
+    once no task still runs (none still writes next to the output while the driver cleans
+    up): after its window has ended, or after ``settle`` (given: it waits for the running
+    tasks and cancels the others); an interruption (Ctrl-C) calls ``settle`` too. The
+    returned runner's ``pids`` collects the process ids that ran tasks.
     """
-    from concurrent.futures.process import BrokenProcessPool
+    return _InOrder(window, settle, executor)
 
-    import dask
 
-    def run(fn: Callable, tasks: list[tuple]) -> Iterator[Any]:
-        for start in range(0, len(tasks), window):
-            batch = [dask.delayed(_outcome)(fn, *args,
-                                            dask_key_name=f"{fn.__name__}-{uuid.uuid4().hex}")
-                     for args in tasks[start:start + window]]
-            try:
-                outcomes = dask.compute(*batch)
-            except BrokenProcessPool as exc:
-                if settle is not None:
-                    settle()
-                raise WorkersLostError(
-                    f"the ingest's worker processes stopped ({type(exc).__name__}): a process "
-                    "pool's workers import the main module again (Python's multiprocessing), "
-                    "so a script that calls ingest() at its top level runs it again in each of "
-                    "them. To resolve this, put the script's code under `if __name__ == "
-                    "\"__main__\":`, or run the tasks on threads: `with "
-                    "dask.config.set(scheduler=\"threads\"): ingest(...)`."
-                ) from None
-            except BaseException:
-                if settle is not None:
-                    settle()
-                raise
-            for failed, value in outcomes:
+@dataclasses.dataclass
+class _InOrder:
+    """The runner :func:`_in_order` returns."""
+
+    window: int
+    settle: Callable[[], None] | None = None
+    executor: Any = None
+    #: process ids that ran a task (more than one: a pool of processes did the work)
+    pids: set[int] = dataclasses.field(default_factory=set)
+
+    def __call__(self, fn: Callable, tasks: Sequence[tuple]) -> Iterator[Any]:
+        from concurrent.futures.process import BrokenProcessPool
+
+        batches = self._sliding if self.executor is not None else self._windows
+        try:
+            for failed, value, pid in batches(fn, tasks):
+                self.pids.add(pid)
                 if failed:
+                    if self.settle is not None:
+                        self.settle()
                     raise value
                 yield value
+        except BrokenProcessPool as exc:
+            if self.settle is not None:
+                self.settle()
+            raise WorkersLostError(
+                f"the ingest's worker processes stopped ({type(exc).__name__}): a process "
+                "pool's workers import the main module again (Python's multiprocessing), "
+                "so a script that calls ingest() at its top level runs it again in each of "
+                "them. To resolve this, put the script's code under `if __name__ == "
+                "\"__main__\":`, or run the tasks on threads: `with "
+                "dask.config.set(scheduler=\"threads\"): ingest(...)`."
+            ) from None
+        except BaseException:
+            if self.settle is not None:
+                self.settle()
+            raise
 
-    return run
+    def _sliding(self, fn: Callable, tasks: Sequence[tuple]) -> Iterator[tuple]:
+        from collections import deque
+
+        todo = iter(tasks)
+        running: deque[Any] = deque()
+
+        def feed() -> None:
+            for args in itertools.islice(todo, self.window - len(running)):
+                running.append(self.executor.submit(_outcome, fn, *args))
+
+        feed()
+        while running:
+            outcome = running.popleft().result()
+            if not outcome[0]:  # a failure ends the run: nothing more to start
+                feed()  # before the driver reduces this result: the pool never waits for it
+            yield outcome
+
+    def _windows(self, fn: Callable, tasks: Sequence[tuple]) -> Iterator[tuple]:
+        import dask
+
+        for start in range(0, len(tasks), self.window):
+            batch = [dask.delayed(_outcome)(fn, *args,
+                                            dask_key_name=f"{fn.__name__}-{uuid.uuid4().hex}")
+                     for args in tasks[start:start + self.window]]
+            yield from dask.compute(*batch)
 
 
-def _outcome(fn: Callable, *args: Any) -> tuple[bool, Any]:
-    """``(False, fn(*args))``, or ``(True, the exception)``: a task that never fails its graph."""
+def _outcome(fn: Callable, *args: Any) -> tuple[bool, Any, int]:
+    """``(False, fn(*args), pid)``, or ``(True, the exception, pid)``: a task that never fails
+    its graph, and the process that ran it."""
     try:
-        return False, fn(*args)
+        return False, fn(*args), os.getpid()
     except Exception as exc:  # noqa: BLE001 - raised by the driver, in task order
-        return True, exc
+        return True, exc, os.getpid()
 
 
 @contextlib.contextmanager

@@ -509,12 +509,20 @@ def test_threads_same_as_one_thread_bit_for_bit(tmp_path):
     np.testing.assert_array_equal(_matrix(threaded), _matrix(serial))
 
 
-def test_a_large_source_runs_on_processes_and_writes_the_same_bits(tmp_path, monkeypatch):
-    """The ingest's own pool: threads by default, processes above a threshold (issue 29.6).
+@pytest.mark.parametrize(("kind", "threshold", "options"), [
+    ("jsonl", "PROCESSES_FROM_DOCUMENTS", dict(vocabulary=True, partition_size=2, chunk_size=1)),
+    ("jsonl", "PROCESSES_FROM_DOCUMENTS", dict(n_features=M, partition_size=4, chunk_size=3)),
+    ("jsonl-gz-glob", "PROCESSES_FROM_BYTES", dict(vocabulary=True, chunk_size=2)),
+    ("csv", "PROCESSES_FROM_BYTES", dict(n_features=M, chunk_size=4)),
+])
+def test_a_large_source_runs_on_processes_and_writes_the_same_bits(tmp_path, monkeypatch, kind,
+                                                                  threshold, options):
+    """The ingest's own pool: threads below a threshold, processes above it (issue 29.6).
 
-    The threshold (None, off, by default) is set to this source's size, so that the pool of
+    Both thresholds (documents, when the listing counts them; bytes of files, when only
+    reading does: gzip JSON Lines, CSV) are set to this source's size, so that the pool of
     processes (started from a fork server) runs it; the corpus is the one dask's synchronous
-    scheduler writes.
+    scheduler writes, bit for bit, and one the ingest's own threads write.
     """
     import os
 
@@ -522,20 +530,98 @@ def test_a_large_source_runs_on_processes_and_writes_the_same_bits(tmp_path, mon
 
     import sphdist.text.ingest as ingest_module
 
-    options = dict(vocabulary=True, partition_size=2, chunk_size=1)
     with dask.config.set(scheduler="synchronous"):
-        serial = _ingest("jsonl", tmp_path, "a.zarr", **options)
+        serial = _ingest(kind, tmp_path, "a.zarr", **options)
     monkeypatch.setattr(os, "cpu_count", lambda: 2)  # as CI's 2 cores, whatever this machine
-    small = _ingest("jsonl", tmp_path, "b.zarr", **options)
+    monkeypatch.setattr(ingest_module, "PROCESSES_FROM_DOCUMENTS", None)
+    monkeypatch.setattr(ingest_module, "PROCESSES_FROM_BYTES", None)
+    small = _ingest(kind, tmp_path, "b.zarr", **options)
     assert small.attrs["ingest"]["scheduler"] == "threads"
-    monkeypatch.setattr(ingest_module, "PROCESSES_FROM_DOCUMENTS", len(RECORDS))
-    parallel = _ingest("jsonl", tmp_path, "c.zarr", **options)
+    assert small.attrs["ingest"]["task_processes"] == 1  # this process's threads
+    size = len(RECORDS) if threshold == "PROCESSES_FROM_DOCUMENTS" else 1
+    monkeypatch.setattr(ingest_module, threshold, size)
+    parallel = _ingest(kind, tmp_path, "c.zarr", **options)
     assert parallel.attrs["ingest"]["scheduler"] == "processes"
     assert parallel.attrs["ingest"]["workers"] == 2
+    assert parallel.attrs["ingest"]["task_processes"] >= 1
     for corpus in (small, parallel):
         assert _stored(corpus) == _stored(serial)
         np.testing.assert_array_equal(_matrix(corpus), _matrix(serial))
         assert list(corpus.doc_ids) == list(serial.doc_ids)
+
+
+def test_every_worker_process_of_the_pool_runs_tasks():
+    """Tasks go to the pool one by one (not batched as dask's multiprocessing scheduler does,
+    which gave a window of tasks to one process): both processes of a 2-process pool run
+    some, and none runs in the driver."""
+    import os
+    import time
+    from concurrent.futures import ProcessPoolExecutor
+
+    import sphdist.text.ingest as ingest_module
+
+    with ProcessPoolExecutor(2, mp_context=ingest_module._fork_server()) as pool:
+        run = ingest_module._in_order(4, executor=pool)
+        assert list(run(time.sleep, [(0.5,)] * 8)) == [None] * 8
+    assert len(run.pids) == 2
+    assert os.getpid() not in run.pids
+
+
+def test_the_pool_is_fed_while_the_driver_reduces():
+    """The next task is submitted before the driver is handed a result, so the pool works while
+    the driver reduces it; never more than ``window`` tasks beyond the results taken."""
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
+    import sphdist.text.ingest as ingest_module
+
+    started = [threading.Event() for _ in range(8)]
+
+    def task(i: int) -> int:
+        started[i].set()
+        return i
+
+    results = []
+    with ThreadPoolExecutor(2) as pool:
+        for result in ingest_module._in_order(2, executor=pool)(task, [(i,) for i in range(8)]):
+            results.append(result)
+            if result + 2 < 8:  # submitted before this result was handed over: it runs now
+                assert started[result + 2].wait(30)
+            if result + 3 < 8:  # submitted once the next result is taken, not before
+                assert not started[result + 3].is_set()
+    assert results == list(range(8))
+
+
+def test_a_failed_task_of_the_pool_is_raised_in_order_once_none_runs():
+    """The own pool's sliding window: the first failure in task order is raised after
+    ``settle`` (the running tasks end, the queued ones are cancelled)."""
+    import threading
+    import time
+    from concurrent.futures import ThreadPoolExecutor
+
+    import sphdist.text.ingest as ingest_module
+
+    ended: list[int] = []
+    lock = threading.Lock()
+
+    def task(i: int) -> int:
+        if i in (1, 3):
+            raise ValueError(f"task {i} failed")
+        if i == 2:
+            time.sleep(0.3)  # still running when task 1 fails
+        with lock:
+            ended.append(i)
+        return i
+
+    pool = ThreadPoolExecutor(2)
+    run = ingest_module._in_order(
+        2, lambda: pool.shutdown(wait=True, cancel_futures=True), pool)
+    results = []
+    with pytest.raises(ValueError, match="task 1 failed"):
+        for result in run(task, [(i,) for i in range(8)]):
+            results.append(result)
+    assert results == [0]
+    assert sorted(ended) == [0, 2]  # task 2 ran to its end; none was started after the failure
 
 
 def test_gzip_files_in_a_folder_or_archive_are_read_as_text(tmp_path):
