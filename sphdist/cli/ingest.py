@@ -210,9 +210,9 @@ def _specs(paths: Any, *, fmt: str | None, categories: str | None, stop_words: s
 def _scheduler(address: str | None, n_workers: int | None) -> Any:
     """Where dask runs the ingest's tasks: a scheduler, a LocalCluster, or this process."""
     if address or (n_workers or 1) > 1:
-        from sphdist.jobs.cluster import connect
+        from sphdist.jobs.cluster import ClusterSpec, connect
 
-        return connect(address, n_workers=None if address else n_workers)
+        return connect(ClusterSpec(address, n_workers=None if address else n_workers))
     if n_workers == 1:
         import dask
 

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from sphdist.cli._common import (
+    CLUSTER_OPTIONS,
     STORE_PATH,
     cluster_options,
     connect_options,
@@ -16,6 +18,9 @@ from sphdist.cli._common import (
     param_option,
     progress_mode,
 )
+
+if TYPE_CHECKING:
+    from sphdist.jobs.cluster import ClusterSpec
 
 logger = logging.getLogger("sphdist")
 
@@ -50,9 +55,7 @@ def _report(report: dict, as_json: bool, line: str) -> None:
 @_JSON
 def transform(
     model: Path, input_: Path, output: Path, overwrite: bool, device: str,
-    scheduler_address: str | None,
-    n_workers: int | None, threads_per_worker: int, memory_limit: str, tls_ca_file: str | None,
-    tls_cert: str | None, tls_key: str | None, as_json: bool,
+    cluster: ClusterSpec, as_json: bool,
 ) -> None:
     """Embed the documents of a corpus with a fitted model (the exact V-step, on Dask)."""
     from sphdist.core._device import check_device
@@ -63,8 +66,7 @@ def transform(
     # starts; on one machine it runs in this process, as a fit does
     check_transform(model, input_, output, overwrite=overwrite)
     check_device(device)
-    with connect_options(scheduler_address, n_workers, threads_per_worker, memory_limit,
-                         tls_ca_file, tls_cert, tls_key):
+    with connect_options(cluster):
         emb = transform_corpus(
             model, input_, output, overwrite=overwrite, progress=progress_mode(), device=device
         )
@@ -170,9 +172,7 @@ _NEIGHBOR_OPTIONS = {
     "format_": ({"queries", "ids", "all"}, "the neighbours of one query are printed"),
     "overwrite": ({"queries", "ids", "all"}, "the neighbours of one query are printed"),
     "on_error": ({"queries", "ids"}, "it decides what a bad line of --queries does"),
-    **{name: ({"all"}, "only --all runs on Dask") for name in (
-        "scheduler_address", "n_workers", "threads_per_worker", "memory_limit", "tls_ca_file",
-        "tls_cert", "tls_key")},
+    **{name: ({"all"}, "only --all runs on Dask") for name in CLUSTER_OPTIONS},
 }
 
 
@@ -261,9 +261,8 @@ def neighbors(
     ctx: click.Context, model: Path, input_: Path | None, query: str | None,
     doc_id: str | None, queries: Path | None, ids: bool, on_error: str | None, all_: bool,
     k: int, include_self: bool, index_: Path | None, exact: bool, nprobe: int | None,
-    output: Path | None, format_: str | None, overwrite: bool, scheduler_address: str | None,
-    n_workers: int | None, threads_per_worker: int, memory_limit: str, tls_ca_file: str | None,
-    tls_cert: str | None, tls_key: str | None, as_json: bool,
+    output: Path | None, format_: str | None, overwrite: bool, cluster: ClusterSpec,
+    as_json: bool,
 ) -> None:
     """Nearest documents by angle on the sphere (= by Euclidean distance of the embeddings)."""
     from sphdist.jobs import neighbors as jobs
@@ -284,8 +283,7 @@ def neighbors(
     if all_:  # the cluster starts once the request is validated and the index loaded
         report = jobs.knn_graph(
             model, output, k=k, format=format_, overwrite=overwrite, **options,
-            connect=lambda: connect_options(scheduler_address, n_workers, threads_per_worker,
-                                            memory_limit, tls_ca_file, tls_cert, tls_key))
+            connect=lambda: connect_options(cluster))
     elif queries is not None:
         report = jobs.batch_neighbors(
             model, output, queries=jobs.queries_of(queries), ids=ids, k=k,
