@@ -254,14 +254,14 @@ def synth(
 ) -> None:
     """Write a seeded synthetic collection: Zipfian words, topic mixtures, known labels."""
     from sphdist._words import plural
+    from sphdist.text.synth import SynthSpec
     from sphdist.text.synth import synth as run_synth
 
-    summary = run_synth(
-        output, n_docs=n_docs, n_topics=n_topics, seed=seed, doc_length=doc_length,
-        vocab_size=vocab_size, format=fmt, n_features=n_features, vocabulary=vocabulary,
-        chunk_size=chunk_size, overwrite=overwrite,
-        progress=sys.stderr.isatty() and logger.level <= logging.INFO,
-    )
+    spec = SynthSpec(n_docs=n_docs, n_topics=n_topics, seed=seed, doc_length=doc_length,
+                     vocab_size=vocab_size, n_features=n_features, vocabulary=vocabulary,
+                     chunk_size=chunk_size)
+    summary = run_synth(output, spec, format=fmt, overwrite=overwrite,
+                        progress=sys.stderr.isatty() and logger.level <= logging.INFO)
     if as_json:
         click.echo(json.dumps(summary.to_dict()))
     else:
