@@ -279,16 +279,16 @@ def neighbors(
     if (queries is not None or all_) and output is None:
         raise click.UsageError(f"{given[0]} writes a table: pass --output FILE.parquet (or "
                                ".jsonl, .csv).")
-    options = {"input": input_, "index": index_, "exact": exact, "nprobe": nprobe}
+    request = jobs.NeighborRequest(
+        query=query, doc_id=doc_id, queries=None if queries is None else jobs.queries_of(queries),
+        ids=ids, all=all_, k=k, include_self=include_self, input=input_, index=index_,
+        exact=exact, nprobe=nprobe)
     if all_:  # the cluster starts once the request is validated and the index loaded
-        report = jobs.knn_graph(
-            model, output, k=k, format=format_, overwrite=overwrite, **options,
-            connect=lambda: connect_options(cluster))
+        report = jobs.knn_graph(model, output, request, format=format_, overwrite=overwrite,
+                                connect=lambda: connect_options(cluster))
     elif queries is not None:
-        report = jobs.batch_neighbors(
-            model, output, queries=jobs.queries_of(queries), ids=ids, k=k,
-            include_self=include_self, format=format_, overwrite=overwrite,
-            on_error=on_error or "fail", **options)
+        report = jobs.batch_neighbors(model, output, request, format=format_,
+                                      overwrite=overwrite, on_error=on_error or "fail")
     if all_ or queries is not None:
         how = f"the index {report['index']}" if report["index"] else "an exact scan"
         _report(report, as_json, f"wrote {report['output']}: {report['n_rows']} neighbours "
@@ -296,8 +296,7 @@ def neighbors(
         if report.get("skipped") and not as_json:
             _list_skipped(report["skipped"], queries)
         return
-    hits = jobs.query_neighbors(model, query=query, doc_id=doc_id, k=k,
-                                include_self=include_self, **options)
+    hits = jobs.query_neighbors(model, request)
     if as_json:
         echo_json(hits)
         return
