@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import functools
 import json
 import logging
 import math
@@ -596,47 +597,21 @@ def _checked(name: str) -> Callable[[click.Context, click.Parameter, Any], Any]:
     return callback
 
 
-def _one_cluster(check: Callable[..., Any] | None = None) -> Callable[..., Any]:
-    """A callback refusing --n-workers beside a scheduler address, whichever is read second.
-
-    A job runs on an existing scheduler or on a LocalCluster it starts, never both: the two
-    together are a usage error before anything is opened (not a connect timeout later).
-    """
-
-    def callback(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
-        if check is not None:
-            value = check(ctx, param, value)
-        address, n_workers = (
-            (value, ctx.params.get("n_workers")) if param.name == "scheduler_address"
-            else (ctx.params.get("scheduler_address"), value)
-        )
-        if address and n_workers is not None:
-            from_env = (ctx.get_parameter_source("scheduler_address")
-                        is click.core.ParameterSource.ENVIRONMENT)
-            where = "DASK_SCHEDULER_ADDRESS is set" if from_env else "--scheduler-address is given"
-            raise click.UsageError(
-                f"--n-workers {n_workers} starts a LocalCluster on this machine, but {where} "
-                f"({address}): a job runs on one or the other. To resolve this, leave out "
-                "--n-workers to run on that scheduler, or "
-                + ("unset DASK_SCHEDULER_ADDRESS" if from_env else "leave out --scheduler-address")
-                + " to start the LocalCluster.", ctx)
-        return value
-
-    return callback
+#: The options of :func:`cluster_options`: the argument of each, in the order of ``--help``.
+CLUSTER_OPTIONS = ("scheduler_address", "n_workers", "threads_per_worker", "memory_limit",
+                   "tls_ca_file", "tls_cert", "tls_key")
+#: What ``cluster_options(local_cluster=True)`` adds (``sphdist fit``'s LocalCluster).
+LOCAL_CLUSTER_OPTIONS = ("dashboard_address", "insecure_local_cluster")
 
 
-def cluster_options(command: Callable[..., Any]) -> Callable[..., Any]:
-    """Add --scheduler-address, --n-workers, --threads-per-worker, --memory-limit, --tls-*.
-
-    The same options, with the same meaning, for every command that runs on Dask; values that
-    :mod:`sphdist.jobs.cluster` cannot use are usage errors (exit 2) naming the option.
-    """
-    for option in reversed([
+def _cluster_option_decorators(local_cluster: bool) -> list[Callable[..., Any]]:
+    """The click options of :func:`cluster_options`, innermost last (as they are applied)."""
+    options = [
         click.option("--scheduler-address", envvar="DASK_SCHEDULER_ADDRESS",
-                     callback=_one_cluster(_checked("check_scheduler_address")),
+                     callback=_checked("check_scheduler_address"),
                      help="Existing Dask scheduler [env DASK_SCHEDULER_ADDRESS]; default: run "
                           "on this machine."),
-        click.option("--n-workers", type=click.IntRange(min=0), callback=_one_cluster(),
+        click.option("--n-workers", type=click.IntRange(min=0),
                      help="Worker processes of a LocalCluster [default: 0, dask's threads in "
                           "this process, whatever the size of the corpus]."),
         click.option("--threads-per-worker", type=click.IntRange(min=1), default=1,
@@ -651,62 +626,106 @@ def cluster_options(command: Callable[..., Any]) -> Callable[..., Any]:
                      help="Client certificate (PEM) [env SPHDIST_TLS_CERT]."),
         click.option("--tls-key", type=click.Path(), envvar="SPHDIST_TLS_KEY",
                      help="Client private key (PEM) [env SPHDIST_TLS_KEY]."),
-    ]):
-        command = option(command)
-    return command
+    ]
+    if local_cluster:
+        options += [
+            click.option(
+                "--dashboard-address", default="127.0.0.1:0", show_default=True,
+                callback=_checked("check_dashboard_address"),
+                help="LocalCluster dashboard; loopback unless e.g. 0.0.0.0:8787 is asked for.",
+            ),
+            click.option(
+                "--insecure-local-cluster", is_flag=True,
+                help="Start the LocalCluster without TLS: faster per iteration "
+                     "(cluster/README.md), but any process on this machine can then run code "
+                     "in its workers.",
+            ),
+        ]
+    return options
 
 
-def local_cluster_options(command: Callable[..., Any]) -> Callable[..., Any]:
-    """Add --dashboard-address and --insecure-local-cluster (``sphdist fit``'s LocalCluster)."""
-    command = click.option(
-        "--insecure-local-cluster", is_flag=True,
-        help="Start the LocalCluster without TLS: faster per iteration (cluster/README.md), but "
-             "any process on this machine can then run code in its workers.",
-    )(command)
-    return click.option(
-        "--dashboard-address", default="127.0.0.1:0", show_default=True,
-        callback=_checked("check_dashboard_address"),
-        help="LocalCluster dashboard; loopback unless e.g. 0.0.0.0:8787 is asked for.",
-    )(command)
+def cluster_options(
+    command: Callable[..., Any] | None = None, *, local_cluster: bool = False
+) -> Any:
+    """The cluster options of a command, handed to it as one ``cluster`` argument, a ClusterSpec.
+
+    Adds --scheduler-address, --n-workers, --threads-per-worker, --memory-limit and --tls-*
+    (with ``local_cluster``: --dashboard-address and --insecure-local-cluster too, ``sphdist
+    fit``'s) and passes the command ``cluster=``:class:`sphdist.jobs.cluster.ClusterSpec` of
+    their values instead of the values. The same options, with the same meaning, for every
+    command that runs on Dask; a value :mod:`sphdist.jobs.cluster` cannot use is a usage
+    error (exit 2) naming the option, and so are the combinations the spec refuses
+    (``--n-workers`` beside a scheduler address, TLS files without the CA and certificate),
+    rendered here as the flags the user typed.
+
+    Use as ``@cluster_options`` or ``@cluster_options(local_cluster=True)``.
+    """
+    if command is None:
+        return functools.partial(cluster_options, local_cluster=local_cluster)
+    names = CLUSTER_OPTIONS + (LOCAL_CLUSTER_OPTIONS if local_cluster else ())
+
+    @functools.wraps(command)
+    def with_spec(*args: Any, **kwargs: Any) -> Any:
+        values = {name: kwargs.pop(name) for name in names}
+        kwargs["cluster"] = cluster_spec(click.get_current_context(), values)
+        return command(*args, **kwargs)
+
+    for option in reversed(_cluster_option_decorators(local_cluster)):
+        with_spec = option(with_spec)
+    return with_spec
+
+
+def cluster_spec(ctx: click.Context, values: dict[str, Any]) -> Any:
+    """The :class:`~sphdist.jobs.cluster.ClusterSpec` of the cluster options' ``values``.
+
+    Its refusals of a combination are usage errors worded in the flags of the command line
+    (and the environment variable, where the scheduler address came from there).
+    """
+    from sphdist.jobs._cluster_spec import ClusterConflictError, ClusterSpec
+
+    try:
+        return ClusterSpec(
+            address=values["scheduler_address"], n_workers=values["n_workers"],
+            threads_per_worker=values["threads_per_worker"],
+            memory_limit=values["memory_limit"],
+            dashboard_address=values.get("dashboard_address", "127.0.0.1:0"),
+            tls_ca_file=values["tls_ca_file"], tls_cert=values["tls_cert"],
+            tls_key=values["tls_key"], insecure=bool(values.get("insecure_local_cluster")),
+        )
+    except ClusterConflictError as exc:
+        if exc.fields[0] != "n_workers":  # the TLS files
+            raise click.UsageError(
+                "TLS needs --tls-ca-file and --tls-cert (and --tls-key).") from None
+        address, n_workers = exc.spec["address"], exc.spec["n_workers"]
+        from_env = (ctx.get_parameter_source("scheduler_address")
+                    is click.core.ParameterSource.ENVIRONMENT)
+        where = "DASK_SCHEDULER_ADDRESS is set" if from_env else "--scheduler-address is given"
+        raise click.UsageError(
+            f"--n-workers {n_workers} starts a LocalCluster on this machine, but {where} "
+            f"({address}): a job runs on one or the other. To resolve this, leave out "
+            "--n-workers to run on that scheduler, or "
+            + ("unset DASK_SCHEDULER_ADDRESS" if from_env else "leave out --scheduler-address")
+            + " to start the LocalCluster.", ctx) from None
 
 
 @contextlib.contextmanager
-def connect_options(
-    scheduler_address: str | None, n_workers: int | None, threads_per_worker: int,
-    memory_limit: str | int, tls_ca_file: str | os.PathLike[str] | None = None,
-    tls_cert: str | os.PathLike[str] | None = None,
-    tls_key: str | os.PathLike[str] | None = None, *, insecure_local_cluster: bool = False,
-    **kwargs: Any,
-) -> Iterator[Any]:
-    """:func:`sphdist.jobs.cluster.connect` with the values of :func:`cluster_options`.
+def connect_options(spec: Any) -> Iterator[Any]:
+    """:func:`sphdist.jobs.cluster.connect` of the ``spec`` of :func:`cluster_options`.
 
-    ``kwargs`` (e.g. ``dashboard_address``) are passed on to ``connect``. The
-    embedded cluster's own log records (a failed task's traceback block) are dropped unless
-    ``--log-level debug``: the error reaches the user as the one ``Error:`` line. An embedded
-    LocalCluster speaks TLS unless ``insecure_local_cluster`` (and no TLS files are given);
-    its worker processes ignore Ctrl-C (:func:`_ctrl_c_ignored`): this process takes it, says
-    what it left in one line and stops them.
+    The embedded cluster's own log records (a failed task's traceback block) are dropped
+    unless ``--log-level debug``: the error reaches the user as the one ``Error:`` line. An
+    embedded LocalCluster's worker processes ignore Ctrl-C (:func:`_ctrl_c_ignored`): this
+    process takes it, says what it left in one line and stops them.
     """
-    from sphdist.jobs.cluster import connect, tls_security
+    from sphdist.jobs.cluster import connect
 
-    security = False if insecure_local_cluster else None
-    if tls_ca_file or tls_cert or tls_key:
-        if not (tls_ca_file and tls_cert):
-            raise click.UsageError("TLS needs --tls-ca-file and --tls-cert (and --tls-key).")
-        security = tls_security(tls_ca_file, tls_cert, tls_key)
-    kwargs.setdefault(
-        "silence_logs", logging.WARNING if logger.isEnabledFor(logging.DEBUG) else logging.CRITICAL
-    )
-    local_cluster = bool(n_workers) and not scheduler_address
+    silence_logs = logging.WARNING if logger.isEnabledFor(logging.DEBUG) else logging.CRITICAL
     asyncio_logger = logging.getLogger("asyncio")
     if _UNRETRIEVED_CLIENT_WAIT not in asyncio_logger.filters:
         asyncio_logger.addFilter(_UNRETRIEVED_CLIENT_WAIT)
     with contextlib.ExitStack() as stack:
-        with _ctrl_c_ignored() if local_cluster else contextlib.nullcontext():
-            client = stack.enter_context(connect(
-                scheduler_address, n_workers=n_workers, threads_per_worker=threads_per_worker,
-                memory_limit=memory_limit, security=security, **kwargs,
-            ))
+        with _ctrl_c_ignored() if spec.local_cluster else contextlib.nullcontext():
+            client = stack.enter_context(connect(spec, silence_logs=silence_logs))
         yield client
 
 

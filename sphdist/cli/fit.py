@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -17,11 +17,13 @@ from sphdist.cli._common import (
     echo_json,
     flags_only,
     json_option,
-    local_cluster_options,
     param_option,
     progress_enabled,
 )
 from sphdist.jobs.params import JOB_PARAMS, N_COMPONENTS, JobSettings
+
+if TYPE_CHECKING:
+    from sphdist.jobs.cluster import ClusterSpec
 
 logger = logging.getLogger("sphdist")
 
@@ -75,17 +77,12 @@ def _removed_max_partials(ctx: click.Context, param: click.Parameter, value: Any
               help="Most memory X may take, e.g. 4GiB: held in memory (read once) when it fits, "
                    "else streamed from the store every iteration; auto: a quarter of the "
                    "available memory (of the workers' memory limits on a cluster); 0 streams.")
-@cluster_options
-@local_cluster_options
+@cluster_options(local_cluster=True)
 @param_option("retries", table=JOB_PARAMS)
 @json_option()
 def fit(
     input_: Path, output: Path | None, init_from: Path | None, resume: bool, overwrite: bool,
-    checkpoint_every: int, memory_budget: int | None, scheduler_address: str | None,
-    n_workers: int | None,
-    threads_per_worker: int, memory_limit: str, dashboard_address: str,
-    insecure_local_cluster: bool,
-    tls_ca_file: str | None, tls_cert: str | None, tls_key: str | None, retries: int,
+    checkpoint_every: int, memory_budget: int | None, cluster: ClusterSpec, retries: int,
     as_json: bool, **params: Any,
 ) -> None:
     """Fit Spherical PCA to a corpus on a Dask cluster, checkpointing every iteration."""
@@ -102,11 +99,7 @@ def fit(
     with prepare_fit(
         input_, output, checkpoint_every=checkpoint_every, resume=resume, overwrite=overwrite,
         init_from=init_from, memory_budget=memory_budget, retries=retries, **params,
-    ) as prepared, connect_options(
-        scheduler_address, n_workers, threads_per_worker, memory_limit, tls_ca_file, tls_cert,
-        tls_key, dashboard_address=dashboard_address,
-        insecure_local_cluster=insecure_local_cluster,
-    ):
+    ) as prepared, connect_options(cluster):
         progress = FitProgress(max_iter, bar=progress_enabled(), tol=params["tol"])
         try:
             model = prepared.run(progress)

@@ -210,9 +210,9 @@ def _specs(paths: Any, *, fmt: str | None, categories: str | None, stop_words: s
 def _scheduler(address: str | None, n_workers: int | None) -> Any:
     """Where dask runs the ingest's tasks: a scheduler, a LocalCluster, or this process."""
     if address or (n_workers or 1) > 1:
-        from sphdist.jobs.cluster import connect
+        from sphdist.jobs.cluster import ClusterSpec, connect
 
-        return connect(address, n_workers=None if address else n_workers)
+        return connect(ClusterSpec(address, n_workers=None if address else n_workers))
     if n_workers == 1:
         import dask
 
@@ -254,14 +254,14 @@ def synth(
 ) -> None:
     """Write a seeded synthetic collection: Zipfian words, topic mixtures, known labels."""
     from sphdist._words import plural
+    from sphdist.text.synth import SynthSpec
     from sphdist.text.synth import synth as run_synth
 
-    summary = run_synth(
-        output, n_docs=n_docs, n_topics=n_topics, seed=seed, doc_length=doc_length,
-        vocab_size=vocab_size, format=fmt, n_features=n_features, vocabulary=vocabulary,
-        chunk_size=chunk_size, overwrite=overwrite,
-        progress=sys.stderr.isatty() and logger.level <= logging.INFO,
-    )
+    spec = SynthSpec(n_docs=n_docs, n_topics=n_topics, seed=seed, doc_length=doc_length,
+                     vocab_size=vocab_size, n_features=n_features, vocabulary=vocabulary,
+                     chunk_size=chunk_size)
+    summary = run_synth(output, spec, format=fmt, overwrite=overwrite,
+                        progress=sys.stderr.isatty() and logger.level <= logging.INFO)
     if as_json:
         click.echo(json.dumps(summary.to_dict()))
     else:

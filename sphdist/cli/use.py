@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from sphdist.cli._common import (
+    CLUSTER_OPTIONS,
     STORE_PATH,
     cluster_options,
     connect_options,
@@ -16,6 +18,9 @@ from sphdist.cli._common import (
     param_option,
     progress_mode,
 )
+
+if TYPE_CHECKING:
+    from sphdist.jobs.cluster import ClusterSpec
 
 logger = logging.getLogger("sphdist")
 
@@ -50,9 +55,7 @@ def _report(report: dict, as_json: bool, line: str) -> None:
 @_JSON
 def transform(
     model: Path, input_: Path, output: Path, overwrite: bool, device: str,
-    scheduler_address: str | None,
-    n_workers: int | None, threads_per_worker: int, memory_limit: str, tls_ca_file: str | None,
-    tls_cert: str | None, tls_key: str | None, as_json: bool,
+    cluster: ClusterSpec, as_json: bool,
 ) -> None:
     """Embed the documents of a corpus with a fitted model (the exact V-step, on Dask)."""
     from sphdist.core._device import check_device
@@ -63,8 +66,7 @@ def transform(
     # starts; on one machine it runs in this process, as a fit does
     check_transform(model, input_, output, overwrite=overwrite)
     check_device(device)
-    with connect_options(scheduler_address, n_workers, threads_per_worker, memory_limit,
-                         tls_ca_file, tls_cert, tls_key):
+    with connect_options(cluster):
         emb = transform_corpus(
             model, input_, output, overwrite=overwrite, progress=progress_mode(), device=device
         )
@@ -170,9 +172,7 @@ _NEIGHBOR_OPTIONS = {
     "format_": ({"queries", "ids", "all"}, "the neighbours of one query are printed"),
     "overwrite": ({"queries", "ids", "all"}, "the neighbours of one query are printed"),
     "on_error": ({"queries", "ids"}, "it decides what a bad line of --queries does"),
-    **{name: ({"all"}, "only --all runs on Dask") for name in (
-        "scheduler_address", "n_workers", "threads_per_worker", "memory_limit", "tls_ca_file",
-        "tls_cert", "tls_key")},
+    **{name: ({"all"}, "only --all runs on Dask") for name in CLUSTER_OPTIONS},
 }
 
 
@@ -261,9 +261,8 @@ def neighbors(
     ctx: click.Context, model: Path, input_: Path | None, query: str | None,
     doc_id: str | None, queries: Path | None, ids: bool, on_error: str | None, all_: bool,
     k: int, include_self: bool, index_: Path | None, exact: bool, nprobe: int | None,
-    output: Path | None, format_: str | None, overwrite: bool, scheduler_address: str | None,
-    n_workers: int | None, threads_per_worker: int, memory_limit: str, tls_ca_file: str | None,
-    tls_cert: str | None, tls_key: str | None, as_json: bool,
+    output: Path | None, format_: str | None, overwrite: bool, cluster: ClusterSpec,
+    as_json: bool,
 ) -> None:
     """Nearest documents by angle on the sphere (= by Euclidean distance of the embeddings)."""
     from sphdist.jobs import neighbors as jobs
@@ -280,17 +279,16 @@ def neighbors(
     if (queries is not None or all_) and output is None:
         raise click.UsageError(f"{given[0]} writes a table: pass --output FILE.parquet (or "
                                ".jsonl, .csv).")
-    options = {"input": input_, "index": index_, "exact": exact, "nprobe": nprobe}
+    request = jobs.NeighborRequest(
+        query=query, doc_id=doc_id, queries=None if queries is None else jobs.queries_of(queries),
+        ids=ids, all=all_, k=k, include_self=include_self, input=input_, index=index_,
+        exact=exact, nprobe=nprobe)
     if all_:  # the cluster starts once the request is validated and the index loaded
-        report = jobs.knn_graph(
-            model, output, k=k, format=format_, overwrite=overwrite, **options,
-            connect=lambda: connect_options(scheduler_address, n_workers, threads_per_worker,
-                                            memory_limit, tls_ca_file, tls_cert, tls_key))
+        report = jobs.knn_graph(model, output, request, format=format_, overwrite=overwrite,
+                                connect=lambda: connect_options(cluster))
     elif queries is not None:
-        report = jobs.batch_neighbors(
-            model, output, queries=jobs.queries_of(queries), ids=ids, k=k,
-            include_self=include_self, format=format_, overwrite=overwrite,
-            on_error=on_error or "fail", **options)
+        report = jobs.batch_neighbors(model, output, request, format=format_,
+                                      overwrite=overwrite, on_error=on_error or "fail")
     if all_ or queries is not None:
         how = f"the index {report['index']}" if report["index"] else "an exact scan"
         _report(report, as_json, f"wrote {report['output']}: {report['n_rows']} neighbours "
@@ -298,8 +296,7 @@ def neighbors(
         if report.get("skipped") and not as_json:
             _list_skipped(report["skipped"], queries)
         return
-    hits = jobs.query_neighbors(model, query=query, doc_id=doc_id, k=k,
-                                include_self=include_self, **options)
+    hits = jobs.query_neighbors(model, request)
     if as_json:
         echo_json(hits)
         return

@@ -29,8 +29,11 @@ from distributed.diagnostics.plugin import WorkerPlugin
 from distributed.security import Security
 
 from sphdist.errors import InputNotFoundError, InsufficientMemoryError, ParameterError
+from sphdist.jobs._cluster_spec import ClusterConflictError, ClusterSpec
 
 __all__ = [
+    "ClusterConflictError",
+    "ClusterSpec",
     "MEMORY_BUDGET_FRACTION",
     "memory_check",
     "check_dashboard_address",
@@ -726,44 +729,37 @@ def _threads() -> Iterator[None]:
 
 @contextlib.contextmanager
 def connect(
-    scheduler_address: str | None = None,
+    spec: ClusterSpec | str | None = None,
     *,
-    n_workers: int | None = None,
-    threads_per_worker: int = 1,
-    memory_limit: str | int = "auto",
-    dashboard_address: str = "127.0.0.1:0",
     security: Security | bool | None = None,
     silence_logs: int = logging.CRITICAL,
+    **fields: Any,
 ) -> Iterator[Client | None]:
     """A distributed Client, or dask's threaded scheduler, for the duration of a ``with`` block.
 
     Parameters
     ----------
-    scheduler_address : str, optional
-        Address of a running scheduler (``tcp://host:port``, ``tls://...``). Default: the
-        ``DASK_SCHEDULER_ADDRESS`` environment variable; if neither is set, the job runs on
-        this machine (below).
-    n_workers : int, optional
-        Worker processes of an embedded LocalCluster. Default (and 0): dask's threaded
-        scheduler in this process, one thread per core, whatever the size of the data (the
-        job holds X in memory or streams it, :func:`holds_in_memory`).
-    threads_per_worker : int, default 1
-        Threads per worker process of the LocalCluster.
-    memory_limit : str or int, default "auto"
-        Memory limit per worker of the LocalCluster, in bytes or as a string ("4GiB").
-    dashboard_address : str, default "127.0.0.1:0"
-        Where the LocalCluster's dashboard listens (loopback, a free port); ``":0"`` or
-        ``"0.0.0.0:8787"`` exposes it on every interface, which must be asked for.
+    spec : ClusterSpec, optional
+        Where the job runs (:class:`ClusterSpec`, validated when it is made): a scheduler's
+        ``address`` (default: the ``DASK_SCHEDULER_ADDRESS`` environment variable), else a
+        LocalCluster of ``n_workers`` worker processes, else (default, and ``n_workers=0``)
+        dask's threaded scheduler in this process, one thread per core, whatever the size of
+        the data (the job holds X in memory or streams it, :func:`holds_in_memory`). A
+        string is the ``address``.
     security : distributed.security.Security or bool, optional
-        TLS credentials (:func:`tls_security`) to connect to ``scheduler_address`` (default
-        none) or for the embedded LocalCluster. The LocalCluster speaks ``tls://`` in every
-        case but ``security=False``: by default with temporary credentials of its own
-        (``Security.temporary()``, held in memory), so that no other local process can
-        connect to it and run code in its workers.
+        TLS credentials to use instead of those of the spec's TLS files
+        (:func:`tls_security`). The LocalCluster speaks ``tls://`` in every case but
+        ``security=False`` (or the spec's ``insecure``): by default with temporary credentials
+        of its own (``Security.temporary()``, held in memory), so that no other local process
+        can connect to it and run code in its workers.
     silence_logs : int, default logging.CRITICAL
         Level below which the LocalCluster's scheduler, nanny and worker log records are
         dropped; by default a failed task's ``Compute Failed`` block is not printed (the
         error still reaches the caller as an exception). ``logging.WARNING`` shows them.
+    **fields
+        Without ``spec``: the fields of a :class:`ClusterSpec` (``scheduler_address`` is
+        taken for ``address``), as the keywords of before: ``connect(n_workers=4,
+        memory_limit="8GiB")``.
 
     Yields
     ------
@@ -774,9 +770,13 @@ def connect(
     Raises
     ------
     ParameterError
-        If ``n_workers`` is negative, ``threads_per_worker`` is below 1, the address,
-        dashboard address or memory limit cannot be read, or a ``tls://`` address comes
-        without ``security`` (the files it needs are named).
+        As :class:`ClusterSpec` for the keywords; if the address from the environment cannot
+        be read, or a ``tls://`` address comes without TLS credentials (the files it needs
+        are named).
+    InputNotFoundError
+        If a TLS file of the spec does not exist.
+    TypeError
+        If both a ``spec`` and keywords are given, or a keyword is no field.
     OSError
         If the scheduler cannot be reached (``TimeoutError`` is an ``OSError``).
 
@@ -793,6 +793,21 @@ def connect(
     so two threads keep two cores busy, where a LocalCluster's iterations took about twice as
     long (U and the partials cross processes every pass; ``pipelines/results/benchmark.md``).
     """
+    if "scheduler_address" in fields:
+        fields["address"] = fields.pop("scheduler_address")
+    if isinstance(spec, str):
+        spec = ClusterSpec(spec, **fields)
+    elif spec is None:
+        spec = ClusterSpec(**fields)
+    elif fields:
+        raise TypeError(f"connect() takes a ClusterSpec or its fields, not both: {sorted(fields)}")
+    if security is None and spec.tls:
+        security = tls_security(spec.tls_ca_file, spec.tls_cert, spec.tls_key)
+    elif security is None and spec.insecure:
+        security = False
+    n_workers, threads_per_worker = spec.n_workers, spec.threads_per_worker
+    memory_limit, dashboard_address = spec.memory_limit, spec.dashboard_address
+    scheduler_address = spec.address
     address = scheduler_address or os.environ.get("DASK_SCHEDULER_ADDRESS")
     if address:
         check_scheduler_address(address)
@@ -813,12 +828,6 @@ def connect(
             _share_storage_options(client)
             yield client
         return
-    if n_workers is not None and n_workers < 0:
-        raise ParameterError(f"n_workers must be >= 0, got {n_workers}.")
-    if threads_per_worker < 1:
-        raise ParameterError(f"threads_per_worker must be >= 1, got {threads_per_worker}.")
-    check_memory_limit(memory_limit)
-    check_dashboard_address(dashboard_address)
     if n_workers is None or n_workers == 0:
         logger.info(
             "running in this process on dask's threaded scheduler (%d threads), no worker "

@@ -555,28 +555,11 @@ def prepare_fit(
 def fit_corpus(
     input: str | os.PathLike[str],
     output: str | os.PathLike[str],
+    config: FitConfig | None = None,
+    job: JobSettings | None = None,
     *,
-    n_components: int,
-    lam: float | str = _SOLVER["lam"],
-    mu: float | str = _SOLVER["mu"],
-    max_iter: int = _SOLVER["max_iter"],
-    tol: float = _SOLVER["tol"],
-    init: str = _SOLVER["init"],
-    random_state: int | None = _SOLVER["random_state"],
-    init_n_iter: int = _SOLVER["init_n_iter"],
-    split_every: int = _SOLVER["split_every"],
-    dtype: Any = _SOLVER["dtype"],
-    polar: str = _SOLVER["polar"],
-    partials: str = _SOLVER["partials"],
-    accelerate: bool = _SOLVER["accelerate"],
-    device: str = _SOLVER["device"],
-    checkpoint_every: int = _JOB.checkpoint_every,
-    resume: bool = _JOB.resume,
-    overwrite: bool = _JOB.overwrite,
-    init_from: str | os.PathLike[str] | None = _JOB.init_from,
-    memory_budget: int | str | None = _JOB.memory_budget,
     callback: Callable[[solver.FitState], None] | None = _log_iteration,
-    retries: int = _JOB.retries,
+    **kwargs: Any,
 ) -> Model:
     """Fit Spherical PCA to a stored corpus, checkpointing to ``output``.
 
@@ -588,6 +571,19 @@ def fit_corpus(
         A ``corpus.zarr`` or a dense 2-D zarr array (see :mod:`sphdist.io.corpus`).
     output : path-like
         The ``model.zarr`` to write (see :mod:`sphdist.io.model`).
+    config : FitConfig, optional
+        The solver's parameters (:class:`~sphdist.core.params.FitConfig`); without it, its
+        fields as keywords (below), as before: ``fit_corpus(input, output, n_components=20,
+        max_iter=50)``.
+    job : JobSettings, optional
+        How the job runs (:class:`~sphdist.jobs.params.JobSettings`: ``checkpoint_every``,
+        ``resume``, ``overwrite``, ``init_from``, ``memory_budget``, ``retries``); without it,
+        its fields as keywords.
+    callback : callable or None
+        Called with the solver state after every iteration; default logs one line
+        (iteration, objective, relative change, seconds) to the ``sphdist`` logger.
+    **kwargs
+        The fields of ``config`` and ``job`` when they are not given, described here:
     n_components : int
         r, ``1 <= r <= min(m, n)``.
     lam, mu, max_iter, tol, init, init_n_iter, split_every, dtype, polar
@@ -624,9 +620,6 @@ def fit_corpus(
         iteration (the result is bitwise the same). "auto" (or None): a quarter of the memory
         available to this process, or of the workers' summed memory limits on a cluster
         (:func:`sphdist.jobs.cluster.holds_in_memory`); 0 always streams.
-    callback : callable or None
-        Called with the solver state after every iteration; default logs one line
-        (iteration, objective, relative change, seconds) to the ``sphdist`` logger.
     retries : int, default 3
         Restarts from the last checkpoint after a worker loss (see :meth:`Fit.run`).
 
@@ -642,6 +635,9 @@ def fit_corpus(
 
     Raises
     ------
+    TypeError
+        If a keyword is no field of ``config`` or ``job``, ``n_components`` is missing, or
+        both a ``config`` and keywords are given.
     OutputExistsError
         If ``output`` exists and neither ``resume`` nor ``overwrite`` is set.
     OutputLockedError
@@ -664,16 +660,14 @@ def fit_corpus(
         For invalid parameters or input (``ParameterError`` also when the r of ``init_from``
         is not ``n_components``).
     """
-    config = FitConfig(
-        n_components=n_components, lam=lam, mu=mu, max_iter=max_iter, tol=tol, init=init,
-        random_state=random_state, init_n_iter=init_n_iter, split_every=split_every,
-        dtype=dtype, polar=polar, partials=partials, accelerate=accelerate, device=device,
-    )
-    job = JobSettings(
-        checkpoint_every=checkpoint_every, retries=retries, resume=resume, overwrite=overwrite,
-        init_from=init_from, memory_budget=memory_budget,
-    )
-    with open_fit(plan_fit(input, output, config, job)) as fit:
+    if config is None and job is None:
+        config, job = _settings("fit_corpus", kwargs)
+    elif kwargs:
+        raise TypeError(f"fit_corpus() takes a FitConfig and JobSettings or their fields as "
+                        f"keywords, not both: {sorted(kwargs)}")
+    if config is None:
+        raise TypeError("fit_corpus() missing its FitConfig (config=FitConfig(...))")
+    with open_fit(plan_fit(input, output, config, JobSettings() if job is None else job)) as fit:
         return fit.run(callback)
 
 

@@ -48,6 +48,7 @@ from sphdist.jobs.info import _command
 __all__ = [
     "HIT_FORMATS",
     "HIT_COLUMNS",
+    "NeighborRequest",
     "QueryLines",
     "build_index",
     "check_index",
@@ -547,13 +548,13 @@ def write_hits(
             "n_rows": len(next(iter(columns.values()), []))}
 
 
-@locks_output("output", kind="file", inputs=("model", "input", "index"))
+@locks_output("output", kind="file", inputs=lambda a: (
+    a["model"], _asked(a, "input"), _asked(a, "index")))
 def knn_graph(
-    model: str | os.PathLike[str], output: str | os.PathLike[str], *, k: int = 10,
-    input: str | os.PathLike[str] | None = None, index: str | os.PathLike[str] | None = None,
-    exact: bool = False, nprobe: int | None = None, format: str | None = None,
+    model: str | os.PathLike[str], output: str | os.PathLike[str],
+    request: NeighborRequest | None = None, *, format: str | None = None,
     overwrite: bool = False, query_chunk: int | None = None,
-    connect: Callable[[], AbstractContextManager[Any]] | None = None,
+    connect: Callable[[], AbstractContextManager[Any]] | None = None, **fields: Any,
 ) -> dict[str, Any]:
     """Every document's k nearest other documents, written as a table (``neighbors --all``).
 
@@ -564,10 +565,10 @@ def knn_graph(
         Parquet, JSON Lines or CSV (by its suffix): columns :data:`HIT_COLUMNS`, ``query``
         the document's id and ``query_label`` its label, n * k rows (fewer for documents with
         fewer than k others).
-    k : int, default 10
-    input, index, exact, nprobe
-        As ``sphdist neighbors`` (:func:`find_index`): the index when there is one, else, or
-        with ``exact``, the exact graph.
+    request : NeighborRequest, optional
+        ``all=True`` with ``k``, ``input``, ``index``, ``exact``, ``nprobe``: the index when
+        there is one (:func:`find_index`), else, or with ``exact``, the exact graph. Without
+        it, those fields as keywords (``knn_graph(model, output, k=10)``).
     format : {"parquet", "jsonl", "csv"}, optional
         As :func:`write_hits`.
     overwrite : bool, default False
@@ -587,7 +588,10 @@ def knn_graph(
     Raises
     ------
     ParameterError
-        If ``k`` exceeds the documents that can be neighbours, or the format is unknown.
+        If ``k`` exceeds the documents that can be neighbours, the format is unknown, or the
+        request is not ``all`` (:class:`NeighborRequest`).
+    TypeError
+        If both a ``request`` and fields are given.
     OutputExistsError, OutputLockedError, CorpusMismatchError, ModelFormatError
         As :func:`write_hits` and :func:`find_index`.
 
@@ -602,6 +606,9 @@ def knn_graph(
     from sphdist.core import graph
     from sphdist.jobs.cluster import check_workers_see, task_path
 
+    request = _request(request, fields, "knn_graph", ("all",), all=True)
+    k, input, index, exact, nprobe = (request.k, request.input, request.index, request.exact,
+                                      request.nprobe)
     # absolute here, once: the workers' working directories are their own
     model, input, output = task_path(model), task_path(input), task_path(output, output=True)
     output = location(output)
@@ -674,6 +681,121 @@ class QueryLines:
     def where(self, i: int) -> str:
         """Where query ``i`` is, for a message: ``"q.txt line 3"``."""
         return f"{self.path} line {self.lines[i]}"
+
+
+#: The modes of a :class:`NeighborRequest`: one text, one document, a batch of texts, a batch
+#: of documents, every document (the k-NN graph).
+MODES = ("query", "doc_id", "queries", "ids", "all")
+
+
+@dataclasses.dataclass(frozen=True)
+class NeighborRequest:
+    """What a neighbour search is asked: exactly one of four queries, and how to search.
+
+    :func:`query_neighbors` answers ``query`` or ``doc_id``, :func:`batch_neighbors`
+    ``queries``, :func:`knn_graph` ``all``; each also takes the fields as keywords.
+
+    Parameters
+    ----------
+    query : str, optional
+        A text, embedded with the model's feature scheme and idf.
+    doc_id : str, optional
+        The id of a document of the collection searched.
+    queries : sequence of str, or QueryLines, optional
+        Many texts, or with ``ids`` many document ids (:func:`queries_of` reads a file).
+    ids : bool, default False
+        The ``queries`` are document ids.
+    all : bool, default False
+        Every document's k nearest other documents (the k-NN graph).
+    k : int, default 10
+        Neighbours per query.
+    include_self : bool, default False
+        With a document query (``doc_id``, or ``queries`` with ``ids``): count the document
+        itself (angle 0) among its k; by default the k are other documents.
+    input : path-like, optional
+        The documents searched: the model's training corpus (default: the path it recorded)
+        or an ``embedding.zarr``.
+    index : path-like, optional
+        The ``index.zarr`` to search; default :func:`default_index_path`, when it exists.
+    exact : bool, default False
+        Scan every embedding even when an index exists.
+    nprobe : int, optional
+        Lists an IVF index scans per query; default the one stored with it.
+
+    Raises
+    ------
+    ParameterError
+        If not exactly one of ``query``, ``doc_id``, ``queries`` and ``all`` is given,
+        ``ids`` without ``queries``, or ``include_self`` without a document query.
+
+    Examples
+    --------
+    >>> NeighborRequest(doc_id="doc7", k=5).mode
+    'doc_id'
+    >>> NeighborRequest(queries=["doc1", "doc2"], ids=True, include_self=True).mode
+    'ids'
+    """
+
+    query: str | None = None
+    doc_id: str | None = None
+    queries: Sequence[str] | QueryLines | None = None
+    ids: bool = False
+    all: bool = False
+    k: int = 10
+    include_self: bool = False
+    input: str | os.PathLike[str] | None = None
+    index: str | os.PathLike[str] | None = None
+    exact: bool = False
+    nprobe: int | None = None
+
+    def __post_init__(self) -> None:
+        asked = [name for name in ("query", "doc_id", "queries")
+                 if getattr(self, name) is not None] + (["all"] if self.all else [])
+        if len(asked) != 1:
+            raise ParameterError(
+                "a neighbour request asks exactly one of query (a text), doc_id (a document), "
+                f"queries (many) and all (every document), got {asked or 'none'}. To resolve "
+                "this, pass one.")
+        if self.ids and self.queries is None:
+            raise ParameterError("ids=True says what the queries are: it needs queries. To "
+                                 "resolve this, pass queries=[...] or leave out ids.")
+        if self.include_self and self.mode not in ("doc_id", "ids"):
+            raise ParameterError(
+                "include_self=True applies to a document query (doc_id, or queries with "
+                "ids=True): a text query is no document of the collection, and all already "
+                "leaves each document out of its own neighbours. To resolve this, leave it out.")
+
+    @property
+    def mode(self) -> str:
+        """Which of :data:`MODES` is asked."""
+        if self.queries is not None:
+            return "ids" if self.ids else "queries"
+        if self.query is not None:
+            return "query"
+        return "doc_id" if self.doc_id is not None else "all"
+
+
+def _request(request: NeighborRequest | None, fields: dict[str, Any], function: str,
+             modes: tuple[str, ...], **defaults: Any) -> NeighborRequest:
+    """The request of a job: ``request``, or one of ``fields`` (keywords of before)."""
+    if request is None:
+        request = NeighborRequest(**{**defaults, **fields})
+    elif fields:
+        raise TypeError(f"{function}() takes a NeighborRequest or its fields, not both: "
+                        f"{sorted(fields)}")
+    if request.mode not in modes:
+        raise ParameterError(f"{function}() answers {' or '.join(modes)} requests, not "
+                             f"{request.mode}. To resolve this, call the function of that "
+                             "mode (query_neighbors, batch_neighbors or knn_graph).")
+    return request
+
+
+def _asked(arguments: dict[str, Any], name: str) -> Any:
+    """A field of a job's request, from its bound arguments (for :func:`locks_output`)."""
+    request = arguments.get("request")
+    if request is not None:
+        return getattr(request, name)
+    return (arguments.get("fields") or {}).get(name)
 
 
 def queries_of(path: str | os.PathLike[str]) -> QueryLines:
@@ -787,10 +909,7 @@ def _say(found: Any, path: Path | None) -> None:
 
 
 def query_neighbors(
-    model: str | os.PathLike[str], *, query: str | None = None, doc_id: str | None = None,
-    k: int = 10, include_self: bool = False, input: str | os.PathLike[str] | None = None,
-    index: str | os.PathLike[str] | None = None, exact: bool = False,
-    nprobe: int | None = None,
+    model: str | os.PathLike[str], request: NeighborRequest | None = None, **fields: Any,
 ) -> dict[str, Any]:
     """The k nearest documents of one text or document (``sphdist neighbors``).
 
@@ -798,6 +917,14 @@ def query_neighbors(
     exact scan :func:`sphdist.jobs.embedding.nearest_neighbors`, as it always was (at most k:
     fewer when the collection is smaller); with one, its search, and ``k`` larger than the
     indexed documents is refused.
+
+    Parameters
+    ----------
+    model : path-like
+    request : NeighborRequest, optional
+        A ``query`` or a ``doc_id``, with ``k``, ``include_self``, ``input``, ``index``,
+        ``exact``, ``nprobe``; without it, those fields as keywords
+        (``query_neighbors(model, doc_id="doc7", k=10)``).
 
     Returns
     -------
@@ -811,8 +938,11 @@ def query_neighbors(
     Raises
     ------
     ParameterError
-        If not exactly one of ``query`` and ``doc_id`` is given, ``include_self`` with a
-        ``query``, an unknown ``doc_id``, or ``k`` too large for the index.
+        If the request is neither a ``query`` nor a ``doc_id``, ``include_self`` with a
+        ``query`` (:class:`NeighborRequest`), an unknown ``doc_id``, or ``k`` too large for
+        the index.
+    TypeError
+        If both a ``request`` and fields are given.
     DataError
         For a query without a direction (empty, or no term of the model) or an empty document.
     CorpusMismatchError, ModelFormatError, InputNotFoundError
@@ -820,13 +950,10 @@ def query_neighbors(
     """
     from sphdist.jobs.embedding import document_embedding, embed_texts, nearest_neighbors
 
-    if (query is None) == (doc_id is None):
-        raise ParameterError("pass exactly one of --query TEXT and --doc-id ID.")
-    if include_self and doc_id is None:
-        raise ParameterError(
-            "--include-self (include_self=True) applies to a document query (--doc-id): a "
-            "text query is no document of the collection. To resolve this, leave it out."
-        )
+    request = _request(request, fields, "query_neighbors", ("query", "doc_id"))
+    query, doc_id, k, include_self = (request.query, request.doc_id, request.k,
+                                      request.include_self)
+    input, index, exact, nprobe = request.input, request.index, request.exact, request.nprobe
     rest = ("--doc-id", doc_id) if doc_id is not None else ("--query", str(query))
     fitted, source, found, path = _open(model, input, rest, index, exact, nprobe)
     own = None
@@ -861,14 +988,12 @@ def query_neighbors(
 
 
 @locks_output("output", kind="file", inputs=lambda a: (  # a queries file is read too
-    a["model"], a["input"], a["index"], getattr(a["queries"], "path", None)))
+    a["model"], _asked(a, "input"), _asked(a, "index"),
+    getattr(_asked(a, "queries"), "path", None)))
 def batch_neighbors(
-    model: str | os.PathLike[str], output: str | os.PathLike[str], *,
-    queries: Sequence[str] | QueryLines, ids: bool = False, k: int = 10,
-    include_self: bool = False, input: str | os.PathLike[str] | None = None,
-    index: str | os.PathLike[str] | None = None, exact: bool = False,
-    nprobe: int | None = None, format: str | None = None, overwrite: bool = False,
-    on_error: str = "fail",
+    model: str | os.PathLike[str], output: str | os.PathLike[str],
+    request: NeighborRequest | None = None, *, format: str | None = None,
+    overwrite: bool = False, on_error: str = "fail", **fields: Any,
 ) -> dict[str, Any]:
     """The k nearest documents of many texts or documents, written as a table.
 
@@ -878,18 +1003,14 @@ def batch_neighbors(
     output : path-like
         Parquet, JSON Lines or CSV (by its suffix; ``format`` must agree): columns
         :data:`HIT_COLUMNS`, angle in degrees.
-    queries : sequence of str, or QueryLines
-        Texts (embedded as :func:`sphdist.jobs.embedding.embed_texts`) or, with ``ids``,
-        document ids of the documents searched (each one's neighbours are other documents
-        unless ``include_self``); :func:`queries_of` reads them from a file with their line
-        numbers, which the messages then name.
-    ids : bool, default False
-    k : int, default 10
-    include_self : bool, default False
-        With ``ids``: count the document itself among its k neighbours.
-    input, index, exact, nprobe
-        As :func:`query_neighbors`; without an index the queries are answered by one exact
-        scan (:func:`exact_search`).
+    request : NeighborRequest, optional
+        ``queries``: texts (embedded as :func:`sphdist.jobs.embedding.embed_texts`) or, with
+        ``ids``, document ids of the documents searched (each one's neighbours are other
+        documents unless ``include_self``); :func:`queries_of` reads them from a file with
+        their line numbers, which the messages then name. ``k``, ``input``, ``index``,
+        ``exact``, ``nprobe`` as :func:`query_neighbors`; without an index the queries are
+        answered by one exact scan (:func:`exact_search`). Without a request, its fields as
+        keywords (``batch_neighbors(model, output, queries=[...], k=10)``).
     format : {"parquet", "jsonl", "csv"}, optional
     overwrite : bool, default False
     on_error : {"fail", "skip"}, default "fail"
@@ -910,7 +1031,8 @@ def batch_neighbors(
     ParameterError
         No query, an unknown id (``on_error="fail"``), every query bad (``"skip"``), ``k``
         larger than the documents that can be neighbours, a format the suffix does not name,
-        ``include_self`` without ``ids``, an unknown ``on_error``; ``output`` is an input:
+        a request without ``queries`` or ``include_self`` without ``ids``
+        (:class:`NeighborRequest`), an unknown ``on_error``; ``output`` is an input:
         the model, the embedding, the index or the queries file (:func:`queries_of`), before
         anything is read (:func:`sphdist.io.locks_output`).
     DataError
@@ -922,11 +1044,10 @@ def batch_neighbors(
 
     if on_error not in ON_ERROR:
         raise ParameterError(f"on_error={on_error!r}: expected one of {list(ON_ERROR)}.")
-    if include_self and not ids:
-        raise ParameterError(
-            "--include-self (include_self=True) applies to document queries (--ids): a text "
-            "query is no document of the collection. To resolve this, leave it out."
-        )
+    request = _request(request, fields, "batch_neighbors", ("queries", "ids"))
+    queries, ids, k, include_self = (request.queries, request.ids, request.k,
+                                     request.include_self)
+    input, index, exact, nprobe = request.input, request.index, request.exact, request.nprobe
     output = location(output)
     lines = queries if isinstance(queries, QueryLines) else None
     texts = list(queries.texts if lines is not None else queries)

@@ -53,7 +53,7 @@ if TYPE_CHECKING:
 # The corpus format's writer and weighting (zarr, dask, scikit-learn's vectorizers) are
 # imported where a corpus is written: ``sphdist synth --format jsonl`` imports none of them.
 
-__all__ = ["SynthSummary", "synth", "pseudo_words"]
+__all__ = ["SynthSpec", "SynthSummary", "synth", "pseudo_words"]
 
 FORMATS = ("jsonl", "csv", "corpus")
 #: The formats of :func:`synth`, by the suffix of its output; ``.gz`` after ``.jsonl`` or
@@ -134,15 +134,87 @@ class SynthSummary:
         return dict(self.__dict__)
 
 
+@dataclass(frozen=True)
+class SynthSpec:
+    """What :func:`synth` draws: the collection's size and its generative model, validated.
+
+    Parameters
+    ----------
+    n_docs : int
+        Number of documents, >= 1.
+    n_topics : int
+        Number of topics (and labels), >= 1.
+    seed : int, default 0
+        Non-negative seed; the same seed gives the same documents in every format.
+    doc_length : int, default 100
+        Mean number of tokens per document (Poisson, at least 1). About 0.7 of them are
+        distinct terms with the defaults; ``SynthSummary.nnz / n_docs`` reports it.
+    vocab_size : int, default 50000
+        Number of distinct words V, >= 1.
+    n_features : int, default 2**18
+        Hashed features of a corpus (hashing scheme; not used for text).
+    vocabulary : bool, default False
+        A corpus with the learned-vocabulary scheme (every word that occurs, sorted) instead
+        of hashing; as ``ingest`` with ``min_df=1, max_df=1.0`` (with the raw tf and no
+        stop words of the hashed corpus).
+    chunk_size : int, default 4096
+        Documents per generated (and stored) chunk, >= 1.
+    zipf_exponent : float, default 1.0
+        Exponent s of the rank law, in [0, 5].
+    purity : float, default 0.6
+        Lower bound of the dominant topic's weight, in [0.5, 1].
+    background : float, default 0.3
+        Probability that a token comes from the topic-free background, in [0, 0.999].
+
+    Raises
+    ------
+    ParameterError
+        If a value is out of its range (scikit-learn's words, naming the parameter).
+
+    Examples
+    --------
+    >>> SynthSpec(n_docs=10, n_topics=2).chunks(4)
+    [(0, 0, 4), (1, 4, 8), (2, 8, 10)]
+    """
+
+    n_docs: int
+    n_topics: int
+    seed: int = 0
+    doc_length: int = 100
+    vocab_size: int = 50_000
+    n_features: int = 2**18
+    vocabulary: bool = False
+    chunk_size: int = 4096
+    zipf_exponent: float = 1.0
+    purity: float = 0.6
+    background: float = 0.3
+
+    def __post_init__(self) -> None:
+        lows = {"n_docs": 1, "n_topics": 1, "seed": 0, "doc_length": 1, "vocab_size": 1,
+                "chunk_size": 1}
+        for name, low in lows.items():
+            object.__setattr__(self, name, _check_int(name, getattr(self, name), low))
+        for name, low, high in (("zipf_exponent", 0.0, 5.0), ("purity", 0.5, 1.0),
+                                ("background", 0.0, 0.999)):
+            object.__setattr__(self, name, _check_float(name, getattr(self, name), low, high))
+
+    def chunks(self, chunk_size: int | None = None) -> list[tuple[int, int, int]]:
+        """``(k, first, end)`` of every chunk of documents, in order."""
+        size = self.chunk_size if chunk_size is None else chunk_size
+        bounds = [*range(0, self.n_docs, size), self.n_docs]
+        return [(k, bounds[k], bounds[k + 1]) for k in range(len(bounds) - 1)]
+
+
 class _Model:
     """The topic model: Zipf CDF, topic permutations; draws chunks of term ids."""
 
-    def __init__(self, *, n_topics, vocab_size, doc_length, zipf_exponent, purity, background,
-                 seed):
+    def __init__(self, spec: SynthSpec):
+        n_topics, vocab_size = spec.n_topics, spec.vocab_size
         self.n_topics, self.vocab_size = n_topics, vocab_size
-        self.doc_length, self.purity, self.background = doc_length, purity, background
-        self.seed = seed
-        p = (np.arange(1, vocab_size + 1, dtype=np.float64)) ** -zipf_exponent
+        self.doc_length, self.purity = spec.doc_length, spec.purity
+        self.background, self.seed = spec.background, spec.seed
+        seed = spec.seed
+        p = (np.arange(1, vocab_size + 1, dtype=np.float64)) ** -spec.zipf_exponent
         self.cdf = np.cumsum(p / p.sum())
         self.cdf[-1] = 1.0
         rng = np.random.default_rng([seed, 0])
@@ -244,23 +316,14 @@ def _kind(arguments: dict[str, Any]) -> str:
 @locks_output("output", kind=_kind)
 def synth(
     output: str | os.PathLike[str],
+    spec: SynthSpec | None = None,
     *,
-    n_docs: int,
-    n_topics: int,
-    seed: int = 0,
-    doc_length: int = 100,
-    vocab_size: int = 50_000,
     format: str | None = None,
-    n_features: int = 2**18,
-    vocabulary: bool = False,
-    chunk_size: int = 4096,
-    zipf_exponent: float = 1.0,
-    purity: float = 0.6,
-    background: float = 0.3,
     overwrite: bool = False,
-    progress: bool = False,
+    progress: bool | str = False,
+    **fields: Any,
 ) -> SynthSummary:
-    """Write a synthetic collection of ``n_docs`` documents with ``n_topics`` known topics.
+    """Write a synthetic collection of ``spec.n_docs`` documents with ``spec.n_topics`` topics.
 
     Parameters
     ----------
@@ -268,38 +331,18 @@ def synth(
         ``*.jsonl`` (JSON Lines) or ``*.csv`` (CSV: a header ``id,label,text``, a row per
         document), each gzip-compressed when it ends in ``.gz``; ``*.zarr``: the corpus
         directory. The format is the suffix's (:func:`output_format`).
-    n_docs : int
-        Number of documents, >= 1.
-    n_topics : int
-        Number of topics (and labels), >= 1.
-    seed : int, default 0
-        Non-negative seed; the same seed gives the same documents in both formats.
-    doc_length : int, default 100
-        Mean number of tokens per document (Poisson, at least 1). About 0.7 of them are
-        distinct terms with the defaults; ``SynthSummary.nnz / n_docs`` reports it.
-    vocab_size : int, default 50000
-        Number of distinct words V.
+    spec : SynthSpec, optional
+        What to draw (:class:`SynthSpec`); without it, its fields as keywords
+        (``synth(output, n_docs=1000, n_topics=5, seed=1)``, the call of before).
     format : {"jsonl", "csv", "corpus"}, optional
         Default: the one the suffix of ``output`` names; given, it must agree with it.
-    n_features : int, default 2**18
-        Hashed features of the corpus (``format="corpus"``, hashing scheme).
-    vocabulary : bool, default False
-        Corpus with the learned-vocabulary scheme (every word that occurs, sorted) instead
-        of hashing; as ``sphdist ingest --min-df 1 --max-df 1.0`` (with the raw tf and no
-        stop words of the hashed corpus).
-    chunk_size : int, default 4096
-        Documents per generated (and stored) chunk.
-    zipf_exponent : float, default 1.0
-        Exponent s of the rank law, in [0, 5].
-    purity : float, default 0.6
-        Lower bound of the dominant topic's weight, in [0.5, 1].
-    background : float, default 0.3
-        Probability that a token comes from the topic-free background, in [0, 1).
     overwrite : bool, default False
         Replace an existing ``output``.
     progress : bool or "log", default False
         True: a tqdm progress bar on stderr; ``"log"``: INFO lines on the ``sphdist`` logger
         at every tenth of the documents (see :func:`sphdist._progress.progress`).
+    **fields
+        Without ``spec``: ``n_docs``, ``n_topics`` and the other fields of :class:`SynthSpec`.
 
     Returns
     -------
@@ -308,12 +351,14 @@ def synth(
     Raises
     ------
     ParameterError
-        If a parameter is out of range, or the suffix of ``output`` names another format or
-        none (:func:`output_format`).
+        If a field is out of range (:class:`SynthSpec`), or the suffix of ``output`` names
+        another format or none (:func:`output_format`).
     OutputExistsError
         If ``output`` exists and ``overwrite`` is False.
     OutputLockedError
         If another process is writing ``output`` (``overwrite`` does not take it over).
+    TypeError
+        If both ``spec`` and fields are given, or a field is unknown or missing.
     OSError
         If writing fails; nothing is then left at ``output`` (both formats are written to a
         staging path and renamed at the end).
@@ -340,12 +385,10 @@ def synth(
     >>> summary.n_docs, summary.format
     (3, 'jsonl')
     """
-    n_docs = _check_int("n_docs", n_docs, 1)
-    n_topics = _check_int("n_topics", n_topics, 1)
-    seed = _check_int("seed", seed, 0)
-    doc_length = _check_int("doc_length", doc_length, 1)
-    vocab_size = _check_int("vocab_size", vocab_size, 1)
-    chunk_size = _check_int("chunk_size", chunk_size, 1)
+    if spec is None:
+        spec = SynthSpec(**fields)
+    elif fields:
+        raise TypeError(f"synth() takes a SynthSpec or its fields, not both: {sorted(fields)}")
     if format is not None and format not in FORMATS:
         raise ParameterError(f"format={format!r}: expected one of {list(FORMATS)}.")
     format = output_format(output, format)
@@ -353,23 +396,18 @@ def synth(
     if format == "corpus":
         from sphdist.text.tfidf import TextOptions
 
-        options = TextOptions(vocabulary=bool(vocabulary), n_features=n_features)
-    model = _Model(
-        n_topics=n_topics, vocab_size=vocab_size, doc_length=doc_length,
-        zipf_exponent=_check_float("zipf_exponent", zipf_exponent, 0.0, 5.0),
-        purity=_check_float("purity", purity, 0.5, 1.0),
-        background=_check_float("background", background, 0.0, 0.999), seed=seed,
-    )
+        options = TextOptions(vocabulary=bool(spec.vocabulary), n_features=spec.n_features)
+    model = _Model(spec)
     output = location(output)
     if committed(output) and not overwrite:
         raise OutputExistsError(
             f"{output} already exists. To resolve this, choose another output path or pass "
             "--overwrite (overwrite=True)."
         )
+    n_docs, n_topics, seed = spec.n_docs, spec.n_topics, spec.seed
     start = time.perf_counter()
-    words = pseudo_words(vocab_size)
-    bounds = [*range(0, n_docs, chunk_size), n_docs]
-    chunks = [(k, bounds[k], bounds[k + 1]) for k in range(len(bounds) - 1)]
+    words = pseudo_words(spec.vocab_size)
+    chunks = spec.chunks()
     width = len(str(n_docs - 1))
     label_width = len(str(n_topics - 1))
     if format in ("jsonl", "csv"):
@@ -513,8 +551,8 @@ def iter_documents(
 
     Parameters are those of :func:`synth`; the other model parameters take their defaults.
     """
-    model = _Model(n_topics=n_topics, vocab_size=vocab_size, doc_length=doc_length,
-                   zipf_exponent=1.0, purity=0.6, background=0.3, seed=seed)
+    model = _Model(SynthSpec(n_docs=n_docs, n_topics=n_topics, seed=seed,
+                             doc_length=doc_length, vocab_size=vocab_size))
     words = pseudo_words(vocab_size)
     width, label_width = len(str(n_docs - 1)), len(str(n_topics - 1))
     for k, lo in enumerate(range(0, n_docs, chunk_size)):

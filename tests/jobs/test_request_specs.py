@@ -1,0 +1,92 @@
+"""The request specs of the jobs (issue 32, item 5): NeighborRequest, SynthSpec, fit_corpus's
+FitConfig/JobSettings; each validated when made, each job also taking the fields as keywords."""
+
+import dataclasses
+
+import pytest
+
+from sphdist.errors import ParameterError
+from sphdist.jobs.neighbors import NeighborRequest, batch_neighbors, knn_graph, query_neighbors
+from sphdist.text.synth import SynthSpec, iter_documents, synth
+
+
+@pytest.mark.parametrize("fields, mode", [
+    ({"query": "rocket orbit"}, "query"), ({"query": ""}, "query"), ({"doc_id": "d7"}, "doc_id"),
+    ({"queries": ["a", "b"]}, "queries"), ({"queries": ["d1"], "ids": True}, "ids"),
+    ({"all": True, "k": 3}, "all"),
+    ({"doc_id": "d7", "include_self": True}, "doc_id"),
+    ({"queries": ["d1"], "ids": True, "include_self": True}, "ids"),
+])
+def test_a_request_has_one_mode(fields, mode):
+    assert NeighborRequest(**fields).mode == mode
+
+
+@pytest.mark.parametrize("fields, words", [
+    ({}, "exactly one of"),
+    ({"query": "a", "doc_id": "b"}, "exactly one of"),
+    ({"queries": ["a"], "all": True}, "exactly one of"),
+    ({"query": "a", "ids": True}, "it needs queries"),
+    ({"query": "a", "include_self": True}, "applies to a document query"),
+    ({"queries": ["a"], "include_self": True}, "applies to a document query"),
+    ({"all": True, "include_self": True}, "applies to a document query"),
+])
+def test_a_request_refuses_what_asks_nothing_or_two_things(fields, words):
+    with pytest.raises(ParameterError, match=words):
+        NeighborRequest(**fields)
+
+
+@pytest.mark.parametrize("function, args, request_", [
+    (query_neighbors, ("m.zarr",), NeighborRequest(all=True)),
+    (batch_neighbors, ("m.zarr", "out.parquet"), NeighborRequest(doc_id="d")),
+    (knn_graph, ("m.zarr", "out.parquet"), NeighborRequest(query="q")),
+])
+def test_each_job_answers_its_own_modes(function, args, request_, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ParameterError, match="requests, not"):
+        function(*args, request_)
+    with pytest.raises(TypeError, match="not both"):
+        function(*args, request_, k=3)
+
+
+def test_synth_spec_validates_its_fields():
+    with pytest.raises(ParameterError, match="n_docs"):
+        SynthSpec(n_docs=0, n_topics=2)
+    with pytest.raises(ParameterError, match="purity"):
+        SynthSpec(n_docs=5, n_topics=2, purity=0.2)
+    spec = SynthSpec(n_docs=5, n_topics=2)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        spec.n_docs = 6  # type: ignore[misc]
+
+
+def test_synth_takes_a_spec_or_its_fields_alike(tmp_path):
+    a = synth(tmp_path / "a.jsonl", SynthSpec(n_docs=7, n_topics=2, seed=3, doc_length=5,
+                                              vocab_size=40, chunk_size=3))
+    b = synth(tmp_path / "b.jsonl", n_docs=7, n_topics=2, seed=3, doc_length=5, vocab_size=40,
+              chunk_size=3)
+    assert (tmp_path / "a.jsonl").read_bytes() == (tmp_path / "b.jsonl").read_bytes()
+    assert (a.n_docs, a.nnz, a.n_tokens) == (b.n_docs, b.nnz, b.n_tokens)
+    lines = (tmp_path / "a.jsonl").read_text().splitlines()
+    assert len(lines) == 7 and len(list(iter_documents(7, 2, seed=3, doc_length=5,
+                                                       vocab_size=40, chunk_size=3))) == 7
+    with pytest.raises(TypeError, match="not both"):
+        synth(tmp_path / "c.jsonl", SynthSpec(n_docs=2, n_topics=1), seed=1)
+
+
+def test_fit_corpus_takes_a_config_or_its_fields(tmp_path):
+    from sphdist.core.params import FitConfig
+    from sphdist.jobs.fit import fit_corpus
+    from sphdist.jobs.params import JobSettings
+
+    corpus = tmp_path / "c.zarr"
+    synth(corpus, n_docs=30, n_topics=2, vocab_size=40, format="corpus", n_features=32,
+          chunk_size=10)
+    a = fit_corpus(corpus, tmp_path / "a.zarr", FitConfig(n_components=2, max_iter=3),
+                   callback=None)
+    b = fit_corpus(corpus, tmp_path / "b.zarr", n_components=2, max_iter=3, callback=None)
+    assert a.objective == b.objective
+    with pytest.raises(TypeError, match="not both"):
+        fit_corpus(corpus, tmp_path / "c.zarr", FitConfig(n_components=2), max_iter=3)
+    with pytest.raises(TypeError, match="missing its FitConfig"):
+        fit_corpus(corpus, tmp_path / "c.zarr", job=JobSettings())
+    with pytest.raises(TypeError, match="n_components"):
+        fit_corpus(corpus, tmp_path / "c.zarr", max_iter=3)
