@@ -194,11 +194,12 @@ def removal_command(path: str | os.PathLike[str], *, directory: bool = True) -> 
 
 
 def _shell_command(path: str | os.PathLike[str], local: str, s3: str, fsspec_call: str) -> str:
-    """``local`` (a local path), ``s3`` (an ``s3://`` URL) or ``fsspec_call`` (any other URL)
-    with ``path`` put in, quoted for a POSIX shell: the one switch behind the hand-run remedies.
+    """The one switch behind the hand-run remedies: a command for ``path``, by its protocol.
 
-    ``local`` and ``s3`` take the path at ``{}``; ``fsspec_call`` is Python code run in this
-    interpreter, with ``{fs}`` the protocol's filesystem and ``{path}`` the path in it.
+    ``local`` (a local path), ``s3`` (an ``s3://`` URL) or ``fsspec_call`` (any other URL)
+    with ``path`` put in, quoted for a POSIX shell. ``local`` and ``s3`` take the path at
+    ``{}``; ``fsspec_call`` is Python code run in this interpreter, with ``{fs}`` the
+    protocol's filesystem and ``{path}`` the path in it.
     """
     import json  # its strings are Python literals in double quotes: no shell escapes
     import shlex

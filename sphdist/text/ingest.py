@@ -1063,8 +1063,10 @@ class _InOrder:
 
 
 def _outcome(fn: Callable, *args: Any) -> tuple[bool, Any, int]:
-    """``(False, fn(*args), pid)``, or ``(True, the exception, pid)``: a task that never fails
-    its graph, and the process that ran it."""
+    """``(False, fn(*args), pid)``, or ``(True, the exception, pid)``: a task that never fails.
+
+    Its graph never fails; ``pid`` is the process that ran it.
+    """
     try:
         return False, fn(*args), os.getpid()
     except Exception as exc:  # noqa: BLE001 - raised by the driver, in task order
