@@ -225,10 +225,10 @@ def _shell_command(path: str | os.PathLike[str], local: str, s3: str, fsspec_cal
     import shlex
     import sys
 
-    local_file = local_path(path)
-    if local_file is not None:
-        return local.format(shlex.quote(local_file))
     protocol = protocol_of(path)
+    if protocol is None or protocol == "file":
+        return local.format(shlex.quote(os.fspath(path) if protocol is None
+                                        else location(path).path))
     if protocol in ("s3", "s3a"):
         return s3.format(str(path).rstrip("/"))
     code = "import fsspec; " + fsspec_call.format(
