@@ -68,7 +68,7 @@ __all__ = [
     "open_stored", "stored_kind", "require_finite",
 ]
 
-_LAZY = {"open_stored": "stored", "stored_kind": "stored", "require_finite": "_zarr"}
+_LAZY = {"open_stored": "stored", "stored_kind": "stored", "require_finite": "_checked"}
 
 
 def __getattr__(name: str) -> Any:
