@@ -105,7 +105,7 @@ def exists(path: str | os.PathLike[str]) -> bool:
 
 
 def open_file(path: str | os.PathLike[str], mode: str = "rb") -> Any:
-    """A binary file object on ``path``: the builtin :func:`open`, or fsspec's for a URL.
+    """A binary file object on ``path``: the builtin ``open``, or fsspec's for a URL.
 
     Writing to a URL uploads the file when it is closed (one PUT, or a multipart upload
     completed at close: readers never see a part of it).
