@@ -159,11 +159,11 @@ def test_killed_fit_resumes_to_the_undisturbed_result(
 # checkpoint was moved aside and before the new one is moved in ("between")
 CRASH_SCRIPT = """
 import os, signal, sys
-from sphdist.io import _atomic
+from sphdist.io import _posix
 from sphdist.cli import main
 
 crash_at, where, out = int(sys.argv[1]), sys.argv[2], sys.argv[3]
-commit, replace = _atomic.PosixTarget.commit, _atomic.os.replace
+commit, replace = _posix.PosixTarget.commit, _posix.os.replace
 calls = []
 
 def crashing_commit(self, staging):
@@ -177,7 +177,7 @@ def crashing_commit(self, staging):
             os.kill(os.getpid(), signal.SIGKILL)
     return commit(self, staging)
 
-_atomic.PosixTarget.commit = crashing_commit
+_posix.PosixTarget.commit = crashing_commit
 main(sys.argv[4:])
 """
 

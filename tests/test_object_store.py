@@ -135,11 +135,11 @@ def test_fit_in_s3_on_a_local_cluster_equals_the_local_fit(s3_env, s3_corpus, re
 # "cleanup": after the manifest, before the previous version is removed
 CRASH_SCRIPT = """
 import os, signal, sys
-from sphdist.io import _atomic, open_stored
+from sphdist.io import _object, open_stored
 from sphdist.cli import main
 
 crash_at, where, out = int(sys.argv[1]), sys.argv[2], sys.argv[3]
-commit, put, remove = _atomic._commit_manifest, _atomic._put_small, _atomic._remove_unnamed
+commit, put, remove = _object._commit_manifest, _object._put_small, _object._remove_unnamed
 calls = []
 
 def die():
@@ -151,14 +151,14 @@ def crashing_commit(staging, target):
         calls.append(1)
     now = mine and len(calls) == crash_at
     if now and where == "before":
-        _atomic._put_small = lambda path, data: die()
+        _object._put_small = lambda path, data: die()
     if now and where == "cleanup":
-        _atomic._remove_unnamed = lambda target, keep=None: die()
+        _object._remove_unnamed = lambda target, keep=None: die()
     commit(staging, target)
     if now and where == "after":
         die()
 
-_atomic._commit_manifest = crashing_commit
+_object._commit_manifest = crashing_commit
 main(sys.argv[4:])
 """
 

@@ -4,10 +4,14 @@
 ``model.zarr`` (:mod:`~sphdist.io.model`) and ``embedding.zarr`` (:mod:`~sphdist.io.embedding`):
 opening, validating, writing, and committing them atomically. Where a store lives (a local
 path, or a URL of an object store) is decided once, by :func:`open_target`, which returns one
-of the two implementations of :class:`Target`; a writer holds its output with
-:func:`open_output` (the lock, the staging location and the commit; one writer per output).
+of the two implementations of the versioned-store protocol :class:`Target` (``_store.py``):
+:class:`PosixTarget` (``_posix.py``: rename) or :class:`ObjectTarget` (``_object.py``: a
+manifest), each given its lock (``_lock.py``, ``_lease.py``: an ``flock``, a lease, or none);
+a writer holds its output with :func:`open_output` (``_atomic.py``: the lock, the staging
+location and the commit; one writer per output; the output policy in ``_policy.py``).
 :func:`open_stored` opens any stored kind, dispatching on its tag, through one safe-codec
-check; :func:`atomic_path` writes any single file atomically.
+check; :func:`atomic_path` writes any single file atomically (``_files.py``: the single-file
+operations).
 
 This package exports what the other layers use; its underscored modules are its own.
 ``open_stored``, ``stored_kind`` and ``require_finite`` are imported on first use, so that
@@ -64,7 +68,7 @@ __all__ = [
     "open_stored", "stored_kind", "require_finite",
 ]
 
-_LAZY = {"open_stored": "stored", "stored_kind": "stored", "require_finite": "_zarr"}
+_LAZY = {"open_stored": "stored", "stored_kind": "stored", "require_finite": "_checked"}
 
 
 def __getattr__(name: str) -> Any:

@@ -37,7 +37,7 @@ __all__ = [
     "set_storage_options",
     "storage_options", "apply_storage_options", "parse_storage_option", "storage_error",
     "is_storage_failure", "listing_command", "removal_command", "join", "glob",
-    "replace_file", "fsync_directory",
+    "replace_file", "fsync_directory", "fsync_tree", "local_path",
 ]
 
 _URL = re.compile(r"^(?P<protocol>[A-Za-z][A-Za-z0-9+.-]*)://")
@@ -58,11 +58,29 @@ def protocol_of(path: str | os.PathLike[str]) -> str | None:
     return found.group("protocol").lower() if found else None
 
 
+def local_path(path: str | os.PathLike[str]) -> str | None:
+    """The local filesystem path behind ``path``, or None if it lives in an object store.
+
+    The one test of "is this on local disk?": a local path is itself, a ``file://`` (or
+    ``local://``) URL is the path it names; any other URL (``s3://``, ``memory://``) is None.
+    Stores use it for their capabilities (a rename that is atomic, a flushed file, an ``flock``).
+
+    >>> local_path("/data/corpus.zarr"), local_path("file:///data/c.zarr"), local_path("s3://b/c")
+    ('/data/corpus.zarr', '/data/c.zarr', None)
+    """
+    protocol = protocol_of(path)
+    if protocol is None:
+        return os.fspath(path)
+    if protocol in ("file", "local"):
+        return filesystem(path)[1]
+    return None
+
+
 def is_remote(path: str | os.PathLike[str]) -> bool:
     """Whether ``path`` is a URL (any fsspec protocol) rather than a local path.
 
     ``file://`` URLs count as URLs: they are written with the object-store commit protocol
-    (:mod:`sphdist.io._atomic`), which is how that protocol is exercised on local disk.
+    (:mod:`sphdist.io._object`), which is how that protocol is exercised on local disk.
     """
     return protocol_of(path) is not None
 
@@ -194,10 +212,11 @@ def removal_command(path: str | os.PathLike[str], *, directory: bool = True) -> 
 
 
 def _shell_command(path: str | os.PathLike[str], local: str, s3: str, fsspec_call: str) -> str:
-    """The one switch behind the hand-run remedies: a command for ``path``, by its protocol.
+    """A shell command on ``path``: ``local``, ``s3`` or ``fsspec_call``, by where it lives.
 
-    ``local`` (a local path), ``s3`` (an ``s3://`` URL) or ``fsspec_call`` (any other URL)
-    with ``path`` put in, quoted for a POSIX shell. ``local`` and ``s3`` take the path at
+    ``local`` for a path on local disk, ``s3`` for an ``s3://`` URL, ``fsspec_call`` for any
+    other URL, with ``path`` put in, quoted for a POSIX shell: the one switch behind the
+    hand-run remedies. ``local`` and ``s3`` take the path at
     ``{}``; ``fsspec_call`` is Python code run in this interpreter, with ``{fs}`` the
     protocol's filesystem and ``{path}`` the path in it.
     """
@@ -321,6 +340,31 @@ def fsync_directory(directory: Path) -> None:
         pass
     finally:
         os.close(fd)
+
+
+def fsync_tree(root: str | os.PathLike[str]) -> None:
+    """Flush every file and directory of a local tree to disk (``fsync(2)``), files first.
+
+    Parameters
+    ----------
+    root : path-like
+        A complete staging tree.
+
+    Notes
+    -----
+    Without it a rename can reach the disk before the data it publishes (ext4's and XFS's
+    delayed allocation), and a power loss then leaves a committed tree of empty or torn
+    files; a killed process alone cannot cause that, since the kernel's page cache survives
+    it.
+    """
+    for directory, _, files in os.walk(root, topdown=False):
+        for name in files:
+            fd = os.open(os.path.join(directory, name), os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        fsync_directory(Path(directory))
 
 
 def glob(pattern: str) -> list[str]:

@@ -44,10 +44,10 @@ from pathlib import Path
 from typing import Any
 
 from sphdist.errors import OutputLockedError
-from sphdist.io._fs import filesystem
+from sphdist.io._fs import filesystem, is_storage_failure, storage_error
 from sphdist.io._lock import lock_path, lock_record, refusal
 
-__all__ = ["Lease", "lease_seconds", "read_record", "held_here"]
+__all__ = ["Lease", "LeaseLock", "lease_seconds", "read_record", "held_here"]
 
 _PRECONDITION = ("PreconditionFailed", "pre-conditions", "412")
 
@@ -258,3 +258,43 @@ def held_here(target: Path) -> None:
         socket.gethostname(), os.getpid()
     ):
         raise _lost(target, float(record.get("lease", lease_seconds())))
+
+
+class LeaseLock:
+    """The lock of an output in a store with conditional writes: a :class:`Lease`.
+
+    Parameters
+    ----------
+    target : upath.UPath
+        The output (``s3://bucket/model.zarr``).
+    """
+
+    def __init__(self, target: Path) -> None:
+        self.target = target
+
+    def acquire(self) -> Lease:
+        """Take a lease on ``<target>.lock``.
+
+        Raises
+        ------
+        OutputLockedError
+            If another writer holds it.
+        StorageError
+            If the store fails the lease's requests.
+        """
+        lease = Lease(self.target)
+        try:
+            lease.acquire()
+        except Exception as exc:
+            if not is_storage_failure(exc):
+                raise
+            raise storage_error(self.target, exc) from None
+        return lease
+
+    def holder(self) -> dict[str, Any] | None:
+        """The record in the lock object, or None."""
+        return read_record(lock_path(self.target))[0]
+
+    def check_held(self) -> None:
+        """:func:`held_here`: a writer that lost its lease writes nothing more."""
+        held_here(self.target)

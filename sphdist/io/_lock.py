@@ -20,6 +20,11 @@ and, on Linux, across NFS clients (emulated with ``fcntl`` locks).
 
 An output in an S3 bucket is locked with a lease instead (:class:`sphdist.io._lease.Lease`,
 the same name and record). Readers take no lock.
+
+A store is given its lock (:class:`Lock`) when it is made, instead of switching on a name:
+:class:`FileLock` (an ``flock``) where the store is on local disk, a lease
+(:class:`sphdist.io._lease.LeaseLock`) where it supports conditional writes, :class:`NoLock`
+elsewhere (a warning says so); :func:`lock_for` chooses from the store's capabilities.
 """
 
 from __future__ import annotations
@@ -27,18 +32,24 @@ from __future__ import annotations
 import contextlib
 import datetime
 import json
+import logging
 import os
 import socket
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import filelock
 
-from sphdist.errors import OutputLockedError
-from sphdist.io._fs import replace_file
+from sphdist.errors import OutputLockedError, ParameterError
+from sphdist.io._fs import local_path, protocol_of, replace_file
 
-__all__ = ["lock_path", "record_path", "lock_record", "refusal", "read_local_record", "FileHold"]
+__all__ = [
+    "lock_path", "record_path", "lock_record", "refusal", "read_local_record", "FileHold",
+    "Hold", "Lock", "FileLock", "NoLock", "lock_for",
+]
+
+logger = logging.getLogger("sphdist")
 
 _ATTEMPTS = 5  # acquisitions of a lock file another holder removed meanwhile
 
@@ -153,3 +164,178 @@ class FileHold:
             if _locked_file_is_current(self._lock, self.path):
                 self.path.unlink()
         self._lock.release(force=True)
+
+
+# -- the lock a store is given -----------------------------------------------------------------
+
+
+class Hold(Protocol):
+    """A held output lock (:class:`FileHold`, :class:`sphdist.io._lease.Lease`)."""
+
+    def check(self) -> None:
+        """Raise OutputLockedError if the lock was lost."""
+
+    def release(self) -> None:
+        """Release the lock."""
+
+
+class Lock(Protocol):
+    """How the writers of one output exclude each other; given to its store when it is made.
+
+    Implemented by :class:`FileLock` (``flock``), :class:`sphdist.io._lease.LeaseLock` (a lease
+    object written with conditional writes) and :class:`NoLock`.
+    """
+
+    def acquire(self) -> Hold:
+        """Take the lock; raise OutputLockedError if another writer holds it."""
+
+    def holder(self) -> dict[str, Any] | None:
+        """The record of the writer holding it (host, pid, command, since), or None."""
+
+    def check_held(self) -> None:
+        """Raise OutputLockedError if another process holds it now (before a commit)."""
+
+
+def _named(target: Any) -> None:
+    if Path(target).name in ("", ".."):
+        raise ParameterError(
+            f"{target}: an output path names no file or directory of its own (it is a "
+            f"directory to write into). To resolve this, name the output in it, e.g. "
+            f"--output {Path(target) / 'model.zarr'}."
+        )
+
+
+def _creatable(target: Any, lock: Path) -> None:
+    """Raise ParameterError if the lock file ``lock`` of ``target`` cannot be created.
+
+    ``flock`` refused looks the same as a lock file that cannot be made (``/proc``, a
+    directory that does not accept files): a lock file that is not there, or that can be
+    opened now, means no writer holds it, and the OS's reason is said instead.
+    """
+    if os.path.lexists(lock):
+        return  # a holder's lock file: the refusal names it
+    try:
+        fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+    except FileExistsError:
+        return  # another writer made it meanwhile
+    except OSError as exc:
+        from sphdist.io._policy import _elsewhere
+
+        raise ParameterError(
+            f"{target}: no output can be written there: its lock file {lock} cannot be created "
+            f"([Errno {exc.errno}] {exc.strerror}). To resolve this, choose an --output in a "
+            f"directory you may write to, e.g. --output {_elsewhere(target, 'file', '')}."
+        ) from None
+    os.close(fd)
+    with contextlib.suppress(OSError):
+        os.unlink(lock)
+
+
+class FileLock:
+    """The ``flock`` of an output on local disk: :class:`FileHold` on ``<target>.lock``.
+
+    Parameters
+    ----------
+    target : path-like
+        The output, as named (a local path or a ``file://`` URL).
+    explain : bool, default True
+        When refused, say so if the lock file cannot be created there at all (``/proc``)
+        rather than name a holder.
+    """
+
+    def __init__(self, target: Any, *, explain: bool = True) -> None:
+        self.target, self._explain = target, explain
+
+    def _path(self) -> Path:
+        return lock_path(Path(os.path.abspath(local_path(self.target))))
+
+    def acquire(self) -> FileHold:
+        """An ``flock`` on ``<target>.lock``.
+
+        Raises
+        ------
+        ParameterError
+            If ``target`` names no entry of its own (``.``, ``..``, ``/``): an output is
+            written beside its siblings and renamed into place, so it must have a name. Also
+            if its lock file cannot be created there (``/proc``): the OS's reason, not a
+            holder.
+        OutputLockedError
+            If another writer holds it.
+        """
+        _named(str(self.target))
+        lock = self._path()
+        try:
+            return FileHold(self.target, lock)
+        except OutputLockedError:
+            if self._explain:
+                _creatable(self.target, lock)  # no holder: the lock file cannot be made there
+            raise
+
+    def holder(self) -> dict[str, Any] | None:
+        """The record in ``<target>.lock.json``."""
+        return read_local_record(self._path())
+
+    def check_held(self) -> None:
+        """Nothing to check: an ``flock`` is held until released (or the process ends)."""
+
+
+class _NoHold:
+    """No lock held: nothing to check or release."""
+
+    def check(self) -> None:
+        """Nothing to check."""
+
+    def release(self) -> None:
+        """Nothing to release."""
+
+
+class NoLock:
+    """No lock: a store with neither local files nor a conditional write to lock with.
+
+    Parameters
+    ----------
+    target : path-like
+        The output, as named.
+    """
+
+    def __init__(self, target: Any) -> None:
+        self.target = target
+
+    def acquire(self) -> _NoHold:
+        """Warn that nothing excludes another writer; hold nothing."""
+        logger.warning(
+            "%s: %s:// has no conditional write sphdist can lock with; make sure no other "
+            "process writes this output at the same time.", self.target,
+            protocol_of(self.target),
+        )
+        return _NoHold()
+
+    def holder(self) -> None:
+        """None: no holder is recorded."""
+        return None
+
+    def check_held(self) -> None:
+        """Nothing to check."""
+
+
+def lock_for(store: Any) -> Lock:
+    """The lock of ``store``, chosen from its capabilities.
+
+    An ``flock`` where it is on local disk, a lease where it supports conditional writes,
+    else none.
+
+    Parameters
+    ----------
+    store : sphdist.io.Target
+
+    Returns
+    -------
+    Lock
+    """
+    if local_path(store.path) is not None:
+        return FileLock(store.path, explain=protocol_of(store.path) is None)
+    if store.supports_conditional_write:
+        from sphdist.io._lease import LeaseLock
+
+        return LeaseLock(store.path)
+    return NoLock(store.path)

@@ -24,7 +24,7 @@ Group attributes: ``sphdist = {"kind": "corpus", "format_version": 1}``, ``shape
 per document chunk), ``chunk_sha256`` (per document chunk, the sha256 of the little-endian
 bytes of its data, indices and indptr), ``sha256`` (the same digest of ``idf``, ``labels`` and
 ``empty``), ``chunked_sha256`` (one digest per stored chunk of ``doc_ids`` and
-``vocabulary``, :func:`~sphdist.io._zarr.chunk_sha256`, so that the ids of a few documents
+``vocabulary``, :func:`~sphdist.io._checked.chunk_sha256`, so that the ids of a few documents
 are read and checked without the others, :meth:`Corpus.ids`; apart from ``sha256``, whose
 entries the previous version reads as one digest each) and ``fingerprint`` (sha256 of the
 canonical JSON of all of these but ``chunked_sha256``: it covers the data through the
@@ -56,36 +56,42 @@ leaves a ``corpus.zarr`` that looks complete).
 
 from __future__ import annotations
 
-import hashlib
-import json
 import os
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import zarr
 
-from sphdist.errors import CorpusFormatError, DataError
+from sphdist.errors import CorpusFormatError
+from sphdist.io import _input
+from sphdist.io._checked import (
+    ChunkedVector,
+    read_checked,
+    read_chunk_checked,
+    require_finite,
+    warn_undigested,
+)
+from sphdist.io._dense import DenseInput
+from sphdist.io._fs import location
+from sphdist.io._input import (
+    _REMEDY,
+    _check_dtypes,
+    _checked_array,
+    _chunk_key,
+    _Input,
+    _integer,
+    _load_block,
+    _open_group,
+    _opened,
+    _required,
+    data_fingerprint,
+)
+from sphdist.io._zarr import read_tag, wrong_kind
 
 if TYPE_CHECKING:  # dask and SciPy where X is read (to_dask, read_chunk); the ids, labels
     # and empty flags a neighbour query reads without them
     import dask.array as da
     import scipy.sparse as sp
-from sphdist.io._atomic import readable_path
-from sphdist.io._fs import location
-from sphdist.io._values import check_csc_values, check_dense_values
-from sphdist.io._zarr import (
-    ChunkedVector,
-    checked_array,
-    content_sha256,
-    open_node,
-    read_checked,
-    read_chunk_checked,
-    read_tag,
-    require_finite,
-    warn_undigested,
-    wrong_kind,
-)
 
 __all__ = [
     "FORMAT_VERSION",
@@ -98,102 +104,6 @@ __all__ = [
 
 FORMAT_VERSION = 1
 KIND = "corpus"  # the group attribute sphdist.kind
-
-
-def _chunk_key(i: int) -> str:
-    return f"X/{i:05d}"
-
-
-_REMEDY = "re-ingest the corpus"
-
-#: The attributes the fingerprint of a corpus with digests covers (the data through the digests).
-_FINGERPRINTED = (
-    "sphdist", "shape", "nnz", "chunk_boundaries", "feature_scheme", "tfidf", "label_names",
-    "n_empty", "corpus_id", "chunk_nnz", "chunk_sha256", "sha256",
-)
-
-
-def _fingerprint(meta: dict[str, Any], idf: np.ndarray | None) -> str:
-    """sha256 of the canonical JSON of the corpus metadata and the idf bytes."""
-    h = hashlib.sha256(json.dumps(meta, sort_keys=True).encode())
-    if idf is not None:
-        h.update(np.ascontiguousarray(idf, dtype="<f8").tobytes())
-    return h.hexdigest()
-
-
-def data_fingerprint(attrs: dict[str, Any]) -> str:
-    """Fingerprint of a corpus with digests: sha256 of the JSON of :data:`_FINGERPRINTED`.
-
-    ``attrs`` must be JSON-clean (as stored); the per-chunk digests make it cover the data.
-    """
-    return _fingerprint({k: attrs.get(k) for k in _FINGERPRINTED}, None)
-
-
-def _integer(path: Path, name: str, value: Any, low: int = 0, high: int | None = None) -> int:
-    """``value`` if it is an integer in [low, high], else a CorpusFormatError naming it."""
-    if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < low or (
-        high is not None and value > high
-    ):
-        bound = f"[{low}, {high}]" if high is not None else f">= {low}"
-        raise CorpusFormatError(
-            f"{path}: attribute {name}={value!r} is not an integer {bound}. To resolve this, "
-            f"{_REMEDY}."
-        )
-    return int(value)
-
-
-def _open_group(path: str | os.PathLike[str]) -> tuple[str, zarr.Group | zarr.Array]:
-    """Where ``path`` is read (its last complete version) and the zarr node opened there."""
-    path = location(path)
-    where = readable_path(path)
-    return str(where), open_node(
-        where,
-        missing=f"{path}: no such file or directory. To resolve this, check the path, or create "
-        "a corpus with `sphdist ingest SOURCE --output PATH`.",
-        unreadable=lambda exc: f"{path}: not a zarr v3 group or array ({type(exc).__name__}: "
-        f"{exc}). To resolve this, pass a corpus written by `sphdist ingest` or a dense 2-D "
-        "zarr array.",
-        error=CorpusFormatError, group=False,
-    )
-
-
-def _checked_array(group: zarr.Group, name: str, path: str, what: str) -> zarr.Array:
-    """``group[name]``, a plain array with safe codecs (KeyError if absent)."""
-    return checked_array(group, name, path, what, error=CorpusFormatError,
-                         remedy="re-ingest the corpus")
-
-
-class _Input:
-    """What every model input has: X of shape (m features, n documents)."""
-
-    shape: tuple[int, int]
-
-    @property
-    def n_features(self) -> int:
-        """Number of features m (rows of X)."""
-        return self.shape[0]
-
-    @property
-    def n_documents(self) -> int:
-        """Number of documents n (columns of X)."""
-        return self.shape[1]
-
-    def require_documents(self) -> None:
-        """Refuse an input with no document that has a nonzero value.
-
-        Raises
-        ------
-        DataError
-            If every document column is empty (or there is none): nothing to fit.
-        """
-        n_empty = int(getattr(self, "n_empty", 0))
-        if self.n_documents - n_empty < 1:
-            raise DataError(
-                f"{self.path}: all {self.n_documents} documents are empty (no nonzero value), "
-                "so there is nothing to fit. To resolve this, check the source and the ingest "
-                "options (e.g. --remove-headers on very short texts) and re-ingest."
-            )
-
 
 class Corpus(_Input):
     """Read handle on a sparse ``corpus.zarr`` (see the module docstring for the layout).
@@ -466,7 +376,7 @@ class Corpus(_Input):
             (naming the document and the feature, :mod:`sphdist.io._values`).
         """
         expected = None if self._expected is None else self._expected[i]
-        return _read_chunk(self.location, i, self.n_features, self.chunks[i], expected)
+        return _input._read_chunk(self.location, i, self.n_features, self.chunks[i], expected)
 
     def to_dask(self) -> da.Array:
         """Return X as a lazy, column-chunked dask array.
@@ -498,253 +408,6 @@ class Corpus(_Input):
             f"Corpus({str(self.path)!r}, shape={self.shape}, nnz={self.nnz}, "
             f"n_chunks={self.n_chunks}, scheme={self.feature_scheme.get('type')!r})"
         )
-
-
-def _opened(group: zarr.Group, name: str, path: str) -> zarr.Array | None:
-    try:
-        return _checked_array(group, name, path, name)
-    except KeyError:
-        return None
-
-
-def _required(values: Any, path: Path, name: str) -> Any:
-    if values is None:
-        raise CorpusFormatError(f"{path}: the array {name} is missing. To resolve this, {_REMEDY}.")
-    return values
-
-
-def _check_dtypes(path: str, i: int, data: np.dtype, indices: np.dtype | None = None,
-                  indptr: np.dtype | None = None) -> None:
-    """Refuse a chunk whose data are not float64 or whose indices / indptr are not integers."""
-    for name, dtype, ok in (
-        ("data", data, data == np.float64),
-        ("indices", indices, indices is None or indices.kind in "iu"),
-        ("indptr", indptr, indptr is None or indptr.kind in "iu"),
-    ):
-        if not ok:
-            raise CorpusFormatError(
-                f"{path}: document chunk {i} ({_chunk_key(i)}/{name}) has dtype {dtype}, "
-                f"expected {'float64' if name == 'data' else 'an integer'}. To resolve this, "
-                f"{_REMEDY}."
-            )
-
-
-def _read_chunk(
-    path: str, i: int, m: int, n_i: int, expected: tuple[str, int] | None = None
-) -> sp.csc_matrix:
-    # runs in worker tasks: the client must unpickle the error, and zarr's exceptions (kept in
-    # __cause__ / __context__) do not unpickle, so the error leaves without them
-    try:
-        return _read_chunk_checked(path, i, m, n_i, expected)
-    except (CorpusFormatError, DataError) as exc:
-        error = exc
-    error.__cause__ = error.__context__ = None
-    raise error
-
-
-def _read_chunk_arrays(
-    path: str, i: int, expected: tuple[str, int] | None
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """data, indices, indptr of chunk ``i``: every chunk file stored, decoded, as recorded."""
-    what = f"document chunk {i}"
-    try:
-        g = zarr.open_group(store=path, path=_chunk_key(i), mode="r")
-        arrays = [_checked_array(g, name, path, what) for name in ("data", "indices", "indptr")]
-    except (KeyError, FileNotFoundError) as exc:
-        raise CorpusFormatError(
-            f"{path}: document chunk {i} ({_chunk_key(i)}) is missing or unreadable "
-            f"({type(exc).__name__}). To resolve this, re-ingest the corpus."
-        ) from None
-    _check_dtypes(path, i, *(a.dtype for a in arrays))
-    data, indices, indptr = (
-        # without digests (an older corpus), indptr of a chunk of empty documents is all zero
-        # and may have been left out as the fill value
-        read_checked(
-            a, path, f"{what} ({_chunk_key(i)})", error=CorpusFormatError,
-            remedy=_REMEDY,
-            required=expected is not None or name != "indptr" or arrays[0].shape[0] > 0,
-        )
-        for a, name in zip(arrays, ("data", "indices", "indptr"), strict=True)
-    )
-    return data, indices, indptr
-
-
-def _check_digest(
-    path: str, i: int, expected: tuple[str, int] | None, *arrays: np.ndarray
-) -> None:
-    """Refuse chunk ``i`` unless its nnz and sha256 are the ones recorded at writing."""
-    if expected is None:
-        return
-    sha256, nnz = expected
-    if arrays[0].shape[0] != nnz or content_sha256(*arrays) != sha256:
-        raise CorpusFormatError(
-            f"{path}: document chunk {i} ({_chunk_key(i)}) does not match its recorded "
-            f"chunk_sha256 and chunk_nnz ({arrays[0].shape[0]} values, {nnz} recorded): the "
-            f"stored values were changed or damaged. To resolve this, {_REMEDY}."
-        )
-
-
-def _read_chunk_checked(
-    path: str, i: int, m: int, n_i: int, expected: tuple[str, int] | None
-) -> sp.csc_matrix:
-    data, indices, indptr = _read_chunk_arrays(path, i, expected)
-    if (
-        indptr.shape != (n_i + 1,)
-        or indptr[0] != 0
-        or indptr[-1] != data.shape[0]
-        or indices.shape != data.shape
-    ):
-        raise CorpusFormatError(
-            f"{path}: document chunk {i} has inconsistent CSC arrays (indptr of length "
-            f"{indptr.shape[0]} for {n_i} documents, {data.shape[0]} values, "
-            f"{indices.shape[0]} indices). To resolve this, re-ingest the corpus."
-        )
-    if n_i and np.any(np.diff(indptr) < 0):
-        j = int(np.flatnonzero(np.diff(indptr) < 0)[0])
-        raise CorpusFormatError(
-            f"{path}: document chunk {i} has a decreasing column pointer at document {j} of the "
-            f"chunk (indptr[{j}]={indptr[j]} > indptr[{j + 1}]={indptr[j + 1]}). To resolve "
-            "this, re-ingest the corpus."
-        )
-    if indices.size and (indices.min() < 0 or indices.max() >= m):
-        bad = int(indices[(indices < 0) | (indices >= m)][0])
-        raise CorpusFormatError(
-            f"{path}: document chunk {i} has feature index {bad}, outside [0, {m}). To resolve "
-            "this, re-ingest the corpus."
-        )
-    check_csc_values(
-        data, indices, indptr, path, lambda j: f"document {_chunk_start(path, i) + j} (chunk {i})",
-        "clean the source and re-ingest it",
-    )
-    _check_digest(path, i, expected, data, indices, indptr)  # last: the checks above name more
-    import scipy.sparse as sp
-
-    return sp.csc_matrix((data, indices, indptr), shape=(m, n_i))
-
-
-def _chunk_start(path: str, i: int) -> int:
-    try:
-        bounds = zarr.open_group(store=path, mode="r").attrs["chunk_boundaries"]
-        return int(bounds[i])
-    except Exception:  # only for the message
-        return 0
-
-
-def _load_block(
-    path: str, chunks: tuple[int, ...], m: int,
-    expected: tuple[tuple[str, int], ...] | None, block_id=None,
-) -> sp.csc_matrix:
-    i = block_id[1]
-    return _read_chunk(path, i, m, chunks[i], None if expected is None else expected[i])
-
-
-class DenseInput(_Input):
-    """Read handle on a dense 2-D zarr array of shape (n_samples, n_features).
-
-    Parameters
-    ----------
-    path : path-like
-        A zarr v3 array, or a group holding an array ``X`` and optionally integer labels ``y``
-        of shape (n_samples,).
-
-    Raises
-    ------
-    InputNotFoundError
-        If ``path`` does not exist.
-    CorpusFormatError
-        If it holds no 2-D numeric array.
-
-    Notes
-    -----
-    The data are used in the papers' orientation, X of shape (n_features, n_samples), without
-    any normalisation; the document chunks are the zarr chunks along the sample axis.
-    """
-
-    feature_scheme: dict[str, Any] = {"type": "dense"}
-    tfidf: dict[str, Any] = {}
-    idf = None
-    label_names = None
-
-    def __init__(self, path: str | os.PathLike[str], *, _opened: tuple[str, Any] | None = None):
-        self.path = location(path)
-        _, node = _opened or _open_group(self.path)
-        self.labels: np.ndarray | None = None
-        if isinstance(node, zarr.Group):
-            if "X" not in node:
-                raise CorpusFormatError(
-                    f"{self.path}: a zarr group that is neither a sphdist corpus nor holds a "
-                    "dense array 'X'. To resolve this, pass a corpus written by `sphdist ingest` "
-                    "or a 2-D zarr array of shape (n_samples, n_features)."
-                )
-            array = node["X"]
-            if not isinstance(array, zarr.Array):
-                raise CorpusFormatError(
-                    f"{self.path}: looks like a corpus (it has a group 'X') but has no sphdist "
-                    "format tag (group attribute sphdist.format_version). To resolve this, "
-                    "re-ingest the source with `sphdist ingest`."
-                )
-            if "y" in node:
-                self.labels = np.asarray(node["y"][:]).astype(np.int32)
-            self._array_path = "X"
-        else:
-            array = node
-            self._array_path = None
-        if array.ndim != 2 or not np.issubdtype(array.dtype, np.number):
-            raise CorpusFormatError(
-                f"{self.path}: expected a 2-D numeric array of shape (n_samples, n_features), "
-                f"found shape {array.shape} and dtype {array.dtype}."
-            )
-        n, m = array.shape
-        self.shape = (int(m), int(n))
-        self._array = array
-        self.nnz = int(m) * int(n)
-        self.n_empty = 0
-        meta = {"kind": "dense", "shape": list(self.shape), "zarr": array.metadata.to_dict()}
-        self.fingerprint = _fingerprint(json.loads(json.dumps(meta, default=str)), None)
-
-    @property
-    def chunks(self) -> tuple[int, ...]:
-        """Samples per chunk, in order (the zarr chunks along axis 0)."""
-        n, c = self.shape[1], self._array.chunks[0]
-        return tuple(min(c, n - s) for s in range(0, n, c))
-
-    @property
-    def chunk_boundaries(self) -> np.ndarray:
-        """Ndarray of shape (n_chunks + 1,), int64: sample offsets of the chunks."""
-        return np.concatenate([[0], np.cumsum(self.chunks)]).astype(np.int64)
-
-    @property
-    def doc_ids(self) -> np.ndarray:
-        """Ndarray of shape (n,), str: the sample indices as strings."""
-        return np.arange(self.n_documents).astype(str)
-
-    def ids(self) -> ChunkedVector:
-        """:attr:`doc_ids` as a :class:`~sphdist.io._zarr.ChunkedVector`."""
-        return ChunkedVector.of(self.doc_ids)
-
-    @property
-    def empty(self) -> np.ndarray:
-        """Ndarray of shape (n,), bool: True where a sample is all zero (computed)."""
-        return ~np.asarray(self.to_dask().any(axis=0).compute())
-
-    def to_dask(self) -> da.Array:
-        """Return X of shape (n_features, n_samples), float64, chunked along samples."""
-        import dask.array as da
-
-        x = da.from_zarr(self._array, chunks=(self.chunks, self.shape[0]))
-        x = x.astype(np.float64).map_blocks(
-            _check_finite_rows, str(self.path), dtype=np.float64, meta=np.empty((0, 0)),
-        )
-        return x.T
-
-
-def _check_finite_rows(block: np.ndarray, path: str, block_info=None) -> np.ndarray:
-    """``block`` if every sample is finite and its squares sum in float64, else DataError."""
-    start = block_info[0]["array-location"][0][0] if block_info else 0
-    check_dense_values(block, path, lambda row: f"sample {start + row}",
-                       "clean the data before fitting")
-    return block
-
 
 def open_input(path: str | os.PathLike[str]) -> Corpus | DenseInput:
     """Open a sparse ``corpus.zarr`` or a dense 2-D zarr array as model input.

@@ -1,7 +1,7 @@
 """Writing a ``corpus.zarr`` (the layout is described in :mod:`sphdist.io.corpus`).
 
 :class:`CorpusWriter` writes chunk by chunk into a staging directory and commits it atomically
-by a rename at the end (:mod:`sphdist.io._atomic`), so an interrupted ingest never leaves a
+by a rename at the end (:mod:`sphdist.io._posix`), so an interrupted ingest never leaves a
 ``corpus.zarr`` that looks complete. Workers that build chunks in parallel write them into the
 staging directory with :func:`store_chunk`; the driver appends them in order.
 """
@@ -19,9 +19,10 @@ import scipy.sparse as sp
 import zarr
 
 from sphdist.errors import OutputExistsError
-from sphdist.io._atomic import open_target
+from sphdist.io._checked import content_sha256
 from sphdist.io._fs import location
-from sphdist.io._zarr import WRITE_CONFIG, checksummed, content_sha256, json_clean, write_vector
+from sphdist.io._store import open_target
+from sphdist.io._zarr import WRITE_CONFIG, checksummed, json_clean, write_vector
 from sphdist.io.corpus import FORMAT_VERSION, KIND, Corpus, _chunk_key, data_fingerprint
 
 __all__ = ["CorpusWriter", "StoredChunk", "store_chunk"]

@@ -11,14 +11,14 @@
 with attributes ``sphdist = {"kind": "embedding", "format_version": 1}``, ``model``
 (``path``, ``u_sha256``), ``corpus`` (``path``, ``fingerprint``, ``shape``), ``label_names``,
 ``n_degenerate``, ``method`` and ``sha256`` (``V``, ``degenerate`` and ``doc_ids``: one digest
-per stored chunk, :func:`~sphdist.io._zarr.chunk_sha256`, those of V and ``degenerate``
+per stored chunk, :func:`~sphdist.io._checked.chunk_sha256`, those of V and ``degenerate``
 computed by the tasks that write the chunks; ``labels``: one digest; checked when they are
 read, each chunk of V by the task that reads it, which also checks that its columns are finite
 unit vectors; embeddings written before a digest was recorded are read with one warning).
 
 :class:`EmbeddingWriter` builds the group in a sibling staging directory, the tasks write their
 chunks of V into it (:func:`write_embedding_block`), and :meth:`EmbeddingWriter.commit` makes it
-visible with an atomic rename (:mod:`sphdist.io._atomic`). Exporting and searching embeddings is
+visible with an atomic rename (:mod:`sphdist.io._posix`). Exporting and searching embeddings is
 :mod:`sphdist.jobs.embedding`.
 """
 
@@ -32,20 +32,22 @@ import numpy as np
 import zarr
 
 from sphdist.errors import ModelFormatError
-from sphdist.io._atomic import open_target
+from sphdist.io._checked import (
+    ChunkedVector,
+    chunk_sha256,
+    content_sha256,
+    read_chunk_checked,
+    require_written,
+    warn_undigested,
+)
 from sphdist.io._fs import location
+from sphdist.io._store import open_target
+from sphdist.io._tagged import TaggedStore
 from sphdist.io._zarr import (
     CHECKSUMMED,
     WRITE_CONFIG,
-    ChunkedVector,
-    TaggedStore,
-    chunk_sha256,
-    content_sha256,
     json_clean,
-    read_chunk_checked,
     regular_chunks,
-    require_written,
-    warn_undigested,
     write_array,
     write_vector,
 )
@@ -176,7 +178,7 @@ def write_embedding_block(
     Returns
     -------
     dict
-        ``V`` and ``degenerate``: the :func:`~sphdist.io._zarr.chunk_sha256` of the zarr
+        ``V`` and ``degenerate``: the :func:`~sphdist.io._checked.chunk_sha256` of the zarr
         chunks written, in order, for :meth:`EmbeddingWriter.commit`. They depend on the
         values alone, so the same whatever the scheduler.
     """
@@ -229,7 +231,7 @@ class Embedding(TaggedStore):
     def V(self) -> da.Array:
         """The (r, n) float64 unit columns, lazy: one task per stored chunk reads and checks it.
 
-        Each chunk is checked when read (:func:`~sphdist.io._zarr.read_unit_columns`):
+        Each chunk is checked when read (:func:`~sphdist.io._tagged.read_unit_columns`):
         it decodes, its columns are finite unit vectors, and it matches its recorded digest.
         """
         return self._unit_columns("V", self._digest("V"),

@@ -27,7 +27,7 @@ read whole and checked against ``faiss_sha256``. :meth:`StoredIndex.verify` (``s
 --check``) reads every byte and every id.
 
 :func:`write_index` builds the group in a sibling staging directory and commits it atomically
-(:mod:`sphdist.io._atomic`: a rename on a disk, a manifest in an object store), so a reader
+(:mod:`sphdist.io._store`: a rename on a disk, a manifest in an object store), so a reader
 sees a complete index or none. Building and searching the index is
 :mod:`sphdist.methods.neighbors`; the job that writes one, :mod:`sphdist.jobs.neighbors`.
 """
@@ -43,17 +43,12 @@ import numpy as np
 import zarr
 
 from sphdist.errors import ModelFormatError, StoreReplacedError
-from sphdist.io._atomic import exists, open_target
+from sphdist.io._checked import content_sha256, read_checked
+from sphdist.io._files import exists
 from sphdist.io._fs import is_remote, location
-from sphdist.io._zarr import (
-    WRITE_CONFIG,
-    TaggedStore,
-    content_sha256,
-    json_clean,
-    open_node,
-    read_checked,
-    read_tag,
-)
+from sphdist.io._store import open_target
+from sphdist.io._tagged import TaggedStore
+from sphdist.io._zarr import WRITE_CONFIG, json_clean, open_node, read_tag
 
 __all__ = [
     "FORMAT_VERSION", "KIND", "StoredIndex", "open_index", "write_index", "index_kind",

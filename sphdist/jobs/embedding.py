@@ -43,8 +43,8 @@ from sphdist.io import (
     open_stored,
     stored_kind,
 )
-from sphdist.io._atomic import check_output_kind, check_output_place
-from sphdist.io._zarr import ChunkedVector
+from sphdist.io._checked import ChunkedVector
+from sphdist.io._policy import check_output_kind, check_output_place
 from sphdist.io.model import Model, open_model
 from sphdist.jobs.info import _command, check_roles, require_embedding
 

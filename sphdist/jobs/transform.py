@@ -16,7 +16,7 @@ import numpy as np
 from sphdist.core import _device, graph
 from sphdist.errors import CorpusMismatchError, InsufficientMemoryError, OutputExistsError
 from sphdist.io import absolute, committed, locks_output
-from sphdist.io._atomic import check_output_kind, check_output_place
+from sphdist.io._policy import check_output_kind, check_output_place
 from sphdist.io.corpus import open_input
 from sphdist.io.embedding import Embedding, EmbeddingWriter
 from sphdist.io.model import open_model

@@ -16,7 +16,7 @@ import zarr
 
 from sphdist.errors import CheckpointMismatchError, CorpusFormatError, ModelFormatError
 from sphdist.io import _atomic, open_stored
-from sphdist.io._zarr import content_sha256
+from sphdist.io._checked import content_sha256
 from sphdist.io.corpus import Corpus
 from sphdist.io.corpus_writer import CorpusWriter
 from sphdist.io.index import open_index
@@ -264,7 +264,7 @@ def _as_written_before_digests(path):
     no ``chunk_nnz`` / ``chunk_sha256`` / ``sha256``, and the fingerprint of the metadata and
     the idf bytes.
     """
-    from sphdist.io.corpus import _fingerprint
+    from sphdist.io._input import _fingerprint
 
     g = zarr.open_group(store=str(path), mode="r+")
     arrays = [(name, node) for name, node in g.members(max_depth=None)

@@ -215,7 +215,7 @@ def test_failed_checkpoint_write_keeps_the_previous_one(corpus, tmp_path, monkey
     def crash(*args, **kwargs):
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr("sphdist.io._atomic.PosixTarget.commit", crash)
+    monkeypatch.setattr("sphdist.io._posix.PosixTarget.commit", crash)
     with pytest.raises(OSError, match="No space left"):
         _fit(corpus, out, max_iter=4, resume=True)
     assert open_model(out).objective == before

@@ -170,7 +170,7 @@ def test_a_streamed_fit_reads_every_chunk_every_pass_and_equals_the_held_one(
     newsgroups5, tmp_path, monkeypatch, caplog
 ):
     """The mechanism of ``--memory-budget``: held, X is read once; streamed, once per pass."""
-    from sphdist.io import corpus as corpus_module
+    from sphdist.io import _input as corpus_module
 
     reads = []
     real = corpus_module._read_chunk

@@ -1,0 +1,338 @@
+"""The output policy: what an output may be, where, and what it may replace.
+
+Given what a command writes (its ``kind``) and what it reads (its ``inputs``),
+:func:`sphdist.io.open_output` applies this policy once: an output is never an input of the
+same command, never inside or around an input or another store, never at another output's
+lock, staging or previous-version name (:func:`check_output_place`, before the lock is
+taken), and replaces (with ``--overwrite``) only what is of its own kind
+(:func:`check_output_kind`, under the lock; :func:`found_at` says what is there).
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+import os
+import re
+import stat
+import uuid
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+from sphdist.errors import OutputExistsError, ParameterError
+from sphdist.io._files import exists
+from sphdist.io._fs import (
+    filesystem,
+    is_storage_failure,
+    local_path,
+    location,
+    protocol_of,
+    removal_command,
+    storage_error,
+)
+from sphdist.io._object import version_of
+from sphdist.io._store import MANIFEST, Target, open_target
+
+__all__ = ["check_output_place", "check_output_kind", "found_at"]
+
+#: What sphdist keeps beside an output ``X`` (``X.lock``, ``X.lock.json``, ``X.old``,
+#: ``X.scratch``, ``X.tmp-<random>``...): an output is never named so.
+_COMPANIONS = {".lock.json": "lock record", ".lock": "lock",
+               ".old": "previous version (during a commit)", ".scratch": "temporary arrays"}
+
+#: The kinds of output, in messages: what it is, and what writes it.
+_KINDS = {
+    "corpus": ("a sphdist corpus", "sphdist ingest` or `sphdist synth", "corpus.zarr"),
+    "model": ("a sphdist model", "sphdist fit", "model.zarr"),
+    "embedding": ("a sphdist embedding", "sphdist transform", "embedding.zarr"),
+    "index": ("a sphdist index", "sphdist index", "index.zarr"),
+    "file": ("a file", "", ""),
+}
+
+
+def _key(path: Any) -> str:
+    """``path`` as comparable text: a resolved local path, or ``protocol://bucket/key``."""
+    local = local_path(path)
+    if local is not None:
+        return os.path.realpath(local)
+    protocol = protocol_of(path)
+    rest = re.sub("/+", "/", str(path).split("://", 1)[1]).strip("/")
+    return f"{'s3' if protocol == 's3a' else protocol}://{rest}"
+
+
+def _within(inner: str, outer: str) -> bool:
+    """Whether the key ``inner`` is strictly below the key ``outer``."""
+    return inner.startswith(outer.rstrip("/") + "/")
+
+
+def _input_keys(inputs: Iterable[Any]) -> list[tuple[str, str]]:
+    """(key, as named) of each input; an object with ``paths`` (a source spec) gives those."""
+    found: list[tuple[str, str]] = []
+    for item in inputs:
+        if item is None:
+            continue
+        paths = getattr(item, "paths", item)
+        one_path = isinstance(paths, str | os.PathLike) or hasattr(paths, "protocol")  # a UPath
+        items = [paths] if one_path else list(paths) if isinstance(paths, list | tuple) else []
+        for one in items:
+            if isinstance(one, str | os.PathLike) or hasattr(one, "protocol"):
+                found.append((_key(one), str(one)))  # not a path (an array): nothing to nest
+    return found
+
+
+def _stores_above(key: str) -> Iterator[str]:
+    """The keys of the zarr nodes (a ``zarr.json`` there) above the key ``key``, nearest first."""
+    protocol, _, rest = key.rpartition("://")
+    parts = rest.split("/")
+    for i in range(len(parts) - 1, 0, -1):
+        above = "/".join(parts[:i]) or "/"
+        if protocol:
+            try:
+                fs, inner = filesystem(f"{protocol}://{above}/{MANIFEST}")
+                present = bool(fs.exists(inner))
+            except Exception as exc:
+                if not is_storage_failure(exc):
+                    raise
+                raise storage_error(f"{protocol}://{above}", exc) from None
+        else:
+            present = os.path.isfile(os.path.join(above, MANIFEST))
+        if present:
+            yield f"{protocol}://{above}" if protocol else above
+
+
+def _named_as(path: Any, key: str) -> str:
+    """``key`` written as the user wrote ``path`` (relative stays relative where it can)."""
+    if protocol_of(path) is not None:
+        return key
+    text = os.fspath(path)
+    return key if os.path.isabs(text) else os.path.relpath(key)
+
+
+def _elsewhere(path: Any, kind: str, beside: str, taken: Iterable[str] = ()) -> str:
+    """Another output to suggest: the kind's usual name, or ``<stem>-2<suffix>``, in ``beside``."""
+    name = location(path).name
+    stem, dot, suffix = name.partition(".")
+    candidates = [_KINDS[kind][2] or (name if beside != str(location(path).parent) else ""),
+                  f"{stem}-2{dot}{suffix}", f"{stem}-new{dot}{suffix}"]
+    taken = set(taken)
+    for candidate in filter(None, candidates):
+        other = (beside.rstrip("/") + "/" + candidate if "://" in beside
+                 else candidate if beside in ("", ".") else os.path.join(beside, candidate))
+        if _key(other) not in taken and not exists(other):
+            return other
+    return beside.rstrip("/") + "/" + f"{stem}-{uuid.uuid4().hex[:6]}{dot}{suffix}"
+
+
+def check_output_place(
+    path: str | os.PathLike[str], kind: str, inputs: Iterable[Any] = (),
+) -> None:
+    """Refuse an output that is an input, nests with an input or a store, or is a companion.
+
+    Looks only at names: whether a parent of ``path`` holds a ``zarr.json`` (is a store), and
+    whether a name it suggests is free. Writes nothing, so a refused output leaves no lock
+    file (or lease) behind.
+
+    Parameters
+    ----------
+    path : path-like
+        The output.
+    kind : str
+        What is written there (see :func:`open_output`).
+    inputs : iterable of path-like
+        What the same command reads.
+
+    Raises
+    ------
+    ParameterError
+        If ``path`` names a companion of another output (``X.lock``, ``X.lock.json``,
+        ``X.old``, ``X.scratch``, ``X.tmp-...``); is an input of the command, or inside or
+        around one; or is inside a zarr store (a corpus, model...), whose next commit would
+        remove it. The message names both paths and another output to choose. Also if
+        ``path`` is a symbolic link, a named pipe, a device or a socket: an output is
+        committed by a rename, which would replace the link or the device itself (``export
+        -o /dev/stdout --overwrite`` once turned the machine's ``/dev/stdout`` into a file).
+    StorageError
+        If the object store fails while its parents are looked at.
+    """
+    name = location(path).name
+    for suffix in _COMPANIONS:
+        if name.endswith(suffix) and len(name) > len(suffix):
+            base = location(path).with_name(name[: -len(suffix)])
+            raise ParameterError(
+                f"{path}: a name ending in {suffix} is where sphdist keeps the "
+                f"{_COMPANIONS[suffix]} of another output, {base}; writing there would break "
+                f"that output's commits. To resolve this, choose another name, e.g. --output "
+                f"{_elsewhere(base, kind, str(base.parent))}."
+            )
+    if ".tmp-" in name:
+        raise ParameterError(
+            f"{path}: a name holding .tmp- is where sphdist stages another output before "
+            f"its commit (and removes it as debris). To resolve this, choose another name, "
+            f"e.g. --output {_elsewhere(path, kind, str(location(path).parent))}."
+        )
+    _refuse_special_file(path, kind)
+    key = _key(path)
+    found = _input_keys(inputs)
+    taken = [k for k, _ in found]
+    for other, named in found:
+        glob_pattern = any(c in named for c in "*?[") and not exists(named)
+        if other == key or (glob_pattern and fnmatch.fnmatchcase(key, other)):
+            also = "" if named == str(path) else f" ({named})"
+            raise ParameterError(
+                f"{path} is also an input of this command{also}: a command never replaces "
+                f"what it reads. To resolve this, choose another --output, e.g. "
+                f"--output {_elsewhere(path, kind, str(location(path).parent), taken)}."
+            )
+        if _within(key, other):
+            outside = os.path.dirname(other) if "://" not in other else other.rsplit("/", 1)[0]
+            raise ParameterError(
+                f"{path} is inside {named}, an input of this command: an output is never "
+                f"written inside what the command reads (its next commit would remove it). "
+                f"To resolve this, choose an --output outside it, e.g. --output "
+                f"{_named_as(path, _elsewhere(path, kind, outside, taken))}."
+            )
+        if _within(other, key):
+            raise ParameterError(
+                f"{path} contains {named}, an input of this command: a command never "
+                f"replaces what it reads. To resolve this, choose an --output that does not "
+                f"contain it, e.g. --output "
+                f"{_named_as(path, _elsewhere(path, kind, other.rsplit('/', 1)[0], taken))}."
+            )
+    for store in list(_stores_above(key))[-1:]:  # the outermost: what a user named
+        outside = store.rsplit("/", 1)[0] or "/"
+        raise ParameterError(
+            f"{path} is inside {_named_as(path, store)}, a zarr store ({_found_text(store)}): "
+            f"an output is never written inside another store (its next commit would remove "
+            f"it). To resolve this, choose an --output outside it, e.g. --output "
+            f"{_named_as(path, _elsewhere(path, kind, outside, taken))}."
+        )
+
+
+def _refuse_special_file(path: Any, kind: str) -> None:
+    """Refuse a local output that is a link, a pipe, a device or a socket (see the caller)."""
+    if protocol_of(path) is not None:
+        return
+    text = os.fspath(path)
+    try:
+        mode = os.lstat(text).st_mode
+    except OSError:
+        return  # nothing there (or nothing to see): the writer says what is wrong
+    if stat.S_ISLNK(mode):
+        pointed = os.path.realpath(text)
+        raise ParameterError(
+            f"{text} is a symbolic link (to {pointed}): an output is committed by a rename, "
+            f"which would replace the link, not write where it points. To resolve this, name "
+            f"the place itself, e.g. --output {pointed}, or another --output, e.g. --output "
+            f"{_elsewhere(text, kind, str(location(text).parent))}."
+        )
+    what = ("a named pipe" if stat.S_ISFIFO(mode) else "a device"
+            if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "a socket"
+            if stat.S_ISSOCK(mode) else None)
+    if what is not None:
+        raise ParameterError(
+            f"{text} is {what}: an output is written to a new file and renamed into place, "
+            f"which would replace {what} rather than write into it. To resolve this, write a "
+            f"file, e.g. --output {_elsewhere(text, kind, str(location(text).parent))}, and "
+            f"copy it from there."
+        )
+
+
+def _found_text(path: Any) -> str:
+    """What is at ``path``, in words (see :func:`found_at`)."""
+    found = found_at(path)
+    if found in _KINDS and found != "file":
+        return _KINDS[found][0]
+    return {
+        None: "nothing", "file": "a file", "directory": "a directory",
+        "zarr": "a zarr store not written by sphdist",
+    }.get(found, f"a store tagged {found!r}")
+
+
+def found_at(path: str | os.PathLike[str] | Target) -> str | None:
+    """What is at ``path``: a sphdist kind, or ``"zarr"``, ``"directory"``, ``"file"``, None.
+
+    Parameters
+    ----------
+    path : path-like or Target
+
+    Returns
+    -------
+    str or None
+        The ``sphdist.kind`` tag of a store (``"corpus"``, ``"model"``...; after a local
+        commit interrupted between its renames, the previous version's); ``"zarr"`` for a
+        zarr node without one; ``"directory"`` for a directory (or prefix) holding anything
+        else; ``"file"`` for anything that is not a directory; None for nothing, an empty
+        directory, or a prefix holding only versions no manifest names (a killed writer's).
+
+    Raises
+    ------
+    StorageError
+        If the object store fails.
+    """
+    target = open_target(path)
+    protocol = protocol_of(target.path)
+    try:
+        where = target.readable()
+        fs, inner = filesystem(where)
+        if protocol is None:
+            inner = os.fspath(where)
+        try:
+            document = json.loads(fs.cat_file(f"{inner.rstrip('/')}/{MANIFEST}"))
+        except (FileNotFoundError, NotADirectoryError, IsADirectoryError, ValueError):
+            document = None
+        if isinstance(document, dict):
+            tag = document.get("attributes", {}).get("sphdist")
+            kind = tag.get("kind") if isinstance(tag, dict) else None
+            return kind if isinstance(kind, str) else "zarr"
+        if protocol is None:
+            if os.path.isdir(inner):
+                return "directory" if any(os.scandir(inner)) else None
+            return "file" if os.path.lexists(inner) else None
+        fs.invalidate_cache(inner)
+        if fs.isfile(inner):
+            return "file"
+        if not fs.exists(inner):
+            return None
+        names = [e.rstrip("/").rsplit("/", 1)[-1] for e in fs.ls(inner, detail=False)]
+        # only versions no manifest names: a killed writer's, which the next writer removes
+        return "directory" if any(not version_of(n) for n in names) else None
+    except Exception as exc:
+        if not is_storage_failure(exc) or protocol is None:
+            raise
+        raise storage_error(target.path, exc) from None
+
+
+def check_output_kind(path: str | os.PathLike[str] | Target, kind: str) -> None:
+    """Refuse to write ``kind`` at ``path`` if something of another kind is there.
+
+    An output replaces (with ``overwrite``) only what its kind of writer wrote: a corpus a
+    corpus, a model a model, a file a file; never a store of another kind, a directory, or a
+    zarr store sphdist did not write. Called by :func:`open_output` under the output's lock.
+
+    Parameters
+    ----------
+    path : path-like or Target
+    kind : {"corpus", "model", "embedding", "index", "file"}
+
+    Raises
+    ------
+    OutputExistsError
+        If ``path`` holds anything else; the message says what it is, and how to remove it
+        by hand if it is really to be replaced.
+    StorageError
+        If the object store fails.
+    """
+    target = open_target(path)
+    found = found_at(target)
+    if found is None or found == kind:
+        return
+    what, writer, _ = _KINDS[kind]
+    by = f", as `{writer}` writes it" if writer else ""
+    rm = removal_command(target.path, directory=found != "file")
+    beside = str(target.path.parent)
+    raise OutputExistsError(
+        f"{target.path} is {_found_text(target)}, not {what}: this command replaces (with "
+        f"--overwrite) only {what}{by}, never anything else. To resolve this, choose another "
+        f"--output, e.g. --output {_elsewhere(target.path, kind, beside)}, or, if "
+        f"{target.path} is really to be replaced, remove it by hand first: `{rm}`."
+    )
