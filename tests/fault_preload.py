@@ -15,7 +15,7 @@ import zlib
 
 
 def dask_setup(worker) -> None:  # the hook distributed calls on preload
-    import sphdist.io.corpus as corpus
+    import sphdist.io._input as corpus  # where a corpus chunk is read
 
     delay = float(os.environ.get("SPHDIST_TEST_READ_DELAY", "0"))
     if delay <= 0:

@@ -168,13 +168,19 @@ def test_estimator_constraints_and_defaults_are_the_tables():
 
 
 def test_fit_corpus_defaults_are_the_tables():
+    """fit_corpus re-types no default: its solver parameters come through FitConfig (whose
+    fields are the table's defaults) and its job settings through JobSettings."""
     signature = inspect.signature(fit_corpus).parameters
+    config = {f.name: f.default for f in dataclasses.fields(params.FitConfig)}
     for name in params.SOLVER_PARAMS:
+        assert name not in signature or signature[name].default is inspect.Parameter.empty, name
         if name != "n_components":
-            assert signature[name].default == params.PARAMS[name].default, name
+            assert config[name] == params.PARAMS[name].default, name
+    settings = {f.name: f.default for f in dataclasses.fields(job_params.JobSettings)}
     for name, param in job_params.JOB_PARAMS.items():
-        if name in signature:
-            assert signature[name].default == param.default
+        assert name not in signature or signature[name].default is inspect.Parameter.empty, name
+        if name in settings:
+            assert settings[name] == param.default, name
 
 
 def test_solver_takes_every_solver_parameter_with_the_tables_default():

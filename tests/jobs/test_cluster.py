@@ -289,12 +289,12 @@ DIE_ON_READ = """
 import os
 
 def dask_setup(worker):
-    import sphdist.io.corpus as corpus
+    import sphdist.io._input as stored  # where a corpus chunk is read
 
     def die(*args, **kwargs):
         os._exit(1)
 
-    corpus._read_chunk = die
+    stored._read_chunk = die
 """
 
 

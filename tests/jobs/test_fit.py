@@ -122,7 +122,7 @@ def test_the_fit_holds_its_output_once_and_releases_it(corpus, tmp_path):
 def test_the_corpus_is_opened_once_per_fit(corpus, tmp_path, monkeypatch):
     """Issue 26: one manifest read and one metadata read of the input per fit (it was two:
     ``open_input`` opened the group, then ``Corpus`` opened it again)."""
-    import sphdist.io.corpus as stored_corpus
+    import sphdist.io._input as stored_corpus  # where a corpus is opened
 
     opened, resolved = [], []
     open_node, readable_path = stored_corpus.open_node, stored_corpus.readable_path
