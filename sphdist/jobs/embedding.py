@@ -234,13 +234,11 @@ def open_embedding_source(
         )
     source = open_stored(path, "input")
     if source.fingerprint != fitted.corpus.get("fingerprint"):
-        from sphdist.jobs.fit import check_compatible
-
         emb_path = _beside(path, ".emb.zarr")
         use = _command("sphdist", *verb.split(), "--model", fitted.path, "--input", emb_path,
                        *rest)
         try:
-            check_compatible(fitted, source, path)
+            fitted.check_compatible(source, path)
         except CorpusMismatchError:
             raise CorpusMismatchError(
                 f"{path} is not the corpus {fitted.path} was fitted on, nor in its feature "
@@ -309,7 +307,7 @@ def mismatch(model: Model, source: Any) -> str:
     Examples: ``"it has 256 features, the model has 512; feature scheme stop_words
     'english', the model's None"``, ``"idf fingerprint 354c891101df, the model's
     d53cc28498cb"``. The complete check is
-    :func:`sphdist.jobs.fit.check_compatible`.
+    :meth:`sphdist.io.model.Model.check_compatible`.
     """
     ours = model.corpus.get("feature_scheme") or {}
     theirs = source.feature_scheme or {}

@@ -84,7 +84,7 @@ from sphdist.jobs.params import FitConfig, JobSettings
 
 __all__ = [
     "fit_corpus", "plan_fit", "FitPlan", "open_fit", "Fit", "prepare_fit", "warm_start",
-    "check_compatible", "fit_command", "decide_output", "OutputDecision", "Remedy",
+    "fit_command", "decide_output", "OutputDecision", "Remedy",
     "RESUME_KEYS", "WORKER_LOSS",
 ]
 
@@ -942,13 +942,6 @@ def warm_start(
         )
     previous.check_compatible(source, input, check_idf=False)
     return previous.U
-
-
-def check_compatible(
-    model: Model, source: Any, input: str | os.PathLike[str], *, check_idf: bool = True
-) -> None:
-    """:meth:`sphdist.io.model.Model.check_compatible` (kept here for its importers)."""
-    model.check_compatible(source, input, check_idf=check_idf)
 
 
 def _worker_loss_errors() -> tuple[type[BaseException], ...]:

@@ -21,7 +21,6 @@ from sphdist.io.corpus import open_input
 from sphdist.io.embedding import Embedding, EmbeddingWriter
 from sphdist.io.model import open_model
 from sphdist.jobs.cluster import check_workers_see, task_path
-from sphdist.jobs.fit import check_compatible
 from sphdist.jobs.info import _command, check_roles, plural, warn_if_stopped
 
 __all__ = ["transform_corpus", "check_transform"]
@@ -74,7 +73,7 @@ def transform_corpus(
         If ``model`` and ``input`` look swapped (:func:`sphdist.jobs.info.check_roles`).
     CorpusMismatchError
         If the corpus' feature scheme, number of features, idf or tf-idf options differ from
-        the model's (see :func:`sphdist.jobs.fit.check_compatible`); the message's remedy is
+        the model's (see :meth:`sphdist.io.model.Model.check_compatible`); the message's remedy is
         the commands that re-ingest and embed its documents (:func:`check_transform`).
     OutputExistsError
         If ``output`` exists and ``overwrite`` is False.
@@ -184,7 +183,7 @@ def check_transform(
     fitted = open_model(model)
     source = open_input(input)
     try:
-        check_compatible(fitted, source, input)
+        fitted.check_compatible(source, input)
     except CorpusMismatchError:
         if getattr(source, "attrs", {}).get("sphdist", {}).get("kind") != "corpus":
             raise
