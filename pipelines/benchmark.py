@@ -60,7 +60,11 @@ from _bench_report import PEERS, merge, ok, plot, write_report  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "pipelines" / "results"
-SPHDIST = str(Path(sys.executable).with_name("sphdist"))
+#: the sphdist command beside this interpreter (a virtual environment's), else the one on PATH
+#: (a ``pip install --target`` with its bin/ on PATH, as the device machine's script does)
+SPHDIST = (str(Path(sys.executable).with_name("sphdist"))
+           if Path(sys.executable).with_name("sphdist").exists()
+           else shutil.which("sphdist") or "sphdist")
 JOBS_PY = str(Path(__file__).with_name("_bench_jobs.py"))
 ITER_LINE = re.compile(r"^iter\s+(\d+)\s")
 SCHEDULER_LINE = re.compile(r"cluster|scheduler|thread|process", re.IGNORECASE)
@@ -272,6 +276,13 @@ def startup_job(repeat: int = 7) -> dict[str, Any]:
 
 
 def _commit() -> str:
+    """The commit measured.
+
+    ``SPHDIST_BENCH_COMMIT`` where the tree has no git (the copy sent to the device machine).
+    """
+    if os.environ.get("SPHDIST_BENCH_COMMIT"):
+        return os.environ["SPHDIST_BENCH_COMMIT"]
+
     def git(*a: str) -> str:
         return subprocess.run(["git", *a], cwd=REPO, capture_output=True, text=True).stdout
     dirty = " with uncommitted changes" if git("status", "--porcelain", "--", "sphdist").strip() \
@@ -429,6 +440,17 @@ def _scaling_command(n_docs: int, threads: list[int], clusters: list[str], outpu
             f"{','.join(map(str, threads))} --clusters {','.join(clusters)} --output {output}")
 
 
+def _on_cores(n: int) -> list[str]:
+    """A launcher that runs a command on the first ``n`` cores.
+
+    ``taskset``, else Python's ``os.sched_setaffinity`` before an exec (no util-linux).
+    """
+    if shutil.which("taskset"):
+        return ["taskset", "-c", f"0-{n - 1}"]
+    return [sys.executable, "-c", f"import os, sys; os.sched_setaffinity(0, range({n})); "
+            "os.execvp(sys.argv[1], sys.argv[1:])"]
+
+
 def _cluster_shape(text: str) -> tuple[int, int]:
     workers, threads = text.lower().split("x")
     return int(workers), int(threads)
@@ -437,19 +459,21 @@ def _cluster_shape(text: str) -> tuple[int, int]:
 def scaling_rows(runs: list[dict[str, Any]]) -> list[str]:
     """The scaling table's markdown rows: a measured run, or a row 'not measured'."""
     base = next((r for r in runs if r.get("threads") == 1 and r.get("s_per_iter")), None)
+    two = next((r for r in runs if r.get("threads") == 2 and r.get("s_per_iter")), None)
     rows = []
     for run in runs:
         if "not_measured" in run:
-            rows.append(f"| {run['label']} | not measured (the command below) | | | | | |")
+            rows.append(f"| {run['label']} | not measured (the command below) | | | | | | |")
             continue
         if "error" in run:
-            rows.append(f"| {run['label']} | error: {run['error']} | | | | | |")
+            rows.append(f"| {run['label']} | error: {run['error']} | | | | | | |")
             continue
         it, med = run.get("s_per_iter"), run.get("s_per_iter_median")
         speed = (f"{base['s_per_iter'] / it:.2f}x" if base and it else "")
+        speed_2 = (f"{two['s_per_iter'] / it:.2f}x" if two and it else "")
         rows.append(
             f"| {run['label']} | {run['n_iter']} | {it:.2f} (median {med:.2f}) | "
-            f"{run['init_s']:.1f} | {run['wall_s']:.1f} | {speed} | "
+            f"{run['init_s']:.1f} | {run['wall_s']:.1f} | {speed} | {speed_2} | "
             f"{' / '.join(f'{x:.1f}' for x in run['load_before'])} |"
         )
     return rows
@@ -473,11 +497,13 @@ def write_scaling(results: dict[str, Any], output: Path) -> None:
         "`--n-workers W --threads-per-worker T` (a LocalCluster). s / iteration: the "
         "iterations' wall seconds from the model (checkpoints included), init: the scan and "
         "the first pass, whole fit: the command's wall seconds, start-up and the final write "
-        "included. Speed-up: one thread's s / iteration over the row's.",
+        "included. Speed-up: one thread's (or two threads') s / iteration over the row's. The "
+        "runs go from the most cores to the fewest, so a run cut short by a time limit loses "
+        "the costliest rows.",
         "",
-        "| run | iterations | s / iteration | init s | whole fit s | speed-up | load before "
-        "(1/5/15 min) |",
-        "|---|---:|---|---:|---:|---:|---|",
+        "| run | iterations | s / iteration | init s | whole fit s | speed-up vs 1 thread | "
+        "vs 2 threads | load before (1/5/15 min) |",
+        "|---|---:|---|---:|---:|---:|---:|---|",
         *scaling_rows(results["runs"]),
         "",
         *[f"Not measured here (this machine has {results['machine']}): the rows of a 16-core "
@@ -545,7 +571,7 @@ def scaling(n_docs, threads, clusters, r, fit_args, fit_timeout, mem_limit_gib, 
            "r": r, "max_iter": None, "timeout": fit_timeout, "mem_limit": mem_limit_gib}
     plan: list[tuple[str, dict[str, Any]]] = [
         (f"{t} thread{'s' if t > 1 else ''} (this machine)",
-         {"threads": t, "launcher": ["taskset", "-c", f"0-{t - 1}"], "extra": []})
+         {"threads": t, "launcher": _on_cores(t), "extra": []})
         for t in threads_list
     ] + [
         (f"LocalCluster {c} (this machine)",
@@ -554,6 +580,10 @@ def scaling(n_docs, threads, clusters, r, fit_args, fit_timeout, mem_limit_gib, 
                     "--threads-per-worker", str(_cluster_shape(c)[1])]})
         for c in cluster_list
     ]
+    # the most cores first (threads before a LocalCluster of as many): the cheapest runs
+    plan.sort(key=lambda item: -(item[1].get("threads")
+                                 or _cluster_shape(item[1]["cluster"])[0]
+                                 * _cluster_shape(item[1]["cluster"])[1]))
     for label, how in plan:
         click.echo(f"[{name}] {label}", err=True)
         run = fit_job(**fit, fit_args=[*shlex.split(fit_args), *how["extra"]],

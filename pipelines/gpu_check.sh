@@ -23,7 +23,8 @@ cd "$(dirname "$0")/.."
 
 WHEELS=wheels
 PACKAGES=(dask distributed zarr numcodecs donfig google-crc32c partd locket tblib tornado zict
-          universal_pathlib pathlib_abc click toolz cloudpickle fsspec threadpoolctl)
+          universal_pathlib pathlib_abc click toolz cloudpickle fsspec threadpoolctl
+          cryptography cffi pycparser)
 
 if [ "${1:-run}" = wheels ]; then
     mkdir -p "$WHEELS/data"
@@ -35,6 +36,7 @@ if [ "${1:-run}" = wheels ]; then
         --implementation cp --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 \
         --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
         --platform manylinux1_x86_64 -d "$WHEELS" "${specs[@]}"
+    .venv/bin/python -m pip wheel -q --no-deps -w "$WHEELS" .  # sphdist's
     cp "${SPHDIST_DATA_HOME:-../shared/data}/20news-bydate.tar.gz" "$WHEELS/data/"
     du -sh "$WHEELS"
     exit 0
