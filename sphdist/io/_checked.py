@@ -358,6 +358,13 @@ class ChunkedVector:
         Elements per chunk (the zarr chunk), >= 1.
     read_chunk : callable
         ``i -> ndarray of shape (min(chunk, n - i * chunk),)``: chunk i, checked.
+    digests : list of str, optional
+        The recorded :func:`chunk_sha256` of the values (None: none recorded); their
+        :attr:`identity` names these values wherever a copy of them is stored.
+    lookup : callable, optional
+        ``values -> list of ndarray of int64``: for each value, the positions that may hold it
+        (a table of hashes, :mod:`sphdist.io.index`); :meth:`find` then reads only the chunks
+        of those positions, and checks each of them against the value.
 
     Examples
     --------
@@ -366,10 +373,27 @@ class ChunkedVector:
     (['c', 'a'], [2, -1], 3)
     """
 
-    def __init__(self, n: int, chunk: int, read_chunk: Callable[[int], np.ndarray]):
+    def __init__(self, n: int, chunk: int, read_chunk: Callable[[int], np.ndarray], *,
+                 digests: list[str] | None = None,
+                 lookup: Callable[[list[str]], list[np.ndarray]] | None = None):
         self.n, self.chunk, self._read_chunk = int(n), max(1, int(chunk)), read_chunk
+        self.digests, self.lookup = digests, lookup
         self._chunks: dict[int, np.ndarray] = {}
         self.chunks_read = 0  # how many chunks were read from the store
+
+    @property
+    def identity(self) -> str | None:
+        """The sha256 of the recorded chunk digests, and of the length and chunk, or None.
+
+        Two vectors with the same identity hold the same values (each chunk read is checked
+        against its digest); None when no digest was recorded (an older store).
+        """
+        if self.digests is None:
+            return None
+        h = hashlib.sha256(f"{self.n} {self.chunk}".encode())
+        for d in self.digests:
+            h.update(b"\n" + d.encode())
+        return h.hexdigest()
 
     @classmethod
     def of(cls, values: np.ndarray) -> ChunkedVector:
@@ -404,7 +428,10 @@ class ChunkedVector:
     def find(self, values: list[str]) -> np.ndarray:
         """Position of the first element equal to each of ``values``, -1 where none is.
 
-        Chunks are read in order until every value is found (all of them when one is not).
+        With a :attr:`lookup`, only the chunks of the positions it names are read, and a
+        position counts only if the (checked) value there is the one asked; a value it does
+        not place is searched as without one. Without, chunks are read in order until every
+        value is found (all of them when one is not).
 
         Returns
         -------
@@ -412,6 +439,13 @@ class ChunkedVector:
         """
         wanted = {str(v) for v in values}
         found: dict[str, int] = {}
+        if self.lookup is not None and wanted:
+            asked = sorted(wanted)
+            for v, places in zip(asked, self.lookup(asked), strict=True):
+                for p in np.sort(np.asarray(places, dtype=np.int64)).tolist():
+                    if 0 <= p < self.n and self._get(p // self.chunk)[p % self.chunk] == v:
+                        found[v] = p  # the first: every position of the value is a candidate
+                        break
         for i in range(-(-self.n // self.chunk)):
             if len(found) == len(wanted):
                 break
