@@ -628,6 +628,26 @@ def test_edited_ids_of_an_index_are_refused_when_read(copies, monkeypatch):
     assert query_neighbors(out, doc_id="60", k=1, index=path)["neighbors"]  # other chunks
 
 
+@pytest.mark.parametrize("store", ["corpus", "index"])
+def test_a_missing_chunk_of_ids_is_named_as_missing(copies, monkeypatch, store):
+    """With a digest, the chunk is read first and its file looked for only if the values do
+    not match (a missing chunk reads as the fill value): still named as missing."""
+    from sphdist.jobs.embedding import open_embedding_source
+    from sphdist.jobs.neighbors import load_index
+
+    _small_chunks(monkeypatch)
+    corpus, _ = copies
+    out, path = _index(copies, input=corpus)
+    (path / "doc_ids/c/1" if store == "index" else corpus / "doc_ids/c/0").unlink()
+    source = open_embedding_source(out, corpus)
+    if store == "index":  # its copy is read instead of the corpus' ids
+        load_index(path, open_model(out), source, corpus)
+    error = ModelFormatError if store == "index" else CorpusFormatError
+    with pytest.raises(error, match=r"doc_ids \(chunk \d, elements .*\): chunk file "
+                                    r"doc_ids/c/\d is missing"):
+        source.ids.take(np.array([9]))
+
+
 def test_a_lookup_table_edited_with_its_digests_recomputed_misleads_no_query(copies,
                                                                            monkeypatch):
     """Positions of the table swapped, digests recomputed: the ids found are checked (the
