@@ -434,7 +434,7 @@ class ChunkedVector:
         positions = np.asarray(positions, dtype=np.int64)
         out = np.empty(positions.shape, dtype=object)
         which = positions // self.chunk
-        for i in np.unique(which).tolist():
+        for i in sorted(set(which.ravel().tolist())):  # np.unique would import numpy.ma
             here = which == i
             out[here] = self._get(i)[positions[here] - i * self.chunk]
         return out
