@@ -469,16 +469,20 @@ class StoredIndex(TaggedStore):
         if (not isinstance(record, dict) or source.identity is None
                 or record.get("source_identity") != source.identity):
             return None
-        arr, table = self._group["doc_ids"], self._group["doc_id_lookup"]
         digests, lookup_digests = record.get("chunk_sha256"), record.get("lookup_sha256")
         first = record.get("lookup_first")
-        if (arr.shape != (len(source),) or table.shape != (2, len(source))
-                or not isinstance(digests, list) or not isinstance(lookup_digests, list)
-                or not isinstance(first, list) or len(first) != table.cdata_shape[-1]):
+        try:
+            arr, table = self._group["doc_ids"], self._group["doc_id_lookup"]
+            fences = np.array([int(str(h), 16) for h in first], dtype=np.uint64)
+        except (KeyError, TypeError, ValueError, OverflowError):
+            arr = table = fences = None
+        if (arr is None or table is None or arr.shape != (len(source),)
+                or table.shape != (2, len(source)) or not isinstance(digests, list)
+                or not isinstance(lookup_digests, list) or not isinstance(first, list)
+                or len(first) != table.cdata_shape[-1]):
             raise self.refuse("the record doc_ids does not describe the arrays doc_ids and "
                               "doc_id_lookup")
         where, remedy = str(self.location), self.rebuild()
-        fences = np.array([int(str(h), 16) for h in first], dtype=np.uint64)
         chunks: dict[int, np.ndarray] = {}
 
         def lookup_chunk(i: int) -> np.ndarray:

@@ -628,6 +628,21 @@ def test_edited_ids_of_an_index_are_refused_when_read(copies, monkeypatch):
     assert query_neighbors(out, doc_id="60", k=1, index=path)["neighbors"]  # other chunks
 
 
+@pytest.mark.parametrize("edit", ["no table", "fences"])
+def test_a_record_of_the_ids_that_does_not_describe_them_is_refused(copies, edit):
+    from sphdist.jobs.neighbors import query_neighbors
+
+    out, path = _index(copies)
+    g = zarr.open_group(store=str(path), mode="r+")
+    if edit == "no table":
+        del g["doc_id_lookup"]
+    else:
+        g.attrs["doc_ids"] = {**g.attrs["doc_ids"], "lookup_first": ["not hex"]}
+    with pytest.raises(ModelFormatError, match=r"the record doc_ids does not describe the "
+                                               r"arrays.*--overwrite"):
+        query_neighbors(out, doc_id="5", k=3, index=path)
+
+
 @pytest.mark.parametrize("store", ["corpus", "index"])
 def test_a_missing_chunk_of_ids_is_named_as_missing(copies, monkeypatch, store):
     """With a digest, the chunk is read first and its file looked for only if the values do
