@@ -15,7 +15,7 @@ import hashlib
 import itertools
 import logging
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -423,6 +423,15 @@ class ChunkedVector:
             self._chunks[i] = np.asarray(self._read_chunk(i)).astype(object, copy=False)
             self.chunks_read += 1
         return self._chunks[i]
+
+    def iter_chunks(self) -> Iterator[np.ndarray]:
+        """Each chunk in order, ndarray of object, read (checked) without keeping it."""
+        for i in range(-(-self.n // self.chunk)):
+            if i in self._chunks:
+                yield self._chunks[i]
+            else:
+                self.chunks_read += 1
+                yield np.asarray(self._read_chunk(i)).astype(object, copy=False)
 
     def read(self) -> np.ndarray:
         """All values, ndarray of shape (n,), object."""

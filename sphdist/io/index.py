@@ -64,7 +64,6 @@ import zarr
 from sphdist.errors import ModelFormatError, StoreReplacedError
 from sphdist.io._checked import (
     ChunkedVector,
-    chunk_sha256,
     content_sha256,
     read_checked,
     read_chunk_checked,
@@ -188,23 +187,39 @@ def write_index(
 
 
 def _write_ids(group: zarr.Group, ids: ChunkedVector) -> dict[str, Any]:
-    """Store the copy of ``ids`` and its lookup table in ``group``; their record."""
-    values = ids.read()
-    n = values.shape[0]
-    arr = group.create_array("doc_ids", shape=(n,), dtype=str, chunks=(min(n, _IDS_CHUNK),),
+    """Store the copy of ``ids`` and its lookup table in ``group``; their record.
+
+    The ids are read one stored chunk at a time and written in chunks of
+    :data:`_IDS_CHUNK`; memory: ``16 n`` bytes (the hashes and their order) and a chunk.
+    """
+    n = len(ids)
+    c = min(n, _IDS_CHUNK)
+    arr = group.create_array("doc_ids", shape=(n,), dtype=str, chunks=(c,),
                              compressors=CHECKSUMMED, config=WRITE_CONFIG)
-    arr[:] = values
-    hashes = id_hashes(values)
+    hashes = np.empty(n, dtype=np.uint64)
+    digests: list[str] = []
+    pending, seen, done = np.zeros(0, dtype=object), 0, 0
+    for part in ids.iter_chunks():
+        hashes[seen:seen + part.shape[0]] = id_hashes(part)
+        seen += part.shape[0]
+        pending = np.concatenate([pending, part])
+        while pending.shape[0] >= c or (seen == n and pending.shape[0]):
+            block, pending = pending[:c], pending[c:]
+            arr[done:done + block.shape[0]] = block
+            digests.append(content_sha256(block))  # as chunk_sha256(ids, c)
+            done += block.shape[0]
     order = np.argsort(hashes, kind="stable")  # equal hashes: positions in increasing order
-    table = np.stack([hashes[order], order.astype(np.uint64)])
     c = min(n, _LOOKUP_CHUNK)
-    lookup = group.create_array("doc_id_lookup", shape=table.shape, dtype=np.uint64,
+    lookup = group.create_array("doc_id_lookup", shape=(2, n), dtype=np.uint64,
                                 chunks=(2, c), compressors=CHECKSUMMED, config=WRITE_CONFIG)
-    lookup[...] = table
-    return {"chunk_sha256": chunk_sha256(values, min(n, _IDS_CHUNK)),
-            "source_identity": ids.identity,
-            "lookup_sha256": chunk_sha256(table, c),
-            "lookup_first": [f"{int(h):016x}" for h in table[0, ::c]]}
+    lookup_digests, first = [], []
+    for a in range(0, n, c):
+        block = np.stack([hashes[order[a:a + c]], order[a:a + c].astype(np.uint64)])
+        lookup[:, a:a + c] = block
+        lookup_digests.append(content_sha256(block))  # as chunk_sha256(table, c)
+        first.append(f"{int(block[0, 0]):016x}")
+    return {"chunk_sha256": digests, "source_identity": ids.identity,
+            "lookup_sha256": lookup_digests, "lookup_first": first}
 
 
 def sample_sha256(data: Any) -> str:

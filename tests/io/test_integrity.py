@@ -589,6 +589,28 @@ def test_a_doc_id_is_found_by_the_lookup_table_reading_one_chunk_of_ids(copies, 
     assert source.ids.chunks_read == -(-N // 8)
 
 
+def test_the_copy_of_ids_is_written_a_stored_chunk_at_a_time(tmp_path, monkeypatch):
+    """Chunks of 7 ids read, chunks of 8 written (and 16 of the table): the same digests as
+    the whole arrays', every id found, no stored chunk kept in memory."""
+    from sphdist.io._checked import ChunkedVector, chunk_sha256
+    from sphdist.io.index import id_hashes, write_index
+
+    _small_chunks(monkeypatch)
+    values = np.array([f"doc{j}" for j in range(50)], dtype=object)
+    ids = ChunkedVector(50, 7, lambda i: values[7 * i:7 * i + 7], digests=["x"])
+    write_index(tmp_path / "i.zarr", np.zeros(4, np.uint8), attrs={}, ids=ids)
+    assert ids.chunks_read == 8 and not ids._chunks
+    g = zarr.open_group(str(tmp_path / "i.zarr"), mode="r")
+    record = g.attrs["doc_ids"]
+    assert record["chunk_sha256"] == chunk_sha256(values, 8)
+    table = g["doc_id_lookup"][...]
+    assert record["lookup_sha256"] == chunk_sha256(table, 16)
+    assert np.array_equal(table[0], np.sort(id_hashes(values)))
+    assert np.array_equal(g["doc_ids"][...].astype(object), values)
+    copy = open_index(tmp_path / "i.zarr").ids(ids)
+    assert copy.find(list(values[::-1])).tolist() == list(range(49, -1, -1))
+
+
 def test_an_index_holds_no_copy_of_ids_without_digests_or_of_other_ids(copies):
     """Without recorded digests nothing ties a copy to the ids; another source's: not read."""
     from sphdist.io._checked import ChunkedVector
