@@ -163,6 +163,7 @@ class ProcessCluster:
         self.address = ""
         self.scheduler: subprocess.Popen[bytes] | None = None
         self.workers: list[subprocess.Popen[bytes]] = []
+        self._started = 0  # workers started so far: the next one's name and log file
         self._logs: list = []
 
     # -- lifecycle ----------------------------------------------------------------------
@@ -212,7 +213,8 @@ class ProcessCluster:
     def add_workers(self, n: int) -> None:
         """Start ``n`` more workers and wait until the scheduler sees all of them."""
         for _ in range(n):
-            i = len(self.workers)
+            i = self._started
+            self._started += 1
             local = (f"/tmp/sphdist-worker-{i}" if self.isolate is not None  # its own /tmp
                      else str(self.log_dir / f"worker-{i}"))
             self.workers.append(self._spawn(
@@ -227,6 +229,15 @@ class ProcessCluster:
                 f"worker-{i}.log", worker=True,
             ))
         if self.workers:  # distributed refuses to wait for 0 (a scheduler alone)
+            self.wait_for_workers(len(self.workers))
+
+    def replace_exited_workers(self) -> None:
+        """Start a new worker for each worker process that has exited (one without a nanny,
+        killed), and wait until the scheduler sees as many workers as were started."""
+        exited = [p for p in self.workers if p.poll() is not None]
+        self.workers = [p for p in self.workers if p.poll() is None]
+        self.add_workers(len(exited))  # new names: the scheduler may not have dropped the old
+        if not exited:
             self.wait_for_workers(len(self.workers))
 
     def security(self) -> Security | None:

@@ -16,6 +16,7 @@ import subprocess
 import sys
 import textwrap
 
+import dask
 import numpy as np
 import pytest
 
@@ -50,31 +51,33 @@ WRITER = textwrap.dedent("""
 REPLACED = "was replaced while reading; run it again"
 
 
-@pytest.fixture
-def corpus(tmp_path):
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    """Read only by the tests (each writes its models into its own tmp_path): one for all."""
     X = random_corpus(300, 400, seed=4)
-    with CorpusWriter(tmp_path / "corpus.zarr", n_features=300,
+    with CorpusWriter(tmp_path_factory.mktemp("race") / "corpus.zarr", n_features=300,
                       feature_scheme={"type": "hashing"}) as w:
         for a in range(0, 400, 50):
             w.write_chunk(X[:, a:a + 50], [str(j) for j in range(a, a + 50)])
         return w.commit(idf=np.ones(300))
 
 
-@pytest.fixture
-def committed(corpus, tmp_path):
+@pytest.fixture(scope="module")
+def committed(corpus, tmp_path_factory):
     """u_sha256 of every version the writer commits -> V of the final ones (None: a checkpoint).
 
     The fit is deterministic: the checkpoint of iteration k of seed s is bitwise the final model
     of the same fit with max_iter=k.
     """
-    versions = {}
-    for seed in SEEDS:
-        for k in range(1, MAX_ITER + 1):
-            model = fit_corpus(corpus.path, tmp_path / f"ref-{seed}-{k}.zarr", max_iter=k,
-                               random_state=seed, **KW)
-            versions[model.attrs["u_sha256"]] = (
-                model.V().compute() if k == MAX_ITER else None
-            )
+    versions, root = {}, tmp_path_factory.mktemp("committed")
+    with dask.config.set(scheduler="sync"):  # the tests' sync_scheduler, for this fixture too
+        for seed in SEEDS:
+            for k in range(1, MAX_ITER + 1):
+                model = fit_corpus(corpus.path, root / f"ref-{seed}-{k}.zarr", max_iter=k,
+                                   random_state=seed, **KW)
+                versions[model.attrs["u_sha256"]] = (
+                    model.V().compute() if k == MAX_ITER else None
+                )
     return versions
 
 

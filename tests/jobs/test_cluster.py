@@ -34,11 +34,21 @@ def _fit_on_cluster(corpus, out, n_workers):
         return fit_corpus(corpus.path, out, **KWARGS)
 
 
+@pytest.fixture(scope="module")
+def two_workers(newsgroups5, tmp_path_factory):
+    """The fit on a LocalCluster of two worker processes, compared by two tests below (with
+    one worker and in-process; with dask's threads): made once."""
+    return _fit_on_cluster(newsgroups5, tmp_path_factory.mktemp("two") / "two.zarr",
+                           n_workers=2)
+
+
 @pytest.mark.cluster
 @pytest.mark.slow
-def test_process_cluster_fit_is_deterministic_and_matches_in_process(newsgroups5, tmp_path):
+def test_process_cluster_fit_is_deterministic_and_matches_in_process(
+    newsgroups5, two_workers, tmp_path
+):
     one = _fit_on_cluster(newsgroups5, tmp_path / "one.zarr", n_workers=1)
-    two = _fit_on_cluster(newsgroups5, tmp_path / "two.zarr", n_workers=2)
+    two = two_workers
     # the reduction order is fixed by the tree, not by which worker finished first
     assert one.objective == two.objective
     np.testing.assert_array_equal(one.U, two.U)
@@ -221,11 +231,11 @@ def test_unusable_options_are_refused_before_anything_starts(monkeypatch, kwargs
 
 @pytest.mark.cluster
 @pytest.mark.slow
-def test_threads_fit_matches_the_process_cluster(newsgroups5, tmp_path):
+def test_threads_fit_matches_the_process_cluster(newsgroups5, two_workers, tmp_path):
     with connect() as client:
         assert client is None
         threads = fit_corpus(newsgroups5.path, tmp_path / "threads.zarr", **KWARGS)
-    processes = _fit_on_cluster(newsgroups5, tmp_path / "processes.zarr", n_workers=2)
+    processes = two_workers
     # bitwise: the result is a function of the corpus and the parameters alone
     assert threads.objective == processes.objective
     np.testing.assert_array_equal(threads.U, processes.U)
