@@ -20,6 +20,21 @@ REPO = Path(__file__).resolve().parents[1]
 DEFAULT_DATA_HOME = REPO.parent / "shared" / "data"
 
 
+def pytest_collection_modifyitems(config, items):
+    """The files with the most tests marked slow first, each file's tests in their order.
+
+    The suite runs a file at a time on each xdist worker (``--dist loadfile``), in collection
+    order (``--no-loadscope-reorder``; xdist's own reorder puts the files with most tests first,
+    which left the slowest files, of few tests, at the tail of a 2-worker run). Longest first is
+    the usual rule for keeping the last worker's tail short.
+    """
+    slow: dict[object, int] = {}
+    for item in items:
+        if item.get_closest_marker("slow"):
+            slow[item.path] = slow.get(item.path, 0) + 1
+    items.sort(key=lambda item: -slow.get(item.path, 0))  # stable: a file's order is kept
+
+
 @pytest.fixture(scope="session", autouse=True)
 def _default_data_home():
     """Point SPHDIST_DATA_HOME at ``<repo>/../shared/data`` unless it is already set."""
