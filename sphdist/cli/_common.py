@@ -182,13 +182,17 @@ class Group(CommandList):
         except Interrupted as exc:  # Ctrl-C, where the job says what it left (else "Aborted!")
             if ctx.obj and ctx.obj.get("debug"):
                 raise
-            raise _error(ctx, str(exc), "Interrupted") from None
+            from sphdist.cli._remedies import render_for
+
+            raise _error(ctx, render_for(ctx, exc), "Interrupted") from None
         except (SphdistError, OSError) as exc:
             if ctx.obj and ctx.obj.get("debug"):
                 raise
             if not isinstance(exc, SphdistError) and _urls(ctx):  # the object store failed
                 raise _error(ctx, _store_failure(ctx, exc)) from None
-            message = (flags_only(str(exc)) if isinstance(exc, SphdistError)
+            from sphdist.cli._remedies import render_for
+
+            message = (flags_only(render_for(ctx, exc)) if isinstance(exc, SphdistError)
                        else f"{type(exc).__name__}: {exc}")
             if not isinstance(exc, SphdistError) and exc.errno in _OS_REMEDIES:
                 message += f". To resolve this, {_OS_REMEDIES[exc.errno]}"
@@ -413,6 +417,9 @@ def setup_logging(level: str, quiet: bool) -> None:
     """Log lines of the ``sphdist`` logger on stderr, above any progress bar, at ``level``."""
     handler = _AboveTheBars(sys.stderr)
     handler.setFormatter(logging.Formatter("%(message)s"))
+    from sphdist.cli._remedies import WordsFilter  # remedies in the words of the command line
+
+    handler.addFilter(WordsFilter())
     logger.handlers[:] = [handler]
     logger.setLevel(logging.WARNING if quiet else getattr(logging, level.upper()))
     logger.propagate = False
@@ -591,7 +598,9 @@ def _checked(name: str) -> Callable[[click.Context, click.Parameter, Any], Any]:
         try:
             getattr(cluster, name)(value)
         except SphdistError as exc:
-            raise click.BadParameter(str(exc), ctx, param) from None
+            from sphdist.cli._remedies import render_for
+
+            raise click.BadParameter(render_for(ctx, exc), ctx, param) from None
         return value
 
     return callback

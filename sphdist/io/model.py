@@ -71,7 +71,13 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import zarr
 
-from sphdist.errors import CorpusMismatchError, InputNotFoundError, ModelFormatError
+from sphdist.errors import (
+    CorpusMismatchError,
+    InputNotFoundError,
+    ModelFormatError,
+    Remedy,
+    remedy,
+)
 from sphdist.io._atomic import open_output
 from sphdist.io._checked import warn_undigested
 from sphdist.io._model_writer import (
@@ -341,14 +347,41 @@ class Model(TaggedStore):
         self._require_embedding()
         return self._unit_columns_between("V", self._digest("V"), start, stop)
 
-    def _require_embedding(self) -> None:
+    def resume_remedy(self) -> Remedy:
+        """The fit that continues this model's, with the parameters of its checkpoint.
+
+        Every parameter the checkpoint was written with is given (``n_components`` always,
+        the others where they differ from the defaults;
+        :func:`sphdist.jobs.params.fit_remedy`), so the fit passes the resume checks.
+
+        Returns
+        -------
+        sphdist.errors.Remedy
+            A resume of the fit of the recorded corpus (``"CORPUS"`` if none is recorded).
+        """
+        from sphdist.jobs.params import fit_remedy  # the parameter tables only, no dask
+
+        return fit_remedy(self.corpus.get("path", "CORPUS"), self.path, self.params,
+                          resume=True, say="finish the fit")
+
+    def require_embedding(self) -> None:
+        """Refuse the checkpoint of an unfinished fit, with the fit that finishes it.
+
+        Raises
+        ------
+        ModelFormatError
+            If the model holds U but not the embedding V (:attr:`has_embedding`); the
+            remedy is :meth:`resume_remedy`.
+        """
         if not self.has_embedding:
             raise ModelFormatError(
                 f"{self.path} is a checkpoint of a fit stopped at iteration {self.n_iter} of "
                 f"{self.max_iter if self.max_iter is not None else '?'}, not converged: it "
-                f"holds U, not the embedding V. To resolve this, finish the fit: `sphdist "
-                f"info {self.path}` prints the command that does."
+                f"holds U, not the embedding V. To resolve this, finish the fit: "
+                f"{remedy(self.resume_remedy())}."
             )
+
+    _require_embedding = require_embedding
 
     def state(self, chunks: tuple[int, ...]) -> FitState:
         """The saved solver state, with V chunked as ``chunks`` (the corpus' document chunks).

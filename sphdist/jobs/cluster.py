@@ -631,8 +631,8 @@ def memory_check(
     available : int, optional
         Memory available to this process, in bytes; default what the OS reports.
     remedy : callable, optional
-        ``remedy(r, split_every)``: the command of the same job with r components and that
-        fan-in, printed as the remedy.
+        ``remedy(r, split_every)``: the same job with r components and that fan-in, as the
+        marker of a :class:`sphdist.errors.Remedy` (:func:`sphdist.errors.remedy`).
 
     Returns
     -------
@@ -707,7 +707,7 @@ def memory_check(
             options = []
             if remedy is not None and fits:  # another fan-in saves a partial at most
                 options.append(f"fit at most {fits} components: "
-                               f"`{remedy(fits, split_every)}`")
+                               f"{remedy(fits, split_every)}")
             options.append("ingest fewer features (a larger --min-df, or --hashing with a "
                            "smaller --n-features)")
             options.append("run on a cluster whose workers have more memory "

@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import shlex
@@ -15,7 +16,14 @@ from typing import Any
 import numpy as np
 
 from sphdist._words import plural
-from sphdist.errors import DataError, InputNotFoundError, ModelFormatError, ParameterError
+from sphdist.errors import (
+    DataError,
+    InputNotFoundError,
+    ParameterError,
+    Remedy,
+    Words,
+    remedy,
+)
 from sphdist.io import (
     CommitState,
     commit_state,
@@ -28,7 +36,7 @@ from sphdist.io import (
 from sphdist.io.model import Model, open_model
 
 __all__ = [
-    "describe", "fit_status", "resume_command", "require_embedding", "warn_if_stopped",
+    "describe", "fit_status", "resume_remedy", "require_embedding", "warn_if_stopped",
     "top_terms", "check_roles", "solver_seconds_per_iteration",
     "shown_objective", "plural", "TOP_TERMS_BASIS",
 ]
@@ -99,8 +107,10 @@ def describe(path: str | os.PathLike[str], expect: str | None = None) -> dict[st
         with the exact V-step, which holds U only) and ``checkpoint`` (``complete``;
         ``staging_dirs``, the names of uncommitted staging trees beside it; ``state``, in
         words: ``"committed"``, ``"none"`` or an interrupted commit whose last complete
-        version is ``<path>.old``, with ``recover``, the ``sphdist fit ... --resume`` command
-        that moves it back and continues the fit). An embedding: ``shape`` [r, n], ``model``,
+        version is ``<path>.old``, with ``recover``, the fit that moves it back and continues
+        it: the fields of a :class:`~sphdist.errors.Remedy` (``action``, ``target``,
+        ``overrides``, ``say``), which ``sphdist info`` prints as its command). An
+        embedding: ``shape`` [r, n], ``model``,
         ``corpus``, ``labels``, ``n_degenerate``. An index (``sphdist index``): ``index`` (its
         record: ``kind``, ``nlist``, ``nprobe``, ``n_documents``, ``n_indexed``,
         ``n_components``...), ``model`` and ``source`` (what it indexes).
@@ -162,7 +172,7 @@ def _describe_model(path: Path, state: CommitState) -> dict[str, Any]:
     model = open_stored(path, "model")
     model.U  # noqa: B018 - the values are checked (finite, orthonormal, u_sha256), as transform does
     if state.interrupted and not state.committed:  # the fit's writer moves it back
-        checkpoint["recover"] = resume_command(model)
+        checkpoint["recover"] = dataclasses.asdict(model.resume_remedy())
     a = model.attrs
     m, r, n = model.shape
     objective = a["objective"]
@@ -230,34 +240,24 @@ def fit_status(model: Model) -> str:
     return f"reached max_iter {max_iter}, not converged (tol {params.get('tol')})"
 
 
-def resume_command(model: Model) -> str:
-    """The ``sphdist fit`` command, with ``--resume``, that continues the fit of ``model``.
+def resume_remedy(model: Model) -> Remedy:
+    """The fit, with ``resume``, that continues the fit of ``model``: :class:`Remedy`.
 
-    Every parameter the checkpoint was written with is given (``-r`` always, the others
-    where they differ from the defaults; :func:`sphdist.jobs.fit.fit_command`), so the
-    command passes the resume checks.
+    :meth:`sphdist.io.model.Model.resume_remedy`: every parameter the checkpoint was written
+    with, so the fit passes the resume checks.
     """
-    from sphdist.jobs.fit import fit_command  # the fit job (dask, distributed): only here
-
-    return fit_command(model.corpus.get("path", "CORPUS"), model.path, model.params,
-                       resume=True)
+    return model.resume_remedy()
 
 
 def require_embedding(model: Model) -> None:
-    """Refuse the checkpoint of an unfinished fit, with the command that finishes it.
+    """Refuse the checkpoint of an unfinished fit (:meth:`Model.require_embedding`).
 
     Raises
     ------
     ModelFormatError
         If ``model`` holds U but not the embedding V.
     """
-    if not model.has_embedding:
-        raise ModelFormatError(
-            f"{model.path} is a checkpoint of a fit stopped at iteration {model.n_iter} of "
-            f"{model.max_iter if model.max_iter is not None else '?'}, not converged: it "
-            f"holds U, not the embedding V. To resolve this, finish the fit: "
-            f"`{resume_command(model)}`."
-        )
+    model.require_embedding()
 
 
 def warn_if_stopped(model: Model, use: str) -> None:
@@ -272,8 +272,8 @@ def warn_if_stopped(model: Model, use: str) -> None:
     status = fit_status(model)
     if status.startswith("stopped"):
         logger.warning(
-            "%s: the fit %s; %s uses the model of that iteration. To finish the fit: `%s`.",
-            model.path, status, use, resume_command(model),
+            "%s: the fit %s; %s uses the model of that iteration. To finish the fit: %s.",
+            model.path, status, use, Words(remedy(model.resume_remedy())),
         )
 
 

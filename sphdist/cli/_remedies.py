@@ -1,0 +1,171 @@
+"""The command line's words for the structured remedies of sphdist's errors.
+
+A message below :mod:`sphdist.cli` names parameters by their Python names
+(:func:`sphdist.errors.option`) and the jobs that resolve it as
+:class:`~sphdist.errors.Remedy` objects (:func:`sphdist.errors.remedy`). :class:`CommandForm`
+renders them with the options of the click commands that own them: a parameter as the option
+of the command that failed (``--memory-budget 4GiB``), a remedy as a pasteable command of the
+command its action names (``sphdist fit --input c.zarr --output m.zarr --resume -r 5``).
+The spelling of each option is read off the click objects, never a table: the long option,
+or a short one that is a notation of its own rather than the long one's initial (``-r`` for
+``--n-components``, ``-k`` for ``--n-clusters``; ``--input``, not ``-i``).
+"""
+
+from __future__ import annotations
+
+import logging
+import shlex
+from typing import Any
+
+import click
+
+from sphdist.errors import _UNSET, Remedy, Words, render
+
+__all__ = ["CommandForm", "WordsFilter", "command", "render_for", "spelling"]
+
+
+def spelling(param: click.Parameter) -> str:
+    """How the command line writes ``param``: its long option, or its notation.
+
+    Parameters
+    ----------
+    param : click.Parameter
+        An option of a command.
+
+    Returns
+    -------
+    str
+        A short option whose letter is not the initial of the parameter's name (``-r`` of
+        ``n_components``), else the first long option, else the first.
+
+    Examples
+    --------
+    >>> spelling(click.Option(["--n-components", "-r", "n_components"]))
+    '-r'
+    >>> spelling(click.Option(["--input", "-i", "input_"]))
+    '--input'
+    """
+    name = (param.name or "").strip("_")
+    shorts = [o for o in param.opts if not o.startswith("--") and len(o) == 2]
+    for short in shorts:
+        if name and short[1] != name[0]:
+            return short
+    longs = [o for o in param.opts if o.startswith("--")]
+    return (longs or list(param.opts))[0]
+
+
+def _text(value: Any) -> str:
+    if isinstance(value, float):
+        return repr(value).removesuffix(".0")
+    return str(value)
+
+
+def _find(command: click.Command | None, name: str) -> click.Parameter | None:
+    if command is None:
+        return None
+    for param in command.params:
+        if param.name == name or (param.name or "").rstrip("_") == name:
+            return param
+    return None
+
+
+class CommandForm:
+    """The words of the command line for :func:`sphdist.errors.render`.
+
+    Parameters
+    ----------
+    command : click.Command or None
+        The command that failed: the owner of the parameters a message names.
+    root : click.Group
+        The ``sphdist`` group, where a remedy's action is looked up.
+    """
+
+    def __init__(self, command: click.Command | None, root: click.Group):
+        self.command, self.root = command, root
+
+    def _words(self, param: click.Parameter | None, name: str, value: Any) -> list[str]:
+        if isinstance(param, click.Argument):
+            return [] if value is _UNSET or value is None else [shlex.quote(_text(value))]
+        flag = f"--{name.replace('_', '-')}" if param is None else spelling(param)
+        if value is _UNSET:
+            return [flag]
+        if value is None:
+            return []
+        if isinstance(param, click.Option) and param.is_flag or isinstance(value, bool):
+            if value:
+                return [flag]
+            secondary = getattr(param, "secondary_opts", None) or []
+            if secondary:
+                return [secondary[0]]
+            return [] if param is not None else [f"--no-{name.replace('_', '-')}"]
+        if isinstance(value, list | tuple) and getattr(param, "multiple", False):
+            return [w for v in value for w in (flag, shlex.quote(_text(v)))]
+        return [flag, shlex.quote(_text(value))]
+
+    def option(self, name: str, value: Any = _UNSET) -> str:
+        """The option of the failed command that sets ``name`` (to ``value``)."""
+        return " ".join(self._words(_find(self.command, name), name, value)) or name
+
+    def remedy(self, fix: Remedy) -> str:
+        """``sphdist ACTION ...``: the command of ``fix``, arguments in its order."""
+        command: click.Command | None = self.root
+        for word in fix.action.split():
+            command = (command.commands.get(word) if isinstance(command, click.Group)
+                       else None)
+        words = ["sphdist", fix.action]
+        for name, value in fix.arguments().items():
+            words += self._words(_find(command, name), name, value)
+        return " ".join(words)
+
+
+def failed_command(ctx: click.Context) -> click.Command | None:
+    """The command of the ``sphdist`` line that ``ctx`` (the group's) ran: its last word named.
+
+    Walks the words of the line (what :class:`~sphdist.cli._common.Group` recorded) down the
+    groups; ``ctx.command`` itself when ``ctx`` is a command's own context.
+    """
+    if not isinstance(ctx.command, click.Group):
+        return ctx.command
+    command: click.Command = ctx.command
+    for word in ctx.meta.get("sphdist.argv") or []:
+        if isinstance(command, click.Group) and word in command.commands:
+            command = command.commands[word]
+    return None if command is ctx.command else command
+
+
+def render_for(ctx: click.Context, message: Any) -> str:
+    """``message`` (a string or an exception) in the words of the command that ``ctx`` ran."""
+    root = ctx.find_root().command
+    if not isinstance(root, click.Group):  # a command invoked on its own (a test)
+        from sphdist.cli import main as root
+    return render(message, CommandForm(failed_command(ctx), root))
+
+
+def _form() -> CommandForm:
+    """The form of the command running now (the ``sphdist`` group's, outside one)."""
+    ctx = click.get_current_context(silent=True)
+    if ctx is None:
+        from sphdist.cli import main
+
+        return CommandForm(None, main)
+    root = ctx.find_root().command
+    if not isinstance(root, click.Group):
+        from sphdist.cli import main as root
+    return CommandForm(failed_command(ctx), root)
+
+
+def command(fix: Remedy | dict[str, Any]) -> str:
+    """The pasteable command of a remedy (or of its fields, as :func:`dataclasses.asdict`)."""
+    return _form().remedy(fix if isinstance(fix, Remedy) else Remedy(**fix))
+
+
+class WordsFilter(logging.Filter):
+    """Renders the :class:`~sphdist.errors.Words` of a log line in the command line's words."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        """Replace each :class:`~sphdist.errors.Words` argument by its rendering; keep all."""
+        if isinstance(record.args, tuple) and any(isinstance(a, Words) for a in record.args):
+            form = _form()
+            record.args = tuple(render(a, form) if isinstance(a, Words) else a
+                                for a in record.args)
+        return True
