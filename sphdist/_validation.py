@@ -38,7 +38,7 @@ from sklearn.utils._param_validation import (
     make_constraint,
 )
 
-from sphdist.errors import ParameterError
+from sphdist.errors import ParameterError, option
 
 __all__ = [
     "InvalidParameterValueError",
@@ -227,8 +227,8 @@ def check_bound(name: str, value: int, high: int, why: str = "") -> int:
     """
     if not 1 <= value <= high:
         raise InvalidParameterValueError(
-            f"{name}={value!r} is out of range{why}. To resolve this, choose "
-            f"1 <= {name} <= {high}."
+            f"{option(name, value)} is out of range{why}. To resolve this, choose "
+            f"1 <= {option(name)} <= {high}."
         )
     return int(value)
 

@@ -55,7 +55,7 @@ class Remedy:
     ----------
     action : str
         The job, by the name of its ``sphdist`` command (``"fit"``); its Python function is
-        :data:`FUNCTIONS`' entry (``sphdist.jobs.fit_corpus``).
+        :data:`FUNCTIONS`' entry (``sphdist.jobs.fit.fit_corpus``).
     target : Mapping
         Its paths by parameter name, in order (``{"input": ..., "output": ...}``).
     overrides : Mapping
@@ -76,7 +76,7 @@ class Remedy:
 
 
 #: The Python function of each :attr:`Remedy.action` (what :class:`PythonForm` calls).
-FUNCTIONS = {"fit": "sphdist.jobs.fit_corpus"}
+FUNCTIONS = {"fit": "sphdist.jobs.fit.fit_corpus"}
 
 #: Delimiters of a structured part of a message (Unicode private use: never in a path).
 _OPEN, _CLOSE = "\ue000", "\ue001"
@@ -128,7 +128,7 @@ def remedy(fix: Remedy) -> str:
     --------
     >>> render("continue it: " + remedy(Remedy("fit", {"input": "c.zarr", "output": "m.zarr"},
     ...                                        {"resume": True, "n_components": 5})))
-    "continue it: `sphdist.jobs.fit_corpus(input='c.zarr', output='m.zarr', resume=True, \
+    "continue it: `sphdist.jobs.fit.fit_corpus(input='c.zarr', output='m.zarr', resume=True, \
 n_components=5)`"
     """
     part = {"remedy": {"action": fix.action, "target": _jsonable(fix.target),
@@ -154,7 +154,7 @@ class PythonForm:
         return name if value is _UNSET else f"{name}={value!r}"
 
     def remedy(self, fix: Remedy) -> str:
-        """``sphdist.jobs.fit_corpus(input='c.zarr', output='m.zarr', resume=True)``."""
+        """``sphdist.jobs.fit.fit_corpus(input='c.zarr', output='m.zarr', resume=True)``."""
         arguments = ", ".join(f"{k}={v!r}" for k, v in fix.arguments().items())
         return f"{FUNCTIONS.get(fix.action, fix.action)}({arguments})"
 

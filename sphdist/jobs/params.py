@@ -128,7 +128,7 @@ def fit_remedy(
 
     What the fit's refusals offer: a checkpoint's resume, or the asked fit replacing the
     output. The command line renders it as a ``sphdist fit`` command, the Python API as a call
-    of :func:`sphdist.jobs.fit_corpus` (:func:`sphdist.errors.render`).
+    of :func:`sphdist.jobs.fit.fit_corpus` (:func:`sphdist.errors.render`).
 
     Parameters
     ----------
@@ -158,7 +158,7 @@ def fit_remedy(
     >>> fix.overrides
     {'resume': True, 'n_components': 5, 'lam': 'palm'}
     >>> render(remedy(fix))
-    "`sphdist.jobs.fit_corpus(input='c.zarr', output='m.zarr', resume=True, n_components=5, \
+    "`sphdist.jobs.fit.fit_corpus(input='c.zarr', output='m.zarr', resume=True, n_components=5, \
 lam='palm')`"
     """
     import numpy as np
