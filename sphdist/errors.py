@@ -198,23 +198,33 @@ def template(exc: Any) -> str:
     return str(exc)
 
 
-class Words:
-    """A message with markers, worded when it is shown (an argument of a log line).
+class Words(str):
+    """A message with markers: a ``str`` in the Python API's words that keeps its template.
 
-    ``str()`` gives the Python API's words; the command line's log handler renders
-    :attr:`template` in its own (:mod:`sphdist.cli._remedies`).
+    What a log line is given (as its message or an argument): it reads as the Python API's
+    words anywhere a ``str`` does, and the command line's log handler renders
+    :attr:`template` in its own (:mod:`sphdist.cli._remedies`). Slicing or formatting it
+    gives a plain ``str`` of the Python words.
 
     Parameters
     ----------
     template : str
         The text, with the markers of :func:`option` and :func:`remedy`.
+
+    Examples
+    --------
+    >>> why = Words(f"{option('memory_budget')} sets it")
+    >>> why, why.template == f"{option('memory_budget')} sets it"
+    ('memory_budget sets it', True)
     """
 
-    def __init__(self, template: str):
-        self.template = template
+    template: str
 
-    def __str__(self) -> str:
-        return _parts(self.template, PythonForm())
+    def __new__(cls, template: str) -> Words:
+        """The Python words of ``template``, which is kept as :attr:`template`."""
+        self = super().__new__(cls, _parts(str(template), PythonForm()))
+        self.template = str(getattr(template, "template", template))
+        return self
 
 
 def remedies(message: Any) -> tuple[Remedy, ...]:

@@ -416,10 +416,9 @@ class _AboveTheBars(logging.StreamHandler):  # type: ignore[type-arg]
 def setup_logging(level: str, quiet: bool) -> None:
     """Log lines of the ``sphdist`` logger on stderr, above any progress bar, at ``level``."""
     handler = _AboveTheBars(sys.stderr)
-    handler.setFormatter(logging.Formatter("%(message)s"))
-    from sphdist.cli._remedies import WordsFilter  # remedies in the words of the command line
+    from sphdist.cli._remedies import WordsFormatter  # remedies in the command line's words
 
-    handler.addFilter(WordsFilter())
+    handler.setFormatter(WordsFormatter("%(message)s"))
     logger.handlers[:] = [handler]
     logger.setLevel(logging.WARNING if quiet else getattr(logging, level.upper()))
     logger.propagate = False

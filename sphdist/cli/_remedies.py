@@ -13,6 +13,7 @@ or a short one that is a notation of its own rather than the long one's initial 
 
 from __future__ import annotations
 
+import copy
 import logging
 import shlex
 from typing import Any
@@ -21,7 +22,7 @@ import click
 
 from sphdist.errors import _UNSET, Remedy, Words, render
 
-__all__ = ["CommandForm", "WordsFilter", "command", "render_for", "spelling"]
+__all__ = ["CommandForm", "WordsFormatter", "command", "render_for", "spelling"]
 
 
 def spelling(param: click.Parameter) -> str:
@@ -60,12 +61,18 @@ def _text(value: Any) -> str:
     return str(value)
 
 
+#: The fields of :class:`~sphdist.jobs.cluster.ClusterSpec` whose option is named otherwise
+#: (:func:`sphdist.cli._common.cluster_spec` passes the option's value as the field).
+SPEC_FIELDS = {"address": "scheduler_address", "insecure": "insecure_local_cluster"}
+
+
 def _find(command: click.Command | None, name: str) -> click.Parameter | None:
     if command is None:
         return None
-    for param in command.params:
-        if param.name == name or (param.name or "").rstrip("_") == name:
-            return param
+    for wanted in (name, SPEC_FIELDS.get(name)):
+        for param in command.params:
+            if wanted and (param.name == wanted or (param.name or "").rstrip("_") == wanted):
+                return param
     return None
 
 
@@ -159,13 +166,22 @@ def command(fix: Remedy | dict[str, Any]) -> str:
     return _form().remedy(fix if isinstance(fix, Remedy) else Remedy(**fix))
 
 
-class WordsFilter(logging.Filter):
-    """Renders the :class:`~sphdist.errors.Words` of a log line in the command line's words."""
+class WordsFormatter(logging.Formatter):
+    """Formats a log line with its :class:`~sphdist.errors.Words` in the command line's words.
 
-    def filter(self, record: logging.LogRecord) -> bool:
-        """Replace each :class:`~sphdist.errors.Words` argument by its rendering; keep all."""
-        if isinstance(record.args, tuple) and any(isinstance(a, Words) for a in record.args):
+    A copy of the record is rendered: other handlers (a test's, a user's) see the record as
+    it was logged, in the Python API's words.
+    """
+
+    def format(self, record: logging.LogRecord) -> str:
+        """The line, each :class:`~sphdist.errors.Words` (message or argument) rendered."""
+        args = record.args if isinstance(record.args, tuple) else ()
+        if isinstance(record.msg, Words) or any(isinstance(a, Words) for a in args):
             form = _form()
-            record.args = tuple(render(a, form) if isinstance(a, Words) else a
-                                for a in record.args)
-        return True
+            record = copy.copy(record)
+            if isinstance(record.msg, Words):
+                record.msg = render(record.msg, form)
+            if args:
+                record.args = tuple(render(a, form) if isinstance(a, Words) else a
+                                    for a in args)
+        return super().format(record)

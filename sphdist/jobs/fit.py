@@ -791,7 +791,7 @@ def decide_output(
         OutputRemedy, "resume", input if same_corpus else previous.corpus.get("path", "CORPUS"),
         {**params, **recorded},
     )
-    detail = ", ".join(f"{k}: {a!r} -> {b!r}" for k, (a, b) in changed.items())
+    detail = ", ".join(f"{option(k)}: {a!r} -> {b!r}" for k, (a, b) in changed.items())
     other_corpus = (
         f"{previous.corpus.get('path')!r} (fingerprint "
         f"{previous.corpus.get('fingerprint', '?')[:12]}), not {{}} {input} (fingerprint "
