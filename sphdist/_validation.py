@@ -159,7 +159,7 @@ def check_param(name: str, value: Any, *constraints: Any, caller: str | None = N
         of = "" if caller is None else f" of {caller}"
         raise InvalidParameterValueError(
             f"The {name!r} parameter{of} must be {describe(constraints)}. Got "
-            f"{name}={value!r} instead. To resolve this, pass a value in that range."
+            f"{option(name, value)} instead. To resolve this, pass a value in that range."
         )
     return value
 

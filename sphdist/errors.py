@@ -118,6 +118,8 @@ def option(name: str, value: Any = _UNSET) -> str:
     part: dict[str, Any] = {"option": name}
     if value is not _UNSET:
         part["value"] = _jsonable(value)
+        if part["value"] != value or type(part["value"]) is not type(value):
+            part["repr"] = repr(value)  # the Python words of a value JSON changes
     return _OPEN + json.dumps(part) + _CLOSE
 
 
@@ -164,6 +166,8 @@ def _parts(message: str, form: Form) -> str:
         part = json.loads(match.group(1))
         if "remedy" in part:
             return "`" + form.remedy(Remedy(**part["remedy"])) + "`"
+        if "repr" in part and isinstance(form, PythonForm):
+            return f"{part['option']}={part['repr']}"
         return form.option(part["option"], part.get("value", _UNSET))
 
     return _PART.sub(one, message)
