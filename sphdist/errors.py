@@ -76,7 +76,14 @@ class Remedy:
 
 
 #: The Python function of each :attr:`Remedy.action` (what :class:`PythonForm` calls).
-FUNCTIONS = {"fit": "sphdist.jobs.fit.fit_corpus"}
+FUNCTIONS = {
+    "fit": "sphdist.jobs.fit.fit_corpus",
+    "transform": "sphdist.jobs.transform.transform_corpus",
+    "evaluate": "sphdist.jobs.evaluate.evaluate_model",
+    "export": "sphdist.jobs.embedding.export_embedding",
+    "plot embedding": "sphdist.jobs.plotting.plot_embedding",
+    "index": "sphdist.jobs.neighbors.build_index",
+}
 
 #: Delimiters of a structured part of a message (Unicode private use: never in a path).
 _OPEN, _CLOSE = "\ue000", "\ue001"
@@ -123,8 +130,14 @@ def option(name: str, value: Any = _UNSET) -> str:
     return _OPEN + json.dumps(part) + _CLOSE
 
 
-def remedy(fix: Remedy) -> str:
+def remedy(fix: Remedy, *then: Remedy) -> str:
     """A job named in a message, for :func:`render` to word as a call or a command.
+
+    Parameters
+    ----------
+    fix : Remedy
+    *then : Remedy
+        Jobs to run after it, in order: one pasteable chain (``a && b`` on the command line).
 
     Examples
     --------
@@ -133,8 +146,9 @@ def remedy(fix: Remedy) -> str:
     "continue it: `sphdist.jobs.fit.fit_corpus(input='c.zarr', output='m.zarr', resume=True, \
 n_components=5)`"
     """
-    part = {"remedy": {"action": fix.action, "target": _jsonable(fix.target),
-                       "overrides": _jsonable(fix.overrides), "say": fix.say}}
+    chain = [{"action": f.action, "target": _jsonable(f.target),
+              "overrides": _jsonable(f.overrides), "say": f.say} for f in (fix, *then)]
+    part = {"remedy": chain[0]} if not then else {"chain": chain}
     return _OPEN + json.dumps(part) + _CLOSE
 
 
@@ -147,9 +161,14 @@ class Form(Protocol):
     def remedy(self, fix: Remedy) -> str:
         """A job, as something to paste (without the backticks)."""
 
+    #: What joins the jobs of a chain.
+    THEN: str
+
 
 class PythonForm:
     """The Python API's words: keyword arguments and calls of :data:`FUNCTIONS`."""
+
+    THEN = "; "
 
     def option(self, name: str, value: Any = _UNSET) -> str:
         """``name`` or ``name=value``."""
@@ -166,6 +185,8 @@ def _parts(message: str, form: Form) -> str:
         part = json.loads(match.group(1))
         if "remedy" in part:
             return "`" + form.remedy(Remedy(**part["remedy"])) + "`"
+        if "chain" in part:
+            return "`" + form.THEN.join(form.remedy(Remedy(**f)) for f in part["chain"]) + "`"
         if "repr" in part and isinstance(form, PythonForm):
             return f"{part['option']}={part['repr']}"
         return form.option(part["option"], part.get("value", _UNSET))
@@ -235,7 +256,8 @@ def remedies(message: Any) -> tuple[Remedy, ...]:
     """The :class:`Remedy` objects named in a message or an exception, in order."""
     text = template(message) if isinstance(message, BaseException) else str(message)
     found = (json.loads(m.group(1)) for m in _PART.finditer(text))
-    return tuple(Remedy(**part["remedy"]) for part in found if "remedy" in part)
+    return tuple(Remedy(**fix) for part in found
+                 for fix in ([part["remedy"]] if "remedy" in part else part.get("chain", [])))
 
 
 class _Rendered:

@@ -87,12 +87,15 @@ class CommandForm:
         The ``sphdist`` group, where a remedy's action is looked up.
     """
 
+    THEN = " && "
+
     def __init__(self, command: click.Command | None, root: click.Group):
         self.command, self.root = command, root
 
     def _words(self, param: click.Parameter | None, name: str, value: Any) -> list[str]:
         if isinstance(param, click.Argument):
-            return [] if value is _UNSET or value is None else [shlex.quote(_text(value))]
+            values = value if isinstance(value, list | tuple) else [value]
+            return [shlex.quote(_text(v)) for v in values if v is not _UNSET and v is not None]
         flag = f"--{name.replace('_', '-')}" if param is None else spelling(param)
         if value is _UNSET:
             return [flag]

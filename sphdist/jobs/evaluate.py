@@ -89,7 +89,7 @@ def evaluate_model(
     """
     if input is not None:
         _refuse_raw_text(model, input)
-    source = open_embedding_source(model, input, verb="evaluate", rest=(), embed=True)
+    source = open_embedding_source(model, input, verb="evaluate", rest={}, embed=True)
     fitted = open_model(model)
     where = input if input is not None else fitted.corpus.get("path")
     labels = source.labels

@@ -10,6 +10,7 @@ import dataclasses
 import logging
 import os
 import shlex
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +23,7 @@ from sphdist.errors import (
     ParameterError,
     Remedy,
     Words,
+    option,
     remedy,
 )
 from sphdist.io import (
@@ -373,49 +375,83 @@ def _command(*words: str | os.PathLike[str]) -> str:
     return " ".join(shlex.quote(str(w)) for w in words)
 
 
+def arguments_of(rest: Mapping[str, Any] | Sequence[str]) -> dict[str, Any]:
+    """A job's other arguments by their Python names, from a mapping or command-line words.
+
+    Parameters
+    ----------
+    rest : mapping or sequence of str
+        ``{"output": "x.png"}``; or, from a caller not yet converted to a mapping, the words
+        of its command line (``("--output", "x.png", "--check")``), read as ``--name
+        [value]`` pairs with the dashes of the name made underscores.
+
+    Returns
+    -------
+    dict
+
+    Examples
+    --------
+    >>> arguments_of({"output": "x.png"}), arguments_of(("--output", "x.png", "--check"))
+    ({'output': 'x.png'}, {'output': 'x.png', 'check': True})
+    """
+    if isinstance(rest, Mapping):
+        return dict(rest)
+    words, found = list(map(str, rest)), {}
+    for i, word in enumerate(words):
+        if word.startswith("-"):
+            value: Any = True
+            if i + 1 < len(words) and not words[i + 1].startswith("-"):
+                value = words[i + 1]
+            found[word.lstrip("-").replace("-", "_")] = value
+    return found
+
+
 def check_roles(
     verb: str, model: str | os.PathLike[str], input: str | os.PathLike[str] | None,
-    rest: tuple[str, ...] = (),
+    rest: Mapping[str, Any] | Sequence[str] = (),
 ) -> None:
-    """Refuse a model and an input given the wrong way round, naming the corrected command.
+    """Refuse a model and an input given the wrong way round, naming the corrected job.
 
-    Called by the jobs before opening either path, so that ``sphdist evaluate -m CORPUS -i
-    MODEL`` is answered with the command that works, not with the storage layer's "not a
-    sphdist model".
+    Called by the jobs before opening either path, so that ``evaluate_model(CORPUS, MODEL)``
+    (``sphdist evaluate -m CORPUS -i MODEL``) is answered with the call that works, not with
+    the storage layer's "not a sphdist model".
 
     Parameters
     ----------
     verb : str
-        The command, as typed after ``sphdist`` (``"evaluate"``, ``"plot embedding"``).
+        The job, by the name of its command (``"evaluate"``, ``"plot embedding"``): the
+        :attr:`~sphdist.errors.Remedy.action` of the remedy.
     model, input : path-like
-        What was given as ``--model`` and ``--input`` (``input`` None: not given).
-    rest : tuple of str
-        The command's other arguments needed for the corrected command to run (``--output
-        PATH``).
+        What was given as ``model`` and ``input`` (``input`` None: not given).
+    rest : mapping
+        The job's other arguments needed for the corrected job to run, by their Python names
+        (``{"output": PATH}``); command-line words are still read (:func:`arguments_of`).
 
     Raises
     ------
     ParameterError
         If ``input`` is a model and ``model`` is not (swapped), or both are models (the
-        corpus the model recorded is suggested when it exists).
+        corpus the model recorded is suggested when it exists); the remedy is a
+        :class:`~sphdist.errors.Remedy` of ``verb``.
     """
     if input is None or stored_kind(input) != "model":
         return
     model, input = location(model), location(input)
+    others = arguments_of(rest)
     kind = stored_kind(model) if exists(model) else None
     if kind != "model" and exists(model):
         what = f"a {kind}" if kind else "not a model"
+        swapped = Remedy(verb, {"model": str(input), "input": str(model)}, others)
         raise ParameterError(
-            f"--model {model} is {what} and --input {input} is a model: the options look "
-            f"swapped. To resolve this, run "
-            f"`{_command('sphdist', *verb.split(), '--model', input, '--input', model, *rest)}`."
+            f"{option('model', model)} is {what} and {option('input', input)} is a model: "
+            f"the two look swapped. To resolve this, run {remedy(swapped)}."
         )
     recorded = open_model(model).corpus.get("path") if kind == "model" else None
     if recorded and exists(recorded):
-        again = _command("sphdist", *verb.split(), "--model", model, "--input", recorded, *rest)
-        remedy = f"pass the corpus {model} was fitted on: `{again}`"
+        again = Remedy(verb, {"model": str(model), "input": str(recorded)}, others)
+        fix = f"pass the corpus {model} was fitted on: {remedy(again)}"
     else:
-        remedy = f"pass as --input the corpus {model} was fitted on"
+        fix = f"pass as {option('input')} the corpus {model} was fitted on"
     raise ParameterError(
-        f"--input {input} is a model, not a corpus. To resolve this, {remedy}."
+        f"{option('input', input)} is a model, not a corpus. To resolve this, {fix}."
     )
