@@ -10,7 +10,15 @@ from typing import Any
 
 import numpy as np
 
-from sphdist.errors import CorpusFormatError, DataError, ParameterError
+from sphdist.errors import (
+    CorpusFormatError,
+    DataError,
+    ParameterError,
+    Remedy,
+    Words,
+    option,
+    remedy,
+)
 from sphdist.io.model import open_model
 from sphdist.jobs.embedding import open_embedding_source
 from sphdist.jobs.info import _command, plural, shown_objective, warn_if_stopped
@@ -99,13 +107,13 @@ def evaluate_model(
     known = labels[labels >= 0]
     k = kmeans.get("n_clusters")
     if k is not None and not 1 <= k <= known.size:
-        again = _command("sphdist", "evaluate", "--model", model,
-                         *(() if input is None else ("--input", input)), "-k",
-                         str(np.unique(known).size))
+        again = Remedy("evaluate", {"model": str(model),
+                                    **({} if input is None else {"input": str(input)})},
+                       {"n_clusters": int(np.unique(known).size)})
         raise ParameterError(
-            f"n_clusters={k} (-k {k}) is more clusters than the {known.size} labelled documents "
-            f"of {where}. To resolve this, choose 1 <= k <= {known.size}, e.g. the number of "
-            f"labels: `{again}`."
+            f"{option('n_clusters', k)} is more clusters than the {known.size} labelled "
+            f"documents of {where}. To resolve this, choose 1 <= k <= {known.size}, e.g. the "
+            f"number of labels: {remedy(again)}."
         )
     warn_if_stopped(fitted, "evaluate")
     V = source.V
@@ -127,6 +135,9 @@ def evaluate_model(
 def _why_no_knn(report: dict[str, Any], known: np.ndarray, names: list[str] | None) -> str:
     """Why :func:`sphdist.metrics.knn_accuracy` scored nothing, and what would score it.
 
+    A ``str`` in the Python API's words; a :class:`~sphdist.errors.Words` where it names a
+    parameter, which the command line words with its option.
+
     Its two cases: the rarest label has one document (no stratified split), or k is more
     than the documents of the smallest training fold.
 
@@ -137,7 +148,7 @@ def _why_no_knn(report: dict[str, Any], known: np.ndarray, names: list[str] | No
     "label 'b' has a single document, and stratified folds need 2 of each label"
     >>> _why_no_knn({"knn_k": 10, "knn_folds": 2, "knn_documents": 8}, np.array([0, 1] * 4),
     ...             None)
-    '--knn-k 10 (knn_k=10) is more than the 4 documents of a training fold; choose k <= 4'
+    'knn_k=10 is more than the 4 documents of a training fold; choose k <= 4'
     """
     k, folds, n = report["knn_k"], report["knn_folds"], report["knn_documents"]
     if folds < 2:
@@ -152,8 +163,8 @@ def _why_no_knn(report: dict[str, Any], known: np.ndarray, names: list[str] | No
                 f"{'have' if single.size > 1 else 'has'} a single document, and stratified "
                 "folds need 2 of each label")
     training = n - -(-n // folds)  # the smallest training fold
-    return (f"--knn-k {k} (knn_k={k}) is more than the {training} documents of a training "
-            f"fold; choose k <= {training}")
+    return Words(f"{option('knn_k', k)} is more than the {training} documents of a training "
+                 f"fold; choose k <= {training}")
 
 
 def _refuse_raw_text(model: Any, input: Any) -> None:
