@@ -23,7 +23,7 @@ import numpy as np
 import zarr
 from zarr.core.sync import sync
 
-from sphdist.errors import SphdistError
+from sphdist.errors import SphdistError, Words
 
 __all__ = [
     "content_sha256",
@@ -111,7 +111,7 @@ def warn_undigested(path: Any, what: str, remedy: str) -> None:
     """
     logger.warning(
         "%s: %s has no recorded digest (written by an earlier sphdist), so a change to it "
-        "cannot be detected. To resolve this, %s.", path, what, remedy,
+        "cannot be detected. To resolve this, %s.", path, what, Words(remedy),
     )
 
 

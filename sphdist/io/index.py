@@ -42,7 +42,7 @@ from typing import Any
 import numpy as np
 import zarr
 
-from sphdist.errors import ModelFormatError, StoreReplacedError
+from sphdist.errors import ModelFormatError, Remedy, StoreReplacedError, remedy
 from sphdist.io._checked import content_sha256, read_checked
 from sphdist.io._files import exists
 from sphdist.io._fs import is_remote, location
@@ -59,7 +59,9 @@ FORMAT_VERSION = 1
 KIND = "index"  # the group attribute sphdist.kind
 _SAMPLE = 1 << 20  # bytes at each end of the serialized index whose digest every read checks
 
-_WRITE = "sphdist index --model MODEL --output INDEX"
+def _write(**overrides: bool) -> str:
+    """The index job that writes an index, as a remedy's marker."""
+    return remedy(Remedy("index", {"model": "MODEL", "output": "INDEX"}, overrides))
 
 
 def index_kind(path: str | os.PathLike[str]) -> str | None:
@@ -229,15 +231,15 @@ class StoredIndex(TaggedStore):
 
     KIND = KIND
     FORMAT_VERSION = FORMAT_VERSION
-    _MISSING = f"write one with `{_WRITE}`"
-    _STALE = _REWRITE = f"write it again with `{_WRITE} --overwrite`"
+    _MISSING = f"write one with {_write()}"
+    _STALE = _REWRITE = f"write it again with {_write(overwrite=True)}"
 
     def __init__(self, path: str | os.PathLike[str]):
         found = index_kind(path)
         if found not in (None, KIND):
             raise ModelFormatError(
                 f"{location(path)} is a sphdist {found}, not a sphdist index. To resolve this, "
-                f"pass an index written by `{_WRITE}`."
+                f"pass an index written by {_write()}."
             )
         super().__init__(path)
 

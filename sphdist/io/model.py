@@ -140,7 +140,8 @@ class Model(TaggedStore):
     #: Largest ``| ||v_j|| - 1 |`` accepted (the V of a float32 fit is normalised in float32).
     V_TOLERANCE = UNIT_TOLERANCE
     FORMAT_VERSION = FORMAT_VERSION
-    _MISSING = "check the path, or fit one with `sphdist fit --input CORPUS --output PATH`"
+    _MISSING = "check the path, or fit one: " + remedy(Remedy(
+        "fit", {"input": "CORPUS", "output": "PATH"}, {"n_components": 20}))
     _STALE = "refit with this version of sphdist"
     _REWRITE = "refit with `sphdist fit`"
 
@@ -283,8 +284,7 @@ class Model(TaggedStore):
         found = digests.get(name) if isinstance(digests, dict) else None
         if found is None and name not in self._warned:
             self._warned.add(name)
-            warn_undigested(self.path, name, f"{self._REWRITE} (`sphdist fit --input CORPUS "
-                            f"--output {self.path} --overwrite`)")
+            warn_undigested(self.path, name, f"{self._REWRITE} ({self._refit()})")
         return found
 
     @property
@@ -346,6 +346,12 @@ class Model(TaggedStore):
         """
         self._require_embedding()
         return self._unit_columns_between("V", self._digest("V"), start, stop)
+
+    def _refit(self) -> str:
+        """The fit that writes this model again, as a remedy's marker."""
+        return remedy(Remedy("fit", {"input": self.corpus.get("path", "CORPUS"),
+                                     "output": str(self.path)},
+                             {"overwrite": True, "n_components": self.shape[1]}))
 
     def resume_remedy(self) -> Remedy:
         """The fit that continues this model's, with the parameters of its checkpoint.

@@ -411,7 +411,8 @@ def test_stores_written_before_these_digests_are_read_with_one_warning(copies, c
     said = [r.getMessage() for r in caplog.records if "no recorded digest" in r.getMessage()]
     assert len(said) == 2, said  # once per store and array
     assert "doc_ids" in said[0] and "sphdist ingest SOURCE --output" in said[0]
-    assert "V has" in said[1] and "sphdist fit --input CORPUS --output" in said[1]
+    # the Python API's words (issue 32): the refit as a call, of the corpus the model recorded
+    assert "V has" in said[1] and "fit_corpus(input=" in said[1] and "overwrite=True" in said[1]
     _swap(out / "V", 3, 7)  # unit columns: an older model's edit cannot be seen
     open_model(out).V().compute()
 
@@ -618,4 +619,4 @@ def test_an_embedding_written_before_its_v_digests_is_read_with_one_warning(copi
         old.V  # noqa: B018
     said = [r.getMessage() for r in caplog.records if "no recorded digest" in r.getMessage()]
     assert len(said) == 2 and "V has" in said[0] and "degenerate has" in said[1], said
-    assert "sphdist transform --model" in said[0]
+    assert "transform_corpus(model=" in said[0] and "--" not in said[0]
