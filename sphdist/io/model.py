@@ -348,10 +348,11 @@ class Model(TaggedStore):
         return self._unit_columns_between("V", self._digest("V"), start, stop)
 
     def _refit(self) -> str:
-        """The fit that writes this model again, as a remedy's marker."""
-        return remedy(Remedy("fit", {"input": self.corpus.get("path", "CORPUS"),
-                                     "output": str(self.path)},
-                             {"overwrite": True, "n_components": self.shape[1]}))
+        """The fit that writes this model again (its recorded parameters), as a marker."""
+        from sphdist.jobs.params import fit_remedy  # the parameter tables only, no dask
+
+        return remedy(fit_remedy(self.corpus.get("path", "CORPUS"), self.path, self.params,
+                                 overwrite=True))
 
     def resume_remedy(self) -> Remedy:
         """The fit that continues this model's, with the parameters of its checkpoint.

@@ -223,7 +223,7 @@ def test_select_needs_labels_and_vocabulary(tmp_path):
     source = _jsonl(tmp_path)
     with pytest.raises(ParameterError, match="labels"):
         ingest_old(source, tmp_path / "a.zarr", vocabulary=True, select="mutual-info")
-    with pytest.raises(ParameterError, match="drop --hashing"):
+    with pytest.raises(ParameterError, match="pass vocabulary=True"):
         ingest_old(source, tmp_path / "b.zarr", label_field="label", select="mutual-info",
                    vocabulary=False)
     with pytest.raises(DataError, match="no term is left"):
@@ -869,10 +869,13 @@ def test_options_beyond_what_runs_are_refused_before_reading(tmp_path, kwargs, n
 
 
 def test_the_suggested_non_capturing_pattern_tokenises(tmp_path):
-    with pytest.raises(ParameterError, match="token-pattern") as info:
+    import ast
+
+    with pytest.raises(ParameterError, match="token_pattern") as info:
         ingest_old(_jsonl(tmp_path), tmp_path / "out.zarr",
                token_pattern=r"(\w)(\w+)")
-    suggested = str(info.value).split("--token-pattern '")[1].split("'")[0]
+    # the keyword argument to pass, as Python reads it
+    suggested = ast.literal_eval(str(info.value).split("e.g. token_pattern=")[1].rstrip("."))
     assert suggested == r"(?:\w)(?:\w+)"
     corpus = ingest_old(_jsonl(tmp_path), tmp_path / "out.zarr",
                     token_pattern=suggested)
