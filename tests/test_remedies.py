@@ -165,3 +165,25 @@ def test_the_command_line_prints_the_command_and_it_works_when_pasted(corpus, tm
                           capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     assert open_model(out).n_iter == 3
+
+
+def test_a_python_name_passed_on_under_another_option_name_finds_its_option():
+    """``format`` is ``sphdist ingest``'s ``fmt``, ``address`` the ``--scheduler-address`` of
+    a job on a cluster: both rendered as the option the user types."""
+    assert render(option("format", "csv"), _cli_form("ingest")) == "--format csv"
+    assert render(option("format", "csv"), _cli_form("export")) == "--format csv"
+    assert render(option("address", "tcp://h:8786"), _cli_form()) == (
+        "--scheduler-address tcp://h:8786")
+    assert render(option("vocabulary", False), _cli_form("ingest")) == "--hashing"
+
+
+def test_a_chain_of_remedies_is_one_pasteable_line():
+    first = Remedy("transform", {"model": "m.zarr", "input": "c.zarr", "output": "e.zarr"})
+    then = Remedy("export", {"model": "m.zarr", "input": "e.zarr", "output": "x.csv"})
+    message = remedy(first, then)
+    assert remedies(message) == (first, then)
+    assert render(message, _cli_form()) == (
+        "`sphdist transform --model m.zarr --input c.zarr --output e.zarr && "
+        "sphdist export --model m.zarr --input e.zarr --output x.csv`")
+    assert render(message).startswith(
+        "`sphdist.jobs.transform.transform_corpus(model='m.zarr', input='c.zarr', ")

@@ -61,15 +61,18 @@ def _text(value: Any) -> str:
     return str(value)
 
 
-#: The fields of :class:`~sphdist.jobs.cluster.ClusterSpec` whose option is named otherwise
-#: (:func:`sphdist.cli._common.cluster_spec` passes the option's value as the field).
-SPEC_FIELDS = {"address": "scheduler_address", "insecure": "insecure_local_cluster"}
+#: Python names whose click parameter is named otherwise, because the command passes its value
+#: on under the Python name: the fields of :class:`~sphdist.jobs.cluster.ClusterSpec`
+#: (:func:`sphdist.cli._common.cluster_spec`) and ``SourceSpec.format`` (``sphdist ingest``'s
+#: ``fmt``, not to shadow the builtin). Looked up only where no parameter has the name itself.
+ALIASES = {"address": "scheduler_address", "insecure": "insecure_local_cluster",
+           "format": "fmt"}
 
 
 def _find(command: click.Command | None, name: str) -> click.Parameter | None:
     if command is None:
         return None
-    for wanted in (name, SPEC_FIELDS.get(name)):
+    for wanted in (name, ALIASES.get(name)):
         for param in command.params:
             if wanted and (param.name == wanted or (param.name or "").rstrip("_") == wanted):
                 return param

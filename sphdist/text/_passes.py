@@ -307,9 +307,10 @@ def repeated_ids(
 
 
 _REPEATED_ID_REMEDY = (
-    "give every document its own id (--id-field naming a field of unique values, or no "
-    "--id-field: ids are then path:line or path:row), or pass --on-error skip "
-    "(on_error='skip') to keep the first document of each id and count the others as skipped"
+    f"give every document its own id ({option('id_field')} naming a field of unique values, "
+    f"or no {option('id_field')}: ids are then path:line or path:row), or pass "
+    f"{option('on_error', 'skip')} to keep the first document of each id and count the others "
+    "as skipped"
 )
 
 

@@ -51,7 +51,9 @@ from sphdist.errors import (
     InputNotFoundError,
     OutputExistsError,
     ParameterError,
+    Words,
     WorkersLostError,
+    option,
 )
 from sphdist.io import (
     committed,
@@ -822,8 +824,9 @@ def _reduce_counts(run: Callable, src: Plan, job: CountJob, progress: bool | str
 def _report_skipped(total: Counts, on_error: str) -> None:
     if total.n_skipped:
         logger.warning(
-            "skipped %d document(s) that could not be ingested (on_error=%r), e.g. %s",
-            total.n_skipped, on_error, "; ".join(total.examples[:3]),
+            "skipped %d document(s) that could not be ingested (%s), e.g. %s",
+            total.n_skipped, Words(option("on_error", on_error)),
+            Words("; ".join(total.examples[:3])),
         )
 
 
