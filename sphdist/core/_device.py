@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
-from sphdist.errors import DeviceError
+from sphdist.errors import DeviceError, option
 
 __all__ = [
     "DEVICES", "cupy_module", "check_device", "array_module", "on_device", "issparse",
@@ -56,8 +56,7 @@ def cupy_module() -> Any:
         raise DeviceError(
             f"device 'cuda' needs CuPy, which could not be imported ({type(exc).__name__}: "
             f"{exc}). To resolve this, install the GPU extra: `{INSTALL_GPU}` (or the CuPy "
-            "wheel of your CUDA, e.g. cupy-cuda12x), or run on the CPU: --device cpu "
-            "(device='cpu')."
+            f"wheel of your CUDA, e.g. cupy-cuda12x), or run on the CPU: {option('device', 'cpu')}."
         ) from None
     return cupy
 
@@ -103,7 +102,7 @@ def check_device(device: str) -> str:
         raise DeviceError(
             f"device 'cuda' was asked for, but no CUDA device is usable here ({why}). To "
             "resolve this, run on a machine with an NVIDIA GPU and its driver (check with "
-            "`nvidia-smi`), or run on the CPU: --device cpu (device='cpu')."
+            f"`nvidia-smi`), or run on the CPU: {option('device', 'cpu')}."
         )
     return device
 

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import zarr
 
-from sphdist.errors import CorpusFormatError, DataError
+from sphdist.errors import CorpusFormatError, DataError, option
 from sphdist.io._atomic import readable_path
 from sphdist.io._checked import (
     content_sha256,
@@ -127,7 +127,8 @@ class _Input:
             raise DataError(
                 f"{self.path}: all {self.n_documents} documents are empty (no nonzero value), "
                 "so there is nothing to fit. To resolve this, check the source and the ingest "
-                "options (e.g. --remove-headers on very short texts) and re-ingest."
+                f"options (e.g. {option('remove_headers', True)} on very short texts) and "
+                "re-ingest."
             )
 
 

@@ -653,7 +653,8 @@ def embed_texts(
     if scheme.get("type") not in ("hashing", "vocabulary") or fitted.idf is None:
         raise DataError(
             f"{fitted.path} was fitted on {scheme.get('type', 'unknown')!r} input, not on "
-            "text: a text query cannot be embedded. To resolve this, query by --doc-id."
+            f"text: a text query cannot be embedded. To resolve this, query by "
+            f"{option('doc_id')}."
         )
     # the ingestion stage's own reading of the model: scheme, tf-idf options, idf, vocabulary
     options, idf, _remove, _info = read_like(fitted.path)
@@ -763,6 +764,6 @@ def document_embedding(source: EmbeddingSource, doc_id: str) -> tuple[int, np.nd
         raise DataError(
             f"document {doc_id!r} is empty (no feature in common with the model), so its "
             "embedding is a placeholder, not a direction. To resolve this, query another "
-            "document or by --query text."
+            f"document or by {option('query')} text."
         )
     return j, source.columns(j, j + 1)[:, 0]

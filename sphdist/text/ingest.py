@@ -485,7 +485,7 @@ def ingest(
     if committed(output) and not overwrite:  # fail before reading a large source
         raise OutputExistsError(
             f"{output} already exists. To resolve this, choose another output path or pass "
-            "--overwrite (overwrite=True)."
+            f"{option('overwrite', True)}."
         )
     reading = source.reading()
     src = plan(paths, format=source.format, reading=reading, partition_size=partition_size,
@@ -497,8 +497,8 @@ def ingest(
     labelled = src.format in ("dir", "tar") or source.label_field is not None
     if options.select is not None and not labelled:
         raise ParameterError(
-            "select='mutual-info' needs labels. To resolve this, name the label field "
-            "(--label-field), or drop --select."
+            f"{option('select', 'mutual-info')} needs labels. To resolve this, name the label "
+            f"field ({option('label_field')}), or drop {option('select')}."
         )
     if not src.partitions:
         raise DataError(f"{paths}: no documents found (empty files). To resolve this, pass "
@@ -520,8 +520,8 @@ def ingest(
         if repeated and id_field != source.id_field:  # the default field's ids repeat
             logger.warning(
                 "the %r field does not hold unique ids (%s): document ids are path:line "
-                "instead. To use a field of unique ids, name it with --id-field NAME",
-                id_field, repeated[0][2].why)
+                "instead. To use a field of unique ids, name it with %s",
+                id_field, Words(repeated[0][2].why), Words(option("id_field", "NAME")))
             repeated, id_field, wheres = [], None, True
         repeat = f"{documents(len(repeated))} repeat{'s' if len(repeated) == 1 else ''}"
         if repeated and on_error == "fail":
@@ -607,8 +607,8 @@ def _id_field(source: SourceSpec, src: Plan, total: Counts) -> tuple[str | None,
         return DEFAULT_ID_FIELD, False
     if total.n_without_id < total.n_docs:
         logger.info("%d of %s have no usable %r field: document ids are path:line. To use a "
-                    "field of ids, name it with --id-field NAME", total.n_without_id,
-                    documents(total.n_docs), DEFAULT_ID_FIELD)
+                    "field of ids, name it with %s", total.n_without_id,
+                    documents(total.n_docs), DEFAULT_ID_FIELD, Words(option("id_field", "NAME")))
     return None, True
 
 
@@ -657,10 +657,11 @@ def _check_feature_memory(n_features: int) -> None:
     need, total = _BYTES_PER_FEATURE * n_features, psutil.virtual_memory().total
     if need > total:
         raise ParameterError(
-            f"n_features={n_features} needs about {need / 2**30:.1f} GiB for the document "
+            f"{option('n_features', n_features)} needs about {need / 2**30:.1f} GiB for the "
+            "document "
             f"frequencies and idf ({_BYTES_PER_FEATURE} bytes per feature), more than the "
             f"{total / 2**30:.1f} GiB of this machine. To resolve this, hash into fewer "
-            f"features, e.g. --n-features {2**20} (n_features=2**20)."
+            f"features, e.g. {option('n_features', 2**20)}."
         )
 
 
@@ -725,13 +726,13 @@ def read_like(
 
     path = location(path)
     if not exists(path):
-        raise InputNotFoundError(f"{path}: no such corpus or model (--like). To resolve this, "
-                                 "pass the corpus.zarr or model.zarr to imitate.")
+        raise InputNotFoundError(f"{path}: no such corpus or model ({option('like')}). To "
+                                 "resolve this, pass the corpus.zarr or model.zarr to imitate.")
     kind = stored_kind(path)
     if kind not in ("corpus", "model"):
         raise CorpusFormatError(f"{path}: neither a sphdist corpus nor a model (sphdist.kind "
                                 f"is {kind!r}). To resolve this, pass a corpus.zarr or "
-                                "model.zarr to --like.")
+                                f"model.zarr to {option('like')}.")
     stored = open_stored(path, kind)  # validated, arrays read through the safe-codec check
     if kind == "corpus":
         meta, error = stored.attrs, CorpusFormatError

@@ -44,7 +44,7 @@ import scipy.sparse as sp
 
 from sphdist._progress import progress as _progress
 from sphdist.core.params import Param, Range, validate
-from sphdist.errors import OutputExistsError, ParameterError
+from sphdist.errors import OutputExistsError, ParameterError, option
 from sphdist.io import atomic_path, committed, location, locks_output
 
 if TYPE_CHECKING:
@@ -402,7 +402,7 @@ def synth(
     if committed(output) and not overwrite:
         raise OutputExistsError(
             f"{output} already exists. To resolve this, choose another output path or pass "
-            "--overwrite (overwrite=True)."
+            f"{option('overwrite', True)}."
         )
     n_docs, n_topics, seed = spec.n_docs, spec.n_topics, spec.seed
     start = time.perf_counter()

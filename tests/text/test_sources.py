@@ -933,7 +933,7 @@ def test_hashed_feature_space_beyond_this_machines_memory(tmp_path):
     if 32 * MAX_FEATURES <= psutil.virtual_memory().total:
         pytest.skip("this machine holds 32 bytes per feature of the largest hashed space")
     with pytest.raises(ParameterError, match=rf"n_features={MAX_FEATURES} needs about 64.0 GiB "
-                                             r".* --n-features 1048576"):
+                                             r".* n_features=1048576"):
         ingest_old(_jsonl(tmp_path), tmp_path / "out.zarr", n_features=MAX_FEATURES)
     assert not (tmp_path / "out.zarr").exists()
 
