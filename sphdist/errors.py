@@ -16,6 +16,7 @@ command line renders the same message with the options of its click commands
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import json
 import re
 from collections.abc import Mapping
@@ -84,6 +85,10 @@ FUNCTIONS = {
     "plot embedding": "sphdist.jobs.plotting.plot_embedding",
     "index": "sphdist.jobs.neighbors.build_index",
 }
+
+#: The actions whose call is worded by a function of their module (arguments -> text): the
+#: ingest job's options are fields of its ``SourceSpec`` and ``TextSpec``.
+CALLS = {"ingest": "sphdist.text.ingest.ingest_call"}
 
 #: Delimiters of a structured part of a message (Unicode private use: never in a path).
 _OPEN, _CLOSE = "\ue000", "\ue001"
@@ -176,6 +181,9 @@ class PythonForm:
 
     def remedy(self, fix: Remedy) -> str:
         """``sphdist.jobs.fit.fit_corpus(input='c.zarr', output='m.zarr', resume=True)``."""
+        if fix.action in CALLS:  # a job whose options are grouped in specs
+            module, _, name = CALLS[fix.action].rpartition(".")
+            return str(getattr(importlib.import_module(module), name)(fix.arguments()))
         arguments = ", ".join(f"{k}={v!r}" for k, v in fix.arguments().items())
         return f"{FUNCTIONS.get(fix.action, fix.action)}({arguments})"
 
