@@ -62,7 +62,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import zarr
 
-from sphdist.errors import CorpusFormatError
+from sphdist.errors import CorpusFormatError, Remedy, remedy
 from sphdist.io import _input
 from sphdist.io._checked import (
     ChunkedVector,
@@ -287,8 +287,9 @@ class Corpus(_Input):
         found = self._digests.get(name)
         if found is None and name in ("doc_ids", "vocabulary") and name not in self._warned:
             self._warned.add(name)
-            warn_undigested(self.path, name, f"{_REMEDY} (`sphdist ingest SOURCE --output "
-                            f"{self.path} --overwrite`)")
+            again = Remedy("ingest", {"source": ["SOURCE"]},
+                           {"output": str(self.path), "overwrite": True})
+            warn_undigested(self.path, name, f"{_REMEDY} ({remedy(again)})")
         return found
 
     def ids(self) -> ChunkedVector:

@@ -267,9 +267,10 @@ class StoredIndex(TaggedStore):
         """
         model, where = _anywhere(self.model.get("path"), "MODEL")
         embedding, also = _anywhere(self.source.get("path"), "EMBEDDING")
-        return ("write it again with `sphdist index --model " + model
-                + (f" --input {embedding}" if self.source.get("path") else "")
-                + f" --output {self.path} --overwrite`" + where + also)
+        target = {"model": model, **({"input": embedding} if self.source.get("path") else {}),
+                  "output": str(self.path)}
+        return ("write it again with " + remedy(Remedy("index", target, {"overwrite": True}))
+                + where + also)
 
     def refuse(self, what: str) -> ModelFormatError:
         """The error for damage ``what``, naming the path and the rebuild command."""

@@ -476,8 +476,10 @@ class Model(TaggedStore):
         if problems:
             raise CorpusMismatchError(
                 f"{input} does not match the model {self.path}: it has {'; '.join(problems)}. "
-                f"To resolve this, ingest the documents with `sphdist ingest SOURCE --like "
-                f"{self.path} --output NEW.zarr` (the model's feature scheme and idf)."
+                "To resolve this, ingest the documents with " + remedy(Remedy(
+                    "ingest", {"source": ["SOURCE"]},
+                    {"like": str(self.path), "output": "NEW.zarr"}))
+                + " (the model's feature scheme and idf)."
             )
 
 

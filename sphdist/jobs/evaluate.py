@@ -21,7 +21,7 @@ from sphdist.errors import (
 )
 from sphdist.io.model import open_model
 from sphdist.jobs.embedding import open_embedding_source
-from sphdist.jobs.info import _command, plural, shown_objective, warn_if_stopped
+from sphdist.jobs.info import plural, shown_objective, warn_if_stopped
 from sphdist.metrics import evaluate_embedding, knn_accuracy
 
 __all__ = ["evaluate_model"]
@@ -185,14 +185,15 @@ def _refuse_raw_text(model: Any, input: Any) -> None:
         return
     out = str(Path(input).with_name((Path(input).name.split(".")[0] or "documents") + ".zarr"))
     field = "label" if "label" in first_fields(input, fmt) or fmt == "tar" else "NAME"
-    ingest = _command("sphdist", "ingest", input, "--like", model,
-                      *(("--label-field", field) if fmt != "tar" else ()), "-o", out)
-    again = _command("sphdist", "evaluate", "-m", model, "-i", out)
+    ingest = Remedy("ingest", {"source": [str(input)]},
+                    {"like": str(model), **({"label_field": field} if fmt != "tar" else {}),
+                     "output": out})
+    again = Remedy("evaluate", {"model": str(model), "input": out})
     raise CorpusFormatError(
         f"{input}: raw text ({fmt}), not a corpus: evaluate scores the embedding of ingested "
         f"documents. To resolve this, ingest it in the model's features and labels with "
-        f"`{ingest}`" + (" (NAME: the field or column of the labels)" if field == "NAME"
-                         else "") + f", then `{again}`."
+        f"{remedy(ingest)}" + (" (NAME: the field or column of the labels)" if field == "NAME"
+                               else "") + f", then {remedy(again)}."
     )
 
 
@@ -210,7 +211,7 @@ def _no_labels(model: Any, where: Any, origin: str) -> DataError:
     if fmt not in ("jsonl", "csv", "parquet"):
         return DataError(
             f"{where} has no labels. To resolve this, ingest a labelled source (one folder "
-            "per label, or --label-field naming the field of JSON Lines, CSV or Parquet "
+            f"per label, or {option('label_field')} naming the field of JSON Lines, CSV or Parquet "
             "documents that holds the label) to evaluate clustering."
         )
     from sphdist.text.sources import first_fields
@@ -219,14 +220,15 @@ def _no_labels(model: Any, where: Any, origin: str) -> DataError:
     sources = [described] if isinstance(described, str) else list(described or ["SOURCE"])
     field = "label" if "label" in first_fields(sources[0], fmt) else "NAME"
     out = f"{str(where).rstrip('/').rsplit('.zarr', 1)[0]}.labelled.zarr"  # beside the corpus
-    ingest = _command("sphdist", "ingest", *sources, "--like", model, "--label-field", field,
-                      "-o", out)
-    again = _command("sphdist", "evaluate", "-m", model, "-i", out)
+    ingest = Remedy("ingest", {"source": [str(s) for s in sources]},
+                    {"like": str(model), "label_field": field, "output": out})
+    again = Remedy("evaluate", {"model": str(model), "input": out})
     return DataError(
-        f"{where} has no labels: its {fmt} documents were ingested without --label-field. To "
-        f"resolve this, ingest them with their labels in the model's features, `{ingest}`"
+        f"{where} has no labels: its {fmt} documents were ingested without "
+        f"{option('label_field')}. To resolve this, ingest them with their labels in the "
+        f"model's features, {remedy(ingest)}"
         + (" (NAME: the field or column of the labels)" if field == "NAME" else "")
-        + f", then `{again}`."
+        + f", then {remedy(again)}."
     )
 
 

@@ -331,7 +331,7 @@ def top_terms(model: str | os.PathLike[str], n_terms: int = 10) -> list[dict[str
         )
         raise DataError(
             f"{model}: top terms need a vocabulary-mode corpus, but {reason}. To resolve this, "
-            "ingest with a vocabulary (`sphdist ingest --vocabulary ...`) and refit."
+            f"ingest with a vocabulary ({option('vocabulary', True)}) and refit."
         )
     U = fitted.U
     features = np.arange(U.shape[0])

@@ -410,7 +410,7 @@ def test_stores_written_before_these_digests_are_read_with_one_warning(copies, c
         model.V()
     said = [r.getMessage() for r in caplog.records if "no recorded digest" in r.getMessage()]
     assert len(said) == 2, said  # once per store and array
-    assert "doc_ids" in said[0] and "sphdist ingest SOURCE --output" in said[0]
+    assert "doc_ids" in said[0] and "sphdist.text.ingest.ingest(['SOURCE']" in said[0]
     # the Python API's words (issue 32): the refit as a call, of the corpus the model recorded
     assert "V has" in said[1] and "fit_corpus(input=" in said[1] and "overwrite=True" in said[1]
     _swap(out / "V", 3, 7)  # unit columns: an older model's edit cannot be seen
@@ -490,7 +490,8 @@ def test_an_index_edited_with_its_digests_recomputed_is_refused_in_one_error(cop
                "record_count": "n_indexed"}[edit]
         record[key] += 1
     g.attrs["index"] = record
-    with pytest.raises(ModelFormatError, match=rf"{path}.*sphdist index --model .* --overwrite"):
+    # the Python API's words (issue 32): the index job's call, by keyword
+    with pytest.raises(ModelFormatError, match=rf"{path}.*build_index\(model=.*overwrite=True"):
         _reload(out, path)
 
 
@@ -550,7 +551,7 @@ def test_a_search_that_returns_an_id_of_no_document_is_refused(copies):
     ids[ids == 5] = N + 5
     faiss.copy_array_to_vector(ids, loaded.id_map)
     _rewrite_faiss(path, faiss.serialize_index(loaded))
-    with pytest.raises(ModelFormatError, match=rf"returned document {N + 5}.*--overwrite"):
+    with pytest.raises(ModelFormatError, match=rf"returned document {N + 5}.*overwrite=True"):
         query_neighbors(out, doc_id="7", k=loaded.ntotal - 1, index=path)
 
 
