@@ -3,8 +3,8 @@
 The kernels of :mod:`sphdist.core.kernels` are written once against an array module ``xp``,
 NumPy/SciPy on the host or CuPy/``cupyx.scipy.sparse`` on a CUDA device, taken from the array
 itself (:func:`array_module`, as ``cupy.get_array_module`` does). This module is the only one
-that imports CuPy, lazily (:func:`cupy_module`), so that ``import sphdist`` and ``sphdist
---help`` never pay for it and a machine without CuPy runs everything but ``device="cuda"``.
+that imports CuPy, lazily (:func:`cupy_module`), so that ``import sphdist`` and the command
+line's help never pay for it and a machine without CuPy runs everything but ``device="cuda"``.
 
 Devices (:data:`DEVICES`): ``"cpu"`` (the default) and ``"cuda"`` (the current CUDA device of
 each worker). What stays on the host whatever the device: the U-step, the objective's sums

@@ -4,7 +4,7 @@ Given what a command writes (its ``kind``) and what it reads (its ``inputs``),
 :func:`sphdist.io.open_output` applies this policy once: an output is never an input of the
 same command, never inside or around an input or another store, never at another output's
 lock, staging or previous-version name (:func:`check_output_place`, before the lock is
-taken), and replaces (with ``--overwrite``) only what is of its own kind
+taken), and replaces (with ``overwrite``) only what is of its own kind
 (:func:`check_output_kind`, under the lock; :func:`found_at` says what is there).
 """
 
@@ -149,8 +149,9 @@ def check_output_place(
         around one; or is inside a zarr store (a corpus, model...), whose next commit would
         remove it. The message names both paths and another output to choose. Also if
         ``path`` is a symbolic link, a named pipe, a device or a socket: an output is
-        committed by a rename, which would replace the link or the device itself (``export
-        -o /dev/stdout --overwrite`` once turned the machine's ``/dev/stdout`` into a file).
+        committed by a rename, which would replace the link or the device itself (an export
+        to ``/dev/stdout`` with ``overwrite`` once turned the machine's ``/dev/stdout`` into a
+        file).
     StorageError
         If the object store fails while its parents are looked at.
     """

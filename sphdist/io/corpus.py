@@ -34,7 +34,7 @@ Integrity: every chunk is stored and zstd-compressed with its content checksum. 
 chunk read is checked against its ``chunk_sha256`` and ``chunk_nnz``, each 1-D array against its
 ``sha256``; a missing chunk file, a flipped bit or edited values raise
 :class:`~sphdist.errors.CorpusFormatError` naming the file, never read as zeros. The
-fingerprint is recomputed from the attributes at opening, so ``--resume`` on a corpus whose data
+fingerprint is recomputed from the attributes at opening, so a resume on a corpus whose data
 (with their digests) or attributes changed is refused. Opening checks the attributes against the
 arrays (integer shape, ``nnz``, ``n_empty``, the lengths of ``idf`` and the per-document arrays,
 the ``n_features`` of the feature scheme). Values a fit cannot use are refused when read, naming

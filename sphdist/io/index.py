@@ -9,12 +9,12 @@
                                            serialized index byte for byte, memory-mapped
 
 with attributes ``sphdist = {"kind": "index", "format_version": 1}``, ``faiss_sha256`` (the
-sha256 of the serialized bytes: verified when the index is written and by ``sphdist index
---check``), ``faiss_nbytes`` and ``faiss_sample_sha256`` (the size, and the sha256 of the first
-and the last MiB: checked on every read), ``index`` (``kind`` flat or ivf, ``nlist``,
-``nprobe``, ``n_documents``, ``n_indexed``, ``n_components``, ``metric``, ``faiss_version``),
-``model`` (``path``, ``u_sha256``: the model whose embedding was indexed) and ``source``
-(``origin`` model or embedding, ``path``, ``n_documents``).
+sha256 of the serialized bytes: verified when the index is written and by its full check,
+:meth:`StoredIndex.verify`), ``faiss_nbytes`` and ``faiss_sample_sha256`` (the size, and the
+sha256 of the first and the last MiB: checked on every read), ``index`` (``kind`` flat or ivf,
+``nlist``, ``nprobe``, ``n_documents``, ``n_indexed``, ``n_components``, ``metric``,
+``faiss_version``), ``model`` (``path``, ``u_sha256``: the model whose embedding was indexed)
+and ``source`` (``origin`` model or embedding, ``path``, ``n_documents``).
 
 **Reading** (:meth:`StoredIndex.load`): on a local disk the file is memory-mapped by faiss
 (``faiss.IO_FLAG_MMAP``), so a query reads the pages of the lists it probes, not the whole
@@ -23,8 +23,8 @@ structurally against its record (:func:`check_structure`: dimension, count, metr
 nlist, nprobe, the lengths of the inverted lists); any faiss exception while reading becomes a
 :class:`~sphdist.errors.ModelFormatError` naming the rebuild command. Elsewhere (an object
 store), and for indexes written before the sample digest (zstd chunks of 16 MiB), the bytes are
-read whole and checked against ``faiss_sha256``. :meth:`StoredIndex.verify` (``sphdist index
---check``) reads every byte and every id.
+read whole and checked against ``faiss_sha256``. :meth:`StoredIndex.verify` (the index job's
+``check``) reads every byte and every id.
 
 :func:`write_index` builds the group in a sibling staging directory and commits it atomically
 (:mod:`sphdist.io._store`: a rename on a disk, a manifest in an object store), so a reader
@@ -358,7 +358,7 @@ class StoredIndex(TaggedStore):
         return index
 
     def verify(self, *, n_components: int, n_documents: int) -> dict[str, Any]:
-        """The full check (``sphdist index --check``): every byte, the structure, every id.
+        """The full check (the index job's ``check``): every byte, the structure, every id.
 
         Returns
         -------

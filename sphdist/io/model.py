@@ -36,14 +36,14 @@ opening checks the arrays' shapes against each other and the attributes (``param
 orthonormal columns, and reading a chunk of V that its columns are finite unit vectors.
 
 Everything a new document needs to be embedded the way the training documents were is in the
-model: ``corpus.feature_scheme``, ``corpus.tfidf``, ``idf`` and ``vocabulary`` (``sphdist ingest
---like model.zarr`` reads them). The histories (``objective``, step norms, ``seconds``) are
-complete across ``--resume``: a resumed fit continues the saved lists. Embeddings of other
+model: ``corpus.feature_scheme``, ``corpus.tfidf``, ``idf`` and ``vocabulary`` (an ingest
+``like`` the model reads them). The histories (``objective``, step norms, ``seconds``) are
+complete across a resume: a resumed fit continues the saved lists. Embeddings of other
 documents (``sphdist transform``) are stored as ``embedding.zarr`` (:mod:`sphdist.io.embedding`).
 
 A **checkpoint** of the default (stateless) fit holds ``U_k`` and the histories alone:
 ``(m r + O(m)) * 8`` bytes before compression, whatever n (``V_k = normalise(U_k^T X)`` is
-recomputed by one pass on ``--resume``, :func:`sphdist.core.solver.resume`). The **final
+recomputed by one pass on a resume, :func:`sphdist.core.solver.resume`). The **final
 model** adds V, written chunk by chunk by the tasks that compute it, never gathered on the
 driver. :meth:`Model.V` of a checkpoint says the fit stopped (the jobs print the command
 that finishes it, :func:`sphdist.jobs.info.resume_command`).
@@ -328,7 +328,7 @@ class Model(TaggedStore):
 
         The chunks that hold them are read and checked as the tasks of :meth:`V` check theirs
         (finite unit columns, the recorded sha256 of each chunk): a reader of a few columns
-        (``sphdist neighbors --doc-id``) reads a few chunks, not V.
+        (a neighbour query of one document) reads a few chunks, not V.
 
         Parameters
         ----------
@@ -444,7 +444,7 @@ class Model(TaggedStore):
         ------
         CorpusMismatchError
             Naming each difference (number of features, feature scheme, vocabulary, idf, tf-idf
-            options) and how to re-ingest the corpus the model's way (``ingest --like``).
+            options) and how to re-ingest the corpus the model's way (an ingest ``like`` it).
         """
         fitted = self.corpus
         problems = []

@@ -8,8 +8,8 @@ and the embedded LocalCluster speaks ``tls://`` with credentials made for it alo
 (``distributed.security.Security.temporary()``, held in memory and handed to its workers), so no
 other process on the machine can submit code to it. Encryption and mutual authentication with
 an external scheduler use TLS certificates (:func:`tls_security`): pass the same CA,
-certificate and key to the scheduler, the workers and ``sphdist fit`` (``--tls-ca-file``,
-``--tls-cert``, ``--tls-key``); see ``cluster/README.md``.
+certificate and key to the scheduler, the workers and the job (:class:`ClusterSpec`'s
+``tls_ca_file``, ``tls_cert``, ``tls_key``); see ``cluster/README.md``.
 """
 
 from __future__ import annotations
@@ -418,13 +418,13 @@ def check_worker_memory(limit: str | int | float, threads_per_worker: int = 1) -
 
     A worker above 95 % of its limit is restarted by its nanny (distributed's default), so
     with a limit below the process' own memory before any task runs, the workers are killed
-    and restarted for ever and no task runs (issue 31: ``--memory-limit 1MiB`` waited with
+    and restarted for ever and no task runs (issue 31: a ``memory_limit`` of 1MiB waited with
     nothing printed).
 
     Parameters
     ----------
     limit : str, int or float
-        ``--memory-limit``: ``"auto"``, bytes, a size (``"4GiB"``), or a fraction of this
+        The worker memory limit: ``"auto"``, bytes, a size (``"4GiB"``), or a fraction of this
         machine's memory (a number <= 1, as distributed reads it); 0 means no limit.
     threads_per_worker : int, default 1
         For ``"auto"``: the machine's memory shared in proportion to the threads.
@@ -465,7 +465,7 @@ def check_worker_memory(limit: str | int | float, threads_per_worker: int = 1) -
 
 
 class StorageOptions(WorkerPlugin):
-    """Gives every worker the ``--storage-option`` values of the job (fsspec configuration).
+    """Gives every worker the storage options of the job (fsspec configuration).
 
     The workers read the corpus' chunks and write V straight from and to the object store, so
     they need the endpoint and credentials the driver was given; those from the environment
@@ -513,7 +513,7 @@ def stored_nbytes(source: Any) -> int:
 
 
 def check_memory_budget(value: str | int | None) -> int | None:
-    """``--memory-budget`` in bytes: None for the default, else a size such as ``4GiB`` or 0.
+    """A fit's ``memory_budget`` in bytes: None for the default, else a size such as ``4GiB``.
 
     Raises
     ------
@@ -561,7 +561,7 @@ def holds_in_memory(
     nbytes : int
         X's size in memory (:func:`stored_nbytes`: CSC values, indices and pointers), in bytes.
     budget : int, optional
-        The most bytes X may take, in bytes (``--memory-budget``). Default
+        The most bytes X may take, in bytes (the fit's ``memory_budget``). Default
         :data:`MEMORY_BUDGET_FRACTION` of the memory available: to this process (``available``,
         default what the OS reports) on dask's threaded scheduler, or the workers' summed
         memory limits with a ``client`` (unknown limits: X is streamed).

@@ -19,7 +19,7 @@ import dataclasses
 import functools
 import glob
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, overload
 
@@ -82,7 +82,7 @@ class EmbeddingSource:
         (r components, n documents).
     ids : ChunkedVector
         The document ids, read chunk by chunk on demand (:meth:`ChunkedVector.take` of the
-        hits, :meth:`ChunkedVector.find` of a ``--doc-id``); :attr:`doc_ids` reads them all.
+        hits, :meth:`ChunkedVector.find` of a ``doc_id``); :attr:`doc_ids` reads them all.
     labels : ndarray of shape (n,), int32, or None
         Codes into ``label_names``; -1 or None: unknown.
     label_names : list of str or None
@@ -167,7 +167,7 @@ class EmbeddingSource:
 
 def open_embedding_source(
     model: str | os.PathLike[str] | Model, input: str | os.PathLike[str] | None = None, *,
-    verb: str = "export", rest: tuple[str, ...] = ("--output", "OUT.parquet"),
+    verb: str = "export", rest: Mapping[str, Any] | Sequence[str] | None = None,
     embed: bool = False,
 ) -> EmbeddingSource:
     """The embeddings a model gives: its training corpus' V, or an ``embedding.zarr``.
@@ -184,12 +184,13 @@ def open_embedding_source(
         The job that asked, by the name of its command (``"plot embedding"``): the
         :attr:`~sphdist.errors.Remedy.action` of the remedies of the errors below, that job
         corrected.
-    rest : mapping
-        Its other arguments by their Python names (``{"output": "x.png"}``); command-line
-        words are still read (:func:`sphdist.jobs.info.arguments_of`).
+    rest : mapping, optional
+        Its other arguments by their Python names (``{"output": "x.png"}``; default
+        ``{"output": "OUT.parquet"}``, the export's); command-line words are still read
+        (:func:`sphdist.jobs.info.arguments_of`).
     embed : bool, default False
         Embed a corpus in the model's feature space that is not the training corpus (one
-        written by ``sphdist ingest --like MODEL``) on the fly, lazily, by the exact V-step
+        ingested with ``like`` the model) on the fly, lazily, by the exact V-step
         that ``sphdist transform`` stores (:func:`sphdist.core.graph.embedding`), instead of
         refusing it.
 
@@ -204,11 +205,11 @@ def open_embedding_source(
     CorpusMismatchError
         If ``input`` is another corpus than the training corpus (new documents must first be
         embedded with ``sphdist transform``, unless ``embed``; a corpus of another feature
-        space first re-ingested with ``--like``, :func:`reingest_remedy`), or an embedding
+        space first re-ingested like the model, :func:`reingest_remedy`), or an embedding
         written with another model.
     InputNotFoundError
         If ``input`` is not given and the corpus path the model recorded no longer exists
-        (the message says the path came from the model and that ``--input`` overrides it).
+        (the message says the path came from the model and that ``input`` overrides it).
     CorpusFormatError, ModelFormatError
         For an unreadable path.
     """
@@ -216,7 +217,7 @@ def open_embedding_source(
         check_roles(verb, model, input, rest)
     fitted = model if isinstance(model, Model) else open_model(model)
     path = location(input) if input is not None else location(fitted.corpus["path"])
-    others = arguments_of(rest)
+    others = arguments_of({"output": "OUT.parquet"} if rest is None else rest)
     if input is None and not _stored(path):
         again = Remedy(verb, {"model": str(fitted.path), "input": "CORPUS"}, others)
         raise InputNotFoundError(
@@ -691,7 +692,7 @@ def nearest_neighbors(
         Number of neighbours (at most n).
     exclude : int, optional
         Index of a document never returned: the one whose embedding ``query`` is, so that
-        its k neighbours are k other documents (``sphdist neighbors --doc-id``).
+        its k neighbours are k other documents (a query by ``doc_id``).
     chunk_size : int, default 65536
         Documents scored at a time.
 

@@ -36,7 +36,7 @@ def evaluate_model(
     :func:`sphdist.metrics.evaluate_embedding` (the protocol of Liu et al. 2019, Sec. 5.2) on
     the embedding and labels of the training corpus (the model's stored V), of an
     ``embedding.zarr`` written by ``sphdist transform``, or of held-out documents ingested
-    ``--like`` the model (embedded on the fly).
+    like the model (``like=``, embedded on the fly).
 
     Parameters
     ----------
@@ -46,7 +46,7 @@ def evaluate_model(
         The documents (for their embedding and labels): the corpus the model was fitted on
         (default: the path the model recorded); an ``embedding.zarr`` written by ``sphdist
         transform`` with this model (its labels are the corpus'); or another corpus in the
-        model's feature space and idf (``sphdist ingest --like MODEL``), embedded by the exact
+        model's feature space and idf (ingested with ``like`` the model), embedded by the exact
         V-step ``v_j = U^T x_j / ||U^T x_j||_2`` (Liu et al. 2019, Eq. 3.12 with lam = 2), as
         ``transform`` would store it.
     knn_k : int or None, default 10
@@ -74,11 +74,11 @@ def evaluate_model(
         If ``model`` and ``input`` look swapped, or ``input`` is a model
         (:func:`sphdist.jobs.info.check_roles`).
     CorpusMismatchError
-        If ``input`` is a corpus in another feature space (the remedy re-ingests it
-        ``--like`` the model), or an embedding written with another model.
+        If ``input`` is a corpus in another feature space (the remedy re-ingests it like
+        the model), or an embedding written with another model.
     InputNotFoundError
         If ``input`` is not given and the corpus the model recorded is no longer there (the
-        remedy passes it as ``--input``).
+        remedy passes it as ``input``).
     ModelFormatError
         If ``input`` is the training corpus and ``model`` a checkpoint without V.
     DataError
@@ -168,10 +168,10 @@ def _why_no_knn(report: dict[str, Any], known: np.ndarray, names: list[str] | No
 
 
 def _refuse_raw_text(model: Any, input: Any) -> None:
-    """Refuse a text file (JSON Lines, CSV, Parquet, tar) given as ``--input``.
+    """Refuse a text file (JSON Lines, CSV, Parquet, tar) given as ``input``.
 
-    The message gives the ``ingest --like`` command that makes it a corpus in the model's
-    features.
+    The message gives the ingest, like the model, that makes it a corpus in the model's
+    features (a :class:`~sphdist.errors.Remedy`).
     """
     from pathlib import Path
 

@@ -1,6 +1,6 @@
 """What is stored at a path: a corpus, a model (and its checkpoint state), or an embedding.
 
-:func:`describe` returns a JSON-serialisable dict (``sphdist info --json`` prints it);
+:func:`describe` returns a JSON-serialisable dict (what ``sphdist info`` prints as JSON);
 :func:`top_terms` lists the terms that weigh most in each component of a vocabulary-mode model.
 """
 
@@ -89,7 +89,7 @@ def describe(path: str | os.PathLike[str], expect: str | None = None) -> dict[st
     ----------
     path : path-like
     expect : {"model"}, optional
-        What the caller expects (``sphdist info --model``): a missing path is then "no such
+        What the caller expects (``"model"``: a model's path): a missing path is then "no such
         model". Default: whatever is stored.
 
     Returns

@@ -52,8 +52,8 @@ def transform_corpus(
     model : path-like
         A ``model.zarr``.
     input : path-like
-        A corpus in the model's feature space, with the model's idf (written by ``sphdist
-        ingest --like MODEL``, or the training corpus itself).
+        A corpus in the model's feature space, with the model's idf (ingested with ``like``
+        the model, or the training corpus itself).
     output : path-like
         The ``embedding.zarr`` to write (layout in :mod:`sphdist.io.model`), committed atomically.
     overwrite : bool, default False

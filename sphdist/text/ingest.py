@@ -237,7 +237,7 @@ class TextSpec:
     ----------
     vocabulary : bool, default True
         Learn a vocabulary (sorted terms, stored in the corpus, so components read as words);
-        False hashes the tokens into ``n_features`` features instead (``--hashing``): no
+        False hashes the tokens into ``n_features`` features instead (the hashing scheme): no
         vocabulary is held on the driver, for collections whose distinct terms do not fit
         in its memory, but every fit step then works on an ``n_features x r`` matrix U.
     n_features : int, optional
@@ -815,7 +815,7 @@ def read_like(
 
 
 def _like_fields(stored: Any, kind: str, meta: dict[str, Any]) -> dict[str, Any] | None:
-    """The fields (text, label, id) the corpus of ``--like`` was ingested with, if known.
+    """The fields (text, label, id) the corpus of ``like`` was ingested with, if known.
 
     A model records its corpus's path and fingerprint: the fields are read from that corpus
     when it is still there and is still the one the model was fitted on.

@@ -51,7 +51,7 @@ class TextOptions:
     ``vocabulary=False`` is the hashing scheme (``n_features`` hashed features, no alternate
     sign); ``vocabulary=True`` learns a vocabulary (``min_df``, ``max_df``, ``max_features``,
     optional mutual-information ``select``). ``fixed_vocabulary`` is a given vocabulary
-    (``ingest --like``).
+    (an ingest ``like`` a model).
     """
 
     vocabulary: bool = False
