@@ -56,7 +56,7 @@ class Remedy:
     ----------
     action : str
         The job, by the name of its ``sphdist`` command (``"fit"``); its Python function is
-        :data:`FUNCTIONS`' entry (``sphdist.jobs.fit.fit_corpus``).
+        :data:`_FUNCTIONS`' entry (``sphdist.jobs.fit.fit_corpus``).
     target : Mapping
         Its paths by parameter name, in order (``{"input": ..., "output": ...}``).
     overrides : Mapping
@@ -77,7 +77,7 @@ class Remedy:
 
 
 #: The Python function of each :attr:`Remedy.action` (what :class:`PythonForm` calls).
-FUNCTIONS = {
+_FUNCTIONS = {
     "fit": "sphdist.jobs.fit.fit_corpus",
     "transform": "sphdist.jobs.transform.transform_corpus",
     "evaluate": "sphdist.jobs.evaluate.evaluate_model",
@@ -88,7 +88,7 @@ FUNCTIONS = {
 
 #: The actions whose call is worded by a function of their module (arguments -> text): the
 #: ingest job's options are fields of its ``SourceSpec`` and ``TextSpec``.
-CALLS = {"ingest": "sphdist.text.ingest.ingest_call"}
+_CALLS = {"ingest": "sphdist.text.ingest.ingest_call"}
 
 #: Delimiters of a structured part of a message (Unicode private use: never in a path).
 _OPEN, _CLOSE = "\ue000", "\ue001"
@@ -157,7 +157,7 @@ n_components=5)`"
     return _OPEN + json.dumps(part) + _CLOSE
 
 
-class Form(Protocol):
+class _Form(Protocol):
     """How :func:`render` words the structured parts of a message."""
 
     def option(self, name: str, value: Any = _UNSET) -> str:
@@ -171,7 +171,7 @@ class Form(Protocol):
 
 
 class PythonForm:
-    """The Python API's words: keyword arguments and calls of :data:`FUNCTIONS`."""
+    """The Python API's words: keyword arguments and calls of :data:`_FUNCTIONS`."""
 
     THEN = "; "
 
@@ -181,14 +181,14 @@ class PythonForm:
 
     def remedy(self, fix: Remedy) -> str:
         """``sphdist.jobs.fit.fit_corpus(input='c.zarr', output='m.zarr', resume=True)``."""
-        if fix.action in CALLS:  # a job whose options are grouped in specs
-            module, _, name = CALLS[fix.action].rpartition(".")
+        if fix.action in _CALLS:  # a job whose options are grouped in specs
+            module, _, name = _CALLS[fix.action].rpartition(".")
             return str(getattr(importlib.import_module(module), name)(fix.arguments()))
         arguments = ", ".join(f"{k}={v!r}" for k, v in fix.arguments().items())
-        return f"{FUNCTIONS.get(fix.action, fix.action)}({arguments})"
+        return f"{_FUNCTIONS.get(fix.action, fix.action)}({arguments})"
 
 
-def _parts(message: str, form: Form) -> str:
+def _parts(message: str, form: _Form) -> str:
     def one(match: re.Match[str]) -> str:
         part = json.loads(match.group(1))
         if "remedy" in part:
@@ -202,7 +202,7 @@ def _parts(message: str, form: Form) -> str:
     return _PART.sub(one, message)
 
 
-def render(message: Any, form: Form | None = None) -> str:
+def render(message: Any, form: _Form | None = None) -> str:
     """``message`` with its parameters and remedies worded in ``form``.
 
     Parameters
@@ -210,7 +210,7 @@ def render(message: Any, form: Form | None = None) -> str:
     message : str or BaseException
         A message with the markers of :func:`option` and :func:`remedy` (an exception: the
         text it was raised with).
-    form : Form, optional
+    form : _Form, optional
         Default :class:`PythonForm`; the command line passes its own.
 
     Returns
