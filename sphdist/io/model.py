@@ -45,8 +45,8 @@ A **checkpoint** of the default (stateless) fit holds ``U_k`` and the histories 
 ``(m r + O(m)) * 8`` bytes before compression, whatever n (``V_k = normalise(U_k^T X)`` is
 recomputed by one pass on a resume, :func:`sphdist.core.solver.resume`). The **final
 model** adds V, written chunk by chunk by the tasks that compute it, never gathered on the
-driver. :meth:`Model.V` of a checkpoint says the fit stopped (the jobs print the command
-that finishes it, :func:`sphdist.jobs.info.resume_command`).
+driver. :meth:`Model.V` of a checkpoint says the fit stopped, with the fit that finishes it
+(:meth:`Model.resume_remedy`, a :class:`~sphdist.errors.Remedy`).
 
 Every write builds the whole group in a sibling staging directory and commits it with an atomic
 rename (:mod:`sphdist.io._posix`), after flushing every file and directory of the tree to disk:
