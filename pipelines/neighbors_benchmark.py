@@ -263,7 +263,7 @@ def _table(rows: list[dict], cols: list[tuple[str, str, str]]) -> list[str]:
 #: What ``sphdist neighbors`` imports before it reads anything (the start-up of a query).
 #: The modules ``sphdist neighbors --doc-id`` imports (the estimator, scikit-learn's, is not
 #: one of them since the index is loaded as a :class:`sphdist.core.neighbors.SearchIndex`).
-_IMPORTS = "import sphdist.cli, sphdist.jobs.neighbors, faiss"
+_IMPORTS = "import sphdist.cli, sphdist.cli.use, sphdist.jobs.neighbors, faiss"
 #: Runs ``sphdist ARGS`` in this interpreter, then prints the heavy packages it imported.
 _MODULES = """
 import json, sys
@@ -298,9 +298,24 @@ def _python_wall(code: str) -> dict:
     return rec
 
 
+def _compile_bytecode() -> str:
+    """Compile sphdist's modules to bytecode, as an installed package has them; say where.
+
+    Every fresh process otherwise compiles the modules whose bytecode is missing or older
+    than their source (``PYTHONDONTWRITEBYTECODE`` keeps it from being written), which a
+    user's installation does not.
+    """
+    import sphdist
+
+    package = Path(sphdist.__file__).parent
+    subprocess.run([sys.executable, "-m", "compileall", "-q", str(package)], check=True)
+    return f"compiled (python -m compileall {package})"
+
+
 def measure_single_query(model: Path, repeats: int) -> dict:
     """One query at a time as a user runs it, in fresh processes: wall times with their load."""
     from sphdist.io.corpus import open_corpus
+    from sphdist.io.index import open_index
     from sphdist.io.model import open_model
 
     index = model.with_name(model.name.removesuffix(".zarr") + ".index.zarr")
@@ -310,7 +325,9 @@ def measure_single_query(model: Path, repeats: int) -> dict:
     docs = [str(d) for d in ids.take(np.array([(12345 + 200_003 * i) % n
                                                for i in range(repeats)]))]
     rec: dict = {"model": str(model), "index": str(index), "n_documents": n,
-                 "n_components": fitted.shape[1], "uptime_start": uptime()}
+                 "n_components": fitted.shape[1], "bytecode": _compile_bytecode(),
+                 "ids_copied": "doc_ids" in open_index(index).attrs,
+                 "uptime_start": uptime()}
     rec["version"] = [timed_command(["--version"]) for _ in range(repeats)]
     rec["doc_id"] = [timed_command(["neighbors", "-m", str(model), "--doc-id", d, "-k", "10"])
                      for d in docs]
@@ -359,8 +376,13 @@ def _single_query_lines(sq: dict, title: str | None = None) -> list[str]:
                  f"r = {sq['n_components']}", "",
         "The index memory-mapped by faiss (each search reads the inverted lists it probes), "
         "a cheap check per read (size, sha256 of the first and last MiB, structure), only the "
-        "chunks of document ids that hold the query and the hits read; each command run "
-        f"{len(sq['doc_id'])} times in fresh processes, a 1M model (`sphdist synth "
+        "chunks of document ids that hold the query and the hits read"
+        + ("; the index holds a copy of the ids (chunks of 8,192) and their hash -> position "
+           "table: the query's document is found by one chunk of the table and one of ids"
+           if sq.get("ids_copied") else "")
+        + (f"; sphdist's bytecode {sq['bytecode']}" if sq.get("bytecode") else "")
+        + f"; each command run {len(sq['doc_id'])} times in fresh processes, a 1M model "
+        "(`sphdist synth "
         "--n-docs 1000000 --n-topics 20 --doc-length 120 --format corpus`, `sphdist fit -r 100 "
         "--max-iter 2`: the query time depends on n, r and the index, not on the fit's "
         "convergence) with its default index (ivf, 1024 lists, nprobe 32).", "",
@@ -534,8 +556,12 @@ def report(records: list[dict]) -> str:
 @click.option("--single-query", type=click.Path(path_type=Path),
               help="Only the one-query latency (issue 33) of this 1M model and its default "
                    "index, kept in the 1M record; the other measurements are left as they are.")
+@click.option("--note", help="With --single-query: a sentence printed under its table (what "
+                             "was measured, e.g. which tree and index).")
+@click.option("--tree", help="With --single-query: the code measured, in words (the title of "
+                             "its table once a later measurement is kept beside it).")
 def main(model_1m, model_news, fit_seconds, skip_1m, report_only, graph_timeout, skip_news, repeats,
-         peer_queries, work, output_dir, single_query) -> None:
+         peer_queries, work, output_dir, single_query, note, tree) -> None:
     """Run the benchmark; write neighbors.md and neighbors.json under --output-dir."""
     work.mkdir(parents=True, exist_ok=True)
     output_dir.mkdir(parents=True, exist_ok=True)
@@ -551,8 +577,10 @@ def main(model_1m, model_news, fit_seconds, skip_1m, report_only, graph_timeout,
         before = big.get("single_query_issue33_before", [])
         if big.get("single_query_issue33"):  # kept, titled, beside the new measurement
             before = [*before, big["single_query_issue33"]]
+        measured = measure_single_query(single_query, max(repeats, 5))
         keep({**big, "single_query_issue33_before": before,
-              "single_query_issue33": measure_single_query(single_query, max(repeats, 5))})
+              "single_query_issue33": {**measured, **({"note": note} if note else {}),
+                                       **({"tree": tree} if tree else {})}})
         skip_news = skip_1m = True
 
     if not skip_news and not report_only:

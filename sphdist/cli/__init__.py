@@ -4,7 +4,8 @@ Errors a user can cause (:class:`sphdist.errors.SphdistError`, and OS errors suc
 read-only disk) are printed as one line, ``Error: ...``, with exit status 1 and no traceback
 unless ``--debug`` is given; bad option values are usage errors with exit status 2.
 
-Each command lives in its own module of this package and is registered on :func:`main` below.
+Each command lives in its own module of this package and is registered on :func:`main` below,
+by name: the module is imported when one of its commands is run (:data:`COMMAND_MODULES`).
 """
 
 from __future__ import annotations
@@ -50,17 +51,27 @@ def main(
         set_storage_options(options)
 
 
-def _register() -> None:
-    from sphdist.cli import fit as _fit
-    from sphdist.cli import ingest as _ingest
-    from sphdist.cli import inspect as _inspect
-    from sphdist.cli import plot as _plot
-    from sphdist.cli import use as _use
+#: The commands each module of this package defines (its ``COMMANDS``), imported when one of
+#: them is run (``sphdist neighbors`` imports :mod:`sphdist.cli.use` only), or all of them for
+#: ``--help`` (:class:`~sphdist.cli._common.Group`).
+COMMAND_MODULES = {
+    "sphdist.cli.ingest": ["ingest", "synth"],
+    "sphdist.cli.fit": ["fit", "evaluate"],
+    "sphdist.cli.use": ["transform", "export", "index", "neighbors"],
+    "sphdist.cli.inspect": ["info"],
+    "sphdist.cli.plot": ["plot"],
+}
 
-    for module in (_ingest, _fit, _use, _inspect, _plot):
-        for command in module.COMMANDS:
-            accept_global_flags(command)
-            main.add_command(command)
+
+def _add(module: object) -> None:
+    for command in module.COMMANDS:  # type: ignore[attr-defined]
+        accept_global_flags(command)
+        main.add_command(command)
+
+
+def _register() -> None:
+    for module, names in COMMAND_MODULES.items():
+        main.defer(module, names, _add)
 
 
 _register()

@@ -161,7 +161,70 @@ class Group(CommandList):
     With ``--json`` (:func:`json_option`), every error -- a usage error (exit 2) too -- is
     also one JSON object on stdout (:func:`error_report`); stderr keeps the one ``Error:`` line
     and the exit status is the same.
+
+    Commands may be registered by the module that defines them (:meth:`defer`), imported when
+    one of them is first asked for: ``sphdist neighbors`` imports the module of ``neighbors``
+    (and what it uses), not those of ``ingest`` or ``fit``. :attr:`commands` imports every
+    deferred module first, so it is always the whole table.
     """
+
+    def __init__(self, *args: Any, **kwargs: Any):
+        self._deferred: dict[str, str] = {}  # command name -> module that defines it
+        self._registrars: dict[str, Callable[[Any], None]] = {}
+        self._loaded: dict[str, click.Command] = {}
+        super().__init__(*args, **kwargs)
+
+    @property
+    def commands(self) -> dict[str, click.Command]:  # type: ignore[override]
+        """Every command, the deferred ones imported (click's table, for click and tools)."""
+        for module in sorted(set(self._deferred.values())):
+            self._load(module)
+        return self._loaded
+
+    @commands.setter
+    def commands(self, value: dict[str, click.Command]) -> None:
+        self._loaded = value
+
+    def defer(self, module: str, names: list[str], register: Callable[[Any], None]) -> None:
+        """Register commands ``names``, defined by ``module``, without importing it.
+
+        Parameters
+        ----------
+        module : str
+            The module's dotted name; it defines ``COMMANDS``, a list of click commands whose
+            names are ``names``.
+        names : list of str
+        register : callable
+            ``register(module)``: adds the imported module's commands (with
+            :meth:`add_command`).
+        """
+        self._registrars[module] = register
+        self._deferred.update(dict.fromkeys(names, module))
+
+    def _load(self, module: str) -> None:
+        import importlib
+
+        if module not in self._deferred.values():
+            return
+        names = [name for name, m in self._deferred.items() if m == module]
+        for name in names:  # first: add_command then finds nothing left to load
+            del self._deferred[name]
+        loaded = importlib.import_module(module)
+        found = sorted(command.name or "" for command in loaded.COMMANDS)
+        if found != sorted(names):
+            raise RuntimeError(f"{module} defines the commands {found}, not {sorted(names)}")
+        self._registrars[module](loaded)
+
+    def add_command(self, cmd: click.Command, name: str | None = None) -> None:
+        self._loaded[name or cmd.name or ""] = cmd  # no import of the deferred modules
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name in self._deferred:
+            self._load(self._deferred[cmd_name])
+        return self._loaded.get(cmd_name)
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(set(self._loaded) | set(self._deferred))
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
         ctx.meta[_ARGV] = list(args)  # for a parse error that comes before --json is read
@@ -398,10 +461,14 @@ class _AboveTheBars(logging.StreamHandler):  # type: ignore[type-arg]
     A plain stream handler writes into the middle of a bar being drawn (``fit: 0%|...|
     0/4 [00:00]X (97.13 MiB) is held ...``); ``tqdm.write`` clears the bars, writes the line
     and draws them again below it (what ``tqdm.contrib.logging.logging_redirect_tqdm`` does
-    for a block of code, here for the whole command).
+    for a block of code, here for the whole command). Before tqdm is imported no bar can be
+    on the screen: the line is written as a plain handler writes it, without importing tqdm.
     """
 
     def emit(self, record: logging.LogRecord) -> None:
+        if "tqdm" not in sys.modules:  # no bar can be drawn: a plain line (tqdm not imported)
+            super().emit(record)
+            return
         from tqdm import tqdm
 
         try:

@@ -128,8 +128,9 @@ class _DocumentCount(click.ParamType):
 @click.option("--partition-size", type=_DOCUMENTS,
               help="Documents per counting task (default 4 chunks).")
 @click.option("--n-workers", "--workers", "workers", type=click.IntRange(min=1),
-              help="Worker processes of a local Dask cluster (default: threads in this "
-                   "process, one per core; 1: one task at a time in this process).")
+              help="Worker processes of a local Dask cluster (default: this machine's cores, "
+                   "threads, or a pool of processes for 50,000 documents or more on 4 cores or "
+                   "more; 1: one task at a time in this process).")
 @click.option("--scheduler-address", envvar="DASK_SCHEDULER_ADDRESS",
               help="Run on an existing Dask scheduler [env DASK_SCHEDULER_ADDRESS].")
 @click.option("--overwrite", is_flag=True, help="Replace an existing output.")
@@ -217,7 +218,7 @@ def _scheduler(address: str | None, n_workers: int | None) -> Any:
         import dask
 
         return dask.config.set(scheduler="synchronous")
-    return contextlib.nullcontext()  # dask's threads
+    return contextlib.nullcontext()  # the ingest chooses: threads or its process pool
 
 
 @click.command()

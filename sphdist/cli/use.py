@@ -151,7 +151,9 @@ def index(
                 f"--model {model} --output {output} --check`.")
         report = check_index(model, output, input=input_)
         _report(report, as_json, f"{report['path']}: ok, {plural(report['n_indexed'], 'document')}"
-                                 f" indexed, {report['nbytes'] / 2**20:.1f} MiB verified")
+                                 f" indexed, {report['nbytes'] / 2**20:.1f} MiB verified"
+                                 + ("; the copy of the document ids and its lookup table too"
+                                    if report.get("doc_ids") else ""))
         return
     report = build_index(model, output, input=input_, kind=kind, nlist=nlist, nprobe=nprobe,
                          overwrite=overwrite)

@@ -56,6 +56,7 @@ from sphdist.core.partials import (
     partials_chunk,
     partials_combine,
     renumber,
+    row_major,
     spmm_accumulate,
 )
 
@@ -294,9 +295,11 @@ def pass_block(
 
     Notes
     -----
-    Per chunk two products with ``X_c`` (``X_c^T U`` and ``X_c V^T``), 4 nnz(X_c) r flops.
-    The chunks are processed and summed in list order, so the result depends on the grouping
-    of chunks into blocks, never on where or when the task runs. One (m, r) float64
+    Per chunk two products with ``X_c`` (``X_c^T U`` and ``X_c V^T``), 4 nnz(X_c) r flops,
+    on the host from the chunk's row-major copy (:func:`~sphdist.core.partials.row_major`:
+    U and the accumulator streamed, the same bits, one more nnz-sized copy of the chunk
+    at a time). The chunks are processed and summed in list order, so the result depends on
+    the grouping of chunks into blocks, never on where or when the task runs. One (m, r) float64
     accumulator serves the whole block (:func:`spmm_accumulate`); BLAS is limited to one
     thread inside (threadpoolctl), so a worker thread never oversubscribes its core. Memory:
     ``m r (8 + itemsize)`` bytes for the accumulator and U, plus the block's chunks and V; with
@@ -351,11 +354,14 @@ def _chunk_pass(
     """
     xp = _device.array_module(U)
     V_prev = None if V_prev is None else xp.ascontiguousarray(V_prev)
-    V, degenerate = _chunk_v(X_c, U, V_prev, lam, dtype)
+    # on the host, row-major copies: both products stream their large operand (U, the
+    # accumulator), with the same bits (row_major)
+    X_r = row_major(X_c) if xp is np else X_c
+    V, degenerate = _chunk_v(X_r, U, V_prev, lam, dtype)
     V64 = V.astype(np.float64, copy=False)
     part["VVt"] += V64 @ V64.T
     if xp is np:
-        spmm_accumulate(target, V64.T, part["XVt"])
+        spmm_accumulate(X_r if target is X_c else row_major(target), V64.T, part["XVt"])
     else:  # cuSPARSE SpMM on CSR rows (no transposed op: no atomics), added in float64
         rows_major = target.tocsr()  # older cupyx astype takes no copy=: cast if needed
         if rows_major.dtype != np.float64:
@@ -483,6 +489,8 @@ def embed_block(
     U = np.asarray(U, dtype=dtype)
     if device != "cpu":
         X_c, U = _device.to_device(X_c, device), _device.shared_copy(U, device)
+    else:  # as pass_block's chunks: U read row after row, the same bits (row_major)
+        X_c = row_major(X_c)
     with threadpool_limits(limits=1, user_api="blas"):
         V, _ = _chunk_v(X_c, U, None, 2.0, dtype)
     return _device.to_host(V)

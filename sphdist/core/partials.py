@@ -5,7 +5,8 @@ A pass over X yields, per block of consecutive document chunks, ``X_c V_c^T`` (m
 what those partials are made of and how they add up:
 
 * :class:`RowSparse` -- an ``X V^T`` partial stored on the rows (features) its chunks touch,
-  and :func:`densify`; :func:`spmm_accumulate` adds ``X_c V_c^T`` into an accumulator in place;
+  and :func:`densify`; :func:`spmm_accumulate` adds ``X_c V_c^T`` into an accumulator in place,
+  best from the chunk's row-major copy (:func:`row_major`);
 * :func:`renumber` -- CSC chunks renumbered onto a subset of the features: the one row-subset
   mechanism, for the features that occur in a corpus (the iteration on them) and for those
   of a block (a :class:`RowSparse` partial, :func:`partial_rows`); :func:`occurring` finds
@@ -26,16 +27,18 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
-try:  # the C++ loop behind ``csc @ dense``; it accumulates into its output
+try:  # the C++ loops behind ``csc @ dense`` and ``csr @ dense``; they add into their output
     from scipy.sparse._sparsetools import csc_matvecs as _csc_matvecs
-except ImportError:  # pragma: no cover - a SciPy without it falls back to ``out += X @ W``
-    _csc_matvecs = None
+    from scipy.sparse._sparsetools import csr_matvecs as _csr_matvecs
+except ImportError:  # pragma: no cover - a SciPy without them falls back to ``out += X @ W``
+    _csc_matvecs = _csr_matvecs = None
 
 __all__ = [
     "PARTIAL_FORMATS",
     "RowSparse",
     "densify",
     "spmm_accumulate",
+    "row_major",
     "renumber",
     "occurring",
     "partial_rows",
@@ -165,7 +168,8 @@ def spmm_accumulate(X_c: Any, W: np.ndarray, out: np.ndarray) -> np.ndarray:
     Parameters
     ----------
     X_c : scipy.sparse matrix or ndarray of shape (m, n_c)
-        Document columns; CSC takes the in-place route, other formats go through a temporary.
+        Document columns; CSR (:func:`row_major`) and CSC take the in-place route, other
+        formats go through a temporary.
     W : ndarray of shape (n_c, r)
         Dense right factor (``V_c^T``).
     out : ndarray of shape (m, r), float64, C-contiguous
@@ -178,10 +182,15 @@ def spmm_accumulate(X_c: Any, W: np.ndarray, out: np.ndarray) -> np.ndarray:
 
     Notes
     -----
-    For a CSC chunk this is SciPy's own ``csc @ dense`` loop (``csc_matvecs``, which adds into
-    its output) called on ``out`` directly, in float64 whatever the chunk's dtype: it skips
-    allocating, zeroing and adding a fresh (m, r) product per chunk, which at m = 2**18,
-    r = 100 is 210 MB of memory traffic three times over.
+    For a CSR or CSC chunk this is SciPy's own ``csr @ dense`` / ``csc @ dense`` loop
+    (``csr_matvecs`` / ``csc_matvecs``, which add into their output) called on ``out``
+    directly, in float64 whatever the chunk's dtype: it skips allocating, zeroing and adding a
+    fresh (m, r) product per chunk, which at m = 2**18, r = 100 is 210 MB of memory traffic
+    three times over. Both loops add ``x_ij W[j]`` into ``out[i]`` in increasing ``j`` for
+    every row i (CSC: column after column; CSR: a row's sorted column indices), so the two
+    routes give the same bits. The CSR route writes ``out`` row after row and reads the
+    small W at random; the CSC route writes the large ``out`` at random, which on many cores
+    at once no longer fits the shared cache (:func:`row_major`).
 
     Examples
     --------
@@ -192,17 +201,50 @@ def spmm_accumulate(X_c: Any, W: np.ndarray, out: np.ndarray) -> np.ndarray:
     """
     m, n_c = X_c.shape
     r = W.shape[1]
+    loop = {"csc": _csc_matvecs, "csr": _csr_matvecs}.get(
+        X_c.format if sp.issparse(X_c) else None)
     if (
-        _csc_matvecs is not None and sp.issparse(X_c) and X_c.format == "csc"
-        and out.dtype == np.float64 and out.flags.c_contiguous and out.shape == (m, r)
-        and X_c.indices.dtype == X_c.indptr.dtype
+        loop is not None and out.dtype == np.float64 and out.flags.c_contiguous
+        and out.shape == (m, r) and X_c.indices.dtype == X_c.indptr.dtype
     ):
         W = np.ascontiguousarray(W, dtype=np.float64)
         data = np.asarray(X_c.data, dtype=np.float64)
-        _csc_matvecs(m, n_c, r, X_c.indptr, X_c.indices, data, W.ravel(), out.reshape(-1))
+        loop(m, n_c, r, X_c.indptr, X_c.indices, data, W.ravel(), out.reshape(-1))
     else:
         out += np.asarray(X_c @ W, dtype=np.float64)
     return out
+
+
+def row_major(X_c: Any) -> Any:
+    """A CSC chunk's CSR copy, where its row indices are sorted; any other chunk as it is.
+
+    Parameters
+    ----------
+    X_c : scipy.sparse matrix or ndarray of shape (m, n_c)
+        A document chunk.
+
+    Returns
+    -------
+    scipy.sparse.csr_matrix of shape (m, n_c), or ``X_c``
+        Row-major: both products of a pass then stream their large operand. ``X_c^T U`` is a
+        ``csc @ dense`` of the transposed copy that reads U row after row (the CSC chunk's
+        own transpose reads U's rows at random), and ``X_c V^T`` adds into the accumulator row
+        after row (:func:`spmm_accumulate`). Every entry of both products is summed in the
+        same order either way (the copy's column indices sorted within a row, the chunk's
+        row indices sorted within a column, as :func:`renumber` and the corpus keep them),
+        so the results are bitwise those of the CSC chunk. A CSC chunk with unsorted
+        indices is returned as it is: its ``X_c^T U`` sums each column in its stored order,
+        which the copy would change. The copy costs one O(nnz + m) conversion a chunk.
+        Measured on 8 chunks of 4096 documents at m = 45,580 occurring features, r = 100,
+        one thread: 1.1 s against 1.6-2.0 s for both products, conversion included.
+
+    Examples
+    --------
+    >>> X = sp.csc_matrix(np.array([[1.0, 0.0], [0.0, 2.0]]))
+    >>> row_major(X).format, row_major(X.toarray()).shape
+    ('csr', (2, 2))
+    """
+    return X_c.tocsr() if _is_csc(X_c) and X_c.has_sorted_indices else X_c
 
 
 def _is_csc(X_c: Any) -> bool:

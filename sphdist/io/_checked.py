@@ -15,7 +15,7 @@ import hashlib
 import itertools
 import logging
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -300,17 +300,31 @@ def read_chunk_checked(
     error
         If the chunk's file is missing, does not decode, or does not match ``sha256[i]`` (or
         ``sha256`` does not have one digest per chunk).
+
+    Notes
+    -----
+    With ``sha256``, whether the chunk's file exists is asked only when the values do not
+    match their digest (to name a missing file): a missing chunk reads as the fill value,
+    which matches the digest only where the chunk held the fill value, so the values
+    returned are the recorded ones either way, in one read of the store instead of two.
+    Without, it is asked first: nothing else tells a missing chunk from one of fill values.
     """
     c = arr.chunks[-1]
     prefix = f"{arr.store_path.path}/" if arr.store_path.path else ""
     key = (prefix + arr.metadata.encode_chunk_key((0,) * (arr.ndim - 1) + (i,))
            if arr.shards is None else None)
     where = f"{what} (chunk {i}, elements {i * c}:{(i + 1) * c})"
-    if key is not None and not sync(arr.store_path.store.exists(key)):
-        raise error(
-            f"{path}: {where}: chunk file {key} is missing (zarr would read it as the fill "
-            f"value {arr.fill_value!r}). To resolve this, {remedy}."
-        )
+
+    def missing() -> SphdistError | None:
+        if key is not None and not sync(arr.store_path.store.exists(key)):
+            return error(
+                f"{path}: {where}: chunk file {key} is missing (zarr would read it as the fill "
+                f"value {arr.fill_value!r}). To resolve this, {remedy}."
+            )
+        return None
+
+    if sha256 is None and (refused := missing()) is not None:  # only the file tells
+        raise refused
     try:
         values = np.asarray(arr[..., i * c:(i + 1) * c])
     except Exception as exc:  # the codec fails: truncated, or the checksum does not match
@@ -320,7 +334,7 @@ def read_chunk_checked(
         values = values.astype(object)
     if sha256 is not None and (len(sha256) != arr.cdata_shape[-1]
                                or content_sha256(values) != sha256[i]):
-        raise _changed(path, where, digest, error, remedy)
+        raise missing() or _changed(path, where, digest, error, remedy)
     return values
 
 
@@ -359,6 +373,13 @@ class ChunkedVector:
         Elements per chunk (the zarr chunk), >= 1.
     read_chunk : callable
         ``i -> ndarray of shape (min(chunk, n - i * chunk),)``: chunk i, checked.
+    digests : list of str, optional
+        The recorded :func:`chunk_sha256` of the values (None: none recorded); their
+        :attr:`identity` names these values wherever a copy of them is stored.
+    lookup : callable, optional
+        ``values -> list of ndarray of int64``: for each value, the positions that may hold it
+        (a table of hashes, :mod:`sphdist.io.index`); :meth:`find` then reads only the chunks
+        of those positions, and checks each of them against the value.
 
     Examples
     --------
@@ -367,10 +388,27 @@ class ChunkedVector:
     (['c', 'a'], [2, -1], 3)
     """
 
-    def __init__(self, n: int, chunk: int, read_chunk: Callable[[int], np.ndarray]):
+    def __init__(self, n: int, chunk: int, read_chunk: Callable[[int], np.ndarray], *,
+                 digests: list[str] | None = None,
+                 lookup: Callable[[list[str]], list[np.ndarray]] | None = None):
         self.n, self.chunk, self._read_chunk = int(n), max(1, int(chunk)), read_chunk
+        self.digests, self.lookup = digests, lookup
         self._chunks: dict[int, np.ndarray] = {}
         self.chunks_read = 0  # how many chunks were read from the store
+
+    @property
+    def identity(self) -> str | None:
+        """The sha256 of the recorded chunk digests, and of the length and chunk, or None.
+
+        Two vectors with the same identity hold the same values (each chunk read is checked
+        against its digest); None when no digest was recorded (an older store).
+        """
+        if self.digests is None:
+            return None
+        h = hashlib.sha256(f"{self.n} {self.chunk}".encode())
+        for d in self.digests:
+            h.update(b"\n" + d.encode())
+        return h.hexdigest()
 
     @classmethod
     def of(cls, values: np.ndarray) -> ChunkedVector:
@@ -387,6 +425,15 @@ class ChunkedVector:
             self.chunks_read += 1
         return self._chunks[i]
 
+    def iter_chunks(self) -> Iterator[np.ndarray]:
+        """Each chunk in order, ndarray of object, read (checked) without keeping it."""
+        for i in range(-(-self.n // self.chunk)):
+            if i in self._chunks:
+                yield self._chunks[i]
+            else:
+                self.chunks_read += 1
+                yield np.asarray(self._read_chunk(i)).astype(object, copy=False)
+
     def read(self) -> np.ndarray:
         """All values, ndarray of shape (n,), object."""
         parts = [self._get(i) for i in range(-(-self.n // self.chunk))]
@@ -397,7 +444,7 @@ class ChunkedVector:
         positions = np.asarray(positions, dtype=np.int64)
         out = np.empty(positions.shape, dtype=object)
         which = positions // self.chunk
-        for i in np.unique(which).tolist():
+        for i in sorted(set(which.ravel().tolist())):  # np.unique would import numpy.ma
             here = which == i
             out[here] = self._get(i)[positions[here] - i * self.chunk]
         return out
@@ -405,7 +452,10 @@ class ChunkedVector:
     def find(self, values: list[str]) -> np.ndarray:
         """Position of the first element equal to each of ``values``, -1 where none is.
 
-        Chunks are read in order until every value is found (all of them when one is not).
+        With a :attr:`lookup`, only the chunks of the positions it names are read, and a
+        position counts only if the (checked) value there is the one asked; a value it does
+        not place is searched as without one. Without, chunks are read in order until every
+        value is found (all of them when one is not).
 
         Returns
         -------
@@ -413,6 +463,13 @@ class ChunkedVector:
         """
         wanted = {str(v) for v in values}
         found: dict[str, int] = {}
+        if self.lookup is not None and wanted:
+            asked = sorted(wanted)
+            for v, places in zip(asked, self.lookup(asked), strict=True):
+                for p in np.sort(np.asarray(places, dtype=np.int64)).tolist():
+                    if 0 <= p < self.n and self._get(p // self.chunk)[p % self.chunk] == v:
+                        found[v] = p  # the first: every position of the value is a candidate
+                        break
         for i in range(-(-self.n // self.chunk)):
             if len(found) == len(wanted):
                 break

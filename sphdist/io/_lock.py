@@ -37,12 +37,13 @@ import os
 import socket
 import sys
 from pathlib import Path
-from typing import Any, Protocol
-
-import filelock
+from typing import TYPE_CHECKING, Any, Protocol
 
 from sphdist.errors import OutputLockedError, ParameterError, option
 from sphdist.io._fs import local_path, protocol_of, replace_file
+
+if TYPE_CHECKING:  # imported where a lock is taken: a reader (a neighbour query) takes none
+    import filelock
 
 __all__ = [
     "lock_path", "record_path", "lock_record", "refusal", "read_local_record", "FileHold",
@@ -142,6 +143,8 @@ class FileHold:
             raise
 
     def _acquire(self) -> filelock.BaseFileLock:
+        import filelock
+
         for _ in range(_ATTEMPTS):
             lock = filelock.FileLock(str(self.path), timeout=0, thread_local=False)
             try:

@@ -315,7 +315,7 @@ class Corpus(_Input):
         return ChunkedVector(arr.shape[0], arr.chunks[0], lambda i: read_chunk_checked(
             arr, i, str(self.path), "doc_ids", error=CorpusFormatError, remedy=_REMEDY,
             sha256=sha if isinstance(sha, list) else None,
-        ))
+        ), digests=sha if isinstance(sha, list) else None)
 
     @property
     def idf(self) -> np.ndarray | None:

@@ -269,7 +269,8 @@ class Embedding(TaggedStore):
         return ChunkedVector(arr.shape[0], arr.chunks[0], lambda i: self._consistent(
             lambda: read_chunk_checked(arr, i, str(self.location), "doc_ids",
                                        error=ModelFormatError, remedy=self._REWRITE,
-                                       sha256=sha if isinstance(sha, list) else None)))
+                                       sha256=sha if isinstance(sha, list) else None)),
+            digests=sha if isinstance(sha, list) else None)
 
     @property
     def labels(self) -> np.ndarray | None:

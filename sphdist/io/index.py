@@ -8,13 +8,33 @@
                                            one uncompressed chunk: its file faiss/c/0 is the
                                            serialized index byte for byte, memory-mapped
 
+      doc_ids     (n,)           str       the ids of the documents indexed (a copy of the
+                                           ids of the corpus or embedding, chunks of 8,192)
+      doc_id_lookup (2, n)       uint64    row 0: :func:`id_hashes` of those ids, sorted;
+                                           row 1: the position of each (chunks of 65,536)
+
 with attributes ``sphdist = {"kind": "index", "format_version": 1}``, ``faiss_sha256`` (the
 sha256 of the serialized bytes: verified when the index is written and by its full check,
 :meth:`StoredIndex.verify`), ``faiss_nbytes`` and ``faiss_sample_sha256`` (the size, and the
 sha256 of the first and the last MiB: checked on every read), ``index`` (``kind`` flat or ivf,
 ``nlist``, ``nprobe``, ``n_documents``, ``n_indexed``, ``n_components``, ``metric``,
-``faiss_version``), ``model`` (``path``, ``u_sha256``: the model whose embedding was indexed)
-and ``source`` (``origin`` model or embedding, ``path``, ``n_documents``).
+``faiss_version``),
+``model`` (``path``, ``u_sha256``: the model whose embedding was indexed), ``source``
+(``origin`` model or embedding, ``path``, ``n_documents``) and ``doc_ids`` (``chunk_sha256``
+of the copy, one digest per chunk; ``source_identity``, the
+:attr:`~sphdist.io._checked.ChunkedVector.identity` of the ids copied: the copy is read only
+for the very ids it was made of; ``lookup_sha256``, one digest per chunk of
+``doc_id_lookup``; ``lookup_first``, the first hash of each of its chunks, as 16 hex digits).
+``doc_ids`` and ``doc_id_lookup`` are absent from indexes written before them, and from
+indexes of ids without recorded digests: a query then finds its document by reading the ids
+of the corpus or embedding in order, as before.
+
+**Finding a document** (:meth:`StoredIndex.ids`): the hash of the id asked, a binary search
+of ``lookup_first``, one chunk of ``doc_id_lookup`` (each chunk read checked against its
+digest) give the positions that may hold it; the chunk of the copy holding each position is
+read (checked) and compared: one query reads about 1 MiB of the table and 8,192 ids, and the
+ids of its hits only their chunks of 8,192, instead of every chunk of 131,072 ids up to the
+document's.
 
 **Reading** (:meth:`StoredIndex.load`): on a local disk the file is memory-mapped by faiss
 (``faiss.IO_FLAG_MMAP``), so a query reads the pages of the lists it probes, not the whole
@@ -43,21 +63,60 @@ import numpy as np
 import zarr
 
 from sphdist.errors import ModelFormatError, Remedy, StoreReplacedError, remedy
-from sphdist.io._checked import content_sha256, read_checked
+from sphdist.io._checked import (
+    ChunkedVector,
+    content_sha256,
+    read_checked,
+    read_chunk_checked,
+)
 from sphdist.io._files import exists
 from sphdist.io._fs import is_remote, location
 from sphdist.io._store import open_target
 from sphdist.io._tagged import TaggedStore
-from sphdist.io._zarr import WRITE_CONFIG, json_clean, open_node, read_tag
+from sphdist.io._zarr import CHECKSUMMED, WRITE_CONFIG, json_clean, open_node, read_tag
 
 __all__ = [
     "FORMAT_VERSION", "KIND", "StoredIndex", "open_index", "write_index", "index_kind",
-    "check_structure", "sample_sha256",
+    "check_structure", "sample_sha256", "id_hashes",
 ]
 
 FORMAT_VERSION = 1
 KIND = "index"  # the group attribute sphdist.kind
 _SAMPLE = 1 << 20  # bytes at each end of the serialized index whose digest every read checks
+
+_IDS_CHUNK = 8192  # ids per chunk of the copy: the ids of one hit cost one such chunk
+_LOOKUP_CHUNK = 65536  # entries per chunk of doc_id_lookup (1 MiB)
+
+
+def id_hashes(values: Any) -> np.ndarray:
+    """The 64-bit hashes the lookup table of an index sorts: BLAKE2b of each string's UTF-8.
+
+    Parameters
+    ----------
+    values : iterable of str
+
+    Returns
+    -------
+    ndarray of shape (len(values),), uint64
+        The 8-byte BLAKE2b digest of each value's UTF-8 bytes (lone surrogates passed
+        through), read little-endian.
+
+    References
+    ----------
+    .. [1] J.-P. Aumasson et al., "The BLAKE2 cryptographic hash and message authentication
+       code (MAC)", RFC 7693, 2015.
+
+    Examples
+    --------
+    >>> h = id_hashes(["doc1", "doc2", "doc1"])
+    >>> h.dtype, bool(h[0] == h[2]), bool(h[0] == h[1])
+    (dtype('uint64'), True, False)
+    """
+    blake = hashlib.blake2b
+    joined = b"".join(blake(str(v).encode("utf-8", "surrogatepass"), digest_size=8).digest()
+                      for v in values)
+    return np.frombuffer(joined, dtype="<u8").astype(np.uint64)
+
 
 def _write(**overrides: bool) -> str:
     """The index job that writes an index, as a remedy's marker."""
@@ -78,6 +137,7 @@ def index_kind(path: str | os.PathLike[str]) -> str | None:
 
 def write_index(
     path: str | os.PathLike[str], data: np.ndarray, *, attrs: dict[str, Any],
+    ids: ChunkedVector | None = None,
 ) -> StoredIndex:
     """Write the serialized index ``data`` and its record, committed atomically to ``path``.
 
@@ -90,6 +150,11 @@ def write_index(
         ``faiss.serialize_index`` of the index.
     attrs : dict
         ``index``, ``model`` and ``source`` (see the module's layout); JSON-serialisable.
+    ids : ChunkedVector, optional
+        The ids of the documents indexed (n, str), with their recorded digests: copied into
+        the index with their lookup table (``doc_ids``, ``doc_id_lookup``), so that a query
+        finds its document and the ids of its hits in a few small chunks. Not copied when
+        None, or when the ids have no recorded digests (the copy could not be tied to them).
 
     Returns
     -------
@@ -97,7 +162,8 @@ def write_index(
 
     Notes
     -----
-    Memory: ``data`` itself; it is written 16 MiB chunk by chunk, zstd with checksum.
+    Memory: ``data`` itself, written as one raw chunk; with ``ids``, the n ids and ``16 n``
+    bytes of the table.
     """
     path = location(path)
     data = np.ascontiguousarray(data, dtype=np.uint8).ravel()
@@ -110,9 +176,12 @@ def write_index(
             compressors=None, config=WRITE_CONFIG,
         )
         arr[:] = data
+        copied = {}
+        if ids is not None and ids.identity is not None and len(ids):
+            copied = {"doc_ids": _write_ids(group, ids)}
         group.attrs.update(json_clean({
             **attrs, "faiss_sha256": content_sha256(data), "faiss_nbytes": int(data.shape[0]),
-            "faiss_sample_sha256": sample_sha256(data),
+            "faiss_sample_sha256": sample_sha256(data), **copied,
             "sphdist": {"kind": KIND, "format_version": FORMAT_VERSION},
         }))
         target.commit(staging)
@@ -120,6 +189,42 @@ def write_index(
         target.discard(staging)
         raise
     return StoredIndex(path)
+
+
+def _write_ids(group: zarr.Group, ids: ChunkedVector) -> dict[str, Any]:
+    """Store the copy of ``ids`` and its lookup table in ``group``; their record.
+
+    The ids are read one stored chunk at a time and written in chunks of
+    :data:`_IDS_CHUNK`; memory: ``16 n`` bytes (the hashes and their order) and a chunk.
+    """
+    n = len(ids)
+    c = min(n, _IDS_CHUNK)
+    arr = group.create_array("doc_ids", shape=(n,), dtype=str, chunks=(c,),
+                             compressors=CHECKSUMMED, config=WRITE_CONFIG)
+    hashes = np.empty(n, dtype=np.uint64)
+    digests: list[str] = []
+    pending, seen, done = np.zeros(0, dtype=object), 0, 0
+    for part in ids.iter_chunks():
+        hashes[seen:seen + part.shape[0]] = id_hashes(part)
+        seen += part.shape[0]
+        pending = np.concatenate([pending, part])
+        while pending.shape[0] >= c or (seen == n and pending.shape[0]):
+            block, pending = pending[:c], pending[c:]
+            arr[done:done + block.shape[0]] = block
+            digests.append(content_sha256(block))  # as chunk_sha256(ids, c)
+            done += block.shape[0]
+    order = np.argsort(hashes, kind="stable")  # equal hashes: positions in increasing order
+    c = min(n, _LOOKUP_CHUNK)
+    lookup = group.create_array("doc_id_lookup", shape=(2, n), dtype=np.uint64,
+                                chunks=(2, c), compressors=CHECKSUMMED, config=WRITE_CONFIG)
+    lookup_digests, first = [], []
+    for a in range(0, n, c):
+        block = np.stack([hashes[order[a:a + c]], order[a:a + c].astype(np.uint64)])
+        lookup[:, a:a + c] = block
+        lookup_digests.append(content_sha256(block))  # as chunk_sha256(table, c)
+        first.append(f"{int(block[0, 0]):016x}")
+    return {"chunk_sha256": digests, "source_identity": ids.identity,
+            "lookup_sha256": lookup_digests, "lookup_first": first}
 
 
 def sample_sha256(data: Any) -> str:
@@ -357,19 +462,97 @@ class StoredIndex(TaggedStore):
                         nprobe=nprobe, refuse=self.refuse)
         return index
 
-    def verify(self, *, n_components: int, n_documents: int) -> dict[str, Any]:
+    def ids(self, source: ChunkedVector) -> ChunkedVector | None:
+        """The index' copy of the ids ``source`` holds, with its lookup table, or None.
+
+        Parameters
+        ----------
+        source : ChunkedVector
+            The ids of the documents searched (of the corpus or the embedding).
+
+        Returns
+        -------
+        ChunkedVector or None
+            Of length n, values str, read from the index' ``doc_ids`` in chunks of 8,192,
+            each checked against its recorded digest when read; :meth:`ChunkedVector.find`
+            reads the positions of an id from ``doc_id_lookup`` (each chunk checked) and
+            keeps those whose id is the one asked. None when the index holds no copy
+            (written before them), or a copy of other ids than ``source`` (another
+            ``identity``, or none recorded): those are then read from ``source``.
+
+        Raises
+        ------
+        ModelFormatError
+            When a chunk read is missing, does not decode or does not match its digest, or
+            the record of the copy does not describe it (naming the rebuild command).
+        """
+        record = self.attrs.get("doc_ids")
+        if (not isinstance(record, dict) or source.identity is None
+                or record.get("source_identity") != source.identity):
+            return None
+        digests, lookup_digests = record.get("chunk_sha256"), record.get("lookup_sha256")
+        first = record.get("lookup_first")
+        try:
+            arr, table = self._group["doc_ids"], self._group["doc_id_lookup"]
+            fences = np.array([int(str(h), 16) for h in first], dtype=np.uint64)
+        except (KeyError, TypeError, ValueError, OverflowError):
+            arr = table = fences = None
+        if (arr is None or table is None or arr.shape != (len(source),)
+                or table.shape != (2, len(source)) or not isinstance(digests, list)
+                or not isinstance(lookup_digests, list) or not isinstance(first, list)
+                or len(first) != table.cdata_shape[-1]):
+            raise self.refuse("the record doc_ids does not describe the arrays doc_ids and "
+                              "doc_id_lookup")
+        where, remedy = str(self.location), self.rebuild()
+        chunks: dict[int, np.ndarray] = {}
+
+        def lookup_chunk(i: int) -> np.ndarray:
+            if i not in chunks:
+                chunks[i] = self._consistent(lambda: read_chunk_checked(
+                    table, i, where, "doc_id_lookup", error=ModelFormatError, remedy=remedy,
+                    sha256=lookup_digests))
+            return chunks[i]
+
+        def lookup(values: list[str]) -> list[np.ndarray]:
+            out = []
+            for h in id_hashes(values):
+                # the chunks whose entries can equal h: first <= h, and the next first >= h
+                lo = max(int(np.searchsorted(fences, h, side="left")) - 1, 0)
+                hi = max(int(np.searchsorted(fences, h, side="right")), lo + 1)
+                parts = [c[1, c[0] == h] for c in map(lookup_chunk, range(lo, hi))]
+                out.append(np.concatenate(parts).astype(np.int64))
+            return out
+
+        return ChunkedVector(len(source), arr.chunks[0], lambda i: self._consistent(
+            lambda: read_chunk_checked(arr, i, where, "doc_ids", error=ModelFormatError,
+                                       remedy=remedy, sha256=digests)),
+            lookup=lookup)
+
+    def verify(self, *, n_components: int, n_documents: int,
+               doc_ids: ChunkedVector | None = None) -> dict[str, Any]:
         """The full check (the index job's ``check``): every byte, the structure, every id.
+
+        Parameters
+        ----------
+        n_components, n_documents : int
+            As :meth:`load`.
+        doc_ids : ChunkedVector, optional
+            The ids of the documents searched: the index' copy of them, if it holds one,
+            must be equal to them, and its lookup table must be theirs.
 
         Returns
         -------
         dict
-            ``path``, ``nbytes``, ``n_indexed``, ``faiss_sha256`` (verified).
+            ``path``, ``nbytes``, ``n_indexed``, ``faiss_sha256`` (verified), ``doc_ids``
+            (True where the copy of the ids and its table were checked).
 
         Raises
         ------
         ModelFormatError
             As :meth:`load`, and if the bytes do not match ``faiss_sha256`` or an id is
-            outside ``[0, n_documents)`` or repeated.
+            outside ``[0, n_documents)`` or repeated; if the copy of the ids or its table
+            do not match their digests, the ids of ``doc_ids``, or each other (hashes unsorted,
+            positions not each document once, a hash not of the id at its position).
         """
         import faiss
 
@@ -391,7 +574,37 @@ class StoredIndex(TaggedStore):
         if np.unique(ids).size != ids.size:
             raise self.refuse("the index holds a document id twice")
         return {"path": str(self.path), "nbytes": int(data.shape[0]),
-                "n_indexed": int(index.ntotal), "faiss_sha256": self.attrs["faiss_sha256"]}
+                "n_indexed": int(index.ntotal), "faiss_sha256": self.attrs["faiss_sha256"],
+                "doc_ids": doc_ids is not None and self._verify_ids(doc_ids)}
+
+    def _verify_ids(self, source: ChunkedVector) -> bool:
+        """Check every id of the copy and every entry of its table (False: no copy)."""
+        copy = self.ids(source)
+        if copy is None:
+            return False
+        record, remedy = self.attrs["doc_ids"], self.rebuild()
+        values = copy.read()  # every chunk against its digest
+        table = self._consistent(lambda: read_checked(
+            self._group["doc_id_lookup"], str(self.location), "doc_id_lookup",
+            error=ModelFormatError, remedy=remedy, sha256=record["lookup_sha256"],
+            digest="lookup_sha256"))
+        c = self._group["doc_id_lookup"].chunks[-1]
+        if [f"{int(h):016x}" for h in table[0, ::c]] != record["lookup_first"]:
+            raise self.refuse("lookup_first is not the first hash of each chunk of "
+                              "doc_id_lookup")
+        if np.any(table[0, 1:] < table[0, :-1]):
+            raise self.refuse("the hashes of doc_id_lookup are not sorted")
+        n = values.shape[0]
+        if not np.array_equal(np.sort(table[1]), np.arange(n, dtype=np.uint64)):
+            raise self.refuse("the positions of doc_id_lookup are not each document once")
+        if not np.array_equal(id_hashes(values[table[1].astype(np.int64)]), table[0]):
+            raise self.refuse("a hash of doc_id_lookup is not that of the id at its position")
+        theirs = source.read()  # every id of the corpus or embedding, checked
+        if not np.array_equal(values, theirs):
+            bad = int(np.flatnonzero(values != theirs)[0])
+            raise self.refuse(f"doc_ids holds {values[bad]!r} at {bad}, not the id of that "
+                              "document")
+        return True
 
 
 def _all_ids(index: Any) -> np.ndarray:

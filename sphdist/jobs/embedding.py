@@ -276,10 +276,11 @@ def open_embedding_source(
         )
     require_embedding(fitted)
     _, r, n = fitted.shape
+    empty = np.asarray(source.empty)  # read (and checked) once
     return EmbeddingSource(
         shape=(r, n), lazy_V=fitted.V, read_columns=fitted.V_columns, ids=source.ids(),
         labels=source.labels, label_names=source.label_names, origin="model",
-        degenerate=np.asarray(source.empty), empty=np.asarray(source.empty),
+        degenerate=empty, empty=empty.copy(),
     )
 
 

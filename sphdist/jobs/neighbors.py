@@ -183,7 +183,8 @@ def build_index(
         "n_components": index.n_features_in_, "metric": "inner_product",
         "faiss_version": faiss.__version__, "seconds": seconds,
     }
-    write_index(output, data, attrs={"index": record, "model": model_rec, "source": source_rec})
+    write_index(output, data, attrs={"index": record, "model": model_rec, "source": source_rec},
+                ids=source.ids)  # a copy of the ids, to find a --doc-id without reading them
     return {"output": str(output), **{k: record[k] for k in (
         "kind", "nlist", "nprobe", "n_documents", "n_indexed", "n_components")},
         "nbytes": int(data.nbytes), "seconds": seconds}
@@ -198,7 +199,9 @@ def check_index(
     Every read of an index checks its size, a sampled digest and its structure
     (:meth:`sphdist.io.index.StoredIndex.load`); this reads every byte against the recorded
     ``faiss_sha256`` and every id (each a document of the model's embeddings, none twice), and
-    checks that it is the index of ``model``'s documents.
+    checks that it is the index of ``model``'s documents, and that its copy of the document
+    ids and their lookup table are those of the documents
+    (:meth:`sphdist.io.index.StoredIndex.verify`).
 
     Parameters
     ----------
@@ -211,7 +214,8 @@ def check_index(
     Returns
     -------
     dict
-        ``path``, ``nbytes``, ``n_indexed``, ``faiss_sha256``, ``ok`` (True).
+        ``path``, ``nbytes``, ``n_indexed``, ``faiss_sha256``, ``doc_ids`` (True where the
+        index holds a copy of the ids, checked), ``ok`` (True).
 
     Raises
     ------
@@ -221,9 +225,10 @@ def check_index(
     """
     source = open_embedding_source(model, input, verb="index", rest=("--check",))
     fitted = open_model(model)
+    ids = source.ids  # the corpus' or embedding's (load_index puts the index' copy instead)
     load_index(path, fitted, source, input)  # the record against the model, the cheap checks
     report = open_index(path).verify(n_components=fitted.shape[1],
-                                     n_documents=source.n_documents)
+                                     n_documents=source.n_documents, doc_ids=ids)
     return {**report, "ok": True}
 
 
@@ -232,6 +237,11 @@ def load_index(
     input: str | os.PathLike[str] | None = None, *, nprobe: int | None = None,
 ) -> Any:
     """Open a stored index, check that it indexes ``source`` of ``fitted``, and load it.
+
+    Where the index holds a copy of the ids of ``source`` (:meth:`StoredIndex.ids
+    <sphdist.io.index.StoredIndex.ids>`), ``source.ids`` is replaced by it: a ``--doc-id``
+    is then found by the index' lookup table, and the ids of the hits read in chunks of
+    8,192, instead of reading the ids of the corpus in order.
 
     Parameters
     ----------
@@ -285,6 +295,9 @@ def load_index(
     record = stored.record
     faiss_index = stored.load(n_components=fitted.shape[1], n_documents=source.n_documents,
                               nprobe=nprobe)
+    copied = stored.ids(source.ids)
+    if copied is not None:
+        source.ids = copied
     return SearchIndex(
         faiss_index, kind_=record["kind"], nlist_=record.get("nlist"),
         nprobe=nprobe or record.get("nprobe"), n_samples_fit_=int(record["n_documents"]),

@@ -878,19 +878,25 @@ def _report_skipped(total: Counts, on_error: str) -> None:
 
 # -- where the tasks run: dask's scheduler of the calling context, else a pool of this machine --
 #: A local source of at least this many documents is ingested by a pool of processes (below:
-#: threads, which start nothing). None: never, the default. Since each task is handed to the
-#: pool on its own, both processes of a 2-process pool tokenise at once (busy 1.98 of 2 in pass
-#: 1 at 100,000 documents; before, dask's multiprocessing scheduler gave a whole window to one
-#: process); but on the shared 2-core machine, at loads of 8 to 15, the pool was no faster than
-#: threads (77-97 s against 58-74 s at 100,000 documents, 0.27-0.34 cores used against
-#: 0.31-0.42): the kernel's autogroup gives a session one share of the cores whatever its number
-#: of processes (one busy process got 0.24 cores, two got 0.23-0.26 together), so a second
-#: process buys nothing and costs its start (a fork server importing scikit-learn, ~2.5 CPU s).
-#: Not measured on idle cores (pipelines/results/ingest_default.md); 50,000 turns it on.
-PROCESSES_FROM_DOCUMENTS: int | None = None
+#: threads, which start nothing), on a machine of at least :data:`PROCESSES_FROM_CPUS` cores.
+#: None: never. Tokenising holds the GIL, so threads keep about one core busy. Measured on 16
+#: idle cores at 100,000 documents (pipelines/results/ingest_default_16.md): the pool of 16
+#: processes took 8.9 s, dask's threads 24.7 s and the ingest's own threads 23.0 s
+#: (scikit-learn's TfidfVectorizer in one process: 12.0 s), the same corpus bit for bit, at
+#: 4.8 GiB peak RSS against 1.0. On the shared 2-core machine, at loads of 8 to 15, the pool
+#: was no faster than threads (77-97 s against 58-74 s at 100,000 documents): the kernel's
+#: autogroup gives a session one share of the cores whatever its number of processes, so a
+#: second process bought nothing there and cost its start (a fork server importing
+#: scikit-learn, ~2.5 CPU s); at load 3-5 it was 1.19x faster at 200,000 and slower at 1M
+#: (pipelines/results/ingest_default.md, series 4-7).
+PROCESSES_FROM_DOCUMENTS: int | None = 50_000
 #: The same for a source whose documents are counted only by reading it (gzip JSON Lines, CSV),
 #: by the bytes of its files (25,000,000: 50,000 documents of 500 bytes); None: never.
-PROCESSES_FROM_BYTES: int | None = None
+PROCESSES_FROM_BYTES: int | None = 25_000_000
+#: Fewest cores (dask's ``num_workers``, else ``os.cpu_count()``) on which a large source is
+#: ingested by processes: 4, between the 2 where they did not pay and the 16 where they were
+#: 2.6x as fast as threads (the cores in between not measured).
+PROCESSES_FROM_CPUS = 4
 
 
 def local_pool(n_documents: int | None, n_bytes: int, *, cpus: int,
@@ -899,8 +905,9 @@ def local_pool(n_documents: int | None, n_bytes: int, *, cpus: int,
 
     Tokenising holds Python's GIL, so threads keep about one core busy; processes use them all
     but cost a start (a fork server that imports the tokeniser once, then forks each worker)
-    and pickling each partition's counts back. They are chosen when there is more than one core
-    and the source is large enough: at least :data:`PROCESSES_FROM_DOCUMENTS` documents, or,
+    and pickling each partition's counts back. They are chosen when there are at least
+    :data:`PROCESSES_FROM_CPUS` cores and the source is large enough: at least
+    :data:`PROCESSES_FROM_DOCUMENTS` documents, or,
     when the count is unknown before reading (``n_documents`` None), at least
     :data:`PROCESSES_FROM_BYTES` bytes of files. A source or output in an object store keeps to
     threads (the storage options of this process are not a worker process's). The corpus is the
@@ -923,20 +930,18 @@ def local_pool(n_documents: int | None, n_bytes: int, *, cpus: int,
     -------
     str
 
-    >>> local_pool(1_000_000, 0, cpus=2)  # the thresholds are None: never processes
+    >>> local_pool(1_000_000, 0, cpus=2)  # 2 cores: threads
     'threads'
-    >>> import sphdist.text.ingest as m
-    >>> m.PROCESSES_FROM_DOCUMENTS, m.PROCESSES_FROM_BYTES = 20_000, 10_000_000
-    >>> local_pool(18_846, 0, cpus=2), local_pool(1_000_000, 0, cpus=2)
+    >>> local_pool(18_846, 0, cpus=16), local_pool(1_000_000, 0, cpus=16)
     ('threads', 'processes')
-    >>> local_pool(None, 50_000_000, cpus=2), local_pool(1_000_000, 0, cpus=1)
+    >>> local_pool(None, 50_000_000, cpus=16), local_pool(1_000_000, 0, cpus=16, local=False)
     ('processes', 'threads')
-    >>> m.PROCESSES_FROM_DOCUMENTS = m.PROCESSES_FROM_BYTES = None
     """
     threshold, size = ((PROCESSES_FROM_DOCUMENTS, n_documents) if n_documents is not None
                        else (PROCESSES_FROM_BYTES, n_bytes))
     large = threshold is not None and size >= threshold
-    return "processes" if large and cpus > 1 and local else "threads"
+    many = cpus >= max(2, PROCESSES_FROM_CPUS)
+    return "processes" if large and many and local else "threads"
 
 
 @dataclasses.dataclass

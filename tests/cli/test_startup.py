@@ -229,3 +229,49 @@ def test_one_text_query_imports_no_dask(small_model):
     assert report["code"] == 0, result.stderr
     assert "sklearn" in report["heavy"]
     assert "dask" not in report["heavy"] and "distributed" not in report["heavy"], report
+
+
+_PROBE_MODULES = """
+import json, sys
+from sphdist.cli import main
+try:
+    main(sys.argv[1:], prog_name="sphdist")
+except SystemExit as exc:
+    code = exc.code
+else:
+    code = 0
+prefixes = ("sphdist.cli.", "sphdist.text", "tqdm", "filelock", "matplotlib", "sklearn",
+            "distributed", "dask", "pandas", "scipy", "numpy.ma.")
+print(json.dumps({"code": code, "heavy": sorted(n for n in sys.modules
+                                               if (n + ".").startswith(prefixes))}))
+"""
+
+
+def test_one_neighbour_query_imports_only_the_module_of_its_command(small_model):
+    """Issue 33 item 3: the command group imported every command's module (ingest's text
+    sources, fit's tables) to run one; a query takes no lock and draws no progress bar; the
+    ids of the hits are grouped by chunk without ``np.unique`` (which imports numpy.ma)."""
+    model, doc_id = small_model
+    report, result = _run(_PROBE_MODULES, "neighbors", "-m", str(model), "--doc-id", doc_id,
+                          "-k", "3")
+    assert report["code"] == 0, result.stderr
+    assert "searching the index" in result.stderr
+    assert report["heavy"] == ["sphdist.cli", "sphdist.cli._common", "sphdist.cli.use"], report
+
+
+def test_the_command_table_is_whole_and_each_module_defines_its_commands():
+    """The commands are registered by name (:data:`sphdist.cli.COMMAND_MODULES`), imported
+    when one is run; ``main.commands`` (click's table, sphinx-click's) imports them all."""
+    import importlib
+
+    import click
+
+    from sphdist.cli import COMMAND_MODULES, main
+
+    for module, names in COMMAND_MODULES.items():
+        assert [c.name for c in importlib.import_module(module).COMMANDS] == names, module
+    every = sorted(n for names in COMMAND_MODULES.values() for n in names)
+    assert main.list_commands(click.Context(main)) == every
+    assert sorted(main.commands) == every
+    assert main.get_command(click.Context(main), "neighbors") is main.commands["neighbors"]
+    assert main.get_command(click.Context(main), "fitt") is None

@@ -186,6 +186,63 @@ def test_spmm_accumulate_adds_into_out(rng, fmt):
     np.testing.assert_allclose(out, start + Xref @ W, atol=1e-13)
 
 
+def test_row_major_copies_only_sorted_csc_chunks():
+    X = random_corpus(40, 30, density=0.2, seed=5, n_empty=1).tocsc()
+    assert X.has_sorted_indices
+    copy = partials.row_major(X)
+    assert copy.format == "csr" and copy.has_sorted_indices
+    np.testing.assert_array_equal(copy.toarray(), X.toarray())
+    unsorted = X.copy()
+    for j in range(unsorted.shape[1]):  # every column's stored entries reversed
+        a, b = unsorted.indptr[j], unsorted.indptr[j + 1]
+        unsorted.indices[a:b] = unsorted.indices[a:b][::-1].copy()
+        unsorted.data[a:b] = unsorted.data[a:b][::-1].copy()
+    unsorted.has_sorted_indices = False
+    assert partials.row_major(unsorted) is unsorted
+    dense = X.toarray()
+    assert partials.row_major(dense) is dense
+
+
+def test_spmm_accumulate_csr_and_csc_routes_add_the_same_bits(rng):
+    X = random_corpus(300, 200, density=0.1, seed=6, n_empty=2).tocsc()
+    W = rng.standard_normal((200, 5))
+    start = rng.standard_normal((300, 5))
+    by_columns, by_rows = start.copy(), start.copy()
+    partials.spmm_accumulate(X, W, by_columns)
+    partials.spmm_accumulate(partials.row_major(X), W, by_rows)
+    assert by_rows.tobytes() == by_columns.tobytes()
+    np.testing.assert_allclose(by_rows, start + X.toarray() @ W, atol=1e-12)
+
+
+@pytest.mark.parametrize("lam", [2.0, 2.5])
+def test_pass_block_row_major_route_keeps_the_bits_of_the_column_route(rng, monkeypatch, lam):
+    X = random_corpus(500, 240, density=0.05, seed=8, n_empty=0).tocsc()
+    chunks = [X[:, a:a + 60] for a in range(0, 240, 60)]  # four sorted CSC chunks, one block
+    U = np.linalg.qr(rng.standard_normal((500, 6)))[0]
+    V_prev = [rng.standard_normal((6, 60)) for _ in chunks]
+    V_prev = [v / np.linalg.norm(v, axis=0) for v in V_prev]
+    calls = []
+
+    def counted(X_c):
+        calls.append(X_c.format if sp.issparse(X_c) else "dense")
+        return partials.row_major(X_c)
+
+    monkeypatch.setattr(kernels, "row_major", counted)
+    rows = kernels.pass_block(chunks, U, V_prev, lam=lam)
+    assert calls.count("csc") >= len(chunks)  # every chunk went through its row-major copy
+    monkeypatch.setattr(kernels, "row_major", lambda X_c: X_c)  # the column route of before
+    columns = kernels.pass_block(chunks, U, V_prev, lam=lam)
+    for key in ("XVt", "VVt"):
+        assert np.asarray(partials.densify(rows[key])).tobytes() == \
+            np.asarray(partials.densify(columns[key])).tobytes()
+    assert all(a.tobytes() == b.tobytes() for a, b in zip(rows["V"], columns["V"], strict=True))
+    assert (rows["sq_norm_X"], rows["dV_sq"]) == (columns["sq_norm_X"], columns["dV_sq"])
+    np.testing.assert_allclose(np.hstack(rows["V"]), _dense_pass(chunks, U, V_prev, lam)[1],
+                               atol=1e-13)
+    embedded = kernels.embed_block(chunks[1], U)  # the transform's V-step: pass_block's bits
+    assert embedded.tobytes() == kernels.pass_block([chunks[1]], U)["V"][0].tobytes()
+
+
 def _dense_pass(chunks, U, V_prev, lam):
     """Eq. 3.12 and the partials on the dense concatenation of the chunks."""
     X = np.hstack([c.toarray() if sp.issparse(c) else c for c in chunks])

@@ -555,6 +555,174 @@ def test_a_search_that_returns_an_id_of_no_document_is_refused(copies):
         query_neighbors(out, doc_id="7", k=loaded.ntotal - 1, index=path)
 
 
+# -- the index' copy of the document ids and its lookup table (issue 33 item 3) ---------------
+
+
+def _small_chunks(monkeypatch, ids=8, lookup=16):
+    from sphdist.io import index as stored_index
+
+    monkeypatch.setattr(stored_index, "_IDS_CHUNK", ids)
+    monkeypatch.setattr(stored_index, "_LOOKUP_CHUNK", lookup)
+
+
+@pytest.mark.parametrize("hashes", ["blake2b", "colliding"])
+def test_a_doc_id_is_found_by_the_lookup_table_reading_one_chunk_of_ids(copies, monkeypatch,
+                                                                       hashes):
+    """Every id is found at its position, reading one chunk of 8 ids; equal hashes too."""
+    from sphdist.io import index as stored_index
+    from sphdist.jobs.embedding import open_embedding_source
+    from sphdist.jobs.neighbors import load_index
+
+    _small_chunks(monkeypatch)
+    if hashes == "colliding":  # 3 hashes for 90 ids: each spans several chunks of the table
+        monkeypatch.setattr(stored_index, "id_hashes", lambda values: np.array(
+            [sum(map(ord, str(v))) % 3 for v in values], dtype=np.uint64))
+    out, path = _index(copies)
+    assert len(zarr.open_group(str(path)).attrs["doc_ids"]["lookup_first"]) == 6  # 90 / 16
+    for j in (0, 7, 8, 44, 89):
+        source = open_embedding_source(out)
+        load_index(path, open_model(out), source)
+        assert source.ids.lookup is not None
+        assert source.ids.find([str(j)]).tolist() == [j]
+        # the chunk of 8 ids holding it, not those before (colliding: those of its hash too)
+        assert source.ids.chunks_read == 1 or hashes == "colliding"
+        assert source.ids.take(np.array([j, 89])).tolist() == [str(j), "89"]
+    assert source.ids.find(["nope"]).tolist() == [-1]  # not placed: every chunk is read
+    assert source.ids.chunks_read == -(-N // 8)
+
+
+def test_the_copy_of_ids_is_written_a_stored_chunk_at_a_time(tmp_path, monkeypatch):
+    """Chunks of 7 ids read, chunks of 8 written (and 16 of the table): the same digests as
+    the whole arrays', every id found, no stored chunk kept in memory."""
+    from sphdist.io._checked import ChunkedVector, chunk_sha256
+    from sphdist.io.index import id_hashes, write_index
+
+    _small_chunks(monkeypatch)
+    values = np.array([f"doc{j}" for j in range(50)], dtype=object)
+    ids = ChunkedVector(50, 7, lambda i: values[7 * i:7 * i + 7], digests=["x"])
+    write_index(tmp_path / "i.zarr", np.zeros(4, np.uint8), attrs={}, ids=ids)
+    assert ids.chunks_read == 8 and not ids._chunks
+    g = zarr.open_group(str(tmp_path / "i.zarr"), mode="r")
+    record = g.attrs["doc_ids"]
+    assert record["chunk_sha256"] == chunk_sha256(values, 8)
+    table = g["doc_id_lookup"][...]
+    assert record["lookup_sha256"] == chunk_sha256(table, 16)
+    assert np.array_equal(table[0], np.sort(id_hashes(values)))
+    assert np.array_equal(g["doc_ids"][...].astype(object), values)
+    copy = open_index(tmp_path / "i.zarr").ids(ids)
+    assert copy.find(list(values[::-1])).tolist() == list(range(49, -1, -1))
+
+
+def test_an_index_holds_no_copy_of_ids_without_digests_or_of_other_ids(copies):
+    """Without recorded digests nothing ties a copy to the ids; another source's: not read."""
+    from sphdist.io._checked import ChunkedVector
+    from sphdist.jobs.embedding import open_embedding_source
+    from sphdist.jobs.neighbors import load_index
+
+    corpus, out = copies
+    out, path = _index(copies, input=corpus)
+    ids = open_embedding_source(out, corpus).ids
+    assert open_index(path).ids(ids) is not None
+    other = ChunkedVector(N, N, lambda i: np.arange(N).astype(str), digests=["0" * 64])
+    assert open_index(path).ids(other) is None and other.identity != ids.identity
+    g = zarr.open_group(store=str(corpus), mode="r+")
+    digests = dict(g.attrs["chunked_sha256"])
+    del digests["doc_ids"]
+    g.attrs["chunked_sha256"] = digests
+    _index(copies, overwrite=True, input=corpus)  # rebuilt over ids without digests
+    assert "doc_ids" not in zarr.open_group(str(path)).attrs
+    source = open_embedding_source(out, corpus)
+    assert open_index(path).ids(source.ids) is None
+    ids = source.ids
+    load_index(path, open_model(out), source, corpus)
+    assert source.ids is ids  # the query reads the corpus' ids, as before
+    assert source.ids.find(["5"]).tolist() == [5]
+
+
+def test_edited_ids_of_an_index_are_refused_when_read(copies, monkeypatch):
+    """Two ids of the copy swapped: the chunk read is refused, naming the rebuild."""
+    from sphdist.jobs.neighbors import query_neighbors
+
+    _small_chunks(monkeypatch)
+    out, path = _index(copies)
+    _swap(path / "doc_ids", 2, 5)
+    with pytest.raises(ModelFormatError, match=r"doc_ids \(chunk 0, elements 0:8\) does not "
+                                               r"match.*sphdist index --model .*--overwrite"):
+        query_neighbors(out, doc_id="5", k=3, index=path)
+    assert query_neighbors(out, doc_id="60", k=1, index=path)["neighbors"]  # other chunks
+
+
+@pytest.mark.parametrize("edit", ["no table", "fences"])
+def test_a_record_of_the_ids_that_does_not_describe_them_is_refused(copies, edit):
+    from sphdist.jobs.neighbors import query_neighbors
+
+    out, path = _index(copies)
+    g = zarr.open_group(store=str(path), mode="r+")
+    if edit == "no table":
+        del g["doc_id_lookup"]
+    else:
+        g.attrs["doc_ids"] = {**g.attrs["doc_ids"], "lookup_first": ["not hex"]}
+    with pytest.raises(ModelFormatError, match=r"the record doc_ids does not describe the "
+                                               r"arrays.*--overwrite"):
+        query_neighbors(out, doc_id="5", k=3, index=path)
+
+
+@pytest.mark.parametrize("store", ["corpus", "index"])
+def test_a_missing_chunk_of_ids_is_named_as_missing(copies, monkeypatch, store):
+    """With a digest, the chunk is read first and its file looked for only if the values do
+    not match (a missing chunk reads as the fill value): still named as missing."""
+    from sphdist.jobs.embedding import open_embedding_source
+    from sphdist.jobs.neighbors import load_index
+
+    _small_chunks(monkeypatch)
+    corpus, _ = copies
+    out, path = _index(copies, input=corpus)
+    (path / "doc_ids/c/1" if store == "index" else corpus / "doc_ids/c/0").unlink()
+    source = open_embedding_source(out, corpus)
+    if store == "index":  # its copy is read instead of the corpus' ids
+        load_index(path, open_model(out), source, corpus)
+    error = ModelFormatError if store == "index" else CorpusFormatError
+    with pytest.raises(error, match=r"doc_ids \(chunk \d, elements .*\): chunk file "
+                                    r"doc_ids/c/\d is missing"):
+        source.ids.take(np.array([9]))
+
+
+def test_a_lookup_table_edited_with_its_digests_recomputed_misleads_no_query(copies,
+                                                                           monkeypatch):
+    """Positions of the table swapped, digests recomputed: the ids found are checked (the
+    document is still found), and ``sphdist index --check`` refuses the table."""
+    from sphdist.io._checked import chunk_sha256
+    from sphdist.jobs.embedding import open_embedding_source
+    from sphdist.jobs.neighbors import check_index, load_index
+
+    _small_chunks(monkeypatch)
+    out, path = _index(copies)
+    assert check_index(out, path)["doc_ids"] is True
+    g = zarr.open_group(store=str(path), mode="r+")
+    table = np.asarray(g["doc_id_lookup"][...])
+    table[1] = table[1][::-1]  # every hash now points at another document
+    g["doc_id_lookup"][...] = table
+    g.attrs["doc_ids"] = {**g.attrs["doc_ids"], "lookup_sha256": chunk_sha256(table, 16)}
+    source = open_embedding_source(out)
+    load_index(path, open_model(out), source)
+    assert source.ids.find(["7", "33"]).tolist() == [7, 33]
+    with pytest.raises(ModelFormatError, match=r"a hash of doc_id_lookup is not that of the id"):
+        check_index(out, path)
+
+
+def test_the_neighbours_of_a_doc_id_are_the_same_with_the_copy_of_the_ids(copies):
+    from sphdist.jobs.neighbors import query_neighbors
+
+    out, path = _index(copies, kind="flat")
+    with_copy = query_neighbors(out, doc_id="31", k=5, index=path)
+    g = zarr.open_group(store=str(path), mode="r+")
+    attrs = dict(g.attrs)
+    del attrs["doc_ids"]  # as written before the copy
+    g.attrs.clear()
+    g.attrs.update(attrs)
+    assert query_neighbors(out, doc_id="31", k=5, index=path) == with_copy
+
+
 # -- the embedding's V and degenerate: one digest per stored chunk (issue 31 item 3) -----------
 
 

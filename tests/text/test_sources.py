@@ -533,13 +533,12 @@ def test_a_large_source_runs_on_processes_and_writes_the_same_bits(tmp_path, mon
     with dask.config.set(scheduler="synchronous"):
         serial = _ingest(kind, tmp_path, "a.zarr", **options)
     monkeypatch.setattr(os, "cpu_count", lambda: 2)  # as CI's 2 cores, whatever this machine
-    monkeypatch.setattr(ingest_module, "PROCESSES_FROM_DOCUMENTS", None)
-    monkeypatch.setattr(ingest_module, "PROCESSES_FROM_BYTES", None)
-    small = _ingest(kind, tmp_path, "b.zarr", **options)
+    small = _ingest(kind, tmp_path, "b.zarr", **options)  # the defaults: 2 cores, threads
     assert small.attrs["ingest"]["scheduler"] == "threads"
     assert small.attrs["ingest"]["task_processes"] == 1  # this process's threads
     size = len(RECORDS) if threshold == "PROCESSES_FROM_DOCUMENTS" else 1
     monkeypatch.setattr(ingest_module, threshold, size)
+    monkeypatch.setattr(ingest_module, "PROCESSES_FROM_CPUS", 2)  # as on a larger machine
     parallel = _ingest(kind, tmp_path, "c.zarr", **options)
     assert parallel.attrs["ingest"]["scheduler"] == "processes"
     assert parallel.attrs["ingest"]["workers"] == 2
@@ -654,6 +653,7 @@ def test_an_unguarded_script_is_told_how_to_run_on_processes(tmp_path):
     (tmp_path / "run.py").write_text(
         "import sphdist.text.ingest as m\n"
         "m.PROCESSES_FROM_DOCUMENTS = 1  # as a large source\n"
+        "m.PROCESSES_FROM_CPUS = 2  # on a machine of many cores\n"
         f"m.ingest(m.SourceSpec({source!r}, id_field='id'), 'c.zarr',\n"
         "         text=m.TextSpec(min_df=1, max_df=1.0))\n")
     proc = subprocess.run([sys.executable, "run.py"], cwd=tmp_path, capture_output=True,
