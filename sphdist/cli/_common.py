@@ -28,7 +28,7 @@ import click
 import numpy as np
 
 from sphdist.core.params import PARAMS, Choice, Param, Range, describe
-from sphdist.errors import Interrupted, SphdistError
+from sphdist.errors import Interrupted, SphdistError, Words
 
 logger = logging.getLogger("sphdist")
 
@@ -480,12 +480,25 @@ class _AboveTheBars(logging.StreamHandler):  # type: ignore[type-arg]
             self.handleError(record)
 
 
+class _CommandLineWords(logging.Formatter):
+    """Formats a log line with its :class:`~sphdist.errors.Words` in the command line's words.
+
+    :mod:`sphdist.cli._remedies` is imported only for a line that has some.
+    """
+
+    def format(self, record: logging.LogRecord) -> str:
+        args = record.args if isinstance(record.args, tuple) else ()
+        if isinstance(record.msg, Words) or any(isinstance(a, Words) for a in args):
+            from sphdist.cli._remedies import rendered
+
+            record = rendered(record)
+        return super().format(record)
+
+
 def setup_logging(level: str, quiet: bool) -> None:
     """Log lines of the ``sphdist`` logger on stderr, above any progress bar, at ``level``."""
     handler = _AboveTheBars(sys.stderr)
-    from sphdist.cli._remedies import WordsFormatter  # remedies in the command line's words
-
-    handler.setFormatter(WordsFormatter("%(message)s"))
+    handler.setFormatter(_CommandLineWords("%(message)s"))
     logger.handlers[:] = [handler]
     logger.setLevel(logging.WARNING if quiet else getattr(logging, level.upper()))
     logger.propagate = False

@@ -22,7 +22,7 @@ import click
 
 from sphdist.errors import _UNSET, Remedy, Words, render
 
-__all__ = ["CommandForm", "WordsFormatter", "command", "render_for", "spelling"]
+__all__ = ["CommandForm", "rendered", "command", "render_for", "spelling"]
 
 
 def spelling(param: click.Parameter) -> str:
@@ -172,22 +172,18 @@ def command(fix: Remedy | dict[str, Any]) -> str:
     return _form().remedy(fix if isinstance(fix, Remedy) else Remedy(**fix))
 
 
-class WordsFormatter(logging.Formatter):
-    """Formats a log line with its :class:`~sphdist.errors.Words` in the command line's words.
+def rendered(record: logging.LogRecord) -> logging.LogRecord:
+    """A copy of ``record`` with its :class:`~sphdist.errors.Words` in the command line's words.
 
-    A copy of the record is rendered: other handlers (a test's, a user's) see the record as
-    it was logged, in the Python API's words.
+    What the command line's log formatter shows (:func:`sphdist.cli._common.setup_logging`);
+    other handlers (a test's, a user's) see the record as it was logged, in the Python API's
+    words.
     """
-
-    def format(self, record: logging.LogRecord) -> str:
-        """The line, each :class:`~sphdist.errors.Words` (message or argument) rendered."""
-        args = record.args if isinstance(record.args, tuple) else ()
-        if isinstance(record.msg, Words) or any(isinstance(a, Words) for a in args):
-            form = _form()
-            record = copy.copy(record)
-            if isinstance(record.msg, Words):
-                record.msg = render(record.msg, form)
-            if args:
-                record.args = tuple(render(a, form) if isinstance(a, Words) else a
-                                    for a in args)
-        return super().format(record)
+    args = record.args if isinstance(record.args, tuple) else ()
+    form = _form()
+    record = copy.copy(record)
+    if isinstance(record.msg, Words):
+        record.msg = render(record.msg, form)
+    if args:
+        record.args = tuple(render(a, form) if isinstance(a, Words) else a for a in args)
+    return record
