@@ -79,6 +79,13 @@ def _find(command: click.Command | None, name: str) -> click.Parameter | None:
     return None
 
 
+def _sub(command: click.Command | None, name: str) -> click.Command | None:
+    """The command ``name`` of a group (its module imported, that one only), else None."""
+    if not isinstance(command, click.Group):
+        return None
+    return command.get_command(click.Context(command), name)
+
+
 class CommandForm:
     """The words of the command line for :func:`sphdist.errors.render`.
 
@@ -123,8 +130,7 @@ class CommandForm:
         """``sphdist ACTION ...``: the command of ``fix``, arguments in its order."""
         command: click.Command | None = self.root
         for word in fix.action.split():
-            command = (command.commands.get(word) if isinstance(command, click.Group)
-                       else None)
+            command = _sub(command, word)
         words = ["sphdist", fix.action]
         for name, value in fix.arguments().items():
             words += self._words(_find(command, name), name, value)
@@ -139,11 +145,19 @@ def failed_command(ctx: click.Context) -> click.Command | None:
     """
     if not isinstance(ctx.command, click.Group):
         return ctx.command
-    command: click.Command = ctx.command
-    for word in ctx.meta.get("sphdist.argv") or []:
-        if isinstance(command, click.Group) and word in command.commands:
-            command = command.commands[word]
-    return None if command is ctx.command else command
+    name = ctx.invoked_subcommand  # what click resolved (not a global option's value)
+    command = _sub(ctx.command, name) if name else None
+    words = list(ctx.meta.get("sphdist.argv") or [])
+    valued = {o for p in ctx.command.params if isinstance(p, click.Option) and not p.is_flag
+              for o in p.opts}  # the group's options that take a value (--log-level info)
+    at = next((i for i, w in enumerate(words)
+               if w == name and (i == 0 or words[i - 1] not in valued)), len(words))
+    rest = words[at + 1:]
+    for word in rest:  # a group's own command (``plot embedding``)
+        if not isinstance(command, click.Group):
+            break
+        command = _sub(command, word) or command
+    return command
 
 
 def render_for(ctx: click.Context, message: Any) -> str:
