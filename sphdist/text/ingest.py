@@ -319,7 +319,6 @@ class TextSpec:
 
 
 # -- the public function ------------------------------------------------------------------------
-@locks_output("output", kind="corpus", inputs=("source", "like"))  # one writer, until the commit
 def ingest_call(arguments: dict[str, Any]) -> str:
     """The call of :func:`ingest` that a remedy of the ingest job names, as Python text.
 
@@ -365,6 +364,7 @@ like='m.zarr')"
     return f"sphdist.text.ingest.ingest({source}, {output!r}{tail})"
 
 
+@locks_output("output", kind="corpus", inputs=("source", "like"))  # one writer, until the commit
 def ingest(
     source: SourceSpec | str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
     output: str | os.PathLike[str],
