@@ -647,7 +647,7 @@ def test_edited_ids_of_an_index_are_refused_when_read(copies, monkeypatch):
     out, path = _index(copies)
     _swap(path / "doc_ids", 2, 5)
     with pytest.raises(ModelFormatError, match=r"doc_ids \(chunk 0, elements 0:8\) does not "
-                                               r"match.*sphdist index --model .*--overwrite"):
+                                               r"match.*build_index\(model=.*overwrite=True"):
         query_neighbors(out, doc_id="5", k=3, index=path)
     assert query_neighbors(out, doc_id="60", k=1, index=path)["neighbors"]  # other chunks
 
@@ -663,7 +663,7 @@ def test_a_record_of_the_ids_that_does_not_describe_them_is_refused(copies, edit
     else:
         g.attrs["doc_ids"] = {**g.attrs["doc_ids"], "lookup_first": ["not hex"]}
     with pytest.raises(ModelFormatError, match=r"the record doc_ids does not describe the "
-                                               r"arrays.*--overwrite"):
+                                               r"arrays.*overwrite=True"):  # keywords
         query_neighbors(out, doc_id="5", k=3, index=path)
 
 
