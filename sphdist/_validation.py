@@ -38,7 +38,7 @@ from sklearn.utils._param_validation import (
     make_constraint,
 )
 
-from sphdist.errors import ParameterError
+from sphdist.errors import ParameterError, option
 
 __all__ = [
     "InvalidParameterValueError",
@@ -159,7 +159,7 @@ def check_param(name: str, value: Any, *constraints: Any, caller: str | None = N
         of = "" if caller is None else f" of {caller}"
         raise InvalidParameterValueError(
             f"The {name!r} parameter{of} must be {describe(constraints)}. Got "
-            f"{name}={value!r} instead. To resolve this, pass a value in that range."
+            f"{option(name, value)} instead. To resolve this, pass a value in that range."
         )
     return value
 
@@ -227,8 +227,8 @@ def check_bound(name: str, value: int, high: int, why: str = "") -> int:
     """
     if not 1 <= value <= high:
         raise InvalidParameterValueError(
-            f"{name}={value!r} is out of range{why}. To resolve this, choose "
-            f"1 <= {name} <= {high}."
+            f"{option(name, value)} is out of range{why}. To resolve this, choose "
+            f"1 <= {option(name)} <= {high}."
         )
     return int(value)
 

@@ -109,7 +109,7 @@ def test_all_empty_corpus(runner, scheduler, tmp_path):
 def test_too_many_components(runner, scheduler, corpus, tmp_path, r):
     result = _run(runner, scheduler, "fit", "-i", str(corpus.path), "-o",
                   str(tmp_path / "m.zarr"), "-r", r)
-    _one_error_line(result, f"n_components={r}", f"1 <= n_components <= {min(M, N)}")
+    _one_error_line(result, f"-r {r}", f"1 <= -r <= {min(M, N)}")  # the option typed
     _nothing_left(tmp_path, "corpus.zarr")
 
 
@@ -243,8 +243,8 @@ def test_resume_against_another_corpus_or_parameters(
     result = _run(runner, scheduler, "fit", "-i", str(input_), "-o", str(model),
                   "-r", str(R), "--max-iter", "4", "--resume", *args)
     line = _one_error_line(result, str(model), "resume with the")
-    expected = {"corpus": "fingerprint", "n_components": "n_components: 3 -> 2",
-                "seed": "random_state: 0 -> 7", "lam": "lam: 'exact' -> 3.0"}[change]
+    expected = {"corpus": "fingerprint", "n_components": "-r: 3 -> 2",  # the options typed
+                "seed": "--seed: 0 -> 7", "lam": "--lam: 'exact' -> 3.0"}[change]
     assert expected in line
     assert (model / "zarr.json").read_bytes() == before  # the checkpoint is untouched
 

@@ -87,7 +87,7 @@ def test_fit_over_tls_and_plain_or_foreign_clients_are_refused(tmp_path):
 
 def test_tls_files_must_exist(tmp_path):
     (tmp_path / "ca.pem").write_text("")
-    with pytest.raises(InputNotFoundError, match="--tls-cert"):
+    with pytest.raises(InputNotFoundError, match=r"\(tls_cert\)"):
         tls_security(tmp_path / "ca.pem", tmp_path / "missing.pem")
 
 

@@ -28,7 +28,7 @@ import click
 import numpy as np
 
 from sphdist.core.params import PARAMS, Choice, Param, Range, describe
-from sphdist.errors import Interrupted, SphdistError
+from sphdist.errors import Interrupted, SphdistError, Words
 
 logger = logging.getLogger("sphdist")
 
@@ -245,13 +245,17 @@ class Group(CommandList):
         except Interrupted as exc:  # Ctrl-C, where the job says what it left (else "Aborted!")
             if ctx.obj and ctx.obj.get("debug"):
                 raise
-            raise _error(ctx, str(exc), "Interrupted") from None
+            from sphdist.cli._remedies import render_for
+
+            raise _error(ctx, render_for(ctx, exc), "Interrupted") from None
         except (SphdistError, OSError) as exc:
             if ctx.obj and ctx.obj.get("debug"):
                 raise
             if not isinstance(exc, SphdistError) and _urls(ctx):  # the object store failed
                 raise _error(ctx, _store_failure(ctx, exc)) from None
-            message = (flags_only(str(exc)) if isinstance(exc, SphdistError)
+            from sphdist.cli._remedies import render_for
+
+            message = (flags_only(render_for(ctx, exc)) if isinstance(exc, SphdistError)
                        else f"{type(exc).__name__}: {exc}")
             if not isinstance(exc, SphdistError) and exc.errno in _OS_REMEDIES:
                 message += f". To resolve this, {_OS_REMEDIES[exc.errno]}"
@@ -476,10 +480,25 @@ class _AboveTheBars(logging.StreamHandler):  # type: ignore[type-arg]
             self.handleError(record)
 
 
+class _CommandLineWords(logging.Formatter):
+    """Formats a log line with its :class:`~sphdist.errors.Words` in the command line's words.
+
+    :mod:`sphdist.cli._remedies` is imported only for a line that has some.
+    """
+
+    def format(self, record: logging.LogRecord) -> str:
+        args = record.args if isinstance(record.args, tuple) else ()
+        if isinstance(record.msg, Words) or any(isinstance(a, Words) for a in args):
+            from sphdist.cli._remedies import rendered
+
+            record = rendered(record)
+        return super().format(record)
+
+
 def setup_logging(level: str, quiet: bool) -> None:
     """Log lines of the ``sphdist`` logger on stderr, above any progress bar, at ``level``."""
     handler = _AboveTheBars(sys.stderr)
-    handler.setFormatter(logging.Formatter("%(message)s"))
+    handler.setFormatter(_CommandLineWords("%(message)s"))
     logger.handlers[:] = [handler]
     logger.setLevel(logging.WARNING if quiet else getattr(logging, level.upper()))
     logger.propagate = False
@@ -658,7 +677,9 @@ def _checked(name: str) -> Callable[[click.Context, click.Parameter, Any], Any]:
         try:
             getattr(cluster, name)(value)
         except SphdistError as exc:
-            raise click.BadParameter(str(exc), ctx, param) from None
+            from sphdist.cli._remedies import render_for
+
+            raise click.BadParameter(render_for(ctx, exc), ctx, param) from None
         return value
 
     return callback

@@ -15,7 +15,6 @@ from sphdist.cli._common import (
     cluster_options,
     connect_options,
     echo_json,
-    flags_only,
     json_option,
     param_option,
     progress_enabled,
@@ -162,7 +161,9 @@ def evaluate(
         model, input_, n_clusters=n_clusters, n_init=n_init, random_state=seed, knn_k=knn_k
     )
     if result.get("knn_reason"):
-        result["knn_reason"] = flags_only(result["knn_reason"])
+        from sphdist.cli._remedies import render_for
+
+        result["knn_reason"] = render_for(click.get_current_context(), result["knn_reason"])
     if as_json:
         echo_json(result)
     else:

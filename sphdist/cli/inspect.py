@@ -140,6 +140,10 @@ def info(path: Path | None, model: Path | None, top_terms: int | None, as_json: 
     if target is None:
         raise click.UsageError("pass a PATH (or --model MODEL).")
     report = describe(target, "model" if path is None else None)
+    if (report.get("checkpoint") or {}).get("recover"):  # a Remedy's fields: its command
+        from sphdist.cli._remedies import command
+
+        report["checkpoint"]["recover"] = command(report["checkpoint"]["recover"])
     if top_terms is not None:
         if report["kind"] != "model":
             raise click.UsageError("--top-terms needs a model (--model MODEL).")

@@ -3,8 +3,8 @@
 The kernels of :mod:`sphdist.core.kernels` are written once against an array module ``xp``,
 NumPy/SciPy on the host or CuPy/``cupyx.scipy.sparse`` on a CUDA device, taken from the array
 itself (:func:`array_module`, as ``cupy.get_array_module`` does). This module is the only one
-that imports CuPy, lazily (:func:`cupy_module`), so that ``import sphdist`` and ``sphdist
---help`` never pay for it and a machine without CuPy runs everything but ``device="cuda"``.
+that imports CuPy, lazily (:func:`cupy_module`), so that ``import sphdist`` and the command
+line's help never pay for it and a machine without CuPy runs everything but ``device="cuda"``.
 
 Devices (:data:`DEVICES`): ``"cpu"`` (the default) and ``"cuda"`` (the current CUDA device of
 each worker). What stays on the host whatever the device: the U-step, the objective's sums
@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
-from sphdist.errors import DeviceError
+from sphdist.errors import DeviceError, option
 
 __all__ = [
     "DEVICES", "cupy_module", "check_device", "array_module", "on_device", "issparse",
@@ -56,8 +56,7 @@ def cupy_module() -> Any:
         raise DeviceError(
             f"device 'cuda' needs CuPy, which could not be imported ({type(exc).__name__}: "
             f"{exc}). To resolve this, install the GPU extra: `{INSTALL_GPU}` (or the CuPy "
-            "wheel of your CUDA, e.g. cupy-cuda12x), or run on the CPU: --device cpu "
-            "(device='cpu')."
+            f"wheel of your CUDA, e.g. cupy-cuda12x), or run on the CPU: {option('device', 'cpu')}."
         ) from None
     return cupy
 
@@ -103,7 +102,7 @@ def check_device(device: str) -> str:
         raise DeviceError(
             f"device 'cuda' was asked for, but no CUDA device is usable here ({why}). To "
             "resolve this, run on a machine with an NVIDIA GPU and its driver (check with "
-            "`nvidia-smi`), or run on the CPU: --device cpu (device='cpu')."
+            f"`nvidia-smi`), or run on the CPU: {option('device', 'cpu')}."
         )
     return device
 

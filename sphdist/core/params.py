@@ -335,10 +335,12 @@ def validate(
     for name, value in values.items():
         if name in table and not accepts(table[name].spec, value):
             from sphdist._validation import InvalidParameterValueError
+            from sphdist.errors import option
 
             raise InvalidParameterValueError(
                 f"The {name!r} parameter of {caller} must be {describe(table[name].spec)}. "
-                f"Got {name}={value!r} instead. To resolve this, pass a value in that range."
+                f"Got {option(name, value)} instead. To resolve this, pass a value in that "
+                "range."
             )
 
 

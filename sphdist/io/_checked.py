@@ -23,7 +23,7 @@ import numpy as np
 import zarr
 from zarr.core.sync import sync
 
-from sphdist.errors import SphdistError
+from sphdist.errors import SphdistError, Words, option
 
 __all__ = [
     "content_sha256",
@@ -111,7 +111,7 @@ def warn_undigested(path: Any, what: str, remedy: str) -> None:
     """
     logger.warning(
         "%s: %s has no recorded digest (written by an earlier sphdist), so a change to it "
-        "cannot be detected. To resolve this, %s.", path, what, remedy,
+        "cannot be detected. To resolve this, %s.", path, what, Words(remedy),
     )
 
 
@@ -167,7 +167,7 @@ def require_chunks(
         )
 
 
-def require_written(arr: zarr.Array, path: Any, what: str, option: str = "--output") -> None:
+def require_written(arr: zarr.Array, path: Any, what: str, parameter: str = "output") -> None:
     """Refuse to commit ``arr`` unless every chunk its tasks wrote is stored where it is read.
 
     The tasks that compute an array (on a cluster: in the workers) write its chunks
@@ -183,8 +183,8 @@ def require_written(arr: zarr.Array, path: Any, what: str, option: str = "--outp
         The output being committed, for the message.
     what : str
         The array, in words (``"V"``).
-    option : str, default "--output"
-        The option that names the output, for the remedy.
+    parameter : str, default "output"
+        The parameter that names the output, for the remedy (:func:`sphdist.errors.option`).
 
     Raises
     ------
@@ -202,7 +202,8 @@ def require_written(arr: zarr.Array, path: Any, what: str, option: str = "--outp
         f"the tasks wrote are not where this process reads them (first: {missing[0]}): the "
         "workers do not share this machine's filesystem. Nothing was committed. To resolve "
         "this, write the output where this machine and every worker reach the same files: an "
-        f"object store (e.g. {option} s3://BUCKET/{name}) or a filesystem mounted at the same "
+        f"object store (e.g. {option(parameter, f's3://BUCKET/{name}')}) or a filesystem "
+        "mounted at the same "
         "path on every node."
     )
 

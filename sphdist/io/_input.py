@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import zarr
 
-from sphdist.errors import CorpusFormatError, DataError
+from sphdist.errors import CorpusFormatError, DataError, Remedy, option, remedy
 from sphdist.io._atomic import readable_path
 from sphdist.io._checked import (
     content_sha256,
@@ -85,7 +85,8 @@ def _open_group(path: str | os.PathLike[str]) -> tuple[str, zarr.Group | zarr.Ar
     return str(where), open_node(
         where,
         missing=f"{path}: no such file or directory. To resolve this, check the path, or create "
-        "a corpus with `sphdist ingest SOURCE --output PATH`.",
+        "a corpus with " + remedy(Remedy("ingest", {"source": ["SOURCE"]}, {"output": "PATH"}))
+        + ".",
         unreadable=lambda exc: f"{path}: not a zarr v3 group or array ({type(exc).__name__}: "
         f"{exc}). To resolve this, pass a corpus written by `sphdist ingest` or a dense 2-D "
         "zarr array.",
@@ -127,7 +128,8 @@ class _Input:
             raise DataError(
                 f"{self.path}: all {self.n_documents} documents are empty (no nonzero value), "
                 "so there is nothing to fit. To resolve this, check the source and the ingest "
-                "options (e.g. --remove-headers on very short texts) and re-ingest."
+                f"options (e.g. {option('remove_headers', True)} on very short texts) and "
+                "re-ingest."
             )
 
 

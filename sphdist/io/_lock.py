@@ -39,7 +39,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from sphdist.errors import OutputLockedError, ParameterError
+from sphdist.errors import OutputLockedError, ParameterError, option
 from sphdist.io._fs import local_path, protocol_of, replace_file
 
 if TYPE_CHECKING:  # imported where a lock is taken: a reader (a neighbour query) takes none
@@ -88,7 +88,7 @@ def refusal(target: Any, record: dict[str, Any] | None) -> OutputLockedError:
         stop += ")"
     return OutputLockedError(
         f"{target} is being written by {who}. To resolve this, wait for it to finish, or "
-        f"{stop}, or choose another --output."
+        f"{stop}, or choose another {option('output')}."
     )
 
 
@@ -204,7 +204,7 @@ def _named(target: Any) -> None:
         raise ParameterError(
             f"{target}: an output path names no file or directory of its own (it is a "
             f"directory to write into). To resolve this, name the output in it, e.g. "
-            f"--output {Path(target) / 'model.zarr'}."
+            f"{option('output', Path(target) / 'model.zarr')}."
         )
 
 
@@ -226,8 +226,9 @@ def _creatable(target: Any, lock: Path) -> None:
 
         raise ParameterError(
             f"{target}: no output can be written there: its lock file {lock} cannot be created "
-            f"([Errno {exc.errno}] {exc.strerror}). To resolve this, choose an --output in a "
-            f"directory you may write to, e.g. --output {_elsewhere(target, 'file', '')}."
+            f"([Errno {exc.errno}] {exc.strerror}). To resolve this, choose an "
+            f"{option('output')} in a directory you may write to, e.g. "
+            f"{option('output', _elsewhere(target, 'file', ''))}."
         ) from None
     os.close(fd)
     with contextlib.suppress(OSError):

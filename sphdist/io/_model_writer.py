@@ -66,7 +66,7 @@ def save_checkpoint(
     idf : ndarray of shape (m,), float64, optional
         The corpus idf, kept so new documents can be weighted the same way.
     vocabulary : ndarray of shape (m,), str, optional
-        The corpus feature names (vocabulary scheme), kept for ``ingest --like`` and the top
+        The corpus feature names (vocabulary scheme), kept for an ingest ``like`` it and the top
         terms of each component.
     V : dask.array.Array of shape (r, n), optional
         The embedding to store (the final model, :func:`sphdist.core.solver.embedding`); each

@@ -4,7 +4,7 @@ Given what a command writes (its ``kind``) and what it reads (its ``inputs``),
 :func:`sphdist.io.open_output` applies this policy once: an output is never an input of the
 same command, never inside or around an input or another store, never at another output's
 lock, staging or previous-version name (:func:`check_output_place`, before the lock is
-taken), and replaces (with ``--overwrite``) only what is of its own kind
+taken), and replaces (with ``overwrite``) only what is of its own kind
 (:func:`check_output_kind`, under the lock; :func:`found_at` says what is there).
 """
 
@@ -19,7 +19,7 @@ import uuid
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-from sphdist.errors import OutputExistsError, ParameterError
+from sphdist.errors import OutputExistsError, ParameterError, option
 from sphdist.io._files import exists
 from sphdist.io._fs import (
     filesystem,
@@ -149,8 +149,9 @@ def check_output_place(
         around one; or is inside a zarr store (a corpus, model...), whose next commit would
         remove it. The message names both paths and another output to choose. Also if
         ``path`` is a symbolic link, a named pipe, a device or a socket: an output is
-        committed by a rename, which would replace the link or the device itself (``export
-        -o /dev/stdout --overwrite`` once turned the machine's ``/dev/stdout`` into a file).
+        committed by a rename, which would replace the link or the device itself (an export
+        to ``/dev/stdout`` with ``overwrite`` once turned the machine's ``/dev/stdout`` into a
+        file).
     StorageError
         If the object store fails while its parents are looked at.
     """
@@ -161,14 +162,14 @@ def check_output_place(
             raise ParameterError(
                 f"{path}: a name ending in {suffix} is where sphdist keeps the "
                 f"{_COMPANIONS[suffix]} of another output, {base}; writing there would break "
-                f"that output's commits. To resolve this, choose another name, e.g. --output "
-                f"{_elsewhere(base, kind, str(base.parent))}."
+                f"that output's commits. To resolve this, choose another name, e.g. "
+                f"{option('output', _elsewhere(base, kind, str(base.parent)))}."
             )
     if ".tmp-" in name:
         raise ParameterError(
             f"{path}: a name holding .tmp- is where sphdist stages another output before "
             f"its commit (and removes it as debris). To resolve this, choose another name, "
-            f"e.g. --output {_elsewhere(path, kind, str(location(path).parent))}."
+            f"e.g. {option('output', _elsewhere(path, kind, str(location(path).parent)))}."
         )
     _refuse_special_file(path, kind)
     key = _key(path)
@@ -180,31 +181,32 @@ def check_output_place(
             also = "" if named == str(path) else f" ({named})"
             raise ParameterError(
                 f"{path} is also an input of this command{also}: a command never replaces "
-                f"what it reads. To resolve this, choose another --output, e.g. "
-                f"--output {_elsewhere(path, kind, str(location(path).parent), taken)}."
+                f"what it reads. To resolve this, choose another {option('output')}, e.g. "
+                f"{option('output', _elsewhere(path, kind, str(location(path).parent), taken))}."
             )
         if _within(key, other):
             outside = os.path.dirname(other) if "://" not in other else other.rsplit("/", 1)[0]
             raise ParameterError(
                 f"{path} is inside {named}, an input of this command: an output is never "
                 f"written inside what the command reads (its next commit would remove it). "
-                f"To resolve this, choose an --output outside it, e.g. --output "
-                f"{_named_as(path, _elsewhere(path, kind, outside, taken))}."
+                f"To resolve this, choose an {option('output')} outside it, e.g. "
+                f"{option('output', _named_as(path, _elsewhere(path, kind, outside, taken)))}."
             )
         if _within(other, key):
             raise ParameterError(
                 f"{path} contains {named}, an input of this command: a command never "
-                f"replaces what it reads. To resolve this, choose an --output that does not "
-                f"contain it, e.g. --output "
-                f"{_named_as(path, _elsewhere(path, kind, other.rsplit('/', 1)[0], taken))}."
+                f"replaces what it reads. To resolve this, choose an {option('output')} that does "
+                "not contain it, e.g. " + option(
+                    'output', _named_as(path, _elsewhere(path, kind, other.rsplit('/', 1)[0],
+                                                         taken))) + "."
             )
     for store in list(_stores_above(key))[-1:]:  # the outermost: what a user named
         outside = store.rsplit("/", 1)[0] or "/"
         raise ParameterError(
             f"{path} is inside {_named_as(path, store)}, a zarr store ({_found_text(store)}): "
             f"an output is never written inside another store (its next commit would remove "
-            f"it). To resolve this, choose an --output outside it, e.g. --output "
-            f"{_named_as(path, _elsewhere(path, kind, outside, taken))}."
+            f"it). To resolve this, choose an {option('output')} outside it, e.g. "
+            f"{option('output', _named_as(path, _elsewhere(path, kind, outside, taken)))}."
         )
 
 
@@ -222,8 +224,9 @@ def _refuse_special_file(path: Any, kind: str) -> None:
         raise ParameterError(
             f"{text} is a symbolic link (to {pointed}): an output is committed by a rename, "
             f"which would replace the link, not write where it points. To resolve this, name "
-            f"the place itself, e.g. --output {pointed}, or another --output, e.g. --output "
-            f"{_elsewhere(text, kind, str(location(text).parent))}."
+            f"the place itself, e.g. {option('output', pointed)}, or another "
+            f"{option('output')}, e.g. "
+            f"{option('output', _elsewhere(text, kind, str(location(text).parent)))}."
         )
     what = ("a named pipe" if stat.S_ISFIFO(mode) else "a device"
             if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "a socket"
@@ -232,8 +235,8 @@ def _refuse_special_file(path: Any, kind: str) -> None:
         raise ParameterError(
             f"{text} is {what}: an output is written to a new file and renamed into place, "
             f"which would replace {what} rather than write into it. To resolve this, write a "
-            f"file, e.g. --output {_elsewhere(text, kind, str(location(text).parent))}, and "
-            f"copy it from there."
+            f"file, e.g. {option('output', _elsewhere(text, kind, str(location(text).parent)))}"
+            ", and copy it from there."
         )
 
 
@@ -332,7 +335,8 @@ def check_output_kind(path: str | os.PathLike[str] | Target, kind: str) -> None:
     beside = str(target.path.parent)
     raise OutputExistsError(
         f"{target.path} is {_found_text(target)}, not {what}: this command replaces (with "
-        f"--overwrite) only {what}{by}, never anything else. To resolve this, choose another "
-        f"--output, e.g. --output {_elsewhere(target.path, kind, beside)}, or, if "
+        f"{option('overwrite', True)}) only {what}{by}, never anything else. To resolve this, "
+        f"choose another {option('output')}, e.g. "
+        f"{option('output', _elsewhere(target.path, kind, beside))}, or, if "
         f"{target.path} is really to be replaced, remove it by hand first: `{rm}`."
     )

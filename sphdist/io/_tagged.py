@@ -162,7 +162,7 @@ class TaggedStore:
 
         Without dask: only the stored chunks that hold them are read, each checked by
         :func:`read_unit_columns` as the tasks of :meth:`_unit_columns` check theirs (a reader
-        of a few columns, such as ``sphdist neighbors --doc-id``, reads a few chunks).
+        of a few columns, such as a neighbour query of one document, reads a few chunks).
 
         Returns
         -------

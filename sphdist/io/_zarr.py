@@ -32,7 +32,14 @@ import zarr
 from zarr.codecs import ZstdCodec
 from zarr.core.sync import sync
 
-from sphdist.errors import InputNotFoundError, ModelFormatError, SphdistError
+from sphdist.errors import (
+    InputNotFoundError,
+    ModelFormatError,
+    Remedy,
+    SphdistError,
+    option,
+    remedy,
+)
 from sphdist.io._checked import chunk_sha256
 from sphdist.io._fs import is_storage_failure, location, storage_error
 from sphdist.io._store import open_target
@@ -124,17 +131,18 @@ def read_tag(node: zarr.Group | zarr.Array) -> dict[str, Any]:
 
 
 #: kind -> the remedy when another sphdist kind is where that kind was expected (a corpus
-#: given as a model, as the --output of a fit, ...): what to pass, and how to make one.
+#: given as a model, as the output of a fit, ...): what to pass, and how to make one.
 _KINDS: dict[str, Callable[[Path], str]] = {
-    "corpus": lambda p: "pass a corpus.zarr written by `sphdist ingest SOURCE --output PATH`",
+    "corpus": lambda p: "pass a corpus.zarr written by " + remedy(Remedy(
+        "ingest", {"source": ["SOURCE"]}, {"output": "PATH"})),
     "model": lambda p: (
-        "pass a model.zarr, written by `sphdist fit --input CORPUS --output MODEL.zarr` (as the "
-        f"--output of a fit, choose a new path: {p.name} is never overwritten by a model)"
+        "pass a model.zarr, written by " + remedy(Remedy(
+            "fit", {"input": "CORPUS", "output": "MODEL.zarr"}, {"n_components": 20}))
+        + f" (as the {option('output')} of a fit, choose a new path: {p.name} is never "
+        "overwritten by a model)"
     ),
-    "embedding": lambda p: (
-        "pass an embedding.zarr, written by `sphdist transform --model MODEL --input CORPUS "
-        "--output EMBEDDING.zarr`"
-    ),
+    "embedding": lambda p: "pass an embedding.zarr, written by " + remedy(Remedy(
+        "transform", {"model": "MODEL", "input": "CORPUS", "output": "EMBEDDING.zarr"})),
 }
 
 

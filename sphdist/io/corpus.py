@@ -34,7 +34,7 @@ Integrity: every chunk is stored and zstd-compressed with its content checksum. 
 chunk read is checked against its ``chunk_sha256`` and ``chunk_nnz``, each 1-D array against its
 ``sha256``; a missing chunk file, a flipped bit or edited values raise
 :class:`~sphdist.errors.CorpusFormatError` naming the file, never read as zeros. The
-fingerprint is recomputed from the attributes at opening, so ``--resume`` on a corpus whose data
+fingerprint is recomputed from the attributes at opening, so a resume on a corpus whose data
 (with their digests) or attributes changed is refused. Opening checks the attributes against the
 arrays (integer shape, ``nnz``, ``n_empty``, the lengths of ``idf`` and the per-document arrays,
 the ``n_features`` of the feature scheme). Values a fit cannot use are refused when read, naming
@@ -62,7 +62,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import zarr
 
-from sphdist.errors import CorpusFormatError
+from sphdist.errors import CorpusFormatError, Remedy, remedy
 from sphdist.io import _input
 from sphdist.io._checked import (
     ChunkedVector,
@@ -287,8 +287,9 @@ class Corpus(_Input):
         found = self._digests.get(name)
         if found is None and name in ("doc_ids", "vocabulary") and name not in self._warned:
             self._warned.add(name)
-            warn_undigested(self.path, name, f"{_REMEDY} (`sphdist ingest SOURCE --output "
-                            f"{self.path} --overwrite`)")
+            again = Remedy("ingest", {"source": ["SOURCE"]},
+                           {"output": str(self.path), "overwrite": True})
+            warn_undigested(self.path, name, f"{_REMEDY} ({remedy(again)})")
         return found
 
     def ids(self) -> ChunkedVector:

@@ -18,7 +18,7 @@ import numpy as np
 import scipy.sparse as sp
 import zarr
 
-from sphdist.errors import OutputExistsError
+from sphdist.errors import OutputExistsError, option
 from sphdist.io._checked import content_sha256
 from sphdist.io._fs import location
 from sphdist.io._store import open_target
@@ -145,8 +145,8 @@ class CorpusWriter:
         self._target = open_target(self.path)
         if self._target.committed() and not overwrite:
             raise OutputExistsError(
-                f"{self.path} already exists. To resolve this, choose another --output or "
-                "pass --overwrite."
+                f"{self.path} already exists. To resolve this, choose another "
+                f"{option('output')} or pass {option('overwrite', True)}."
             )
         self.n_features = int(n_features)
         self.feature_scheme = dict(feature_scheme)

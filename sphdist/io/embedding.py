@@ -25,13 +25,12 @@ visible with an atomic rename (:mod:`sphdist.io._posix`). Exporting and searchin
 from __future__ import annotations
 
 import os
-import shlex
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import zarr
 
-from sphdist.errors import ModelFormatError
+from sphdist.errors import ModelFormatError, Remedy, remedy
 from sphdist.io._checked import (
     ChunkedVector,
     chunk_sha256,
@@ -210,22 +209,20 @@ class Embedding(TaggedStore):
 
     KIND = KIND
     FORMAT_VERSION = FORMAT_VERSION
-    _MISSING = "write one with `sphdist transform --model MODEL --input CORPUS --output PATH`"
-    _STALE = _REWRITE = (
-        "write it again with `sphdist transform --model MODEL --input CORPUS --output PATH "
-        "--overwrite`"
-    )
+    _MISSING = "write one with " + remedy(Remedy(
+        "transform", {"model": "MODEL", "input": "CORPUS", "output": "PATH"}))
+    _STALE = _REWRITE = "write it again with " + remedy(Remedy(
+        "transform", {"model": "MODEL", "input": "CORPUS", "output": "PATH"},
+        {"overwrite": True}))
 
     def _open(self) -> None:
         super()._open()
         recorded = (self.attrs.get("model"), self.attrs.get("corpus"))
         paths = [p.get("path") if isinstance(p, dict) else None for p in recorded]
-        if all(isinstance(p, str) and p for p in paths):  # the command that wrote it
-            self._REWRITE = (
-                "write it again with `" + " ".join(shlex.quote(str(w)) for w in (
-                    "sphdist", "transform", "--model", paths[0], "--input", paths[1],
-                    "--output", self.path, "--overwrite")) + "`"
-            )
+        if all(isinstance(p, str) and p for p in paths):  # the job that wrote it
+            self._REWRITE = "write it again with " + remedy(Remedy(
+                "transform", {"model": paths[0], "input": paths[1], "output": str(self.path)},
+                {"overwrite": True}))
 
     @property
     def V(self) -> da.Array:

@@ -14,10 +14,11 @@
                                            row 1: the position of each (chunks of 65,536)
 
 with attributes ``sphdist = {"kind": "index", "format_version": 1}``, ``faiss_sha256`` (the
-sha256 of the serialized bytes: verified when the index is written and by ``sphdist index
---check``), ``faiss_nbytes`` and ``faiss_sample_sha256`` (the size, and the sha256 of the first
-and the last MiB: checked on every read), ``index`` (``kind`` flat or ivf, ``nlist``,
-``nprobe``, ``n_documents``, ``n_indexed``, ``n_components``, ``metric``, ``faiss_version``),
+sha256 of the serialized bytes: verified when the index is written and by its full check,
+:meth:`StoredIndex.verify`), ``faiss_nbytes`` and ``faiss_sample_sha256`` (the size, and the
+sha256 of the first and the last MiB: checked on every read), ``index`` (``kind`` flat or ivf,
+``nlist``, ``nprobe``, ``n_documents``, ``n_indexed``, ``n_components``, ``metric``,
+``faiss_version``),
 ``model`` (``path``, ``u_sha256``: the model whose embedding was indexed), ``source``
 (``origin`` model or embedding, ``path``, ``n_documents``) and ``doc_ids`` (``chunk_sha256``
 of the copy, one digest per chunk; ``source_identity``, the
@@ -42,8 +43,8 @@ structurally against its record (:func:`check_structure`: dimension, count, metr
 nlist, nprobe, the lengths of the inverted lists); any faiss exception while reading becomes a
 :class:`~sphdist.errors.ModelFormatError` naming the rebuild command. Elsewhere (an object
 store), and for indexes written before the sample digest (zstd chunks of 16 MiB), the bytes are
-read whole and checked against ``faiss_sha256``. :meth:`StoredIndex.verify` (``sphdist index
---check``) reads every byte and every id.
+read whole and checked against ``faiss_sha256``. :meth:`StoredIndex.verify` (the index job's
+``check``) reads every byte and every id.
 
 :func:`write_index` builds the group in a sibling staging directory and commits it atomically
 (:mod:`sphdist.io._store`: a rename on a disk, a manifest in an object store), so a reader
@@ -61,7 +62,7 @@ from typing import Any
 import numpy as np
 import zarr
 
-from sphdist.errors import ModelFormatError, StoreReplacedError
+from sphdist.errors import ModelFormatError, Remedy, StoreReplacedError, remedy
 from sphdist.io._checked import (
     ChunkedVector,
     content_sha256,
@@ -83,7 +84,6 @@ FORMAT_VERSION = 1
 KIND = "index"  # the group attribute sphdist.kind
 _SAMPLE = 1 << 20  # bytes at each end of the serialized index whose digest every read checks
 
-_WRITE = "sphdist index --model MODEL --output INDEX"
 _IDS_CHUNK = 8192  # ids per chunk of the copy: the ids of one hit cost one such chunk
 _LOOKUP_CHUNK = 65536  # entries per chunk of doc_id_lookup (1 MiB)
 
@@ -116,6 +116,11 @@ def id_hashes(values: Any) -> np.ndarray:
     joined = b"".join(blake(str(v).encode("utf-8", "surrogatepass"), digest_size=8).digest()
                       for v in values)
     return np.frombuffer(joined, dtype="<u8").astype(np.uint64)
+
+
+def _write(**overrides: bool) -> str:
+    """The index job that writes an index, as a remedy's marker."""
+    return remedy(Remedy("index", {"model": "MODEL", "output": "INDEX"}, overrides))
 
 
 def index_kind(path: str | os.PathLike[str]) -> str | None:
@@ -331,15 +336,15 @@ class StoredIndex(TaggedStore):
 
     KIND = KIND
     FORMAT_VERSION = FORMAT_VERSION
-    _MISSING = f"write one with `{_WRITE}`"
-    _STALE = _REWRITE = f"write it again with `{_WRITE} --overwrite`"
+    _MISSING = f"write one with {_write()}"
+    _STALE = _REWRITE = f"write it again with {_write(overwrite=True)}"
 
     def __init__(self, path: str | os.PathLike[str]):
         found = index_kind(path)
         if found not in (None, KIND):
             raise ModelFormatError(
                 f"{location(path)} is a sphdist {found}, not a sphdist index. To resolve this, "
-                f"pass an index written by `{_WRITE}`."
+                f"pass an index written by {_write()}."
             )
         super().__init__(path)
 
@@ -367,9 +372,10 @@ class StoredIndex(TaggedStore):
         """
         model, where = _anywhere(self.model.get("path"), "MODEL")
         embedding, also = _anywhere(self.source.get("path"), "EMBEDDING")
-        return ("write it again with `sphdist index --model " + model
-                + (f" --input {embedding}" if self.source.get("path") else "")
-                + f" --output {self.path} --overwrite`" + where + also)
+        target = {"model": model, **({"input": embedding} if self.source.get("path") else {}),
+                  "output": str(self.path)}
+        return ("write it again with " + remedy(Remedy("index", target, {"overwrite": True}))
+                + where + also)
 
     def refuse(self, what: str) -> ModelFormatError:
         """The error for damage ``what``, naming the path and the rebuild command."""
@@ -524,7 +530,7 @@ class StoredIndex(TaggedStore):
 
     def verify(self, *, n_components: int, n_documents: int,
                doc_ids: ChunkedVector | None = None) -> dict[str, Any]:
-        """The full check (``sphdist index --check``): every byte, the structure, every id.
+        """The full check (the index job's ``check``): every byte, the structure, every id.
 
         Parameters
         ----------

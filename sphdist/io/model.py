@@ -36,17 +36,17 @@ opening checks the arrays' shapes against each other and the attributes (``param
 orthonormal columns, and reading a chunk of V that its columns are finite unit vectors.
 
 Everything a new document needs to be embedded the way the training documents were is in the
-model: ``corpus.feature_scheme``, ``corpus.tfidf``, ``idf`` and ``vocabulary`` (``sphdist ingest
---like model.zarr`` reads them). The histories (``objective``, step norms, ``seconds``) are
-complete across ``--resume``: a resumed fit continues the saved lists. Embeddings of other
+model: ``corpus.feature_scheme``, ``corpus.tfidf``, ``idf`` and ``vocabulary`` (an ingest
+``like`` the model reads them). The histories (``objective``, step norms, ``seconds``) are
+complete across a resume: a resumed fit continues the saved lists. Embeddings of other
 documents (``sphdist transform``) are stored as ``embedding.zarr`` (:mod:`sphdist.io.embedding`).
 
 A **checkpoint** of the default (stateless) fit holds ``U_k`` and the histories alone:
 ``(m r + O(m)) * 8`` bytes before compression, whatever n (``V_k = normalise(U_k^T X)`` is
-recomputed by one pass on ``--resume``, :func:`sphdist.core.solver.resume`). The **final
+recomputed by one pass on a resume, :func:`sphdist.core.solver.resume`). The **final
 model** adds V, written chunk by chunk by the tasks that compute it, never gathered on the
-driver. :meth:`Model.V` of a checkpoint says the fit stopped (the jobs print the command
-that finishes it, :func:`sphdist.jobs.info.resume_command`).
+driver. :meth:`Model.V` of a checkpoint says the fit stopped, with the fit that finishes it
+(:meth:`Model.resume_remedy`, a :class:`~sphdist.errors.Remedy`).
 
 Every write builds the whole group in a sibling staging directory and commits it with an atomic
 rename (:mod:`sphdist.io._posix`), after flushing every file and directory of the tree to disk:
@@ -71,7 +71,13 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import zarr
 
-from sphdist.errors import CorpusMismatchError, InputNotFoundError, ModelFormatError
+from sphdist.errors import (
+    CorpusMismatchError,
+    InputNotFoundError,
+    ModelFormatError,
+    Remedy,
+    remedy,
+)
 from sphdist.io._atomic import open_output
 from sphdist.io._checked import warn_undigested
 from sphdist.io._model_writer import (
@@ -134,7 +140,8 @@ class Model(TaggedStore):
     #: Largest ``| ||v_j|| - 1 |`` accepted (the V of a float32 fit is normalised in float32).
     V_TOLERANCE = UNIT_TOLERANCE
     FORMAT_VERSION = FORMAT_VERSION
-    _MISSING = "check the path, or fit one with `sphdist fit --input CORPUS --output PATH`"
+    _MISSING = "check the path, or fit one: " + remedy(Remedy(
+        "fit", {"input": "CORPUS", "output": "PATH"}, {"n_components": 20}))
     _STALE = "refit with this version of sphdist"
     _REWRITE = "refit with `sphdist fit`"
 
@@ -277,8 +284,7 @@ class Model(TaggedStore):
         found = digests.get(name) if isinstance(digests, dict) else None
         if found is None and name not in self._warned:
             self._warned.add(name)
-            warn_undigested(self.path, name, f"{self._REWRITE} (`sphdist fit --input CORPUS "
-                            f"--output {self.path} --overwrite`)")
+            warn_undigested(self.path, name, f"{self._REWRITE} ({self._refit()})")
         return found
 
     @property
@@ -322,7 +328,7 @@ class Model(TaggedStore):
 
         The chunks that hold them are read and checked as the tasks of :meth:`V` check theirs
         (finite unit columns, the recorded sha256 of each chunk): a reader of a few columns
-        (``sphdist neighbors --doc-id``) reads a few chunks, not V.
+        (a neighbour query of one document) reads a few chunks, not V.
 
         Parameters
         ----------
@@ -341,14 +347,48 @@ class Model(TaggedStore):
         self._require_embedding()
         return self._unit_columns_between("V", self._digest("V"), start, stop)
 
-    def _require_embedding(self) -> None:
+    def _refit(self) -> str:
+        """The fit that writes this model again (its recorded parameters), as a marker."""
+        from sphdist.jobs.params import fit_remedy  # the parameter tables only, no dask
+
+        return remedy(fit_remedy(self.corpus.get("path", "CORPUS"), self.path, self.params,
+                                 overwrite=True))
+
+    def resume_remedy(self) -> Remedy:
+        """The fit that continues this model's, with the parameters of its checkpoint.
+
+        Every parameter the checkpoint was written with is given (``n_components`` always,
+        the others where they differ from the defaults;
+        :func:`sphdist.jobs.params.fit_remedy`), so the fit passes the resume checks.
+
+        Returns
+        -------
+        sphdist.errors.Remedy
+            A resume of the fit of the recorded corpus (``"CORPUS"`` if none is recorded).
+        """
+        from sphdist.jobs.params import fit_remedy  # the parameter tables only, no dask
+
+        return fit_remedy(self.corpus.get("path", "CORPUS"), self.path, self.params,
+                          resume=True, say="finish the fit")
+
+    def require_embedding(self) -> None:
+        """Refuse the checkpoint of an unfinished fit, with the fit that finishes it.
+
+        Raises
+        ------
+        ModelFormatError
+            If the model holds U but not the embedding V (:attr:`has_embedding`); the
+            remedy is :meth:`resume_remedy`.
+        """
         if not self.has_embedding:
             raise ModelFormatError(
                 f"{self.path} is a checkpoint of a fit stopped at iteration {self.n_iter} of "
                 f"{self.max_iter if self.max_iter is not None else '?'}, not converged: it "
-                f"holds U, not the embedding V. To resolve this, finish the fit: `sphdist "
-                f"info {self.path}` prints the command that does."
+                f"holds U, not the embedding V. To resolve this, finish the fit: "
+                f"{remedy(self.resume_remedy())}."
             )
+
+    _require_embedding = require_embedding
 
     def state(self, chunks: tuple[int, ...]) -> FitState:
         """The saved solver state, with V chunked as ``chunks`` (the corpus' document chunks).
@@ -404,7 +444,7 @@ class Model(TaggedStore):
         ------
         CorpusMismatchError
             Naming each difference (number of features, feature scheme, vocabulary, idf, tf-idf
-            options) and how to re-ingest the corpus the model's way (``ingest --like``).
+            options) and how to re-ingest the corpus the model's way (an ingest ``like`` it).
         """
         fitted = self.corpus
         problems = []
@@ -436,8 +476,10 @@ class Model(TaggedStore):
         if problems:
             raise CorpusMismatchError(
                 f"{input} does not match the model {self.path}: it has {'; '.join(problems)}. "
-                f"To resolve this, ingest the documents with `sphdist ingest SOURCE --like "
-                f"{self.path} --output NEW.zarr` (the model's feature scheme and idf)."
+                "To resolve this, ingest the documents with " + remedy(Remedy(
+                    "ingest", {"source": ["SOURCE"]},
+                    {"like": str(self.path), "output": "NEW.zarr"}))
+                + " (the model's feature scheme and idf)."
             )
 
 

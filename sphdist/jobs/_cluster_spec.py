@@ -2,7 +2,7 @@
 
 Its public home is :mod:`sphdist.jobs.cluster` (``from sphdist.jobs.cluster import
 ClusterSpec``); it is defined here so that a command line that builds one and runs no Dask
-(``sphdist neighbors --doc-id``) imports neither dask nor distributed: only a value that is
+(a neighbour query of one document) imports neither dask nor distributed: only a value that is
 not a default is checked, by :mod:`sphdist.jobs.cluster`'s checks, which import them.
 """
 

@@ -1,10 +1,10 @@
 """The format of an output file, told by its suffix: one rule for every command that writes one.
 
-``export``, ``neighbors --queries/--all`` and ``plot`` write files whose name says what they
+The export, the batch neighbour queries and the plots write files whose name says what they
 hold: ``out.csv`` is CSV, ``e.svg`` is SVG. :func:`output_format` reads the format from the
-suffix, accepts a ``--format`` that agrees with it (or names the format of a file whose suffix
+suffix, accepts a ``format`` that agrees with it (or names the format of a file whose suffix
 says none, such as ``embeddings``), and refuses a suffix that names another format or none
-of those the command writes, naming them.
+of those the job writes, naming them.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import os
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
-from sphdist.errors import ParameterError
+from sphdist.errors import ParameterError, option, remedies
 from sphdist.io import location
 
 __all__ = ["output_format"]
@@ -30,11 +30,12 @@ def output_format(
     output : path-like
         The file to write (a path or a URL).
     format : str, optional
-        The format asked for (``--format``); None: from the suffix.
+        The format asked for; None: from the suffix.
     formats : mapping of str to str
         Suffix (lower case, with the dot) to format, in the order they are offered.
     redo : callable, optional
-        Given a corrected output path, the command that writes it, for the remedy.
+        Given a corrected output path, the job that writes it, for the remedy: the marker of
+        a :class:`~sphdist.errors.Remedy` (:func:`sphdist.errors.remedy`), or a command.
 
     Returns
     -------
@@ -55,7 +56,7 @@ def output_format(
     >>> output_format("out.csv", "parquet", fmts)  # doctest: +ELLIPSIS
     Traceback (most recent call last):
     ...
-    sphdist.errors.ParameterError: out.csv is named as a csv file, but --format parquet ...
+    sphdist.errors.ParameterError: out.csv is named as a csv file, but format='parquet' ...
     """
     path = location(output)
     suffix = path.suffix.lower()
@@ -63,9 +64,9 @@ def output_format(
     if told is not None and format is not None and format != told:
         fixed = path.with_name(path.stem + _suffix_of(format, formats))
         return _refuse(
-            f"{path} is named as a {told} file, but --format {format} (format={format!r}) was "
+            f"{path} is named as a {told} file, but {option('format', format)} was "
             f"asked for. To resolve this, ",
-            f"name it {fixed}, or leave out --format ({told} is written).", fixed, redo)
+            f"name it {fixed}, or leave out {option('format')} ({told} is written).", fixed, redo)
     if told is not None:
         return told
     if format is not None and format in formats.values():
@@ -89,5 +90,6 @@ def _suffix_of(format: str, formats: Mapping[str, str]) -> str:
 
 def _refuse(head: str, remedy: str, fixed: Path, redo: Callable[[Path], str] | None) -> str:
     if redo is not None:
-        remedy = remedy.rstrip(".") + f": `{redo(fixed)}`."
+        again = redo(fixed)  # a remedy's marker (sphdist.errors.remedy), or a command
+        remedy = remedy.rstrip(".") + (f": {again}." if remedies(again) else f": `{again}`.")
     raise ParameterError(head + remedy)

@@ -8,8 +8,8 @@ and the embedded LocalCluster speaks ``tls://`` with credentials made for it alo
 (``distributed.security.Security.temporary()``, held in memory and handed to its workers), so no
 other process on the machine can submit code to it. Encryption and mutual authentication with
 an external scheduler use TLS certificates (:func:`tls_security`): pass the same CA,
-certificate and key to the scheduler, the workers and ``sphdist fit`` (``--tls-ca-file``,
-``--tls-cert``, ``--tls-key``); see ``cluster/README.md``.
+certificate and key to the scheduler, the workers and the job (:class:`ClusterSpec`'s
+``tls_ca_file``, ``tls_cert``, ``tls_key``); see ``cluster/README.md``.
 """
 
 from __future__ import annotations
@@ -28,7 +28,13 @@ from distributed import Client, LocalCluster
 from distributed.diagnostics.plugin import WorkerPlugin
 from distributed.security import Security
 
-from sphdist.errors import InputNotFoundError, InsufficientMemoryError, ParameterError
+from sphdist.errors import (
+    InputNotFoundError,
+    InsufficientMemoryError,
+    ParameterError,
+    Words,
+    option,
+)
 from sphdist.jobs._cluster_spec import ClusterConflictError, ClusterSpec
 
 __all__ = [
@@ -58,11 +64,11 @@ logger = logging.getLogger("sphdist")
 #: partial sums, the chunks in flight), to the driver's arrays and to everything else.
 MEMORY_BUDGET_FRACTION = 0.25
 
-#: A remedy for a bad scheduler address, as a working command.
+#: A remedy for a bad scheduler address (the option named by :func:`sphdist.errors.option`).
 _ADDRESS_REMEDY = (
-    "pass the address the scheduler printed when it started (e.g. --scheduler-address "
-    "tcp://127.0.0.1:8786, see cluster/README.md), or leave out --scheduler-address and unset "
-    "DASK_SCHEDULER_ADDRESS to run on this machine"
+    "pass the address the scheduler printed when it started (e.g. "
+    f"{option('address', 'tcp://127.0.0.1:8786')}, see cluster/README.md), or leave out "
+    f"{option('address')} and unset DASK_SCHEDULER_ADDRESS to run on this machine"
 )
 
 
@@ -94,12 +100,13 @@ def tls_security(
     InputNotFoundError
         If one of the files does not exist.
     """
-    files = {"--tls-ca-file": ca_file, "--tls-cert": cert_file, "--tls-key": key_file}
-    for option, path in files.items():
+    files = {"tls_ca_file": ca_file, "tls_cert": cert_file, "tls_key": key_file}
+    for name, path in files.items():  # named as ClusterSpec's fields (and the options)
         if path is not None and not Path(path).is_file():
             raise InputNotFoundError(
-                f"{path}: no such TLS file ({option}). To resolve this, pass PEM files made as "
-                "in cluster/README.md (cluster/make_certs.py writes a CA and a certificate)."
+                f"{path}: no such TLS file ({option(name)}). To resolve this, pass PEM files "
+                "made as in cluster/README.md (cluster/make_certs.py writes a CA and a "
+                "certificate)."
             )
     ca, cert = str(ca_file), str(cert_file)
     key = str(key_file) if key_file is not None else None
@@ -177,7 +184,8 @@ def check_dashboard_address(address: str) -> None:
     from distributed.comm.addressing import parse_host_port
 
     with _refused(f"dashboard address {address!r} is not host:port",
-                  "pass e.g. --dashboard-address 127.0.0.1:8787 (or 127.0.0.1:0 for a free port)"):
+                  f"pass e.g. {option('dashboard_address', '127.0.0.1:8787')} (or 127.0.0.1:0 "
+                  "for a free port)"):
         _, port = parse_host_port(address)
         if not 0 <= port <= 65535:
             raise ValueError(f"port {port} is not in [0, 65535]")
@@ -198,7 +206,8 @@ def check_memory_limit(limit: str | int) -> None:
         If ``limit`` is not ``"auto"``, a size in bytes or a size with a unit (``4XB``).
     """
     with _refused(f"memory limit {limit!r} is not a size", "pass bytes or a number with a "
-                  "unit, e.g. --memory-limit 4GiB, or --memory-limit auto"):
+                  f"unit, e.g. {option('memory_limit', '4GiB')}, or "
+                  f"{option('memory_limit', 'auto')}"):
         if limit != "auto" and parse_bytes(limit) < 0:
             raise ValueError("a limit is not negative")
 
@@ -210,7 +219,7 @@ _SHARED_REMEDY = (
     "put it where this machine and every worker reach the same files: an object store "
     "(e.g. s3://BUCKET/{name}, with AWS_ENDPOINT_URL and the credentials set for the workers "
     "too) or a filesystem mounted at the same path on every node; or leave out "
-    "--scheduler-address to run on this machine"
+    f"{option('address')} to run on this machine"
 )
 
 
@@ -409,13 +418,13 @@ def check_worker_memory(limit: str | int | float, threads_per_worker: int = 1) -
 
     A worker above 95 % of its limit is restarted by its nanny (distributed's default), so
     with a limit below the process' own memory before any task runs, the workers are killed
-    and restarted for ever and no task runs (issue 31: ``--memory-limit 1MiB`` waited with
+    and restarted for ever and no task runs (issue 31: a ``memory_limit`` of 1MiB waited with
     nothing printed).
 
     Parameters
     ----------
     limit : str, int or float
-        ``--memory-limit``: ``"auto"``, bytes, a size (``"4GiB"``), or a fraction of this
+        The worker memory limit: ``"auto"``, bytes, a size (``"4GiB"``), or a fraction of this
         machine's memory (a number <= 1, as distributed reads it); 0 means no limit.
     threads_per_worker : int, default 1
         For ``"auto"``: the machine's memory shared in proportion to the threads.
@@ -446,9 +455,9 @@ def check_worker_memory(limit: str | int | float, threads_per_worker: int = 1) -
             f"memory limit {limit!r} per worker ({format_bytes(nbytes)}) cannot hold a worker "
             f"process before any task runs (about {format_bytes(BASE_BYTES)}): its nanny would "
             "restart it for ever and no task would run. To resolve this, give each worker at "
-            f"least that, e.g. --memory-limit {floor} (the fit checks its own "
-            "estimate against it before it starts), or leave out --memory-limit (auto: this "
-            "machine's memory shared by the workers)."
+            f"least that, e.g. {option('memory_limit', floor)} (the fit checks its own "
+            f"estimate against it before it starts), or leave out {option('memory_limit')} "
+            "(auto: this machine's memory shared by the workers)."
         )
 
 
@@ -456,7 +465,7 @@ def check_worker_memory(limit: str | int | float, threads_per_worker: int = 1) -
 
 
 class StorageOptions(WorkerPlugin):
-    """Gives every worker the ``--storage-option`` values of the job (fsspec configuration).
+    """Gives every worker the storage options of the job (fsspec configuration).
 
     The workers read the corpus' chunks and write V straight from and to the object store, so
     they need the endpoint and credentials the driver was given; those from the environment
@@ -504,7 +513,7 @@ def stored_nbytes(source: Any) -> int:
 
 
 def check_memory_budget(value: str | int | None) -> int | None:
-    """``--memory-budget`` in bytes: None for the default, else a size such as ``4GiB`` or 0.
+    """A fit's ``memory_budget`` in bytes: None for the default, else a size such as ``4GiB``.
 
     Raises
     ------
@@ -519,8 +528,8 @@ def check_memory_budget(value: str | int | None) -> int | None:
     """
     if value is None or value == "auto":
         return None
-    remedy = ("To resolve this, pass bytes or a size such as --memory-budget 4GiB (0 streams X "
-              "from the store every iteration).")
+    remedy = (f"To resolve this, pass bytes or a size such as {option('memory_budget', '4GiB')}"
+              " (0 streams X from the store every iteration).")
     try:  # parse_bytes reads "" and "GiB" as one unit, and "1e400" as an infinity
         if isinstance(value, str) and not value.strip()[:1].isdigit():
             raise ValueError(value)
@@ -552,7 +561,7 @@ def holds_in_memory(
     nbytes : int
         X's size in memory (:func:`stored_nbytes`: CSC values, indices and pointers), in bytes.
     budget : int, optional
-        The most bytes X may take, in bytes (``--memory-budget``). Default
+        The most bytes X may take, in bytes (the fit's ``memory_budget``). Default
         :data:`MEMORY_BUDGET_FRACTION` of the memory available: to this process (``available``,
         default what the OS reports) on dask's threaded scheduler, or the workers' summed
         memory limits with a ``client`` (unknown limits: X is streamed).
@@ -567,8 +576,9 @@ def holds_in_memory(
         ``nbytes <= budget``: X is read once and kept (``persist``) in this process or the
         workers' memory; else every pass reads and decompresses each chunk from the store as
         its task runs, so memory does not grow with n.
-    reason : str
-        One line for the log: which, the sizes, and the option that changes it.
+    reason : sphdist.errors.Words
+        One line for the log: which, the sizes, and the parameter that changes it (a
+        ``str``; the command line names its option).
 
     Examples
     --------
@@ -579,27 +589,29 @@ def holds_in_memory(
     False
     """
     if budget is not None:
-        source = "--memory-budget"
+        source = option("memory_budget")
     elif client is None:
         if available is None:
             import psutil
 
             available = psutil.virtual_memory().available
         budget = int(available * MEMORY_BUDGET_FRACTION)
-        source = f"a quarter of the {format_bytes(available)} available; --memory-budget sets it"
+        source = (f"a quarter of the {format_bytes(available)} available; "
+                  f"{option('memory_budget')} sets it")
     else:
         limits = [w.get("memory_limit") or 0 for w in client.scheduler_info()["workers"].values()]
         total = sum(limits) if limits and all(limits) else 0
         budget = int(total * MEMORY_BUDGET_FRACTION)
         source = (f"a quarter of the workers' {format_bytes(total)} memory limits; "
-                  "--memory-budget sets it") if total else "the workers set no memory limit"
+                  f"{option('memory_budget')} sets it") if total else (
+            "the workers set no memory limit")
     size = f"X ({format_bytes(nbytes)})"
     if nbytes <= budget:
         where = "in memory" if client is None else "in the workers' memory"
-        return True, (f"{size} is held {where}: within the memory budget of "
-                      f"{format_bytes(budget)} ({source})")
-    return False, (f"{size} is streamed from the store every iteration, chunk by chunk: above "
-                   f"the memory budget of {format_bytes(budget)} ({source})")
+        return True, Words(f"{size} is held {where}: within the memory budget of "
+                           f"{format_bytes(budget)} ({source})")
+    return False, Words(f"{size} is streamed from the store every iteration, chunk by chunk: "
+                        f"above the memory budget of {format_bytes(budget)} ({source})")
 
 
 def memory_check(
@@ -631,8 +643,8 @@ def memory_check(
     available : int, optional
         Memory available to this process, in bytes; default what the OS reports.
     remedy : callable, optional
-        ``remedy(r, split_every)``: the command of the same job with r components and that
-        fan-in, printed as the remedy.
+        ``remedy(r, split_every)``: the same job with r components and that fan-in, as the
+        marker of a :class:`sphdist.errors.Remedy` (:func:`sphdist.errors.remedy`).
 
     Returns
     -------
@@ -707,11 +719,11 @@ def memory_check(
             options = []
             if remedy is not None and fits:  # another fan-in saves a partial at most
                 options.append(f"fit at most {fits} components: "
-                               f"`{remedy(fits, split_every)}`")
-            options.append("ingest fewer features (a larger --min-df, or --hashing with a "
-                           "smaller --n-features)")
+                               f"{remedy(fits, split_every)}")
+            options.append("ingest fewer features (a larger min_df, or the hashing scheme "
+                           "with fewer n_features)")
             options.append("run on a cluster whose workers have more memory "
-                           "(--scheduler-address)")
+                           f"({option('address')})")
             raise InsufficientMemoryError(text + "; or ".join(options) + ".")
 
     return check
@@ -815,9 +827,10 @@ def connect(
             raise ParameterError(
                 f"scheduler address {address} speaks TLS, but no TLS files were given. To "
                 "resolve this, pass the CA certificate and the client certificate (and its key) "
-                "that the scheduler trusts: --tls-ca-file CA.pem --tls-cert CERT.pem --tls-key "
-                "KEY.pem (or SPHDIST_TLS_CA_FILE, SPHDIST_TLS_CERT, SPHDIST_TLS_KEY; "
-                "cluster/README.md makes them)."
+                f"that the scheduler trusts: {option('tls_ca_file', 'CA.pem')} "
+                f"{option('tls_cert', 'CERT.pem')} {option('tls_key', 'KEY.pem')} (or "
+                "SPHDIST_TLS_CA_FILE, SPHDIST_TLS_CERT, SPHDIST_TLS_KEY; cluster/README.md makes "
+                "them)."
             )
         seconds = no_workers_timeout()
         with dask.config.set({  # read by graph.broadcast's scatter too
@@ -831,13 +844,14 @@ def connect(
     if n_workers is None or n_workers == 0:
         logger.info(
             "running in this process on dask's threaded scheduler (%d threads), no worker "
-            "processes%s; --n-workers N starts a LocalCluster of N worker processes instead",
-            cpu_count(), " (--n-workers 0)" if n_workers == 0 else "",
+            "processes%s; %s starts a LocalCluster of N worker processes instead",
+            cpu_count(), Words(f" ({option('n_workers', 0)})") if n_workers == 0 else "",
+            Words(option("n_workers", "N")),
         )
         with _threads():
             yield None
         return
-    why = f"--n-workers {n_workers}"
+    why = Words(option("n_workers", n_workers))
     n_workers = n_workers or cpu_count()
     check_worker_memory(memory_limit, threads_per_worker)
     with dask.config.set({  # a cluster that keeps losing its workers fails, never waits

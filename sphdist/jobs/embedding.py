@@ -19,7 +19,7 @@ import dataclasses
 import functools
 import glob
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, overload
 
@@ -32,6 +32,9 @@ from sphdist.errors import (
     InputNotFoundError,
     OutputExistsError,
     ParameterError,
+    Remedy,
+    option,
+    remedy,
 )
 from sphdist.io import (
     atomic_path,
@@ -46,7 +49,7 @@ from sphdist.io import (
 from sphdist.io._checked import ChunkedVector
 from sphdist.io._policy import check_output_kind, check_output_place
 from sphdist.io.model import Model, open_model
-from sphdist.jobs.info import _command, check_roles, require_embedding
+from sphdist.jobs.info import arguments_of, check_roles, require_embedding
 
 if TYPE_CHECKING:  # dask only where V is scanned whole: one query reads a few chunks without it
     import dask.array as da
@@ -79,7 +82,7 @@ class EmbeddingSource:
         (r components, n documents).
     ids : ChunkedVector
         The document ids, read chunk by chunk on demand (:meth:`ChunkedVector.take` of the
-        hits, :meth:`ChunkedVector.find` of a ``--doc-id``); :attr:`doc_ids` reads them all.
+        hits, :meth:`ChunkedVector.find` of a ``doc_id``); :attr:`doc_ids` reads them all.
     labels : ndarray of shape (n,), int32, or None
         Codes into ``label_names``; -1 or None: unknown.
     label_names : list of str or None
@@ -164,7 +167,7 @@ class EmbeddingSource:
 
 def open_embedding_source(
     model: str | os.PathLike[str] | Model, input: str | os.PathLike[str] | None = None, *,
-    verb: str = "export", rest: tuple[str, ...] = ("--output", "OUT.parquet"),
+    verb: str = "export", rest: Mapping[str, Any] | Sequence[str] | None = None,
     embed: bool = False,
 ) -> EmbeddingSource:
     """The embeddings a model gives: its training corpus' V, or an ``embedding.zarr``.
@@ -177,12 +180,17 @@ def open_embedding_source(
         The model's training corpus (for the document ids and labels; default: the path the
         model recorded), or an ``embedding.zarr`` written by ``sphdist transform`` with this
         model.
-    verb, rest : str, tuple of str
-        The command that asked (``"plot embedding"``) and its other arguments (``("--output",
-        "x.png")``): the remedies of the errors below are that command, corrected.
+    verb : str
+        The job that asked, by the name of its command (``"plot embedding"``): the
+        :attr:`~sphdist.errors.Remedy.action` of the remedies of the errors below, that job
+        corrected.
+    rest : mapping, optional
+        Its other arguments by their Python names (``{"output": "x.png"}``; default
+        ``{"output": "OUT.parquet"}``, the export's); command-line words are still read
+        (:func:`sphdist.jobs.info.arguments_of`).
     embed : bool, default False
         Embed a corpus in the model's feature space that is not the training corpus (one
-        written by ``sphdist ingest --like MODEL``) on the fly, lazily, by the exact V-step
+        ingested with ``like`` the model) on the fly, lazily, by the exact V-step
         that ``sphdist transform`` stores (:func:`sphdist.core.graph.embedding`), instead of
         refusing it.
 
@@ -197,11 +205,11 @@ def open_embedding_source(
     CorpusMismatchError
         If ``input`` is another corpus than the training corpus (new documents must first be
         embedded with ``sphdist transform``, unless ``embed``; a corpus of another feature
-        space first re-ingested with ``--like``, :func:`reingest_remedy`), or an embedding
+        space first re-ingested like the model, :func:`reingest_remedy`), or an embedding
         written with another model.
     InputNotFoundError
         If ``input`` is not given and the corpus path the model recorded no longer exists
-        (the message says the path came from the model and that ``--input`` overrides it).
+        (the message says the path came from the model and that ``input`` overrides it).
     CorpusFormatError, ModelFormatError
         For an unreadable path.
     """
@@ -209,14 +217,14 @@ def open_embedding_source(
         check_roles(verb, model, input, rest)
     fitted = model if isinstance(model, Model) else open_model(model)
     path = location(input) if input is not None else location(fitted.corpus["path"])
+    others = arguments_of({"output": "OUT.parquet"} if rest is None else rest)
     if input is None and not _stored(path):
-        again = _command("sphdist", *verb.split(), "--model", fitted.path, "--input", "CORPUS",
-                         *rest)
+        again = Remedy(verb, {"model": str(fitted.path), "input": "CORPUS"}, others)
         raise InputNotFoundError(
             f"{path}: no such corpus. That path is the one {fitted.path} recorded when it was "
             f"fitted; the corpus has since been moved or deleted. To resolve this, pass where "
-            f"it is now as --input, which overrides the recorded path: `{again}` (CORPUS: the "
-            "corpus' new path)."
+            f"it is now as {option('input')}, which overrides the recorded path: "
+            f"{remedy(again)} (CORPUS: the corpus' new path)."
         )
     if stored_kind(path) == "embedding":
         emb = open_stored(path, "embedding")
@@ -224,7 +232,10 @@ def open_embedding_source(
             raise CorpusMismatchError(
                 f"{path} was written with another model ({emb.attrs.get('model', {}).get('path')})"
                 f", not with {fitted.path}. To resolve this, use that model, or embed the "
-                f"documents again with `sphdist transform --model {fitted.path}`."
+                "documents again with this one: " + remedy(Remedy(
+                    "transform", {"model": str(fitted.path), "input": "CORPUS",
+                                  "output": str(path)}, {"overwrite": True}))
+                + " (CORPUS: the corpus of those documents)."
             )
         return EmbeddingSource(
             shape=emb.shape, lazy_V=lambda: emb.V, read_columns=emb.V_columns,
@@ -235,8 +246,7 @@ def open_embedding_source(
     source = open_stored(path, "input")
     if source.fingerprint != fitted.corpus.get("fingerprint"):
         emb_path = _beside(path, ".emb.zarr")
-        use = _command("sphdist", *verb.split(), "--model", fitted.path, "--input", emb_path,
-                       *rest)
+        use = Remedy(verb, {"model": str(fitted.path), "input": str(emb_path)}, others)
         try:
             fitted.check_compatible(source, path)
         except CorpusMismatchError:
@@ -257,12 +267,12 @@ def open_embedding_source(
                 ids=source.ids(), labels=source.labels,
                 label_names=source.label_names, origin="corpus", empty=np.asarray(source.empty),
             )
-        transform = _command("sphdist", "transform", "--model", fitted.path, "--input", path,
-                             "--output", emb_path)
+        transform = Remedy("transform", {"model": str(fitted.path), "input": str(path),
+                                         "output": str(emb_path)})
         raise CorpusMismatchError(
             f"{path} is not the corpus {fitted.path} was fitted on "
             f"({fitted.corpus.get('path')}). To resolve this, embed its documents first, then "
-            f"use the embedding: `{transform} && {use}`."
+            f"use the embedding: {remedy(transform, use)}."
         )
     require_embedding(fitted)
     _, r, n = fitted.shape
@@ -332,10 +342,10 @@ def mismatch(model: Model, source: Any) -> str:
 
 
 def reingest_remedy(
-    model: Model, source: Any, path: str | os.PathLike[str], then: str | None = None,
+    model: Model, source: Any, path: str | os.PathLike[str], then: Remedy | None = None,
     output: str | os.PathLike[str] | None = None,
 ) -> str:
-    """How to bring the documents of a corpus into a model's feature space, as commands.
+    """How to bring the documents of a corpus into a model's feature space: remedies.
 
     Parameters
     ----------
@@ -343,19 +353,20 @@ def reingest_remedy(
     source : Corpus
         The corpus at ``path``, in another feature space (or with another idf).
     path : path-like
-    then : str, optional
-        A command to run on the embedding afterwards.
+    then : Remedy, optional
+        A job to run on the embedding afterwards.
     output : path-like, optional
         The embedding to write; default ``<path stem>.emb.zarr``.
 
     Returns
     -------
     str
-        ``re-ingest its documents ...: `sphdist ingest SRC --like MODEL --output <stem>.like.zarr
-        && sphdist transform ... --output <stem>.emb.zarr [&& then]``` with the source and the
-        reading options (fields, categories, sampling) the corpus recorded, or, when that
-        source is no longer there, the same with ``SOURCE`` in its place and a sentence saying
-        so.
+        ``re-ingest its documents ...: `` and a chain of :class:`~sphdist.errors.Remedy`
+        (:func:`sphdist.errors.remedy`): the ingest of SRC like the model to
+        ``<stem>.like.zarr``, its transform to ``<stem>.emb.zarr`` [and ``then``], with the
+        source and the reading options (fields, categories, sampling) the corpus recorded,
+        named as the ingest job's parameters; or, when that source is no longer there, the
+        same with ``SOURCE`` in its place and a sentence saying so.
     """
     path = location(path)
     like = _beside(path, ".like.zarr")
@@ -363,32 +374,35 @@ def reingest_remedy(
     recorded = getattr(source, "attrs", {}).get("source")
     sources = [recorded] if isinstance(recorded, str) else list(recorded or [])
     ingest = (getattr(source, "attrs", {}) or {}).get("ingest") or {}
-    options: list[str] = []
+    options: dict[str, Any] = {}
     fields = ingest.get("fields") or {}
     for name, default in (("text", "text"), ("label", None), ("id", None)):
         if fields.get(name) not in (None, default):
-            options += [f"--{name}-field", str(fields[name])]
+            options[f"{name}_field"] = str(fields[name])
     if ingest.get("categories"):
-        options += ["--categories", ",".join(ingest["categories"])]
+        options["categories"] = ",".join(ingest["categories"])
     if ingest.get("max_docs_per_label"):
-        options += ["--max-docs-per-label", str(ingest["max_docs_per_label"]), "--seed",
-                    str(ingest.get("seed", 0))]
+        options["max_docs_per_label"] = int(ingest["max_docs_per_label"])
+        options["seed"] = int(ingest.get("seed", 0))
     found = bool(sources) and all(glob.glob(s) or Path(s).exists() for s in sources)
     cleaning = (model.corpus.get("tfidf") or {}).get("remove") or []
     notes = []
     if found and "headers" in cleaning and _emptied_by(cleaning, sources, ingest):
-        options.append("--keep-headers")  # the cleaning --like inherits would empty them
-        notes.append("--keep-headers: the model's --remove-headers would leave most of these "
-                     "documents empty: they have no header block")
+        options["remove_headers"] = False  # the cleaning the like inherits would empty them
+        notes.append(f"{option('remove_headers', False)}: the model's "
+                     f"{option('remove_headers', True)} would leave most of these documents "
+                     "empty: they have no header block")
     existing = [str(p) for p in (like, emb) if committed(p)]
     if existing:
-        notes.append(f"--overwrite: {' and '.join(existing)} "
+        notes.append(f"{option('overwrite', True)}: {' and '.join(existing)} "
                      f"{'exists' if len(existing) == 1 else 'exist'}")
+    overwrite = {"overwrite": True}
     commands = [
-        _command("sphdist", "ingest", *(sources if found else ["SOURCE"]), *options, "--like",
-                 model.path, "--output", like, *(["--overwrite"] if committed(like) else [])),
-        _command("sphdist", "transform", "--model", model.path, "--input", like, "--output",
-                 emb, *(["--overwrite"] if committed(emb) else [])),
+        Remedy("ingest", {"source": sources if found else ["SOURCE"]},
+               {**options, "like": str(model.path), "output": str(like),
+                **(overwrite if committed(like) else {})}),
+        Remedy("transform", {"model": str(model.path), "input": str(like), "output": str(emb)},
+               overwrite if committed(emb) else {}),
     ]
     if then:
         commands.append(then)
@@ -397,7 +411,7 @@ def reingest_remedy(
                      f"{recorded or 'none'}, is not there")
     where = f" ({'; '.join(notes)})" if notes else ""
     return (f"re-ingest its documents with the model's features and idf, then embed them: "
-            f"`{' && '.join(commands)}`{where}")
+            f"{remedy(*commands)}{where}")
 
 
 def _emptied_by(remove: list[str], sources: list[str], ingest: dict[str, Any],
@@ -504,20 +518,19 @@ def export_embedding(
     if chunk_size < 1:
         raise ParameterError(f"chunk_size must be >= 1, got {chunk_size}.")
     output = location(output)
-    given = ("--input", str(input)) if input is not None else ()
-    format = output_format(output, format, EXPORT_SUFFIXES, redo=lambda fixed: _command(
-        "sphdist", "export", "--model", model, *given, "--output", fixed))
+    given = {"input": str(input)} if input is not None else {}
+    format = output_format(output, format, EXPORT_SUFFIXES, redo=lambda fixed: remedy(Remedy(
+        "export", {"model": str(model), **given, "output": str(fixed)})))
     sidecar = output.with_name(output.name.removesuffix(".npy") + ".ids.csv")
     if format == "npy":  # a second output: the policy of the first (locks_output) applies
         check_output_place(sidecar, "file", (model, input))
         check_output_kind(sidecar, "file")
     if not overwrite and (exists(output) or (format == "npy" and exists(sidecar))):
         raise OutputExistsError(
-            f"{output} already exists. To resolve this, choose another --output or pass "
-            "--overwrite."
+            f"{output} already exists. To resolve this, choose another {option('output')} or "
+            f"pass {option('overwrite', True)}."
         )
-    rest = ("--output", str(output))
-    src = open_embedding_source(model, input, verb="export", rest=rest)
+    src = open_embedding_source(model, input, verb="export", rest={"output": str(output)})
     open_model(model).U  # noqa: B018 - a damaged model is refused, as transform refuses it
     r, n = src.V.shape
     with atomic_path(output) as staging:
@@ -642,7 +655,8 @@ def embed_texts(
     if scheme.get("type") not in ("hashing", "vocabulary") or fitted.idf is None:
         raise DataError(
             f"{fitted.path} was fitted on {scheme.get('type', 'unknown')!r} input, not on "
-            "text: a text query cannot be embedded. To resolve this, query by --doc-id."
+            f"text: a text query cannot be embedded. To resolve this, query by "
+            f"{option('doc_id')}."
         )
     # the ingestion stage's own reading of the model: scheme, tf-idf options, idf, vocabulary
     options, idf, _remove, _info = read_like(fitted.path)
@@ -679,7 +693,7 @@ def nearest_neighbors(
         Number of neighbours (at most n).
     exclude : int, optional
         Index of a document never returned: the one whose embedding ``query`` is, so that
-        its k neighbours are k other documents (``sphdist neighbors --doc-id``).
+        its k neighbours are k other documents (a query by ``doc_id``).
     chunk_size : int, default 65536
         Documents scored at a time.
 
@@ -752,6 +766,6 @@ def document_embedding(source: EmbeddingSource, doc_id: str) -> tuple[int, np.nd
         raise DataError(
             f"document {doc_id!r} is empty (no feature in common with the model), so its "
             "embedding is a placeholder, not a direction. To resolve this, query another "
-            "document or by --query text."
+            f"document or by {option('query')} text."
         )
     return j, source.columns(j, j + 1)[:, 0]

@@ -10,10 +10,18 @@ from typing import Any
 
 import numpy as np
 
-from sphdist.errors import CorpusFormatError, DataError, ParameterError
+from sphdist.errors import (
+    CorpusFormatError,
+    DataError,
+    ParameterError,
+    Remedy,
+    Words,
+    option,
+    remedy,
+)
 from sphdist.io.model import open_model
 from sphdist.jobs.embedding import open_embedding_source
-from sphdist.jobs.info import _command, plural, shown_objective, warn_if_stopped
+from sphdist.jobs.info import plural, shown_objective, warn_if_stopped
 from sphdist.metrics import evaluate_embedding, knn_accuracy
 
 __all__ = ["evaluate_model"]
@@ -28,7 +36,7 @@ def evaluate_model(
     :func:`sphdist.metrics.evaluate_embedding` (the protocol of Liu et al. 2019, Sec. 5.2) on
     the embedding and labels of the training corpus (the model's stored V), of an
     ``embedding.zarr`` written by ``sphdist transform``, or of held-out documents ingested
-    ``--like`` the model (embedded on the fly).
+    like the model (``like=``, embedded on the fly).
 
     Parameters
     ----------
@@ -38,7 +46,7 @@ def evaluate_model(
         The documents (for their embedding and labels): the corpus the model was fitted on
         (default: the path the model recorded); an ``embedding.zarr`` written by ``sphdist
         transform`` with this model (its labels are the corpus'); or another corpus in the
-        model's feature space and idf (``sphdist ingest --like MODEL``), embedded by the exact
+        model's feature space and idf (ingested with ``like`` the model), embedded by the exact
         V-step ``v_j = U^T x_j / ||U^T x_j||_2`` (Liu et al. 2019, Eq. 3.12 with lam = 2), as
         ``transform`` would store it.
     knn_k : int or None, default 10
@@ -66,11 +74,11 @@ def evaluate_model(
         If ``model`` and ``input`` look swapped, or ``input`` is a model
         (:func:`sphdist.jobs.info.check_roles`).
     CorpusMismatchError
-        If ``input`` is a corpus in another feature space (the remedy re-ingests it
-        ``--like`` the model), or an embedding written with another model.
+        If ``input`` is a corpus in another feature space (the remedy re-ingests it like
+        the model), or an embedding written with another model.
     InputNotFoundError
         If ``input`` is not given and the corpus the model recorded is no longer there (the
-        remedy passes it as ``--input``).
+        remedy passes it as ``input``).
     ModelFormatError
         If ``input`` is the training corpus and ``model`` a checkpoint without V.
     DataError
@@ -89,7 +97,7 @@ def evaluate_model(
     """
     if input is not None:
         _refuse_raw_text(model, input)
-    source = open_embedding_source(model, input, verb="evaluate", rest=(), embed=True)
+    source = open_embedding_source(model, input, verb="evaluate", rest={}, embed=True)
     fitted = open_model(model)
     where = input if input is not None else fitted.corpus.get("path")
     labels = source.labels
@@ -99,13 +107,13 @@ def evaluate_model(
     known = labels[labels >= 0]
     k = kmeans.get("n_clusters")
     if k is not None and not 1 <= k <= known.size:
-        again = _command("sphdist", "evaluate", "--model", model,
-                         *(() if input is None else ("--input", input)), "-k",
-                         str(np.unique(known).size))
+        again = Remedy("evaluate", {"model": str(model),
+                                    **({} if input is None else {"input": str(input)})},
+                       {"n_clusters": int(np.unique(known).size)})
         raise ParameterError(
-            f"n_clusters={k} (-k {k}) is more clusters than the {known.size} labelled documents "
-            f"of {where}. To resolve this, choose 1 <= k <= {known.size}, e.g. the number of "
-            f"labels: `{again}`."
+            f"{option('n_clusters', k)} is more clusters than the {known.size} labelled "
+            f"documents of {where}. To resolve this, choose 1 <= k <= {known.size}, e.g. the "
+            f"number of labels: {remedy(again)}."
         )
     warn_if_stopped(fitted, "evaluate")
     V = source.V
@@ -127,6 +135,9 @@ def evaluate_model(
 def _why_no_knn(report: dict[str, Any], known: np.ndarray, names: list[str] | None) -> str:
     """Why :func:`sphdist.metrics.knn_accuracy` scored nothing, and what would score it.
 
+    A ``str`` in the Python API's words; a :class:`~sphdist.errors.Words` where it names a
+    parameter, which the command line words with its option.
+
     Its two cases: the rarest label has one document (no stratified split), or k is more
     than the documents of the smallest training fold.
 
@@ -137,7 +148,7 @@ def _why_no_knn(report: dict[str, Any], known: np.ndarray, names: list[str] | No
     "label 'b' has a single document, and stratified folds need 2 of each label"
     >>> _why_no_knn({"knn_k": 10, "knn_folds": 2, "knn_documents": 8}, np.array([0, 1] * 4),
     ...             None)
-    '--knn-k 10 (knn_k=10) is more than the 4 documents of a training fold; choose k <= 4'
+    'knn_k=10 is more than the 4 documents of a training fold; choose k <= 4'
     """
     k, folds, n = report["knn_k"], report["knn_folds"], report["knn_documents"]
     if folds < 2:
@@ -152,15 +163,15 @@ def _why_no_knn(report: dict[str, Any], known: np.ndarray, names: list[str] | No
                 f"{'have' if single.size > 1 else 'has'} a single document, and stratified "
                 "folds need 2 of each label")
     training = n - -(-n // folds)  # the smallest training fold
-    return (f"--knn-k {k} (knn_k={k}) is more than the {training} documents of a training "
-            f"fold; choose k <= {training}")
+    return Words(f"{option('knn_k', k)} is more than the {training} documents of a training "
+                 f"fold; choose k <= {training}")
 
 
 def _refuse_raw_text(model: Any, input: Any) -> None:
-    """Refuse a text file (JSON Lines, CSV, Parquet, tar) given as ``--input``.
+    """Refuse a text file (JSON Lines, CSV, Parquet, tar) given as ``input``.
 
-    The message gives the ``ingest --like`` command that makes it a corpus in the model's
-    features.
+    The message gives the ingest, like the model, that makes it a corpus in the model's
+    features (a :class:`~sphdist.errors.Remedy`).
     """
     from pathlib import Path
 
@@ -174,14 +185,15 @@ def _refuse_raw_text(model: Any, input: Any) -> None:
         return
     out = str(Path(input).with_name((Path(input).name.split(".")[0] or "documents") + ".zarr"))
     field = "label" if "label" in first_fields(input, fmt) or fmt == "tar" else "NAME"
-    ingest = _command("sphdist", "ingest", input, "--like", model,
-                      *(("--label-field", field) if fmt != "tar" else ()), "-o", out)
-    again = _command("sphdist", "evaluate", "-m", model, "-i", out)
+    ingest = Remedy("ingest", {"source": [str(input)]},
+                    {"like": str(model), **({"label_field": field} if fmt != "tar" else {}),
+                     "output": out})
+    again = Remedy("evaluate", {"model": str(model), "input": out})
     raise CorpusFormatError(
         f"{input}: raw text ({fmt}), not a corpus: evaluate scores the embedding of ingested "
         f"documents. To resolve this, ingest it in the model's features and labels with "
-        f"`{ingest}`" + (" (NAME: the field or column of the labels)" if field == "NAME"
-                         else "") + f", then `{again}`."
+        f"{remedy(ingest)}" + (" (NAME: the field or column of the labels)" if field == "NAME"
+                               else "") + f", then {remedy(again)}."
     )
 
 
@@ -199,7 +211,7 @@ def _no_labels(model: Any, where: Any, origin: str) -> DataError:
     if fmt not in ("jsonl", "csv", "parquet"):
         return DataError(
             f"{where} has no labels. To resolve this, ingest a labelled source (one folder "
-            "per label, or --label-field naming the field of JSON Lines, CSV or Parquet "
+            f"per label, or {option('label_field')} naming the field of JSON Lines, CSV or Parquet "
             "documents that holds the label) to evaluate clustering."
         )
     from sphdist.text.sources import first_fields
@@ -208,14 +220,15 @@ def _no_labels(model: Any, where: Any, origin: str) -> DataError:
     sources = [described] if isinstance(described, str) else list(described or ["SOURCE"])
     field = "label" if "label" in first_fields(sources[0], fmt) else "NAME"
     out = f"{str(where).rstrip('/').rsplit('.zarr', 1)[0]}.labelled.zarr"  # beside the corpus
-    ingest = _command("sphdist", "ingest", *sources, "--like", model, "--label-field", field,
-                      "-o", out)
-    again = _command("sphdist", "evaluate", "-m", model, "-i", out)
+    ingest = Remedy("ingest", {"source": [str(s) for s in sources]},
+                    {"like": str(model), "label_field": field, "output": out})
+    again = Remedy("evaluate", {"model": str(model), "input": out})
     return DataError(
-        f"{where} has no labels: its {fmt} documents were ingested without --label-field. To "
-        f"resolve this, ingest them with their labels in the model's features, `{ingest}`"
+        f"{where} has no labels: its {fmt} documents were ingested without "
+        f"{option('label_field')}. To resolve this, ingest them with their labels in the "
+        f"model's features, {remedy(ingest)}"
         + (" (NAME: the field or column of the labels)" if field == "NAME" else "")
-        + f", then `{again}`."
+        + f", then {remedy(again)}."
     )
 
 

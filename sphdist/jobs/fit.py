@@ -23,7 +23,8 @@ before it recovers, cleans up or writes anything.
 
 Everything about resuming is here: the decision to resume, the checks that a checkpoint belongs
 to this corpus and these parameters (:data:`RESUME_KEYS`), the commands the remedies print
-(:func:`fit_command`), and the restart after a worker loss.
+(:func:`fit_remedy`, structured: :class:`sphdist.errors.Remedy`), and the restart after a
+worker loss.
 
 References
 ----------
@@ -54,6 +55,9 @@ from sphdist.errors import (
     OutputExistsError,
     ParameterError,
     WorkersLostError,
+    option,
+    remedy,
+    template,
 )
 from sphdist.io import (
     Output,
@@ -84,7 +88,7 @@ from sphdist.jobs.params import FitConfig, JobSettings
 
 __all__ = [
     "fit_corpus", "plan_fit", "FitPlan", "open_fit", "Fit", "prepare_fit", "warm_start",
-    "fit_command", "decide_output", "OutputDecision", "Remedy",
+    "fit_remedy", "decide_output", "OutputDecision", "OutputRemedy",
     "RESUME_KEYS", "WORKER_LOSS",
 ]
 
@@ -281,8 +285,8 @@ class Fit:
                 return self._attempt(previous, callback)
             except WORKER_LOSS as exc:
                 if attempt == retries or _no_workers(exc):  # none left to retry on: stop
-                    resume = fit_command(self.input, self.output, self.params, resume=True,
-                                         checkpoint_every=self.plan.job.checkpoint_every)
+                    resume = _fix(self.input, self.output, self.params, resume=True,
+                                  checkpoint_every=self.plan.job.checkpoint_every)
                     raise _workers_lost(self.output, attempt, exc, resume) from exc
                 if self.out.identity() not in (None, self.before):
                     previous = load_checkpoint(self.output)  # continue our own checkpoint
@@ -348,7 +352,7 @@ class Fit:
             source, self.params["n_components"], dtype=self.params["dtype"],
             split_every=self.params["split_every"], client=client,
             held_bytes=stored_nbytes(source) if hold else 0,
-            remedy=lambda r, s: fit_command(
+            remedy=lambda r, s: _fix(
                 self.input, output, {**self.params, "n_components": r, "split_every": s},
                 overwrite=self.plan.job.overwrite or previous is not None,
                 checkpoint_every=self.plan.job.checkpoint_every,
@@ -367,21 +371,21 @@ class Fit:
                     spill=scratch, check_memory=check_memory,
                 )
             except DataError as exc:  # the solver knows X, not the file: name it
-                raise DataError(f"{self.input}: {exc}") from None
+                raise DataError(f"{self.input}: {template(exc)}") from None
             except CheckpointMismatchError:
                 if previous is None or "max_partials" not in previous.params:
                     raise
                 # written before issue 29: its passes summed the partials in accumulation
                 # chains, in an order this version's tree does not always reproduce, so the
                 # recomputed objective missed the recorded one by rounding, not other data
-                asked = fit_command(self.input, output, self.params, overwrite=True,
-                                    checkpoint_every=self.plan.job.checkpoint_every)
+                asked = _fix(self.input, output, self.params, overwrite=True,
+                             checkpoint_every=self.plan.job.checkpoint_every)
                 raise CheckpointMismatchError(
                     f"{output} is a checkpoint of an earlier version of sphdist, whose passes "
                     f"summed their partials in accumulation chains (max_partials="
                     f"{previous.params['max_partials']}); this version sums them in another "
                     "order, and the fit cannot continue from it to the bit. To resolve this, "
-                    f"start the fit again: `{asked}` (or choose another --output)."
+                    f"start the fit again: {asked} (or choose another {option('output')})."
                 ) from None
         if final is not state or not open_model(output).has_embedding:
             t0 = time.perf_counter()
@@ -410,7 +414,7 @@ class Fit:
             starts the fit again.
         """
         output, device = self.output, self.params.get("device", "cpu")
-        command = functools.partial(fit_command, self.input, output,
+        command = functools.partial(_fix, self.input, output,
                                     checkpoint_every=self.plan.job.checkpoint_every)
         cpu = {**self.params, "device": "cpu"}
         what = (f"the {device} device ran out of memory during the fit of {self.input} "
@@ -425,35 +429,35 @@ class Fit:
         if model is None:
             return (
                 f"{what}; no checkpoint was written. To resolve this, run it on the CPU: "
-                f"`{command(cpu, overwrite=self.plan.job.overwrite)}`, or {free}"
-                f"`{command(self.params, overwrite=self.plan.job.overwrite)}`."
+                f"{command(cpu, overwrite=self.plan.job.overwrite)}, or {free}"
+                f"{command(self.params, overwrite=self.plan.job.overwrite)}."
             )
         return (
             f"{what}; {output} holds its checkpoint of iteration {model.n_iter}, intact. To "
-            f"resolve this, resume it on the CPU: `{command(cpu, resume=True)}`, or {free}"
-            f"`{command(self.params, resume=True)}`."
+            f"resolve this, resume it on the CPU: {command(cpu, resume=True)}, or {free}"
+            f"{command(self.params, resume=True)}."
         )
 
     def stopped(self) -> str:
         """Where a fit stopped by Ctrl-C is, and the command that goes on from there."""
         output, max_iter = self.output, self.params["max_iter"]
-        command = functools.partial(fit_command, self.input, output, self.params,
+        command = functools.partial(_fix, self.input, output, self.params,
                                     checkpoint_every=self.plan.job.checkpoint_every)
         if self.previous is None and self.out.identity() == self.before:
             return (
                 "the fit was interrupted (Ctrl-C) before its first checkpoint: nothing was "
                 f"written, {output} {'does not exist' if self.before is None else 'is as it was'}"
-                f". To resolve this, run it again: `{command(overwrite=self.plan.job.overwrite)}`."
+                f". To resolve this, run it again: {command(overwrite=self.plan.job.overwrite)}."
             )
         try:
             model = load_checkpoint(output)
-        except Exception:  # e.g. a commit stopped between its renames: --resume recovers it
+        except Exception:  # e.g. a commit stopped between its renames: a resume recovers it
             model = None
         if model is None:
             return (
                 f"the fit was interrupted (Ctrl-C) while it committed a checkpoint of {output}. "
                 "To resolve this, continue it from its last complete checkpoint: "
-                f"`{command(resume=True)}`."
+                f"{command(resume=True)}."
             )
         if model.converged or model.n_iter >= max_iter:
             return (f"the fit was interrupted (Ctrl-C) after it committed {output}: it is "
@@ -461,7 +465,7 @@ class Fit:
         return (
             f"the fit was interrupted (Ctrl-C): {output} holds its checkpoint of iteration "
             f"{model.n_iter} of {max_iter}. To resolve this, continue it from there: "
-            f"`{command(resume=True)}`."
+            f"{command(resume=True)}."
         )
 
 
@@ -502,11 +506,11 @@ def open_fit(plan: FitPlan) -> Iterator[Fit]:
             try:
                 said = fit.stopped()
             except Exception:  # the store fails: say what is sure
-                resume = fit_command(fit.input, fit.output, fit.params, resume=True,
-                                     checkpoint_every=plan.job.checkpoint_every)
+                resume = _fix(fit.input, fit.output, fit.params, resume=True,
+                              checkpoint_every=plan.job.checkpoint_every)
                 said = (f"the fit was interrupted (Ctrl-C); {fit.output} holds its last "
                         f"complete checkpoint, if any. To resolve this, continue it: "
-                        f"`{resume}`.")
+                        f"{resume}.")
             raise Interrupted(said) from exc
 
 
@@ -630,8 +634,8 @@ def fit_corpus(
 
     See Also
     --------
-    Fit.run : Resume from the last checkpoint when a worker is lost (what ``sphdist
-        fit --retries`` does).
+    Fit.run : Resume from the last checkpoint when a worker is lost, up to ``retries``
+        times.
 
     Raises
     ------
@@ -678,8 +682,7 @@ def _checkpoint_to_resume(
     """The checkpoint at ``output`` to resume, None for a fresh fit, or why neither.
 
     The output's interrupted commit put back and its checkpoint read, then
-    :func:`decide_output`; a refusal is raised with its remedies as commands
-    (:func:`fit_command`).
+    :func:`decide_output`; a refusal is raised with its remedies (:func:`fit_remedy`).
     """
     out.recover()  # this fit is the writer of the output: an interrupted commit put back
     previous = load_checkpoint(out.path)
@@ -688,18 +691,21 @@ def _checkpoint_to_resume(
     if decision.error is None:
         return previous if decision.action == "resume" else None
     remedies = ", or ".join(
-        "{}: `{}`".format(r.say, fit_command(
+        "{}: {}".format(r.say, _fix(
             r.input, out.path, r.params, resume=r.action == "resume",
-            overwrite=r.action == "overwrite", checkpoint_every=checkpoint_every,
+            overwrite=r.action == "overwrite", checkpoint_every=checkpoint_every, say=r.say,
         )) for r in decision.remedies
     )
     raise decision.error(f"{out.path} {decision.found}. To resolve this, {remedies} "
-                         "(or choose another --output).")
+                         f"(or choose another {option('output')}).")
 
 
 @dataclasses.dataclass(frozen=True)
-class Remedy:
+class OutputRemedy:
     """A fit that resolves a refusal of the output: what it does there and with what.
+
+    :func:`_checkpoint_to_resume` makes it a :class:`sphdist.errors.Remedy` of the output
+    (:func:`fit_remedy`).
 
     Attributes
     ----------
@@ -733,14 +739,14 @@ class OutputDecision:
         :class:`~sphdist.errors.CheckpointMismatchError`); None unless refused.
     found : str
         What is at the output, the message's words after its path.
-    remedies : tuple of Remedy
+    remedies : tuple of OutputRemedy
         The fits that resolve the refusal, the one nearest to what was asked first.
     """
 
     action: str
     error: type[Exception] | None = None
     found: str = ""
-    remedies: tuple[Remedy, ...] = ()
+    remedies: tuple[OutputRemedy, ...] = ()
 
 
 def decide_output(
@@ -780,12 +786,12 @@ def decide_output(
                if _resume_value(k, recorded[k]) != _resume_value(k, params[k])}
     if same_corpus and not changed and resume:
         return OutputDecision("resume")
-    asked = functools.partial(Remedy, "overwrite", input, params)
+    asked = functools.partial(OutputRemedy, "overwrite", input, params)
     theirs = functools.partial(  # the fit that is there, continued
-        Remedy, "resume", input if same_corpus else previous.corpus.get("path", "CORPUS"),
+        OutputRemedy, "resume", input if same_corpus else previous.corpus.get("path", "CORPUS"),
         {**params, **recorded},
     )
-    detail = ", ".join(f"{k}: {a!r} -> {b!r}" for k, (a, b) in changed.items())
+    detail = ", ".join(f"{option(k)}: {a!r} -> {b!r}" for k, (a, b) in changed.items())
     other_corpus = (
         f"{previous.corpus.get('path')!r} (fingerprint "
         f"{previous.corpus.get('fingerprint', '?')[:12]}), not {{}} {input} (fingerprint "
@@ -810,7 +816,8 @@ def decide_output(
             )
         what = f"this fit, finished at iteration {previous.n_iter}"
         if not previous.converged:  # at its max_iter: more iterations would continue it
-            what += " (--resume with a larger --max-iter continues it)"
+            what += (f" ({option('resume', True)} with a larger {option('max_iter')} "
+                     "continues it)")
         return OutputDecision("refuse", OutputExistsError, f"already exists: {what}",
                               (asked("replace it"),))
     what = (f"a fit with other parameters ({detail})" if same_corpus
@@ -829,72 +836,13 @@ def _recorded_params(model: Model) -> dict[str, Any]:
     }
 
 
-#: Options of ``sphdist fit`` whose name is not ``--<parameter with dashes>``.
-_FLAGS = {"n_components": "-r", "random_state": "--seed"}
+#: The fit of a remedy (:func:`sphdist.jobs.params.fit_remedy`): a Remedy, structured.
+fit_remedy = fit_params.fit_remedy
 
 
-def fit_command(
-    input: str | os.PathLike[str], output: str | os.PathLike[str], params: dict[str, Any], *,
-    resume: bool = False, overwrite: bool = False,
-    checkpoint_every: int = _JOB.checkpoint_every,
-) -> str:
-    """The ``sphdist fit`` command line of a fit of ``input`` to ``output`` with ``params``.
-
-    What the remedies of this module print: a checkpoint's resume, or the asked fit with
-    ``--overwrite``.
-
-    Parameters
-    ----------
-    input, output : path-like
-        The corpus and the ``model.zarr``.
-    params : dict
-        Names of :data:`sphdist.core.params.SOLVER_PARAMS` (those missing take the table's
-        defaults) and ``init_from`` (None, a path, or the ``{"path": ...}`` a model records).
-    resume, overwrite : bool, default False
-        Add ``--resume`` / ``--overwrite``.
-    checkpoint_every : int, default 1
-        Add ``--checkpoint-every`` unless 1.
-
-    Returns
-    -------
-    str
-        ``-r`` always, every other parameter where it is not the default (a value the command
-        line cannot express, such as ``random_state=None``, left out); paths quoted for a POSIX
-        shell.
-
-    Examples
-    --------
-    >>> fit_command("c.zarr", "m.zarr", {"n_components": 5, "lam": "palm", "tol": 0.0},
-    ...             resume=True)
-    'sphdist fit --input c.zarr --output m.zarr --resume -r 5 --lam palm --tol 0'
-    """
-    import shlex
-
-    words = ["sphdist fit", f"--input {shlex.quote(str(input))}",
-             f"--output {shlex.quote(str(output))}"]
-    words += ["--resume"] if resume else []
-    words += ["--overwrite"] if overwrite else []
-    for name in fit_params.SOLVER_PARAMS:
-        value = params.get(name, fit_params.PARAMS[name].default)
-        if isinstance(value, np.dtype | type):
-            value = np.dtype(value).name
-        if not isinstance(value, str | bool | int | float) or (
-            name != "n_components" and value == fit_params.PARAMS[name].default
-        ):
-            continue
-        flag = _FLAGS.get(name, "--" + name.replace("_", "-"))
-        if isinstance(value, bool):  # a click flag pair: --name / --no-name
-            words.append(flag if value else flag.replace("--", "--no-", 1))
-        else:
-            text = repr(value).removesuffix(".0") if isinstance(value, float) else str(value)
-            words.append(f"{flag} {text}")
-    init_from = params.get("init_from")
-    if init_from:
-        path = init_from["path"] if isinstance(init_from, dict) else init_from
-        words.append(f"--init-from {shlex.quote(str(path))}")
-    if checkpoint_every != _JOB.checkpoint_every:
-        words.append(f"--checkpoint-every {checkpoint_every}")
-    return " ".join(words)
+def _fix(*args: Any, **kwargs: Any) -> str:
+    """:func:`fit_remedy` of the arguments, as the marker a message carries it in."""
+    return remedy(fit_remedy(*args, **kwargs))
 
 
 def _resume_value(key: str, value: Any) -> Any:
@@ -936,9 +884,10 @@ def warm_start(
     m, r, _ = previous.shape
     if r != n_components:
         raise ParameterError(
-            f"--init-from {init_from} has r={r} components, but n_components={n_components} "
-            f"was asked. To resolve this, fit with -r {r}, or warm-start from a model with "
-            f"{n_components} components."
+            f"{option('init_from', init_from)} has r={r} components, but "
+            f"{option('n_components', n_components)} was asked. To resolve this, fit with "
+            f"{option('n_components', r)}, or warm-start from a model with {n_components} "
+            "components."
         )
     previous.check_compatible(source, input, check_idf=False)
     return previous.U
@@ -976,7 +925,7 @@ def _workers_lost(
     return WorkersLostError(
         f"{output}: {what}. The last complete checkpoint is kept. To resolve this, check the "
         "workers' logs (often a memory limit below what sphdist.core.solver.fit's Notes give, "
-        f"or a worker killed from outside), then continue the fit: `{resume}`."
+        f"or a worker killed from outside), then continue the fit: {resume}."
     )
 
 

@@ -1,21 +1,31 @@
 """What is stored at a path: a corpus, a model (and its checkpoint state), or an embedding.
 
-:func:`describe` returns a JSON-serialisable dict (``sphdist info --json`` prints it);
+:func:`describe` returns a JSON-serialisable dict (what ``sphdist info`` prints as JSON);
 :func:`top_terms` lists the terms that weigh most in each component of a vocabulary-mode model.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import shlex
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from sphdist._words import plural
-from sphdist.errors import DataError, InputNotFoundError, ModelFormatError, ParameterError
+from sphdist.errors import (
+    DataError,
+    InputNotFoundError,
+    ParameterError,
+    Remedy,
+    Words,
+    option,
+    remedy,
+)
 from sphdist.io import (
     CommitState,
     commit_state,
@@ -28,7 +38,7 @@ from sphdist.io import (
 from sphdist.io.model import Model, open_model
 
 __all__ = [
-    "describe", "fit_status", "resume_command", "require_embedding", "warn_if_stopped",
+    "describe", "fit_status", "resume_remedy", "require_embedding", "warn_if_stopped",
     "top_terms", "check_roles", "solver_seconds_per_iteration",
     "shown_objective", "plural", "TOP_TERMS_BASIS",
 ]
@@ -79,7 +89,7 @@ def describe(path: str | os.PathLike[str], expect: str | None = None) -> dict[st
     ----------
     path : path-like
     expect : {"model"}, optional
-        What the caller expects (``sphdist info --model``): a missing path is then "no such
+        What the caller expects (``"model"``: a model's path): a missing path is then "no such
         model". Default: whatever is stored.
 
     Returns
@@ -99,8 +109,10 @@ def describe(path: str | os.PathLike[str], expect: str | None = None) -> dict[st
         with the exact V-step, which holds U only) and ``checkpoint`` (``complete``;
         ``staging_dirs``, the names of uncommitted staging trees beside it; ``state``, in
         words: ``"committed"``, ``"none"`` or an interrupted commit whose last complete
-        version is ``<path>.old``, with ``recover``, the ``sphdist fit ... --resume`` command
-        that moves it back and continues the fit). An embedding: ``shape`` [r, n], ``model``,
+        version is ``<path>.old``, with ``recover``, the fit that moves it back and continues
+        it: the fields of a :class:`~sphdist.errors.Remedy` (``action``, ``target``,
+        ``overrides``, ``say``), which ``sphdist info`` prints as its command). An
+        embedding: ``shape`` [r, n], ``model``,
         ``corpus``, ``labels``, ``n_degenerate``. An index (``sphdist index``): ``index`` (its
         record: ``kind``, ``nlist``, ``nprobe``, ``n_documents``, ``n_indexed``,
         ``n_components``...), ``model`` and ``source`` (what it indexes).
@@ -162,7 +174,7 @@ def _describe_model(path: Path, state: CommitState) -> dict[str, Any]:
     model = open_stored(path, "model")
     model.U  # noqa: B018 - the values are checked (finite, orthonormal, u_sha256), as transform does
     if state.interrupted and not state.committed:  # the fit's writer moves it back
-        checkpoint["recover"] = resume_command(model)
+        checkpoint["recover"] = dataclasses.asdict(model.resume_remedy())
     a = model.attrs
     m, r, n = model.shape
     objective = a["objective"]
@@ -230,34 +242,24 @@ def fit_status(model: Model) -> str:
     return f"reached max_iter {max_iter}, not converged (tol {params.get('tol')})"
 
 
-def resume_command(model: Model) -> str:
-    """The ``sphdist fit`` command, with ``--resume``, that continues the fit of ``model``.
+def resume_remedy(model: Model) -> Remedy:
+    """The fit, with ``resume``, that continues the fit of ``model``: :class:`Remedy`.
 
-    Every parameter the checkpoint was written with is given (``-r`` always, the others
-    where they differ from the defaults; :func:`sphdist.jobs.fit.fit_command`), so the
-    command passes the resume checks.
+    :meth:`sphdist.io.model.Model.resume_remedy`: every parameter the checkpoint was written
+    with, so the fit passes the resume checks.
     """
-    from sphdist.jobs.fit import fit_command  # the fit job (dask, distributed): only here
-
-    return fit_command(model.corpus.get("path", "CORPUS"), model.path, model.params,
-                       resume=True)
+    return model.resume_remedy()
 
 
 def require_embedding(model: Model) -> None:
-    """Refuse the checkpoint of an unfinished fit, with the command that finishes it.
+    """Refuse the checkpoint of an unfinished fit (:meth:`Model.require_embedding`).
 
     Raises
     ------
     ModelFormatError
         If ``model`` holds U but not the embedding V.
     """
-    if not model.has_embedding:
-        raise ModelFormatError(
-            f"{model.path} is a checkpoint of a fit stopped at iteration {model.n_iter} of "
-            f"{model.max_iter if model.max_iter is not None else '?'}, not converged: it "
-            f"holds U, not the embedding V. To resolve this, finish the fit: "
-            f"`{resume_command(model)}`."
-        )
+    model.require_embedding()
 
 
 def warn_if_stopped(model: Model, use: str) -> None:
@@ -272,8 +274,8 @@ def warn_if_stopped(model: Model, use: str) -> None:
     status = fit_status(model)
     if status.startswith("stopped"):
         logger.warning(
-            "%s: the fit %s; %s uses the model of that iteration. To finish the fit: `%s`.",
-            model.path, status, use, resume_command(model),
+            "%s: the fit %s; %s uses the model of that iteration. To finish the fit: %s.",
+            model.path, status, use, Words(remedy(model.resume_remedy())),
         )
 
 
@@ -329,7 +331,7 @@ def top_terms(model: str | os.PathLike[str], n_terms: int = 10) -> list[dict[str
         )
         raise DataError(
             f"{model}: top terms need a vocabulary-mode corpus, but {reason}. To resolve this, "
-            "ingest with a vocabulary (`sphdist ingest --vocabulary ...`) and refit."
+            f"ingest with a vocabulary ({option('vocabulary', True)}) and refit."
         )
     U = fitted.U
     features = np.arange(U.shape[0])
@@ -373,49 +375,83 @@ def _command(*words: str | os.PathLike[str]) -> str:
     return " ".join(shlex.quote(str(w)) for w in words)
 
 
+def arguments_of(rest: Mapping[str, Any] | Sequence[str]) -> dict[str, Any]:
+    """A job's other arguments by their Python names, from a mapping or command-line words.
+
+    Parameters
+    ----------
+    rest : mapping or sequence of str
+        ``{"output": "x.png"}``; or, from a caller not yet converted to a mapping, the words
+        of its command line (``("--output", "x.png", "--check")``), read as ``--name
+        [value]`` pairs with the dashes of the name made underscores.
+
+    Returns
+    -------
+    dict
+
+    Examples
+    --------
+    >>> arguments_of({"output": "x.png"}), arguments_of(("--output", "x.png", "--check"))
+    ({'output': 'x.png'}, {'output': 'x.png', 'check': True})
+    """
+    if isinstance(rest, Mapping):
+        return dict(rest)
+    words, found = list(map(str, rest)), {}
+    for i, word in enumerate(words):
+        if word.startswith("-"):
+            value: Any = True
+            if i + 1 < len(words) and not words[i + 1].startswith("-"):
+                value = words[i + 1]
+            found[word.lstrip("-").replace("-", "_")] = value
+    return found
+
+
 def check_roles(
     verb: str, model: str | os.PathLike[str], input: str | os.PathLike[str] | None,
-    rest: tuple[str, ...] = (),
+    rest: Mapping[str, Any] | Sequence[str] = (),
 ) -> None:
-    """Refuse a model and an input given the wrong way round, naming the corrected command.
+    """Refuse a model and an input given the wrong way round, naming the corrected job.
 
-    Called by the jobs before opening either path, so that ``sphdist evaluate -m CORPUS -i
-    MODEL`` is answered with the command that works, not with the storage layer's "not a
-    sphdist model".
+    Called by the jobs before opening either path, so that ``evaluate_model(CORPUS, MODEL)``
+    (``sphdist evaluate -m CORPUS -i MODEL``) is answered with the call that works, not with
+    the storage layer's "not a sphdist model".
 
     Parameters
     ----------
     verb : str
-        The command, as typed after ``sphdist`` (``"evaluate"``, ``"plot embedding"``).
+        The job, by the name of its command (``"evaluate"``, ``"plot embedding"``): the
+        :attr:`~sphdist.errors.Remedy.action` of the remedy.
     model, input : path-like
-        What was given as ``--model`` and ``--input`` (``input`` None: not given).
-    rest : tuple of str
-        The command's other arguments needed for the corrected command to run (``--output
-        PATH``).
+        What was given as ``model`` and ``input`` (``input`` None: not given).
+    rest : mapping
+        The job's other arguments needed for the corrected job to run, by their Python names
+        (``{"output": PATH}``); command-line words are still read (:func:`arguments_of`).
 
     Raises
     ------
     ParameterError
         If ``input`` is a model and ``model`` is not (swapped), or both are models (the
-        corpus the model recorded is suggested when it exists).
+        corpus the model recorded is suggested when it exists); the remedy is a
+        :class:`~sphdist.errors.Remedy` of ``verb``.
     """
     if input is None or stored_kind(input) != "model":
         return
     model, input = location(model), location(input)
+    others = arguments_of(rest)
     kind = stored_kind(model) if exists(model) else None
     if kind != "model" and exists(model):
         what = f"a {kind}" if kind else "not a model"
+        swapped = Remedy(verb, {"model": str(input), "input": str(model)}, others)
         raise ParameterError(
-            f"--model {model} is {what} and --input {input} is a model: the options look "
-            f"swapped. To resolve this, run "
-            f"`{_command('sphdist', *verb.split(), '--model', input, '--input', model, *rest)}`."
+            f"{option('model', model)} is {what} and {option('input', input)} is a model: "
+            f"the two look swapped. To resolve this, run {remedy(swapped)}."
         )
     recorded = open_model(model).corpus.get("path") if kind == "model" else None
     if recorded and exists(recorded):
-        again = _command("sphdist", *verb.split(), "--model", model, "--input", recorded, *rest)
-        remedy = f"pass the corpus {model} was fitted on: `{again}`"
+        again = Remedy(verb, {"model": str(model), "input": str(recorded)}, others)
+        fix = f"pass the corpus {model} was fitted on: {remedy(again)}"
     else:
-        remedy = f"pass as --input the corpus {model} was fitted on"
+        fix = f"pass as {option('input')} the corpus {model} was fitted on"
     raise ParameterError(
-        f"--input {input} is a model, not a corpus. To resolve this, {remedy}."
+        f"{option('input', input)} is a model, not a corpus. To resolve this, {fix}."
     )

@@ -31,8 +31,9 @@ from sphdist.core.params import (  # noqa: F401  (the job's view of the solver's
     defaults,
     validate,
 )
+from sphdist.errors import Remedy
 
-__all__ = ["JOB_PARAMS", "RESUME_KEYS", "N_COMPONENTS", "JobSettings", "validated"]
+__all__ = ["JOB_PARAMS", "RESUME_KEYS", "N_COMPONENTS", "JobSettings", "validated", "fit_remedy"]
 
 #: The fit job's own parameters (:func:`sphdist.jobs.fit.fit_corpus`, ``sphdist fit``).
 JOB_PARAMS: dict[str, Param] = {p.name: p for p in (
@@ -116,3 +117,70 @@ def validated() -> AbstractContextManager[None]:
     from sphdist._validation import validated as skip
 
     return skip()
+
+
+def fit_remedy(
+    input: Any, output: Any, params: dict[str, Any], *, resume: bool = False,
+    overwrite: bool = False, checkpoint_every: int = JOB_PARAMS["checkpoint_every"].default,
+    say: str = "",
+) -> Remedy:
+    """The fit of ``input`` to ``output`` with ``params``, as a remedy of an error.
+
+    What the fit's refusals offer: a checkpoint's resume, or the asked fit replacing the
+    output. The command line renders it as a ``sphdist fit`` command, the Python API as a call
+    of :func:`sphdist.jobs.fit.fit_corpus` (:func:`sphdist.errors.render`).
+
+    Parameters
+    ----------
+    input, output : path-like
+        The corpus and the ``model.zarr``.
+    params : dict
+        Names of :data:`sphdist.core.params.SOLVER_PARAMS` (those missing take the table's
+        defaults) and ``init_from`` (None, a path, or the ``{"path": ...}`` a model records).
+    resume, overwrite : bool, default False
+        Continue the checkpoint at ``output``, or replace it.
+    checkpoint_every : int, default 1
+        Given unless it is the default.
+    say : str, default ""
+        What the fit does, in words (:attr:`sphdist.errors.Remedy.say`).
+
+    Returns
+    -------
+    Remedy
+        ``n_components`` always, every other parameter where it is not the default (a value
+        a command line cannot give, such as ``random_state=None``, left out), ``dtype`` by
+        name.
+
+    Examples
+    --------
+    >>> from sphdist.errors import render, remedy
+    >>> fix = fit_remedy("c.zarr", "m.zarr", {"n_components": 5, "lam": "palm"}, resume=True)
+    >>> fix.overrides
+    {'resume': True, 'n_components': 5, 'lam': 'palm'}
+    >>> render(remedy(fix))
+    "`sphdist.jobs.fit.fit_corpus(input='c.zarr', output='m.zarr', resume=True, n_components=5, \
+lam='palm')`"
+    """
+    import numpy as np
+
+    overrides: dict[str, Any] = {}
+    if resume:
+        overrides["resume"] = True
+    if overwrite:
+        overrides["overwrite"] = True
+    for name in SOLVER_PARAMS:
+        value = params.get(name, PARAMS[name].default)
+        if isinstance(value, np.dtype | type):
+            value = np.dtype(value).name
+        if not isinstance(value, str | bool | int | float) or (
+            name != "n_components" and value == PARAMS[name].default
+        ):
+            continue
+        overrides[name] = value.item() if isinstance(value, np.generic) else value
+    init_from = params.get("init_from")
+    if init_from:
+        overrides["init_from"] = str(init_from["path"] if isinstance(init_from, dict)
+                                     else init_from)
+    if checkpoint_every != JOB_PARAMS["checkpoint_every"].default:
+        overrides["checkpoint_every"] = checkpoint_every
+    return Remedy("fit", {"input": str(input), "output": str(output)}, overrides, say)

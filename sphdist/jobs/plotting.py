@@ -373,7 +373,7 @@ def embedding_figure(
     if max_points < 1:
         raise ParameterError(f"max_points must be >= 1, got {max_points}.")
     src = open_embedding_source(model, input, verb="plot embedding",
-                                rest=("--output", str(output)))
+                                rest={"output": str(output)})
     r, n = src.V.shape
     keep = np.arange(n) if src.degenerate is None else np.flatnonzero(~src.degenerate)
     index = keep[sample_documents(keep.shape[0], max_points, seed)]

@@ -14,14 +14,21 @@ import dask.array as da
 import numpy as np
 
 from sphdist.core import _device, graph
-from sphdist.errors import CorpusMismatchError, InsufficientMemoryError, OutputExistsError
+from sphdist.errors import (
+    CorpusMismatchError,
+    InsufficientMemoryError,
+    OutputExistsError,
+    Remedy,
+    option,
+    remedy,
+)
 from sphdist.io import absolute, committed, locks_output
 from sphdist.io._policy import check_output_kind, check_output_place
 from sphdist.io.corpus import open_input
 from sphdist.io.embedding import Embedding, EmbeddingWriter
 from sphdist.io.model import open_model
 from sphdist.jobs.cluster import check_workers_see, task_path
-from sphdist.jobs.info import _command, check_roles, plural, warn_if_stopped
+from sphdist.jobs.info import check_roles, plural, warn_if_stopped
 
 __all__ = ["transform_corpus", "check_transform"]
 
@@ -45,8 +52,8 @@ def transform_corpus(
     model : path-like
         A ``model.zarr``.
     input : path-like
-        A corpus in the model's feature space, with the model's idf (written by ``sphdist
-        ingest --like MODEL``, or the training corpus itself).
+        A corpus in the model's feature space, with the model's idf (ingested with ``like``
+        the model, or the training corpus itself).
     output : path-like
         The ``embedding.zarr`` to write (layout in :mod:`sphdist.io.model`), committed atomically.
     overwrite : bool, default False
@@ -124,12 +131,13 @@ def transform_corpus(
         except Exception as exc:
             if not _device.is_out_of_memory(exc):
                 raise
-            again = _command("sphdist", "transform", "--model", model, "--input", input,
-                             "--output", output, *(["--overwrite"] if overwrite else []))
+            again = Remedy("transform", {"model": str(model), "input": str(input),
+                                         "output": str(output)},
+                           {"overwrite": True} if overwrite else {})
             raise InsufficientMemoryError(
                 f"the {device} device ran out of memory while embedding {input} "
                 f"({type(exc).__name__}: {str(exc).strip()}); nothing was written to {output}. "
-                f"To resolve this, run it on the CPU: `{again}` (device='cpu'), or free the "
+                f"To resolve this, run it on the CPU: {remedy(again)}, or free the "
                 "device's memory (other processes on it: `nvidia-smi`) and run it again."
             ) from None
         n_degenerate = sum(int(b["n_degenerate"]) for b in blocks)
@@ -170,14 +178,14 @@ def check_transform(
         If ``model`` and ``input`` look swapped (:func:`sphdist.jobs.info.check_roles`).
     CorpusMismatchError
         If the corpus is not in the model's feature space or weighting; the remedy is the
-        commands that re-ingest its documents with ``--like`` and embed them
+        jobs that re-ingest its documents like the model and embed them
         (:func:`sphdist.jobs.embedding.reingest_remedy`).
     OutputExistsError
         If ``output`` exists and ``overwrite`` is False.
     """
     from sphdist.jobs.embedding import mismatch, reingest_remedy
 
-    check_roles("transform", model, input, ("--output", str(output)))
+    check_roles("transform", model, input, {"output": str(output)})
     check_output_place(output, "embedding", (model, input))  # as transform_corpus will
     check_output_kind(output, "embedding")
     fitted = open_model(model)
@@ -193,8 +201,8 @@ def check_transform(
         ) from None
     if committed(output) and not overwrite:
         raise OutputExistsError(
-            f"{output} already exists. To resolve this, choose another --output or pass "
-            "--overwrite."
+            f"{output} already exists. To resolve this, choose another {option('output')} or "
+            f"pass {option('overwrite', True)}."
         )
     return fitted, source
 

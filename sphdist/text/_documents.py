@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from sphdist.errors import DataError, ParameterError
+from sphdist.errors import DataError, ParameterError, option
 
 __all__ = [
     "Bad", "Reading", "Record", "printable", "not_utf8", "check_raw", "check_text", "gunzip",
@@ -42,8 +42,8 @@ class Bad:
         """The refusal of this document under ``on_error="fail"``, with the remedy."""
         return DataError(
             f"{self.message()}. To resolve this, " + (
-                self.remedy or "fix or remove that document, or pass --on-error skip "
-                "(on_error='skip') to leave such documents out and count them."
+                self.remedy or "fix or remove that document, or pass "
+                f"{option('on_error', 'skip')} to leave such documents out and count them."
             ) + ("." if self.remedy else "")
         )
 

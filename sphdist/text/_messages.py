@@ -12,7 +12,7 @@ import os
 import shlex
 from typing import Any
 
-from sphdist.errors import DataError
+from sphdist.errors import DataError, option
 from sphdist.text.tfidf import DEFAULT_TOKEN_PATTERN, TextOptions
 
 __all__ = ["Emptied", "documents", "ingest_command", "option_flags"]
@@ -90,7 +90,8 @@ class Emptied:
         else:
             cause = "no document holds a token of the features" + (
                 f" of {self.given['like']}" if "like" in self.given else "")
-            remedy = "check the source and --text-field (the field or column of the text)"
+            remedy = (f"check the source and {option('text_field')} (the field or column of "
+                      "the text)")
         every = "its 1 document is" if self.n == 1 else f"all {self.n} documents are"
         return DataError(f"{self.source}: {every} empty ({cause}), so the corpus would hold "
                          f"nothing. To resolve this, {remedy}.")

@@ -19,7 +19,7 @@ import numpy as np
 import scipy.sparse as sp
 from zarr.codecs import ZstdCodec
 
-from sphdist.errors import DataError
+from sphdist.errors import DataError, option
 from sphdist.io import join, load_array, open_file, remove
 from sphdist.io.corpus_writer import store_chunk
 from sphdist.text.sources import Bad, Partition, Reading
@@ -307,9 +307,10 @@ def repeated_ids(
 
 
 _REPEATED_ID_REMEDY = (
-    "give every document its own id (--id-field naming a field of unique values, or no "
-    "--id-field: ids are then path:line or path:row), or pass --on-error skip "
-    "(on_error='skip') to keep the first document of each id and count the others as skipped"
+    f"give every document its own id ({option('id_field')} naming a field of unique values, "
+    f"or no {option('id_field')}: ids are then path:line or path:row), or pass "
+    f"{option('on_error', 'skip')} to keep the first document of each id and count the others "
+    "as skipped"
 )
 
 
@@ -371,7 +372,7 @@ def _count_chunk(job: CountJob, index: int, k: int, docs: list) -> Counts:
 
 
 def features(options: TextOptions, total: Counts, n: int, like_idf: np.ndarray | None, *,
-             remedy: str = "pass --min-df 1 --max-df 1.0 (min_df=1, max_df=1.0)"):
+             remedy: str = f"pass {option('min_df', 1)} {option('max_df', 1.0)}"):
     """Return m, idf (m,), the vocabulary (list or None), and the learned vocabulary array.
 
     ``remedy`` ends the error raised when ``min_df``/``max_df`` leave no term: how to keep them.

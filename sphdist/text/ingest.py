@@ -51,7 +51,9 @@ from sphdist.errors import (
     InputNotFoundError,
     OutputExistsError,
     ParameterError,
+    Words,
     WorkersLostError,
+    option,
 )
 from sphdist.io import (
     committed,
@@ -89,7 +91,7 @@ from sphdist.text.tfidf import (
 )
 
 __all__ = ["FORMATS", "ON_ERROR", "REMOVE_OPTIONS", "SourceSpec", "TextSpec", "ingest",
-           "local_pool", "read_like"]
+           "ingest_call", "local_pool", "read_like"]
 
 logger = logging.getLogger("sphdist")
 
@@ -235,7 +237,7 @@ class TextSpec:
     ----------
     vocabulary : bool, default True
         Learn a vocabulary (sorted terms, stored in the corpus, so components read as words);
-        False hashes the tokens into ``n_features`` features instead (``--hashing``): no
+        False hashes the tokens into ``n_features`` features instead (the hashing scheme): no
         vocabulary is held on the driver, for collections whose distinct terms do not fit
         in its memory, but every fit step then works on an ``n_features x r`` matrix U.
     n_features : int, optional
@@ -317,6 +319,51 @@ class TextSpec:
 
 
 # -- the public function ------------------------------------------------------------------------
+def ingest_call(arguments: dict[str, Any]) -> str:
+    """The call of :func:`ingest` that a remedy of the ingest job names, as Python text.
+
+    What :class:`sphdist.errors.PythonForm` words an ``"ingest"``
+    :class:`~sphdist.errors.Remedy` as: the reading options go into a :class:`SourceSpec`,
+    the feature options into a :class:`TextSpec` (``remove_headers=False``: ``remove=()``),
+    the rest are keywords of :func:`ingest`.
+
+    Parameters
+    ----------
+    arguments : dict
+        The remedy's arguments by their Python names (``source``: the paths).
+
+    Returns
+    -------
+    str
+
+    Examples
+    --------
+    >>> ingest_call({"source": ["a.jsonl"], "label_field": "label", "like": "m.zarr",
+    ...              "output": "a.zarr"})
+    "sphdist.text.ingest.ingest(SourceSpec(['a.jsonl'], label_field='label'), 'a.zarr', \
+like='m.zarr')"
+    """
+    rest = dict(arguments)
+    paths = rest.pop("source", "SOURCE")
+    output = rest.pop("output", "OUTPUT")
+    reading = {f.name for f in dataclasses.fields(SourceSpec)} - {"paths"}
+    features = {f.name for f in dataclasses.fields(TextSpec)}
+    spec = {k: rest.pop(k) for k in list(rest) if k in reading}
+    if isinstance(spec.get("categories"), str):
+        spec["categories"] = spec["categories"].split(",")
+    if "remove_headers" in rest:
+        rest["remove"] = ("headers",) if rest.pop("remove_headers") else ()
+    text = {k: rest.pop(k) for k in list(rest) if k in features}
+
+    def keywords(values: dict[str, Any]) -> str:
+        return "".join(f", {k}={v!r}" for k, v in values.items())
+
+    source = f"SourceSpec({paths!r}{keywords(spec)})" if spec else repr(paths)
+    text_spec = {"text": f"TextSpec({keywords(text)[2:]})"} if text else {}
+    tail = "".join(f", {k}={v}" for k, v in text_spec.items()) + keywords(rest)
+    return f"sphdist.text.ingest.ingest({source}, {output!r}{tail})"
+
+
 @locks_output("output", kind="corpus", inputs=("source", "like"))  # one writer, until the commit
 def ingest(
     source: SourceSpec | str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
@@ -483,7 +530,7 @@ def ingest(
     if committed(output) and not overwrite:  # fail before reading a large source
         raise OutputExistsError(
             f"{output} already exists. To resolve this, choose another output path or pass "
-            "--overwrite (overwrite=True)."
+            f"{option('overwrite', True)}."
         )
     reading = source.reading()
     src = plan(paths, format=source.format, reading=reading, partition_size=partition_size,
@@ -495,8 +542,8 @@ def ingest(
     labelled = src.format in ("dir", "tar") or source.label_field is not None
     if options.select is not None and not labelled:
         raise ParameterError(
-            "select='mutual-info' needs labels. To resolve this, name the label field "
-            "(--label-field), or drop --select."
+            f"{option('select', 'mutual-info')} needs labels. To resolve this, name the label "
+            f"field ({option('label_field')}), or drop {option('select')}."
         )
     if not src.partitions:
         raise DataError(f"{paths}: no documents found (empty files). To resolve this, pass "
@@ -518,8 +565,8 @@ def ingest(
         if repeated and id_field != source.id_field:  # the default field's ids repeat
             logger.warning(
                 "the %r field does not hold unique ids (%s): document ids are path:line "
-                "instead. To use a field of unique ids, name it with --id-field NAME",
-                id_field, repeated[0][2].why)
+                "instead. To use a field of unique ids, name it with %s",
+                id_field, Words(repeated[0][2].why), Words(option("id_field", "NAME")))
             repeated, id_field, wheres = [], None, True
         repeat = f"{documents(len(repeated))} repeat{'s' if len(repeated) == 1 else ''}"
         if repeated and on_error == "fail":
@@ -605,8 +652,8 @@ def _id_field(source: SourceSpec, src: Plan, total: Counts) -> tuple[str | None,
         return DEFAULT_ID_FIELD, False
     if total.n_without_id < total.n_docs:
         logger.info("%d of %s have no usable %r field: document ids are path:line. To use a "
-                    "field of ids, name it with --id-field NAME", total.n_without_id,
-                    documents(total.n_docs), DEFAULT_ID_FIELD)
+                    "field of ids, name it with %s", total.n_without_id,
+                    documents(total.n_docs), DEFAULT_ID_FIELD, Words(option("id_field", "NAME")))
     return None, True
 
 
@@ -655,10 +702,11 @@ def _check_feature_memory(n_features: int) -> None:
     need, total = _BYTES_PER_FEATURE * n_features, psutil.virtual_memory().total
     if need > total:
         raise ParameterError(
-            f"n_features={n_features} needs about {need / 2**30:.1f} GiB for the document "
+            f"{option('n_features', n_features)} needs about {need / 2**30:.1f} GiB for the "
+            "document "
             f"frequencies and idf ({_BYTES_PER_FEATURE} bytes per feature), more than the "
             f"{total / 2**30:.1f} GiB of this machine. To resolve this, hash into fewer "
-            f"features, e.g. --n-features {2**20} (n_features=2**20)."
+            f"features, e.g. {option('n_features', 2**20)}."
         )
 
 
@@ -723,13 +771,13 @@ def read_like(
 
     path = location(path)
     if not exists(path):
-        raise InputNotFoundError(f"{path}: no such corpus or model (--like). To resolve this, "
-                                 "pass the corpus.zarr or model.zarr to imitate.")
+        raise InputNotFoundError(f"{path}: no such corpus or model ({option('like')}). To "
+                                 "resolve this, pass the corpus.zarr or model.zarr to imitate.")
     kind = stored_kind(path)
     if kind not in ("corpus", "model"):
         raise CorpusFormatError(f"{path}: neither a sphdist corpus nor a model (sphdist.kind "
                                 f"is {kind!r}). To resolve this, pass a corpus.zarr or "
-                                "model.zarr to --like.")
+                                f"model.zarr to {option('like')}.")
     stored = open_stored(path, kind)  # validated, arrays read through the safe-codec check
     if kind == "corpus":
         meta, error = stored.attrs, CorpusFormatError
@@ -767,7 +815,7 @@ def read_like(
 
 
 def _like_fields(stored: Any, kind: str, meta: dict[str, Any]) -> dict[str, Any] | None:
-    """The fields (text, label, id) the corpus of ``--like`` was ingested with, if known.
+    """The fields (text, label, id) the corpus of ``like`` was ingested with, if known.
 
     A model records its corpus's path and fingerprint: the fields are read from that corpus
     when it is still there and is still the one the model was fitted on.
@@ -822,8 +870,9 @@ def _reduce_counts(run: Callable, src: Plan, job: CountJob, progress: bool | str
 def _report_skipped(total: Counts, on_error: str) -> None:
     if total.n_skipped:
         logger.warning(
-            "skipped %d document(s) that could not be ingested (on_error=%r), e.g. %s",
-            total.n_skipped, on_error, "; ".join(total.examples[:3]),
+            "skipped %d document(s) that could not be ingested (%s), e.g. %s",
+            total.n_skipped, Words(option("on_error", on_error)),
+            Words("; ".join(total.examples[:3])),
         )
 
 

@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from sphdist.errors import DataError, InputNotFoundError, ParameterError
+from sphdist.errors import DataError, InputNotFoundError, ParameterError, option
 from sphdist.io import (
     exists,
     glob,
@@ -261,7 +261,7 @@ def _list_tar(path: Path) -> tuple[dict[str, int], list[tuple[str, Bad]]]:
         raise DataError(
             f"{path}: neither a directory nor a readable tar archive ({type(exc).__name__}: "
             f"{exc}). To resolve this, pass a folder or a .tar/.tar.gz archive of text files, "
-            "or name the format (--format jsonl|csv|parquet)."
+            f"or name the format ({option('format', 'jsonl|csv|parquet')})."
         ) from exc
 
 
@@ -370,7 +370,7 @@ class JsonlPartition(Partition):
                     continue
                 if text_field not in obj:
                     yield Bad(where, f"no {text_field!r} field (fields: {sorted(obj)[:10]}); "
-                                     "name the text field with --text-field")
+                                     f"name the text field with {option('text_field')}")
                     continue
                 text = check_text(where, obj[text_field], reading, f"{text_field!r} field")
                 if isinstance(text, Bad):
@@ -431,9 +431,10 @@ def _scalar_field(obj: dict, name: str | None, role: str, where: str) -> str | B
     if name not in obj:  # a field name, not a bad value: --on-error skip would skip them all
         fields = sorted(obj)[:10]
         return Bad(where, f"no {name!r} field ({role}); its fields are {fields}",
-                   remedy=f"name the {role} field with --{role}-field NAME (one of {fields}), "
-                          f"or leave out --{role}-field (if only some documents lack it, "
-                          "--on-error skip leaves those out and counts them)")
+                   remedy=f"name the {role} field with {option(f'{role}_field', 'NAME')} (one "
+                          f"of {fields}), or leave out {option(f'{role}_field')} (if only some "
+                          f"documents lack it, {option('on_error', 'skip')} leaves those out "
+                          "and counts them)")
     value = obj.get(name)
     if value is None or isinstance(value, (dict, list)):
         return Bad(where, f"the {name!r} field ({role}) is missing, null or not a scalar")
@@ -473,7 +474,8 @@ def _check_columns(path: str, columns: Sequence[str], reading: Reading) -> list[
     if missing:
         raise DataError(
             f"{path}: no column {missing[0]!r} (columns: {list(columns)[:20]}). To resolve this, "
-            "name the columns with --text-field, --label-field and --id-field."
+            f"name the columns with {option('text_field')}, {option('label_field')} and "
+            f"{option('id_field')}."
         )
     return wanted
 
@@ -543,7 +545,8 @@ class CsvPartition(Partition):
         except (ValueError, pd.errors.ParserError) as exc:
             raise DataError(
                 f"{self.path}: not a readable CSV file near row {first} ({exc}). To resolve "
-                "this, fix the file, or check --text-field/--label-field/--id-field."
+                f"this, fix the file, or check {option('text_field')}/{option('label_field')}/"
+                f"{option('id_field')}."
             ) from None
 
 
@@ -689,7 +692,7 @@ def plan(
             if format is None:
                 raise ParameterError(
                     f"cannot tell the format of {[str(p) for p in paths][:5]} from the file "
-                    f"names. To resolve this, pass --format ({'|'.join(FORMATS)})."
+                    f"names. To resolve this, pass {option('format', '|'.join(FORMATS))}."
                 )
     if format not in FORMATS:
         raise ParameterError(f"format={format!r}: expected one of {list(FORMATS)}.")
@@ -835,7 +838,7 @@ def _plan_files(path: Path, format: str, partition_size: int, categories, max_do
     if format == "dir":
         if not path.is_dir():
             raise DataError(f"{path}: not a directory. To resolve this, pass a folder, or name "
-                            "the format of the file with --format.")
+                            f"the format of the file with {option('format')}.")
         ids, special = _list_directory(path)
         offsets = None
     else:

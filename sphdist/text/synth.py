@@ -2,11 +2,11 @@ r"""Synthetic text collections with known topics, for scale work and tests.
 
 :func:`synth` draws ``n_docs`` documents from a seeded generative model and writes them either
 as raw JSON Lines (``{"id": ..., "label": ..., "text": ...}``) or CSV (columns ``id, label,
-text``), the input of ``sphdist ingest --label-field label``, or directly as the
+text``), the input of an ingest with ``label_field="label"``, or directly as the
 ``corpus.zarr`` that ingesting those lines would produce (hashing or vocabulary scheme, smooth
-idf, unit columns) with ``sphdist ingest --hashing --stop-words none --no-sublinear-tf`` (or
-``--min-df 1 --max-df 1.0 --stop-words none --no-sublinear-tf`` for the vocabulary scheme), without
-ever writing the text.
+idf, unit columns) with ``TextSpec(vocabulary=False, stop_words=None, sublinear_tf=False)``
+(or ``TextSpec(min_df=1, max_df=1.0, stop_words=None, sublinear_tf=False)`` for the
+vocabulary scheme), without ever writing the text.
 
 The model
 ---------
@@ -44,7 +44,7 @@ import scipy.sparse as sp
 
 from sphdist._progress import progress as _progress
 from sphdist.core.params import Param, Range, validate
-from sphdist.errors import OutputExistsError, ParameterError
+from sphdist.errors import OutputExistsError, ParameterError, option
 from sphdist.io import atomic_path, committed, location, locks_output
 
 if TYPE_CHECKING:
@@ -402,7 +402,7 @@ def synth(
     if committed(output) and not overwrite:
         raise OutputExistsError(
             f"{output} already exists. To resolve this, choose another output path or pass "
-            "--overwrite (overwrite=True)."
+            f"{option('overwrite', True)}."
         )
     n_docs, n_topics, seed = spec.n_docs, spec.n_topics, spec.seed
     start = time.perf_counter()

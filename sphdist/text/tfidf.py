@@ -22,7 +22,7 @@ from sklearn.preprocessing import normalize
 from sklearn.utils._param_validation import StrOptions
 
 from sphdist._validation import Number, at_least, validate
-from sphdist.errors import ParameterError
+from sphdist.errors import ParameterError, option
 from sphdist.text.defaults import DEFAULT_N_FEATURES, INGEST_DEFAULTS, MAX_FEATURES
 from sphdist.text.defaults import MAX_CHUNK_SIZE as MAX_CHUNK_SIZE  # for sphdist.text.ingest
 
@@ -51,7 +51,7 @@ class TextOptions:
     ``vocabulary=False`` is the hashing scheme (``n_features`` hashed features, no alternate
     sign); ``vocabulary=True`` learns a vocabulary (``min_df``, ``max_df``, ``max_features``,
     optional mutual-information ``select``). ``fixed_vocabulary`` is a given vocabulary
-    (``ingest --like``).
+    (an ingest ``like`` a model).
     """
 
     vocabulary: bool = False
@@ -77,14 +77,15 @@ class TextOptions:
         if (isinstance(self.min_df, Integral) and isinstance(self.max_df, Integral)
                 and self.max_df < self.min_df):
             raise ParameterError(
-                f"max_df={self.max_df} documents is below min_df={self.min_df}: no term can "
-                "be kept. To resolve this, lower --min-df or raise --max-df."
+                f"{option('max_df', self.max_df)} documents is below "
+                f"{option('min_df', self.min_df)}: no term can be kept. To resolve this, lower "
+                f"{option('min_df')} or raise {option('max_df')}."
             )
         if not self.vocabulary and any(learned):
             raise ParameterError(
-                "min_df, max_df, max_features and select apply to a learned vocabulary, not "
-                "to hashed features. To resolve this, drop --hashing (pass vocabulary=True), "
-                "or drop those options."
+                f"{option('min_df')}, {option('max_df')}, {option('max_features')} and "
+                f"{option('select')} apply to a learned vocabulary, not to hashed features. To "
+                f"resolve this, pass {option('vocabulary', True)}, or drop those options."
             )
 
     # -- scikit-learn objects -------------------------------------------------------------
@@ -172,10 +173,10 @@ def ingest_options(*, vocabulary: bool, n_features: int | None, min_df: int | fl
     if vocabulary:
         if n_features is not None:
             raise ParameterError(
-                f"n_features={n_features} sets the size of a hashed feature space, but a "
-                "learned vocabulary (the default) sizes itself. To resolve this, hash the "
-                f"tokens: add --hashing (vocabulary=False) to --n-features {n_features}, or "
-                "drop --n-features."
+                f"{option('n_features', n_features)} sets the size of a hashed feature space, "
+                "but a learned vocabulary (the default) sizes itself. To resolve this, hash the "
+                f"tokens: add {option('vocabulary', False)} to "
+                f"{option('n_features', n_features)}, or drop {option('n_features')}."
             )
         n_features = DEFAULT_N_FEATURES  # not used by a vocabulary
         min_df = INGEST_DEFAULTS["min_df"] if min_df is None else min_df
@@ -217,23 +218,23 @@ def check_token_pattern(pattern: Any) -> str:
     >>> print(check_token_pattern(r"(?u)\b(\w\w+)\b"))
     (?u)\b(\w\w+)\b
     """
-    default = f"--token-pattern '{DEFAULT_TOKEN_PATTERN}' (the default)"
+    default = f"{option('token_pattern', DEFAULT_TOKEN_PATTERN)} (the default)"
     if not isinstance(pattern, str):
-        raise ParameterError(f"token_pattern={pattern!r} is not a string. To resolve this, "
-                             f"pass a regular expression, e.g. {default}.")
+        raise ParameterError(f"{option('token_pattern', pattern)} is not a string. To resolve "
+                             f"this, pass a regular expression, e.g. {default}.")
     try:
         groups = re.compile(pattern).groups
     except re.error as exc:
         raise ParameterError(
-            f"token_pattern={pattern!r} is not a valid regular expression ({exc}). To resolve "
-            f"this, pass one that compiles, e.g. {default}."
+            f"{option('token_pattern', pattern)} is not a valid regular expression ({exc}). To "
+            f"resolve this, pass one that compiles, e.g. {default}."
         ) from None
     if groups > 1:
         plain = _CAPTURING.sub("(?:", pattern)
         raise ParameterError(
-            f"token_pattern={pattern!r} has {groups} capturing groups; scikit-learn's "
+            f"{option('token_pattern', pattern)} has {groups} capturing groups; scikit-learn's "
             "tokenizer takes at most one (the token). To resolve this, make them "
-            f"non-capturing, e.g. --token-pattern '{plain}'."
+            f"non-capturing, e.g. {option('token_pattern', plain)}."
         )
     return pattern
 

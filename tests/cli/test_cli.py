@@ -72,7 +72,7 @@ def test_too_many_components_leaves_no_model(runner, source, tmp_path):
     runner.invoke(main, ["ingest", str(source), "-o", str(corpus), *HASHED])
     result = runner.invoke(main, ["fit", "-i", str(corpus), "-o", str(model), "-r", "7"])
     assert result.exit_code == 1
-    assert "n_components=7" in _error_line(result)
+    assert "-r 7 is out of range" in _error_line(result)  # the option typed (issue 32)
     assert not model.exists()
 
 

@@ -16,8 +16,8 @@ def _fit(runner, corpus, *args):
 
 @pytest.mark.parametrize(
     "args, needle",
-    [(["--tol", "nan"], "tol=nan"),  # a float to the command line, not to the table
-     (["-r", "41"], "n_components=41"),  # beyond the corpus' 40 documents
+    [(["--tol", "nan"], "Got --tol nan instead"),  # a float to click, not to the table
+     (["-r", "41"], "-r 41 is out of range"),  # beyond 40 documents, named by its option
      (["--init-from", "missing.model.zarr"], "missing.model.zarr")],
 )
 def test_bad_parameter_fails_before_any_cluster_starts(runner, corpus, connects, tmp_path,

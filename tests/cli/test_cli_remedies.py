@@ -354,7 +354,8 @@ def test_resume_with_other_parameters_names_every_difference_and_the_commands(
     asked = ["fit", "-i", str(trained["corpus"]), "-o", str(model), "--resume", "-r", "4",
              "--lam", "palm", "--max-iter", "7", "--tol", "0", "--n-workers", "0"]
     line = _error_line(runner.invoke(main, asked))
-    assert "n_components: 3 -> 4" in line and "lam: 'exact' -> 'palm'" in line, line
+    # named by the options the user typed (issue 32), not the Python names
+    assert "-r: 3 -> 4" in line and "--lam: 'exact' -> 'palm'" in line, line
     resume, overwrite = _commands(line)[:2]
     assert "--resume" in resume and f"-r {R}" in resume and "--lam" not in resume
     assert "--max-iter 7" in resume and "--tol 0" in resume

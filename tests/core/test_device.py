@@ -91,7 +91,7 @@ def test_cuda_without_cupy_says_how_to_install_it(no_cupy):
     with pytest.raises(DeviceError) as info:
         _device.check_device("cuda")
     message = str(info.value)
-    assert "pip install 'sphdist[gpu]'" in message and "--device cpu" in message
+    assert "pip install 'sphdist[gpu]'" in message and "device='cpu'" in message  # keywords
     assert isinstance(info.value, RuntimeError)
 
 
@@ -101,7 +101,7 @@ def test_cuda_without_a_device_says_so(monkeypatch, count):
     _fake_cupy(monkeypatch, count)
     with pytest.raises(DeviceError, match="no CUDA device is usable") as info:
         _device.check_device("cuda")
-    assert "nvidia-smi" in str(info.value) and "--device cpu" in str(info.value)
+    assert "nvidia-smi" in str(info.value) and "device='cpu'" in str(info.value)
 
 
 @pytest.mark.skipif(not CUPY or CUDA, reason="needs CuPy on a machine without a CUDA device")
@@ -109,7 +109,7 @@ def test_real_cupy_without_a_device_says_so():
     """The CUDA runtime's own answer (cudaErrorInsufficientDriver, no device) is refused."""
     with pytest.raises(DeviceError, match="no CUDA device is usable") as info:
         _device.check_device("cuda")
-    assert "--device cpu" in str(info.value)
+    assert "device='cpu'" in str(info.value)
 
 
 def test_host_arrays_never_import_cupy(monkeypatch):

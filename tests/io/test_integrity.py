@@ -410,8 +410,9 @@ def test_stores_written_before_these_digests_are_read_with_one_warning(copies, c
         model.V()
     said = [r.getMessage() for r in caplog.records if "no recorded digest" in r.getMessage()]
     assert len(said) == 2, said  # once per store and array
-    assert "doc_ids" in said[0] and "sphdist ingest SOURCE --output" in said[0]
-    assert "V has" in said[1] and "sphdist fit --input CORPUS --output" in said[1]
+    assert "doc_ids" in said[0] and "sphdist.text.ingest.ingest(['SOURCE']" in said[0]
+    # the Python API's words (issue 32): the refit as a call, of the corpus the model recorded
+    assert "V has" in said[1] and "fit_corpus(input=" in said[1] and "overwrite=True" in said[1]
     _swap(out / "V", 3, 7)  # unit columns: an older model's edit cannot be seen
     open_model(out).V().compute()
 
@@ -489,7 +490,8 @@ def test_an_index_edited_with_its_digests_recomputed_is_refused_in_one_error(cop
                "record_count": "n_indexed"}[edit]
         record[key] += 1
     g.attrs["index"] = record
-    with pytest.raises(ModelFormatError, match=rf"{path}.*sphdist index --model .* --overwrite"):
+    # the Python API's words (issue 32): the index job's call, by keyword
+    with pytest.raises(ModelFormatError, match=rf"{path}.*build_index\(model=.*overwrite=True"):
         _reload(out, path)
 
 
@@ -549,7 +551,7 @@ def test_a_search_that_returns_an_id_of_no_document_is_refused(copies):
     ids[ids == 5] = N + 5
     faiss.copy_array_to_vector(ids, loaded.id_map)
     _rewrite_faiss(path, faiss.serialize_index(loaded))
-    with pytest.raises(ModelFormatError, match=rf"returned document {N + 5}.*--overwrite"):
+    with pytest.raises(ModelFormatError, match=rf"returned document {N + 5}.*overwrite=True"):
         query_neighbors(out, doc_id="7", k=loaded.ntotal - 1, index=path)
 
 
@@ -645,7 +647,7 @@ def test_edited_ids_of_an_index_are_refused_when_read(copies, monkeypatch):
     out, path = _index(copies)
     _swap(path / "doc_ids", 2, 5)
     with pytest.raises(ModelFormatError, match=r"doc_ids \(chunk 0, elements 0:8\) does not "
-                                               r"match.*sphdist index --model .*--overwrite"):
+                                               r"match.*build_index\(model=.*overwrite=True"):
         query_neighbors(out, doc_id="5", k=3, index=path)
     assert query_neighbors(out, doc_id="60", k=1, index=path)["neighbors"]  # other chunks
 
@@ -661,7 +663,7 @@ def test_a_record_of_the_ids_that_does_not_describe_them_is_refused(copies, edit
     else:
         g.attrs["doc_ids"] = {**g.attrs["doc_ids"], "lookup_first": ["not hex"]}
     with pytest.raises(ModelFormatError, match=r"the record doc_ids does not describe the "
-                                               r"arrays.*--overwrite"):
+                                               r"arrays.*overwrite=True"):  # keywords
         query_neighbors(out, doc_id="5", k=3, index=path)
 
 
@@ -786,4 +788,4 @@ def test_an_embedding_written_before_its_v_digests_is_read_with_one_warning(copi
         old.V  # noqa: B018
     said = [r.getMessage() for r in caplog.records if "no recorded digest" in r.getMessage()]
     assert len(said) == 2 and "V has" in said[0] and "degenerate has" in said[1], said
-    assert "sphdist transform --model" in said[0]
+    assert "transform_corpus(model=" in said[0] and "--" not in said[0]

@@ -136,12 +136,15 @@ def test_a_stopped_fit_is_a_checkpoint_without_embedding(corpus, tmp_path):
     checkpoint = open_model(out)
     assert checkpoint.n_iter == 1 and not checkpoint.has_embedding
     assert checkpoint.shape == (40, R, 90)
-    with pytest.raises(ModelFormatError, match=r"stopped at iteration 1 of 6.*sphdist info"):
-        checkpoint.V()  # storage names the command that prints the resume command
+    # one refusal, worded once (issue 32): storage and the jobs give the same resume
+    with pytest.raises(ModelFormatError, match=r"stopped at iteration 1 of 6.*resume=True"):
+        checkpoint.V()
     from sphdist.jobs.info import require_embedding
 
-    with pytest.raises(ModelFormatError, match=r"stopped at iteration 1 of 6.*--resume"):
-        require_embedding(checkpoint)  # the jobs print it
+    with pytest.raises(ModelFormatError, match=r"stopped at iteration 1 of 6.*resume=True") as e:
+        require_embedding(checkpoint)
+    (fix,) = e.value.remedies
+    assert fix == checkpoint.resume_remedy() and fix.overrides["resume"] is True
 
 
 @pytest.mark.parametrize("stop_after", [0, 1, 4])
@@ -185,7 +188,7 @@ def test_resume_refuses_other_parameters_and_other_corpus(corpus, tmp_path):
 def test_existing_output_needs_resume_or_overwrite(corpus, tmp_path):
     out = tmp_path / "m.zarr"
     _fit(corpus, out, max_iter=1)
-    with pytest.raises(OutputExistsError, match="--resume"):
+    with pytest.raises(OutputExistsError, match=r"resume=True with a larger max_iter"):
         _fit(corpus, out, max_iter=1)
     assert _fit(corpus, out, max_iter=2, overwrite=True).n_iter == 2
 

@@ -119,7 +119,8 @@ def test_one_machine_runs_in_this_process_at_every_size(newsgroups5, monkeypatch
         assert _blas_threads() == before
         [line] = [r.getMessage() for r in caplog.records
                   if "threaded scheduler" in r.getMessage()]
-        assert "--n-workers N starts a LocalCluster" in line
+        # the Python API's words (issue 32): the command line names --n-workers
+        assert "n_workers='N' starts a LocalCluster" in line and "--" not in line
 
 
 def test_n_workers_starts_the_local_cluster(monkeypatch):
@@ -152,7 +153,7 @@ def test_x_is_held_in_memory_within_the_budget(nbytes, budget, available, held):
     hold, why = cluster.holds_in_memory(nbytes, budget, available=available)
     assert hold is held
     assert ("held in memory" if held else "streamed from the store") in why
-    assert "--memory-budget" in why
+    assert "memory_budget" in why and "--" not in why  # the command line: --memory-budget
 
 
 class _Workers:
@@ -172,7 +173,7 @@ def test_on_a_cluster_the_budget_is_a_quarter_of_the_workers_memory():
 
 @pytest.mark.parametrize("value", ["4XB", "-1GiB", "lots"])
 def test_a_memory_budget_that_is_not_a_size_is_refused(value):
-    with pytest.raises(ParameterError, match="--memory-budget 4GiB"):
+    with pytest.raises(ParameterError, match="memory_budget='4GiB'"):
         cluster.check_memory_budget(value)
 
 
@@ -217,7 +218,8 @@ def test_a_streamed_fit_reads_every_chunk_every_pass_and_equals_the_held_one(
     (dict(scheduler_address="tcp://127.0.0.1:notaport"), "'tcp://127.0.0.1:notaport'"),
     (dict(n_workers=-1), "n_workers"),
     # issue 31.4: a limit below an idle worker process: its nanny restarts it for ever
-    (dict(n_workers=1, memory_limit="1MiB"), r"memory limit '1MiB' per worker .* 512MiB"),
+    (dict(n_workers=1, memory_limit="1MiB"),
+     r"memory limit '1MiB' per worker .* memory_limit='512MiB'"),
     (dict(n_workers=1, memory_limit=2**20), r"memory limit 1048576 per worker"),
     (dict(n_workers=1, memory_limit="1e-9"), r"memory limit '1e-9' per worker"),
 ])

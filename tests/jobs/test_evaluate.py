@@ -103,7 +103,8 @@ def test_a_moved_training_corpus_names_the_recorded_path_and_input(split, tmp_pa
     _ok(CliRunner(), "fit", "-i", train, "-o", model, "-r", R, "--max-iter", 2,
         "--n-workers", 0)
     shutil.rmtree(train)
-    remedy = r"sphdist evaluate --model .* --input CORPUS"
+    # the Python API's words (issue 32): the call, by keyword; the command line: the command
+    remedy = r"evaluate_model\(model='.*', input='CORPUS'\)"
     with pytest.raises(InputNotFoundError, match=rf"{train}: no such corpus.*{remedy}"):
         evaluate_model(model)
 

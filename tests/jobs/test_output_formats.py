@@ -78,8 +78,8 @@ def test_output_format_rule():
     assert output_format("a/b.PARQUET", None, formats) == "parquet"
     assert output_format("a/b.csv", "csv", formats) == "csv"  # --format agreeing: accepted
     assert output_format("hits", "jsonl", formats) == "jsonl"  # no suffix: as asked
-    with pytest.raises(ParameterError, match=r"b\.csv is named as a csv file, but --format "
-                                             r"parquet .* name it b\.parquet, or leave out"):
+    with pytest.raises(ParameterError, match=r"b\.csv is named as a csv file, but format="
+                                             r"'parquet' .* name it b\.parquet, or leave out"):
         output_format("b.csv", "parquet", formats)
     with pytest.raises(ParameterError, match=r"^hits has no suffix to tell its format .* e\.g\. "
                                              r"hits\.parquet: `redo hits\.parquet`\.$"):

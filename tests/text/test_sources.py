@@ -223,7 +223,7 @@ def test_select_needs_labels_and_vocabulary(tmp_path):
     source = _jsonl(tmp_path)
     with pytest.raises(ParameterError, match="labels"):
         ingest_old(source, tmp_path / "a.zarr", vocabulary=True, select="mutual-info")
-    with pytest.raises(ParameterError, match="drop --hashing"):
+    with pytest.raises(ParameterError, match="pass vocabulary=True"):
         ingest_old(source, tmp_path / "b.zarr", label_field="label", select="mutual-info",
                    vocabulary=False)
     with pytest.raises(DataError, match="no term is left"):
@@ -319,7 +319,7 @@ def test_bad_jsonl_line_fails_naming_file_and_line(tmp_path, case):
     with pytest.raises(DataError, match=reason) as info:
         ingest_old(source, tmp_path / "out.zarr", max_document_bytes=1000)
     message = str(info.value)
-    assert f"{source}:3" in message and "--on-error skip" in message
+    assert f"{source}:3" in message and "on_error='skip'" in message  # keywords (issue 32)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.jsonl"]  # nothing left
 
 
@@ -350,7 +350,7 @@ def test_lone_surrogate_in_an_id_or_label_is_a_bad_document(tmp_path, field):
     source = _lines(tmp_path, [lines[0], bad, lines[1]])
     with pytest.raises(DataError, match=f"{source}:2: the '{field}' field") as info:
         ingest_old(source, tmp_path / "out.zarr", id_field="id", label_field="label")
-    assert "lone surrogate" in str(info.value) and "--on-error skip" in str(info.value)
+    assert "lone surrogate" in str(info.value) and "on_error='skip'" in str(info.value)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.jsonl"]
     corpus = ingest_old(source, tmp_path / "out.zarr", id_field="id", label_field="label",
                         on_error="skip")
@@ -474,7 +474,7 @@ def test_csv_and_parquet_columns(tmp_path):
 def test_unknown_format(tmp_path):
     (tmp_path / "a.txt").write_text("text")
     (tmp_path / "b.csv").write_text("text\nx\n")
-    with pytest.raises(ParameterError, match="--format"):
+    with pytest.raises(ParameterError, match=r"pass format='dir\|tar\|jsonl"):
         ingest_old([tmp_path / "a.txt", tmp_path / "b.csv"], tmp_path / "out.zarr")
     with pytest.raises(ParameterError, match="categories"):
         ingest_old(tmp_path / "b.csv", tmp_path / "out.zarr", categories=["x"])
@@ -869,10 +869,13 @@ def test_options_beyond_what_runs_are_refused_before_reading(tmp_path, kwargs, n
 
 
 def test_the_suggested_non_capturing_pattern_tokenises(tmp_path):
-    with pytest.raises(ParameterError, match="token-pattern") as info:
+    import ast
+
+    with pytest.raises(ParameterError, match="token_pattern") as info:
         ingest_old(_jsonl(tmp_path), tmp_path / "out.zarr",
                token_pattern=r"(\w)(\w+)")
-    suggested = str(info.value).split("--token-pattern '")[1].split("'")[0]
+    # the keyword argument to pass, as Python reads it
+    suggested = ast.literal_eval(str(info.value).split("e.g. token_pattern=")[1].rstrip("."))
     assert suggested == r"(?:\w)(?:\w+)"
     corpus = ingest_old(_jsonl(tmp_path), tmp_path / "out.zarr",
                     token_pattern=suggested)
@@ -930,7 +933,7 @@ def test_hashed_feature_space_beyond_this_machines_memory(tmp_path):
     if 32 * MAX_FEATURES <= psutil.virtual_memory().total:
         pytest.skip("this machine holds 32 bytes per feature of the largest hashed space")
     with pytest.raises(ParameterError, match=rf"n_features={MAX_FEATURES} needs about 64.0 GiB "
-                                             r".* --n-features 1048576"):
+                                             r".* n_features=1048576"):
         ingest_old(_jsonl(tmp_path), tmp_path / "out.zarr", n_features=MAX_FEATURES)
     assert not (tmp_path / "out.zarr").exists()
 

@@ -1,0 +1,203 @@
+"""The command line's words for the structured remedies of sphdist's errors.
+
+A message below :mod:`sphdist.cli` names parameters by their Python names
+(:func:`sphdist.errors.option`) and the jobs that resolve it as
+:class:`~sphdist.errors.Remedy` objects (:func:`sphdist.errors.remedy`). :class:`CommandForm`
+renders them with the options of the click commands that own them: a parameter as the option
+of the command that failed (``--memory-budget 4GiB``), a remedy as a pasteable command of the
+command its action names (``sphdist fit --input c.zarr --output m.zarr --resume -r 5``).
+The spelling of each option is read off the click objects, never a table: the long option,
+or a short one that is a notation of its own rather than the long one's initial (``-r`` for
+``--n-components``, ``-k`` for ``--n-clusters``; ``--input``, not ``-i``).
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import shlex
+from typing import Any
+
+import click
+
+from sphdist.errors import _UNSET, Remedy, Words, render
+
+__all__ = ["CommandForm", "rendered", "command", "render_for", "spelling"]
+
+
+def spelling(param: click.Parameter) -> str:
+    """How the command line writes ``param``: its long option, or its notation.
+
+    Parameters
+    ----------
+    param : click.Parameter
+        An option of a command.
+
+    Returns
+    -------
+    str
+        A short option whose letter is not the initial of the parameter's name (``-r`` of
+        ``n_components``), else the first long option, else the first.
+
+    Examples
+    --------
+    >>> spelling(click.Option(["--n-components", "-r", "n_components"]))
+    '-r'
+    >>> spelling(click.Option(["--input", "-i", "input_"]))
+    '--input'
+    """
+    name = (param.name or "").strip("_")
+    shorts = [o for o in param.opts if not o.startswith("--") and len(o) == 2]
+    for short in shorts:
+        if name and short[1] != name[0]:
+            return short
+    longs = [o for o in param.opts if o.startswith("--")]
+    return (longs or list(param.opts))[0]
+
+
+def _text(value: Any) -> str:
+    if isinstance(value, float):
+        return repr(value).removesuffix(".0")
+    return str(value)
+
+
+#: Python names whose click parameter is named otherwise, because the command passes its value
+#: on under the Python name: the fields of :class:`~sphdist.jobs.cluster.ClusterSpec`
+#: (:func:`sphdist.cli._common.cluster_spec`) and ``SourceSpec.format`` (``sphdist ingest``'s
+#: ``fmt``, not to shadow the builtin). Looked up only where no parameter has the name itself.
+ALIASES = {"address": "scheduler_address", "insecure": "insecure_local_cluster",
+           "format": "fmt"}
+
+
+def _find(command: click.Command | None, name: str) -> click.Parameter | None:
+    if command is None:
+        return None
+    for wanted in (name, ALIASES.get(name)):
+        for param in command.params:
+            if wanted and (param.name == wanted or (param.name or "").rstrip("_") == wanted):
+                return param
+    return None
+
+
+def _sub(command: click.Command | None, name: str) -> click.Command | None:
+    """The command ``name`` of a group (its module imported, that one only), else None."""
+    if not isinstance(command, click.Group):
+        return None
+    return command.get_command(click.Context(command), name)
+
+
+class CommandForm:
+    """The words of the command line for :func:`sphdist.errors.render`.
+
+    Parameters
+    ----------
+    command : click.Command or None
+        The command that failed: the owner of the parameters a message names.
+    root : click.Group
+        The ``sphdist`` group, where a remedy's action is looked up.
+    """
+
+    THEN = " && "
+
+    def __init__(self, command: click.Command | None, root: click.Group):
+        self.command, self.root = command, root
+
+    def _words(self, param: click.Parameter | None, name: str, value: Any) -> list[str]:
+        if isinstance(param, click.Argument):
+            values = value if isinstance(value, list | tuple) else [value]
+            return [shlex.quote(_text(v)) for v in values if v is not _UNSET and v is not None]
+        flag = f"--{name.replace('_', '-')}" if param is None else spelling(param)
+        if value is _UNSET:
+            return [flag]
+        if value is None:
+            return []
+        if isinstance(param, click.Option) and param.is_flag or isinstance(value, bool):
+            if value:
+                return [flag]
+            secondary = getattr(param, "secondary_opts", None) or []
+            if secondary:
+                return [secondary[0]]
+            return [] if param is not None else [f"--no-{name.replace('_', '-')}"]
+        if isinstance(value, list | tuple) and getattr(param, "multiple", False):
+            return [w for v in value for w in (flag, shlex.quote(_text(v)))]
+        return [flag, shlex.quote(_text(value))]
+
+    def option(self, name: str, value: Any = _UNSET) -> str:
+        """The option of the failed command that sets ``name`` (to ``value``)."""
+        return " ".join(self._words(_find(self.command, name), name, value)) or name
+
+    def remedy(self, fix: Remedy) -> str:
+        """``sphdist ACTION ...``: the command of ``fix``, arguments in its order."""
+        command: click.Command | None = self.root
+        for word in fix.action.split():
+            command = _sub(command, word)
+        words = ["sphdist", fix.action]
+        for name, value in fix.arguments().items():
+            words += self._words(_find(command, name), name, value)
+        return " ".join(words)
+
+
+def failed_command(ctx: click.Context) -> click.Command | None:
+    """The command of the ``sphdist`` line that ``ctx`` (the group's) ran: its last word named.
+
+    Walks the words of the line (what :class:`~sphdist.cli._common.Group` recorded) down the
+    groups; ``ctx.command`` itself when ``ctx`` is a command's own context.
+    """
+    if not isinstance(ctx.command, click.Group):
+        return ctx.command
+    name = ctx.invoked_subcommand  # what click resolved (not a global option's value)
+    command = _sub(ctx.command, name) if name else None
+    words = list(ctx.meta.get("sphdist.argv") or [])
+    valued = {o for p in ctx.command.params if isinstance(p, click.Option) and not p.is_flag
+              for o in p.opts}  # the group's options that take a value (--log-level info)
+    at = next((i for i, w in enumerate(words)
+               if w == name and (i == 0 or words[i - 1] not in valued)), len(words))
+    rest = words[at + 1:]
+    for word in rest:  # a group's own command (``plot embedding``)
+        if not isinstance(command, click.Group):
+            break
+        command = _sub(command, word) or command
+    return command
+
+
+def render_for(ctx: click.Context, message: Any) -> str:
+    """``message`` (a string or an exception) in the words of the command that ``ctx`` ran."""
+    root = ctx.find_root().command
+    if not isinstance(root, click.Group):  # a command invoked on its own (a test)
+        from sphdist.cli import main as root
+    return render(message, CommandForm(failed_command(ctx), root))
+
+
+def _form() -> CommandForm:
+    """The form of the command running now (the ``sphdist`` group's, outside one)."""
+    ctx = click.get_current_context(silent=True)
+    if ctx is None:
+        from sphdist.cli import main
+
+        return CommandForm(None, main)
+    root = ctx.find_root().command
+    if not isinstance(root, click.Group):
+        from sphdist.cli import main as root
+    return CommandForm(failed_command(ctx), root)
+
+
+def command(fix: Remedy | dict[str, Any]) -> str:
+    """The pasteable command of a remedy (or of its fields, as :func:`dataclasses.asdict`)."""
+    return _form().remedy(fix if isinstance(fix, Remedy) else Remedy(**fix))
+
+
+def rendered(record: logging.LogRecord) -> logging.LogRecord:
+    """A copy of ``record`` with its :class:`~sphdist.errors.Words` in the command line's words.
+
+    What the command line's log formatter shows (:func:`sphdist.cli._common.setup_logging`);
+    other handlers (a test's, a user's) see the record as it was logged, in the Python API's
+    words.
+    """
+    args = record.args if isinstance(record.args, tuple) else ()
+    form = _form()
+    record = copy.copy(record)
+    if isinstance(record.msg, Words):
+        record.msg = render(record.msg, form)
+    if args:
+        record.args = tuple(render(a, form) if isinstance(a, Words) else a for a in args)
+    return record

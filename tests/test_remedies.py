@@ -1,0 +1,189 @@
+"""Structured remedies (issue 32, item 1): one Remedy, worded for Python and for the shell.
+
+An error below :mod:`sphdist.cli` names its remedy as a :class:`sphdist.errors.Remedy` (the
+job, its paths, its parameters by their Python names); ``str(exc)`` words it as a call of the
+Python API with keyword arguments, the command line as a ``sphdist`` command built from the
+options of its click commands, which works when pasted.
+"""
+
+import re
+import shlex
+import subprocess
+import sys
+
+import click
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from sphdist.cli import main
+from sphdist.cli._remedies import CommandForm, spelling
+from sphdist.errors import (
+    OutputExistsError,
+    ParameterError,
+    PythonForm,
+    Remedy,
+    option,
+    remedies,
+    remedy,
+    render,
+)
+from sphdist.io.corpus_writer import CorpusWriter
+from sphdist.io.model import open_model
+from sphdist.jobs.fit import fit_corpus
+
+from .reference import random_corpus
+
+pytestmark = pytest.mark.usefixtures("sync_scheduler")
+
+#: ``sphdist`` in a shell: this interpreter running the command line of this tree.
+SPHDIST = [sys.executable, "-c", "import sys; from sphdist.cli import main; sys.exit(main())"]
+
+KW = dict(n_components=3, max_iter=2, tol=0, random_state=0)
+
+
+@pytest.fixture
+def corpus(tmp_path):
+    X = random_corpus(40, 90, seed=2)
+    with CorpusWriter(tmp_path / "corpus.zarr", n_features=40,
+                      feature_scheme={"type": "hashing"}) as w:
+        for a, b in [(0, 45), (45, 90)]:
+            w.write_chunk(X[:, a:b], [str(j) for j in range(a, b)])
+        return w.commit(idf=np.ones(40))
+
+
+def _cli_form(name="fit"):
+    return CommandForm(main.commands[name], main)
+
+
+# -- the two forms of one message -----------------------------------------------------------
+
+def test_an_option_is_a_keyword_in_python_and_the_commands_own_option_on_the_line():
+    message = (f"pass {option('memory_budget', '4GiB')}, {option('overwrite', True)}, "
+               f"{option('accelerate', False)}, {option('n_components', 5)} or another "
+               f"{option('output')}")
+    assert render(message) == ("pass memory_budget='4GiB', overwrite=True, accelerate=False, "
+                               "n_components=5 or another output")
+    assert render(message, _cli_form()) == ("pass --memory-budget 4GiB, --overwrite, "
+                                            "--no-accelerate, -r 5 or another --output")
+
+
+def test_the_spelling_of_an_option_is_read_off_the_click_command():
+    """The long option, or a short one that is a notation of its own (-r, -k), never a table."""
+    options = {p.name: spelling(p) for p in main.commands["fit"].params
+               if isinstance(p, click.Option)}
+    assert options["n_components"] == "-r" and options["input_"] == "--input"
+    assert options["random_state"] == "--seed" and options["memory_budget"] == "--memory-budget"
+    evaluate = {p.name: spelling(p) for p in main.commands["evaluate"].params}
+    assert evaluate["n_clusters"] == "-k" and evaluate["model"] == "--model"
+
+
+def test_a_remedy_is_a_call_in_python_and_a_command_on_the_line():
+    fix = Remedy("fit", {"input": "c d.zarr", "output": "m.zarr"},
+                 {"resume": True, "n_components": 5, "lam": "palm", "tol": 0.0,
+                  "accelerate": False}, "continue it")
+    message = f"m.zarr exists. To resolve this, continue it: {remedy(fix)}."
+    assert remedies(message) == (fix,)
+    python = render(message)
+    assert "`sphdist.jobs.fit.fit_corpus(input='c d.zarr', output='m.zarr', resume=True, " \
+           "n_components=5, lam='palm', tol=0.0, accelerate=False)`" in python
+    assert "--" not in python
+    line = render(message, _cli_form())
+    assert ("`sphdist fit --input 'c d.zarr' --output m.zarr --resume -r 5 --lam palm --tol 0 "
+            "--no-accelerate`") in line
+    assert PythonForm().remedy(fix).startswith("sphdist.jobs.fit.fit_corpus(")
+
+
+def test_every_fit_option_a_remedy_can_name_exists_on_sphdist_fit():
+    """The command of a remedy naming every parameter the fit's remedies can give parses."""
+    from sphdist.jobs.params import fit_remedy
+
+    params = {"n_components": 4, "max_iter": 9, "tol": 1e-6, "random_state": 3, "lam": "palm",
+              "mu": 0.5, "init": "svd", "init_n_iter": 3, "split_every": 4, "dtype": "float32",
+              "polar": "svd", "accelerate": False, "device": "cpu", "init_from": "w.zarr"}
+    fix = fit_remedy("c.zarr", "m.zarr", params, resume=True, checkpoint_every=2)
+    argv = shlex.split(_cli_form().remedy(fix))
+    assert argv[:2] == ["sphdist", "fit"]
+    ctx = main.commands["fit"].make_context("fit", argv[2:], resilient_parsing=True)
+    given = {k: v for k, v in ctx.params.items()
+             if ctx.get_parameter_source(k) is click.core.ParameterSource.COMMANDLINE}
+    assert given["resume"] is True and given["n_components"] == 4
+    assert given["random_state"] == 3 and given["accelerate"] is False
+    assert given["checkpoint_every"] == 2 and str(given["init_from"]) == "w.zarr"
+
+
+# -- a Python caller of fit_corpus, and the same error on the command line ------------------
+
+def test_a_python_caller_that_needs_a_resume_is_told_it_in_keywords(corpus, tmp_path):
+    out = tmp_path / "m.zarr"
+    fit_corpus(corpus.path, out, callback=None, **KW)
+    with pytest.raises(OutputExistsError) as caught:  # the same fit, 2 more iterations asked
+        fit_corpus(corpus.path, out, callback=None, **{**KW, "max_iter": 4})
+    message = str(caught.value)
+    assert "--" not in message, message
+    assert "sphdist fit" not in message
+    assert "continue it: `sphdist.jobs.fit.fit_corpus(input=" in message
+    assert "resume=True" in message and "choose another output" in message
+    resume, replace = caught.value.remedies
+    assert resume.action == "fit" and resume.overrides["resume"] is True
+    assert replace.overrides["overwrite"] is True
+    assert resume.target == {"input": str(corpus.path), "output": str(out)}
+    # the remedy's keywords, as given, continue the fit
+    arguments = resume.arguments()
+    model = fit_corpus(arguments.pop("input"), arguments.pop("output"), callback=None,
+                       **arguments)
+    assert model.n_iter == 4
+
+
+def test_an_out_of_range_n_components_names_the_option_the_user_typed(corpus):
+    """``-r 5000`` on the command line: the error says -r, not n_components (issue 32)."""
+    result = CliRunner().invoke(main, ["fit", "-i", str(corpus.path), "-r", "5000",
+                                       "--n-workers", "0"])
+    assert result.exit_code == 1, result.output
+    line = result.stderr.strip().splitlines()[-1]
+    assert "-r 5000" in line and "1 <= -r <= 40" in line, line
+    assert "n_components" not in line
+    with pytest.raises(ParameterError, match=r"n_components=5000 .* 1 <= n_components <= 40"):
+        fit_corpus(corpus.path, corpus.path.parent / "m.zarr", n_components=5000,
+                   callback=None)
+
+
+def test_the_command_line_prints_the_command_and_it_works_when_pasted(corpus, tmp_path):
+    """The same refusal on the command line: a ``sphdist fit`` command, run by a shell."""
+    out = tmp_path / "m.zarr"
+    fit_corpus(corpus.path, out, callback=None, **KW)
+    argv = [*SPHDIST, "fit", "-i", str(corpus.path), "-o", str(out), "-r", "3",
+            "--max-iter", "3", "--tol", "0", "--n-workers", "0"]
+    result = subprocess.run(argv, capture_output=True, text=True)
+    assert result.returncode == 1, result.stderr
+    line = result.stderr.strip().splitlines()[-1]
+    assert "fit_corpus" not in line and "choose another --output" in line, line
+    commands = re.findall(r"`(sphdist [^`]+)`", line)
+    assert len(commands) == 2 and "--resume" in commands[0], line
+    assert commands[0].startswith(f"sphdist fit --input {shlex.quote(str(corpus.path))}")
+    done = subprocess.run([*SPHDIST, *shlex.split(commands[0])[1:], "-q", "--n-workers", "0"],
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert open_model(out).n_iter == 3
+
+
+def test_a_python_name_passed_on_under_another_option_name_finds_its_option():
+    """``format`` is ``sphdist ingest``'s ``fmt``, ``address`` the ``--scheduler-address`` of
+    a job on a cluster: both rendered as the option the user types."""
+    assert render(option("format", "csv"), _cli_form("ingest")) == "--format csv"
+    assert render(option("format", "csv"), _cli_form("export")) == "--format csv"
+    assert render(option("address", "tcp://h:8786"), _cli_form()) == (
+        "--scheduler-address tcp://h:8786")
+    assert render(option("vocabulary", False), _cli_form("ingest")) == "--hashing"
+
+
+def test_a_chain_of_remedies_is_one_pasteable_line():
+    first = Remedy("transform", {"model": "m.zarr", "input": "c.zarr", "output": "e.zarr"})
+    then = Remedy("export", {"model": "m.zarr", "input": "e.zarr", "output": "x.csv"})
+    message = remedy(first, then)
+    assert remedies(message) == (first, then)
+    assert render(message, _cli_form()) == (
+        "`sphdist transform --model m.zarr --input c.zarr --output e.zarr && "
+        "sphdist export --model m.zarr --input e.zarr --output x.csv`")
+    assert render(message).startswith(
+        "`sphdist.jobs.transform.transform_corpus(model='m.zarr', input='c.zarr', ")
