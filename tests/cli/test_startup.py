@@ -14,9 +14,9 @@ import pytest
 #: Imported only by the work itself (a fit, an ingest, a figure), never to parse arguments.
 HEAVY = ("dask", "distributed", "sklearn", "scipy", "zarr", "matplotlib", "numba", "pandas")
 
-#: Runs ``sphdist ARGS`` in this interpreter, then prints the exit status and the heavy
-#: top-level packages in sys.modules as the last line of stdout.
-_PROBE = f"""
+#: Runs ``sphdist ARGS`` in this interpreter (``code``: its exit status); a probe adds the line
+#: that prints what it reports.
+_RUN = """
 import json, sys
 from sphdist.cli import main
 try:
@@ -25,6 +25,10 @@ except SystemExit as exc:
     code = exc.code
 else:
     code = 0
+"""
+
+#: The exit status and the heavy top-level packages in sys.modules, as the last line of stdout.
+_PROBE = _RUN + f"""
 loaded = sorted({{name.partition(".")[0] for name in sys.modules}} & set({HEAVY!r}))
 print(json.dumps({{"code": code, "heavy": loaded}}))
 """
@@ -231,15 +235,7 @@ def test_one_text_query_imports_no_dask(small_model):
     assert "dask" not in report["heavy"] and "distributed" not in report["heavy"], report
 
 
-_PROBE_MODULES = """
-import json, sys
-from sphdist.cli import main
-try:
-    main(sys.argv[1:], prog_name="sphdist")
-except SystemExit as exc:
-    code = exc.code
-else:
-    code = 0
+_PROBE_MODULES = _RUN + """
 prefixes = ("sphdist.cli.", "sphdist.text", "tqdm", "filelock", "matplotlib", "sklearn",
             "distributed", "dask", "pandas", "scipy", "numpy.ma.")
 print(json.dumps({"code": code, "heavy": sorted(n for n in sys.modules
