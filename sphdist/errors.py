@@ -83,12 +83,14 @@ _FUNCTIONS = {
     "evaluate": "sphdist.jobs.evaluate.evaluate_model",
     "export": "sphdist.jobs.embedding.export_embedding",
     "plot embedding": "sphdist.jobs.plotting.plot_embedding",
-    "index": "sphdist.jobs.neighbors.build_index",
 }
 
 #: The actions whose call is worded by a function of their module (arguments -> text): the
-#: ingest job's options are fields of its ``SourceSpec`` and ``TextSpec``.
-_CALLS = {"ingest": "sphdist.text.ingest.ingest_call"}
+#: ingest job's options are fields of its ``SourceSpec`` and ``TextSpec``; the index job
+#: builds or checks, the neighbors job calls the function of its mode.
+_CALLS = {"ingest": "sphdist.text.ingest.ingest_call",
+          "index": "sphdist.jobs.neighbors.index_call",
+          "neighbors": "sphdist.jobs.neighbors.neighbors_call"}
 
 #: Delimiters of a structured part of a message (Unicode private use: never in a path).
 _OPEN, _CLOSE = "\ue000", "\ue001"

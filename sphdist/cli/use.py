@@ -190,7 +190,7 @@ def _refuse_idle_options(ctx: click.Context, mode: str, exact: bool) -> None:
         idle.append(("nprobe", "--exact searches no index"))
     if not idle:
         return
-    from sphdist.jobs.info import _command
+    import shlex
 
     params = {p.name: p for p in ctx.command.params}
     name, why = idle[0]
@@ -201,7 +201,7 @@ def _refuse_idle_options(ctx: click.Context, mode: str, exact: bool) -> None:
     words = _without(ctx.meta.get("sphdist.argv") or [], [params[n] for n, _ in idle])
     raise click.UsageError(
         f"{flag} does nothing {context}: {why}. To resolve this, leave it out: "
-        f"`{_command('sphdist', *words)}`."
+        f"`{shlex.join(['sphdist', *map(str, words)])}`."
     )
 
 

@@ -19,7 +19,7 @@ import dataclasses
 import functools
 import glob
 import os
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, overload
 
@@ -49,7 +49,7 @@ from sphdist.io import (
 from sphdist.io._checked import ChunkedVector
 from sphdist.io._policy import check_output_kind, check_output_place
 from sphdist.io.model import Model, open_model
-from sphdist.jobs.info import arguments_of, check_roles, require_embedding
+from sphdist.jobs.info import check_roles, require_embedding
 
 if TYPE_CHECKING:  # dask only where V is scanned whole: one query reads a few chunks without it
     import dask.array as da
@@ -167,7 +167,7 @@ class EmbeddingSource:
 
 def open_embedding_source(
     model: str | os.PathLike[str] | Model, input: str | os.PathLike[str] | None = None, *,
-    verb: str = "export", rest: Mapping[str, Any] | Sequence[str] | None = None,
+    verb: str = "export", rest: Mapping[str, Any] | None = None,
     embed: bool = False,
 ) -> EmbeddingSource:
     """The embeddings a model gives: its training corpus' V, or an ``embedding.zarr``.
@@ -186,8 +186,7 @@ def open_embedding_source(
         corrected.
     rest : mapping, optional
         Its other arguments by their Python names (``{"output": "x.png"}``; default
-        ``{"output": "OUT.parquet"}``, the export's); command-line words are still read
-        (:func:`sphdist.jobs.info.arguments_of`).
+        ``{"output": "OUT.parquet"}``, the export's).
     embed : bool, default False
         Embed a corpus in the model's feature space that is not the training corpus (one
         ingested with ``like`` the model) on the fly, lazily, by the exact V-step
@@ -217,7 +216,7 @@ def open_embedding_source(
         check_roles(verb, model, input, rest)
     fitted = model if isinstance(model, Model) else open_model(model)
     path = location(input) if input is not None else location(fitted.corpus["path"])
-    others = arguments_of({"output": "OUT.parquet"} if rest is None else rest)
+    others = dict({"output": "OUT.parquet"} if rest is None else rest)
     if input is None and not _stored(path):
         again = Remedy(verb, {"model": str(fitted.path), "input": "CORPUS"}, others)
         raise InputNotFoundError(

@@ -9,8 +9,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
-import shlex
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -371,44 +370,9 @@ def shown_objective(value: float) -> float:
     return max(float(value), 0.0)
 
 
-def _command(*words: str | os.PathLike[str]) -> str:
-    return " ".join(shlex.quote(str(w)) for w in words)
-
-
-def arguments_of(rest: Mapping[str, Any] | Sequence[str]) -> dict[str, Any]:
-    """A job's other arguments by their Python names, from a mapping or command-line words.
-
-    Parameters
-    ----------
-    rest : mapping or sequence of str
-        ``{"output": "x.png"}``; or, from a caller not yet converted to a mapping, the words
-        of its command line (``("--output", "x.png", "--check")``), read as ``--name
-        [value]`` pairs with the dashes of the name made underscores.
-
-    Returns
-    -------
-    dict
-
-    Examples
-    --------
-    >>> arguments_of({"output": "x.png"}), arguments_of(("--output", "x.png", "--check"))
-    ({'output': 'x.png'}, {'output': 'x.png', 'check': True})
-    """
-    if isinstance(rest, Mapping):
-        return dict(rest)
-    words, found = list(map(str, rest)), {}
-    for i, word in enumerate(words):
-        if word.startswith("-"):
-            value: Any = True
-            if i + 1 < len(words) and not words[i + 1].startswith("-"):
-                value = words[i + 1]
-            found[word.lstrip("-").replace("-", "_")] = value
-    return found
-
-
 def check_roles(
     verb: str, model: str | os.PathLike[str], input: str | os.PathLike[str] | None,
-    rest: Mapping[str, Any] | Sequence[str] = (),
+    rest: Mapping[str, Any] | None = None,
 ) -> None:
     """Refuse a model and an input given the wrong way round, naming the corrected job.
 
@@ -425,7 +389,7 @@ def check_roles(
         What was given as ``model`` and ``input`` (``input`` None: not given).
     rest : mapping
         The job's other arguments needed for the corrected job to run, by their Python names
-        (``{"output": PATH}``); command-line words are still read (:func:`arguments_of`).
+        (``{"output": PATH}``).
 
     Raises
     ------
@@ -437,7 +401,7 @@ def check_roles(
     if input is None or stored_kind(input) != "model":
         return
     model, input = location(model), location(input)
-    others = arguments_of(rest)
+    others = dict(rest or {})
     kind = stored_kind(model) if exists(model) else None
     if kind != "model" and exists(model):
         what = f"a {kind}" if kind else "not a model"

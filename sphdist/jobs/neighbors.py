@@ -5,10 +5,10 @@
 :data:`~sphdist.methods.neighbors.FLAT_MAX` documents, IVF above) of the embeddings a model
 gives (its V, or an ``embedding.zarr``) and stores it as an ``index.zarr``
 (:mod:`sphdist.io.index`), committed atomically by one writer. ``sphdist neighbors`` finds it
-(:func:`find_index`: ``--index``, else the default path :func:`default_index_path` beside the
-model or the embedding) and searches it (:func:`search`), unless ``--exact``; a batch of
+(:func:`find_index`: the ``index`` asked for, else the default path :func:`default_index_path`
+beside the model or the embedding) and searches it (:func:`search`), unless ``exact``; a batch of
 queries is written as Parquet, JSON Lines or CSV, by the suffix of the output
-(:func:`write_hits`); ``--all`` writes every document's k nearest others (:func:`knn_graph`),
+(:func:`write_hits`); ``all`` writes every document's k nearest others (:func:`knn_graph`),
 chunk by chunk on Dask (:func:`sphdist.core.graph.knn_graph`). Every table has the columns
 :data:`HIT_COLUMNS`.
 
@@ -38,12 +38,15 @@ from sphdist.errors import (
     InputNotFoundError,
     OutputExistsError,
     ParameterError,
+    Remedy,
+    Words,
+    option,
+    remedy,
 )
 from sphdist.io import absolute, atomic_path, exists, location, locks_output
 from sphdist.io.index import index_kind, open_index, write_index
 from sphdist.io.model import Model, open_model
 from sphdist.jobs.embedding import EmbeddingSource, open_embedding_source
-from sphdist.jobs.info import _command
 
 __all__ = [
     "HIT_FORMATS",
@@ -64,13 +67,15 @@ __all__ = [
     "query_neighbors",
     "batch_neighbors",
     "queries_of",
+    "index_call",
+    "neighbors_call",
 ]
 
 logger = logging.getLogger("sphdist")
 
 #: Output formats of batch queries and of the k-NN graph, by file suffix.
 HIT_FORMATS = {".parquet": "parquet", ".jsonl": "jsonl", ".csv": "csv"}
-#: The columns of every neighbour table (``--queries``, ``--queries --ids``, ``--all``):
+#: The columns of every neighbour table (``queries``, ``queries`` of ids, ``all``):
 #: ``query`` (the text, or the id of the query document), ``query_label`` (the query
 #: document's label; null for a text), ``rank`` (1-based), ``doc_id`` and ``label`` of the
 #: neighbour, ``angle`` (degrees, in [0, 180]) and ``cosine``.
@@ -80,6 +85,59 @@ ON_ERROR = ("fail", "skip")
 _QUERY_BATCH = 1024  # queries scored at a time by the exact batch scan
 _DOC_SLICE = 16384  # documents per block of cosines in the exact batch scan
 _READ_DOCS = 65536  # documents read from the store at a time
+
+
+def _keywords(arguments: dict[str, Any]) -> str:
+    return ", ".join(f"{k}={v!r}" for k, v in arguments.items())
+
+
+def index_call(arguments: dict[str, Any]) -> str:
+    """The call that a remedy of the ``index`` job names, as Python text.
+
+    What :class:`sphdist.errors.PythonForm` words an ``"index"``
+    :class:`~sphdist.errors.Remedy` with: :func:`check_index` of its ``output`` where it
+    checks (``check``), else :func:`build_index`.
+
+    Examples
+    --------
+    >>> index_call({"model": "m.zarr", "output": "i.zarr", "check": True})
+    "sphdist.jobs.neighbors.check_index(model='m.zarr', path='i.zarr')"
+    >>> index_call({"model": "m.zarr", "output": "i.zarr", "overwrite": True})
+    "sphdist.jobs.neighbors.build_index(model='m.zarr', output='i.zarr', overwrite=True)"
+    """
+    arguments = dict(arguments)
+    if arguments.pop("check", False):
+        arguments = {("path" if k == "output" else k): v for k, v in arguments.items()}
+        return f"sphdist.jobs.neighbors.check_index({_keywords(arguments)})"
+    return f"sphdist.jobs.neighbors.build_index({_keywords(arguments)})"
+
+
+def neighbors_call(arguments: dict[str, Any]) -> str:
+    """The call that a remedy of the ``neighbors`` job names, as Python text.
+
+    What :class:`sphdist.errors.PythonForm` words a ``"neighbors"``
+    :class:`~sphdist.errors.Remedy` with: the function of its mode (:func:`knn_graph` for
+    ``all``, :func:`batch_neighbors` for ``queries``, read by :func:`queries_of`, else
+    :func:`query_neighbors`), its fields as keywords.
+
+    Examples
+    --------
+    >>> neighbors_call({"model": "m.zarr", "all": True, "k": 5, "output": "g.csv"})
+    "sphdist.jobs.neighbors.knn_graph(model='m.zarr', k=5, output='g.csv')"
+    >>> neighbors_call({"model": "m.zarr", "queries": "q.txt", "output": "h.csv"})
+    "sphdist.jobs.neighbors.batch_neighbors(model='m.zarr', \
+queries=sphdist.jobs.neighbors.queries_of('q.txt'), output='h.csv')"
+    """
+    arguments = dict(arguments)
+    if arguments.pop("all", False):
+        name = "knn_graph"
+    elif "queries" in arguments:
+        name = "batch_neighbors"
+    else:
+        name = "query_neighbors"
+    words = [f"queries=sphdist.jobs.neighbors.queries_of({v!r})" if k == "queries" else
+             f"{k}={v!r}" for k, v in arguments.items()]
+    return f"sphdist.jobs.neighbors.{name}({', '.join(words)})"
 
 
 def default_index_path(model: str | os.PathLike[str], input: str | os.PathLike[str] | None = None,
@@ -164,10 +222,10 @@ def build_index(
     model, input, output = task_path(model), task_path(input), task_path(output, output=True)
     if not overwrite and exists(output):
         raise OutputExistsError(
-            f"{output} already exists. To resolve this, choose another --output or pass "
-            "--overwrite."
+            f"{output} already exists. To resolve this, choose another {option('output')} or "
+            f"pass {option('overwrite', True)}."
         )
-    source = open_embedding_source(model, input, verb="index", rest=("--output", str(output)))
+    source = open_embedding_source(model, input, verb="index", rest={"output": str(output)})
     fitted = open_model(model)
     start = time.perf_counter()
     index = NeighborIndex(kind, nlist=nlist, nprobe=nprobe, train_size=train_size,
@@ -184,7 +242,7 @@ def build_index(
         "faiss_version": faiss.__version__, "seconds": seconds,
     }
     write_index(output, data, attrs={"index": record, "model": model_rec, "source": source_rec},
-                ids=source.ids)  # a copy of the ids, to find a --doc-id without reading them
+                ids=source.ids)  # a copy of the ids, to find a doc_id without reading them
     return {"output": str(output), **{k: record[k] for k in (
         "kind", "nlist", "nprobe", "n_documents", "n_indexed", "n_components")},
         "nbytes": int(data.nbytes), "seconds": seconds}
@@ -194,7 +252,7 @@ def check_index(
     model: str | os.PathLike[str], path: str | os.PathLike[str], *,
     input: str | os.PathLike[str] | None = None,
 ) -> dict[str, Any]:
-    """The full check of a stored index (``sphdist index --check``); writes nothing.
+    """The full check of a stored index (``sphdist index``'s check); writes nothing.
 
     Every read of an index checks its size, a sampled digest and its structure
     (:meth:`sphdist.io.index.StoredIndex.load`); this reads every byte against the recorded
@@ -223,7 +281,8 @@ def check_index(
         As :func:`load_index`, and for bytes that do not match ``faiss_sha256`` or an id
         outside the documents or repeated.
     """
-    source = open_embedding_source(model, input, verb="index", rest=("--check",))
+    source = open_embedding_source(model, input, verb="index",
+                                   rest={"output": str(path), "check": True})
     fitted = open_model(model)
     ids = source.ids  # the corpus' or embedding's (load_index puts the index' copy instead)
     load_index(path, fitted, source, input)  # the record against the model, the cheap checks
@@ -239,7 +298,7 @@ def load_index(
     """Open a stored index, check that it indexes ``source`` of ``fitted``, and load it.
 
     Where the index holds a copy of the ids of ``source`` (:meth:`StoredIndex.ids
-    <sphdist.io.index.StoredIndex.ids>`), ``source.ids`` is replaced by it: a ``--doc-id``
+    <sphdist.io.index.StoredIndex.ids>`), ``source.ids`` is replaced by it: a ``doc_id``
     is then found by the index' lookup table, and the ids of the hits read in chunks of
     8,192, instead of reading the ids of the corpus in order.
 
@@ -251,7 +310,7 @@ def load_index(
     source : EmbeddingSource
         The documents the index must hold (:func:`open_embedding_source`).
     input : path-like, optional
-        The ``--input`` that opened ``source``, for the remedy.
+        The ``input`` that opened ``source``, for the remedy.
     nprobe : int, optional
         Override of the stored ``nprobe``.
 
@@ -272,25 +331,27 @@ def load_index(
         and the model).
     CorpusMismatchError
         If it was built from another model, or from other documents than ``source``; the
-        remedy rebuilds it (or passes ``--exact``).
+        remedy rebuilds it (or passes ``exact``).
     """
     stored = open_index(path)
-    rebuild = _command("sphdist", "index", "--model", fitted.path,
-                       *(["--input", str(input)] if source.origin == "embedding" else []),
-                       "--output", str(stored.path), "--overwrite")
+    rebuild = remedy(Remedy(
+        "index", {"model": str(fitted.path),
+                  **({"input": str(input)} if source.origin == "embedding" else {})},
+        {"output": str(stored.path), "overwrite": True}))
     built = stored.model
     if built.get("u_sha256") != fitted.fingerprint:
         raise CorpusMismatchError(
             f"{stored.path} is the index of another model ({built.get('path')}), not of "
-            f"{fitted.path}. To resolve this, rebuild it: `{rebuild}` (or pass --exact to "
-            "scan the embeddings without an index)."
+            f"{fitted.path}. To resolve this, rebuild it: {rebuild} (or pass "
+            f"{option('exact', True)} to scan the embeddings without an index)."
         )
     src = stored.source
     if src.get("n_documents") != source.n_documents or src.get("origin") != source.origin:
         raise CorpusMismatchError(
             f"{stored.path} indexes {src.get('n_documents')} documents of "
             f"{src.get('path') or 'the training corpus'}, not the {source.n_documents} "
-            f"documents searched. To resolve this, rebuild it: `{rebuild}` (or pass --exact)."
+            f"documents searched. To resolve this, rebuild it: {rebuild} (or pass "
+            f"{option('exact', True)})."
         )
     record = stored.record
     faiss_index = stored.load(n_components=fitted.shape[1], n_documents=source.n_documents,
@@ -328,7 +389,7 @@ def find_index(
         refused too: it is not silently ignored).
     """
     if exact and index is not None:
-        raise ParameterError("pass --index or --exact, not both.")
+        raise ParameterError(f"pass {option('index')} or {option('exact')}, not both.")
     if exact:
         return None, None
     if index is None:
@@ -552,8 +613,8 @@ def write_hits(
     fmt = _format(output, format)
     if not overwrite and exists(output):
         raise OutputExistsError(
-            f"{output} already exists. To resolve this, choose another --output or pass "
-            "--overwrite."
+            f"{output} already exists. To resolve this, choose another {option('output')} or "
+            f"pass {option('overwrite', True)}."
         )
     with atomic_path(output) as staging:
         _write_table(columns, staging, fmt)
@@ -569,7 +630,7 @@ def knn_graph(
     overwrite: bool = False, query_chunk: int | None = None,
     connect: Callable[[], AbstractContextManager[Any]] | None = None, **fields: Any,
 ) -> dict[str, Any]:
-    """Every document's k nearest other documents, written as a table (``neighbors --all``).
+    """Every document's k nearest other documents, written as a table (``all``).
 
     Parameters
     ----------
@@ -588,7 +649,7 @@ def knn_graph(
     query_chunk : int, optional
         Documents per task; default 2048 for the exact graph, 16384 with an index.
     connect : callable, optional
-        Returns the context in which the graph is computed (``sphdist neighbors --all``: the
+        Returns the context in which the graph is computed (``sphdist neighbors``: the
         cluster of :func:`sphdist.jobs.cluster.connect`), entered only once the request is
         validated and the index loaded; default: the active scheduler.
 
@@ -625,16 +686,15 @@ def knn_graph(
     # absolute here, once: the workers' working directories are their own
     model, input, output = task_path(model), task_path(input), task_path(output, output=True)
     output = location(output)
-    given = ("--input", str(input)) if input is not None else ()
-    fmt = _format(output, format, lambda fixed: _command(
-        "sphdist", "neighbors", "--model", model, *given, "--all", "-k", str(k),
-        "--output", fixed))
+    given = {"model": str(model), **({"input": str(input)} if input is not None else {})}
+    fmt = _format(output, format, lambda fixed: remedy(Remedy(
+        "neighbors", given, {"all": True, "k": k, "output": str(fixed)})))
     if not overwrite and exists(output):
         raise OutputExistsError(
-            f"{output} already exists. To resolve this, choose another --output or pass "
-            "--overwrite."
+            f"{output} already exists. To resolve this, choose another {option('output')} or "
+            f"pass {option('overwrite', True)}."
         )
-    rest = ("--all", "-k", str(k), "--output", str(output))
+    rest = {"all": True, "k": k, "output": str(output)}
     source = open_embedding_source(model, input, verb="neighbors", rest=rest)
     fitted = open_model(model)
     found, path = find_index(model, source, fitted, input, index=index, exact=exact,
@@ -667,7 +727,7 @@ def knn_graph(
 
 @dataclasses.dataclass(frozen=True)
 class QueryLines:
-    """The queries of a ``--queries`` file, each with its line number (:func:`queries_of`).
+    """The queries of a ``queries`` file, each with its line number (:func:`queries_of`).
 
     Attributes
     ----------
@@ -812,7 +872,7 @@ def _asked(arguments: dict[str, Any], name: str) -> Any:
 
 
 def queries_of(path: str | os.PathLike[str]) -> QueryLines:
-    """The queries of a ``--queries`` file: one per non-blank line (UTF-8), stripped.
+    """The queries of a ``queries`` file: one per non-blank line (UTF-8), stripped.
 
     Lines are split at line feeds (a carriage return before one is dropped, as is a UTF-8
     byte order mark); a line that is not UTF-8 text is kept as a bad query
@@ -904,7 +964,7 @@ def _columns_of(source: EmbeddingSource, positions: np.ndarray) -> np.ndarray:
     return out
 
 
-def _open(model: Any, input: Any, rest: tuple[str, ...], index: Any, exact: bool,
+def _open(model: Any, input: Any, rest: dict[str, Any], index: Any, exact: bool,
           nprobe: int | None) -> tuple[Model, EmbeddingSource, Any, Path | None]:
     source = open_embedding_source(model, input, verb="neighbors", rest=rest)  # roles first
     fitted = open_model(model)
@@ -916,7 +976,8 @@ def _open(model: Any, input: Any, rest: tuple[str, ...], index: Any, exact: bool
 def _say(found: Any, path: Path | None) -> None:
     """Log which index is searched (once the request is known to be valid)."""
     if path is not None:
-        logger.info("searching the index %s (%s%s); --exact scans every embedding instead",
+        logger.info(Words(f"searching the index %s (%s%s); {option('exact', True)} scans "
+                          "every embedding instead"),
                     path, found.kind_,
                     f", nprobe {found.nprobe_} of {found.nlist_} lists" if found.nlist_ else "")
 
@@ -967,7 +1028,7 @@ def query_neighbors(
     query, doc_id, k, include_self = (request.query, request.doc_id, request.k,
                                       request.include_self)
     input, index, exact, nprobe = request.input, request.index, request.exact, request.nprobe
-    rest = ("--doc-id", doc_id) if doc_id is not None else ("--query", str(query))
+    rest = {"doc_id": doc_id} if doc_id is not None else {"query": str(query)}
     fitted, source, found, path = _open(model, input, rest, index, exact, nprobe)
     own = None
     if doc_id is not None:
@@ -1065,18 +1126,18 @@ def batch_neighbors(
     lines = queries if isinstance(queries, QueryLines) else None
     texts = list(queries.texts if lines is not None else queries)
     file = lines.path if lines is not None else "FILE"
-    given = ("--input", str(input)) if input is not None else ()
-    fmt = _format(output, format, lambda fixed: _command(
-        "sphdist", "neighbors", "--model", model, *given, "--queries", file,
-        *(["--ids"] if ids else []), "--output", fixed))
+    given = {"model": str(model), **({"input": str(input)} if input is not None else {})}
+    asked = {"queries": str(file), **({"ids": True} if ids else {})}
+    fmt = _format(output, format, lambda fixed: remedy(Remedy(
+        "neighbors", given, {**asked, "output": str(fixed)})))
     if not texts:
         raise ParameterError("no query given. To resolve this, pass at least one query.")
     if not overwrite and exists(output):
         raise OutputExistsError(
-            f"{output} already exists. To resolve this, choose another --output or pass "
-            "--overwrite."
+            f"{output} already exists. To resolve this, choose another {option('output')} or "
+            f"pass {option('overwrite', True)}."
         )
-    rest = ("--queries", file, "--output", str(output))
+    rest = {**asked, "output": str(output)}
     fitted, source, found, path = _open(model, input, rest, index, exact, nprobe)
     problems: dict[int, tuple[type[Exception], str]] = {
         i: (DataError, why) for i, why in (lines.unreadable if lines is not None else {}).items()}
@@ -1136,8 +1197,8 @@ def _bad_queries(
                   f"{', ...' if len(order) > 10 else ''})") if len(order) > 1 else ""
         raise cls(
             f"{where(first)}: {why}{others}. To resolve this, fix or remove that "
-            f"{'line' if lines is not None else 'query'}, or pass --on-error skip "
-            "(on_error='skip') to leave such queries out and list them."
+            f"{'line' if lines is not None else 'query'}, or pass "
+            f"{option('on_error', 'skip')} to leave such queries out and list them."
         )
     if order and len(order) == len(texts):
         raise ParameterError(

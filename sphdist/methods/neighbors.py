@@ -31,7 +31,7 @@ from sklearn.utils.validation import check_is_fitted
 from sphdist._validation import ValidatedParams
 from sphdist.core.neighbors import DEFAULT_NPROBE, faiss_search
 from sphdist.core.neighbors import unit_float32 as _unit_float32
-from sphdist.errors import DataError, ParameterError
+from sphdist.errors import DataError, ParameterError, option
 from sphdist.methods._base import fit_context
 
 __all__ = ["NeighborIndex", "FLAT_MAX", "default_nlist", "DEFAULT_NPROBE"]
@@ -192,9 +192,9 @@ class NeighborIndex(ValidatedParams, BaseEstimator):
             size = min(candidates.size, self.train_size or _TRAIN_PER_LIST * nlist)
             if size < nlist:
                 raise ParameterError(
-                    f"an IVF index of nlist={nlist} lists needs at least {nlist} vectors to "
-                    f"train on, got {size}. To resolve this, pass a smaller nlist or "
-                    "kind='flat'."
+                    f"an IVF index of {option('nlist', nlist)} lists needs at least {nlist} "
+                    f"vectors to train on, got {size}. To resolve this, pass a smaller "
+                    f"{option('nlist')} or {option('kind', 'flat')}."
                 )
             sample = np.sort(rng.choice(candidates, size=size, replace=False))
             train = X[sample]

@@ -391,3 +391,51 @@ def test_options_that_do_nothing_are_refused(trained, runner, tmp_path):
     remedy = result.stderr.split("leave it out: `")[1].split("`")[0]
     assert remedy.startswith("sphdist neighbors ")
     _ok(runner.invoke(main, __import__("shlex").split(remedy)[1:]))
+
+
+def test_a_neighbors_error_from_python_names_keywords_and_calls_not_flags(trained, tmp_path):
+    """Issue 32 item 1: raised from the Python API, a neighbors job's error names keyword
+    arguments and the calls of the jobs that resolve it, never a ``--`` flag."""
+    from sphdist.errors import CorpusMismatchError, OutputExistsError, ParameterError
+    from sphdist.jobs import neighbors as jobs
+
+    model, other = str(trained["model"]), str(trained["other"])
+    index = tmp_path / "o.zarr"
+    jobs.build_index(other, index)
+    doc_id = open_corpus(trained["corpus"]).doc_ids[5]
+    with pytest.raises(CorpusMismatchError) as mismatch:
+        jobs.query_neighbors(model, doc_id=doc_id, index=index)
+    text = str(mismatch.value)
+    assert f"`sphdist.jobs.neighbors.build_index(model={model!r}, output={str(index)!r}, " \
+           "overwrite=True)`" in text and "exact=True" in text
+    with pytest.raises(OutputExistsError) as exists:
+        jobs.build_index(model, index)
+    assert "choose another output or pass overwrite=True" in str(exists.value)
+    with pytest.raises(ParameterError) as both:
+        jobs.query_neighbors(model, doc_id=doc_id, index=index, exact=True)
+    assert str(both.value) == "pass index or exact, not both."
+    with pytest.raises(ParameterError) as suffix:
+        jobs.knn_graph(model, tmp_path / "g.txt", k=3)
+    assert f"`sphdist.jobs.neighbors.knn_graph(model={model!r}, k=3, output=" in \
+        str(suffix.value)
+    (tmp_path / "q.txt").write_text("nope\n")
+    with pytest.raises(ParameterError) as bad:
+        jobs.batch_neighbors(model, tmp_path / "h.csv", queries=jobs.queries_of(
+            tmp_path / "q.txt"), ids=True)
+    assert "on_error='skip'" in str(bad.value)
+    for exc in (mismatch, exists, both, suffix, bad):
+        assert "--" not in str(exc.value), str(exc.value)
+
+
+def test_the_remedy_of_a_graph_output_without_its_format_suffix_runs(trained, runner, tmp_path):
+    """The same remedy on the command line: a ``sphdist neighbors`` command that works."""
+    import shlex
+
+    model = str(trained["model"])
+    line = _error_line(runner.invoke(main, ["neighbors", "-m", model, "--all", "-k", "3",
+                                            "-o", str(tmp_path / "g.txt")]))
+    command = line.split(": `")[-1].split("`")[0]
+    assert command == shlex.join(["sphdist", "neighbors", "--model", model, "--all", "-k", "3",
+                                  "--output", str(tmp_path / "g.parquet")])
+    _ok(runner.invoke(main, shlex.split(command)[1:]))
+    assert (tmp_path / "g.parquet").exists()
