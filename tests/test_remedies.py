@@ -187,3 +187,24 @@ def test_a_chain_of_remedies_is_one_pasteable_line():
         "sphdist export --model m.zarr --input e.zarr --output x.csv`")
     assert render(message).startswith(
         "`sphdist.jobs.transform.transform_corpus(model='m.zarr', input='c.zarr', ")
+
+
+def test_an_ingest_remedy_of_text_options_is_a_textspec_in_python_and_its_options_in_shell():
+    """The ingest job's remedies carry TextSpec fields by their Python names; the command line
+    spells each with the option of ``sphdist ingest`` that sets it (``vocabulary=False``:
+    ``--hashing``, ``stop_words=None``: ``--stop-words none``, ``max_df=1.0``: ``1.0``, every
+    document, not ``1``)."""
+    from sphdist.text._messages import ingest_remedy
+
+    fix = ingest_remedy(["a.jsonl"], "c.zarr", {
+        "format": "jsonl", "categories": ["x", "y"], "label_field": None, "vocabulary": False,
+        "n_features": 64, "sublinear_tf": False, "lowercase": False, "stop_words": None,
+        "remove_headers": False}, min_df=1, max_df=1.0)
+    assert PythonForm().remedy(fix) == (
+        "sphdist.text.ingest.ingest(SourceSpec(['a.jsonl'], format='jsonl', "
+        "categories=['x', 'y']), 'c.zarr', text=TextSpec(vocabulary=False, n_features=64, "
+        "sublinear_tf=False, lowercase=False, stop_words=None, min_df=1, max_df=1.0))")
+    assert CommandForm(main.commands["ingest"], main).remedy(fix) == (
+        "sphdist ingest a.jsonl --output c.zarr --format jsonl --categories x,y --hashing "
+        "--n-features 64 --no-sublinear-tf --no-lowercase --stop-words none --min-df 1 "
+        "--max-df 1.0")

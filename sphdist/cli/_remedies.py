@@ -55,10 +55,25 @@ def spelling(param: click.Parameter) -> str:
     return (longs or list(param.opts))[0]
 
 
-def _text(value: Any) -> str:
-    if isinstance(value, float):
+def _text(value: Any, param: click.Parameter | None = None) -> str:
+    """A value as the command line writes it.
+
+    ``1`` for a float option's 1.0, where the option reads a number as a float; ``1.0``
+    where an integer would mean something else (``--max-df 1.0``, every document, is not
+    ``--max-df 1``, one document).
+    """
+    if isinstance(value, float) and (param is None or isinstance(
+            param.type, click.types.FloatParamType)):
         return repr(value).removesuffix(".0")
+    if isinstance(value, float):
+        return repr(value)
     return str(value)
+
+
+def _none(param: click.Parameter | None) -> str | None:
+    """The choice that spells None (``--stop-words none``), where the option offers one."""
+    choices = getattr(getattr(param, "type", None), "choices", None) or ()
+    return "none" if "none" in choices else None
 
 
 #: Python names whose click parameter is named otherwise, because the command passes its value
@@ -110,7 +125,8 @@ class CommandForm:
         if value is _UNSET:
             return [flag]
         if value is None:
-            return []
+            spelled = _none(param)
+            return [flag, spelled] if spelled else []
         if isinstance(param, click.Option) and param.is_flag or isinstance(value, bool):
             if value:
                 return [flag]
@@ -119,8 +135,8 @@ class CommandForm:
                 return [secondary[0]]
             return [] if param is not None else [f"--no-{name.replace('_', '-')}"]
         if isinstance(value, list | tuple) and getattr(param, "multiple", False):
-            return [w for v in value for w in (flag, shlex.quote(_text(v)))]
-        return [flag, shlex.quote(_text(value))]
+            return [w for v in value for w in (flag, shlex.quote(_text(v, param)))]
+        return [flag, shlex.quote(_text(value, param))]
 
     def option(self, name: str, value: Any = _UNSET) -> str:
         """The option of the failed command that sets ``name`` (to ``value``)."""

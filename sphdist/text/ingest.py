@@ -54,6 +54,7 @@ from sphdist.errors import (
     Words,
     WorkersLostError,
     option,
+    remedy,
 )
 from sphdist.io import (
     committed,
@@ -69,7 +70,7 @@ from sphdist.io import (
 )
 from sphdist.io.corpus import Corpus
 from sphdist.io.corpus_writer import CorpusWriter
-from sphdist.text._messages import Emptied, documents, ingest_command, option_flags
+from sphdist.text._messages import Emptied, documents, ingest_remedy, text_arguments
 from sphdist.text._passes import (
     STRIPPERS,
     CountJob,
@@ -522,7 +523,7 @@ def ingest(
     else:
         options = text.options()
         like_idf = like_info = None
-        given.update(option_flags(options, text.min_df, text.max_df))
+        given.update(text_arguments(options, text.min_df, text.max_df))
         if not options.vocabulary:
             _check_feature_memory(options.n_features)
     given["remove_headers"] = bool(remove) and not (like is not None and inherit_remove)
@@ -594,9 +595,8 @@ def ingest(
         if not total.has_token():
             raise emptied.error()
         emptied.warn()
-        keep_all = ingest_command(paths, output, given, min_df=1, max_df=1.0)
-        m, idf, vocab, mapping = features(options, total, n, like_idf,
-                                          remedy=f"`{keep_all}` (min_df=1, max_df=1.0)")
+        keep_all = ingest_remedy(paths, output, given, min_df=1, max_df=1.0)
+        m, idf, vocab, mapping = features(options, total, n, like_idf, remedy=remedy(keep_all))
         for name, values in (("idf.npy", idf), ("vocabulary.npy", mapping)):
             if values is not None:
                 with open_file(join(spill_dir, name), "wb") as f:

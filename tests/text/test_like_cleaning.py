@@ -59,8 +59,9 @@ def test_like_that_empties_every_document_fails(stripped_corpus, tmp_path):
     with pytest.raises(DataError) as info:
         ingest(new, tmp_path / "new.zarr", like=stripped_corpus)
     message = str(info.value)
-    assert "all 5 documents" in message and "--remove-headers" in message
-    assert str(stripped_corpus) in message and "--keep-headers" in message
+    assert "all 5 documents" in message and "remove_headers=True" in message
+    assert str(stripped_corpus) in message and "text=TextSpec(remove=())" in message
+    assert "--" not in message  # the Python API's words: no flag (issue 32)
     assert not (tmp_path / "new.zarr").exists()
 
 
@@ -91,7 +92,8 @@ def test_like_that_empties_some_documents_warns_with_the_count(stripped_corpus, 
     np.testing.assert_array_equal(corpus.empty, expected)
     assert corpus.attrs["ingest"]["n_emptied_by_remove"] == 3
     warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
-    assert any("3 of 5 documents" in w and "--keep-headers" in w for w in warnings), warnings
+    assert any("3 of 5 documents" in w and "text=TextSpec(remove=())" in w
+               for w in warnings), warnings
 
 
 def test_removal_that_empties_some_documents_warns_without_like(tmp_path, caplog):

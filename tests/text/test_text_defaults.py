@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import shlex
 
+import click
 import numpy as np
 import pytest
 import scipy.sparse as sp
@@ -109,8 +110,14 @@ def test_tiny_collection_fails_with_a_command_that_works(tmp_path):
     with pytest.raises(DataError, match=r"too few documents \(3\) for min_df=5 "
                                         r"and max_df=0\.5") as info:
         ingest(tmp_path / "docs.jsonl", out)
-    assert "--min-df 1 --max-df 1.0" in str(info.value) and not out.exists()
-    result = _run_remedy(str(info.value))
+    assert "text=TextSpec(min_df=1, max_df=1.0)" in str(info.value) and not out.exists()
+    from sphdist.cli._remedies import CommandForm
+    from sphdist.errors import render
+
+    command = render(info.value, CommandForm(main.get_command(click.Context(main), "ingest"),
+                                             main))
+    assert "--min-df 1 --max-df 1.0" in command  # 1.0, every document: not 1, one document
+    result = _run_remedy(command)
     assert result.exit_code == 0, result.output
     assert "3 documents" in result.stdout and "0 empty" in result.stdout
 
