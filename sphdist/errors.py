@@ -92,6 +92,11 @@ _CALLS = {"ingest": "sphdist.text.ingest.ingest_call",
           "index": "sphdist.jobs.neighbors.index_call",
           "neighbors": "sphdist.jobs.neighbors.neighbors_call"}
 
+#: The options of the ``sphdist`` group itself, by the function that words the Python call
+#: that sets them (value -> text): ``--storage-option KEY=VALUE`` is
+#: :func:`sphdist.io.set_storage_options` in this process.
+_SETTERS = {"storage_option": "sphdist.io._fs.storage_option_call"}
+
 #: Delimiters of a structured part of a message (Unicode private use: never in a path).
 _OPEN, _CLOSE = "\ue000", "\ue001"
 _PART = re.compile(f"{_OPEN}(.*?){_CLOSE}", re.DOTALL)
@@ -178,7 +183,11 @@ class PythonForm:
     THEN = "; "
 
     def option(self, name: str, value: Any = _UNSET) -> str:
-        """``name`` or ``name=value``."""
+        """``name`` or ``name=value`` (an option of the ``sphdist`` group: its setter's call)."""
+        if name in _SETTERS:
+            module, _, function = _SETTERS[name].rpartition(".")
+            return str(getattr(importlib.import_module(module), function)(
+                None if value is _UNSET else value))
         return name if value is _UNSET else f"{name}={value!r}"
 
     def remedy(self, fix: Remedy) -> str:

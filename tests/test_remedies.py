@@ -208,3 +208,20 @@ def test_an_ingest_remedy_of_text_options_is_a_textspec_in_python_and_its_option
         "sphdist ingest a.jsonl --output c.zarr --format jsonl --categories x,y --hashing "
         "--n-features 64 --no-sublinear-tf --no-lowercase --stop-words none --min-df 1 "
         "--max-df 1.0")
+
+
+def test_a_storage_option_is_the_groups_option_on_the_line_and_its_setter_in_python():
+    """``--storage-option`` is an option of the ``sphdist`` group: the command line spells it
+    from the group's click option, Python names :func:`sphdist.io.set_storage_options`."""
+    from sphdist.io import parse_storage_option
+
+    message = f"pass `{option('storage_option', ['key=...', 'secret=...'])}`"
+    assert render(message) == (
+        "pass `sphdist.io.set_storage_options({'s3': {'key': '...', 'secret': '...'}})`")
+    assert render(message, _cli_form()) == "pass `--storage-option key=... --storage-option " \
+                                           "secret=...`"
+    with pytest.raises(ParameterError) as bad:
+        parse_storage_option("nokey")
+    assert "--" not in str(bad.value) and "set_storage_options" in str(bad.value)
+    result = CliRunner().invoke(main, ["--storage-option", "nokey", "fit", "--help"])
+    assert result.exit_code == 2 and "--storage-option endpoint_url=http" in result.output

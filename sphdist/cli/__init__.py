@@ -46,7 +46,10 @@ def main(
             try:
                 protocol, key, value = parse_storage_option(text)
             except ValueError as exc:
-                raise click.BadParameter(str(exc), param_hint="--storage-option") from None
+                from sphdist.cli._remedies import render_for
+
+                raise click.BadParameter(render_for(ctx, exc),
+                                         param_hint="--storage-option") from None
             options.setdefault(protocol, {})[key] = value
         set_storage_options(options)
 

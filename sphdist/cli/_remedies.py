@@ -139,8 +139,12 @@ class CommandForm:
         return [flag, shlex.quote(_text(value, param))]
 
     def option(self, name: str, value: Any = _UNSET) -> str:
-        """The option of the failed command that sets ``name`` (to ``value``)."""
-        return " ".join(self._words(_find(self.command, name), name, value)) or name
+        """The option that sets ``name`` (to ``value``): the failed command's, else the group's.
+
+        The ``sphdist`` group's own options (``--storage-option``) go before the command.
+        """
+        param = _find(self.command, name) or _find(self.root, name)
+        return " ".join(self._words(param, name, value)) or name
 
     def remedy(self, fix: Remedy) -> str:
         """``sphdist ACTION ...``: the command of ``fix``, arguments in its order."""

@@ -9,9 +9,10 @@ own fsspec store, so the workers read and write chunks in the object store direc
 
 Credentials and endpoints come from where fsspec and botocore read them: the ``AWS_*``
 environment variables (``AWS_ENDPOINT_URL`` included), fsspec's configuration files and
-``FSSPEC_<PROTOCOL>_<KEY>`` variables, and ``sphdist --storage-option KEY=VALUE``
-(:func:`set_storage_options`), which adds to fsspec's configuration in this process and, through
-:func:`storage_options`, in every worker of the cluster the job runs on.
+``FSSPEC_<PROTOCOL>_<KEY>`` variables, and the storage options of the command line
+(:func:`set_storage_options`, :func:`storage_option_call`), which adds to fsspec's
+configuration in this process and, through :func:`storage_options`, in every worker of the
+cluster the job runs on.
 
 References
 ----------
@@ -30,11 +31,11 @@ from typing import Any
 import fsspec
 import fsspec.config
 
-from sphdist.errors import SphdistError, StorageError
+from sphdist.errors import ParameterError, SphdistError, StorageError, option
 
 __all__ = [
     "location", "is_remote", "absolute", "protocol_of", "filesystem",
-    "set_storage_options",
+    "set_storage_options", "storage_option_call",
     "storage_options", "apply_storage_options", "parse_storage_option", "storage_error",
     "is_storage_failure", "listing_command", "removal_command", "join", "glob",
     "replace_file", "fsync_directory", "fsync_tree", "local_path",
@@ -241,9 +242,9 @@ def storage_error(path: str | os.PathLike[str], exc: BaseException) -> BaseExcep
     Local paths and sphdist's own errors are returned as they are. For a URL, an
     :class:`~sphdist.errors.StorageError` naming ``path``, what the store said, and a remedy: a
     missing bucket (create it, or check the URL and ``AWS_ENDPOINT_URL``), refused credentials
-    (``AWS_ACCESS_KEY_ID`` / ``AWS_SECRET_ACCESS_KEY``, or ``--storage-option``), no
+    (``AWS_ACCESS_KEY_ID`` / ``AWS_SECRET_ACCESS_KEY``, or the storage options), no
     credentials at all (where they are read, and how to give them), or a failing
-    service (check the endpoint, then rerun; a fit continues with ``--resume``).
+    service (check the endpoint, then rerun; a fit continues with ``resume``).
 
     Parameters
     ----------
@@ -261,25 +262,27 @@ def storage_error(path: str | os.PathLike[str], exc: BaseException) -> BaseExcep
     protocol = protocol_of(path)
     said = f"{type(exc).__name__}: {exc}"
     netloc = str(path).split("://", 1)[1].split("/", 1)[0]
+    keys = option("storage_option", ["key=...", "secret=..."])
     if _no_credentials(exc):
         remedy = ("give credentials: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (or "
                   "AWS_PROFILE, a profile of ~/.aws/credentials or ~/.aws/config), or pass "
-                  "`--storage-option key=... --storage-option secret=...` (or `--storage-option "
-                  "anon=true` for a public bucket)")
+                  f"`{keys}` (or `{option('storage_option', ['anon=true'])}` for a public "
+                  "bucket)")
         return StorageError(
             f"{path}: no credentials were found for {protocol}://{netloc} (botocore reads "
             "them from the AWS_* variables, ~/.aws/credentials and ~/.aws/config, "
-            "--storage-option, and an instance's role). To resolve this, " + remedy + ".")
+            f"{option('storage_option')}, and an instance's role). To resolve this, "
+            + remedy + ".")
     if "bucket" in str(exc).lower() and isinstance(exc, FileNotFoundError):
         remedy = (f"create the bucket (`aws s3 mb {protocol}://{netloc}`), or check the URL and "
                   "the endpoint (AWS_ENDPOINT_URL)")
     elif isinstance(exc, PermissionError):
         remedy = ("check the credentials (AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or "
-                  "`--storage-option key=... --storage-option secret=...`) and that they may "
-                  f"read and write {protocol}://{netloc}")
+                  f"`{keys}`) and that they may read and write {protocol}://{netloc}")
     else:
         remedy = ("check that the store answers at its endpoint (AWS_ENDPOINT_URL), then run "
-                  "the command again (a fit continues from its last checkpoint with --resume)")
+                  "the command again (a fit continues from its last checkpoint with "
+                  f"{option('resume', True)})")
     return StorageError(f"{path}: the object store refused or failed a request ({said}). To "
                         f"resolve this, {remedy}.")
 
@@ -387,16 +390,16 @@ def parse_storage_option(text: str) -> tuple[str, str, Any]:
 
     Raises
     ------
-    ValueError
-        If there is no ``=`` or no key.
+    ParameterError
+        If there is no ``=`` or no key (a ``ValueError``).
     """
     import json
 
     key, sep, value = text.partition("=")
     if not sep or not key.strip():
-        raise ValueError(
-            f"--storage-option {text!r}: expected KEY=VALUE, for example "
-            "`--storage-option endpoint_url=http://127.0.0.1:9000`."
+        raise ParameterError(
+            f"{option('storage_option', text)}: expected KEY=VALUE, for example "
+            f"`{option('storage_option', ['endpoint_url=http://127.0.0.1:9000'])}`."
         )
     protocol, dot, name = key.strip().rpartition(".")
     try:
@@ -404,6 +407,40 @@ def parse_storage_option(text: str) -> tuple[str, str, Any]:
     except ValueError:
         parsed = value
     return (protocol if dot else "s3"), name, parsed
+
+
+def storage_option_call(value: Any = None) -> str:
+    """The Python call that sets storage options given as the command line writes them.
+
+    What :class:`sphdist.errors.PythonForm` words the ``sphdist`` group's storage option
+    with (:data:`sphdist.errors._SETTERS`).
+
+    Parameters
+    ----------
+    value : str or list of str, optional
+        ``[PROTOCOL.]KEY=VALUE`` texts; None: the function alone.
+
+    Returns
+    -------
+    str
+
+    Examples
+    --------
+    >>> storage_option_call(["key=...", "secret=..."])
+    "sphdist.io.set_storage_options({'s3': {'key': '...', 'secret': '...'}})"
+    >>> storage_option_call()
+    'sphdist.io.set_storage_options'
+    """
+    if value is None:
+        return "sphdist.io.set_storage_options"
+    options: dict[str, dict[str, Any]] = {}
+    for text in [value] if isinstance(value, str) else value:
+        key, sep, given = str(text).partition("=")
+        protocol, dot, name = key.strip().rpartition(".")
+        if not sep or not name:
+            return f"sphdist.io.set_storage_options({text!r})"
+        options.setdefault(protocol if dot else "s3", {})[name] = given
+    return f"sphdist.io.set_storage_options({options!r})"
 
 
 def set_storage_options(options: dict[str, dict[str, Any]]) -> None:

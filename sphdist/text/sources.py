@@ -428,7 +428,7 @@ def _scalar_field(obj: dict, name: str | None, role: str, where: str) -> str | B
     """The optional field ``name`` of a JSON object as a string (None if no field is named)."""
     if name is None:
         return None
-    if name not in obj:  # a field name, not a bad value: --on-error skip would skip them all
+    if name not in obj:  # a field name, not a bad value: on_error='skip' would skip them all
         fields = sorted(obj)[:10]
         return Bad(where, f"no {name!r} field ({role}); its fields are {fields}",
                    remedy=f"name the {role} field with {option(f'{role}_field', 'NAME')} (one "
