@@ -14,7 +14,6 @@ import json
 import logging
 import math
 import os
-import re
 import signal
 import stat
 import sys
@@ -255,7 +254,7 @@ class Group(CommandList):
                 raise _error(ctx, _store_failure(ctx, exc)) from None
             from sphdist.cli._remedies import render_for
 
-            message = (flags_only(render_for(ctx, exc)) if isinstance(exc, SphdistError)
+            message = (render_for(ctx, exc) if isinstance(exc, SphdistError)
                        else f"{type(exc).__name__}: {exc}")
             if not isinstance(exc, SphdistError) and exc.errno in _OS_REMEDIES:
                 message += f". To resolve this, {_OS_REMEDIES[exc.errno]}"
@@ -354,27 +353,6 @@ def accept_global_flags(command: click.Command) -> None:
         command.params.append(click.Option(
             quiet, is_flag=True, expose_value=False, is_eager=True, callback=_late_quiet,
             help="Only warnings and errors on stderr (as `sphdist -q`)."))
-
-
-#: A Python argument in brackets after the flag that sets it (and its value, and the backtick
-#: that ends a command): ``--overwrite (overwrite=True)``, ``--max-df 1.0` (min_df=1, max_df=1.0)``.
-_PYTHON_ARGUMENTS = re.compile(r"(--[a-z][a-z0-9-]*(?: [^\s`()]+)?`?) \([a-z_]+=[^()]*\)")
-
-
-def flags_only(message: str) -> str:
-    """``message`` without the Python arguments named beside their command-line flags.
-
-    Messages are written for both the Python API and the command line; on the command line
-    the flag is the remedy, so ``(overwrite=True)`` after ``--overwrite`` is left out.
-
-    Examples
-    --------
-    >>> flags_only("pass --on-error skip (on_error='skip') or --overwrite (overwrite=True).")
-    'pass --on-error skip or --overwrite.'
-    >>> flags_only("n_components=31 is out of range (got n_components=31).")
-    'n_components=31 is out of range (got n_components=31).'
-    """
-    return _PYTHON_ARGUMENTS.sub(r"\1", message)
 
 
 #: ``ctx.meta`` keys: the value of --json once it is read, the words after ``sphdist``.
