@@ -214,7 +214,8 @@ def check_memory_limit(limit: str | int) -> None:
 
 # -- paths the tasks use ----------------------------------------------------------------------
 
-#: A remedy for a local path that the workers do not see as the driver does.
+#: A remedy for a local path that the workers do not see as the driver does; "{name}" is
+#: replaced by the path's name (not with str.format: the option marker is JSON, braces included).
 _SHARED_REMEDY = (
     "put it where this machine and every worker reach the same files: an object store "
     "(e.g. s3://BUCKET/{name}, with AWS_ENDPOINT_URL and the credentials set for the workers "
@@ -333,7 +334,7 @@ def check_workers_see(
                 raise InputNotFoundError(
                     f"{path}: worker {worker} {how}: the workers do not share this machine's "
                     "filesystem, and the tasks read the input themselves. To resolve this, "
-                    + _SHARED_REMEDY.format(name=name) + f" (e.g. `aws s3 cp --recursive "
+                    + _SHARED_REMEDY.replace("{name}", name) + f" (e.g. `aws s3 cp --recursive "
                     f"{shlex.quote(path)} s3://BUCKET/{shlex.quote(name)}`, then pass that URL)."
                 )
     for path in outputs:
@@ -355,7 +356,7 @@ def check_workers_see(
                     f"{path}: worker {worker} does not see the folder {folder} of this "
                     "machine: the workers do not share its filesystem, and the tasks write "
                     "the output themselves (nothing was written). To resolve this, "
-                    + _SHARED_REMEDY.format(name=Path(path).name) + "."
+                    + _SHARED_REMEDY.replace("{name}", Path(path).name) + "."
                 )
 
 
