@@ -28,7 +28,7 @@ from sphdist.io._files import atomic_path, exists, load_array, open_file, remove
 from sphdist.io._fs import fsync_tree
 from sphdist.io._lock import Hold
 from sphdist.io._object import ObjectTarget
-from sphdist.io._policy import check_output_kind, check_output_place, found_at
+from sphdist.io._policy import check_output_kind, check_output_place, found_at, refuse_existing
 from sphdist.io._posix import PosixTarget
 from sphdist.io._store import MANIFEST, CommitState, Target, open_target
 
@@ -37,7 +37,7 @@ __all__ = [
     "output_lock", "locks_output", "lock_holder", "CommitState", "commit_state",
     "readable_path", "committed", "commit_identity", "staging_path", "discard", "atomic_path",
     "fsync_tree", "MANIFEST", "exists", "open_file", "load_array", "remove",
-    "check_output_place", "check_output_kind", "found_at",
+    "check_output_place", "check_output_kind", "found_at", "refuse_existing",
 ]
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -94,7 +94,7 @@ class Output:
 @contextlib.contextmanager
 def open_output(
     path: str | os.PathLike[str] | Target, *, kind: str | None = None,
-    inputs: Iterable[Any] = (),
+    inputs: Iterable[Any] = (), overwrite: bool | None = None,
 ) -> Iterator[Output]:
     """Hold the output ``path`` for a writer: its lock for the block, staging and commit.
 
@@ -120,6 +120,10 @@ def open_output(
     inputs : iterable of path-like, optional
         What the same command reads (None entries are skipped; a glob pattern counts for the
         paths it matches).
+    overwrite : bool, optional
+        False: refuse, under the lock, an output that is committed already
+        (:func:`refuse_existing`, the one wording of that refusal). True: it is replaced at
+        the commit. Default: not looked at (a caller that decides later).
 
     Yields
     ------
@@ -136,7 +140,8 @@ def open_output(
         If ``path`` names no entry of its own (``.``, ``..``, ``/``), or is refused by
         :func:`check_output_place`.
     OutputExistsError
-        If something of another kind is at ``path`` (:func:`check_output_kind`).
+        If something of another kind is at ``path`` (:func:`check_output_kind`), or, with
+        ``overwrite=False``, anything committed there (:func:`refuse_existing`).
     """
     target = open_target(path)
     if kind is not None:
@@ -145,6 +150,8 @@ def open_output(
     try:
         if kind is not None:
             check_output_kind(target, kind)
+        if overwrite is False and target.committed():
+            refuse_existing(target)
         yield Output(target, hold)
     finally:
         hold.release()

@@ -18,9 +18,9 @@ import numpy as np
 import scipy.sparse as sp
 import zarr
 
-from sphdist.errors import OutputExistsError, option
 from sphdist.io._checked import content_sha256
 from sphdist.io._fs import location
+from sphdist.io._policy import refuse_existing
 from sphdist.io._store import open_target
 from sphdist.io._zarr import WRITE_CONFIG, checksummed, json_clean, write_vector
 from sphdist.io.corpus import FORMAT_VERSION, KIND, Corpus, _chunk_key, data_fingerprint
@@ -144,10 +144,7 @@ class CorpusWriter:
         self.path = location(path)
         self._target = open_target(self.path)
         if self._target.committed() and not overwrite:
-            raise OutputExistsError(
-                f"{self.path} already exists. To resolve this, choose another "
-                f"{option('output')} or pass {option('overwrite', True)}."
-            )
+            refuse_existing(self.path)
         self.n_features = int(n_features)
         self.feature_scheme = dict(feature_scheme)
         self.tfidf = dict(tfidf or {})

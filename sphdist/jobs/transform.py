@@ -17,13 +17,11 @@ from sphdist.core import _device, graph
 from sphdist.errors import (
     CorpusMismatchError,
     InsufficientMemoryError,
-    OutputExistsError,
     Remedy,
-    option,
     remedy,
 )
 from sphdist.io import absolute, committed, locks_output
-from sphdist.io._policy import check_output_kind, check_output_place
+from sphdist.io._policy import check_output_kind, check_output_place, refuse_existing
 from sphdist.io.corpus import open_input
 from sphdist.io.embedding import Embedding, EmbeddingWriter
 from sphdist.io.model import open_model
@@ -200,10 +198,7 @@ def check_transform(
             f"To resolve this, {reingest_remedy(fitted, source, input, output=output)}."
         ) from None
     if committed(output) and not overwrite:
-        raise OutputExistsError(
-            f"{output} already exists. To resolve this, choose another {option('output')} or "
-            f"pass {option('overwrite', True)}."
-        )
+        refuse_existing(output)
     return fitted, source
 
 
