@@ -36,10 +36,10 @@ from sphdist.errors import (
     CorpusMismatchError,
     DataError,
     InputNotFoundError,
-    OutputExistsError,
     ParameterError,
 )
 from sphdist.io import absolute, atomic_path, exists, location, locks_output
+from sphdist.io._policy import refuse_existing
 from sphdist.io.index import index_kind, open_index, write_index
 from sphdist.io.model import Model, open_model
 from sphdist.jobs.embedding import EmbeddingSource, open_embedding_source
@@ -163,10 +163,7 @@ def build_index(
 
     model, input, output = task_path(model), task_path(input), task_path(output, output=True)
     if not overwrite and exists(output):
-        raise OutputExistsError(
-            f"{output} already exists. To resolve this, choose another --output or pass "
-            "--overwrite."
-        )
+        refuse_existing(output)
     source = open_embedding_source(model, input, verb="index", rest=("--output", str(output)))
     fitted = open_model(model)
     start = time.perf_counter()
@@ -551,10 +548,7 @@ def write_hits(
     output = location(output)
     fmt = _format(output, format)
     if not overwrite and exists(output):
-        raise OutputExistsError(
-            f"{output} already exists. To resolve this, choose another --output or pass "
-            "--overwrite."
-        )
+        refuse_existing(output)
     with atomic_path(output) as staging:
         _write_table(columns, staging, fmt)
     return {"output": str(output), "format": fmt,
@@ -630,10 +624,7 @@ def knn_graph(
         "sphdist", "neighbors", "--model", model, *given, "--all", "-k", str(k),
         "--output", fixed))
     if not overwrite and exists(output):
-        raise OutputExistsError(
-            f"{output} already exists. To resolve this, choose another --output or pass "
-            "--overwrite."
-        )
+        refuse_existing(output)
     rest = ("--all", "-k", str(k), "--output", str(output))
     source = open_embedding_source(model, input, verb="neighbors", rest=rest)
     fitted = open_model(model)
@@ -1072,10 +1063,7 @@ def batch_neighbors(
     if not texts:
         raise ParameterError("no query given. To resolve this, pass at least one query.")
     if not overwrite and exists(output):
-        raise OutputExistsError(
-            f"{output} already exists. To resolve this, choose another --output or pass "
-            "--overwrite."
-        )
+        refuse_existing(output)
     rest = ("--queries", file, "--output", str(output))
     fitted, source, found, path = _open(model, input, rest, index, exact, nprobe)
     problems: dict[int, tuple[type[Exception], str]] = {

@@ -49,7 +49,6 @@ from sphdist._validation import Number, check_int, check_param
 from sphdist.errors import (
     DataError,
     InputNotFoundError,
-    OutputExistsError,
     ParameterError,
     Words,
     WorkersLostError,
@@ -67,6 +66,7 @@ from sphdist.io import (
     open_target,
     staging_path,
 )
+from sphdist.io._policy import refuse_existing
 from sphdist.io.corpus import Corpus
 from sphdist.io.corpus_writer import CorpusWriter
 from sphdist.text._messages import Emptied, documents, ingest_command, option_flags
@@ -528,10 +528,7 @@ def ingest(
     given["remove_headers"] = bool(remove) and not (like is not None and inherit_remove)
     output = location(output)
     if committed(output) and not overwrite:  # fail before reading a large source
-        raise OutputExistsError(
-            f"{output} already exists. To resolve this, choose another output path or pass "
-            f"{option('overwrite', True)}."
-        )
+        refuse_existing(output)
     reading = source.reading()
     src = plan(paths, format=source.format, reading=reading, partition_size=partition_size,
                categories=source.categories, max_docs_per_label=source.max_docs_per_label,

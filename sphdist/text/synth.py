@@ -44,8 +44,9 @@ import scipy.sparse as sp
 
 from sphdist._progress import progress as _progress
 from sphdist.core.params import Param, Range, validate
-from sphdist.errors import OutputExistsError, ParameterError, option
+from sphdist.errors import ParameterError
 from sphdist.io import atomic_path, committed, location, locks_output
+from sphdist.io._policy import refuse_existing
 
 if TYPE_CHECKING:
     from sphdist.text.tfidf import TextOptions
@@ -400,10 +401,7 @@ def synth(
     model = _Model(spec)
     output = location(output)
     if committed(output) and not overwrite:
-        raise OutputExistsError(
-            f"{output} already exists. To resolve this, choose another output path or pass "
-            f"{option('overwrite', True)}."
-        )
+        refuse_existing(output)
     n_docs, n_topics, seed = spec.n_docs, spec.n_topics, spec.seed
     start = time.perf_counter()
     words = pseudo_words(spec.vocab_size)

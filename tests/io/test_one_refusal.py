@@ -18,7 +18,10 @@ from sphdist.io import open_output
 from sphdist.io._policy import refuse_existing
 from sphdist.io.corpus_writer import CorpusWriter
 from sphdist.jobs.embedding import export_embedding
+from sphdist.jobs.neighbors import batch_neighbors, build_index, knn_graph, write_hits
 from sphdist.jobs.transform import transform_corpus
+from sphdist.text.ingest import ingest
+from sphdist.text.synth import synth
 
 #: What follows the output's name in the refusal, in the Python API's words.
 SENTENCE = " already exists. To resolve this, choose another output or pass overwrite=True."
@@ -50,8 +53,14 @@ def stores(tmp_path_factory):
 
 
 WRITERS = {
+    "synth": lambda: synth("good.jsonl", n_docs=40, n_topics=2, vocab_size=40, format="jsonl"),
+    "ingest": lambda: ingest("good.jsonl", "c.zarr"),
     "transform": lambda: transform_corpus("m.zarr", "c.zarr", "e.zarr"),
     "export": lambda: export_embedding("m.zarr", "x.csv"),
+    "index": lambda: build_index("m.zarr", "i.zarr"),
+    "neighbors --all": lambda: knn_graph("m.zarr", "g.csv", k=2),
+    "neighbors --queries": lambda: batch_neighbors("m.zarr", "h.csv", queries=["word"], k=2),
+    "write_hits": lambda: write_hits({"query": []}, "h.csv"),
     "CorpusWriter": lambda: CorpusWriter("c.zarr", n_features=4, feature_scheme={}),
 }
 
