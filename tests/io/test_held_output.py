@@ -2,7 +2,9 @@
 
 A writer handed an :class:`~sphdist.io.Output` commits through it, so the hold is checked
 just before the commit: an Output whose block has ended (its lock released), or whose lock
-was lost, commits nothing. ``transform`` passes its held output down to the embedding writer.
+was lost, commits nothing. ``transform`` passes its held output down to the embedding writer,
+``fit`` to :func:`~sphdist.io.model.save_checkpoint`, ``index`` to
+:func:`~sphdist.io.index.write_index`.
 """
 
 from __future__ import annotations
@@ -17,6 +19,9 @@ from sphdist.cli import main
 from sphdist.errors import OutputLockedError
 from sphdist.io import Output, open_output
 from sphdist.io.embedding import EmbeddingWriter, open_embedding, write_embedding_block
+from sphdist.io.index import open_index, write_index
+from sphdist.io.model import open_model, save_checkpoint
+from sphdist.jobs.neighbors import build_index
 from sphdist.jobs.transform import transform_corpus
 
 N, R = 6, 2
@@ -118,3 +123,70 @@ def test_transform_whose_hold_is_lost_commits_nothing(fitted, monkeypatch):
         transform_corpus("m.zarr", "c.zarr", "lost.zarr")
     assert not os.path.exists("lost.zarr")
     assert not [name for name in os.listdir(".") if name.startswith("lost.zarr")]
+
+
+def _checkpoint(fitted):
+    """What a checkpoint of the fitted model holds: its state and record."""
+    model = open_model(fitted / "m.zarr")
+    return model.state((model.shape[2],)), {"params": model.params, "corpus": model.corpus,
+                                            "idf": model.idf}
+
+
+def test_a_checkpoint_given_an_output_whose_block_ended_commits_nothing(fitted, tmp_path):
+    state, record = _checkpoint(fitted)
+    with open_output(tmp_path / "m.zarr") as out:
+        pass
+    with pytest.raises(OutputLockedError, match="m.zarr was not committed"):
+        save_checkpoint(out, state, **record)
+    assert os.listdir(tmp_path) == []  # nothing committed, the staging tree removed
+
+
+def test_a_checkpoint_given_a_path_or_its_held_output_is_committed(fitted, tmp_path):
+    state, record = _checkpoint(fitted)
+    save_checkpoint(tmp_path / "a.zarr", state, **record)  # held for the call
+    with open_output(tmp_path / "b.zarr") as out:
+        save_checkpoint(out, state, **record)
+        with pytest.raises(OutputLockedError):  # a path another writer holds: refused
+            save_checkpoint(tmp_path / "b.zarr", state, **record)
+    for name in ("a.zarr", "b.zarr"):
+        assert open_model(tmp_path / name).n_iter == open_model(fitted / "m.zarr").n_iter
+
+
+def test_fit_commits_every_checkpoint_through_the_output_it_holds(fitted, monkeypatch):
+    commits = []
+    real = Output.commit
+
+    def spy(self, staging):
+        commits.append(os.path.basename(self.path))
+        return real(self, staging)
+
+    monkeypatch.setattr(Output, "commit", spy)
+    monkeypatch.chdir(fitted)
+    result = CliRunner().invoke(main, ["--quiet", "fit", "-i", "c.zarr", "-o", "m2.zarr",
+                                       "-r", "2", "--max-iter", "3"])
+    assert result.exit_code == 0, result.output
+    assert commits and set(commits) == {"m2.zarr"}
+
+
+def test_an_index_given_an_output_whose_block_ended_commits_nothing(tmp_path):
+    with open_output(tmp_path / "i.zarr") as out:
+        pass
+    with pytest.raises(OutputLockedError, match="i.zarr was not committed"):
+        write_index(out, np.zeros(4, np.uint8), attrs={})
+    assert os.listdir(tmp_path) == []
+    write_index(tmp_path / "i.zarr", np.zeros(4, np.uint8), attrs={})  # a path: held for it
+    assert open_index(tmp_path / "i.zarr").attrs["faiss_nbytes"] == 4
+
+
+def test_index_commits_through_the_output_it_holds(fitted, monkeypatch):
+    commits = []
+    real = Output.commit
+
+    def spy(self, staging):
+        commits.append(os.path.basename(self.path))
+        return real(self, staging)
+
+    monkeypatch.setattr(Output, "commit", spy)
+    monkeypatch.chdir(fitted)
+    build_index("m.zarr", "i.zarr")
+    assert commits == ["i.zarr"]
