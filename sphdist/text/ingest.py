@@ -55,15 +55,15 @@ from sphdist.errors import (
     option,
 )
 from sphdist.io import (
+    Output,
     committed,
     discard,
     exists,
+    hold_output,
     is_remote,
     join,
     location,
-    locks_output,
     open_file,
-    open_target,
     staging_path,
 )
 from sphdist.io._policy import refuse_existing
@@ -364,7 +364,6 @@ like='m.zarr')"
     return f"sphdist.text.ingest.ingest({source}, {output!r}{tail})"
 
 
-@locks_output("output", kind="corpus", inputs=("source", "like"))  # one writer, until the commit
 def ingest(
     source: SourceSpec | str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
     output: str | os.PathLike[str],
@@ -500,6 +499,18 @@ def ingest(
     >>> ingest("stream/*.jsonl.gz", "hashed.zarr",  # doctest: +SKIP
     ...        text=TextSpec(vocabulary=False, n_features=2**20))
     """
+    with hold_output(output, kind="corpus", inputs=(source, like)) as held:  # until the commit
+        return _ingest(held, source, output, text=text, like=like, chunk_size=chunk_size,
+                       partition_size=partition_size, overwrite=overwrite, progress=progress)
+
+
+def _ingest(
+    held: Output,
+    source: SourceSpec | str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
+    output: str | os.PathLike[str], *, text: TextSpec, like: str | os.PathLike[str] | None,
+    chunk_size: int, partition_size: int | None, overwrite: bool, progress: bool | str,
+) -> Corpus:
+    """:func:`ingest`, its output ``held`` (written through it)."""
     start_time = time.perf_counter()
     if not isinstance(source, SourceSpec):
         source = SourceSpec(source)
@@ -547,7 +558,7 @@ def ingest(
                         "a source with at least one document.")
     if src.unreadable and on_error == "fail":  # a link or device in a folder or archive
         raise src.unreadable[0].error()
-    open_target(output).remove_stale()  # an interrupted ingest's staging and spilled counts:
+    held.remove_stale()  # an interrupted ingest's staging and spilled counts:
     # this one holds the output's lock, which proves them stale
     spill = location(f"{staging_path(output)}-spill")
     with _scheduler(src, output) as pool, _scratch(spill) as spill_dir:
@@ -603,7 +614,7 @@ def ingest(
         if like_info is not None:
             scheme = like_info["feature_scheme"]
         with CorpusWriter(
-            output, n_features=m, feature_scheme=scheme, tfidf=options.tfidf(remove),
+            held, n_features=m, feature_scheme=scheme, tfidf=options.tfidf(remove),
             label_names=label_names, vocabulary=vocab, overwrite=overwrite,
         ) as writer:
             # workers weight the chunks and store them into the staging directory; the

@@ -4,7 +4,7 @@ A writer handed an :class:`~sphdist.io.Output` commits through it, so the hold i
 just before the commit: an Output whose block has ended (its lock released), or whose lock
 was lost, commits nothing. ``transform`` passes its held output down to the embedding writer,
 ``fit`` to :func:`~sphdist.io.model.save_checkpoint`, ``index`` to
-:func:`~sphdist.io.index.write_index`.
+:func:`~sphdist.io.index.write_index`, ``ingest`` and ``synth`` to the corpus writer.
 """
 
 from __future__ import annotations
@@ -13,11 +13,13 @@ import os
 
 import numpy as np
 import pytest
+import scipy.sparse as sp
 from click.testing import CliRunner
 
 from sphdist.cli import main
 from sphdist.errors import OutputLockedError
 from sphdist.io import Output, open_output
+from sphdist.io.corpus_writer import CorpusWriter
 from sphdist.io.embedding import EmbeddingWriter, open_embedding, write_embedding_block
 from sphdist.io.index import open_index, write_index
 from sphdist.io.model import open_model, save_checkpoint
@@ -190,3 +192,32 @@ def test_index_commits_through_the_output_it_holds(fitted, monkeypatch):
     monkeypatch.chdir(fitted)
     build_index("m.zarr", "i.zarr")
     assert commits == ["i.zarr"]
+
+
+def test_a_corpus_given_an_output_whose_block_ended_commits_nothing(tmp_path):
+    with open_output(tmp_path / "c.zarr") as out:
+        pass
+    with pytest.raises(OutputLockedError, match="c.zarr was not committed"):
+        with CorpusWriter(out, n_features=3, feature_scheme={"type": "hashing"}) as writer:
+            writer.write_chunk(sp.csr_matrix(np.eye(3)), ["a", "b", "c"])
+            writer.commit()
+    assert os.listdir(tmp_path) == []
+
+
+@pytest.mark.parametrize("args", [
+    ("synth", "--n-docs", 40, "--n-topics", 2, "--vocab-size", 40, "-o", "s.zarr"),
+    ("ingest", "in.jsonl", "-o", "c2.zarr"),
+])
+def test_ingest_and_synth_commit_through_the_output_they_hold(fitted, monkeypatch, args):
+    commits = []
+    real = Output.commit
+
+    def spy(self, staging):
+        commits.append(os.path.basename(self.path))
+        return real(self, staging)
+
+    monkeypatch.setattr(Output, "commit", spy)
+    monkeypatch.chdir(fitted)
+    result = CliRunner().invoke(main, ["--quiet", *map(str, args)])
+    assert result.exit_code == 0, result.output
+    assert commits == [args[-1]]
