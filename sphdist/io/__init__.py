@@ -32,6 +32,7 @@ from sphdist.io._atomic import (
     committed,
     discard,
     exists,
+    hold_output,
     load_array,
     lock_holder,
     locks_output,
@@ -60,8 +61,8 @@ from sphdist.io._fs import (
 
 __all__ = [
     "Target", "PosixTarget", "ObjectTarget", "open_target", "Output", "open_output",
-    "output_lock", "locks_output", "lock_holder", "CommitState", "commit_state", "committed",
-    "commit_identity", "readable_path", "staging_path", "discard", "atomic_path",
+    "output_lock", "hold_output", "locks_output", "lock_holder", "CommitState", "commit_state",
+    "committed", "commit_identity", "readable_path", "staging_path", "discard", "atomic_path",
     "location", "is_remote", "exists", "absolute", "join", "open_file", "load_array", "remove",
     "glob", "listing_command", "is_storage_failure", "storage_error", "parse_storage_option",
     "set_storage_options", "storage_options", "apply_storage_options",

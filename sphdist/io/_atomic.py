@@ -23,21 +23,21 @@ from collections.abc import Callable, Hashable, Iterable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
-from sphdist.errors import Interrupted
+from sphdist.errors import Interrupted, OutputLockedError
 from sphdist.io._files import atomic_path, exists, load_array, open_file, remove
 from sphdist.io._fs import fsync_tree
 from sphdist.io._lock import Hold
 from sphdist.io._object import ObjectTarget
-from sphdist.io._policy import check_output_kind, check_output_place, found_at
+from sphdist.io._policy import check_output_kind, check_output_place, found_at, refuse_existing
 from sphdist.io._posix import PosixTarget
 from sphdist.io._store import MANIFEST, CommitState, Target, open_target
 
 __all__ = [
     "Target", "PosixTarget", "ObjectTarget", "open_target", "Output", "open_output",
-    "output_lock", "locks_output", "lock_holder", "CommitState", "commit_state",
+    "output_lock", "hold_output", "locks_output", "lock_holder", "CommitState", "commit_state",
     "readable_path", "committed", "commit_identity", "staging_path", "discard", "atomic_path",
     "fsync_tree", "MANIFEST", "exists", "open_file", "load_array", "remove",
-    "check_output_place", "check_output_kind", "found_at",
+    "check_output_place", "check_output_kind", "found_at", "refuse_existing",
 ]
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -56,6 +56,7 @@ class Output:
 
     def __init__(self, target: Target, hold: Hold) -> None:
         self.target, self.path, self._hold = target, target.path, hold
+        self._held = True  # until the block of open_output that gave it ends
 
     def committed(self) -> bool:
         """Whether a complete version is there (see :meth:`Target.committed`)."""
@@ -74,7 +75,28 @@ class Output:
         return self.target.scratch()
 
     def commit(self, staging: Path) -> None:
-        """Commit ``staging``, unless this writer lost its lock (OutputLockedError)."""
+        """Commit ``staging``, unless this writer no longer holds the output's lock.
+
+        The only commit of a writer that holds its output: the lock is checked here, just
+        before the commit.
+
+        Parameters
+        ----------
+        staging : pathlib.Path or upath.UPath
+            What :meth:`staging` gave, complete.
+
+        Raises
+        ------
+        OutputLockedError
+            If the block of :func:`open_output` that gave this Output has ended (its lock was
+            released), or the lock was lost (an expired lease); nothing is committed.
+        """
+        if not self._held:
+            raise OutputLockedError(
+                f"{self.path} was not committed: its writer's hold on it ended (the lock was "
+                "released) before the commit, so another writer may be writing it. To "
+                "resolve this, write it again, holding it until the commit."
+            )
         self._hold.check()
         self.target.commit(staging)
 
@@ -94,7 +116,7 @@ class Output:
 @contextlib.contextmanager
 def open_output(
     path: str | os.PathLike[str] | Target, *, kind: str | None = None,
-    inputs: Iterable[Any] = (),
+    inputs: Iterable[Any] = (), overwrite: bool | None = None,
 ) -> Iterator[Output]:
     """Hold the output ``path`` for a writer: its lock for the block, staging and commit.
 
@@ -120,6 +142,10 @@ def open_output(
     inputs : iterable of path-like, optional
         What the same command reads (None entries are skipped; a glob pattern counts for the
         paths it matches).
+    overwrite : bool, optional
+        False: refuse, under the lock, an output that is committed already
+        (:func:`refuse_existing`, the one wording of that refusal). True: it is replaced at
+        the commit. Default: not looked at (a caller that decides later).
 
     Yields
     ------
@@ -136,7 +162,8 @@ def open_output(
         If ``path`` names no entry of its own (``.``, ``..``, ``/``), or is refused by
         :func:`check_output_place`.
     OutputExistsError
-        If something of another kind is at ``path`` (:func:`check_output_kind`).
+        If something of another kind is at ``path`` (:func:`check_output_kind`), or, with
+        ``overwrite=False``, anything committed there (:func:`refuse_existing`).
     """
     target = open_target(path)
     if kind is not None:
@@ -145,7 +172,13 @@ def open_output(
     try:
         if kind is not None:
             check_output_kind(target, kind)
-        yield Output(target, hold)
+        if overwrite is False and target.committed():
+            refuse_existing(target)
+        output = Output(target, hold)
+        try:
+            yield output
+        finally:
+            output._held = False
     finally:
         hold.release()
 
@@ -174,6 +207,50 @@ def _left_behind(target: Any, before: Any) -> str:
         f"{'does not exist' if before is None else 'is as it was'} (an output is committed "
         "only when complete). To resolve this, run the command again."
     )
+
+
+@contextlib.contextmanager
+def hold_output(
+    path: str | os.PathLike[str] | Target, *, kind: str | None = None,
+    inputs: Iterable[Any] = (),
+) -> Iterator[Output]:
+    """Hold the output ``path`` for a job's block (:func:`open_output`), saying what a Ctrl-C left.
+
+    What :func:`locks_output` does around a function, for a job that passes the
+    :class:`Output` it holds down to its writer (whose commit is then :meth:`Output.commit`).
+
+    Parameters
+    ----------
+    path : path-like or Target
+        The output, as the job was given it.
+    kind : str, optional
+        What is written (see :func:`open_output`).
+    inputs : iterable of path-like
+        What the job reads, for the output policy.
+
+    Yields
+    ------
+    Output
+
+    Raises
+    ------
+    Interrupted
+        On a Ctrl-C (:class:`KeyboardInterrupt`) in the block, saying what is at the output:
+        nothing was written, unless the commit was done.
+    OutputLockedError, OutputExistsError, ParameterError
+        As :func:`open_output`.
+    """
+    try:
+        before = commit_identity(path)
+    except Exception:  # a failing store: the writer says so; Ctrl-C then says less
+        before = _UNKNOWN
+    try:
+        with open_output(path, kind=kind, inputs=inputs) as output:
+            yield output
+    except Interrupted:
+        raise
+    except KeyboardInterrupt as exc:
+        raise Interrupted(_left_behind(path, before)) from exc
 
 
 def locks_output(
@@ -221,17 +298,8 @@ def locks_output(
             what = kind(bound.arguments) if callable(kind) else kind
             read = (list(inputs(bound.arguments)) if callable(inputs)
                     else [bound.arguments.get(name) for name in inputs])
-            try:
-                before = commit_identity(target)
-            except Exception:  # a failing store: the writer says so; Ctrl-C then says less
-                before = _UNKNOWN
-            try:
-                with open_output(target, kind=what, inputs=read):
-                    return function(*args, **kwargs)
-            except Interrupted:
-                raise
-            except KeyboardInterrupt as exc:
-                raise Interrupted(_left_behind(target, before)) from exc
+            with hold_output(target, kind=what, inputs=read):
+                return function(*args, **kwargs)
 
         return locked  # type: ignore[return-value]
 

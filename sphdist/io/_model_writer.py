@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import zarr
 
-from sphdist.io._atomic import discard, open_target
+from sphdist.io._atomic import Output, discard, open_output, open_target
 from sphdist.io._checked import content_sha256, require_written
 from sphdist.io._zarr import (
     CHECKSUMMED,
@@ -41,7 +41,7 @@ KIND = "model"  # the group attribute sphdist.kind
 
 
 def save_checkpoint(
-    path: str | os.PathLike[str],
+    out: Output | str | os.PathLike[str],
     state: FitState,
     *,
     params: dict[str, Any],
@@ -54,8 +54,10 @@ def save_checkpoint(
 
     Parameters
     ----------
-    path : path-like
-        The model directory.
+    out : Output or path-like
+        The held model directory (:func:`sphdist.io.open_output`), committed through
+        :meth:`~sphdist.io.Output.commit`: refused if its lock is no longer held. A path:
+        held for this call (refused with OutputLockedError if another writer holds it).
     state : FitState
         The solver state to save (U, histories; V and the partials when the fit keeps V).
     params : dict
@@ -77,6 +79,9 @@ def save_checkpoint(
     ------
     OSError
         If the location is not writable or full; the previous checkpoint is kept.
+    OutputLockedError
+        If ``out``'s lock is no longer held (or, given a path, another writer holds it);
+        nothing is committed.
 
     Notes
     -----
@@ -84,8 +89,11 @@ def save_checkpoint(
     plus, when V is stored, ``r n * 8`` (and ``(m r + r^2) * 8`` for the partials of a fit that
     keeps V).
     """
-    target = open_target(path)
-    staging = target.staging()
+    if not isinstance(out, Output):  # a path: held for this call
+        with open_output(out) as held:
+            return save_checkpoint(held, state, params=params, corpus=corpus, idf=idf,
+                                   vocabulary=vocabulary, V=V)
+    staging = out.staging()
     kept = state.V is not None
     V = state.V if V is None else V
     try:
@@ -104,7 +112,7 @@ def save_checkpoint(
                 group, "vocabulary", np.asarray(vocabulary, dtype=object))
         if V is not None:
             digests["V"] = _store_V(group, V)
-            require_written(group["V"], path, "V")  # the workers wrote them: are they here?
+            require_written(group["V"], out.path, "V")  # the workers wrote them: are they here?
         group.attrs.update(json_clean({
             "sphdist": {"kind": KIND, "format_version": FORMAT_VERSION},
             "params": params,
@@ -121,9 +129,9 @@ def save_checkpoint(
             "u_sha256": u_sha256(U),
             "sha256": digests,
         }))
-        target.commit(staging)
+        out.commit(staging)
     finally:
-        target.discard(staging)
+        out.discard(staging)
 
 
 def _store_V(group: zarr.Group, V: da.Array) -> list[str]:

@@ -17,7 +17,7 @@ import re
 import stat
 import uuid
 from collections.abc import Iterable, Iterator
-from typing import Any
+from typing import Any, NoReturn
 
 from sphdist.errors import OutputExistsError, ParameterError, option
 from sphdist.io._files import exists
@@ -33,7 +33,7 @@ from sphdist.io._fs import (
 from sphdist.io._object import version_of
 from sphdist.io._store import MANIFEST, Target, open_target
 
-__all__ = ["check_output_place", "check_output_kind", "found_at"]
+__all__ = ["check_output_place", "check_output_kind", "found_at", "refuse_existing"]
 
 #: What sphdist keeps beside an output ``X`` (``X.lock``, ``X.lock.json``, ``X.old``,
 #: ``X.scratch``, ``X.tmp-<random>``...): an output is never named so.
@@ -121,6 +121,31 @@ def _elsewhere(path: Any, kind: str, beside: str, taken: Iterable[str] = ()) -> 
         if _key(other) not in taken and not exists(other):
             return other
     return beside.rstrip("/") + "/" + f"{stem}-{uuid.uuid4().hex[:6]}{dot}{suffix}"
+
+
+def refuse_existing(path: str | os.PathLike[str] | Target) -> NoReturn:
+    """Refuse to replace the output at ``path`` without ``overwrite``: the one wording of it.
+
+    Every writer that finds its output already there (and was not asked to replace it)
+    raises this, through :func:`sphdist.io.open_output` (``overwrite=False``) or directly,
+    so the refusal reads the same whatever writes.
+
+    Parameters
+    ----------
+    path : path-like or Target
+        The output, as the user named it (a Target: its path).
+
+    Raises
+    ------
+    OutputExistsError
+        Always; the message names ``path`` and the two remedies (another output, or
+        ``overwrite``).
+    """
+    named = path.path if isinstance(path, Target) else path
+    raise OutputExistsError(
+        f"{named} already exists. To resolve this, choose another {option('output')} or "
+        f"pass {option('overwrite', True)}."
+    )
 
 
 def check_output_place(

@@ -18,10 +18,10 @@ import numpy as np
 import scipy.sparse as sp
 import zarr
 
-from sphdist.errors import OutputExistsError, option
+from sphdist.io._atomic import Output, open_output
 from sphdist.io._checked import content_sha256
 from sphdist.io._fs import location
-from sphdist.io._store import open_target
+from sphdist.io._policy import refuse_existing
 from sphdist.io._zarr import WRITE_CONFIG, checksummed, json_clean, write_vector
 from sphdist.io.corpus import FORMAT_VERSION, KIND, Corpus, _chunk_key, data_fingerprint
 
@@ -102,8 +102,11 @@ class CorpusWriter:
 
     Parameters
     ----------
-    path : path-like
-        Final location of the corpus.
+    output : Output or path-like
+        The held corpus (:func:`sphdist.io.open_output`), committed through
+        :meth:`~sphdist.io.Output.commit`: refused if its lock is no longer held. A path:
+        the writer holds it itself, from here until :meth:`commit`, :meth:`abort` or the end
+        of the block (refused with OutputLockedError if another writer holds it).
     n_features : int
         Number of features m (rows of every chunk).
     feature_scheme : dict
@@ -116,23 +119,25 @@ class CorpusWriter:
     vocabulary : sequence of str, optional
         Feature names, of length ``n_features``.
     overwrite : bool, default False
-        Replace an existing ``path`` on :meth:`commit`.
+        Replace an existing ``output`` on :meth:`commit`.
 
     Raises
     ------
     OutputExistsError
-        If ``path`` exists and ``overwrite`` is False.
+        If ``output`` exists and ``overwrite`` is False.
+    OutputLockedError
+        Given a path, if another writer holds it.
 
     Notes
     -----
     Only one chunk is held in memory at a time, plus the per-document ids and labels
     (O(n) small values). Use as a context manager: leaving the block without :meth:`commit`
-    (an exception, an interrupt) removes the staging directory and leaves ``path`` untouched.
+    (an exception, an interrupt) removes the staging directory and leaves the output untouched.
     """
 
     def __init__(
         self,
-        path: str | os.PathLike[str],
+        output: Output | str | os.PathLike[str],
         *,
         n_features: int,
         feature_scheme: dict[str, Any],
@@ -141,20 +146,25 @@ class CorpusWriter:
         vocabulary: Sequence[str] | None = None,
         overwrite: bool = False,
     ):
-        self.path = location(path)
-        self._target = open_target(self.path)
-        if self._target.committed() and not overwrite:
-            raise OutputExistsError(
-                f"{self.path} already exists. To resolve this, choose another "
-                f"{option('output')} or pass {option('overwrite', True)}."
-            )
-        self.n_features = int(n_features)
-        self.feature_scheme = dict(feature_scheme)
-        self.tfidf = dict(tfidf or {})
-        self.label_names = list(label_names) if label_names is not None else None
-        self.vocabulary = list(vocabulary) if vocabulary is not None else None
-        self._staging = self._target.staging()
-        self._group = zarr.open_group(store=str(self._staging), mode="w-")
+        self._owned: Any = None
+        if not isinstance(output, Output):  # a path: held here, until the commit
+            self._owned = open_output(location(output))
+            output = self._owned.__enter__()
+        self._output = output
+        self.path = output.path
+        try:
+            if output.committed() and not overwrite:
+                refuse_existing(self.path)
+            self.n_features = int(n_features)
+            self.feature_scheme = dict(feature_scheme)
+            self.tfidf = dict(tfidf or {})
+            self.label_names = list(label_names) if label_names is not None else None
+            self.vocabulary = list(vocabulary) if vocabulary is not None else None
+            self._staging = output.staging()
+            self._group = zarr.open_group(store=str(self._staging), mode="w-")
+        except BaseException:
+            self._release()
+            raise
         self._boundaries = [0]
         self._doc_ids: list[str] = []
         self._labels: list[np.ndarray] = []
@@ -168,8 +178,17 @@ class CorpusWriter:
         return self
 
     def __exit__(self, *exc_info: object) -> None:
-        if not self._committed:
-            self.abort()
+        try:
+            if not self._committed:
+                self.abort()
+        finally:
+            self._release()
+
+    def _release(self) -> None:
+        """Release the output this writer held itself (given a path); once."""
+        owned, self._owned = self._owned, None
+        if owned is not None:
+            owned.__exit__(None, None, None)
 
     def write_chunk(
         self,
@@ -265,6 +284,9 @@ class CorpusWriter:
         ------
         ValueError
             If labels were given for some chunks but not others.
+        OutputLockedError
+            If the output's lock is no longer held (see :meth:`Output.commit`); nothing is
+            committed.
         """
         n = self._boundaries[-1]
         ids = self._write_1d("doc_ids", np.asarray(self._doc_ids, dtype=object))
@@ -306,11 +328,17 @@ class CorpusWriter:
         meta = json_clean(meta)
         meta["fingerprint"] = data_fingerprint(meta)
         self._group.attrs.update({**(extra_attrs or {}), **meta})
-        self._target.commit(self._staging)
+        try:
+            self._output.commit(self._staging)
+        finally:
+            self._release()
         self._committed = True
         return Corpus(self.path)
 
     def abort(self) -> None:
-        """Discard everything written so far; ``path`` is left as it was."""
-        self._target.discard(self._staging)
+        """Discard everything written so far; the output is left as it was."""
+        try:
+            self._output.discard(self._staging)
+        finally:
+            self._release()
         self._committed = True

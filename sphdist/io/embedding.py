@@ -25,12 +25,14 @@ visible with an atomic rename (:mod:`sphdist.io._posix`). Exporting and searchin
 from __future__ import annotations
 
 import os
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import zarr
 
 from sphdist.errors import ModelFormatError, Remedy, remedy
+from sphdist.io._atomic import Output, open_output
 from sphdist.io._checked import (
     ChunkedVector,
     chunk_sha256,
@@ -39,8 +41,7 @@ from sphdist.io._checked import (
     require_written,
     warn_undigested,
 )
-from sphdist.io._fs import location
-from sphdist.io._store import open_target
+from sphdist.io._fs import is_remote, location
 from sphdist.io._tagged import TaggedStore
 from sphdist.io._zarr import (
     CHECKSUMMED,
@@ -74,13 +75,21 @@ def _zarr_chunk(chunks: tuple[int, ...]) -> int:
     return max(1, int(np.gcd.reduce(np.asarray(chunks, dtype=np.int64))))
 
 
+def _absolute(path: Any) -> Any:
+    """A local ``path`` made absolute against this process' directory; a URL as it is."""
+    return path if is_remote(path) else Path(os.path.abspath(path))
+
+
 class EmbeddingWriter:
     """Build an ``embedding.zarr`` in a staging directory; :meth:`commit` makes it visible.
 
     Parameters
     ----------
-    path : path-like
-        Final location.
+    output : Output or path-like
+        The held output (:func:`sphdist.io.open_output`), whose :meth:`Output.commit` is the
+        commit: refused if its lock is no longer held. A path: the writer holds it itself,
+        from here until :meth:`commit` or the end of the block (refused with
+        OutputLockedError if another writer holds it).
     n_components : int
         r.
     chunks : tuple of int
@@ -93,34 +102,56 @@ class EmbeddingWriter:
     directory. The staging directory must be on a filesystem the workers share.
     """
 
-    def __init__(self, path: str | os.PathLike[str], *, n_components: int, chunks: tuple[int, ...]):
-        self.path = location(path)
-        self._target = open_target(self.path)
-        self.staging = self._target.staging()
-        n = int(sum(chunks))
-        self.offsets = tuple(int(o) for o in np.concatenate([[0], np.cumsum(chunks)[:-1]]))
-        group = zarr.open_group(store=str(self.staging), mode="w-")
-        c = _zarr_chunk(tuple(chunks))
-        group.create_array("V", shape=(n_components, n), dtype=np.float64,
-                           chunks=(n_components, c), compressors=CHECKSUMMED, config=WRITE_CONFIG)
-        group.create_array("degenerate", shape=(n,), dtype=bool, chunks=(c,),
-                           compressors=CHECKSUMMED, config=WRITE_CONFIG)
-        self._group = group
+    def __init__(
+        self, output: Output | str | os.PathLike[str], *, n_components: int,
+        chunks: tuple[int, ...],
+    ):
+        self._owned: Any = None
+        if not isinstance(output, Output):  # a path: held here, until the commit
+            self._owned = open_output(location(output))
+            output = self._owned.__enter__()
+        self._output = output
+        # absolute, once: the tasks that write the staging tree run in their own directories
+        self.path = _absolute(output.path)
         self._committed = False
+        try:
+            self.staging = _absolute(output.staging())
+            n = int(sum(chunks))
+            self.offsets = tuple(int(o) for o in np.concatenate([[0], np.cumsum(chunks)[:-1]]))
+            group = zarr.open_group(store=str(self.staging), mode="w-")
+            c = _zarr_chunk(tuple(chunks))
+            group.create_array("V", shape=(n_components, n), dtype=np.float64,
+                               chunks=(n_components, c), compressors=CHECKSUMMED,
+                               config=WRITE_CONFIG)
+            group.create_array("degenerate", shape=(n,), dtype=bool, chunks=(c,),
+                               compressors=CHECKSUMMED, config=WRITE_CONFIG)
+        except BaseException:
+            self._release()
+            raise
+        self._group = group
+
+    def _release(self) -> None:
+        """Release the output this writer held itself (given a path); once."""
+        owned, self._owned = self._owned, None
+        if owned is not None:
+            owned.__exit__(None, None, None)
 
     def __enter__(self) -> EmbeddingWriter:
         return self
 
     def __exit__(self, *exc_info: object) -> None:
-        if not self._committed:
-            self._target.discard(self.staging)
+        try:
+            if not self._committed:
+                self._output.discard(self.staging)
+        finally:
+            self._release()
 
     def commit(
         self, *, doc_ids: np.ndarray, labels: np.ndarray | None,
         label_names: list[str] | None, attrs: dict[str, Any],
         blocks: list[dict[str, list[str]]] | None = None,
     ) -> Embedding:
-        """Write ids, labels and attributes, then rename the staging tree to ``path``.
+        """Write ids, labels and attributes, then commit the staging tree (:meth:`Output.commit`).
 
         Parameters
         ----------
@@ -136,6 +167,12 @@ class EmbeddingWriter:
         Returns
         -------
         Embedding
+
+        Raises
+        ------
+        OutputLockedError
+            If the output's lock is no longer held (see :meth:`Output.commit`); nothing is
+            committed, and leaving the block removes the staging tree.
         """
         group = self._group
         for name in ("V", "degenerate"):  # the workers wrote them: are they here?
@@ -155,7 +192,10 @@ class EmbeddingWriter:
             "label_names": label_names,
             "sha256": digests,
         }))
-        self._target.commit(self.staging)
+        try:
+            self._output.commit(self.staging)
+        finally:
+            self._release()
         self._committed = True
         return Embedding(self.path)
 

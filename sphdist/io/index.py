@@ -63,6 +63,7 @@ import numpy as np
 import zarr
 
 from sphdist.errors import ModelFormatError, Remedy, StoreReplacedError, remedy
+from sphdist.io._atomic import Output, open_output
 from sphdist.io._checked import (
     ChunkedVector,
     content_sha256,
@@ -71,7 +72,6 @@ from sphdist.io._checked import (
 )
 from sphdist.io._files import exists
 from sphdist.io._fs import is_remote, location
-from sphdist.io._store import open_target
 from sphdist.io._tagged import TaggedStore
 from sphdist.io._zarr import CHECKSUMMED, WRITE_CONFIG, json_clean, open_node, read_tag
 
@@ -136,16 +136,18 @@ def index_kind(path: str | os.PathLike[str]) -> str | None:
 
 
 def write_index(
-    path: str | os.PathLike[str], data: np.ndarray, *, attrs: dict[str, Any],
+    out: Output | str | os.PathLike[str], data: np.ndarray, *, attrs: dict[str, Any],
     ids: ChunkedVector | None = None,
 ) -> StoredIndex:
     """Write the serialized index ``data`` and its record, committed atomically to ``path``.
 
     Parameters
     ----------
-    path : path-like
-        The ``index.zarr`` to write (a path or a URL); a previous one there is replaced. The
-        caller holds :func:`sphdist.io.output_lock` on it.
+    out : Output or path-like
+        The held ``index.zarr`` (:func:`sphdist.io.open_output`), committed through
+        :meth:`~sphdist.io.Output.commit`: refused if its lock is no longer held. A path (or
+        a URL): held for this call (refused with OutputLockedError if another writer holds
+        it). A previous index there is replaced.
     data : ndarray of shape (n_bytes,), uint8
         ``faiss.serialize_index`` of the index.
     attrs : dict
@@ -160,15 +162,22 @@ def write_index(
     -------
     StoredIndex
 
+    Raises
+    ------
+    OutputLockedError
+        If ``out``'s lock is no longer held (or, given a path, another writer holds it);
+        nothing is committed.
+
     Notes
     -----
     Memory: ``data`` itself, written as one raw chunk; with ``ids``, the n ids and ``16 n``
     bytes of the table.
     """
-    path = location(path)
+    if not isinstance(out, Output):  # a path: held for this call
+        with open_output(location(out)) as held:
+            return write_index(held, data, attrs=attrs, ids=ids)
     data = np.ascontiguousarray(data, dtype=np.uint8).ravel()
-    target = open_target(path)
-    staging = target.staging()
+    staging = out.staging()
     try:
         group = zarr.open_group(store=str(staging), mode="w-")
         arr = group.create_array(  # one raw chunk: the file faiss memory-maps
@@ -184,11 +193,11 @@ def write_index(
             "faiss_sample_sha256": sample_sha256(data), **copied,
             "sphdist": {"kind": KIND, "format_version": FORMAT_VERSION},
         }))
-        target.commit(staging)
+        out.commit(staging)
     except BaseException:
-        target.discard(staging)
+        out.discard(staging)
         raise
-    return StoredIndex(path)
+    return StoredIndex(out.path)
 
 
 def _write_ids(group: zarr.Group, ids: ChunkedVector) -> dict[str, Any]:

@@ -30,7 +30,6 @@ from sphdist.errors import (
     CorpusMismatchError,
     DataError,
     InputNotFoundError,
-    OutputExistsError,
     ParameterError,
     Remedy,
     option,
@@ -47,7 +46,7 @@ from sphdist.io import (
     stored_kind,
 )
 from sphdist.io._checked import ChunkedVector
-from sphdist.io._policy import check_output_kind, check_output_place
+from sphdist.io._policy import check_output_kind, check_output_place, refuse_existing
 from sphdist.io.model import Model, open_model
 from sphdist.jobs.info import check_roles, require_embedding
 
@@ -525,10 +524,7 @@ def export_embedding(
         check_output_place(sidecar, "file", (model, input))
         check_output_kind(sidecar, "file")
     if not overwrite and (exists(output) or (format == "npy" and exists(sidecar))):
-        raise OutputExistsError(
-            f"{output} already exists. To resolve this, choose another {option('output')} or "
-            f"pass {option('overwrite', True)}."
-        )
+        refuse_existing(output)
     src = open_embedding_source(model, input, verb="export", rest={"output": str(output)})
     open_model(model).U  # noqa: B018 - a damaged model is refused, as transform refuses it
     r, n = src.V.shape

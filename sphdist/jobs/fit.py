@@ -328,7 +328,7 @@ class Fit:
         vocabulary = getattr(source, "vocabulary", None)  # a Corpus of the vocabulary scheme
 
         save = functools.partial(
-            save_checkpoint, self.out.target, params=self.params, corpus=corpus_info,
+            save_checkpoint, self.out, params=self.params, corpus=corpus_info,
             idf=source.idf, vocabulary=vocabulary,
         )
 

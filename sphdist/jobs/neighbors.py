@@ -36,14 +36,14 @@ from sphdist.errors import (
     CorpusMismatchError,
     DataError,
     InputNotFoundError,
-    OutputExistsError,
     ParameterError,
     Remedy,
     Words,
     option,
     remedy,
 )
-from sphdist.io import absolute, atomic_path, exists, location, locks_output
+from sphdist.io import Output, absolute, atomic_path, exists, hold_output, location, locks_output
+from sphdist.io._policy import refuse_existing
 from sphdist.io.index import index_kind, open_index, write_index
 from sphdist.io.model import Model, open_model
 from sphdist.jobs.embedding import EmbeddingSource, open_embedding_source
@@ -167,7 +167,6 @@ def _skip(source: EmbeddingSource) -> np.ndarray | None:
     return None if source.degenerate is None else np.asarray(source.degenerate, dtype=bool)
 
 
-@locks_output("output", kind="index", inputs=("model", "input"))
 def build_index(
     model: str | os.PathLike[str], output: str | os.PathLike[str], *,
     input: str | os.PathLike[str] | None = None, kind: str = "auto", nlist: int | None = None,
@@ -213,7 +212,22 @@ def build_index(
     V is read ``chunk_size`` documents at a time and added to the index, so the build holds
     the index (``(4 r + 8) n`` bytes) plus one chunk, then the serialized copy it writes.
     Documents without a direction are left out of the index.
+
+    The output is held (:func:`sphdist.io.hold_output`) from the start until the commit,
+    which is that hold's (:meth:`sphdist.io.Output.commit`).
     """
+    with hold_output(output, kind="index", inputs=(model, input)) as held:
+        return _build_index(held, model, output, input=input, kind=kind, nlist=nlist,
+                            nprobe=nprobe, train_size=train_size, overwrite=overwrite,
+                            random_state=random_state)
+
+
+def _build_index(
+    held: Output, model: str | os.PathLike[str], output: str | os.PathLike[str], *,
+    input: str | os.PathLike[str] | None, kind: str, nlist: int | None, nprobe: int | None,
+    train_size: int | None, overwrite: bool, random_state: int,
+) -> dict[str, Any]:
+    """:func:`build_index`, its output ``held`` (written through it)."""
     import faiss
 
     from sphdist.jobs.cluster import task_path
@@ -221,10 +235,7 @@ def build_index(
 
     model, input, output = task_path(model), task_path(input), task_path(output, output=True)
     if not overwrite and exists(output):
-        raise OutputExistsError(
-            f"{output} already exists. To resolve this, choose another {option('output')} or "
-            f"pass {option('overwrite', True)}."
-        )
+        refuse_existing(output)
     source = open_embedding_source(model, input, verb="index", rest={"output": str(output)})
     fitted = open_model(model)
     start = time.perf_counter()
@@ -241,7 +252,7 @@ def build_index(
         "n_components": index.n_features_in_, "metric": "inner_product",
         "faiss_version": faiss.__version__, "seconds": seconds,
     }
-    write_index(output, data, attrs={"index": record, "model": model_rec, "source": source_rec},
+    write_index(held, data, attrs={"index": record, "model": model_rec, "source": source_rec},
                 ids=source.ids)  # a copy of the ids, to find a doc_id without reading them
     return {"output": str(output), **{k: record[k] for k in (
         "kind", "nlist", "nprobe", "n_documents", "n_indexed", "n_components")},
@@ -612,10 +623,7 @@ def write_hits(
     output = location(output)
     fmt = _format(output, format)
     if not overwrite and exists(output):
-        raise OutputExistsError(
-            f"{output} already exists. To resolve this, choose another {option('output')} or "
-            f"pass {option('overwrite', True)}."
-        )
+        refuse_existing(output)
     with atomic_path(output) as staging:
         _write_table(columns, staging, fmt)
     return {"output": str(output), "format": fmt,
@@ -690,10 +698,7 @@ def knn_graph(
     fmt = _format(output, format, lambda fixed: remedy(Remedy(
         "neighbors", given, {"all": True, "k": k, "output": str(fixed)})))
     if not overwrite and exists(output):
-        raise OutputExistsError(
-            f"{output} already exists. To resolve this, choose another {option('output')} or "
-            f"pass {option('overwrite', True)}."
-        )
+        refuse_existing(output)
     rest = {"all": True, "k": k, "output": str(output)}
     source = open_embedding_source(model, input, verb="neighbors", rest=rest)
     fitted = open_model(model)
@@ -1133,10 +1138,7 @@ def batch_neighbors(
     if not texts:
         raise ParameterError("no query given. To resolve this, pass at least one query.")
     if not overwrite and exists(output):
-        raise OutputExistsError(
-            f"{output} already exists. To resolve this, choose another {option('output')} or "
-            f"pass {option('overwrite', True)}."
-        )
+        refuse_existing(output)
     rest = {**asked, "output": str(output)}
     fitted, source, found, path = _open(model, input, rest, index, exact, nprobe)
     problems: dict[int, tuple[type[Exception], str]] = {

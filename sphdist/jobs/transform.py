@@ -17,13 +17,11 @@ from sphdist.core import _device, graph
 from sphdist.errors import (
     CorpusMismatchError,
     InsufficientMemoryError,
-    OutputExistsError,
     Remedy,
-    option,
     remedy,
 )
-from sphdist.io import absolute, committed, locks_output
-from sphdist.io._policy import check_output_kind, check_output_place
+from sphdist.io import Output, absolute, committed, hold_output
+from sphdist.io._policy import check_output_kind, check_output_place, refuse_existing
 from sphdist.io.corpus import open_input
 from sphdist.io.embedding import Embedding, EmbeddingWriter
 from sphdist.io.model import open_model
@@ -35,7 +33,6 @@ __all__ = ["transform_corpus", "check_transform"]
 logger = logging.getLogger("sphdist")
 
 
-@locks_output("output", kind="embedding", inputs=("model", "input"))  # one writer, until commit
 def transform_corpus(
     model: str | os.PathLike[str],
     input: str | os.PathLike[str],
@@ -105,7 +102,20 @@ def transform_corpus(
     V (r n_c float64) to the staging store, so the driver holds only U (m r floats). For the
     training corpus of a model fitted with lam = "exact" (lam = 2), the result equals the
     model's V: the last pass of the fit computed V by this same step from the stored U.
+
+    The output is held (:func:`sphdist.io.hold_output`) from the start until the commit,
+    which is that hold's (:meth:`sphdist.io.Output.commit`).
     """
+    with hold_output(output, kind="embedding", inputs=(model, input)) as held:
+        return _transform(held, model, input, output, overwrite=overwrite, progress=progress,
+                          device=device)
+
+
+def _transform(
+    held: Output, model: str | os.PathLike[str], input: str | os.PathLike[str],
+    output: str | os.PathLike[str], *, overwrite: bool, progress: bool | str, device: str,
+) -> Embedding:
+    """:func:`transform_corpus`, its output ``held`` (written through it)."""
     _device.check_device(device)
     # absolute here, once: the workers' working directories are their own
     model, input, output = task_path(model), task_path(input), task_path(output, output=True)
@@ -120,7 +130,7 @@ def transform_corpus(
     if X.numblocks[0] != 1:
         X = X.rechunk({0: -1})
     n = source.n_documents
-    with EmbeddingWriter(output, n_components=U.shape[1], chunks=source.chunks) as writer:
+    with EmbeddingWriter(held, n_components=U.shape[1], chunks=source.chunks) as writer:
         starts = da.from_array(np.asarray(writer.offsets, dtype=np.int64), chunks=1)
         counts = graph.per_chunk(
             _embed_chunk, X, graph.broadcast(U), "ik", starts, "j",
@@ -200,10 +210,7 @@ def check_transform(
             f"To resolve this, {reingest_remedy(fitted, source, input, output=output)}."
         ) from None
     if committed(output) and not overwrite:
-        raise OutputExistsError(
-            f"{output} already exists. To resolve this, choose another {option('output')} or "
-            f"pass {option('overwrite', True)}."
-        )
+        refuse_existing(output)
     return fitted, source
 
 

@@ -49,7 +49,6 @@ from sphdist._validation import Number, check_int, check_param
 from sphdist.errors import (
     DataError,
     InputNotFoundError,
-    OutputExistsError,
     ParameterError,
     Words,
     WorkersLostError,
@@ -57,17 +56,18 @@ from sphdist.errors import (
     remedy,
 )
 from sphdist.io import (
+    Output,
     committed,
     discard,
     exists,
+    hold_output,
     is_remote,
     join,
     location,
-    locks_output,
     open_file,
-    open_target,
     staging_path,
 )
+from sphdist.io._policy import refuse_existing
 from sphdist.io.corpus import Corpus
 from sphdist.io.corpus_writer import CorpusWriter
 from sphdist.text._messages import Emptied, documents, ingest_remedy, text_arguments
@@ -365,7 +365,6 @@ like='m.zarr')"
     return f"sphdist.text.ingest.ingest({source}, {output!r}{tail})"
 
 
-@locks_output("output", kind="corpus", inputs=("source", "like"))  # one writer, until the commit
 def ingest(
     source: SourceSpec | str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
     output: str | os.PathLike[str],
@@ -501,6 +500,18 @@ def ingest(
     >>> ingest("stream/*.jsonl.gz", "hashed.zarr",  # doctest: +SKIP
     ...        text=TextSpec(vocabulary=False, n_features=2**20))
     """
+    with hold_output(output, kind="corpus", inputs=(source, like)) as held:  # until the commit
+        return _ingest(held, source, output, text=text, like=like, chunk_size=chunk_size,
+                       partition_size=partition_size, overwrite=overwrite, progress=progress)
+
+
+def _ingest(
+    held: Output,
+    source: SourceSpec | str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
+    output: str | os.PathLike[str], *, text: TextSpec, like: str | os.PathLike[str] | None,
+    chunk_size: int, partition_size: int | None, overwrite: bool, progress: bool | str,
+) -> Corpus:
+    """:func:`ingest`, its output ``held`` (written through it)."""
     start_time = time.perf_counter()
     if not isinstance(source, SourceSpec):
         source = SourceSpec(source)
@@ -529,10 +540,7 @@ def ingest(
     given["remove_headers"] = bool(remove) and not (like is not None and inherit_remove)
     output = location(output)
     if committed(output) and not overwrite:  # fail before reading a large source
-        raise OutputExistsError(
-            f"{output} already exists. To resolve this, choose another output path or pass "
-            f"{option('overwrite', True)}."
-        )
+        refuse_existing(output)
     reading = source.reading()
     src = plan(paths, format=source.format, reading=reading, partition_size=partition_size,
                categories=source.categories, max_docs_per_label=source.max_docs_per_label,
@@ -551,7 +559,7 @@ def ingest(
                         "a source with at least one document.")
     if src.unreadable and on_error == "fail":  # a link or device in a folder or archive
         raise src.unreadable[0].error()
-    open_target(output).remove_stale()  # an interrupted ingest's staging and spilled counts:
+    held.remove_stale()  # an interrupted ingest's staging and spilled counts:
     # this one holds the output's lock, which proves them stale
     spill = location(f"{staging_path(output)}-spill")
     with _scheduler(src, output) as pool, _scratch(spill) as spill_dir:
@@ -606,7 +614,7 @@ def ingest(
         if like_info is not None:
             scheme = like_info["feature_scheme"]
         with CorpusWriter(
-            output, n_features=m, feature_scheme=scheme, tfidf=options.tfidf(remove),
+            held, n_features=m, feature_scheme=scheme, tfidf=options.tfidf(remove),
             label_names=label_names, vocabulary=vocab, overwrite=overwrite,
         ) as writer:
             # workers weight the chunks and store them into the staging directory; the

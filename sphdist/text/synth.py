@@ -44,8 +44,9 @@ import scipy.sparse as sp
 
 from sphdist._progress import progress as _progress
 from sphdist.core.params import Param, Range, validate
-from sphdist.errors import OutputExistsError, ParameterError, option
-from sphdist.io import atomic_path, committed, location, locks_output
+from sphdist.errors import ParameterError
+from sphdist.io import Output, atomic_path, committed, hold_output, location
+from sphdist.io._policy import refuse_existing
 
 if TYPE_CHECKING:
     from sphdist.text.tfidf import TextOptions
@@ -302,7 +303,7 @@ def output_format(output: str | os.PathLike[str], format: str | None = None) -> 
 
 
 def _kind(arguments: dict[str, Any]) -> str:
-    """What :func:`synth` writes at its output (the kind :func:`locks_output` checks for).
+    """What :func:`synth` writes at its output (the kind :func:`hold_output` checks for).
 
     Told by ``format`` or the suffix; a suffix that names no format is refused after the
     lock, by :func:`output_format`: an output of another kind is refused first, as it is by
@@ -313,7 +314,6 @@ def _kind(arguments: dict[str, Any]) -> str:
     return "corpus" if corpus else "file"
 
 
-@locks_output("output", kind=_kind)
 def synth(
     output: str | os.PathLike[str],
     spec: SynthSpec | None = None,
@@ -385,6 +385,17 @@ def synth(
     >>> summary.n_docs, summary.format
     (3, 'jsonl')
     """
+    kind = _kind({"format": format, "output": output})
+    with hold_output(output, kind=kind) as held:  # until the commit
+        return _synth(held, output, spec, format=format, overwrite=overwrite,
+                      progress=progress, **fields)
+
+
+def _synth(
+    held: Output, output: str | os.PathLike[str], spec: SynthSpec | None, *,
+    format: str | None, overwrite: bool, progress: bool | str, **fields: Any,
+) -> SynthSummary:
+    """:func:`synth`, its output ``held`` (a corpus is written through it)."""
     if spec is None:
         spec = SynthSpec(**fields)
     elif fields:
@@ -400,10 +411,7 @@ def synth(
     model = _Model(spec)
     output = location(output)
     if committed(output) and not overwrite:
-        raise OutputExistsError(
-            f"{output} already exists. To resolve this, choose another output path or pass "
-            f"{option('overwrite', True)}."
-        )
+        refuse_existing(output)
     n_docs, n_topics, seed = spec.n_docs, spec.n_topics, spec.seed
     start = time.perf_counter()
     words = pseudo_words(spec.vocab_size)
@@ -414,7 +422,7 @@ def synth(
         n_tokens, nnz = _write_text(output, model, words, chunks, width, label_width, progress,
                                     csv=format == "csv")
     else:
-        n_tokens, nnz = _write_corpus(output, model, words, chunks, width, label_width, options,
+        n_tokens, nnz = _write_corpus(held, model, words, chunks, width, label_width, options,
                                       overwrite, progress)
     return SynthSummary(
         output=str(output), format=format, n_docs=n_docs, n_topics=n_topics, seed=seed,
@@ -487,7 +495,7 @@ def _feature_map(words: np.ndarray, options: TextOptions) -> np.ndarray:
     return hashed.indices.astype(np.int64)
 
 
-def _write_corpus(output, model, words, chunks, width, label_width, options, overwrite,
+def _write_corpus(held, model, words, chunks, width, label_width, options, overwrite,
                   progress):
     from sphdist.io.corpus_writer import CorpusWriter
     from sphdist.text.tfidf import document_frequency, smooth_idf, weight
@@ -523,7 +531,7 @@ def _write_corpus(output, model, words, chunks, width, label_width, options, ove
     code[topics] = np.arange(topics.shape[0], dtype=np.int32)
     nnz = 0
     with CorpusWriter(
-        output, n_features=m, feature_scheme=options.feature_scheme(m),
+        held, n_features=m, feature_scheme=options.feature_scheme(m),
         tfidf=options.tfidf(), label_names=label_names, vocabulary=vocabulary,
         overwrite=overwrite,
     ) as writer, _progress(n, "synth pass 2/2", mode=progress) as bar:

@@ -148,8 +148,11 @@ def test_abort_leaves_no_output_and_no_staging_dir(tmp_path, X):
     with pytest.raises(RuntimeError, match="interrupted"):
         with CorpusWriter(path, n_features=M, feature_scheme=SCHEME) as writer:
             writer.write_chunk(X[:, :20], list(_doc_ids(20)))
-            # the staging directory exists while writing, next to the target
-            assert len(list(tmp_path.iterdir())) == 1
+            # the staging directory exists while writing, next to the target; the writer
+            # holds the target (its lock and record) until the block ends
+            names = sorted(p.name for p in tmp_path.iterdir())
+            assert [n for n in names if ".tmp-" in n] != [] and len(names) == 3, names
+            assert "corpus.zarr.lock" in names
             raise RuntimeError("interrupted")
     assert not path.exists()
     assert _no_siblings(tmp_path)

@@ -1,0 +1,223 @@
+"""The held output is what writes: a writer commits through :meth:`Output.commit` (issue 32).
+
+A writer handed an :class:`~sphdist.io.Output` commits through it, so the hold is checked
+just before the commit: an Output whose block has ended (its lock released), or whose lock
+was lost, commits nothing. ``transform`` passes its held output down to the embedding writer,
+``fit`` to :func:`~sphdist.io.model.save_checkpoint`, ``index`` to
+:func:`~sphdist.io.index.write_index`, ``ingest`` and ``synth`` to the corpus writer.
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+from click.testing import CliRunner
+
+from sphdist.cli import main
+from sphdist.errors import OutputLockedError
+from sphdist.io import Output, open_output
+from sphdist.io.corpus_writer import CorpusWriter
+from sphdist.io.embedding import EmbeddingWriter, open_embedding, write_embedding_block
+from sphdist.io.index import open_index, write_index
+from sphdist.io.model import open_model, save_checkpoint
+from sphdist.jobs.neighbors import build_index
+from sphdist.jobs.transform import transform_corpus
+
+N, R = 6, 2
+
+
+def _write(writer):
+    """Fill the writer's staging tree with a small V, then commit it."""
+    V = np.zeros((R, N))
+    V[0] = 1.0
+    write_embedding_block(str(writer.staging), 0, V, np.zeros(N, dtype=bool))
+    return writer.commit(doc_ids=np.array([str(j) for j in range(N)]), labels=None,
+                         label_names=None, attrs={})
+
+
+def test_a_writer_given_an_output_whose_block_ended_commits_nothing(tmp_path):
+    target = tmp_path / "e.zarr"
+    with open_output(target) as out:
+        pass  # the lock is released here: another writer may take it
+    with pytest.raises(OutputLockedError, match="e.zarr was not committed"):
+        with EmbeddingWriter(out, n_components=R, chunks=(N,)) as writer:
+            _write(writer)
+    assert os.listdir(tmp_path) == []  # nothing committed, the staging tree removed
+
+
+def test_a_writer_given_an_output_that_lost_its_lock_commits_nothing(tmp_path, monkeypatch):
+    target = tmp_path / "e.zarr"
+    with open_output(target) as out:
+        with EmbeddingWriter(out, n_components=R, chunks=(N,)) as writer:
+            def lost():
+                raise OutputLockedError("the lease expired")
+            monkeypatch.setattr(out._hold, "check", lost)  # an expired lease, say
+            with pytest.raises(OutputLockedError, match="the lease expired"):
+                _write(writer)
+    assert not target.exists()
+    assert sorted(os.listdir(tmp_path)) == []  # lock released, staging removed
+
+
+def test_a_writer_given_its_held_output_commits_through_it(tmp_path):
+    target = tmp_path / "e.zarr"
+    with open_output(target) as out:
+        with EmbeddingWriter(out, n_components=R, chunks=(N,)) as writer:
+            embedding = _write(writer)
+    assert embedding.V.shape == (R, N) and open_embedding(target).V.shape == (R, N)
+
+
+def test_a_writer_given_a_path_holds_it_until_the_commit(tmp_path):
+    target = tmp_path / "e.zarr"
+    with EmbeddingWriter(target, n_components=R, chunks=(N,)) as writer:
+        with pytest.raises(OutputLockedError), open_output(target):
+            pass  # a second writer is refused while the first holds it
+        _write(writer)
+        with open_output(target):  # released at the commit
+            pass
+    assert open_embedding(target).V.shape == (R, N)
+
+
+@pytest.fixture(scope="module")
+def fitted(tmp_path_factory):
+    """A small corpus and a model fitted on it."""
+    root = tmp_path_factory.mktemp("held")
+    cwd = os.getcwd()
+    os.chdir(root)
+    try:
+        for args in (("synth", "--n-docs", 40, "--n-topics", 2, "--vocab-size", 40,
+                      "--format", "jsonl", "-o", "in.jsonl"),
+                     ("ingest", "in.jsonl", "-o", "c.zarr"),
+                     ("fit", "-i", "c.zarr", "-o", "m.zarr", "-r", 2, "--max-iter", 3)):
+            result = CliRunner().invoke(main, ["--quiet", *map(str, args)])
+            assert result.exit_code == 0, result.output
+    finally:
+        os.chdir(cwd)
+    return root
+
+
+def test_transform_commits_through_the_output_it_holds(fitted, monkeypatch):
+    commits = []
+    real = Output.commit
+
+    def spy(self, staging):
+        commits.append(self.path)
+        return real(self, staging)
+
+    monkeypatch.setattr(Output, "commit", spy)
+    monkeypatch.chdir(fitted)
+    embedding = transform_corpus("m.zarr", "c.zarr", "e.zarr")
+    assert [os.path.basename(p) for p in commits] == ["e.zarr"]
+    assert os.path.isabs(embedding.path) and embedding.V.shape[1] == 40
+
+
+def test_transform_whose_hold_is_lost_commits_nothing(fitted, monkeypatch):
+    def lost(self):
+        raise OutputLockedError("the lease expired")
+
+    from sphdist.io import _lock
+
+    monkeypatch.setattr(_lock.FileHold, "check", lost)
+    monkeypatch.chdir(fitted)
+    with pytest.raises(OutputLockedError, match="the lease expired"):
+        transform_corpus("m.zarr", "c.zarr", "lost.zarr")
+    assert not os.path.exists("lost.zarr")
+    assert not [name for name in os.listdir(".") if name.startswith("lost.zarr")]
+
+
+def _checkpoint(fitted):
+    """What a checkpoint of the fitted model holds: its state and record."""
+    model = open_model(fitted / "m.zarr")
+    return model.state((model.shape[2],)), {"params": model.params, "corpus": model.corpus,
+                                            "idf": model.idf}
+
+
+def test_a_checkpoint_given_an_output_whose_block_ended_commits_nothing(fitted, tmp_path):
+    state, record = _checkpoint(fitted)
+    with open_output(tmp_path / "m.zarr") as out:
+        pass
+    with pytest.raises(OutputLockedError, match="m.zarr was not committed"):
+        save_checkpoint(out, state, **record)
+    assert os.listdir(tmp_path) == []  # nothing committed, the staging tree removed
+
+
+def test_a_checkpoint_given_a_path_or_its_held_output_is_committed(fitted, tmp_path):
+    state, record = _checkpoint(fitted)
+    save_checkpoint(tmp_path / "a.zarr", state, **record)  # held for the call
+    with open_output(tmp_path / "b.zarr") as out:
+        save_checkpoint(out, state, **record)
+        with pytest.raises(OutputLockedError):  # a path another writer holds: refused
+            save_checkpoint(tmp_path / "b.zarr", state, **record)
+    for name in ("a.zarr", "b.zarr"):
+        assert open_model(tmp_path / name).n_iter == open_model(fitted / "m.zarr").n_iter
+
+
+def test_fit_commits_every_checkpoint_through_the_output_it_holds(fitted, monkeypatch):
+    commits = []
+    real = Output.commit
+
+    def spy(self, staging):
+        commits.append(os.path.basename(self.path))
+        return real(self, staging)
+
+    monkeypatch.setattr(Output, "commit", spy)
+    monkeypatch.chdir(fitted)
+    result = CliRunner().invoke(main, ["--quiet", "fit", "-i", "c.zarr", "-o", "m2.zarr",
+                                       "-r", "2", "--max-iter", "3"])
+    assert result.exit_code == 0, result.output
+    assert commits and set(commits) == {"m2.zarr"}
+
+
+def test_an_index_given_an_output_whose_block_ended_commits_nothing(tmp_path):
+    with open_output(tmp_path / "i.zarr") as out:
+        pass
+    with pytest.raises(OutputLockedError, match="i.zarr was not committed"):
+        write_index(out, np.zeros(4, np.uint8), attrs={})
+    assert os.listdir(tmp_path) == []
+    write_index(tmp_path / "i.zarr", np.zeros(4, np.uint8), attrs={})  # a path: held for it
+    assert open_index(tmp_path / "i.zarr").attrs["faiss_nbytes"] == 4
+
+
+def test_index_commits_through_the_output_it_holds(fitted, monkeypatch):
+    commits = []
+    real = Output.commit
+
+    def spy(self, staging):
+        commits.append(os.path.basename(self.path))
+        return real(self, staging)
+
+    monkeypatch.setattr(Output, "commit", spy)
+    monkeypatch.chdir(fitted)
+    build_index("m.zarr", "i.zarr")
+    assert commits == ["i.zarr"]
+
+
+def test_a_corpus_given_an_output_whose_block_ended_commits_nothing(tmp_path):
+    with open_output(tmp_path / "c.zarr") as out:
+        pass
+    with pytest.raises(OutputLockedError, match="c.zarr was not committed"):
+        with CorpusWriter(out, n_features=3, feature_scheme={"type": "hashing"}) as writer:
+            writer.write_chunk(sp.csr_matrix(np.eye(3)), ["a", "b", "c"])
+            writer.commit()
+    assert os.listdir(tmp_path) == []
+
+
+@pytest.mark.parametrize("args", [
+    ("synth", "--n-docs", 40, "--n-topics", 2, "--vocab-size", 40, "-o", "s.zarr"),
+    ("ingest", "in.jsonl", "-o", "c2.zarr"),
+])
+def test_ingest_and_synth_commit_through_the_output_they_hold(fitted, monkeypatch, args):
+    commits = []
+    real = Output.commit
+
+    def spy(self, staging):
+        commits.append(os.path.basename(self.path))
+        return real(self, staging)
+
+    monkeypatch.setattr(Output, "commit", spy)
+    monkeypatch.chdir(fitted)
+    result = CliRunner().invoke(main, ["--quiet", *map(str, args)])
+    assert result.exit_code == 0, result.output
+    assert commits == [args[-1]]

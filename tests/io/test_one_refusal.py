@@ -1,0 +1,99 @@
+"""An output already there is refused in one sentence, from one place (issue 32, item 2).
+
+Every writer that finds its output (without ``overwrite``) raises
+:func:`sphdist.io._policy.refuse_existing`: the same words whatever writes, and the innermost
+frame of the refusal is that function, not a copy of its message.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+from click.testing import CliRunner
+
+from sphdist.cli import main
+from sphdist.errors import OutputExistsError
+from sphdist.io import open_output
+from sphdist.io._policy import refuse_existing
+from sphdist.io.corpus_writer import CorpusWriter
+from sphdist.jobs.embedding import export_embedding
+from sphdist.jobs.neighbors import batch_neighbors, build_index, knn_graph, write_hits
+from sphdist.jobs.transform import transform_corpus
+from sphdist.text.ingest import ingest
+from sphdist.text.synth import synth
+
+#: What follows the output's name in the refusal, in the Python API's words.
+SENTENCE = " already exists. To resolve this, choose another output or pass overwrite=True."
+
+
+def _ok(*args):
+    result = CliRunner().invoke(main, ["--quiet", *map(str, args)])
+    assert result.exit_code == 0, result.output
+
+
+@pytest.fixture(scope="module")
+def stores(tmp_path_factory):
+    """A jsonl collection, its corpus, model, embedding and index, and three written tables."""
+    root = tmp_path_factory.mktemp("refusal")
+    cwd = os.getcwd()
+    os.chdir(root)
+    try:
+        _ok("synth", "--n-docs", 40, "--n-topics", 2, "--vocab-size", 40, "--format", "jsonl",
+            "-o", "good.jsonl")
+        _ok("ingest", "good.jsonl", "-o", "c.zarr")
+        _ok("fit", "-i", "c.zarr", "-o", "m.zarr", "-r", 2, "--max-iter", 3)
+        _ok("transform", "-m", "m.zarr", "-i", "c.zarr", "-o", "e.zarr")
+        _ok("index", "-m", "m.zarr", "-o", "i.zarr")
+        for table in ("x.csv", "g.csv", "h.csv"):
+            (root / table).write_text("written before\n")
+    finally:
+        os.chdir(cwd)
+    return root
+
+
+WRITERS = {
+    "synth": lambda: synth("good.jsonl", n_docs=40, n_topics=2, vocab_size=40, format="jsonl"),
+    "ingest": lambda: ingest("good.jsonl", "c.zarr"),
+    "transform": lambda: transform_corpus("m.zarr", "c.zarr", "e.zarr"),
+    "export": lambda: export_embedding("m.zarr", "x.csv"),
+    "index": lambda: build_index("m.zarr", "i.zarr"),
+    "neighbors --all": lambda: knn_graph("m.zarr", "g.csv", k=2),
+    "neighbors --queries": lambda: batch_neighbors("m.zarr", "h.csv", queries=["word"], k=2),
+    "write_hits": lambda: write_hits({"query": []}, "h.csv"),
+    "CorpusWriter": lambda: CorpusWriter("c.zarr", n_features=4, feature_scheme={}),
+}
+
+
+@pytest.mark.parametrize("writer", list(WRITERS))
+def test_every_writer_refuses_an_existing_output_with_the_one_sentence(
+    stores, monkeypatch, writer,
+):
+    monkeypatch.chdir(stores)
+    before = sorted(os.listdir(stores))
+    with pytest.raises(OutputExistsError) as info:
+        WRITERS[writer]()
+    name, said, rest = str(info.value).partition(" already exists")
+    assert said and " already exists" + rest == SENTENCE, str(info.value)
+    assert os.path.basename(name) in os.listdir(stores)
+    innermost = info.traceback[-1]
+    assert innermost.frame.code.raw is refuse_existing.__code__, (
+        f"{writer} words the refusal itself ({innermost.path}:{innermost.lineno + 1})")
+    assert sorted(os.listdir(stores)) == before  # nothing written, no lock file left
+
+
+def test_open_output_without_overwrite_refuses_what_is_committed(tmp_path):
+    target = tmp_path / "out.csv"
+    with open_output(target, kind="file", overwrite=False) as out:  # nothing there: held
+        assert out.path == target
+    target.write_text("a\n")
+    with pytest.raises(OutputExistsError) as info:
+        with open_output(target, kind="file", overwrite=False):
+            pytest.fail("held an output that exists without overwrite")
+    assert str(info.value) == f"{target}{SENTENCE}"
+    assert info.traceback[-1].frame.code.raw is refuse_existing.__code__
+    with open_output(target, kind="file", overwrite=True):  # asked to replace it: held
+        pass
+    with open_output(target, kind="file"):  # not looked at: the caller decides
+        pass
+    assert target.read_text() == "a\n"
