@@ -98,18 +98,25 @@ def fitted(tmp_path_factory):
     return root
 
 
-def test_transform_commits_through_the_output_it_holds(fitted, monkeypatch):
+def commits_of(monkeypatch):
+    """The names of the outputs ``Output.commit`` commits from now on, in order (a spy that
+    still commits)."""
     commits = []
     real = Output.commit
 
     def spy(self, staging):
-        commits.append(self.path)
+        commits.append(os.path.basename(self.path))
         return real(self, staging)
 
     monkeypatch.setattr(Output, "commit", spy)
+    return commits
+
+
+def test_transform_commits_through_the_output_it_holds(fitted, monkeypatch):
+    commits = commits_of(monkeypatch)
     monkeypatch.chdir(fitted)
     embedding = transform_corpus("m.zarr", "c.zarr", "e.zarr")
-    assert [os.path.basename(p) for p in commits] == ["e.zarr"]
+    assert commits == ["e.zarr"]
     assert os.path.isabs(embedding.path) and embedding.V.shape[1] == 40
 
 
@@ -155,14 +162,7 @@ def test_a_checkpoint_given_a_path_or_its_held_output_is_committed(fitted, tmp_p
 
 
 def test_fit_commits_every_checkpoint_through_the_output_it_holds(fitted, monkeypatch):
-    commits = []
-    real = Output.commit
-
-    def spy(self, staging):
-        commits.append(os.path.basename(self.path))
-        return real(self, staging)
-
-    monkeypatch.setattr(Output, "commit", spy)
+    commits = commits_of(monkeypatch)
     monkeypatch.chdir(fitted)
     result = CliRunner().invoke(main, ["--quiet", "fit", "-i", "c.zarr", "-o", "m2.zarr",
                                        "-r", "2", "--max-iter", "3"])
@@ -181,14 +181,7 @@ def test_an_index_given_an_output_whose_block_ended_commits_nothing(tmp_path):
 
 
 def test_index_commits_through_the_output_it_holds(fitted, monkeypatch):
-    commits = []
-    real = Output.commit
-
-    def spy(self, staging):
-        commits.append(os.path.basename(self.path))
-        return real(self, staging)
-
-    monkeypatch.setattr(Output, "commit", spy)
+    commits = commits_of(monkeypatch)
     monkeypatch.chdir(fitted)
     build_index("m.zarr", "i.zarr")
     assert commits == ["i.zarr"]
@@ -209,14 +202,7 @@ def test_a_corpus_given_an_output_whose_block_ended_commits_nothing(tmp_path):
     ("ingest", "in.jsonl", "-o", "c2.zarr"),
 ])
 def test_ingest_and_synth_commit_through_the_output_they_hold(fitted, monkeypatch, args):
-    commits = []
-    real = Output.commit
-
-    def spy(self, staging):
-        commits.append(os.path.basename(self.path))
-        return real(self, staging)
-
-    monkeypatch.setattr(Output, "commit", spy)
+    commits = commits_of(monkeypatch)
     monkeypatch.chdir(fitted)
     result = CliRunner().invoke(main, ["--quiet", *map(str, args)])
     assert result.exit_code == 0, result.output
