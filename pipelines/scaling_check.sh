@@ -14,7 +14,12 @@
 #       SCALING_BUDGET_S (default 540 s for the whole script): a run cut short loses the
 #       costliest rows only, and the table is rewritten after every run. SCALING_FIT_ARGS caps
 #       the iterations (default 3: the figure is the iteration's seconds, and every run does
-#       the same 3).
+#       the same 3);
+#    c. with BLOCKS_RESERVE_S > 0 (default 0), that many seconds kept from b for
+#       `pass_blocks.py` on the same corpus: the pass on 2 and 16 threads for the block counts
+#       of BLOCKS (default 32,64,128), the experiment that says how many blocks a pass should
+#       offer (its JSON lines into $OUT/pass-blocks-16.jsonl).
+#    INGEST_N_DOCS=0 skips a.
 #    Tables and JSON go to $OUT (what the device tool brings back), else pipelines/results.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -30,12 +35,15 @@ sphdist.__file__, 'dask', dask.__version__, 'zarr', zarr.__version__, 'numpy', \
 numpy.__version__, 'scipy', scipy.__version__, 'sklearn', sklearn.__version__)"
 sphdist --version
 
+if [ "${INGEST_N_DOCS:-100000}" != 0 ]; then
 mkdir -p "$OUTDIR/ingest16"
 timeout 150 python3 pipelines/ingest_benchmark.py defaults --sizes "${INGEST_N_DOCS:-100000}" \
     --modes sklearn,threads,processes,default --workdir /tmp/ingest \
     --output-dir "$OUTDIR/ingest16" 2>&1 | tail -8 || echo "ingest ended with status $?"
+fi
 
-left=$((BUDGET - SECONDS))
+RESERVE=${BLOCKS_RESERVE_S:-0}
+left=$((BUDGET - RESERVE - SECONDS))
 echo "scaling: ${left} s left"
 timeout "$left" python3 pipelines/benchmark.py scaling \
     --n-docs "${SCALING_N_DOCS:-1000000}" --threads "${SCALING_THREADS:-1,2,4,8,16}" \
@@ -45,4 +53,11 @@ timeout "$left" python3 pipelines/benchmark.py scaling \
     --note "Measured on the device machine's CPUs (its GPU unused) by pipelines/scaling_check.sh." \
     >/dev/null || echo "scaling ended with status $? (a time limit keeps the rows measured so far)"
 cat "$OUTDIR/scaling-16.md" 2>/dev/null || true
+if [ "$RESERVE" -gt 0 ]; then
+    left=$((BUDGET - SECONDS))
+    echo "pass_blocks: ${left} s left"
+    timeout "$left" python3 pipelines/pass_blocks.py /tmp/bench/synthetic-1000k.zarr \
+        --threads 16,2 --blocks "${BLOCKS:-32,64,128}" --passes 2 \
+        | tee "$OUTDIR/pass-blocks-16.jsonl" || echo "pass_blocks ended with status $?"
+fi
 echo "scaling_check: ${SECONDS} s"
