@@ -440,14 +440,35 @@ def _scaling_command(n_docs: int, threads: list[int], clusters: list[str], outpu
             f"{','.join(map(str, threads))} --clusters {','.join(clusters)} --output {output}")
 
 
+def _cpus_by_core() -> list[int]:
+    """The CPUs of this process, one of every physical core first, their hyperthread siblings after.
+
+    Read from ``/sys/devices/system/cpu/cpu*/topology`` (package and core ids); where that is
+    missing, the CPUs in number order. So n threads get n physical cores while there are
+    that many: two threads on ``cpu0`` and ``cpu1`` may otherwise share one core.
+    """
+    cpus, seen, firsts, seconds = sorted(os.sched_getaffinity(0)), set(), [], []
+    for cpu in cpus:
+        topology = Path(f"/sys/devices/system/cpu/cpu{cpu}/topology")
+        try:
+            core = tuple((topology / name).read_text().strip()
+                         for name in ("physical_package_id", "core_id"))
+        except OSError:
+            return cpus
+        (seconds if core in seen else firsts).append(cpu)
+        seen.add(core)
+    return firsts + seconds
+
+
 def _on_cores(n: int) -> list[str]:
-    """A launcher that runs a command on the first ``n`` cores.
+    """A launcher that runs a command on ``n`` cores: one CPU of each physical core first.
 
     ``taskset``, else Python's ``os.sched_setaffinity`` before an exec (no util-linux).
     """
+    cpus = _cpus_by_core()[:n]
     if shutil.which("taskset"):
-        return ["taskset", "-c", f"0-{n - 1}"]
-    return [sys.executable, "-c", f"import os, sys; os.sched_setaffinity(0, range({n})); "
+        return ["taskset", "-c", ",".join(map(str, cpus))]
+    return [sys.executable, "-c", f"import os, sys; os.sched_setaffinity(0, {cpus!r}); "
             "os.execvp(sys.argv[1], sys.argv[1:])"]
 
 
@@ -492,8 +513,9 @@ def write_scaling(results: dict[str, Any], output: Path) -> None:
         f"{' / '.join(f'{x:.1f}' for x in results.get('load_end', []))} at the end (each run's "
         "load before it is in its row). Each run is `sphdist fit --input CORPUS --output "
         f"MODEL {' '.join(results['fit_args'])}` in its own process, every other option at "
-        "its default; n threads = dask's threaded scheduler on the first n cores "
-        "(`taskset -c 0-(n-1)`: sphdist takes the process's CPU affinity), W x T = "
+        "its default; n threads = dask's threaded scheduler on n CPUs (`taskset -c`, one CPU "
+        "of each physical core first, hyperthread siblings after: sphdist takes the "
+        "process's CPU affinity), W x T = "
         "`--n-workers W --threads-per-worker T` (a LocalCluster). s / iteration: the "
         "iterations' wall seconds from the model (checkpoints included), init: the scan and "
         "the first pass, whole fit: the command's wall seconds, start-up and the final write "
