@@ -18,9 +18,8 @@ from typing import Any
 import dask.array as da
 import numpy as np
 from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, TransformerMixin
-from sklearn.utils._param_validation import StrOptions
 
-from sphdist._validation import FloatDtype, Number
+from sphdist._validation import FloatDtype, Number, StrOptions
 from sphdist.core import _device, graph, params, solver
 from sphdist.methods._base import EmbeddingMixin, SparseInput, SphereModel, fit_context
 

@@ -6,10 +6,9 @@ import inspect
 import click
 import numpy as np
 import pytest
-from sklearn.utils._param_validation import InvalidParameterError
 
 from sphdist import SphericalPCA
-from sphdist._validation import Number, describe, validated
+from sphdist._validation import InvalidParameterError, Number, describe, validated
 from sphdist.cli._common import param_type
 from sphdist.core import kernels, params, partials, solver
 from sphdist.errors import ParameterError
@@ -122,7 +121,7 @@ def test_the_tables_validator_says_and_decides_what_scikit_learns_constraints_do
             constraints = _constraints(param.name)
         assert params.describe(param.spec) == describe(constraints), param.name
         for value in probes:
-            from sklearn.utils._param_validation import make_constraint
+            from sphdist._validation import make_constraint
 
             expected = any(make_constraint(c).is_satisfied_by(value) for c in constraints)
             assert params.accepts(param.spec, value) == expected, (param.name, value)
