@@ -128,7 +128,8 @@ def describe(constraints: Sequence[Any]) -> str:
     Returns
     -------
     str
-        One alternative per constraint, joined by "or"; options sorted.
+        One alternative per constraint, joined by "or"; options sorted; ``Hidden`` ones
+        left out.
 
     Examples
     --------
@@ -137,6 +138,8 @@ def describe(constraints: Sequence[Any]) -> str:
     """
     words = []
     for constraint in constraints:
+        if isinstance(constraint, Hidden):  # valid, not named (scikit-learn's messages)
+            continue
         if isinstance(constraint, Options):
             words.append("one of " + ", ".join(map(repr, sorted(constraint.options))))
         elif constraint is None:

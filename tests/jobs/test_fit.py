@@ -61,6 +61,29 @@ def test_checkpoint_without_the_new_keys_resumes_with_their_defaults(corpus, tmp
     _same(fit_corpus(corpus.path, out, resume=True, callback=None, **KW), reference)
 
 
+def test_checkpoint_that_stored_the_old_name_init_n_iter_resumes_bitwise(corpus, tmp_path):
+    # n_power_iter was stored as init_n_iter before the rename (sphdist.core.params.RENAMED);
+    # a non-default value, so that reading the old key as missing (the default 4) would refuse
+    kw = {**KW, "init": "svd", "n_power_iter": 2}
+    reference = fit_corpus(corpus.path, tmp_path / "ref.zarr", callback=None, **kw)
+    out = tmp_path / "m.zarr"
+    fit_corpus(corpus.path, out, callback=None, **{**kw, "max_iter": 2})
+    group = zarr.open_group(str(out), mode="r+")  # as the code before the rename wrote it
+    attrs = dict(group.attrs)
+    attrs["params"] = {("init_n_iter" if k == "n_power_iter" else k): v
+                       for k, v in attrs["params"].items()}
+    group.attrs.put(attrs)
+    assert open_model(out).params["n_power_iter"] == 2
+    with pytest.raises(CheckpointMismatchError, match="n_power_iter: 2 -> 3"):
+        with prepare_fit(corpus.path, out, resume=True, **{**kw, "n_power_iter": 3}):
+            pass
+    resumed = fit_corpus(corpus.path, out, resume=True, callback=None, **kw)
+    _same(resumed, reference)
+    assert resumed.n_iter == reference.n_iter == KW["max_iter"]
+    stored = zarr.open_group(str(out), mode="r").attrs["params"]  # rewritten under the new name
+    assert stored["n_power_iter"] == 2 and "init_n_iter" not in stored
+
+
 def test_retry_resumes_its_own_checkpoint_without_reopening_the_input(
     corpus, tmp_path, monkeypatch
 ):
