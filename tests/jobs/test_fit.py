@@ -170,10 +170,10 @@ def test_palm_fit_resumed_from_its_checkpoint_is_bitwise_the_uninterrupted_one(
     _same(fit_corpus(corpus.path, out, resume=True, callback=None, **kw), reference)
 
 
-def _as_written_before_issue_29(out, nudge):
-    """The checkpoint at ``out`` as a version with accumulation chains wrote it: its params
-    record max_partials, and (``nudge``) its last objective is one ulp off this version's,
-    as a sum in another order gives."""
+def _as_written_by_the_chained_pass(out, nudge):
+    """The checkpoint at ``out`` as a version with accumulation chains (before issue 29) wrote
+    it: its params record max_partials, and (``nudge``) its last objective is one ulp off this
+    version's, as a sum in another order gives."""
     group = zarr.open_group(str(out), mode="r+")
     attrs = dict(group.attrs)
     attrs["params"] = {**attrs["params"], "max_partials": 8}
@@ -193,7 +193,7 @@ def test_a_checkpoint_of_the_chained_pass_is_refused_with_the_fit_to_start_again
     reference = fit_corpus(corpus.path, tmp_path / "ref.zarr", callback=None, **KW)
     out = tmp_path / "m.zarr"
     fit_corpus(corpus.path, out, callback=None, **{**KW, "max_iter": 2})
-    _as_written_before_issue_29(out, nudge=True)
+    _as_written_by_the_chained_pass(out, nudge=True)
     with pytest.raises(CheckpointMismatchError, match="earlier version of sphdist") as caught:
         fit_corpus(corpus.path, out, resume=True, callback=None, **KW)
     assert "max_partials=8" in str(caught.value) and "other data" not in str(caught.value)
@@ -206,7 +206,7 @@ def test_a_checkpoint_of_the_chained_pass_is_refused_with_the_fit_to_start_again
     assert open_model(out).n_iter == 2  # nothing written
     _same(fit_corpus(corpus.path, out, overwrite=True, callback=None, **KW), reference)
     fit_corpus(corpus.path, out, overwrite=True, callback=None, **{**KW, "max_iter": 2})
-    _as_written_before_issue_29(out, nudge=False)  # the same sums: it continues, bitwise
+    _as_written_by_the_chained_pass(out, nudge=False)  # the same sums: it continues, bitwise
     _same(fit_corpus(corpus.path, out, resume=True, callback=None, **KW), reference)
 
 
