@@ -117,7 +117,7 @@ class SphericalPCA(
     components_ : ndarray of shape (n_components, n_features), float64
         ``U^T``; orthonormal rows.
     embedding_ : ndarray or dask array of shape (n_samples, n_components), of ``dtype``
-        ``V^T`` of the fit, unit rows (a dask array for dask input).
+        The training embedding ``V^T``, unit rows (a dask array for dask input).
     objective_ : ndarray of shape ``(n_iter_ + 1,)``, float64
         ``||X^T - U V||_F^2`` after initialisation and after every iteration.
     u_step_norm_, v_step_norm_ : ndarray of shape ``(n_iter_,)``, float64
