@@ -796,7 +796,7 @@ def _fit_group() -> list:
             "--overwrite"),
     ]
     variants = {
-        "init-svd": ["--init", "svd", "--init-n-iter", "2"],
+        "init-svd": ["--init", "svd", "--n-power-iter", "2"],
         "lam-mu-palm": ["--lam", "palm", "--mu", "palm"],
         "lam-mu-theory": ["--lam", "theory", "--mu", "theory"],
         "lam-mu-numbers": ["--lam", "3.5", "--mu", "0"],

@@ -5,7 +5,7 @@ Liu et al. (2019) Algorithm 1 with exact steps (lam = 2, ``mu=None``: ``U = pola
 :mod:`sphdist.core.kernels` on the whole sparse X (m features x n documents, CSC), on all
 18,846 documents (headers, footers, quotes removed), r in {20, 100}, tol 1e-4 on
 ``|f_{k-1} - f_k| / |f_{k-1}|``, max_iter 200, seeds 0..4, for ``init="random"`` and
-``init="svd"`` with ``init_n_iter`` 1..4 (the subspace iteration of
+``init="svd"`` with ``n_power_iter`` 1..4 (the subspace iteration of
 :func:`sphdist.core.solver.svd_init`, :func:`svd_stages`), and for the plain step and two
 monotone accelerations (:class:`Extrapolated`, :class:`Anderson`).
 
@@ -113,17 +113,17 @@ class Problem:
 
 
 def svd_stages(P: Problem, r: int, seed: int, n_iter: int) -> list[tuple]:
-    """U_0 of ``init="svd"`` for every ``init_n_iter`` in 0..n_iter, from one subspace run.
+    """U_0 of ``init="svd"`` for every ``n_power_iter`` in 0..n_iter, from one subspace run.
 
     The subspace iteration of :func:`sphdist.core.solver.svd_init` (Halko et al. 2011,
     Alg. 4.4 with QR, then Rayleigh-Ritz, Alg. 5.3) on the in-memory X, with the Gaussian
     drawn as the solver draws it (``check_random_state(seed).standard_normal((m, r + 10))``).
-    The run for ``init_n_iter = j`` is a prefix of the run for 4, so one run gives all.
+    The run for ``n_power_iter = j`` is a prefix of the run for 4, so one run gives all.
 
     Returns
     -------
     list of (U_0, seconds, passes)
-        Entry j: the U_0 of ``init_n_iter = j`` (m, r), the seconds it costs alone (passes and
+        Entry j: the U_0 of ``n_power_iter = j`` (m, r), the seconds it costs alone (passes and
         QRs up to stage j plus stage j's Rayleigh-Ritz only) and its passes (j + 1).
     """
     rs = check_random_state(seed)
@@ -344,7 +344,7 @@ def check_against_product(log, *, m: int = 300, n: int = 400, r: int = 7, seed: 
     """Compare this loop's objective history with ``SphericalPCA(tol=0, max_iter=5).objective_``.
 
     On a random sparse nonnegative X (m x n, 5 % dense, unit columns, one empty document), for
-    ``init="random"`` and ``init="svd"`` (``init_n_iter`` 2). Raises ``SystemExit`` on a
+    ``init="random"`` and ``init="svd"`` (``n_power_iter`` 2). Raises ``SystemExit`` on a
     relative difference above ``rtol``.
     """
     rng = np.random.default_rng(seed)
@@ -356,7 +356,7 @@ def check_against_product(log, *, m: int = 300, n: int = 400, r: int = 7, seed: 
     out = {}
     for init in ("random", "svd"):
         est = SphericalPCA(n_components=r, random_state=seed, tol=0, max_iter=5, init=init,
-                           init_n_iter=2)
+                           n_power_iter=2)
         with dask.config.set(scheduler="synchronous"):
             ref = est.fit(X.T.tocsr()).objective_
         if init == "random":
@@ -605,7 +605,7 @@ def markdown(result: dict) -> str:
          "quotes removed. Liu et al. (2019) Algorithm 1 with exact steps, in memory from "
          f"`sphdist.core.kernels` (one thread), tol {result['tol']:g} on |f_(k-1) − f_k| / "
          f"|f_(k-1)|, max_iter {result['max_iter']}, seeds {result['seeds']}. "
-         "**passes** = reads of X (one per iteration, + init_n_iter + 1 for init=svd, + each "
+         "**passes** = reads of X (one per iteration, + n_power_iter + 1 for init=svd, + each "
          "rejected extrapolation); **seconds** = wall time from the start of the "
          "initialisation to the stop (one thread, shared machine: compare passes first); "
          "**polar factors** = (m, r) polar factors computed (the U-step's; ext and aa add one "
@@ -618,7 +618,7 @@ def markdown(result: dict) -> str:
          "with adaptive beta, accepted if f does not rise (`Extrapolated`); **aa** = "
          "Anderson acceleration, depth 2, accepted if f falls at least by the plain step's "
          "guaranteed decrease (`Anderson`); both take the plain step otherwise. Inits: random "
-         "(Haar U_0) and svdN (init='svd', init_n_iter = N).", "",
+         "(Haar U_0) and svdN (init='svd', n_power_iter = N).", "",
          f"Load average (1, 5, 15 min): start {result['loadavg_start']}, end "
          f"{result['loadavg_end']}; per block below. {result['environment']}.", "",
          "Check against the product (`SphericalPCA(tol=0, max_iter=5).objective_` on a "
@@ -640,7 +640,7 @@ def markdown(result: dict) -> str:
                   "after 4 plain iterations, seed 0; *modelled s* above = init + first pass + "
                   "median iterations x the method's iteration):", "",
                   "| r | pass | polar factor | plain iteration | ext iteration | aa iteration "
-                  "| random U_0 | svd init, init_n_iter 0..4 |",
+                  "| random U_0 | svd init, n_power_iter 0..4 |",
                   "|---:|---:|---:|---:|---:|---:|---:|---|"]
             for r, c in s["unit_costs"].items():
                 L.append(f"| {r} | {c['pass']:.3f} | {c['polar']:.3f} | {c['plain']:.3f} | "
@@ -719,7 +719,7 @@ def remeasure_unit_costs(out_dir: Path, work_dir: Path, log) -> None:
 @click.option("--seeds", default="0,1,2,3,4", show_default=True, help="Seeds, comma-separated.")
 @click.option("--plan", default=PLAN, show_default=True,
               help="METHOD:INIT,...;... with METHOD plain/ext/aa, INIT random or svdN "
-                   "(init='svd', init_n_iter = N).")
+                   "(init='svd', n_power_iter = N).")
 @click.option("--tol", type=click.FloatRange(min=0), default=1e-4, show_default=True,
               help="Stop when |f_(k-1) - f_k| / |f_(k-1)| < tol.")
 @click.option("--max-iter", type=click.IntRange(min=1), default=200, show_default=True,

@@ -19,6 +19,21 @@ it, with scikit-learn's message plus sphdist's remedy. A bound that depends on t
 (``n_components <= min(n_samples, n_features)``) is :func:`check_bound`.
 
 Like :mod:`sphdist.errors`, this module imports no other layer of sphdist: every layer may use it.
+
+It is also the only module of sphdist that imports :mod:`sklearn.utils._param_validation`,
+which is private to scikit-learn and may move between its releases: the constraint classes the
+other modules need are re-exported from here, so a move is followed in one place
+(``tests/test_validation.py`` checks that no other module imports it):
+
+* ``Interval`` -- a number in an interval (prefer :class:`Number` and :func:`at_least`, which
+  refuse booleans);
+* ``StrOptions`` -- one of some words;
+* ``Hidden`` -- a constraint valid but left out of the messages (a deprecated keyword's
+  ``"deprecated"`` sentinel, as scikit-learn writes them);
+* ``InvalidParameterError`` -- scikit-learn's error, a base of
+  :class:`InvalidParameterValueError`;
+* ``make_constraint`` -- the constraint object of a constraint's spelling (a type, ``None``,
+  ``"random_state"``, ...).
 """
 
 from __future__ import annotations
@@ -30,7 +45,8 @@ from typing import Any
 
 import numpy as np
 from sklearn import config_context, get_config
-from sklearn.utils._param_validation import (
+from sklearn.utils._param_validation import (  # the one import of it: re-exported below
+    Hidden,
     Interval,
     InvalidParameterError,
     Options,
@@ -41,6 +57,11 @@ from sklearn.utils._param_validation import (
 from sphdist.errors import ParameterError, option
 
 __all__ = [
+    "Interval",
+    "StrOptions",
+    "Hidden",
+    "InvalidParameterError",
+    "make_constraint",
     "InvalidParameterValueError",
     "Number",
     "FloatDtype",
@@ -107,16 +128,18 @@ def describe(constraints: Sequence[Any]) -> str:
     Returns
     -------
     str
-        One alternative per constraint, joined by "or"; options sorted.
+        One alternative per constraint, joined by "or"; options sorted; ``Hidden`` ones
+        left out.
 
     Examples
     --------
-    >>> from sklearn.utils._param_validation import StrOptions
     >>> describe([at_least(2), StrOptions({"b", "a"}), None])
     "an int in the range [2, inf) or one of 'a', 'b' or None"
     """
     words = []
     for constraint in constraints:
+        if isinstance(constraint, Hidden):  # valid, not named (scikit-learn's messages)
+            continue
         if isinstance(constraint, Options):
             words.append("one of " + ", ".join(map(repr, sorted(constraint.options))))
         elif constraint is None:
@@ -136,7 +159,7 @@ def check_param(name: str, value: Any, *constraints: Any, caller: str | None = N
     value : object
         Its value.
     *constraints
-        ``sklearn.utils._param_validation`` constraints (:class:`Number`, ``StrOptions``,
+        scikit-learn's constraints (:class:`Number`, ``StrOptions``,
         ``None``, a type, ...), as in an estimator's ``_parameter_constraints``.
     caller : str, optional
         Whose parameter it is (``"SphericalPCA"``, ``"sphdist.core.solver.fit"``), named in the

@@ -99,7 +99,7 @@ def test_every_fit_option_a_remedy_can_name_exists_on_sphdist_fit():
     from sphdist.jobs.params import fit_remedy
 
     params = {"n_components": 4, "max_iter": 9, "tol": 1e-6, "random_state": 3, "lam": "palm",
-              "mu": 0.5, "init": "svd", "init_n_iter": 3, "split_every": 4, "dtype": "float32",
+              "mu": 0.5, "init": "svd", "n_power_iter": 3, "split_every": 4, "dtype": "float32",
               "polar": "svd", "accelerate": False, "device": "cpu", "init_from": "w.zarr"}
     fix = fit_remedy("c.zarr", "m.zarr", params, resume=True, checkpoint_every=2)
     argv = shlex.split(_cli_form().remedy(fix))

@@ -4,7 +4,6 @@ from numbers import Real
 
 import numpy as np
 import pytest
-from sklearn.utils._param_validation import InvalidParameterError, StrOptions
 from sklearn.utils.estimator_checks import check_param_validation
 
 from sphdist import (
@@ -17,7 +16,9 @@ from sphdist import (
     SphericalPCA,
 )
 from sphdist._validation import (
+    InvalidParameterError,
     Number,
+    StrOptions,
     at_least,
     check_bound,
     check_int,
@@ -108,3 +109,27 @@ def test_check_bound_is_the_data_dependent_bound():
                                              r"choose 1 <= n_components <= 3\.$") as info:
         check_bound("n_components", 4, 3, " for X with 3 features and 9 documents")
     assert isinstance(info.value, InvalidParameterError)
+
+
+def _param_validation_importers():
+    """The modules of the package whose code imports scikit-learn's private validation."""
+    import ast
+    from pathlib import Path
+
+    import sphdist
+
+    root = Path(sphdist.__file__).parent
+    found = set()
+    for path in root.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            names = ([node.module or ""] if isinstance(node, ast.ImportFrom)
+                     else [a.name for a in node.names] if isinstance(node, ast.Import) else [])
+            if any("_param_validation" in name for name in names):
+                found.add(path.relative_to(root.parent).as_posix())
+    return found
+
+
+def test_only_the_validation_module_imports_sklearns_private_param_validation():
+    # sklearn.utils._param_validation is private to scikit-learn: one importer, which
+    # re-exports what the others need, follows it if it moves
+    assert _param_validation_importers() == {"sphdist/_validation.py"}

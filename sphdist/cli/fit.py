@@ -52,7 +52,10 @@ def _removed_max_partials(ctx: click.Context, param: click.Parameter, value: Any
 @param_option("lam")
 @param_option("mu")
 @param_option("init")
-@param_option("init_n_iter")
+@param_option("n_power_iter")
+@click.option("--init-n-iter", type=click.IntRange(min=0), hidden=True,
+              deprecated="use --n-power-iter, its name since it was renamed",
+              help="Old name of --n-power-iter, accepted until the next release.")
 @param_option("split_every")
 @click.option("--max-partials", type=int, hidden=True, expose_value=False,
               callback=_removed_max_partials,
@@ -91,6 +94,9 @@ def fit(
     # validate the parameters, open the input and decide on the output once, before any
     # cluster starts; a retry after a worker loss resumes this fit's own checkpoint
 
+    old_n_power_iter = params.pop("init_n_iter")  # --init-n-iter, until the next release
+    if old_n_power_iter is not None:
+        params["n_power_iter"] = old_n_power_iter
     if output is None:
         output = input_.with_name(input_.name.removesuffix(".zarr") + ".model.zarr")
     # the output's lock is held from here until the last checkpoint is committed

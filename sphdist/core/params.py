@@ -31,8 +31,10 @@ References
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
-from collections.abc import Mapping, Sequence
+import warnings
+from collections.abc import Callable, Mapping, Sequence
 from numbers import Integral, Real
 from typing import Any
 
@@ -40,8 +42,8 @@ import numpy as np
 
 __all__ = [
     "PARAMS", "SOLVER_PARAMS", "RESUME_PARAMS", "STEP_MODES", "MAX_STEP", "POLAR_METHODS",
-    "PARTIAL_FORMATS", "DEVICES", "Param", "Range", "Choice", "FitConfig", "accepts", "validate",
-    "defaults", "describe",
+    "PARTIAL_FORMATS", "DEVICES", "RENAMED", "Param", "Range", "Choice", "FitConfig", "accepts",
+    "validate", "defaults", "describe", "current_names",
 ]
 
 #: Step-size modes of ``lam`` and ``mu`` (see :mod:`sphdist.core.solver`).
@@ -283,7 +285,7 @@ PARAMS: dict[str, Param] = {p.name: p for p in (
     Param("random_state", (Range(Integral, 0, 2**32 - 1, "both"),
                            np.random.RandomState, None), 0,
           "Seed of the initialisation; the iterations are deterministic.", resume=True),
-    Param("init_n_iter", (_at_least(0),), 4, "Power iterations of init='svd'.", resume=True),
+    Param("n_power_iter", (_at_least(0),), 4, "Power iterations of init='svd'.", resume=True),
     Param("chunk_size", (_at_least(1), None), None,
           "Samples per chunk of NumPy / SciPy input (stored corpora keep their chunks)."),
     Param("split_every", (_at_least(2),), 8, "Fan-in of the reduction tree of the partials.",
@@ -303,6 +305,13 @@ PARAMS: dict[str, Param] = {p.name: p for p in (
           "cuda (CuPy, pip install 'sphdist[gpu]'); the U-step and checkpoints stay on the host "
           "in float64, so a fit resumes on either device."),
 )}
+
+#: Old spellings of parameters: old name -> name of :data:`PARAMS`. Keywords with an old name are
+#: accepted for one release with a ``FutureWarning`` (:func:`current_names`); models and
+#: checkpoints that stored one are read under the new name, so they still resume.
+#: ``init_n_iter`` (before 2026-11) is ``n_power_iter``, the name of the angular methods and of
+#: :func:`dask.array.linalg.svd_compressed`.
+RENAMED = {"init_n_iter": "n_power_iter"}
 
 #: The parameters :func:`sphdist.core.solver.fit` takes (all but the estimator's chunk_size).
 SOLVER_PARAMS = tuple(name for name in PARAMS if name != "chunk_size")
@@ -344,6 +353,54 @@ def validate(
             )
 
 
+def current_names(values: Mapping[str, Any], caller: str | None = None) -> dict[str, Any]:
+    """``values`` with each old spelling of :data:`RENAMED` replaced by its name.
+
+    Parameters
+    ----------
+    values : mapping of str to object
+        Parameter name -> value: keyword arguments, or the ``params`` a model stored.
+    caller : str, optional
+        Who was called with ``values`` as keyword arguments: an old name then warns. None:
+        ``values`` were stored by an older version (read silently).
+
+    Returns
+    -------
+    dict of str to object
+        The same values, in the same order, under the names of :data:`PARAMS`.
+
+    Warns
+    -----
+    FutureWarning
+        With ``caller``, for each old name (accepted for one release).
+
+    Raises
+    ------
+    TypeError
+        If a value is given under both spellings.
+
+    Examples
+    --------
+    >>> current_names({"init": "svd", "init_n_iter": 2})
+    {'init': 'svd', 'n_power_iter': 2}
+    """
+    out: dict[str, Any] = {}
+    for name, value in values.items():
+        new = RENAMED.get(name)
+        if new is None:
+            out[name] = value
+            continue
+        if new in values:
+            raise TypeError(f"{caller or 'params'} got both {name!r} and {new!r}; pass {new!r}")
+        if caller is not None:
+            warnings.warn(
+                f"{caller}: {name!r} was renamed {new!r} and is accepted until the next "
+                f"release; pass {new}={value!r}.", FutureWarning, stacklevel=3,
+            )
+        out[new] = value
+    return out
+
+
 def defaults(names: Sequence[str] = SOLVER_PARAMS) -> dict[str, Any]:
     """The table's defaults of ``names``, as a dict."""
     return {name: PARAMS[name].default for name in names}
@@ -375,7 +432,7 @@ class FitConfig:
         The initial U.
     random_state : int, numpy.random.RandomState or None
         Seed of the initialisation.
-    init_n_iter : int
+    n_power_iter : int
         Power iterations of ``init="svd"``.
     split_every : int
         Fan-in of the reduction tree.
@@ -404,14 +461,13 @@ class FitConfig:
     tol: float = PARAMS["tol"].default
     init: str = PARAMS["init"].default
     random_state: Any = PARAMS["random_state"].default
-    init_n_iter: int = PARAMS["init_n_iter"].default
+    n_power_iter: int = PARAMS["n_power_iter"].default
     split_every: int = PARAMS["split_every"].default
     dtype: Any = PARAMS["dtype"].default
     polar: str = PARAMS["polar"].default
     partials: str = PARAMS["partials"].default
     accelerate: bool = PARAMS["accelerate"].default
     device: str = PARAMS["device"].default
-
     @classmethod
     def build(cls, caller: str = "sphdist.core.solver.fit", **values: Any) -> FitConfig:
         """The configuration of ``values``, the table's defaults for the others, validated.
@@ -436,6 +492,7 @@ class FitConfig:
             If a value is outside its row of :data:`PARAMS` (:func:`validate`); not checked
             inside :func:`sphdist._validation.validated`.
         """
+        values = current_names(values, caller)
         unknown = set(values) - set(SOLVER_PARAMS)
         if unknown:
             raise TypeError(f"{caller}() got unexpected keyword arguments {sorted(unknown)}")
@@ -472,3 +529,26 @@ class FitConfig:
     def values(self) -> dict[str, Any]:
         """The parameters as a dict of :data:`SOLVER_PARAMS` (keywords of the solver)."""
         return {name: getattr(self, name) for name in SOLVER_PARAMS}
+
+
+def _init_n_iter(self: FitConfig) -> int:
+    """Old name of :attr:`FitConfig.n_power_iter` (:data:`RENAMED`), until the next release."""
+    warnings.warn("FitConfig.init_n_iter was renamed n_power_iter and is readable until the next "
+                  "release.", FutureWarning, stacklevel=2)
+    return self.n_power_iter
+
+
+def _accept_old_names(init: Callable[..., None]) -> Callable[..., None]:
+    """The dataclass's ``__init__``, taking the old names of :data:`RENAMED` too (warned)."""
+
+    @functools.wraps(init)
+    def __init__(self: FitConfig, **values: Any) -> None:
+        init(self, **current_names(values, "FitConfig"))
+
+    return __init__
+
+
+# the old names, for one release: a keyword of the constructor (not a field, so that
+# dataclasses.replace and the equality of two configs see the new name alone) and an attribute
+FitConfig.__init__ = _accept_old_names(FitConfig.__init__)  # type: ignore[method-assign]
+FitConfig.init_n_iter = property(_init_n_iter)  # type: ignore[attr-defined]

@@ -258,7 +258,8 @@ def svd_init(
         Source of the Gaussian test matrix.
     n_power_iter : int
         Power iterations; the method makes ``n_power_iter + 1`` passes over X (the
-        ``init_n_iter`` of Spherical PCA, the ``n_power_iter`` of the angular methods).
+        ``n_power_iter`` of Spherical PCA's ``init="svd"`` and of the angular methods, as
+        :func:`dask.array.linalg.svd_compressed` names it).
     split_every : int
         Fan-in of the reduction tree.
     n_oversamples : int, default 10
@@ -318,7 +319,7 @@ def initialize(
         Names of :data:`sphdist.core.params.SOLVER_PARAMS` (:meth:`FitConfig.build`): the
         initialisation reads ``init`` (``"random"``: a Haar-random orthonormal U_0;
         ``"svd"``: the leading left singular vectors, Sun et al. 2011, step V0, costing
-        ``init_n_iter + 1`` extra passes), ``random_state`` and ``init_n_iter``, the pass
+        ``n_power_iter + 1`` extra passes), ``random_state`` and ``n_power_iter``, the pass
         ``split_every``, ``dtype`` and ``partials``.
 
     Returns
@@ -353,7 +354,7 @@ def _initialize(
     if U0 is not None:
         U = kernels.polar_factor(np.asarray(U0, dtype=np.float64))
     elif config.init == "svd":
-        U = svd_init(X, r, rs, n_power_iter=config.init_n_iter, split_every=config.split_every)
+        U = svd_init(X, r, rs, n_power_iter=config.n_power_iter, split_every=config.split_every)
     else:
         # the random start on the features that occur (found by a scan of X's indices, no
         # products): U_0's other rows would meet no entry of X, and drawing k of the m rows
@@ -661,7 +662,7 @@ def fit(
         once into a :class:`FitConfig` (:func:`check_params`) that every step reads:
         ``lam``, ``mu`` (the steps, module docstring), ``max_iter``, ``tol`` (stop when the
         relative objective change ``|f_{k-1} - f_k| / |f_{k-1}|`` is below it), ``init``,
-        ``random_state``, ``init_n_iter`` (:func:`initialize`), ``split_every`` (fan-in of the
+        ``random_state``, ``n_power_iter`` (:func:`initialize`), ``split_every`` (fan-in of the
         reduction tree of the blocks' partials, :func:`graph.tree_sum`), ``dtype`` (compute
         dtype of ``U^T X_c`` and the V-step, and storage dtype of V; ``X V^T``, ``V V^T``,
         the objective and U stay float64),

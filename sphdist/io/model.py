@@ -225,8 +225,15 @@ class Model(TaggedStore):
 
     @property
     def params(self) -> dict[str, Any]:
-        """Solver parameters the model was fitted with."""
-        return self.attrs["params"]
+        """Solver parameters the model was fitted with, under today's names.
+
+        A model written before a parameter was renamed stored its old name
+        (:data:`sphdist.core.params.RENAMED`); it is read under the new one, so its fit
+        resumes and its remedies name today's options.
+        """
+        from sphdist.core.params import current_names
+
+        return current_names(self.attrs["params"])
 
     @property
     def n_iter(self) -> int:

@@ -1,7 +1,7 @@
-"""Using a fitted embedding: export it, find nearest documents, embed a text query.
+"""Using a model's embeddings: export them, find nearest documents, embed a text query.
 
-The embedding of a model's training corpus is the model's V (r, n); the embedding of other
-documents is an ``embedding.zarr`` written by
+The training embedding (of the corpus the model was fitted on) is the model's V (r, n); the
+out-of-sample embedding of other documents is an ``embedding.zarr`` written by
 :func:`sphdist.jobs.transform.transform_corpus`. Both are
 read here through :func:`open_embedding_source`, chunk by chunk of documents, so nothing of size
 n x n (nor n x r on the driver, for a scan) is ever built.
@@ -169,7 +169,11 @@ def open_embedding_source(
     verb: str = "export", rest: Mapping[str, Any] | None = None,
     embed: bool = False,
 ) -> EmbeddingSource:
-    """The embeddings a model gives: its training corpus' V, or an ``embedding.zarr``.
+    """The embedding source of a job: a model's V, an ``embedding.zarr``, or a corpus embedded.
+
+    The training embedding (the model's V, of the corpus it was fitted on), an out-of-sample
+    embedding stored by ``sphdist transform``, or (``embed``) a corpus embedded on the fly: the
+    terms of the user guide's glossary.
 
     Parameters
     ----------

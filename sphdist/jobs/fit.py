@@ -186,6 +186,7 @@ def _settings(
 ) -> tuple[FitConfig, JobSettings]:
     """The FitConfig and JobSettings of keyword arguments, not validated."""
     job = {name: params.pop(name) for name in _JOB_FIELDS if name in params}
+    params = fit_params.current_names(params, function)
     unknown = set(params) - set(fit_params.SOLVER_PARAMS)
     if unknown:
         raise TypeError(f"{function}() got unexpected keyword arguments {sorted(unknown)}")
@@ -590,7 +591,7 @@ def fit_corpus(
         The fields of ``config`` and ``job`` when they are not given, described here:
     n_components : int
         r, ``1 <= r <= min(m, n)``.
-    lam, mu, max_iter, tol, init, init_n_iter, split_every, dtype, polar
+    lam, mu, max_iter, tol, init, n_power_iter, split_every, dtype, polar
         Solver parameters, see :func:`sphdist.core.solver.fit`; constraints and defaults are
         those of :data:`sphdist.core.params.PARAMS`.
     partials, accelerate

@@ -28,6 +28,7 @@ from sphdist.core.params import (  # noqa: F401  (the job's view of the solver's
     FitConfig,
     Param,
     Range,
+    current_names,
     defaults,
     validate,
 )

@@ -42,7 +42,7 @@ def transform_corpus(
     progress: bool | str = False,
     device: str = "cpu",
 ) -> Embedding:
-    """Embed the documents of a corpus with a fitted model: the exact V-step, chunk by chunk.
+    """The out-of-sample embedding of a corpus by a fitted model: the exact V-step, chunk by chunk.
 
     Parameters
     ----------
@@ -52,7 +52,8 @@ def transform_corpus(
         A corpus in the model's feature space, with the model's idf (ingested with ``like``
         the model, or the training corpus itself).
     output : path-like
-        The ``embedding.zarr`` to write (layout in :mod:`sphdist.io.model`), committed atomically.
+        The ``embedding.zarr`` to write (layout in :mod:`sphdist.io.embedding`), committed
+        atomically.
     overwrite : bool, default False
         Replace an existing ``output``.
     progress : {False, True, "log"}, default False

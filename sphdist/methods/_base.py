@@ -146,7 +146,7 @@ class EmbeddingMixin:
         Returns
         -------
         ndarray or dask array of shape (n_samples, n_components)
-            The fitted embedding (a dask array for dask input where ``fit`` keeps one).
+            The training embedding (a dask array for dask input where ``fit`` keeps one).
         """
         return self.fit(X).embedding_
 

@@ -36,11 +36,10 @@ import scipy.sparse as sp
 from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, TransformerMixin
 from sklearn.linear_model import orthogonal_mp_gram
 from sklearn.utils import check_random_state
-from sklearn.utils._param_validation import StrOptions
 from sklearn.utils.extmath import svd_flip
 from sklearn.utils.validation import check_array, check_is_fitted
 
-from sphdist._validation import Number, at_least, check_bound
+from sphdist._validation import Number, StrOptions, at_least, check_bound
 from sphdist.methods._base import SparseInput, affine_coordinates, fit_context
 from sphdist.methods.spherelets import _row_sq_dists, centered_top_directions
 

@@ -29,9 +29,8 @@ import scipy.linalg
 import scipy.sparse as sp
 from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin
 from sklearn.metrics.pairwise import euclidean_distances
-from sklearn.utils._param_validation import StrOptions
 
-from sphdist._validation import Number, check_bound
+from sphdist._validation import Number, StrOptions, check_bound
 from sphdist.core import angular_kernels as ak
 from sphdist.core import graph
 from sphdist.errors import DataError

@@ -25,10 +25,9 @@ import dask.array as da
 import numpy as np
 from sklearn.base import BaseEstimator
 from sklearn.utils import check_random_state, metadata_routing
-from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted
 
-from sphdist._validation import ValidatedParams
+from sphdist._validation import Interval, StrOptions, ValidatedParams
 from sphdist.core.neighbors import DEFAULT_NPROBE, faiss_search
 from sphdist.core.neighbors import unit_float32 as _unit_float32
 from sphdist.errors import DataError, ParameterError, option

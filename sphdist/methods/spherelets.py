@@ -34,11 +34,10 @@ import scipy.sparse as sp
 from scipy.sparse.linalg import LinearOperator, svds
 from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, TransformerMixin
 from sklearn.utils import check_random_state
-from sklearn.utils._param_validation import StrOptions
 from sklearn.utils.extmath import svd_flip
 from sklearn.utils.validation import check_array, check_is_fitted
 
-from sphdist._validation import at_least, check_bound
+from sphdist._validation import StrOptions, at_least, check_bound
 from sphdist.errors import ParameterError
 from sphdist.methods._base import SparseInput, affine_coordinates, fit_context
 

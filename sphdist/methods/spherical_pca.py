@@ -13,14 +13,14 @@ References
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 import dask.array as da
 import numpy as np
 from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, TransformerMixin
-from sklearn.utils._param_validation import StrOptions
 
-from sphdist._validation import FloatDtype, Number
+from sphdist._validation import FloatDtype, Hidden, Number, StrOptions
 from sphdist.core import _device, graph, params, solver
 from sphdist.methods._base import EmbeddingMixin, SparseInput, SphereModel, fit_context
 
@@ -80,8 +80,9 @@ class SphericalPCA(
         :func:`sphdist.jobs.fit.fit_corpus`: every fit path is reproducible from its recorded
         parameters unless asked otherwise (a checkpointed fit must restart to the same
         iterates); pass None for a fresh draw from NumPy's global state.
-    init_n_iter : int, default 4
-        Power iterations of ``init="svd"``.
+    n_power_iter : int, default 4
+        Power iterations of ``init="svd"`` (``n_power_iter + 1`` passes over X; the name of
+        the angular methods and of :func:`dask.array.linalg.svd_compressed`).
     chunk_size : int, optional
         Samples per chunk for NumPy / SciPy input (dask input keeps its chunks); default
         :func:`sphdist.core.graph.default_chunk_size`.
@@ -105,6 +106,9 @@ class SphericalPCA(
         CUDA device, and computes them with cuSPARSE/cuBLAS
         (:func:`sphdist.core.kernels.pass_block`); the U-step, the objective and
         ``components_`` stay on the host in float64. ``init="svd"`` runs on the CPU.
+    init_n_iter : int, default "deprecated"
+        Old name of ``n_power_iter``; given, it is used in its place with a
+        ``FutureWarning``. Removed in the next release.
 
     The constraints of every parameter are those of :data:`sphdist.core.params.PARAMS`.
 
@@ -113,7 +117,7 @@ class SphericalPCA(
     components_ : ndarray of shape (n_components, n_features), float64
         ``U^T``; orthonormal rows.
     embedding_ : ndarray or dask array of shape (n_samples, n_components), of ``dtype``
-        ``V^T`` of the fit, unit rows (a dask array for dask input).
+        The training embedding ``V^T``, unit rows (a dask array for dask input).
     objective_ : ndarray of shape ``(n_iter_ + 1,)``, float64
         ``||X^T - U V||_F^2`` after initialisation and after every iteration.
     u_step_norm_, v_step_norm_ : ndarray of shape ``(n_iter_,)``, float64
@@ -147,7 +151,7 @@ class SphericalPCA(
         tol: float = _DEFAULT["tol"],
         init: str = _DEFAULT["init"],
         random_state: Any = _DEFAULT["random_state"],
-        init_n_iter: int = _DEFAULT["init_n_iter"],
+        n_power_iter: int = _DEFAULT["n_power_iter"],
         chunk_size: int | None = _DEFAULT["chunk_size"],
         split_every: int = _DEFAULT["split_every"],
         dtype: str = _DEFAULT["dtype"],
@@ -155,6 +159,7 @@ class SphericalPCA(
         partials: str = _DEFAULT["partials"],
         accelerate: bool = _DEFAULT["accelerate"],
         device: str = _DEFAULT["device"],
+        init_n_iter: Any = "deprecated",
     ):
         self.n_components = n_components
         self.lam = lam
@@ -163,7 +168,7 @@ class SphericalPCA(
         self.tol = tol
         self.init = init
         self.random_state = random_state
-        self.init_n_iter = init_n_iter
+        self.n_power_iter = n_power_iter
         self.chunk_size = chunk_size
         self.split_every = split_every
         self.dtype = dtype
@@ -171,8 +176,13 @@ class SphericalPCA(
         self.partials = partials
         self.accelerate = accelerate
         self.device = device
+        self.init_n_iter = init_n_iter
 
-    _parameter_constraints: dict = {name: _constraints(name) for name in params.PARAMS}
+    _parameter_constraints: dict = {
+        **{name: _constraints(name) for name in params.PARAMS},
+        # the old name of n_power_iter (sphdist.core.params.RENAMED), for one release
+        "init_n_iter": [*_constraints("n_power_iter"), Hidden(StrOptions({"deprecated"}))],
+    }
 
     _lazy_input = True
 
@@ -204,6 +214,13 @@ class SphericalPCA(
         _device.check_device(self.device)
         X = self._validate(X, reset=True)
         solver_params = {name: getattr(self, name) for name in params.SOLVER_PARAMS}
+        if self.init_n_iter != "deprecated":
+            warnings.warn(
+                "SphericalPCA: 'init_n_iter' was renamed 'n_power_iter' and is accepted until "
+                f"the next release; pass n_power_iter={self.init_n_iter!r}.", FutureWarning,
+                stacklevel=2,
+            )
+            solver_params["n_power_iter"] = self.init_n_iter
         Xc = graph.document_chunks(X, self.chunk_size)
         state = solver.fit(Xc, **solver_params)
         self.components_ = state.U_full.T

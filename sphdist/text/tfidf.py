@@ -19,9 +19,8 @@ import numpy as np
 import scipy.sparse as sp
 from sklearn.feature_extraction.text import CountVectorizer, HashingVectorizer
 from sklearn.preprocessing import normalize
-from sklearn.utils._param_validation import StrOptions
 
-from sphdist._validation import Number, at_least, validate
+from sphdist._validation import Number, StrOptions, at_least, validate
 from sphdist.errors import ParameterError, option
 from sphdist.text.defaults import DEFAULT_N_FEATURES, INGEST_DEFAULTS, MAX_FEATURES
 from sphdist.text.defaults import MAX_CHUNK_SIZE as MAX_CHUNK_SIZE  # for sphdist.text.ingest

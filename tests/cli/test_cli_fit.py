@@ -76,7 +76,7 @@ def test_fit_opens_and_validates_once(runner, corpus, connects, monkeypatch, tmp
     monkeypatch.setattr(params, "validate", counting_validate)
     result = _fit(runner, corpus, "-o", str(tmp_path / "m.zarr"), "-r", "2", "--max-iter", "2",
                   "--dtype", "float32", "--polar", "svd", "--partials", "dense",
-                  "--split-every", "3", "--init-n-iter", "1")
+                  "--split-every", "3", "--n-power-iter", "1")
     assert result.exit_code == 0, result.output
     assert opened == [corpus] and len(connects) == 1
     assert len(validated) == 1
@@ -86,7 +86,19 @@ def test_fit_opens_and_validates_once(runner, corpus, connects, monkeypatch, tmp
 
     stored = open_model(tmp_path / "m.zarr").params
     assert stored["dtype"] == "float32" and stored["split_every"] == 3
-    assert stored["init_n_iter"] == 1
+    assert stored["n_power_iter"] == 1
+
+
+def test_the_old_flag_init_n_iter_sets_n_power_iter_with_a_deprecation(runner, corpus,
+                                                                        connects, tmp_path):
+    from sphdist.io.model import open_model
+
+    result = _fit(runner, corpus, "-o", str(tmp_path / "m.zarr"), "-r", "2", "--max-iter", "1",
+                  "--init", "svd", "--init-n-iter", "2")
+    assert result.exit_code == 0, result.output
+    assert "'init_n_iter' is deprecated" in result.stderr and "--n-power-iter" in result.stderr
+    assert open_model(tmp_path / "m.zarr").params["n_power_iter"] == 2
+    assert "--init-n-iter" not in _fit(runner, corpus, "--help").output  # hidden
 
 
 # -- issue 22: Ctrl-C says where the fit stopped and how to go on --------------------------------

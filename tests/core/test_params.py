@@ -6,10 +6,9 @@ import inspect
 import click
 import numpy as np
 import pytest
-from sklearn.utils._param_validation import InvalidParameterError
 
 from sphdist import SphericalPCA
-from sphdist._validation import Number, describe, validated
+from sphdist._validation import InvalidParameterError, Number, describe, validated
 from sphdist.cli._common import param_type
 from sphdist.core import kernels, params, partials, solver
 from sphdist.errors import ParameterError
@@ -32,7 +31,7 @@ CASES = {
     "tol": [("0", 0.0, True), ("1e-4", 1e-4, True), ("-0.1", -0.1, False)],
     "init": [("svd", "svd", True), ("pca", "pca", False)],
     "random_state": [("0", 0, True), ("-5", -5, False)],
-    "init_n_iter": [("0", 0, True), ("-1", -1, False)],
+    "n_power_iter": [("0", 0, True), ("-1", -1, False)],
     "split_every": [("2", 2, True), ("1", 1, False)],
     "dtype": [("float32", "float32", True), ("int64", "int64", False)],
     "polar": [("gram", "gram", True), ("qr", "qr", False)],
@@ -122,7 +121,7 @@ def test_the_tables_validator_says_and_decides_what_scikit_learns_constraints_do
             constraints = _constraints(param.name)
         assert params.describe(param.spec) == describe(constraints), param.name
         for value in probes:
-            from sklearn.utils._param_validation import make_constraint
+            from sphdist._validation import make_constraint
 
             expected = any(make_constraint(c).is_satisfied_by(value) for c in constraints)
             assert params.accepts(param.spec, value) == expected, (param.name, value)
@@ -136,7 +135,7 @@ def test_the_table_imports_no_private_scikit_learn_module():
 def test_resume_keys_are_the_tables_rows_that_change_the_iterates():
     # written from the solver's docs: what changes U_0, the steps, or the summation order
     assert set(params.RESUME_PARAMS) == {
-        "n_components", "lam", "mu", "init", "random_state", "init_n_iter", "split_every",
+        "n_components", "lam", "mu", "init", "random_state", "n_power_iter", "split_every",
         "dtype", "polar", "accelerate"}
     assert job_params.RESUME_KEYS == (*params.RESUME_PARAMS, "init_from")
     assert not {"max_iter", "tol", "partials", "chunk_size"} & set(params.RESUME_PARAMS)
@@ -159,12 +158,15 @@ def test_config_is_built_once_with_the_tables_defaults():
 
 def test_estimator_constraints_and_defaults_are_the_tables():
     estimator = SphericalPCA()
-    names = list(estimator.get_params())
-    assert set(names) == set(params.PARAMS)
-    assert list(estimator._parameter_constraints) == list(params.PARAMS)
+    # the table's rows, and each old name of a renamed one for a release ("deprecated": unset)
+    assert list(estimator._parameter_constraints) == [*params.PARAMS, *params.RENAMED]
     for name, constraints in estimator._parameter_constraints.items():
-        assert describe(constraints) == params.describe(params.PARAMS[name].spec), name
-    assert estimator.get_params() == {name: params.PARAMS[name].default for name in names}
+        row = params.PARAMS[params.RENAMED.get(name, name)]
+        assert describe(constraints) == params.describe(row.spec), name
+    assert estimator.get_params() == {
+        **{name: param.default for name, param in params.PARAMS.items()},
+        **dict.fromkeys(params.RENAMED, "deprecated"),
+    }
 
 
 def test_fit_corpus_defaults_are_the_tables():
@@ -245,3 +247,38 @@ def test_solver_takes_a_built_config_and_checks_it_and_its_r():
         solver.fit(X, 2, config=config)
     with pytest.raises(TypeError, match="n_components"):
         solver.fit(X)
+
+
+# -- init_n_iter, the old name of n_power_iter, for one release ----------------------------------
+
+
+def test_old_name_init_n_iter_is_n_power_iter_with_a_future_warning(sync_scheduler):
+    assert params.RENAMED == {"init_n_iter": "n_power_iter"}
+    with pytest.warns(FutureWarning, match="'init_n_iter' was renamed 'n_power_iter'"):
+        config = params.FitConfig(n_components=2, init_n_iter=1)
+    assert config == params.FitConfig(n_components=2, n_power_iter=1)
+    with pytest.warns(FutureWarning, match="renamed n_power_iter"):
+        assert config.init_n_iter == 1
+    with pytest.warns(FutureWarning, match="'init_n_iter' was renamed"):
+        assert params.FitConfig.build(n_components=2, init_n_iter=3).n_power_iter == 3
+    with pytest.raises(TypeError, match="both 'init_n_iter' and 'n_power_iter'"):
+        params.FitConfig.build(n_components=2, init_n_iter=3, n_power_iter=3)
+    # the estimator: same fit as the new name, and a different one from the default
+    X = np.random.default_rng(0).random((30, 10))
+    kw = dict(n_components=3, init="svd", max_iter=2)
+    with pytest.warns(FutureWarning, match="pass n_power_iter=1"):
+        old = SphericalPCA(**kw, init_n_iter=1).fit(X)
+    new = SphericalPCA(**kw, n_power_iter=1).fit(X)
+    np.testing.assert_array_equal(old.components_, new.components_)
+    assert not np.array_equal(old.components_, SphericalPCA(**kw).fit(X).components_)
+    with pytest.raises(ParameterError, match="The 'init_n_iter' parameter of SphericalPCA"):
+        SphericalPCA(init_n_iter=-1).fit(X)
+
+
+def test_stored_params_with_an_old_name_are_read_under_the_new_one_silently():
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert params.current_names({"init": "svd", "init_n_iter": 2, "tol": 0.1}) == {
+            "init": "svd", "n_power_iter": 2, "tol": 0.1}

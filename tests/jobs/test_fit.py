@@ -61,6 +61,29 @@ def test_checkpoint_without_the_new_keys_resumes_with_their_defaults(corpus, tmp
     _same(fit_corpus(corpus.path, out, resume=True, callback=None, **KW), reference)
 
 
+def test_checkpoint_that_stored_the_old_name_init_n_iter_resumes_bitwise(corpus, tmp_path):
+    # n_power_iter was stored as init_n_iter before the rename (sphdist.core.params.RENAMED);
+    # a non-default value, so that reading the old key as missing (the default 4) would refuse
+    kw = {**KW, "init": "svd", "n_power_iter": 2}
+    reference = fit_corpus(corpus.path, tmp_path / "ref.zarr", callback=None, **kw)
+    out = tmp_path / "m.zarr"
+    fit_corpus(corpus.path, out, callback=None, **{**kw, "max_iter": 2})
+    group = zarr.open_group(str(out), mode="r+")  # as the code before the rename wrote it
+    attrs = dict(group.attrs)
+    attrs["params"] = {("init_n_iter" if k == "n_power_iter" else k): v
+                       for k, v in attrs["params"].items()}
+    group.attrs.put(attrs)
+    assert open_model(out).params["n_power_iter"] == 2
+    with pytest.raises(CheckpointMismatchError, match="n_power_iter: 2 -> 3"):
+        with prepare_fit(corpus.path, out, resume=True, **{**kw, "n_power_iter": 3}):
+            pass
+    resumed = fit_corpus(corpus.path, out, resume=True, callback=None, **kw)
+    _same(resumed, reference)
+    assert resumed.n_iter == reference.n_iter == KW["max_iter"]
+    stored = zarr.open_group(str(out), mode="r").attrs["params"]  # rewritten under the new name
+    assert stored["n_power_iter"] == 2 and "init_n_iter" not in stored
+
+
 def test_retry_resumes_its_own_checkpoint_without_reopening_the_input(
     corpus, tmp_path, monkeypatch
 ):
@@ -147,10 +170,10 @@ def test_palm_fit_resumed_from_its_checkpoint_is_bitwise_the_uninterrupted_one(
     _same(fit_corpus(corpus.path, out, resume=True, callback=None, **kw), reference)
 
 
-def _as_written_before_issue_29(out, nudge):
-    """The checkpoint at ``out`` as a version with accumulation chains wrote it: its params
-    record max_partials, and (``nudge``) its last objective is one ulp off this version's,
-    as a sum in another order gives."""
+def _as_written_by_the_chained_pass(out, nudge):
+    """The checkpoint at ``out`` as a version with accumulation chains (before issue 29) wrote
+    it: its params record max_partials, and (``nudge``) its last objective is one ulp off this
+    version's, as a sum in another order gives."""
     group = zarr.open_group(str(out), mode="r+")
     attrs = dict(group.attrs)
     attrs["params"] = {**attrs["params"], "max_partials": 8}
@@ -170,7 +193,7 @@ def test_a_checkpoint_of_the_chained_pass_is_refused_with_the_fit_to_start_again
     reference = fit_corpus(corpus.path, tmp_path / "ref.zarr", callback=None, **KW)
     out = tmp_path / "m.zarr"
     fit_corpus(corpus.path, out, callback=None, **{**KW, "max_iter": 2})
-    _as_written_before_issue_29(out, nudge=True)
+    _as_written_by_the_chained_pass(out, nudge=True)
     with pytest.raises(CheckpointMismatchError, match="earlier version of sphdist") as caught:
         fit_corpus(corpus.path, out, resume=True, callback=None, **KW)
     assert "max_partials=8" in str(caught.value) and "other data" not in str(caught.value)
@@ -183,7 +206,7 @@ def test_a_checkpoint_of_the_chained_pass_is_refused_with_the_fit_to_start_again
     assert open_model(out).n_iter == 2  # nothing written
     _same(fit_corpus(corpus.path, out, overwrite=True, callback=None, **KW), reference)
     fit_corpus(corpus.path, out, overwrite=True, callback=None, **{**KW, "max_iter": 2})
-    _as_written_before_issue_29(out, nudge=False)  # the same sums: it continues, bitwise
+    _as_written_by_the_chained_pass(out, nudge=False)  # the same sums: it continues, bitwise
     _same(fit_corpus(corpus.path, out, resume=True, callback=None, **KW), reference)
 
 
