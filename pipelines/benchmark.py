@@ -440,16 +440,19 @@ def _scaling_command(n_docs: int, threads: list[int], clusters: list[str], outpu
             f"{','.join(map(str, threads))} --clusters {','.join(clusters)} --output {output}")
 
 
-def _cpus_by_core() -> list[int]:
+def _cpus_by_core(cpus: list[int] | None = None,
+                  sysfs: Path = Path("/sys/devices/system/cpu")) -> list[int]:
     """The CPUs of this process, one of every physical core first, their hyperthread siblings after.
 
-    Read from ``/sys/devices/system/cpu/cpu*/topology`` (package and core ids); where that is
-    missing, the CPUs in number order. So n threads get n physical cores while there are
-    that many: two threads on ``cpu0`` and ``cpu1`` may otherwise share one core.
+    Read from ``sysfs/cpu*/topology`` (package and core ids); where that is missing, the CPUs
+    in number order. So n threads get n physical cores while there are that many: two threads
+    on ``cpu0`` and ``cpu1`` may otherwise share one core. ``cpus``: this process's affinity
+    unless given.
     """
-    cpus, seen, firsts, seconds = sorted(os.sched_getaffinity(0)), set(), [], []
+    cpus = sorted(os.sched_getaffinity(0) if cpus is None else cpus)
+    seen, firsts, seconds = set(), [], []
     for cpu in cpus:
-        topology = Path(f"/sys/devices/system/cpu/cpu{cpu}/topology")
+        topology = sysfs / f"cpu{cpu}" / "topology"
         try:
             core = tuple((topology / name).read_text().strip()
                          for name in ("physical_package_id", "core_id"))

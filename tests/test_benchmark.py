@@ -198,3 +198,16 @@ def test_scaling_table_speed_ups_and_the_rows_not_measured(tmp_path):
                        "--clusters 16x1 --output out")
     assert "same objective history, bitwise" in text and "a note" in text
     assert json.loads((tmp_path / "scaling.json").read_text())["runs"][1]["s_per_iter"] == 5.0
+
+
+def test_threads_go_to_distinct_physical_cores_before_hyperthread_siblings(tmp_path):
+    # two packages-worth of topology: cpu0/cpu1 share core 0, cpu2/cpu3 share core 1
+    for cpu, core in [(0, 0), (1, 0), (2, 1), (3, 1)]:
+        topology = tmp_path / f"cpu{cpu}" / "topology"
+        topology.mkdir(parents=True)
+        (topology / "physical_package_id").write_text("0\n")
+        (topology / "core_id").write_text(f"{core}\n")
+    assert benchmark._cpus_by_core([0, 1, 2, 3], tmp_path) == [0, 2, 1, 3]
+    assert benchmark._cpus_by_core([3, 1], tmp_path) == [1, 3]  # one CPU of each of two cores
+    # no topology to read: the CPUs in number order
+    assert benchmark._cpus_by_core([5, 4], tmp_path / "absent") == [4, 5]
