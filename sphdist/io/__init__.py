@@ -41,6 +41,7 @@ from sphdist.io._atomic import (
     open_target,
     output_lock,
     readable_path,
+    refuse_existing,
     remove,
     staging_path,
 )
@@ -61,7 +62,7 @@ from sphdist.io._fs import (
 
 __all__ = [
     "Target", "PosixTarget", "ObjectTarget", "open_target", "Output", "open_output",
-    "output_lock", "hold_output", "lock_holder", "CommitState", "commit_state",
+    "output_lock", "hold_output", "refuse_existing", "lock_holder", "CommitState", "commit_state",
     "committed", "commit_identity", "readable_path", "staging_path", "discard", "atomic_path",
     "location", "is_remote", "exists", "absolute", "join", "open_file", "load_array", "remove",
     "glob", "listing_command", "is_storage_failure", "storage_error", "parse_storage_option",

@@ -253,7 +253,7 @@ def _left_behind(target: Any, before: Any) -> str:
 @contextlib.contextmanager
 def hold_output(
     path: str | os.PathLike[str] | Target, *, kind: str | None = None,
-    inputs: Iterable[Any] = (),
+    inputs: Iterable[Any] = (), overwrite: bool | None = None,
 ) -> Iterator[Output]:
     """Hold the output ``path`` for a job's block (:func:`open_output`), saying what a Ctrl-C left.
 
@@ -269,6 +269,8 @@ def hold_output(
         What is written (see :func:`open_output`).
     inputs : iterable of path-like
         What the job reads, for the output policy.
+    overwrite : bool, optional
+        As :func:`open_output`: False refuses an output already there, under the lock.
 
     Yields
     ------
@@ -287,7 +289,7 @@ def hold_output(
     except Exception:  # a failing store: the writer says so; Ctrl-C then says less
         before = _UNKNOWN
     try:
-        with open_output(path, kind=kind, inputs=inputs) as output:
+        with open_output(path, kind=kind, inputs=inputs, overwrite=overwrite) as output:
             yield output
     except Interrupted:
         raise

@@ -123,28 +123,41 @@ def _elsewhere(path: Any, kind: str, beside: str, taken: Iterable[str] = ()) -> 
     return beside.rstrip("/") + "/" + f"{stem}-{uuid.uuid4().hex[:6]}{dot}{suffix}"
 
 
-def refuse_existing(path: str | os.PathLike[str] | Target) -> NoReturn:
+def refuse_existing(
+    path: str | os.PathLike[str] | Target, *, found: str = "", remedies: str = "",
+) -> NoReturn:
     """Refuse to replace the output at ``path`` without ``overwrite``: the one wording of it.
 
     Every writer that finds its output already there (and was not asked to replace it)
     raises this, through :func:`sphdist.io.open_output` (``overwrite=False``) or directly,
-    so the refusal reads the same whatever writes.
+    so the refusal reads the same whatever writes. A writer that knows more about what is
+    there (a fit: the checkpoint it could continue) says it in ``found`` and gives its own
+    remedies; choosing another output stays one of them.
 
     Parameters
     ----------
     path : path-like or Target
         The output, as the user named it (a Target: its path).
+    found : str, optional
+        What is there, in words, after ``already exists:`` (``"this fit, stopped at
+        iteration 3"``). Default: nothing more is said.
+    remedies : str, optional
+        What resolves the refusal, in words and structured remedies
+        (:func:`sphdist.errors.remedy`), which the interface renders. Default: another output,
+        or ``overwrite``.
 
     Raises
     ------
     OutputExistsError
-        Always; the message names ``path`` and the two remedies (another output, or
-        ``overwrite``).
+        Always; the message names ``path``, what is there (``found``) and the remedies
+        (``remedies``, then another output; or another output, or ``overwrite``).
     """
     named = path.path if isinstance(path, Target) else path
+    there = f"{named} already exists{': ' + found if found else ''}. To resolve this, "
+    if remedies:
+        raise OutputExistsError(f"{there}{remedies} (or choose another {option('output')}).")
     raise OutputExistsError(
-        f"{named} already exists. To resolve this, choose another {option('output')} or "
-        f"pass {option('overwrite', True)}."
+        f"{there}choose another {option('output')} or pass {option('overwrite', True)}."
     )
 
 
