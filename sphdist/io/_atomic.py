@@ -129,13 +129,7 @@ class Output:
             If the block of :func:`open_output` that gave this Output has ended (its lock was
             released), or the lock was lost (an expired lease); nothing is committed.
         """
-        if not self._held:
-            raise OutputLockedError(
-                f"{self.path} was not committed: its writer's hold on it ended (the lock was "
-                "released) before the commit, so another writer may be writing it. To "
-                "resolve this, write it again, holding it until the commit."
-            )
-        self._hold.check()
+        self._check_held("committed", "the commit")
         if staging in self._files:
             publish_file(staging, self.path)
         else:
@@ -145,12 +139,36 @@ class Output:
         """Remove an uncommitted staging tree or the scratch directory."""
         self.target.discard(path)
 
+    def _check_held(self, done: str, before: str) -> None:
+        """Raise OutputLockedError unless this writer still holds the output's lock."""
+        if not self._held:
+            raise OutputLockedError(
+                f"{self.path} was not {done}: its writer's hold on it ended (the lock was "
+                f"released) before {before}, so another writer may be writing it. To "
+                f"resolve this, write it again, holding it until {before}."
+            )
+        self._hold.check()
+
     def recover(self) -> None:
-        """Put back what an interrupted commit left."""
+        """Put back what an interrupted commit left, while this writer holds the output.
+
+        Raises
+        ------
+        OutputLockedError
+            If the hold has ended or was lost (as :meth:`commit`): nothing is moved.
+        """
+        self._check_held("recovered", "the recovery")
         self.target.recover()
 
     def remove_stale(self) -> None:
-        """Remove killed writers' staging trees and scratch (the lock proves them stale)."""
+        """Remove killed writers' staging trees and scratch (the lock proves them stale).
+
+        Raises
+        ------
+        OutputLockedError
+            If the hold has ended or was lost (as :meth:`commit`): nothing is removed.
+        """
+        self._check_held("cleaned", "the removal")
         self.target.remove_stale()
 
 

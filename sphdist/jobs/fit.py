@@ -685,8 +685,7 @@ def _checkpoint_to_resume(
     The output's interrupted commit put back and its checkpoint read, then
     :func:`decide_output`; a refusal is raised with its remedies (:func:`fit_remedy`).
     """
-    out.recover()  # this fit is the writer of the output: an interrupted commit put back
-    previous = load_checkpoint(out.path)
+    previous = load_checkpoint(out, recover=True)  # this fit is its writer: a commit put back
     decision = decide_output(previous, source.fingerprint, input, params, resume=resume,
                              overwrite=overwrite)
     if decision.error is None:

@@ -24,7 +24,7 @@ from sphdist.io import Output, open_output
 from sphdist.io.corpus_writer import CorpusWriter
 from sphdist.io.embedding import EmbeddingWriter, open_embedding, write_embedding_block
 from sphdist.io.index import open_index, write_index
-from sphdist.io.model import open_model, save_checkpoint
+from sphdist.io.model import load_checkpoint, open_model, save_checkpoint
 from sphdist.jobs.embedding import export_embedding
 from sphdist.jobs.neighbors import batch_neighbors, build_index, knn_graph, write_hits
 from sphdist.jobs.plotting import plot_convergence, plot_embedding, save_figure
@@ -286,3 +286,38 @@ def test_a_file_job_whose_hold_is_lost_commits_nothing(fitted, monkeypatch, job)
     with pytest.raises(OutputLockedError, match="the lease expired"):
         run("lost-" + name)
     assert not [n for n in os.listdir(".") if "lost-" in n]  # no file, temporary or lock
+
+
+def _interrupted(fitted, tmp_path):
+    """A copy of the fitted model as a commit interrupted between its renames left it."""
+    import shutil
+
+    out = tmp_path / "m.zarr"
+    shutil.copytree(fitted / "m.zarr", tmp_path / "m.zarr.old")
+    return out
+
+
+def test_a_checkpoint_is_recovered_through_the_output_its_writer_holds(fitted, tmp_path):
+    out = _interrupted(fitted, tmp_path)
+    with open_output(out) as held:
+        model = load_checkpoint(held, recover=True)
+    assert model.n_iter == open_model(fitted / "m.zarr").n_iter
+    assert sorted(os.listdir(tmp_path)) == ["m.zarr"]  # put back, the lock released
+
+
+def test_a_recovery_given_an_output_whose_block_ended_moves_nothing(fitted, tmp_path):
+    out = _interrupted(fitted, tmp_path)
+    with open_output(out) as held:
+        pass
+    with pytest.raises(OutputLockedError, match="m.zarr was not recovered"):
+        load_checkpoint(held, recover=True)
+    assert sorted(os.listdir(tmp_path)) == ["m.zarr.old"]
+
+
+def test_a_recovery_is_not_asked_of_a_path(fitted, tmp_path):
+    """Only the writer holding the output recovers it: a path opens no lock of its own."""
+    out = _interrupted(fitted, tmp_path)
+    with pytest.raises(TypeError, match="pass the Output it holds"):
+        load_checkpoint(out, recover=True)
+    assert sorted(os.listdir(tmp_path)) == ["m.zarr.old"]
+    assert load_checkpoint(out).n_iter == open_model(fitted / "m.zarr").n_iter  # read in place
