@@ -529,7 +529,7 @@ def _export(
         raise ParameterError(f"format={format!r}: expected one of {list(EXPORT_FORMATS)}.")
     if chunk_size < 1:
         raise ParameterError(f"chunk_size must be >= 1, got {chunk_size}.")
-    output = location(output)
+    output = held.path  # as named, normalised once (open_output)
     given = {"input": str(input)} if input is not None else {}
     format = output_format(output, format, EXPORT_SUFFIXES, redo=lambda fixed: remedy(Remedy(
         "export", {"model": str(model), **given, "output": str(fixed)})))

@@ -63,7 +63,6 @@ from sphdist.io import (
     Output,
     absolute,
     is_storage_failure,
-    location,
     open_output,
     refuse_existing,
     storage_error,
@@ -233,8 +232,8 @@ class Fit:
 
     @property
     def input(self) -> Path:
-        """The corpus."""
-        return location(self.plan.input)
+        """The corpus (normalised once, by :func:`plan_fit`)."""
+        return self.plan.input
 
     @property
     def output(self) -> Path:

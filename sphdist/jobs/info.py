@@ -302,9 +302,8 @@ def _vocabulary_refit(fitted: Model) -> str:
             recorded = None
         sources = [recorded] if isinstance(recorded, str) else list(recorded or [])
 
-    def vocab(path: Any) -> str:
-        path = location(path)
-        return str(path.with_name(path.name.removesuffix(".zarr") + ".vocab.zarr"))
+    def vocab(path: Any) -> str:  # a path or URL, as recorded
+        return str(path).removesuffix(".zarr") + ".vocab.zarr"
 
     new_corpus = vocab(corpus) if corpus else "CORPUS"
     r = fitted.params.get("n_components")

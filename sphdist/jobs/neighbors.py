@@ -624,7 +624,7 @@ def write_hits(
         (:func:`sphdist.jobs._outputs.output_format`).
     """
     if not isinstance(output, Output):  # a path: held for this call
-        fmt = _format(location(output), format)
+        fmt = _format(output, format)
         with open_output(output, kind="file", overwrite=overwrite) as held:
             return write_hits(columns, held, format=fmt, overwrite=overwrite)
     fmt = _format(output.path, format)
@@ -711,7 +711,6 @@ def _knn_graph(
                                       request.nprobe)
     # absolute here, once: the workers' working directories are their own
     model, input, output = task_path(model), task_path(input), task_path(output, output=True)
-    output = location(output)
     given = {"model": str(model), **({"input": str(input)} if input is not None else {})}
     fmt = _format(output, format, lambda fixed: remedy(Remedy(
         "neighbors", given, {"all": True, "k": k, "output": str(fixed)})))
@@ -1159,7 +1158,7 @@ def _batch_neighbors(
     queries, ids, k, include_self = (request.queries, request.ids, request.k,
                                      request.include_self)
     input, index, exact, nprobe = request.input, request.index, request.exact, request.nprobe
-    output = location(output)
+    output = held.path  # as named, normalised once (open_output)
     lines = queries if isinstance(queries, QueryLines) else None
     texts = list(queries.texts if lines is not None else queries)
     file = lines.path if lines is not None else "FILE"

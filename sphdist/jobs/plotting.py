@@ -71,7 +71,7 @@ def save_figure(fig: Any, output: Output | str | os.PathLike[str]) -> Path:
     FigureCanvasAgg(fig)
     with output.file() as staging:
         fig.savefig(staging, format=fmt, dpi=120, bbox_inches="tight")
-    return location(output.path)
+    return output.path
 
 
 def convergence_series(attrs: dict[str, Any]) -> dict[str, Any]:
@@ -216,7 +216,7 @@ def convergence_figure(model: str | os.PathLike[str] | Model) -> Any:
     axes[2].set_xlabel("iteration k")
     p = fitted.params
     fig.suptitle(
-        f"{location(fitted.path).name}: r={fitted.shape[1]}, lam={p.get('lam')}, mu={p.get('mu')}, "
+        f"{fitted.path.name}: r={fitted.shape[1]}, lam={p.get('lam')}, mu={p.get('mu')}, "
         f"{fitted.n_iter} iterations{' (converged)' if a.get('converged') else ''}",
         fontsize=10,
     )
