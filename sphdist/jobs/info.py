@@ -285,13 +285,28 @@ TOP_TERMS_BASIS = (
 )
 
 
+def _still_there(source: Any) -> bool:
+    """Whether a source a corpus recorded (a path, URL or glob pattern) names something now."""
+    import glob as local_glob
+
+    from sphdist.io import glob as url_glob
+    from sphdist.io import is_remote
+
+    try:
+        text = str(source)
+        return exists(text) or bool(url_glob(text) if is_remote(text)
+                                    else local_glob.glob(text))
+    except Exception:  # noqa: BLE001 - a hint for the remedy only; SOURCE is said instead
+        return False
+
+
 def _vocabulary_refit(fitted: Model) -> str:
     """The ingest with a vocabulary and the refit that give ``fitted``'s documents term names.
 
-    The documents are the sources its corpus recorded (``SOURCE`` when the corpus is gone or
-    recorded none); the new corpus and model are named beside the old ones
-    (``<name>.vocab.zarr``), which stay as they are. Rendered by the interface
-    (:func:`sphdist.errors.remedy`): commands on the command line, calls in Python.
+    The documents are the sources its corpus recorded (``SOURCE`` when the corpus is gone,
+    recorded none, or one of them is no longer there); the new corpus and model are named
+    beside the old ones (``<name>.vocab.zarr``), which stay as they are. Rendered by the
+    interface (:func:`sphdist.errors.remedy`): commands on the command line, calls in Python.
     """
     corpus = fitted.corpus.get("path")
     sources: list[str] = []
@@ -301,6 +316,8 @@ def _vocabulary_refit(fitted: Model) -> str:
         except Exception:  # noqa: BLE001 - a hint for the remedy only; SOURCE says what to put
             recorded = None
         sources = [recorded] if isinstance(recorded, str) else list(recorded or [])
+        if not all(map(_still_there, sources)):  # moved, or no file (synth records its name)
+            sources = []
 
     def vocab(path: Any) -> str:  # a path or URL, as recorded
         return str(path).removesuffix(".zarr") + ".vocab.zarr"

@@ -222,3 +222,23 @@ def test_top_terms_of_a_hashed_model_names_the_python_calls(fitted):
     message = str(info.value)
     assert "sphdist.text.ingest.ingest(" in message and "vocabulary=True" in message, message
     assert "sphdist.jobs.fit.fit_corpus(" in message and "--" not in message, message
+
+
+def test_top_terms_remedy_ingests_only_a_source_that_is_there(tmp_path, monkeypatch):
+    """A corpus drawn by synth records ``sphdist.text.synth``, which no ingest can read: the
+    remedy then says SOURCE, never a source that is not there; a recorded file that is
+    there is named."""
+    monkeypatch.chdir(tmp_path)
+    for args in (("synth", "--n-docs", 30, "--n-topics", 2, "--vocab-size", 30, "--format",
+                  "corpus", "--n-features", 64, "-o", "s.zarr"),
+                 ("synth", "--n-docs", 30, "--n-topics", 2, "--vocab-size", 30, "-o", "d.jsonl"),
+                 ("ingest", "d.jsonl", "--hashing", "--n-features", 64, "-o", "d.zarr"),
+                 ("fit", "-i", "s.zarr", "-o", "s.model.zarr", "-r", 2, "--max-iter", 2),
+                 ("fit", "-i", "d.zarr", "-o", "d.model.zarr", "-r", 2, "--max-iter", 2)):
+        result = _run("--quiet", *args)
+        assert result.exit_code == 0, result.output
+    for model, source in (("s.model.zarr", "SOURCE"), ("d.model.zarr", "d.jsonl")):
+        result = _run("info", "--model", model, "--top-terms", "3")
+        assert result.exit_code == 1
+        command = re.findall(r"`([^`]*)`", result.stderr)[-1].split()
+        assert command[:3] == ["sphdist", "ingest", source], result.stderr
