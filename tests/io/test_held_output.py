@@ -321,3 +321,29 @@ def test_a_recovery_is_not_asked_of_a_path(fitted, tmp_path):
         load_checkpoint(out, recover=True)
     assert sorted(os.listdir(tmp_path)) == ["m.zarr.old"]
     assert load_checkpoint(out).n_iter == open_model(fitted / "m.zarr").n_iter  # read in place
+
+
+def test_a_file_in_an_object_store_is_committed_through_its_output():
+    """One upload, at the commit, only while held; a file there is refused without overwrite
+    (an object store's file has no manifest: what is there is looked for, not a commit)."""
+    import uuid
+
+    from sphdist.errors import OutputExistsError
+    from sphdist.io import exists, open_file
+
+    bucket = f"memory://held-{uuid.uuid4().hex[:8]}"
+    with open_output(f"{bucket}/t.csv", kind="file") as out:
+        with out.file() as staging:
+            staging.write_text("a\n")
+            assert not exists(f"{bucket}/t.csv")  # nothing there before the commit
+    with open_file(f"{bucket}/t.csv") as f:
+        assert f.read() == b"a\n"
+    with pytest.raises(OutputExistsError, match="t.csv already exists"):
+        with open_output(f"{bucket}/t.csv", kind="file", overwrite=False):
+            pass
+    with open_output(f"{bucket}/u.csv", kind="file") as out:
+        pass
+    with pytest.raises(OutputLockedError, match="u.csv was not committed"):
+        with out.file() as staging:
+            staging.write_text("b\n")
+    assert not exists(f"{bucket}/u.csv")
