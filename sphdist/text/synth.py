@@ -45,7 +45,7 @@ import scipy.sparse as sp
 from sphdist._progress import progress as _progress
 from sphdist.core.params import Param, Range, validate
 from sphdist.errors import ParameterError
-from sphdist.io import Output, hold_output, location
+from sphdist.io import Output, exists, hold_output, location
 from sphdist.io._policy import refuse_existing
 
 if TYPE_CHECKING:
@@ -410,7 +410,8 @@ def _synth(
         options = TextOptions(vocabulary=bool(spec.vocabulary), n_features=spec.n_features)
     model = _Model(spec)
     output = held.path  # as named, normalised once (open_output)
-    if held.committed() and not overwrite:
+    there = held.committed() if format == "corpus" else exists(output)  # a file: no manifest
+    if there and not overwrite:
         refuse_existing(output)
     n_docs, n_topics, seed = spec.n_docs, spec.n_topics, spec.seed
     start = time.perf_counter()

@@ -126,3 +126,15 @@ def test_fit_refusal_renders_its_remedies_as_commands(stores, monkeypatch):
     assert "m.zarr already exists: " in line, line
     assert "sphdist fit " in line and "--overwrite" in line and "--output" in line, line
     assert "overwrite=True" not in line and "fit_corpus" not in line, line
+
+
+def test_synth_refuses_a_text_file_in_an_object_store_that_is_there():
+    """A JSON Lines file in an object store has no manifest: synth looks for the file."""
+    import uuid
+
+    url = f"memory://refusal-{uuid.uuid4().hex[:8]}/docs.jsonl"
+    synth(url, n_docs=5, n_topics=2, vocab_size=10)
+    with pytest.raises(OutputExistsError) as info:
+        synth(url, n_docs=6, n_topics=2, vocab_size=10)
+    assert str(info.value) == f"{url}{SENTENCE}"
+    synth(url, n_docs=6, n_topics=2, vocab_size=10, overwrite=True)  # asked: replaced
