@@ -10,7 +10,8 @@ manifest), each given its lock (``_lock.py``, ``_lease.py``: an ``flock``, a lea
 a writer holds its output with :func:`open_output` (``_atomic.py``: the lock, the staging
 location and the commit; one writer per output; the output policy in ``_policy.py``).
 :func:`open_stored` opens any stored kind, dispatching on its tag, through one safe-codec
-check; :func:`atomic_path` writes any single file atomically (``_files.py``: the single-file
+check; a held output's one file is written through :meth:`Output.file`, and
+:func:`atomic_path` writes a file no one holds atomically (``_files.py``: the single-file
 operations).
 
 This package exports what the other layers use; its underscored modules are its own.
@@ -35,12 +36,12 @@ from sphdist.io._atomic import (
     hold_output,
     load_array,
     lock_holder,
-    locks_output,
     open_file,
     open_output,
     open_target,
     output_lock,
     readable_path,
+    refuse_existing,
     remove,
     staging_path,
 )
@@ -61,7 +62,7 @@ from sphdist.io._fs import (
 
 __all__ = [
     "Target", "PosixTarget", "ObjectTarget", "open_target", "Output", "open_output",
-    "output_lock", "hold_output", "locks_output", "lock_holder", "CommitState", "commit_state",
+    "output_lock", "hold_output", "refuse_existing", "lock_holder", "CommitState", "commit_state",
     "committed", "commit_identity", "readable_path", "staging_path", "discard", "atomic_path",
     "location", "is_remote", "exists", "absolute", "join", "open_file", "load_array", "remove",
     "glob", "listing_command", "is_storage_failure", "storage_error", "parse_storage_option",

@@ -7,8 +7,10 @@ one of the two implementations of the versioned-store protocol
 written with :func:`~sphdist.io._files.atomic_path`.
 
 One writer: :func:`open_output` holds the output's lock for a block and gives an
-:class:`Output`, through which the writer stages, commits and cleans up; :func:`locks_output`
-does the same for a function that writes one output. Given what it writes (``kind``) and what
+:class:`Output`, through which the writer stages, commits (a store's version, or one file:
+:meth:`Output.file`) and cleans up; :func:`hold_output` does the same for a job's block and
+says what a Ctrl-C left. The job passes its Output down to its writer: :meth:`Output.commit`
+is the only commit of a held output. Given what it writes (``kind``) and what
 the command reads (``inputs``), :func:`open_output` applies the output policy once
 (:mod:`sphdist.io._policy`).
 """
@@ -16,15 +18,21 @@ the command reads (``inputs``), :func:`open_output` applies the output policy on
 from __future__ import annotations
 
 import contextlib
-import functools
-import inspect
 import os
-from collections.abc import Callable, Hashable, Iterable, Iterator
+from collections.abc import Hashable, Iterable, Iterator
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 from sphdist.errors import Interrupted, OutputLockedError
-from sphdist.io._files import atomic_path, exists, load_array, open_file, remove
+from sphdist.io._files import (
+    atomic_path,
+    exists,
+    load_array,
+    open_file,
+    publish_file,
+    remove,
+    staged_file,
+)
 from sphdist.io._fs import fsync_tree
 from sphdist.io._lock import Hold
 from sphdist.io._object import ObjectTarget
@@ -34,14 +42,12 @@ from sphdist.io._store import MANIFEST, CommitState, Target, open_target
 
 __all__ = [
     "Target", "PosixTarget", "ObjectTarget", "open_target", "Output", "open_output",
-    "output_lock", "hold_output", "locks_output", "lock_holder", "CommitState", "commit_state",
+    "output_lock", "hold_output", "lock_holder", "CommitState", "commit_state",
     "readable_path", "committed", "commit_identity", "staging_path", "discard", "atomic_path",
-    "fsync_tree", "MANIFEST", "exists", "open_file", "load_array", "remove",
+    "fsync_tree", "MANIFEST", "exists", "open_file", "load_array", "remove", "staged_file",
+    "publish_file",
     "check_output_place", "check_output_kind", "found_at", "refuse_existing",
 ]
-
-F = TypeVar("F", bound=Callable[..., Any])
-
 
 class Output:
     """A writer's hold on its output (:func:`open_output`): the lock, staging and the commit.
@@ -57,6 +63,7 @@ class Output:
     def __init__(self, target: Target, hold: Hold) -> None:
         self.target, self.path, self._hold = target, target.path, hold
         self._held = True  # until the block of open_output that gave it ends
+        self._files: set[Path] = set()  # what file() staged: committed as one file
 
     def committed(self) -> bool:
         """Whether a complete version is there (see :meth:`Target.committed`)."""
@@ -74,16 +81,47 @@ class Output:
         """The writer's scratch directory."""
         return self.target.scratch()
 
+    @contextlib.contextmanager
+    def file(self) -> Iterator[Path]:
+        """Write the output as one file (an export, a table, a figure), committed at the end.
+
+        The caller writes the complete file to the yielded path (by any means: ``savefig``,
+        ``np.save``, ``to_parquet``, ``open``); when the block ends normally it is committed
+        through :meth:`commit` (so only while this writer holds the output). If the block or
+        the commit raises, the temporary is removed and the output is as it was.
+
+        Yields
+        ------
+        pathlib.Path
+            A temporary file with the output's suffix (:func:`sphdist.io._files.staged_file`).
+
+        Raises
+        ------
+        OutputLockedError
+            As :meth:`commit`: nothing is committed.
+        OSError
+            If the block wrote nothing at the yielded path, or the rename (upload) fails.
+        """
+        with staged_file(self.path) as staging:
+            self._files.add(staging)
+            try:
+                yield staging
+                self.commit(staging)
+            finally:
+                self._files.discard(staging)
+
     def commit(self, staging: Path) -> None:
         """Commit ``staging``, unless this writer no longer holds the output's lock.
 
         The only commit of a writer that holds its output: the lock is checked here, just
-        before the commit.
+        before the commit. A file staged by :meth:`file` is published as the output's one
+        file (:func:`sphdist.io._files.publish_file`); anything else is a version of the
+        store (:meth:`Target.commit`).
 
         Parameters
         ----------
         staging : pathlib.Path or upath.UPath
-            What :meth:`staging` gave, complete.
+            What :meth:`staging` (or :meth:`file`) gave, complete.
 
         Raises
         ------
@@ -91,25 +129,46 @@ class Output:
             If the block of :func:`open_output` that gave this Output has ended (its lock was
             released), or the lock was lost (an expired lease); nothing is committed.
         """
-        if not self._held:
-            raise OutputLockedError(
-                f"{self.path} was not committed: its writer's hold on it ended (the lock was "
-                "released) before the commit, so another writer may be writing it. To "
-                "resolve this, write it again, holding it until the commit."
-            )
-        self._hold.check()
-        self.target.commit(staging)
+        self._check_held("committed", "the commit")
+        if staging in self._files:
+            publish_file(staging, self.path)
+        else:
+            self.target.commit(staging)
 
     def discard(self, path: Path) -> None:
         """Remove an uncommitted staging tree or the scratch directory."""
         self.target.discard(path)
 
+    def _check_held(self, done: str, before: str) -> None:
+        """Raise OutputLockedError unless this writer still holds the output's lock."""
+        if not self._held:
+            raise OutputLockedError(
+                f"{self.path} was not {done}: its writer's hold on it ended (the lock was "
+                f"released) before {before}, so another writer may be writing it. To "
+                f"resolve this, write it again, holding it until {before}."
+            )
+        self._hold.check()
+
     def recover(self) -> None:
-        """Put back what an interrupted commit left."""
+        """Put back what an interrupted commit left, while this writer holds the output.
+
+        Raises
+        ------
+        OutputLockedError
+            If the hold has ended or was lost (as :meth:`commit`): nothing is moved.
+        """
+        self._check_held("recovered", "the recovery")
         self.target.recover()
 
     def remove_stale(self) -> None:
-        """Remove killed writers' staging trees and scratch (the lock proves them stale)."""
+        """Remove killed writers' staging trees and scratch (the lock proves them stale).
+
+        Raises
+        ------
+        OutputLockedError
+            If the hold has ended or was lost (as :meth:`commit`): nothing is removed.
+        """
+        self._check_held("cleaned", "the removal")
         self.target.remove_stale()
 
 
@@ -172,8 +231,8 @@ def open_output(
     try:
         if kind is not None:
             check_output_kind(target, kind)
-        if overwrite is False and target.committed():
-            refuse_existing(target)
+        if overwrite is False and (exists(target.path) if kind == "file" else target.committed()):
+            refuse_existing(target)  # a file is no versioned store: no manifest to look for
         output = Output(target, hold)
         try:
             yield output
@@ -212,12 +271,13 @@ def _left_behind(target: Any, before: Any) -> str:
 @contextlib.contextmanager
 def hold_output(
     path: str | os.PathLike[str] | Target, *, kind: str | None = None,
-    inputs: Iterable[Any] = (),
+    inputs: Iterable[Any] = (), overwrite: bool | None = None,
 ) -> Iterator[Output]:
     """Hold the output ``path`` for a job's block (:func:`open_output`), saying what a Ctrl-C left.
 
-    What :func:`locks_output` does around a function, for a job that passes the
-    :class:`Output` it holds down to its writer (whose commit is then :meth:`Output.commit`).
+    For a job that passes the :class:`Output` it holds down to its writer (whose commit is
+    then :meth:`Output.commit`): the lock is taken before the job looks at the output
+    (whether it exists, ``overwrite``) and released after its commit, or its failure.
 
     Parameters
     ----------
@@ -227,6 +287,8 @@ def hold_output(
         What is written (see :func:`open_output`).
     inputs : iterable of path-like
         What the job reads, for the output policy.
+    overwrite : bool, optional
+        As :func:`open_output`: False refuses an output already there, under the lock.
 
     Yields
     ------
@@ -245,65 +307,12 @@ def hold_output(
     except Exception:  # a failing store: the writer says so; Ctrl-C then says less
         before = _UNKNOWN
     try:
-        with open_output(path, kind=kind, inputs=inputs) as output:
+        with open_output(path, kind=kind, inputs=inputs, overwrite=overwrite) as output:
             yield output
     except Interrupted:
         raise
     except KeyboardInterrupt as exc:
         raise Interrupted(_left_behind(path, before)) from exc
-
-
-def locks_output(
-    parameter: str = "output", *, kind: str | Callable[[dict[str, Any]], str] | None = None,
-    inputs: tuple[str, ...] | Callable[[dict[str, Any]], Iterable[Any]] = (),
-) -> Callable[[F], F]:
-    """Decorate a writer so that it holds its output (:func:`open_output`) throughout.
-
-    For the jobs that write one output (ingest, synth, transform, export): the lock is taken
-    before the function looks at the output (whether it exists, ``overwrite``) and released
-    after its commit, or its failure. A Ctrl-C (:class:`KeyboardInterrupt`) is raised again as
-    :class:`~sphdist.errors.Interrupted`, saying what is at the output: nothing was written
-    (an output is committed only when complete), unless the commit was done.
-
-    Parameters
-    ----------
-    parameter : str, default "output"
-        The name of the decorated function's argument that is the output path.
-    kind : str or callable, optional
-        What the function writes (see :func:`open_output`), or a function of its bound
-        arguments (defaults included) that says it; default: no output policy.
-    inputs : tuple of str or callable
-        The names of the function's arguments that are what it reads (paths, sequences of
-        paths, or objects with ``paths``), or a function of its bound arguments (defaults
-        included) that returns what it reads (for an argument that is a path only sometimes:
-        ``neighbors``' queries are texts or a file), for the output policy.
-
-    Returns
-    -------
-    callable
-        The decorator; the decorated function keeps its name, signature and docstring.
-    """
-
-    def decorate(function: F) -> F:
-        signature = inspect.signature(function)
-
-        @functools.wraps(function)
-        def locked(*args: Any, **kwargs: Any) -> Any:
-            try:
-                bound = signature.bind(*args, **kwargs)
-                target = bound.arguments[parameter]
-            except (TypeError, KeyError):  # the function's own TypeError says what is wrong
-                return function(*args, **kwargs)
-            bound.apply_defaults()
-            what = kind(bound.arguments) if callable(kind) else kind
-            read = (list(inputs(bound.arguments)) if callable(inputs)
-                    else [bound.arguments.get(name) for name in inputs])
-            with hold_output(target, kind=what, inputs=read):
-                return function(*args, **kwargs)
-
-        return locked  # type: ignore[return-value]
-
-    return decorate
 
 
 # -- one call on a path (for writers and readers that hold no Output) ------------------------

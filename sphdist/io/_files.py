@@ -20,19 +20,23 @@ from typing import Any
 
 from sphdist.io._fs import filesystem, fsync_directory, is_remote, location
 
-__all__ = ["atomic_path", "exists", "open_file", "load_array", "remove"]
+__all__ = [
+    "atomic_path", "staged_file", "publish_file", "exists", "open_file", "load_array", "remove",
+]
 
 
 @contextlib.contextmanager
 def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
-    """Write one file atomically: yield a temporary path, then publish it at ``path``.
+    """Write one file atomically, holding no lock: yield a temporary path, then publish it.
+
+    For a file no other writer can be writing (a pipeline's report). A writer of a sphdist
+    output holds it and writes through :meth:`sphdist.io.Output.file` instead, whose commit
+    is :meth:`sphdist.io.Output.commit` (the hold checked just before it).
 
     The caller writes the complete file to the yielded path (by any means: ``savefig``,
-    ``np.save``, ``to_parquet``, ``open``). On normal exit a local file is flushed to disk and
-    renamed onto ``path`` with :func:`os.replace` (atomic on POSIX), and the directory entry
-    is flushed; a URL is uploaded in one PUT. A reader therefore sees the previous complete
-    file or the new complete file, never a part. A local directory at ``path`` is replaced
-    through a commit. If the block raises, the temporary is removed, ``path`` is left as it
+    ``np.save``, ``to_parquet``, ``open``); on normal exit it is published at ``path``
+    (:func:`publish_file`), so a reader sees the previous complete file or the new complete
+    file, never a part. If the block raises, the temporary is removed, ``path`` is left as it
     was, and the exception propagates.
 
     Parameters
@@ -43,47 +47,88 @@ def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
     Yields
     ------
     pathlib.Path
-        Locally ``<dir>/.<name>.tmp-<random><suffix>``: same directory (hence the same
-        filesystem) and same suffix as ``path``, so writers that infer the format from the
-        suffix still do.
+        As :func:`staged_file`.
 
     Raises
     ------
     OSError
-        If the block wrote nothing at the yielded path, or the rename fails.
+        If the block wrote nothing at the yielded path, or the rename (upload) fails.
+    """
+    with staged_file(path) as tmp:
+        yield tmp
+        publish_file(tmp, path)
+
+
+@contextlib.contextmanager
+def staged_file(path: str | os.PathLike[str]) -> Iterator[Path]:
+    """A temporary file to write ``path``'s next version in; removed when the block ends.
+
+    Publishing it (:func:`publish_file`) is the caller's, inside the block: after the block
+    the temporary is gone whether it was published or not (a failure leaves ``path`` as it
+    was).
+
+    Parameters
+    ----------
+    path : path-like
+        The file to be written (local, or a URL).
+
+    Yields
+    ------
+    pathlib.Path
+        Locally ``<dir>/.<name>.tmp-<random><suffix>``: same directory (hence the same
+        filesystem) and same suffix as ``path``, so writers that infer the format from the
+        suffix still do. For a URL, a local file with the same suffix in a temporary
+        directory.
     """
     if is_remote(path):
-        with _uploaded(location(path)) as tmp:
-            yield tmp
+        with tempfile.TemporaryDirectory(prefix="sphdist-upload-") as folder:
+            yield Path(folder) / f"part{location(path).suffix}"
         return
     target = Path(path)
     tmp = target.with_name(f".{target.name}.tmp-{uuid.uuid4().hex[:12]}{target.suffix}")
     try:
         yield tmp
-        with open(tmp, "rb+") as fh:
-            os.fsync(fh.fileno())
-        if target.is_dir() and not target.is_symlink():
-            from sphdist.io._posix import PosixTarget
-
-            PosixTarget(target).commit(tmp)  # a file replacing a directory (an overwrite)
-        else:
-            os.replace(tmp, target)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    fsync_directory(target.parent)
+    finally:
+        tmp.unlink(missing_ok=True)  # published (renamed away), or not to be
 
 
-@contextlib.contextmanager
-def _uploaded(path: Path) -> Iterator[Path]:
-    """Yield a local temporary file; upload it to ``path`` in one PUT when the block ends."""
-    with tempfile.TemporaryDirectory(prefix="sphdist-upload-") as folder:
-        tmp = Path(folder) / f"part{path.suffix}"
-        yield tmp
+def publish_file(tmp: Path, path: str | os.PathLike[str]) -> None:
+    """Make the complete file ``tmp`` (from :func:`staged_file`) the file at ``path``, atomically.
+
+    A local file is flushed to disk and renamed onto ``path`` with :func:`os.replace` (atomic
+    on POSIX), and the directory entry is flushed; a local directory at ``path`` (an
+    overwrite) is replaced through a commit of :class:`~sphdist.io._posix.PosixTarget`. A URL
+    is uploaded in one PUT (or a multipart upload completed at its end).
+
+    Parameters
+    ----------
+    tmp : pathlib.Path
+        The written temporary.
+    path : path-like
+        The file it becomes.
+
+    Raises
+    ------
+    OSError
+        If nothing was written at ``tmp``, or the rename (upload) fails; ``path`` is then as
+        it was.
+    """
+    if is_remote(path):
         if not tmp.exists():
             raise OSError(f"{path}: nothing was written to upload")
-        fs, inner = filesystem(path)
+        fs, inner = filesystem(location(path))
         fs.put_file(str(tmp), inner)
+        return
+    target = Path(path)
+    with open(tmp, "rb+") as fh:
+        os.fsync(fh.fileno())
+    if target.is_dir() and not target.is_symlink():
+        from sphdist.io._posix import PosixTarget
+
+        PosixTarget(target).commit(tmp)  # a file replacing a directory (an overwrite)
+    else:
+        os.replace(tmp, target)
+    fsync_directory(target.parent)
 
 
 def exists(path: str | os.PathLike[str]) -> bool:

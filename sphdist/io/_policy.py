@@ -110,9 +110,10 @@ def _named_as(path: Any, key: str) -> str:
 
 def _elsewhere(path: Any, kind: str, beside: str, taken: Iterable[str] = ()) -> str:
     """Another output to suggest: the kind's usual name, or ``<stem>-2<suffix>``, in ``beside``."""
-    name = location(path).name
+    where = location(path)
+    name = where.name
     stem, dot, suffix = name.partition(".")
-    candidates = [_KINDS[kind][2] or (name if beside != str(location(path).parent) else ""),
+    candidates = [_KINDS[kind][2] or (name if beside != str(where.parent) else ""),
                   f"{stem}-2{dot}{suffix}", f"{stem}-new{dot}{suffix}"]
     taken = set(taken)
     for candidate in filter(None, candidates):
@@ -123,28 +124,41 @@ def _elsewhere(path: Any, kind: str, beside: str, taken: Iterable[str] = ()) -> 
     return beside.rstrip("/") + "/" + f"{stem}-{uuid.uuid4().hex[:6]}{dot}{suffix}"
 
 
-def refuse_existing(path: str | os.PathLike[str] | Target) -> NoReturn:
+def refuse_existing(
+    path: str | os.PathLike[str] | Target, *, found: str = "", remedies: str = "",
+) -> NoReturn:
     """Refuse to replace the output at ``path`` without ``overwrite``: the one wording of it.
 
     Every writer that finds its output already there (and was not asked to replace it)
     raises this, through :func:`sphdist.io.open_output` (``overwrite=False``) or directly,
-    so the refusal reads the same whatever writes.
+    so the refusal reads the same whatever writes. A writer that knows more about what is
+    there (a fit: the checkpoint it could continue) says it in ``found`` and gives its own
+    remedies; choosing another output stays one of them.
 
     Parameters
     ----------
     path : path-like or Target
         The output, as the user named it (a Target: its path).
+    found : str, optional
+        What is there, in words, after ``already exists:`` (``"this fit, stopped at
+        iteration 3"``). Default: nothing more is said.
+    remedies : str, optional
+        What resolves the refusal, in words and structured remedies
+        (:func:`sphdist.errors.remedy`), which the interface renders. Default: another output,
+        or ``overwrite``.
 
     Raises
     ------
     OutputExistsError
-        Always; the message names ``path`` and the two remedies (another output, or
-        ``overwrite``).
+        Always; the message names ``path``, what is there (``found``) and the remedies
+        (``remedies``, then another output; or another output, or ``overwrite``).
     """
     named = path.path if isinstance(path, Target) else path
+    there = f"{named} already exists{': ' + found if found else ''}. To resolve this, "
+    if remedies:
+        raise OutputExistsError(f"{there}{remedies} (or choose another {option('output')}).")
     raise OutputExistsError(
-        f"{named} already exists. To resolve this, choose another {option('output')} or "
-        f"pass {option('overwrite', True)}."
+        f"{there}choose another {option('output')} or pass {option('overwrite', True)}."
     )
 
 
@@ -180,10 +194,11 @@ def check_output_place(
     StorageError
         If the object store fails while its parents are looked at.
     """
-    name = location(path).name
+    where = location(path)  # once: the names below are all of it
+    name = where.name
     for suffix in _COMPANIONS:
         if name.endswith(suffix) and len(name) > len(suffix):
-            base = location(path).with_name(name[: -len(suffix)])
+            base = where.with_name(name[: -len(suffix)])
             raise ParameterError(
                 f"{path}: a name ending in {suffix} is where sphdist keeps the "
                 f"{_COMPANIONS[suffix]} of another output, {base}; writing there would break "
@@ -194,7 +209,7 @@ def check_output_place(
         raise ParameterError(
             f"{path}: a name holding .tmp- is where sphdist stages another output before "
             f"its commit (and removes it as debris). To resolve this, choose another name, "
-            f"e.g. {option('output', _elsewhere(path, kind, str(location(path).parent)))}."
+            f"e.g. {option('output', _elsewhere(path, kind, str(where.parent)))}."
         )
     _refuse_special_file(path, kind)
     key = _key(path)
@@ -207,7 +222,7 @@ def check_output_place(
             raise ParameterError(
                 f"{path} is also an input of this command{also}: a command never replaces "
                 f"what it reads. To resolve this, choose another {option('output')}, e.g. "
-                f"{option('output', _elsewhere(path, kind, str(location(path).parent), taken))}."
+                f"{option('output', _elsewhere(path, kind, str(where.parent), taken))}."
             )
         if _within(key, other):
             outside = os.path.dirname(other) if "://" not in other else other.rsplit("/", 1)[0]
@@ -244,6 +259,7 @@ def _refuse_special_file(path: Any, kind: str) -> None:
         mode = os.lstat(text).st_mode
     except OSError:
         return  # nothing there (or nothing to see): the writer says what is wrong
+    beside = str(location(text).parent)  # where another output is suggested
     if stat.S_ISLNK(mode):
         pointed = os.path.realpath(text)
         raise ParameterError(
@@ -251,7 +267,7 @@ def _refuse_special_file(path: Any, kind: str) -> None:
             f"which would replace the link, not write where it points. To resolve this, name "
             f"the place itself, e.g. {option('output', pointed)}, or another "
             f"{option('output')}, e.g. "
-            f"{option('output', _elsewhere(text, kind, str(location(text).parent)))}."
+            f"{option('output', _elsewhere(text, kind, beside))}."
         )
     what = ("a named pipe" if stat.S_ISFIFO(mode) else "a device"
             if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "a socket"
@@ -260,7 +276,7 @@ def _refuse_special_file(path: Any, kind: str) -> None:
         raise ParameterError(
             f"{text} is {what}: an output is written to a new file and renamed into place, "
             f"which would replace {what} rather than write into it. To resolve this, write a "
-            f"file, e.g. {option('output', _elsewhere(text, kind, str(location(text).parent)))}"
+            f"file, e.g. {option('output', _elsewhere(text, kind, beside))}"
             ", and copy it from there."
         )
 

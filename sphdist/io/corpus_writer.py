@@ -20,7 +20,6 @@ import zarr
 
 from sphdist.io._atomic import Output, open_output
 from sphdist.io._checked import content_sha256
-from sphdist.io._fs import location
 from sphdist.io._policy import refuse_existing
 from sphdist.io._zarr import WRITE_CONFIG, checksummed, json_clean, write_vector
 from sphdist.io.corpus import FORMAT_VERSION, KIND, Corpus, _chunk_key, data_fingerprint
@@ -147,13 +146,13 @@ class CorpusWriter:
         overwrite: bool = False,
     ):
         self._owned: Any = None
-        if not isinstance(output, Output):  # a path: held here, until the commit
-            self._owned = open_output(location(output))
+        if not isinstance(output, Output):  # a path: held here until the commit (or refused)
+            self._owned = open_output(output, overwrite=overwrite)
             output = self._owned.__enter__()
         self._output = output
         self.path = output.path
         try:
-            if output.committed() and not overwrite:
+            if output.committed() and not overwrite:  # a held output: looked at here
                 refuse_existing(self.path)
             self.n_features = int(n_features)
             self.feature_scheme = dict(feature_scheme)

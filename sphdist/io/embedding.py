@@ -41,7 +41,7 @@ from sphdist.io._checked import (
     require_written,
     warn_undigested,
 )
-from sphdist.io._fs import is_remote, location
+from sphdist.io._fs import is_remote
 from sphdist.io._tagged import TaggedStore
 from sphdist.io._zarr import (
     CHECKSUMMED,
@@ -108,7 +108,7 @@ class EmbeddingWriter:
     ):
         self._owned: Any = None
         if not isinstance(output, Output):  # a path: held here, until the commit
-            self._owned = open_output(location(output))
+            self._owned = open_output(output)
             output = self._owned.__enter__()
         self._output = output
         # absolute, once: the tasks that write the staging tree run in their own directories

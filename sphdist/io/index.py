@@ -174,7 +174,7 @@ def write_index(
     bytes of the table.
     """
     if not isinstance(out, Output):  # a path: held for this call
-        with open_output(location(out)) as held:
+        with open_output(out) as held:
             return write_index(held, data, attrs=attrs, ids=ids)
     data = np.ascontiguousarray(data, dtype=np.uint8).ravel()
     staging = out.staging()

@@ -51,16 +51,15 @@ driver. :meth:`Model.V` of a checkpoint says the fit stopped, with the fit that 
 Every write builds the whole group in a sibling staging directory and commits it with an atomic
 rename (:mod:`sphdist.io._posix`), after flushing every file and directory of the tree to disk:
 a crash at any instant, a power loss included, leaves the previous complete checkpoint (or
-none), never a torn one. A reader of a commit interrupted between its renames reads the
-previous version (``model.zarr.old``) in place and changes nothing; the next writer moves it
-back (:func:`save_checkpoint`, ``load_checkpoint(path, recover=True)``). In an object store
-(``s3://bucket/model.zarr``) the version is written under ``model.zarr/v-<id>/`` and committed
-by writing the manifest ``model.zarr/zarr.json`` last (one PUT); readers follow it, and the
-previous version is kept until the next commit for the readers that opened it. A reader racing
-a commit reads one version or says it "was replaced while reading; run it again"
-(:class:`~sphdist.io._tagged.TaggedStore`). The path
-must be one the driver and the workers share, a filesystem or an object store (V is written by
-the workers).
+none), never a torn one. A reader of a commit interrupted between its renames reads the previous
+version (``model.zarr.old``) in place and changes nothing; the next writer moves it back
+(:func:`save_checkpoint`, or ``load_checkpoint(out, recover=True)`` with the output it holds).
+In an object store (``s3://bucket/model.zarr``) the version is written under
+``model.zarr/v-<id>/`` and committed by writing the manifest ``model.zarr/zarr.json`` last (one
+PUT); readers follow it, and the previous version is kept until the next commit for the readers
+that opened it. A reader racing a commit reads one version or says it "was replaced while
+reading; run it again" (:class:`~sphdist.io._tagged.TaggedStore`). The path must be one the
+driver and the workers share, a filesystem or an object store (V is written by the workers).
 """
 
 from __future__ import annotations
@@ -78,7 +77,7 @@ from sphdist.errors import (
     Remedy,
     remedy,
 )
-from sphdist.io._atomic import open_output
+from sphdist.io._atomic import Output
 from sphdist.io._checked import warn_undigested
 from sphdist.io._model_writer import (
     FORMAT_VERSION,
@@ -495,20 +494,21 @@ def open_model(path: str | os.PathLike[str]) -> Model:
     return Model(path)
 
 
-def load_checkpoint(path: str | os.PathLike[str], *, recover: bool = False) -> Model | None:
+def load_checkpoint(
+    path: Output | str | os.PathLike[str], *, recover: bool = False,
+) -> Model | None:
     """The last complete checkpoint at ``path``, or None when there is none.
 
     Parameters
     ----------
-    path : path-like
-        The model directory given to :func:`save_checkpoint`.
+    path : Output or path-like
+        The model directory given to :func:`save_checkpoint`, or its writer's held output
+        (:func:`sphdist.io.open_output`).
     recover : bool, default False
         Move an interrupted commit's ``<path>.old`` back to ``path`` first
-        (:meth:`sphdist.io.Target.recover`). Only the writer of ``path`` (the fit
-        that will write the next checkpoint, holding the output) passes True; without it
-        nothing on disk changes. Recovery takes the output's lock
-        (:func:`sphdist.io.open_output`); a writer that holds it calls
-        :meth:`sphdist.io.Output.recover` instead.
+        (:meth:`sphdist.io.Output.recover`). Only the writer of ``path`` (the fit that will
+        write the next checkpoint) does, through the output it holds: ``path`` is then that
+        :class:`~sphdist.io.Output`. Without it nothing on disk changes.
 
     Returns
     -------
@@ -519,11 +519,21 @@ def load_checkpoint(path: str | os.PathLike[str], *, recover: bool = False) -> M
     ModelFormatError
         If something that is not a sphdist model is at ``path``.
     OutputLockedError
-        With ``recover``, if another process is writing ``path``.
+        With ``recover``, if the block of :func:`~sphdist.io.open_output` that gave ``path``
+        has ended (its lock released): nothing is moved.
+    TypeError
+        With ``recover``, if ``path`` is not a held :class:`~sphdist.io.Output`.
     """
-    if recover:
-        with open_output(path) as out:  # refused while another process writes path
-            out.recover()
+    if isinstance(path, Output):
+        if recover:
+            path.recover()  # refused if its hold ended
+        path = path.path
+    elif recover:
+        raise TypeError(
+            f"load_checkpoint({str(path)!r}, recover=True): only the writer holding the "
+            "output recovers it. To resolve this, pass the Output it holds "
+            "(with sphdist.io.open_output(path) as out: load_checkpoint(out, recover=True))."
+        )
     try:
         return Model(path)
     except InputNotFoundError:

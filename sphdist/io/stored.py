@@ -15,7 +15,6 @@ import zarr
 
 from sphdist.errors import ParameterError
 from sphdist.io._atomic import readable_path
-from sphdist.io._fs import location
 from sphdist.io._zarr import read_tag
 from sphdist.io.corpus import Corpus, DenseInput, open_input
 from sphdist.io.embedding import Embedding
@@ -49,7 +48,7 @@ def stored_kind(path: str | os.PathLike[str]) -> str | None:
         previous version (``<path>.old``), which the openers read in place.
     """
     try:
-        group = zarr.open_group(store=str(readable_path(location(path))), mode="r")
+        group = zarr.open_group(store=str(readable_path(path)), mode="r")
     except Exception:  # not a group: a dense array, or not zarr (the openers report it)
         return None
     return read_tag(group).get("kind")

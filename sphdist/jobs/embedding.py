@@ -14,6 +14,7 @@ the largest cosine ``v_i^T v_j``.
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import dataclasses
 import functools
@@ -36,17 +37,18 @@ from sphdist.errors import (
     remedy,
 )
 from sphdist.io import (
-    atomic_path,
+    Output,
     commit_state,
     committed,
     exists,
+    hold_output,
     location,
-    locks_output,
+    open_output,
     open_stored,
     stored_kind,
 )
 from sphdist.io._checked import ChunkedVector
-from sphdist.io._policy import check_output_kind, check_output_place, refuse_existing
+from sphdist.io._policy import refuse_existing
 from sphdist.io.model import Model, open_model
 from sphdist.jobs.info import check_roles, require_embedding
 
@@ -452,7 +454,6 @@ def _spans(n: int, size: int) -> list[tuple[int, int]]:
     return [(a, min(a + size, n)) for a in range(0, n, size)] or [(0, 0)]
 
 
-@locks_output("output", kind="file", inputs=("model", "input"))  # and its npy sidecar
 def export_embedding(
     model: str | os.PathLike[str],
     output: str | os.PathLike[str],
@@ -510,36 +511,49 @@ def export_embedding(
     Notes
     -----
     Written to a sibling staging file and renamed into place, so ``output`` is complete or
-    absent; for npy the sidecar is renamed first, then the array. Memory: one chunk,
+    absent; for npy the sidecar is renamed first, then the array. Both are held
+    (:func:`sphdist.io.hold_output`, the sidecar as a second output with the same policy)
+    until their commits, each through its :class:`~sphdist.io.Output`. Memory: one chunk,
     ``chunk_size * r * 8`` bytes.
     """
+    with hold_output(output, kind="file", inputs=(model, input)) as held:
+        return _export(held, model, output, format=format, input=input, overwrite=overwrite,
+                       chunk_size=chunk_size)
+
+
+def _export(
+    held: Output, model: str | os.PathLike[str], output: str | os.PathLike[str], *,
+    format: str | None, input: str | os.PathLike[str] | None, overwrite: bool,
+    chunk_size: int,
+) -> dict[str, Any]:
+    """:func:`export_embedding`, its output ``held`` (the file is committed through it)."""
     from sphdist.jobs._outputs import output_format
 
     if format is not None and format not in EXPORT_FORMATS:
         raise ParameterError(f"format={format!r}: expected one of {list(EXPORT_FORMATS)}.")
     if chunk_size < 1:
         raise ParameterError(f"chunk_size must be >= 1, got {chunk_size}.")
-    output = location(output)
+    output = held.path  # as named, normalised once (open_output)
     given = {"input": str(input)} if input is not None else {}
     format = output_format(output, format, EXPORT_SUFFIXES, redo=lambda fixed: remedy(Remedy(
         "export", {"model": str(model), **given, "output": str(fixed)})))
     sidecar = output.with_name(output.name.removesuffix(".npy") + ".ids.csv")
-    if format == "npy":  # a second output: the policy of the first (locks_output) applies
-        check_output_place(sidecar, "file", (model, input))
-        check_output_kind(sidecar, "file")
-    if not overwrite and (exists(output) or (format == "npy" and exists(sidecar))):
-        refuse_existing(output)
-    src = open_embedding_source(model, input, verb="export", rest={"output": str(output)})
-    open_model(model).U  # noqa: B018 - a damaged model is refused, as transform refuses it
-    r, n = src.V.shape
-    with atomic_path(output) as staging:
-        if format == "parquet":
-            _write_parquet(src, staging, chunk_size)
-        elif format == "csv":
-            _write_csv(src, staging, chunk_size)
-        else:
-            with atomic_path(sidecar) as side_staging:
-                _write_npy(src, staging, side_staging, chunk_size)
+    # npy: a second output, held with the policy of the first
+    with (open_output(sidecar, kind="file", inputs=(model, input)) if format == "npy"
+          else contextlib.nullcontext()) as side:
+        if not overwrite and (exists(output) or (side is not None and exists(sidecar))):
+            refuse_existing(output)
+        src = open_embedding_source(model, input, verb="export", rest={"output": str(output)})
+        open_model(model).U  # noqa: B018 - a damaged model is refused, as transform refuses it
+        r, n = src.V.shape
+        with held.file() as staging:
+            if format == "parquet":
+                _write_parquet(src, staging, chunk_size)
+            elif format == "csv":
+                _write_csv(src, staging, chunk_size)
+            else:
+                with side.file() as side_staging:
+                    _write_npy(src, staging, side_staging, chunk_size)
     result: dict[str, Any] = {
         "output": str(output), "format": format, "n_documents": int(n), "n_components": int(r),
     }

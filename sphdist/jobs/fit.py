@@ -63,8 +63,8 @@ from sphdist.io import (
     Output,
     absolute,
     is_storage_failure,
-    location,
     open_output,
+    refuse_existing,
     storage_error,
 )
 from sphdist.io.corpus import open_input
@@ -233,8 +233,8 @@ class Fit:
 
     @property
     def input(self) -> Path:
-        """The corpus."""
-        return location(self.plan.input)
+        """The corpus (normalised once, by :func:`plan_fit`)."""
+        return self.plan.input
 
     @property
     def output(self) -> Path:
@@ -685,8 +685,7 @@ def _checkpoint_to_resume(
     The output's interrupted commit put back and its checkpoint read, then
     :func:`decide_output`; a refusal is raised with its remedies (:func:`fit_remedy`).
     """
-    out.recover()  # this fit is the writer of the output: an interrupted commit put back
-    previous = load_checkpoint(out.path)
+    previous = load_checkpoint(out, recover=True)  # this fit is its writer: a commit put back
     decision = decide_output(previous, source.fingerprint, input, params, resume=resume,
                              overwrite=overwrite)
     if decision.error is None:
@@ -697,6 +696,8 @@ def _checkpoint_to_resume(
             overwrite=r.action == "overwrite", checkpoint_every=checkpoint_every, say=r.say,
         )) for r in decision.remedies
     )
+    if decision.error is OutputExistsError:  # the one wording, with the fit's remedies
+        refuse_existing(out.path, found=decision.found, remedies=remedies)
     raise decision.error(f"{out.path} {decision.found}. To resolve this, {remedies} "
                          f"(or choose another {option('output')}).")
 
@@ -739,7 +740,9 @@ class OutputDecision:
         The refusal's exception (:class:`~sphdist.errors.OutputExistsError`,
         :class:`~sphdist.errors.CheckpointMismatchError`); None unless refused.
     found : str
-        What is at the output, the message's words after its path.
+        What is at the output: the message's words after its path, or, for an
+        :class:`~sphdist.errors.OutputExistsError`, after ``already exists:``
+        (:func:`sphdist.io.refuse_existing` words that refusal).
     remedies : tuple of OutputRemedy
         The fits that resolve the refusal, the one nearest to what was asked first.
     """
@@ -811,19 +814,17 @@ def decide_output(
     if same_corpus and not changed:
         if not previous.converged and previous.n_iter < params["max_iter"]:
             return OutputDecision(
-                "refuse", OutputExistsError,
-                f"already exists: this fit, stopped at iteration {previous.n_iter}",
+                "refuse", OutputExistsError, f"this fit, stopped at iteration {previous.n_iter}",
                 (theirs("continue it"), asked("replace it")),
             )
         what = f"this fit, finished at iteration {previous.n_iter}"
         if not previous.converged:  # at its max_iter: more iterations would continue it
             what += (f" ({option('resume', True)} with a larger {option('max_iter')} "
                      "continues it)")
-        return OutputDecision("refuse", OutputExistsError, f"already exists: {what}",
-                              (asked("replace it"),))
+        return OutputDecision("refuse", OutputExistsError, what, (asked("replace it"),))
     what = (f"a fit with other parameters ({detail})" if same_corpus
             else f"a fit of {other_corpus.format('of')}")
-    return OutputDecision("refuse", OutputExistsError, f"already exists: {what}",
+    return OutputDecision("refuse", OutputExistsError, what,
                           (asked("replace it"), theirs("continue that fit")))
 
 

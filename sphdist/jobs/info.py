@@ -285,6 +285,53 @@ TOP_TERMS_BASIS = (
 )
 
 
+def _still_there(source: Any) -> bool:
+    """Whether a source a corpus recorded (a path, URL or glob pattern) names something now."""
+    import glob as local_glob
+
+    from sphdist.io import glob as url_glob
+    from sphdist.io import is_remote
+
+    try:
+        text = str(source)
+        return exists(text) or bool(url_glob(text) if is_remote(text)
+                                    else local_glob.glob(text))
+    except Exception:  # noqa: BLE001 - a hint for the remedy only; SOURCE is said instead
+        return False
+
+
+def _vocabulary_refit(fitted: Model) -> str:
+    """The ingest with a vocabulary and the refit that give ``fitted``'s documents term names.
+
+    The documents are the sources its corpus recorded (``SOURCE`` when the corpus is gone,
+    recorded none, or one of them is no longer there); the new corpus and model are named
+    beside the old ones (``<name>.vocab.zarr``), which stay as they are. Rendered by the
+    interface (:func:`sphdist.errors.remedy`): commands on the command line, calls in Python.
+    """
+    corpus = fitted.corpus.get("path")
+    sources: list[str] = []
+    if corpus:
+        try:
+            recorded = open_stored(corpus).attrs.get("source")
+        except Exception:  # noqa: BLE001 - a hint for the remedy only; SOURCE says what to put
+            recorded = None
+        sources = [recorded] if isinstance(recorded, str) else list(recorded or [])
+        if not all(map(_still_there, sources)):  # moved, or no file (synth records its name)
+            sources = []
+
+    def vocab(path: Any) -> str:  # a path or URL, as recorded
+        return str(path).removesuffix(".zarr") + ".vocab.zarr"
+
+    new_corpus = vocab(corpus) if corpus else "CORPUS"
+    r = fitted.params.get("n_components")
+    return remedy(
+        Remedy("ingest", {"source": sources or ["SOURCE"]},
+               {"vocabulary": True, "output": new_corpus}),
+        Remedy("fit", {"input": new_corpus, "output": vocab(fitted.path)},
+               {"n_components": r} if r else {}),
+    )
+
+
 def top_terms(model: str | os.PathLike[str], n_terms: int = 10) -> list[dict[str, Any]]:
     """The terms at the positive and the negative end of each component of a vocabulary-mode model.
 
@@ -330,7 +377,7 @@ def top_terms(model: str | os.PathLike[str], n_terms: int = 10) -> list[dict[str
         )
         raise DataError(
             f"{model}: top terms need a vocabulary-mode corpus, but {reason}. To resolve this, "
-            f"ingest with a vocabulary ({option('vocabulary', True)}) and refit."
+            f"ingest with a vocabulary and refit: {_vocabulary_refit(fitted)}."
         )
     U = fitted.U
     features = np.arange(U.shape[0])

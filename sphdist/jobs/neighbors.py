@@ -42,7 +42,7 @@ from sphdist.errors import (
     option,
     remedy,
 )
-from sphdist.io import Output, absolute, atomic_path, exists, hold_output, location, locks_output
+from sphdist.io import Output, absolute, exists, hold_output, location, open_output
 from sphdist.io._policy import refuse_existing
 from sphdist.io.index import index_kind, open_index, write_index
 from sphdist.io.model import Model, open_model
@@ -590,18 +590,18 @@ def _write_table(columns: dict[str, list[Any]], path: Path, fmt: str) -> None:
 
 
 def write_hits(
-    columns: dict[str, list[Any]], output: str | os.PathLike[str], *, format: str | None = None,
-    overwrite: bool = False,
+    columns: dict[str, list[Any]], output: Output | str | os.PathLike[str], *,
+    format: str | None = None, overwrite: bool = False,
 ) -> dict[str, Any]:
     """Write search results (from :func:`hits_table`) as Parquet or JSON Lines, atomically.
-
-    The caller holds the output (:func:`batch_neighbors` is decorated with
-    :func:`sphdist.io.locks_output`; the lock is not reentrant).
 
     Parameters
     ----------
     columns : dict of str to list
-    output : path-like
+    output : Output or path-like
+        The held table (:func:`sphdist.io.hold_output`: :func:`batch_neighbors` and
+        :func:`knn_graph` pass theirs), committed through :meth:`sphdist.io.Output.file`:
+        refused if its lock is no longer held. A path (or a URL): held for this call.
     format : {"parquet", "jsonl", "csv"}, optional
         Default: from the suffix of ``output`` (:data:`HIT_FORMATS`); given, it must agree
         with it.
@@ -616,22 +616,26 @@ def write_hits(
     ------
     OutputExistsError
         If ``output`` exists and ``overwrite`` is False.
+    OutputLockedError
+        If ``output``'s lock is no longer held (or, given a path, another writer holds it);
+        nothing is written.
     ParameterError
         If the suffix names another format than ``format``, or, without ``format``, none
         (:func:`sphdist.jobs._outputs.output_format`).
     """
-    output = location(output)
-    fmt = _format(output, format)
-    if not overwrite and exists(output):
-        refuse_existing(output)
-    with atomic_path(output) as staging:
+    if not isinstance(output, Output):  # a path: held for this call
+        fmt = _format(output, format)
+        with open_output(output, kind="file", overwrite=overwrite) as held:
+            return write_hits(columns, held, format=fmt, overwrite=overwrite)
+    fmt = _format(output.path, format)
+    if not overwrite and exists(output.path):
+        refuse_existing(output.path)
+    with output.file() as staging:
         _write_table(columns, staging, fmt)
-    return {"output": str(output), "format": fmt,
+    return {"output": str(output.path), "format": fmt,
             "n_rows": len(next(iter(columns.values()), []))}
 
 
-@locks_output("output", kind="file", inputs=lambda a: (
-    a["model"], _asked(a, "input"), _asked(a, "index")))
 def knn_graph(
     model: str | os.PathLike[str], output: str | os.PathLike[str],
     request: NeighborRequest | None = None, *, format: str | None = None,
@@ -681,8 +685,22 @@ def knn_graph(
     -----
     Computed by :func:`sphdist.core.graph.knn_graph` on the active Dask scheduler (this
     process' threads, or the cluster of the active client); the driver holds the (n, k)
-    results, ``16 n k`` bytes, never an n x n matrix.
+    results, ``16 n k`` bytes, never an n x n matrix. The output is held
+    (:func:`sphdist.io.hold_output`) before anything is read, until its commit.
     """
+    read = (model, _asked(request, fields, "input"), _asked(request, fields, "index"))
+    with hold_output(output, kind="file", inputs=read) as held:
+        return _knn_graph(held, model, output, request, format=format, overwrite=overwrite,
+                          query_chunk=query_chunk, connect=connect, **fields)
+
+
+def _knn_graph(
+    held: Output, model: str | os.PathLike[str], output: str | os.PathLike[str],
+    request: NeighborRequest | None, *, format: str | None, overwrite: bool,
+    query_chunk: int | None, connect: Callable[[], AbstractContextManager[Any]] | None,
+    **fields: Any,
+) -> dict[str, Any]:
+    """:func:`knn_graph`, its output ``held`` (the table is committed through it)."""
     import dask
 
     from sphdist.core import graph
@@ -693,7 +711,6 @@ def knn_graph(
                                       request.nprobe)
     # absolute here, once: the workers' working directories are their own
     model, input, output = task_path(model), task_path(input), task_path(output, output=True)
-    output = location(output)
     given = {"model": str(model), **({"input": str(input)} if input is not None else {})}
     fmt = _format(output, format, lambda fixed: remedy(Remedy(
         "neighbors", given, {"all": True, "k": k, "output": str(fixed)})))
@@ -723,7 +740,7 @@ def knn_graph(
     seconds = time.perf_counter() - start
     columns = hits_table(source, [str(d) for d in source.doc_ids], idx, cos,
                          source.label_strings(np.arange(source.n_documents)))
-    with atomic_path(output) as staging:
+    with held.file() as staging:
         _write_table(columns, staging, fmt)
     return {"output": str(output), "format": fmt, "n_rows": len(columns["rank"]),
             "n_documents": source.n_documents, "k": k,
@@ -868,12 +885,15 @@ def _request(request: NeighborRequest | None, fields: dict[str, Any], function: 
     return request
 
 
-def _asked(arguments: dict[str, Any], name: str) -> Any:
-    """A field of a job's request, from its bound arguments (for :func:`locks_output`)."""
-    request = arguments.get("request")
+def _asked(request: NeighborRequest | None, fields: dict[str, Any], name: str) -> Any:
+    """A field of a job's request, as given (a request, or its fields), not yet validated.
+
+    What the job reads, for the output policy of its hold (:func:`sphdist.io.hold_output`),
+    which is applied before the request is checked.
+    """
     if request is not None:
-        return getattr(request, name)
-    return (arguments.get("fields") or {}).get(name)
+        return getattr(request, name, None)
+    return fields.get(name)
 
 
 def queries_of(path: str | os.PathLike[str]) -> QueryLines:
@@ -1066,9 +1086,6 @@ def query_neighbors(
     return report
 
 
-@locks_output("output", kind="file", inputs=lambda a: (  # a queries file is read too
-    a["model"], _asked(a, "input"), _asked(a, "index"),
-    getattr(_asked(a, "queries"), "path", None)))
 def batch_neighbors(
     model: str | os.PathLike[str], output: str | os.PathLike[str],
     request: NeighborRequest | None = None, *, format: str | None = None,
@@ -1113,12 +1130,26 @@ def batch_neighbors(
         a request without ``queries`` or ``include_self`` without ``ids``
         (:class:`NeighborRequest`), an unknown ``on_error``; ``output`` is an input:
         the model, the embedding, the index or the queries file (:func:`queries_of`), before
-        anything is read (:func:`sphdist.io.locks_output`).
+        anything is read (the output is held, :func:`sphdist.io.hold_output`, until its
+        commit).
     DataError
         A query without a direction, a line that is not UTF-8 (``on_error="fail"``: the
         message names its line and the remedy).
     OutputExistsError, OutputLockedError, CorpusMismatchError, ModelFormatError
     """
+    read = (model, _asked(request, fields, "input"), _asked(request, fields, "index"),
+            getattr(_asked(request, fields, "queries"), "path", None))  # a queries file too
+    with hold_output(output, kind="file", inputs=read) as held:
+        return _batch_neighbors(held, model, output, request, format=format,
+                                overwrite=overwrite, on_error=on_error, **fields)
+
+
+def _batch_neighbors(
+    held: Output, model: str | os.PathLike[str], output: str | os.PathLike[str],
+    request: NeighborRequest | None, *, format: str | None, overwrite: bool, on_error: str,
+    **fields: Any,
+) -> dict[str, Any]:
+    """:func:`batch_neighbors`, its output ``held`` (the table is committed through it)."""
     from sphdist.jobs.embedding import embed_texts
 
     if on_error not in ON_ERROR:
@@ -1127,7 +1158,7 @@ def batch_neighbors(
     queries, ids, k, include_self = (request.queries, request.ids, request.k,
                                      request.include_self)
     input, index, exact, nprobe = request.input, request.index, request.exact, request.nprobe
-    output = location(output)
+    output = held.path  # as named, normalised once (open_output)
     lines = queries if isinstance(queries, QueryLines) else None
     texts = list(queries.texts if lines is not None else queries)
     file = lines.path if lines is not None else "FILE"
@@ -1171,7 +1202,7 @@ def batch_neighbors(
     start = time.perf_counter()
     idx, cos = search(source, Q, k, index=found, exclude=exclude)
     seconds = time.perf_counter() - start
-    result = write_hits(hits_table(source, kept, idx, cos, query_labels), output, format=fmt,
+    result = write_hits(hits_table(source, kept, idx, cos, query_labels), held, format=fmt,
                         overwrite=overwrite)
     return {**result, "n_queries": len(kept), "k": k,
             "index": None if path is None else str(path), "seconds": seconds,

@@ -14,14 +14,14 @@ from typing import Any
 import numpy as np
 
 from sphdist.errors import ParameterError
-from sphdist.io import atomic_path, location, locks_output
+from sphdist.io import Output, hold_output, location, open_output
 from sphdist.io.model import Model, open_model
 from sphdist.jobs.embedding import open_embedding_source
 from sphdist.jobs.info import plural, shown_objective
 
 __all__ = [
     "convergence_series", "plot_convergence", "convergence_figure", "plot_embedding",
-    "embedding_figure", "sample_documents", "PLOT_SUFFIXES",
+    "embedding_figure", "sample_documents", "save_figure", "PLOT_SUFFIXES",
 ]
 
 
@@ -36,15 +36,42 @@ def _format(output: str | os.PathLike[str]) -> str:
     return output_format(output, None, PLOT_SUFFIXES)
 
 
-def _save(fig: Any, output: str | os.PathLike[str]) -> Path:
+def save_figure(fig: Any, output: Output | str | os.PathLike[str]) -> Path:
+    """Write ``fig`` to ``output`` in the format its suffix names, atomically.
+
+    Parameters
+    ----------
+    fig : matplotlib.figure.Figure
+        Drawn on the Agg canvas here (no display, no ``pyplot``), at 120 dpi.
+    output : Output or path-like
+        The held figure (:func:`sphdist.io.hold_output`), committed through
+        :meth:`sphdist.io.Output.file`: refused if its lock is no longer held. A path (or a
+        URL): held for this call.
+
+    Returns
+    -------
+    pathlib.Path or upath.UPath
+        The figure written.
+
+    Raises
+    ------
+    ParameterError
+        For a suffix that names none of :data:`PLOT_SUFFIXES`.
+    OutputLockedError
+        If ``output``'s lock is no longer held (or, given a path, another writer holds it);
+        nothing is written.
+    """
     from matplotlib.backends.backend_agg import FigureCanvasAgg
 
-    fmt = _format(output)
-    output = location(output)
+    if not isinstance(output, Output):  # a path: held for this call
+        _format(output)
+        with open_output(output, kind="file") as held:
+            return save_figure(fig, held)
+    fmt = _format(output.path)
     FigureCanvasAgg(fig)
-    with atomic_path(output) as staging:
+    with output.file() as staging:
         fig.savefig(staging, format=fmt, dpi=120, bbox_inches="tight")
-    return output
+    return output.path
 
 
 def convergence_series(attrs: dict[str, Any]) -> dict[str, Any]:
@@ -83,7 +110,6 @@ def convergence_series(attrs: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-@locks_output("output", kind="file", inputs=("model",))
 def plot_convergence(model: str | os.PathLike[str], output: str | os.PathLike[str]) -> Path:
     """Objective gap, step norms and relative change per iteration (Liu et al. 2019, Fig. 3).
 
@@ -108,9 +134,13 @@ def plot_convergence(model: str | os.PathLike[str], output: str | os.PathLike[st
         For a missing or unreadable model.
     ParameterError
         For a suffix of ``output`` that names none of the formats (before the model is read).
+    OutputLockedError
+        If another writer holds ``output``; the output is held (:func:`sphdist.io.hold_output`)
+        before the model is read, until its commit.
     """
-    _format(output)  # a suffix that names no format is refused before the figure is drawn
-    return _save(convergence_figure(model), output)
+    with hold_output(output, kind="file", inputs=(model,)) as held:
+        _format(output)  # a suffix that names no format is refused before the figure is drawn
+        return save_figure(convergence_figure(model), held)
 
 
 def convergence_figure(model: str | os.PathLike[str] | Model) -> Any:
@@ -186,7 +216,7 @@ def convergence_figure(model: str | os.PathLike[str] | Model) -> Any:
     axes[2].set_xlabel("iteration k")
     p = fitted.params
     fig.suptitle(
-        f"{location(fitted.path).name}: r={fitted.shape[1]}, lam={p.get('lam')}, mu={p.get('mu')}, "
+        f"{fitted.path.name}: r={fitted.shape[1]}, lam={p.get('lam')}, mu={p.get('mu')}, "
         f"{fitted.n_iter} iterations{' (converged)' if a.get('converged') else ''}",
         fontsize=10,
     )
@@ -289,7 +319,6 @@ def sample_documents(n: int, max_points: int, seed: int = 0) -> np.ndarray:
     return np.sort(rng.choice(n, size=max_points, replace=False)).astype(np.int64)
 
 
-@locks_output("output", kind="file", inputs=("model", "input"))
 def plot_embedding(
     model: str | os.PathLike[str],
     output: str | os.PathLike[str],
@@ -303,11 +332,14 @@ def plot_embedding(
     The figure of :func:`embedding_figure`, saved atomically to ``output`` in the format its
     suffix names (:data:`PLOT_SUFFIXES`); the parameters, the returned dict and the errors are
     that function's, and a :class:`~sphdist.errors.ParameterError` for a suffix that names
-    none of those formats, raised before anything is read.
+    none of those formats, raised before anything is read. The output is held
+    (:func:`sphdist.io.hold_output`) before anything is read, until its commit.
     """
-    _format(output)  # a suffix that names no format is refused before the figure is drawn
-    fig, result = embedding_figure(model, output, input=input, max_points=max_points, seed=seed)
-    _save(fig, output)
+    with hold_output(output, kind="file", inputs=(model, input)) as held:
+        _format(output)  # a suffix that names no format is refused before the figure is drawn
+        fig, result = embedding_figure(model, output, input=input, max_points=max_points,
+                                       seed=seed)
+        save_figure(fig, held)
     return result
 
 

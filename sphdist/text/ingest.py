@@ -57,7 +57,6 @@ from sphdist.errors import (
 )
 from sphdist.io import (
     Output,
-    committed,
     discard,
     exists,
     hold_output,
@@ -65,7 +64,6 @@ from sphdist.io import (
     join,
     location,
     open_file,
-    staging_path,
 )
 from sphdist.io._policy import refuse_existing
 from sphdist.io.corpus import Corpus
@@ -538,8 +536,8 @@ def _ingest(
         if not options.vocabulary:
             _check_feature_memory(options.n_features)
     given["remove_headers"] = bool(remove) and not (like is not None and inherit_remove)
-    output = location(output)
-    if committed(output) and not overwrite:  # fail before reading a large source
+    output = held.path  # as named, normalised once (open_output)
+    if held.committed() and not overwrite:  # fail before reading a large source
         refuse_existing(output)
     reading = source.reading()
     src = plan(paths, format=source.format, reading=reading, partition_size=partition_size,
@@ -561,7 +559,8 @@ def _ingest(
         raise src.unreadable[0].error()
     held.remove_stale()  # an interrupted ingest's staging and spilled counts:
     # this one holds the output's lock, which proves them stale
-    spill = location(f"{staging_path(output)}-spill")
+    staging = held.staging()  # a fresh name of the held output's: its spilled counts' too
+    spill = staging.with_name(f"{staging.name}-spill")
     with _scheduler(src, output) as pool, _scratch(spill) as spill_dir:
         scheduler, workers = pool.scheduler, pool.workers
         run = _in_order(2 * workers, pool.settle, pool.executor)

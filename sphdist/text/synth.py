@@ -45,7 +45,7 @@ import scipy.sparse as sp
 from sphdist._progress import progress as _progress
 from sphdist.core.params import Param, Range, validate
 from sphdist.errors import ParameterError
-from sphdist.io import Output, atomic_path, committed, hold_output, location
+from sphdist.io import Output, exists, hold_output, location
 from sphdist.io._policy import refuse_existing
 
 if TYPE_CHECKING:
@@ -409,8 +409,9 @@ def _synth(
 
         options = TextOptions(vocabulary=bool(spec.vocabulary), n_features=spec.n_features)
     model = _Model(spec)
-    output = location(output)
-    if committed(output) and not overwrite:
+    output = held.path  # as named, normalised once (open_output)
+    there = held.committed() if format == "corpus" else exists(output)  # a file: no manifest
+    if there and not overwrite:
         refuse_existing(output)
     n_docs, n_topics, seed = spec.n_docs, spec.n_topics, spec.seed
     start = time.perf_counter()
@@ -419,7 +420,7 @@ def _synth(
     width = len(str(n_docs - 1))
     label_width = len(str(n_topics - 1))
     if format in ("jsonl", "csv"):
-        n_tokens, nnz = _write_text(output, model, words, chunks, width, label_width, progress,
+        n_tokens, nnz = _write_text(held, model, words, chunks, width, label_width, progress,
                                     csv=format == "csv")
     else:
         n_tokens, nnz = _write_corpus(held, model, words, chunks, width, label_width, options,
@@ -434,17 +435,20 @@ def _doc_ids(lo: int, hi: int, width: int) -> list[str]:
     return [f"doc{i:0{width}d}" for i in range(lo, hi)]
 
 
-def _write_text(output, model, words, chunks, width, label_width, progress, csv=False):
-    """JSON Lines, or CSV (the words and ids need no quoting: ASCII letters and digits)."""
+def _write_text(held, model, words, chunks, width, label_width, progress, csv=False):
+    """JSON Lines, or CSV, as one file committed through ``held`` (:meth:`Output.file`).
+
+    The words and ids need no quoting: ASCII letters and digits.
+    """
     encoded = [w.encode("ascii") + b" " for w in words.tolist()]
     lens = np.array([len(w) for w in encoded], dtype=np.int64)
     offsets = np.concatenate([[0], np.cumsum(lens)])
     buffer = np.frombuffer(b"".join(encoded), dtype=np.uint8)
-    opener = gzip.open if output.name.endswith(".gz") else open
+    opener = gzip.open if held.path.name.endswith(".gz") else open
     n_tokens = nnz = 0
     line = (b"doc%0*d,topic%0*d,%s\n" if csv else
             b'{"id": "doc%0*d", "label": "topic%0*d", "text": "%s"}\n')
-    with atomic_path(output) as staging:
+    with held.file() as staging:
         with opener(staging, "wb", **({"compresslevel": 1} if opener is gzip.open else {})) as f, \
                 _progress(chunks[-1][2], "synth", mode=progress) as bar:
             if csv:

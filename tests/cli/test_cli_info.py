@@ -1,6 +1,7 @@
 """``sphdist info``: corpus, model (checkpoint state, histories), embedding, top terms."""
 
 import json
+import re
 
 import numpy as np
 import pytest
@@ -189,3 +190,55 @@ def test_info_of_a_checkpoint_without_v_does_not_claim_a_v(fitted, tmp_path):
     # a finished model holds V, and says so
     assert json.loads(_run("info", finished.path, "--json").stdout)["has_embedding"] is True
     assert f"U {M} x {R}, V {R} x {N}" in _run("info", finished.path).stdout
+
+
+def test_top_terms_of_a_hashed_model_says_the_commands_that_give_it_a_vocabulary(fitted):
+    """The remedy is a pasteable command line (an ingest with --vocabulary, then the refit),
+    not a bare flag: ``(--vocabulary)`` alone once replaced ``sphdist ingest --vocabulary``."""
+    corpus, model = fitted["hashed"]
+    result = _run("info", "--model", model.path, "--top-terms", "3")
+    assert result.exit_code == 1
+    line = result.stderr.strip().splitlines()[-1]
+    assert "(--vocabulary)" not in line, line
+    commands = re.findall(r"`([^`]*)`", line)
+    assert commands, line
+    ingest, fit = (c.split() for c in commands[-1].split(" && "))
+    assert ingest[:2] == ["sphdist", "ingest"] and "--vocabulary" in ingest, line
+    assert fit[:2] == ["sphdist", "fit"], line
+    new_corpus = ingest[ingest.index("--output") + 1]
+    assert fit[fit.index("--input") + 1] == new_corpus, line  # the refit reads the new corpus
+    assert new_corpus != str(corpus.path), line  # and replaces neither store it read
+    assert fit[fit.index("--output") + 1] != str(model.path), line
+    assert "TextSpec(" not in line and "fit_corpus" not in line, line  # the CLI's words
+
+
+def test_top_terms_of_a_hashed_model_names_the_python_calls(fitted):
+    from sphdist.errors import DataError
+    from sphdist.jobs.info import top_terms
+
+    _, model = fitted["hashed"]
+    with pytest.raises(DataError) as info:
+        top_terms(model.path, 3)
+    message = str(info.value)
+    assert "sphdist.text.ingest.ingest(" in message and "vocabulary=True" in message, message
+    assert "sphdist.jobs.fit.fit_corpus(" in message and "--" not in message, message
+
+
+def test_top_terms_remedy_ingests_only_a_source_that_is_there(tmp_path, monkeypatch):
+    """A corpus drawn by synth records ``sphdist.text.synth``, which no ingest can read: the
+    remedy then says SOURCE, never a source that is not there; a recorded file that is
+    there is named."""
+    monkeypatch.chdir(tmp_path)
+    for args in (("synth", "--n-docs", 30, "--n-topics", 2, "--vocab-size", 30, "--format",
+                  "corpus", "--n-features", 64, "-o", "s.zarr"),
+                 ("synth", "--n-docs", 30, "--n-topics", 2, "--vocab-size", 30, "-o", "d.jsonl"),
+                 ("ingest", "d.jsonl", "--hashing", "--n-features", 64, "-o", "d.zarr"),
+                 ("fit", "-i", "s.zarr", "-o", "s.model.zarr", "-r", 2, "--max-iter", 2),
+                 ("fit", "-i", "d.zarr", "-o", "d.model.zarr", "-r", 2, "--max-iter", 2)):
+        result = _run("--quiet", *args)
+        assert result.exit_code == 0, result.output
+    for model, source in (("s.model.zarr", "SOURCE"), ("d.model.zarr", "d.jsonl")):
+        result = _run("info", "--model", model, "--top-terms", "3")
+        assert result.exit_code == 1
+        command = re.findall(r"`([^`]*)`", result.stderr)[-1].split()
+        assert command[:3] == ["sphdist", "ingest", source], result.stderr

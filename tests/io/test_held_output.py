@@ -4,7 +4,9 @@ A writer handed an :class:`~sphdist.io.Output` commits through it, so the hold i
 just before the commit: an Output whose block has ended (its lock released), or whose lock
 was lost, commits nothing. ``transform`` passes its held output down to the embedding writer,
 ``fit`` to :func:`~sphdist.io.model.save_checkpoint`, ``index`` to
-:func:`~sphdist.io.index.write_index`, ``ingest`` and ``synth`` to the corpus writer.
+:func:`~sphdist.io.index.write_index`, ``ingest`` and ``synth`` to the corpus writer; the jobs
+that write one file (export, neighbours' tables, figures, synth's texts) commit it through
+:meth:`~sphdist.io.Output.file`.
 """
 
 from __future__ import annotations
@@ -22,9 +24,12 @@ from sphdist.io import Output, open_output
 from sphdist.io.corpus_writer import CorpusWriter
 from sphdist.io.embedding import EmbeddingWriter, open_embedding, write_embedding_block
 from sphdist.io.index import open_index, write_index
-from sphdist.io.model import open_model, save_checkpoint
-from sphdist.jobs.neighbors import build_index
+from sphdist.io.model import load_checkpoint, open_model, save_checkpoint
+from sphdist.jobs.embedding import export_embedding
+from sphdist.jobs.neighbors import batch_neighbors, build_index, knn_graph, write_hits
+from sphdist.jobs.plotting import plot_convergence, plot_embedding, save_figure
 from sphdist.jobs.transform import transform_corpus
+from sphdist.text.synth import synth
 
 N, R = 6, 2
 
@@ -207,3 +212,138 @@ def test_ingest_and_synth_commit_through_the_output_they_hold(fitted, monkeypatc
     result = CliRunner().invoke(main, ["--quiet", *map(str, args)])
     assert result.exit_code == 0, result.output
     assert commits == [args[-1]]
+
+
+def test_a_file_given_an_output_whose_block_ended_commits_nothing(tmp_path):
+    with open_output(tmp_path / "t.csv") as out:
+        pass
+    with pytest.raises(OutputLockedError, match="t.csv was not committed"):
+        with out.file() as staging:
+            staging.write_text("a\n")
+    assert os.listdir(tmp_path) == []  # nothing committed, the temporary removed
+
+
+def test_hits_given_an_output_whose_block_ended_commit_nothing(tmp_path):
+    with open_output(tmp_path / "h.csv") as out:
+        pass
+    with pytest.raises(OutputLockedError, match="h.csv was not committed"):
+        write_hits({"query": ["a"], "rank": [1]}, out)
+    assert os.listdir(tmp_path) == []
+    write_hits({"query": ["a"], "rank": [1]}, tmp_path / "h.csv")  # a path: held for it
+    assert (tmp_path / "h.csv").read_text().splitlines() == ["query,rank", "a,1"]
+
+
+def test_a_figure_given_an_output_whose_block_ended_commits_nothing(tmp_path):
+    from matplotlib.figure import Figure
+
+    with open_output(tmp_path / "f.png") as out:
+        pass
+    with pytest.raises(OutputLockedError, match="f.png was not committed"):
+        save_figure(Figure(), out)
+    assert os.listdir(tmp_path) == []
+    save_figure(Figure(), tmp_path / "f.png")  # a path: held for it
+    assert (tmp_path / "f.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+#: The single-file writers, each as a job writing ``name`` in the fitted folder, and the
+#: files it commits (an npy export commits its sidecar of ids first).
+FILE_JOBS = {
+    "export parquet": (lambda name: export_embedding("m.zarr", name), "x.parquet", ()),
+    "export npy": (lambda name: export_embedding("m.zarr", name), "x.npy", ("x.ids.csv",)),
+    "neighbors --all": (lambda name: knn_graph("m.zarr", name, k=2), "g.csv", ()),
+    "neighbors --queries": (lambda name: batch_neighbors(
+        "m.zarr", name, queries=[f"doc{i:02d}" for i in range(10)], ids=True, k=2,
+        on_error="skip"), "h.jsonl", ()),
+    "plot convergence": (lambda name: plot_convergence("m.zarr", name), "c.png", ()),
+    "plot embedding": (lambda name: plot_embedding("m.zarr", name), "e.png", ()),
+    "synth jsonl": (lambda name: synth(name, n_docs=20, n_topics=2, vocab_size=20),
+                    "s.jsonl", ()),
+    "synth csv": (lambda name: synth(name, n_docs=20, n_topics=2, vocab_size=20), "s.csv", ()),
+}
+
+
+@pytest.mark.parametrize("job", list(FILE_JOBS))
+def test_a_file_job_commits_through_the_output_it_holds(fitted, monkeypatch, job):
+    run, name, before = FILE_JOBS[job]
+    commits = commits_of(monkeypatch)
+    monkeypatch.chdir(fitted)
+    run("ok-" + name)
+    assert commits == [*("ok-" + b for b in before), "ok-" + name]
+    assert os.path.getsize("ok-" + name) > 0
+
+
+@pytest.mark.parametrize("job", list(FILE_JOBS))
+def test_a_file_job_whose_hold_is_lost_commits_nothing(fitted, monkeypatch, job):
+    run, name, before = FILE_JOBS[job]
+
+    def lost(self):
+        raise OutputLockedError("the lease expired")
+
+    from sphdist.io import _lock
+
+    monkeypatch.setattr(_lock.FileHold, "check", lost)
+    monkeypatch.chdir(fitted)
+    with pytest.raises(OutputLockedError, match="the lease expired"):
+        run("lost-" + name)
+    assert not [n for n in os.listdir(".") if "lost-" in n]  # no file, temporary or lock
+
+
+def _interrupted(fitted, tmp_path):
+    """A copy of the fitted model as a commit interrupted between its renames left it."""
+    import shutil
+
+    out = tmp_path / "m.zarr"
+    shutil.copytree(fitted / "m.zarr", tmp_path / "m.zarr.old")
+    return out
+
+
+def test_a_checkpoint_is_recovered_through_the_output_its_writer_holds(fitted, tmp_path):
+    out = _interrupted(fitted, tmp_path)
+    with open_output(out) as held:
+        model = load_checkpoint(held, recover=True)
+    assert model.n_iter == open_model(fitted / "m.zarr").n_iter
+    assert sorted(os.listdir(tmp_path)) == ["m.zarr"]  # put back, the lock released
+
+
+def test_a_recovery_given_an_output_whose_block_ended_moves_nothing(fitted, tmp_path):
+    out = _interrupted(fitted, tmp_path)
+    with open_output(out) as held:
+        pass
+    with pytest.raises(OutputLockedError, match="m.zarr was not recovered"):
+        load_checkpoint(held, recover=True)
+    assert sorted(os.listdir(tmp_path)) == ["m.zarr.old"]
+
+
+def test_a_recovery_is_not_asked_of_a_path(fitted, tmp_path):
+    """Only the writer holding the output recovers it: a path opens no lock of its own."""
+    out = _interrupted(fitted, tmp_path)
+    with pytest.raises(TypeError, match="pass the Output it holds"):
+        load_checkpoint(out, recover=True)
+    assert sorted(os.listdir(tmp_path)) == ["m.zarr.old"]
+    assert load_checkpoint(out).n_iter == open_model(fitted / "m.zarr").n_iter  # read in place
+
+
+def test_a_file_in_an_object_store_is_committed_through_its_output():
+    """One upload, at the commit, only while held; a file there is refused without overwrite
+    (an object store's file has no manifest: what is there is looked for, not a commit)."""
+    import uuid
+
+    from sphdist.errors import OutputExistsError
+    from sphdist.io import exists, open_file
+
+    bucket = f"memory://held-{uuid.uuid4().hex[:8]}"
+    with open_output(f"{bucket}/t.csv", kind="file") as out:
+        with out.file() as staging:
+            staging.write_text("a\n")
+            assert not exists(f"{bucket}/t.csv")  # nothing there before the commit
+    with open_file(f"{bucket}/t.csv") as f:
+        assert f.read() == b"a\n"
+    with pytest.raises(OutputExistsError, match="t.csv already exists"):
+        with open_output(f"{bucket}/t.csv", kind="file", overwrite=False):
+            pass
+    with open_output(f"{bucket}/u.csv", kind="file") as out:
+        pass
+    with pytest.raises(OutputLockedError, match="u.csv was not committed"):
+        with out.file() as staging:
+            staging.write_text("b\n")
+    assert not exists(f"{bucket}/u.csv")

@@ -106,7 +106,8 @@ def test_the_writer_recovers_an_interrupted_commit(copies):
     _, out = copies
     objective = open_model(out).objective
     os.replace(out, out.with_name("model.zarr.old"))
-    model = load_checkpoint(out, recover=True)
+    with _atomic.open_output(out) as held:
+        model = load_checkpoint(held, recover=True)
     assert model.objective == objective
     assert out.exists() and not out.with_name("model.zarr.old").exists()
 

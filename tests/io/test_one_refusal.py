@@ -97,3 +97,44 @@ def test_open_output_without_overwrite_refuses_what_is_committed(tmp_path):
     with open_output(target, kind="file"):  # not looked at: the caller decides
         pass
     assert target.read_text() == "a\n"
+
+
+def test_fit_refuses_with_the_one_sentence_and_its_own_remedies(stores, monkeypatch):
+    """fit says what is there (the checkpoint it could continue) and how to resume or replace
+    it, in the same sentence as every writer, from the same function."""
+    from sphdist.jobs.fit import fit_corpus
+
+    monkeypatch.chdir(stores)
+    before = sorted(os.listdir(stores))
+    with pytest.raises(OutputExistsError) as info:
+        fit_corpus("c.zarr", "m.zarr", n_components=2, max_iter=3, callback=None)
+    message = str(info.value)
+    named, said, _ = message.partition(" already exists: ")
+    assert said and os.path.basename(named) == "m.zarr", message
+    assert "To resolve this, " in message and "overwrite=True" in message
+    assert message.endswith("(or choose another output).")
+    assert info.traceback[-1].frame.code.raw is refuse_existing.__code__
+    assert sorted(os.listdir(stores)) == before
+
+
+def test_fit_refusal_renders_its_remedies_as_commands(stores, monkeypatch):
+    monkeypatch.chdir(stores)
+    result = CliRunner().invoke(main, ["--quiet", "fit", "-i", "c.zarr", "-o", "m.zarr",
+                                       "-r", "2", "--max-iter", "3"])
+    assert result.exit_code == 1, result.output
+    line = result.stderr.strip().splitlines()[-1]
+    assert "m.zarr already exists: " in line, line
+    assert "sphdist fit " in line and "--overwrite" in line and "--output" in line, line
+    assert "overwrite=True" not in line and "fit_corpus" not in line, line
+
+
+def test_synth_refuses_a_text_file_in_an_object_store_that_is_there():
+    """A JSON Lines file in an object store has no manifest: synth looks for the file."""
+    import uuid
+
+    url = f"memory://refusal-{uuid.uuid4().hex[:8]}/docs.jsonl"
+    synth(url, n_docs=5, n_topics=2, vocab_size=10)
+    with pytest.raises(OutputExistsError) as info:
+        synth(url, n_docs=6, n_topics=2, vocab_size=10)
+    assert str(info.value) == f"{url}{SENTENCE}"
+    synth(url, n_docs=6, n_topics=2, vocab_size=10, overwrite=True)  # asked: replaced

@@ -12,6 +12,7 @@ from click.testing import CliRunner
 
 from sphdist.cli import main
 from sphdist.errors import OutputLockedError
+from sphdist.io import open_output
 from sphdist.io.model import load_checkpoint
 from sphdist.jobs.embedding import export_embedding
 from sphdist.jobs.fit import fit_corpus
@@ -62,7 +63,11 @@ def test_checkpoint_recovery_is_the_holders_job(fitted, tmp_path, holder):
     out = tmp_path / "model.zarr"
     fit_corpus(fitted / "corpus.zarr", out, n_components=2, max_iter=2, callback=None)
     out.rename(tmp_path / "model.zarr.old")  # the holder is between its two renames
-    _refused(holder, out, lambda: load_checkpoint(out, recover=True))
+    def recover():  # what a second writer must do to recover: hold the output first
+        with open_output(out) as held:
+            load_checkpoint(held, recover=True)
+
+    _refused(holder, out, recover)
 
 
 @pytest.mark.parametrize("overwrite", [False, True])
