@@ -72,8 +72,15 @@ from sphdist.io._checked import (
 )
 from sphdist.io._files import exists
 from sphdist.io._fs import is_remote, location
+from sphdist.io._id_copy import (
+    id_copy_problem,
+    id_hashes,
+    id_lookup,
+    lookup_fences,
+    write_id_copy,
+)
 from sphdist.io._tagged import TaggedStore
-from sphdist.io._zarr import CHECKSUMMED, WRITE_CONFIG, json_clean, open_node, read_tag
+from sphdist.io._zarr import WRITE_CONFIG, json_clean, open_node, read_tag
 
 __all__ = [
     "FORMAT_VERSION", "KIND", "StoredIndex", "open_index", "write_index", "index_kind",
@@ -83,39 +90,6 @@ __all__ = [
 FORMAT_VERSION = 1
 KIND = "index"  # the group attribute sphdist.kind
 _SAMPLE = 1 << 20  # bytes at each end of the serialized index whose digest every read checks
-
-_IDS_CHUNK = 8192  # ids per chunk of the copy: the ids of one hit cost one such chunk
-_LOOKUP_CHUNK = 65536  # entries per chunk of doc_id_lookup (1 MiB)
-
-
-def id_hashes(values: Any) -> np.ndarray:
-    """The 64-bit hashes the lookup table of an index sorts: BLAKE2b of each string's UTF-8.
-
-    Parameters
-    ----------
-    values : iterable of str
-
-    Returns
-    -------
-    ndarray of shape (len(values),), uint64
-        The 8-byte BLAKE2b digest of each value's UTF-8 bytes (lone surrogates passed
-        through), read little-endian.
-
-    References
-    ----------
-    .. [1] J.-P. Aumasson et al., "The BLAKE2 cryptographic hash and message authentication
-       code (MAC)", RFC 7693, 2015.
-
-    Examples
-    --------
-    >>> h = id_hashes(["doc1", "doc2", "doc1"])
-    >>> h.dtype, bool(h[0] == h[2]), bool(h[0] == h[1])
-    (dtype('uint64'), True, False)
-    """
-    blake = hashlib.blake2b
-    joined = b"".join(blake(str(v).encode("utf-8", "surrogatepass"), digest_size=8).digest()
-                      for v in values)
-    return np.frombuffer(joined, dtype="<u8").astype(np.uint64)
 
 
 def _write(**overrides: bool) -> str:
@@ -187,7 +161,7 @@ def write_index(
         arr[:] = data
         copied = {}
         if ids is not None and ids.identity is not None and len(ids):
-            copied = {"doc_ids": _write_ids(group, ids)}
+            copied = {"doc_ids": write_id_copy(group, ids)}
         group.attrs.update(json_clean({
             **attrs, "faiss_sha256": content_sha256(data), "faiss_nbytes": int(data.shape[0]),
             "faiss_sample_sha256": sample_sha256(data), **copied,
@@ -198,42 +172,6 @@ def write_index(
         out.discard(staging)
         raise
     return StoredIndex(out.path)
-
-
-def _write_ids(group: zarr.Group, ids: ChunkedVector) -> dict[str, Any]:
-    """Store the copy of ``ids`` and its lookup table in ``group``; their record.
-
-    The ids are read one stored chunk at a time and written in chunks of
-    :data:`_IDS_CHUNK`; memory: ``16 n`` bytes (the hashes and their order) and a chunk.
-    """
-    n = len(ids)
-    c = min(n, _IDS_CHUNK)
-    arr = group.create_array("doc_ids", shape=(n,), dtype=str, chunks=(c,),
-                             compressors=CHECKSUMMED, config=WRITE_CONFIG)
-    hashes = np.empty(n, dtype=np.uint64)
-    digests: list[str] = []
-    pending, seen, done = np.zeros(0, dtype=object), 0, 0
-    for part in ids.iter_chunks():
-        hashes[seen:seen + part.shape[0]] = id_hashes(part)
-        seen += part.shape[0]
-        pending = np.concatenate([pending, part])
-        while pending.shape[0] >= c or (seen == n and pending.shape[0]):
-            block, pending = pending[:c], pending[c:]
-            arr[done:done + block.shape[0]] = block
-            digests.append(content_sha256(block))  # as chunk_sha256(ids, c)
-            done += block.shape[0]
-    order = np.argsort(hashes, kind="stable")  # equal hashes: positions in increasing order
-    c = min(n, _LOOKUP_CHUNK)
-    lookup = group.create_array("doc_id_lookup", shape=(2, n), dtype=np.uint64,
-                                chunks=(2, c), compressors=CHECKSUMMED, config=WRITE_CONFIG)
-    lookup_digests, first = [], []
-    for a in range(0, n, c):
-        block = np.stack([hashes[order[a:a + c]], order[a:a + c].astype(np.uint64)])
-        lookup[:, a:a + c] = block
-        lookup_digests.append(content_sha256(block))  # as chunk_sha256(table, c)
-        first.append(f"{int(block[0, 0]):016x}")
-    return {"chunk_sha256": digests, "source_identity": ids.identity,
-            "lookup_sha256": lookup_digests, "lookup_first": first}
 
 
 def sample_sha256(data: Any) -> str:
@@ -503,7 +441,7 @@ class StoredIndex(TaggedStore):
         first = record.get("lookup_first")
         try:
             arr, table = self._group["doc_ids"], self._group["doc_id_lookup"]
-            fences = np.array([int(str(h), 16) for h in first], dtype=np.uint64)
+            fences = lookup_fences(first)
         except (KeyError, TypeError, ValueError, OverflowError):
             arr = table = fences = None
         if (arr is None or table is None or arr.shape != (len(source),)
@@ -522,20 +460,10 @@ class StoredIndex(TaggedStore):
                     sha256=lookup_digests))
             return chunks[i]
 
-        def lookup(values: list[str]) -> list[np.ndarray]:
-            out = []
-            for h in id_hashes(values):
-                # the chunks whose entries can equal h: first <= h, and the next first >= h
-                lo = max(int(np.searchsorted(fences, h, side="left")) - 1, 0)
-                hi = max(int(np.searchsorted(fences, h, side="right")), lo + 1)
-                parts = [c[1, c[0] == h] for c in map(lookup_chunk, range(lo, hi))]
-                out.append(np.concatenate(parts).astype(np.int64))
-            return out
-
         return ChunkedVector(len(source), arr.chunks[0], lambda i: self._consistent(
             lambda: read_chunk_checked(arr, i, where, "doc_ids", error=ModelFormatError,
                                        remedy=remedy, sha256=digests)),
-            lookup=lookup)
+            lookup=id_lookup(fences, lookup_chunk))
 
     def verify(self, *, n_components: int, n_documents: int,
                doc_ids: ChunkedVector | None = None) -> dict[str, Any]:
@@ -597,17 +525,10 @@ class StoredIndex(TaggedStore):
             self._group["doc_id_lookup"], str(self.location), "doc_id_lookup",
             error=ModelFormatError, remedy=remedy, sha256=record["lookup_sha256"],
             digest="lookup_sha256"))
-        c = self._group["doc_id_lookup"].chunks[-1]
-        if [f"{int(h):016x}" for h in table[0, ::c]] != record["lookup_first"]:
-            raise self.refuse("lookup_first is not the first hash of each chunk of "
-                              "doc_id_lookup")
-        if np.any(table[0, 1:] < table[0, :-1]):
-            raise self.refuse("the hashes of doc_id_lookup are not sorted")
-        n = values.shape[0]
-        if not np.array_equal(np.sort(table[1]), np.arange(n, dtype=np.uint64)):
-            raise self.refuse("the positions of doc_id_lookup are not each document once")
-        if not np.array_equal(id_hashes(values[table[1].astype(np.int64)]), table[0]):
-            raise self.refuse("a hash of doc_id_lookup is not that of the id at its position")
+        problem = id_copy_problem(values, table, self._group["doc_id_lookup"].chunks[-1],
+                                  record["lookup_first"])
+        if problem:
+            raise self.refuse(problem)
         theirs = source.read()  # every id of the corpus or embedding, checked
         if not np.array_equal(values, theirs):
             bad = int(np.flatnonzero(values != theirs)[0])

@@ -560,23 +560,23 @@ def test_a_search_that_returns_an_id_of_no_document_is_refused(copies):
 
 
 def _small_chunks(monkeypatch, ids=8, lookup=16):
-    from sphdist.io import index as stored_index
+    from sphdist.io import _id_copy
 
-    monkeypatch.setattr(stored_index, "_IDS_CHUNK", ids)
-    monkeypatch.setattr(stored_index, "_LOOKUP_CHUNK", lookup)
+    monkeypatch.setattr(_id_copy, "IDS_CHUNK", ids)
+    monkeypatch.setattr(_id_copy, "LOOKUP_CHUNK", lookup)
 
 
 @pytest.mark.parametrize("hashes", ["blake2b", "colliding"])
 def test_a_doc_id_is_found_by_the_lookup_table_reading_one_chunk_of_ids(copies, monkeypatch,
                                                                        hashes):
     """Every id is found at its position, reading one chunk of 8 ids; equal hashes too."""
-    from sphdist.io import index as stored_index
+    from sphdist.io import _id_copy
     from sphdist.jobs.embedding import open_embedding_source
     from sphdist.jobs.neighbors import load_index
 
     _small_chunks(monkeypatch)
     if hashes == "colliding":  # 3 hashes for 90 ids: each spans several chunks of the table
-        monkeypatch.setattr(stored_index, "id_hashes", lambda values: np.array(
+        monkeypatch.setattr(_id_copy, "id_hashes", lambda values: np.array(
             [sum(map(ord, str(v))) % 3 for v in values], dtype=np.uint64))
     out, path = _index(copies)
     assert len(zarr.open_group(str(path)).attrs["doc_ids"]["lookup_first"]) == 6  # 90 / 16
