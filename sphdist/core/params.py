@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import sys
 from collections.abc import Mapping, Sequence
 from numbers import Integral, Real
 from typing import Any
@@ -461,9 +462,7 @@ class FitConfig:
             If a value is outside its row of :data:`PARAMS` (:func:`validate`, in the table's
             order); not checked inside :func:`sphdist._validation.validated`.
         """
-        from sphdist._validation import skip_validation
-
-        if not skip_validation():
+        if not _validated_by_caller():
             validate(self.values(), caller)
         if isinstance(self.dtype, np.dtype):
             return self
@@ -472,3 +471,14 @@ class FitConfig:
     def values(self) -> dict[str, Any]:
         """The parameters as a dict of :data:`SOLVER_PARAMS` (keywords of the solver)."""
         return {name: getattr(self, name) for name in SOLVER_PARAMS}
+
+
+def _validated_by_caller() -> bool:
+    """Whether the caller validated the parameters (inside :func:`sphdist._validation.validated`).
+
+    That context is scikit-learn's configuration: when :mod:`sphdist._validation` was never
+    imported (a ``sphdist fit``, which imports no scikit-learn) no caller can be inside it, and
+    the table's check runs (microseconds; scikit-learn is imported only to word an error).
+    """
+    checks = sys.modules.get("sphdist._validation")
+    return checks is not None and checks.skip_validation()

@@ -39,6 +39,7 @@ import dataclasses
 import functools
 import logging
 import os
+import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -89,7 +90,7 @@ from sphdist.jobs.params import FitConfig, JobSettings
 __all__ = [
     "fit_corpus", "plan_fit", "FitPlan", "open_fit", "Fit", "prepare_fit", "warm_start",
     "fit_remedy", "decide_output", "OutputDecision", "OutputRemedy",
-    "RESUME_KEYS", "WORKER_LOSS",
+    "RESUME_KEYS", "worker_losses",
 ]
 
 logger = logging.getLogger("sphdist")
@@ -283,7 +284,7 @@ class Fit:
         for attempt in range(retries + 1):
             try:
                 return self._attempt(previous, callback)
-            except WORKER_LOSS as exc:
+            except worker_losses() as exc:
                 if attempt == retries or _no_workers(exc):  # none left to retry on: stop
                     resume = _fix(self.input, self.output, self.params, resume=True,
                                   checkpoint_every=self.plan.job.checkpoint_every)
@@ -298,7 +299,7 @@ class Fit:
     ) -> Model:
         try:
             return self._fit(previous, callback)
-        except WORKER_LOSS:
+        except worker_losses():
             raise  # run resumes
         except Exception as exc:
             if _device.is_out_of_memory(exc):
@@ -908,8 +909,19 @@ def _no_workers(exc: BaseException) -> bool:
     return isinstance(exc, NoWorkerError)
 
 
-#: Exceptions with which a computation fails when a worker holding its data dies.
-WORKER_LOSS: tuple[type[BaseException], ...] = _worker_loss_errors()
+def worker_losses() -> tuple[type[BaseException], ...]:
+    """Exceptions with which a computation fails when a worker holding its data dies.
+
+    None before ``distributed`` is imported (dask's threads lose no worker): a fit on the
+    threaded scheduler never imports it (about 0.4 s of its start-up).
+    """
+    return _worker_loss_errors() if "distributed" in sys.modules else ()
+
+
+def __getattr__(name: str) -> Any:  # PEP 562: WORKER_LOSS, the tuple, imports distributed
+    if name == "WORKER_LOSS":
+        return _worker_loss_errors()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 

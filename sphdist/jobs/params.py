@@ -15,8 +15,10 @@ line reads it to build its options).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
+import sys
 from contextlib import AbstractContextManager
 from numbers import Integral
 from typing import Any
@@ -112,8 +114,13 @@ RESUME_KEYS = (*RESUME_PARAMS, "init_from")
 def validated() -> AbstractContextManager[None]:
     """:func:`sphdist._validation.validated`: nested fits do not validate again.
 
-    Imported on first use (it imports scikit-learn).
+    Imported on first use (it imports scikit-learn). A process that has not imported
+    scikit-learn (``sphdist fit``) gets a context that does nothing: the solver checks the
+    table again (:meth:`~sphdist.core.params.FitConfig.checked`, microseconds) rather than
+    import scikit-learn (about 1 s) to be told not to.
     """
+    if "sklearn" not in sys.modules:
+        return contextlib.nullcontext()
     from sphdist._validation import validated as skip
 
     return skip()
