@@ -33,8 +33,10 @@ pytestmark = pytest.mark.slow
 
 SPHDIST = str(Path(sys.executable).with_name("sphdist"))
 R, MAX_ITER, M, N, CHUNK = 4, 6, 200, 600, 100
+# --checkpoint-interval 0: a commit each iteration, which the kills and the version counts
+# below are about (the default writes a fit this short once, at its end)
 FIT_ARGS = ["-r", str(R), "--max-iter", str(MAX_ITER), "--tol", "0", "--seed", "0",
-            "--n-workers", "0"]
+            "--checkpoint-interval", "0", "--n-workers", "0"]
 
 
 def _write_corpus(path, chunk=CHUNK):
