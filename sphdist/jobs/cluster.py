@@ -36,8 +36,29 @@ from sphdist.jobs._cluster_spec import ClusterConflictError, ClusterSpec
 
 if TYPE_CHECKING:  # distributed is imported where a job connects to a cluster: a fit on
     # dask's threads never imports it (about 0.4 s of its start-up)
-    from distributed import Client
+    from distributed import Client, LocalCluster
     from distributed.security import Security
+
+#: distributed's names this module uses, bound here on first use (:func:`_distributed`), so a
+#: test may still replace ``cluster.LocalCluster`` or ``cluster.Client``.
+_DISTRIBUTED = {"Client": "distributed", "LocalCluster": "distributed",
+                "Security": "distributed.security"}
+
+
+def _distributed() -> None:
+    """Import distributed's :data:`_DISTRIBUTED` names into this module, once."""
+    import importlib
+
+    for name, module in _DISTRIBUTED.items():
+        if name not in globals():
+            globals()[name] = getattr(importlib.import_module(module), name)
+
+
+def __getattr__(name: str) -> Any:  # PEP 562: cluster.LocalCluster etc. import distributed
+    if name in _DISTRIBUTED:
+        _distributed()
+        return globals()[name]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 __all__ = [
     "ClusterConflictError",
@@ -112,8 +133,7 @@ def tls_security(
             )
     ca, cert = str(ca_file), str(cert_file)
     key = str(key_file) if key_file is not None else None
-    from distributed.security import Security
-
+    _distributed()
     return Security(
         tls_ca_file=ca,
         tls_client_cert=cert, tls_client_key=key,
@@ -824,8 +844,7 @@ def connect(
                 "SPHDIST_TLS_CA_FILE, SPHDIST_TLS_CERT, SPHDIST_TLS_KEY; cluster/README.md makes "
                 "them)."
             )
-        from distributed import Client
-
+        _distributed()
         seconds = no_workers_timeout()
         with dask.config.set({  # read by graph.broadcast's scatter too
             "distributed.scheduler.no-workers-timeout": f"{seconds}s",
@@ -845,9 +864,7 @@ def connect(
         with _threads():
             yield None
         return
-    from distributed import Client, LocalCluster
-    from distributed.security import Security
-
+    _distributed()
     why = Words(option("n_workers", n_workers))
     n_workers = n_workers or cpu_count()
     check_worker_memory(memory_limit, threads_per_worker)
