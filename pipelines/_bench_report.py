@@ -323,7 +323,7 @@ def write_report(results: dict[str, Any], out: Path) -> None:
         f"{results['started']} on {results['machine']}. r = {results['r']}; `sphdist fit "
         f"--input corpus.zarr --output model.zarr -r {results['r']}"
         f"{' ' + ' '.join(results['fit_args']) if results['fit_args'] else ''}` with every other "
-        "option at its default (tol 1e-4, a checkpoint every iteration). Load average (1, 5, 15 "
+        "option at its default (tol 1e-4, a checkpoint a minute). Load average (1, 5, 15 "
         f"min) at start {results['load_start']}, at end {results.get('load_end', '(running)')}; "
         "the 1-minute load before each job is in the last table. Every job ran in its own "
         "process tree, one at a time.", "",

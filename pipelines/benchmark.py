@@ -12,7 +12,7 @@ recorded before each:
 * **bare**: one single-process SpMM pass over the same chunks (:mod:`_bench_jobs`), the floor
   an iteration is compared with;
 * **sphdist**: the CLI, ``sphdist fit --input corpus.zarr --output model.zarr -r R``, every
-  other option at its default (tol 1e-4, a checkpoint every iteration): wall seconds to the
+  other option at its default (tol 1e-4, a checkpoint a minute): wall seconds to the
   committed model, iterations and seconds per iteration (read from the model), bytes written
   per iteration (``/proc/<pid>/io`` of the fit's processes between its iteration log lines),
   the committed checkpoint's size, peak RSS of the driver and of every worker process

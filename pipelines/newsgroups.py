@@ -6,7 +6,7 @@ talk.politics.mideast) and for all twenty, on the archive in the data home
 
 - **Spherical PCA (sphdist)**: ``sphdist ingest``'s defaults (a learned vocabulary of the terms
   in 5 to 50% of the documents, English stop words, sublinear tf-idf), then the stored-corpus
-  fit with a checkpoint every iteration (threads in this process for corpora this small, as
+  fit with its default checkpoints (threads in this process for corpora this small, as
   ``sphdist fit`` chooses; a cluster with ``--n-workers``), then k-means on the embedding;
 - **BAE (sphdist)** on the same stored features: ``sphdist.BAE`` (truncated SVD, unit rows:
   sphdist's own LSA), then the same k-means;

@@ -32,7 +32,10 @@ REPO = Path(__file__).resolve().parents[1]
 SPHDIST = str(Path(sys.executable).with_name("sphdist"))
 R, MAX_ITER, M, N, CHUNK = 4, 6, 200, 600, 50
 KWARGS = dict(n_components=R, max_iter=MAX_ITER, tol=0, random_state=0, split_every=2)
-CLI_ARGS = ["-r", str(R), "--max-iter", str(MAX_ITER), "--tol", "0", "--seed", "0"]
+# every iteration checkpointed (--checkpoint-interval 0): the kills and crashes below happen
+# between checkpoints of a fit of about a second, whose default writes none until its model
+CLI_ARGS = ["-r", str(R), "--max-iter", str(MAX_ITER), "--tol", "0", "--seed", "0",
+            "--checkpoint-interval", "0"]
 # every chunk read sleeps up to this long (tests/fault_preload.py): passes take ~0.3 s and the
 # tasks of a pass finish in a random order
 WORKER_ENV = {"SPHDIST_TEST_READ_DELAY": "0.05", "PYTHONPATH": str(REPO)}

@@ -33,8 +33,10 @@ pytestmark = pytest.mark.slow
 
 SPHDIST = str(Path(sys.executable).with_name("sphdist"))
 R, MAX_ITER, M, N, CHUNK = 4, 6, 200, 600, 100
+# --checkpoint-interval 0: a commit each iteration, which the kills and the version counts
+# below are about (the default writes a fit this short once, at its end)
 FIT_ARGS = ["-r", str(R), "--max-iter", str(MAX_ITER), "--tol", "0", "--seed", "0",
-            "--n-workers", "0"]
+            "--checkpoint-interval", "0", "--n-workers", "0"]
 
 
 def _write_corpus(path, chunk=CHUNK):
@@ -356,7 +358,8 @@ def test_ingest_from_the_bucket_then_a_killed_fit_resumes_to_the_local_result(
     assert result.returncode == 0, result.stderr
     assert open_stored(f"{s3_env.url}/parquet.zarr", "corpus").n_documents == 400
 
-    args = ["-r", "4", "--max-iter", "6", "--tol", "0", "--seed", "0", "--n-workers", "0"]
+    args = ["-r", "4", "--max-iter", "6", "--tol", "0", "--seed", "0", "--n-workers", "0",
+            "--checkpoint-interval", "0"]  # a commit each iteration: the crash is at one
     reference = _sphdist(env, "fit", "-i", tmp_path / "local.zarr", "-o",
                          tmp_path / "model.zarr", *args)
     assert reference.returncode == 0, reference.stderr

@@ -101,7 +101,8 @@ def test_every_fit_option_a_remedy_can_name_exists_on_sphdist_fit():
     params = {"n_components": 4, "max_iter": 9, "tol": 1e-6, "random_state": 3, "lam": "palm",
               "mu": 0.5, "init": "svd", "n_power_iter": 3, "split_every": 4, "dtype": "float32",
               "polar": "svd", "accelerate": False, "device": "cpu", "init_from": "w.zarr"}
-    fix = fit_remedy("c.zarr", "m.zarr", params, resume=True, checkpoint_every=2)
+    fix = fit_remedy("c.zarr", "m.zarr", params, resume=True, checkpoint_every=2,
+                     checkpoint_interval=0.0)
     argv = shlex.split(_cli_form().remedy(fix))
     assert argv[:2] == ["sphdist", "fit"]
     ctx = main.commands["fit"].make_context("fit", argv[2:], resilient_parsing=True)
@@ -110,6 +111,7 @@ def test_every_fit_option_a_remedy_can_name_exists_on_sphdist_fit():
     assert given["resume"] is True and given["n_components"] == 4
     assert given["random_state"] == 3 and given["accelerate"] is False
     assert given["checkpoint_every"] == 2 and str(given["init_from"]) == "w.zarr"
+    assert given["checkpoint_interval"] == 0.0
 
 
 # -- a Python caller of fit_corpus, and the same error on the command line ------------------

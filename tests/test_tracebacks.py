@@ -99,7 +99,7 @@ def fitted(tmp_path_factory):
         for name, lam in (("killed", "exact"), ("killed_palm", "palm")):  # palm keeps V
             with pytest.raises(_Killed):
                 fit_corpus(corpus.path, root / f"{name}.zarr", n_components=R, max_iter=200,
-                           tol=0, lam=lam, callback=kill_at_3)
+                           tol=0, lam=lam, callback=kill_at_3, checkpoint_interval=0)
     return {"root": root, "corpus": corpus.path, "model": model.path,
             "killed": root / "killed.zarr", "killed_palm": root / "killed_palm.zarr"}
 

@@ -74,6 +74,7 @@ def _removed_max_partials(ctx: click.Context, param: click.Parameter, value: Any
 @click.option("--overwrite", is_flag=True, default=JobSettings.overwrite,
               help="Replace an existing --output (never one another process is writing).")
 @param_option("checkpoint_every", table=JOB_PARAMS)
+@param_option("checkpoint_interval", table=JOB_PARAMS)
 @click.option("--memory-budget", default=JobSettings.memory_budget, show_default=True,
               callback=_checked("check_memory_budget"),
               help="Most memory X may take, e.g. 4GiB: held in memory (read once) when it fits, "
@@ -84,10 +85,15 @@ def _removed_max_partials(ctx: click.Context, param: click.Parameter, value: Any
 @json_option()
 def fit(
     input_: Path, output: Path | None, init_from: Path | None, resume: bool, overwrite: bool,
-    checkpoint_every: int, memory_budget: int | None, cluster: ClusterSpec, retries: int,
-    as_json: bool, **params: Any,
+    checkpoint_every: int, checkpoint_interval: float, memory_budget: int | None,
+    cluster: ClusterSpec, retries: int, as_json: bool, **params: Any,
 ) -> None:
-    """Fit Spherical PCA to a corpus on a Dask cluster, checkpointing every iteration."""
+    """Fit Spherical PCA to a corpus on a Dask cluster, checkpointing once a minute.
+
+    Every --checkpoint-interval seconds (60) the model is written at the end of the iteration,
+    and always at the end of the fit; --checkpoint-interval 0 writes every iteration (every
+    --checkpoint-every). A fit resumed from any checkpoint reaches the same bits.
+    """
     from sphdist.jobs.fit import prepare_fit
     from sphdist.jobs.info import plural, shown_objective, solver_seconds_per_iteration
 
@@ -102,7 +108,8 @@ def fit(
     # the output's lock is held from here until the last checkpoint is committed
     n_components, max_iter = params["n_components"], params["max_iter"]
     with prepare_fit(
-        input_, output, checkpoint_every=checkpoint_every, resume=resume, overwrite=overwrite,
+        input_, output, checkpoint_every=checkpoint_every,
+        checkpoint_interval=checkpoint_interval, resume=resume, overwrite=overwrite,
         init_from=init_from, memory_budget=memory_budget, retries=retries, **params,
     ) as prepared, connect_options(cluster):
         progress = FitProgress(max_iter, bar=progress_enabled(), tol=params["tol"])
@@ -133,8 +140,8 @@ def fit(
         f"{' (converged)' if model.attrs['converged'] else ''}, objective "
         f"{shown_objective(model.objective[-1]):.10g}, "
         f"{'-' if seconds is None else format(seconds, '.2f')} s/iteration"
-        + ("" if solving is None else f" ({solving:.2f} s solving, the rest writing the "
-           "checkpoint)")
+        + ("" if solving is None else f" ({solving:.2f} s solving, the rest writing "
+           "checkpoints)")
     )
 
 

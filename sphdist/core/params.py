@@ -33,6 +33,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
+import sys
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from numbers import Integral, Real
@@ -518,9 +519,7 @@ class FitConfig:
             If a value is outside its row of :data:`PARAMS` (:func:`validate`, in the table's
             order); not checked inside :func:`sphdist._validation.validated`.
         """
-        from sphdist._validation import skip_validation
-
-        if not skip_validation():
+        if not _validated_by_caller():
             validate(self.values(), caller)
         if isinstance(self.dtype, np.dtype):
             return self
@@ -552,3 +551,14 @@ def _accept_old_names(init: Callable[..., None]) -> Callable[..., None]:
 # dataclasses.replace and the equality of two configs see the new name alone) and an attribute
 FitConfig.__init__ = _accept_old_names(FitConfig.__init__)  # type: ignore[method-assign]
 FitConfig.init_n_iter = property(_init_n_iter)  # type: ignore[attr-defined]
+
+
+def _validated_by_caller() -> bool:
+    """Whether the caller validated the parameters (inside :func:`sphdist._validation.validated`).
+
+    That context is scikit-learn's configuration: when :mod:`sphdist._validation` was never
+    imported (a ``sphdist fit``, which imports no scikit-learn) no caller can be inside it, and
+    the table's check runs (microseconds; scikit-learn is imported only to word an error).
+    """
+    checks = sys.modules.get("sphdist._validation")
+    return checks is not None and checks.skip_validation()

@@ -20,13 +20,10 @@ import math
 import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import dask
 from dask.utils import format_bytes, parse_bytes
-from distributed import Client, LocalCluster
-from distributed.diagnostics.plugin import WorkerPlugin
-from distributed.security import Security
 
 from sphdist.errors import (
     InputNotFoundError,
@@ -36,6 +33,32 @@ from sphdist.errors import (
     option,
 )
 from sphdist.jobs._cluster_spec import ClusterConflictError, ClusterSpec
+
+if TYPE_CHECKING:  # distributed is imported where a job connects to a cluster: a fit on
+    # dask's threads never imports it (about 0.4 s of its start-up)
+    from distributed import Client, LocalCluster
+    from distributed.security import Security
+
+#: distributed's names this module uses, bound here on first use (:func:`_distributed`), so a
+#: test may still replace ``cluster.LocalCluster`` or ``cluster.Client``.
+_DISTRIBUTED = {"Client": "distributed", "LocalCluster": "distributed",
+                "Security": "distributed.security"}
+
+
+def _distributed() -> None:
+    """Import distributed's :data:`_DISTRIBUTED` names into this module, once."""
+    import importlib
+
+    for name, module in _DISTRIBUTED.items():
+        if name not in globals():
+            globals()[name] = getattr(importlib.import_module(module), name)
+
+
+def __getattr__(name: str) -> Any:  # PEP 562: cluster.LocalCluster etc. import distributed
+    if name in _DISTRIBUTED:
+        _distributed()
+        return globals()[name]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 __all__ = [
     "ClusterConflictError",
@@ -110,6 +133,7 @@ def tls_security(
             )
     ca, cert = str(ca_file), str(cert_file)
     key = str(key_file) if key_file is not None else None
+    _distributed()
     return Security(
         tls_ca_file=ca,
         tls_client_cert=cert, tls_client_key=key,
@@ -465,28 +489,9 @@ def check_worker_memory(limit: str | int | float, threads_per_worker: int = 1) -
 # -- where the job runs -----------------------------------------------------------------------
 
 
-class StorageOptions(WorkerPlugin):
-    """Gives every worker the storage options of the job (fsspec configuration).
-
-    The workers read the corpus' chunks and write V straight from and to the object store, so
-    they need the endpoint and credentials the driver was given; those from the environment
-    (``AWS_*``) or fsspec's configuration files must be set on the workers themselves.
-    """
-
-    name = "sphdist-storage-options"
-
-    def __init__(self, options: dict[str, dict[str, Any]]) -> None:
-        self.options = options
-
-    def setup(self, worker: Any) -> None:
-        """Apply the options in the worker's process (also for workers that join later)."""
-        from sphdist.io import apply_storage_options
-
-        apply_storage_options(self.options)
-
-
 def _share_storage_options(client: Client) -> None:
     from sphdist.io import storage_options
+    from sphdist.jobs._storage_plugin import StorageOptions
 
     options = storage_options()
     if options:
@@ -732,10 +737,16 @@ def memory_check(
 
 @contextlib.contextmanager
 def _threads() -> Iterator[None]:
-    """Dask's threaded scheduler, one thread per core, with single-threaded BLAS per task."""
+    """Dask's threaded scheduler, one thread per core, with single-threaded BLAS per task.
+
+    Named by the function (``dask.threaded.get``), which is what ``"threads"`` names: dask
+    resolves the name by first importing ``distributed`` (about 0.4 s), to see whether a
+    Client is running, at every compute.
+    """
+    import dask.threaded
     from threadpoolctl import threadpool_limits
 
-    with dask.config.set(scheduler="threads", num_workers=cpu_count()), \
+    with dask.config.set(scheduler=dask.threaded.get, num_workers=cpu_count()), \
             threadpool_limits(1, user_api="blas"):
         yield
 
@@ -833,6 +844,7 @@ def connect(
                 "SPHDIST_TLS_CA_FILE, SPHDIST_TLS_CERT, SPHDIST_TLS_KEY; cluster/README.md makes "
                 "them)."
             )
+        _distributed()
         seconds = no_workers_timeout()
         with dask.config.set({  # read by graph.broadcast's scatter too
             "distributed.scheduler.no-workers-timeout": f"{seconds}s",
@@ -852,6 +864,7 @@ def connect(
         with _threads():
             yield None
         return
+    _distributed()
     why = Words(option("n_workers", n_workers))
     n_workers = n_workers or cpu_count()
     check_worker_memory(memory_limit, threads_per_worker)

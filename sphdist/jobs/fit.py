@@ -39,6 +39,7 @@ import dataclasses
 import functools
 import logging
 import os
+import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -89,7 +90,7 @@ from sphdist.jobs.params import FitConfig, JobSettings
 __all__ = [
     "fit_corpus", "plan_fit", "FitPlan", "open_fit", "Fit", "prepare_fit", "warm_start",
     "fit_remedy", "decide_output", "OutputDecision", "OutputRemedy",
-    "RESUME_KEYS", "WORKER_LOSS",
+    "RESUME_KEYS", "worker_losses",
 ]
 
 logger = logging.getLogger("sphdist")
@@ -284,10 +285,10 @@ class Fit:
         for attempt in range(retries + 1):
             try:
                 return self._attempt(previous, callback)
-            except WORKER_LOSS as exc:
+            except worker_losses() as exc:
                 if attempt == retries or _no_workers(exc):  # none left to retry on: stop
                     resume = _fix(self.input, self.output, self.params, resume=True,
-                                  checkpoint_every=self.plan.job.checkpoint_every)
+                                  **_cadence(self.plan.job))
                     raise _workers_lost(self.output, attempt, exc, resume) from exc
                 if self.out.identity() not in (None, self.before):
                     previous = load_checkpoint(self.output)  # continue our own checkpoint
@@ -299,7 +300,7 @@ class Fit:
     ) -> Model:
         try:
             return self._fit(previous, callback)
-        except WORKER_LOSS:
+        except worker_losses():
             raise  # run resumes
         except Exception as exc:
             if _device.is_out_of_memory(exc):
@@ -333,6 +334,8 @@ class Fit:
             idf=source.idf, vocabulary=vocabulary,
         )
 
+        job, last_write = self.plan.job, [_clock()]
+
         def on_state(s: solver.FitState) -> None:
             if callback is not None:
                 callback(s)
@@ -341,8 +344,10 @@ class Fit:
             # m rows, U_1 only the occurring features' (8 m r bytes against 8 k r), and
             # redoing it is the seed plus one pass
             first = s.iteration == 0 and s.V is None
-            if s.iteration % self.plan.job.checkpoint_every == 0 and not final and not first:
+            due = _clock() - last_write[0] >= job.checkpoint_interval
+            if s.iteration % job.checkpoint_every == 0 and due and not final and not first:
                 save(s)  # U_k alone (and V_k, for a fit that keeps it)
+                last_write[0] = _clock()  # the interval counts fitting, not writing
 
         X = source.to_dask()
         client = graph.active_client()
@@ -356,7 +361,7 @@ class Fit:
             remedy=lambda r, s: _fix(
                 self.input, output, {**self.params, "n_components": r, "split_every": s},
                 overwrite=self.plan.job.overwrite or previous is not None,
-                checkpoint_every=self.plan.job.checkpoint_every,
+                **_cadence(self.plan.job),
             ),
         )
         if hold:  # read once and kept; else every pass reads each chunk as its task runs
@@ -380,7 +385,7 @@ class Fit:
                 # chains, in an order this version's tree does not always reproduce, so the
                 # recomputed objective missed the recorded one by rounding, not other data
                 asked = _fix(self.input, output, self.params, overwrite=True,
-                             checkpoint_every=self.plan.job.checkpoint_every)
+                             **_cadence(self.plan.job))
                 raise CheckpointMismatchError(
                     f"{output} is a checkpoint of an earlier version of sphdist, whose passes "
                     f"summed their partials in accumulation chains (max_partials="
@@ -416,7 +421,7 @@ class Fit:
         """
         output, device = self.output, self.params.get("device", "cpu")
         command = functools.partial(_fix, self.input, output,
-                                    checkpoint_every=self.plan.job.checkpoint_every)
+                                    **_cadence(self.plan.job))
         cpu = {**self.params, "device": "cpu"}
         what = (f"the {device} device ran out of memory during the fit of {self.input} "
                 f"({type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc) else ''})")
@@ -443,7 +448,7 @@ class Fit:
         """Where a fit stopped by Ctrl-C is, and the command that goes on from there."""
         output, max_iter = self.output, self.params["max_iter"]
         command = functools.partial(_fix, self.input, output, self.params,
-                                    checkpoint_every=self.plan.job.checkpoint_every)
+                                    **_cadence(self.plan.job))
         if self.previous is None and self.out.identity() == self.before:
             return (
                 "the fit was interrupted (Ctrl-C) before its first checkpoint: nothing was "
@@ -508,7 +513,7 @@ def open_fit(plan: FitPlan) -> Iterator[Fit]:
                 said = fit.stopped()
             except Exception:  # the store fails: say what is sure
                 resume = _fix(fit.input, fit.output, fit.params, resume=True,
-                              checkpoint_every=plan.job.checkpoint_every)
+                              **_cadence(plan.job))
                 said = (f"the fit was interrupted (Ctrl-C); {fit.output} holds its last "
                         f"complete checkpoint, if any. To resolve this, continue it: "
                         f"{resume}.")
@@ -528,7 +533,7 @@ def _open(plan: FitPlan, out: Output) -> Fit:
         "path": absolute(init_from), "u_sha256": u_sha256(U0),
     }
     previous = _checkpoint_to_resume(plan.input, out, source, values, plan.job.resume,
-                                     plan.job.overwrite, plan.job.checkpoint_every)
+                                     plan.job.overwrite, plan.job)
     return Fit(plan=plan, out=out, source=source, params=values, previous=previous, U0=U0,
                before=out.identity())  # after a recovery, before any write
 
@@ -582,8 +587,8 @@ def fit_corpus(
         max_iter=50)``.
     job : JobSettings, optional
         How the job runs (:class:`~sphdist.jobs.params.JobSettings`: ``checkpoint_every``,
-        ``resume``, ``overwrite``, ``init_from``, ``memory_budget``, ``retries``); without it,
-        its fields as keywords.
+        ``checkpoint_interval``, ``resume``, ``overwrite``, ``init_from``, ``memory_budget``,
+        ``retries``); without it, its fields as keywords.
     callback : callable or None
         Called with the solver state after every iteration; default logs one line
         (iteration, objective, relative change, seconds) to the ``sphdist`` logger.
@@ -605,7 +610,13 @@ def fit_corpus(
         (``retries``) or is rerun from its stored parameters must reach the same
         iterates, which a fresh draw (None) would not.
     checkpoint_every : int, default 1
-        Write the model every this many iterations (and always at the end).
+        Write the model every this many iterations (and always at the end), once
+        ``checkpoint_interval`` has passed since the last write.
+    checkpoint_interval : float, default 60.0
+        In seconds: the least time of fitting between two checkpoints (since the last write,
+        or the start of the fit); 0 writes every ``checkpoint_every`` iterations. A fit that
+        ends sooner writes only its final model. Which iterations are written changes no bit
+        of the result: a resume continues any of them bitwise.
     resume : bool, default False
         Continue from the checkpoint at ``output`` if there is one (else start afresh). The
         resumed run reaches the same U, V and objective history as an uninterrupted one.
@@ -678,7 +689,7 @@ def fit_corpus(
 
 def _checkpoint_to_resume(
     input: Any, out: Output, source: Any, params: dict[str, Any], resume: bool,
-    overwrite: bool, checkpoint_every: int,
+    overwrite: bool, job: JobSettings,
 ) -> Model | None:
     """The checkpoint at ``output`` to resume, None for a fresh fit, or why neither.
 
@@ -693,7 +704,7 @@ def _checkpoint_to_resume(
     remedies = ", or ".join(
         "{}: {}".format(r.say, _fix(
             r.input, out.path, r.params, resume=r.action == "resume",
-            overwrite=r.action == "overwrite", checkpoint_every=checkpoint_every, say=r.say,
+            overwrite=r.action == "overwrite", say=r.say, **_cadence(job),
         )) for r in decision.remedies
     )
     if decision.error is OutputExistsError:  # the one wording, with the fit's remedies
@@ -847,6 +858,16 @@ def _fix(*args: Any, **kwargs: Any) -> str:
     return remedy(fit_remedy(*args, **kwargs))
 
 
+#: The clock of ``checkpoint_interval``, in seconds (a test's seam).
+_clock = time.monotonic
+
+
+def _cadence(job: JobSettings) -> dict[str, Any]:
+    """The checkpoint settings of ``job``, as keywords of :func:`fit_remedy`."""
+    return {"checkpoint_every": job.checkpoint_every,
+            "checkpoint_interval": job.checkpoint_interval}
+
+
 def _resume_value(key: str, value: Any) -> Any:
     # a warm start is the same warm start when its U is the same, wherever the model lies now
     if key == "init_from" and isinstance(value, dict):
@@ -910,8 +931,19 @@ def _no_workers(exc: BaseException) -> bool:
     return isinstance(exc, NoWorkerError)
 
 
-#: Exceptions with which a computation fails when a worker holding its data dies.
-WORKER_LOSS: tuple[type[BaseException], ...] = _worker_loss_errors()
+def worker_losses() -> tuple[type[BaseException], ...]:
+    """Exceptions with which a computation fails when a worker holding its data dies.
+
+    None before ``distributed`` is imported (dask's threads lose no worker): a fit on the
+    threaded scheduler never imports it (about 0.4 s of its start-up).
+    """
+    return _worker_loss_errors() if "distributed" in sys.modules else ()
+
+
+def __getattr__(name: str) -> Any:  # PEP 562: WORKER_LOSS, the tuple, imports distributed
+    if name == "WORKER_LOSS":
+        return _worker_loss_errors()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 

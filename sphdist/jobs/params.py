@@ -15,10 +15,12 @@ line reads it to build its options).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
+import sys
 from contextlib import AbstractContextManager
-from numbers import Integral
+from numbers import Integral, Real
 from typing import Any
 
 from sphdist.core.params import (  # noqa: F401  (the job's view of the solver's table)
@@ -39,7 +41,12 @@ __all__ = ["JOB_PARAMS", "RESUME_KEYS", "N_COMPONENTS", "JobSettings", "validate
 #: The fit job's own parameters (:func:`sphdist.jobs.fit.fit_corpus`, ``sphdist fit``).
 JOB_PARAMS: dict[str, Param] = {p.name: p for p in (
     Param("checkpoint_every", (Range(Integral, 1, None, "left"),), 1,
-          "Write the model every N iterations (and at the end)."),
+          "Write the model every N iterations (and at the end), once --checkpoint-interval "
+          "has passed since the last write."),
+    Param("checkpoint_interval", (Range(Real, 0, None, "left"),), 60.0,
+          "Seconds of fitting between two checkpoints at least (a fit that ends sooner writes "
+          "only its model); 0: every --checkpoint-every iterations. A resume continues the "
+          "last checkpoint to the same bits."),
     Param("retries", (Range(Integral, 0, None, "left"),), 3,
           "Resume from the last checkpoint this many times when a worker dies."),
 )}
@@ -55,14 +62,21 @@ N_COMPONENTS = 20
 class JobSettings:
     """How the fit job runs, beside the solver's :class:`~sphdist.core.params.FitConfig`.
 
-    The defaults of :attr:`checkpoint_every` and :attr:`retries` are their rows of
+    The defaults of :attr:`checkpoint_every`, :attr:`checkpoint_interval` and :attr:`retries`
+    are their rows of
     :data:`JOB_PARAMS`; nothing else writes them. Validated by
     :func:`sphdist.jobs.fit.plan_fit` (:meth:`checked`).
 
     Attributes
     ----------
     checkpoint_every : int
-        Write the model every this many iterations (and at the end).
+        Write the model every this many iterations (and at the end), once
+        :attr:`checkpoint_interval` has passed since the last write.
+    checkpoint_interval : float
+        In seconds: the least time of fitting between two checkpoints (the last write, or the
+        start of the fit); 0 writes at every ``checkpoint_every``-th iteration. Which
+        iterations are written changes no bit of the result: a resume continues any of them
+        bitwise.
     retries : int
         Restarts from the last checkpoint after a worker loss.
     resume, overwrite : bool
@@ -76,6 +90,7 @@ class JobSettings:
     """
 
     checkpoint_every: int = JOB_PARAMS["checkpoint_every"].default
+    checkpoint_interval: float = JOB_PARAMS["checkpoint_interval"].default
     retries: int = JOB_PARAMS["retries"].default
     resume: bool = False
     overwrite: bool = False
@@ -88,14 +103,16 @@ class JobSettings:
         Raises
         ------
         ParameterError
-            If ``checkpoint_every`` or ``retries`` is outside :data:`JOB_PARAMS`, or
+            If ``checkpoint_every``, ``checkpoint_interval`` or ``retries`` is outside
+            :data:`JOB_PARAMS`, or
             ``memory_budget`` is not a size
             (:func:`sphdist.jobs.cluster.check_memory_budget`).
         """
         from sphdist.jobs.cluster import check_memory_budget
 
         validate(
-            {"checkpoint_every": self.checkpoint_every, "retries": self.retries}, caller,
+            {"checkpoint_every": self.checkpoint_every,
+             "checkpoint_interval": self.checkpoint_interval, "retries": self.retries}, caller,
             JOB_PARAMS,
         )
         return dataclasses.replace(self, memory_budget=check_memory_budget(self.memory_budget))
@@ -113,8 +130,13 @@ RESUME_KEYS = (*RESUME_PARAMS, "init_from")
 def validated() -> AbstractContextManager[None]:
     """:func:`sphdist._validation.validated`: nested fits do not validate again.
 
-    Imported on first use (it imports scikit-learn).
+    Imported on first use (it imports scikit-learn). A process that has not imported
+    scikit-learn (``sphdist fit``) gets a context that does nothing: the solver checks the
+    table again (:meth:`~sphdist.core.params.FitConfig.checked`, microseconds) rather than
+    import scikit-learn (about 1 s) to be told not to.
     """
+    if "sklearn" not in sys.modules:
+        return contextlib.nullcontext()
     from sphdist._validation import validated as skip
 
     return skip()
@@ -123,7 +145,7 @@ def validated() -> AbstractContextManager[None]:
 def fit_remedy(
     input: Any, output: Any, params: dict[str, Any], *, resume: bool = False,
     overwrite: bool = False, checkpoint_every: int = JOB_PARAMS["checkpoint_every"].default,
-    say: str = "",
+    checkpoint_interval: float = JOB_PARAMS["checkpoint_interval"].default, say: str = "",
 ) -> Remedy:
     """The fit of ``input`` to ``output`` with ``params``, as a remedy of an error.
 
@@ -141,6 +163,8 @@ def fit_remedy(
     resume, overwrite : bool, default False
         Continue the checkpoint at ``output``, or replace it.
     checkpoint_every : int, default 1
+        Given unless it is the default.
+    checkpoint_interval : float, default 60.0
         Given unless it is the default.
     say : str, default ""
         What the fit does, in words (:attr:`sphdist.errors.Remedy.say`).
@@ -184,4 +208,6 @@ lam='palm')`"
                                      else init_from)
     if checkpoint_every != JOB_PARAMS["checkpoint_every"].default:
         overrides["checkpoint_every"] = checkpoint_every
+    if checkpoint_interval != JOB_PARAMS["checkpoint_interval"].default:
+        overrides["checkpoint_interval"] = checkpoint_interval
     return Remedy("fit", {"input": str(input), "output": str(output)}, overrides, say)

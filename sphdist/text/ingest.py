@@ -984,6 +984,9 @@ def _scheduler(src: Plan, output: Any) -> Iterator[_Pool]:
         yield _Pool("distributed", max(1, len(client.scheduler_info().get("workers", {}))))
         return
     named = dask.config.get("scheduler", None)
+    if callable(named):  # a scheduler's get, as connect() names the threads: its module's name
+        named = {"dask.threaded": "threads", "dask.local": "sync"}.get(
+            getattr(named, "__module__", ""), getattr(named, "__name__", repr(named)))
     if named is not None:
         single = named in ("sync", "synchronous", "single-threaded")
         workers = 1 if single else int(dask.config.get("num_workers", None)

@@ -131,7 +131,7 @@ def test_ctrl_c_during_a_fit_names_the_last_checkpoint_and_the_resume(
     out = tmp_path / "m.zarr"
     _interrupt_at(monkeypatch, 3)
     result = _fit(runner, corpus, "-o", str(out), "-r", "2", "--max-iter", "6", "--tol", "0",
-                  "--lam", "palm")
+                  "--lam", "palm", "--checkpoint-interval", "0")  # a checkpoint each iteration
     assert result.exit_code == 1
     line = _error_line(result)
     assert "interrupted" in line and "iteration 2" in line, line
@@ -148,7 +148,8 @@ def test_ctrl_c_before_the_first_checkpoint_says_nothing_was_written(
 ):
     out = tmp_path / "m.zarr"
     _interrupt_at(monkeypatch, 1)
-    result = _fit(runner, corpus, "-o", str(out), "-r", "2", "--max-iter", "6")
+    result = _fit(runner, corpus, "-o", str(out), "-r", "2", "--max-iter", "6",
+                  "--checkpoint-interval", "0")
     assert result.exit_code == 1
     line = _error_line(result)
     assert "nothing was written" in line, line
@@ -177,7 +178,8 @@ def test_seconds_per_iteration_and_eta_are_the_wall_time_between_iterations(
 
     monkeypatch.setattr(fit, "save_checkpoint", slow_save)
     monkeypatch.setattr(_common, "_now", lambda: now[0], raising=False)
-    args = ["-i", str(corpus), "-r", "2", "--max-iter", "4", "--tol", "0"]
+    args = ["-i", str(corpus), "-r", "2", "--max-iter", "4", "--tol", "0",
+            "--checkpoint-interval", "0"]  # a checkpoint each iteration
     result = runner.invoke(main, ["fit", *args, "-o", str(tmp_path / "a.zarr"), "--json"])
     assert result.exit_code == 0, result.output
     assert json.loads(result.stdout)["seconds_per_iteration"] == 45.0

@@ -179,7 +179,7 @@ def test_info_of_a_checkpoint_without_v_does_not_claim_a_v(fitted, tmp_path):
 
     with dask.config.set(scheduler="sync"), pytest.raises(_Stop):
         fit_corpus(corpus.path, tmp_path / "k.zarr", n_components=R, max_iter=200, tol=0,
-                   callback=stop_at_3)
+                   callback=stop_at_3, checkpoint_interval=0)  # checkpoints 1 and 2 written
     assert not open_model(tmp_path / "k.zarr").has_embedding
     info = json.loads(_run("info", tmp_path / "k.zarr", "--json").stdout)
     assert info["has_embedding"] is False and info["n_documents"] == N

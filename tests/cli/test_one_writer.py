@@ -24,8 +24,9 @@ pytestmark = pytest.mark.slow
 SPHDIST = str(Path(sys.executable).with_name("sphdist"))
 MAX_ITER = 12
 FIT_ARGS = ["-r", "3", "--max-iter", str(MAX_ITER), "--tol", "0", "--n-workers", "1",
-            "--memory-limit", "1GiB"]
-# `sphdist fit`, each checkpoint followed by a pause: the run holds its output for a few seconds
+            "--memory-limit", "1GiB", "--checkpoint-interval", "0"]
+# `sphdist fit`, each checkpoint (one an iteration) followed by a pause: the run holds its
+# output for a few seconds
 SLOW_FIT = """
 import sys, time
 from sphdist.jobs import fit

@@ -276,7 +276,7 @@ def test_device_out_of_memory_keeps_the_checkpoint_and_prints_the_resume(
     monkeypatch.setattr(fit, "save_checkpoint", saved)
     monkeypatch.setattr(kernels, "pass_onto", passes)
     result = runner.invoke(main, ["--quiet", "fit", "-i", str(corpus), "-o", str(out), *args,
-                                  "--device", "cuda"])
+                                  "--device", "cuda", "--checkpoint-interval", "0"])
     assert result.exit_code == 1
     line = _error_line(result)
     assert "ran out of memory" in line and "iteration 3, intact" in line, line

@@ -40,7 +40,10 @@ def corpus(tmp_path):
 
 
 def _fit(corpus, out, **kw):
-    args = dict(n_components=R, max_iter=6, tol=0, random_state=0, callback=None) | kw
+    # every iteration checkpointed unless a test says otherwise: these fits take a fraction of
+    # the default interval (a minute), and these tests read the checkpoints between
+    args = dict(n_components=R, max_iter=6, tol=0, random_state=0, callback=None,
+                checkpoint_interval=0) | kw
     return fit_corpus(corpus.path, out, **args)
 
 
@@ -165,11 +168,40 @@ def test_checkpoint_every(corpus, tmp_path):
         model = load_checkpoint(out)
         written.append(None if model is None else model.n_iter)
 
-    _fit(corpus, out, max_iter=5, checkpoint_every=2, callback=record)
+    _fit(corpus, out, max_iter=5, checkpoint_every=2, checkpoint_interval=0, callback=record)
     # the callback runs before the save of its own iteration: it sees the previous checkpoint;
     # iteration 0 is not saved (U_0 fills all m rows; the seed and one pass redo it)
     assert written == [None, None, None, 2, 2, 4]
     assert open_model(out).n_iter == 5
+
+
+@pytest.mark.parametrize(("every", "interval", "expected"), [
+    (1, 60.0, [None] * 7),  # the default: a fit shorter than a minute writes only its model
+    (1, 0.0, [None, None, 1, 2, 3, 4, 5]),
+    (1, 2.0, [None, None, 1, 1, 3, 3, 5]),  # 1 s a pass on this clock: every other one
+    (3, 2.0, [None, None, None, None, 3, 3, 3]),
+])
+def test_checkpoint_interval(corpus, tmp_path, monkeypatch, every, interval, expected):
+    """Issue 29 item 5: a checkpoint once ``checkpoint_interval`` seconds have passed since
+    the last write (or the start), at a ``checkpoint_every``-th iteration; which iterations
+    are written changes no bit of the model, and a resume from one continues to the same bits.
+    The fit's clock is one that moves 1 s a pass (the callback's tick), not the wall."""
+    from sphdist.jobs import fit as fit_job
+
+    now = [0.0]
+    monkeypatch.setattr(fit_job, "_clock", lambda: now[0])
+    written = []
+    out = tmp_path / "m.zarr"
+
+    def record(state):
+        model = load_checkpoint(out)
+        written.append(None if model is None else model.n_iter)
+        now[0] += 1.0
+
+    model = _fit(corpus, out, checkpoint_every=every, checkpoint_interval=interval,
+                 callback=record)
+    assert written == expected
+    _assert_same_model(model, _fit(corpus, tmp_path / "each.zarr", checkpoint_interval=0))
 
 
 def test_resume_refuses_other_parameters_and_other_corpus(corpus, tmp_path):

@@ -43,9 +43,9 @@ WRITER = textwrap.dedent("""
     corpus, out, rounds = sys.argv[1], sys.argv[2], int(sys.argv[3])
     dask.config.set(scheduler="synchronous")
     print("started", flush=True)
-    for i in range(rounds):
+    for i in range(rounds):  # a commit each iteration (checkpoints, then the final model)
         fit_corpus(corpus, out, n_components=3, tol=0, max_iter=3, random_state=i % 3,
-                   overwrite=True, callback=None)
+                   overwrite=True, callback=None, checkpoint_interval=0)
 """)
 
 REPLACED = "was replaced while reading; run it again"

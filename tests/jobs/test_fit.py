@@ -101,7 +101,8 @@ def test_retry_resumes_its_own_checkpoint_without_reopening_the_input(
             lost.append(state.iteration)
             raise FutureCancelledError("pass", reason="lost")
 
-    plan = fit.plan_fit(corpus.path, out, fit.FitConfig(**KW), fit.JobSettings(overwrite=True))
+    plan = fit.plan_fit(corpus.path, out, fit.FitConfig(**KW),
+                        fit.JobSettings(overwrite=True, checkpoint_interval=0))  # each one
     with fit.open_fit(plan) as job:
         model = job.run(lose_a_worker_once)  # the plan's retries: 3
     assert lost == [3] and opened == [corpus.path]
@@ -120,7 +121,7 @@ def test_workers_lost_after_every_retry_is_a_typed_error_naming_the_resume(corpu
             raise FutureCancelledError("pass", reason="lost")
 
     with pytest.raises(WorkersLostError, match=r"3 attempts .* resume=True") as info, \
-            prepare_fit(corpus.path, out, **KW) as prepared:
+            prepare_fit(corpus.path, out, checkpoint_interval=0, **KW) as prepared:
         prepared.run(always_lost_at_2, retries=2)
     assert isinstance(info.value.__cause__, FutureCancelledError)
     # the first attempt started the fit; each retry resumed its checkpoint of iteration 1
@@ -214,7 +215,8 @@ def test_a_checkpoint_of_the_chained_pass_is_refused_with_the_fit_to_start_again
 
 @pytest.mark.parametrize("bad", [
     {"n_components": -5}, {"lam": 1.0}, {"tol": -1}, {"mu": -1.0}, {"dtype": "int64"},
-    {"device": "gpu"}, {"checkpoint_every": 0}, {"retries": -1}, {"memory_budget": "lots"},
+    {"device": "gpu"}, {"checkpoint_every": 0}, {"checkpoint_interval": -1.0}, {"retries": -1},
+    {"memory_budget": "lots"},
 ])
 def test_the_plan_refuses_an_invalid_value_before_anything_is_opened_or_written(
     tmp_path, bad
