@@ -814,8 +814,11 @@ def connect(
     The LocalCluster and everything it listens on bind to 127.0.0.1. On one machine the
     threaded scheduler moves no bytes between processes: scipy's sparse products and NumPy's
     BLAS release the GIL (two threads on their own chunks ran 1.66x one thread's work rate),
-    so two threads keep two cores busy, where a LocalCluster's iterations took about twice as
-    long (U and the partials cross processes every pass; ``pipelines/results/benchmark.md``).
+    so two threads keep two cores busy, where a LocalCluster's iterations take longer: U goes
+    to the workers and the summed partials come back every pass, and the partials of the blocks
+    cross between workers where the sum tree crosses from one worker's run of blocks to the
+    next (:func:`sphdist.core.graph.block_workers`), each 36 MB at 100k documents and r = 100,
+    through TLS (``pipelines/results/benchmark.md``).
     """
     if "scheduler_address" in fields:
         fields["address"] = fields.pop("scheduler_address")

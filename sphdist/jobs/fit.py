@@ -365,7 +365,7 @@ class Fit:
             ),
         )
         if hold:  # read once and kept; else every pass reads each chunk as its task runs
-            X = X.persist()
+            X = graph.hold(X)
         if self.params.get("device", "cpu") != "cpu":
             logger.info("chunk kernels on %s: every pass copies each chunk to the device "
                         "(streamed; X is not held in device memory)", self.params["device"])

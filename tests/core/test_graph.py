@@ -385,3 +385,60 @@ def test_a_distributed_client_gives_bitwise_the_local_pass_and_counts(X, schedul
     np.testing.assert_array_equal(got, LAYOUTS["irregular"](N))
     np.testing.assert_array_equal(_bits(total["XVt"]), _bits(local["XVt"]))
     np.testing.assert_array_equal(_bits(total["VVt"]), _bits(local["VVt"]))
+
+
+@pytest.fixture(scope="module")
+def two_workers():
+    """An in-process LocalCluster of two one-thread workers, work stealing off (so every task
+    runs where the scheduler first placed it)."""
+    from distributed import LocalCluster
+
+    with dask.config.set({"distributed.scheduler.work-stealing": False}), LocalCluster(
+        n_workers=2, threads_per_worker=1, processes=False, dashboard_address=None
+    ) as cluster:
+        yield cluster.scheduler_address
+
+
+def test_contiguous_owners_gives_runs_in_proportion_to_the_weights():
+    assert graph.contiguous_owners(10, [1, 1]) == [0] * 5 + [1] * 5
+    assert graph.contiguous_owners(7, [1, 2, 4]) == [0, 1, 1, 2, 2, 2, 2]
+    assert graph.contiguous_owners(3, [1] * 5) == [0, 2, 4]  # fewer items than owners
+    assert graph.contiguous_owners(0, [1, 1]) == []
+
+
+def test_a_cluster_pass_folds_each_block_where_it_ran_and_keeps_the_bits(X, two_workers):
+    from distributed import Client, get_task_stream, wait
+
+    Xc = chunked(X, [6] * 10)  # a block a chunk: 10 blocks, 5 to each worker
+    U = np.linalg.qr(np.random.default_rng(5).standard_normal((M, R)))[0]
+    kw = dict(lam=2.0, config=FitConfig.build(n_components=R, split_every=4), keep_V=False)
+    _, local = graph.block_pass(Xc, U, None, **kw)
+    assert graph.block_workers(10) is None  # no placement on the local schedulers
+    with Client(two_workers) as client:
+        owners = graph.block_workers(10)
+        held = graph.hold(Xc)
+        wait(held)
+        who = {key: w for key, w in client.who_has().items()
+               if isinstance(key, tuple) and key[0].startswith("sphdist-held-")}
+        with get_task_stream(client) as stream:
+            _, total = graph.block_pass(held, U, None, **kw)
+    workers = sorted(set(owners))
+    assert len(workers) == 2 and owners == [workers[0]] * 5 + [workers[1]] * 5
+    # every chunk of the held X on the worker of its block, so no chunk crosses
+    assert {int(key[-1]): tuple(w) for key, w in who.items()} == {
+        j: (owners[j],) for j in range(10)
+    }
+    ran = {t["key"]: t["worker"] for t in stream.data}
+    blocks = {k[1]: w for k, w in ran.items() if k[0].startswith("sphdist-pass-")}
+    assert blocks == dict(enumerate(owners))
+    # the tree [[0..3], [4..7], [8, 9]] then [[0, 1, 2]]: each fold runs where the input it
+    # adds is, so only the running sum of the group that crosses the run boundary moves
+    folds = {k[1:]: w for k, w in ran.items() if k[0].startswith("sphdist-sum-")}
+    level0 = {(0, g, j): owners[4 * g + j] for g, n in enumerate([4, 4, 2]) for j in range(n)}
+    level1 = {(1, 0, 0): owners[3], (1, 0, 1): owners[7], (1, 0, 2): owners[9]}
+    assert folds == {**level0, **level1}
+    fetched = [t for t in stream.data if t["key"][0].startswith("sphdist-sum-")
+               and any(s["action"] == "transfer" for s in t["startstops"])]
+    assert [t["key"][1:] for t in fetched] == [(0, 1, 1), (1, 0, 1)]
+    np.testing.assert_array_equal(_bits(total["XVt"]), _bits(local["XVt"]))
+    np.testing.assert_array_equal(_bits(total["VVt"]), _bits(local["VVt"]))
