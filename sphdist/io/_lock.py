@@ -36,6 +36,7 @@ import logging
 import os
 import socket
 import sys
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -53,6 +54,9 @@ __all__ = [
 logger = logging.getLogger("sphdist")
 
 _ATTEMPTS = 5  # acquisitions of a lock file another holder removed meanwhile
+#: Seconds a refused writer waits for the holder's record: a holder writes it right after
+#: taking the lock, so a writer refused in between would otherwise name no one.
+RECORD_WAIT = 2.0
 
 
 def lock_path(target: Path) -> Path:
@@ -150,11 +154,22 @@ class FileHold:
             try:
                 lock.acquire()
             except filelock.Timeout:
-                raise refusal(self.target, read_local_record(self.path)) from None
+                raise refusal(self.target, self._holder()) from None
             if _locked_file_is_current(lock, self.path):
                 return lock
             lock.release(force=True)  # a holder removed that file as we locked it: again
         raise refusal(self.target, read_local_record(self.path))  # pragma: no cover
+
+    def _holder(self) -> dict[str, Any] | None:
+        """The record of the process holding the lock: waited for up to :data:`RECORD_WAIT`.
+
+        None if it is still missing then (a holder that died between locking and recording
+        leaves none: the lock is released with it, and the next writer takes it).
+        """
+        deadline = time.monotonic() + RECORD_WAIT
+        while (record := read_local_record(self.path)) is None and time.monotonic() < deadline:
+            time.sleep(0.02)
+        return record
 
     def check(self) -> None:
         """Nothing to check: an ``flock`` is held until released (or the process ends)."""

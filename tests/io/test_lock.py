@@ -98,3 +98,27 @@ def test_staging_trees_are_kept_while_another_writer_holds_the_output(tmp_path, 
     with output_lock(target) as out:
         out.remove_stale()  # now provably stale
     assert not staging.exists()
+
+
+def test_a_writer_refused_before_the_holder_recorded_itself_still_names_it(tmp_path):
+    """The holder writes its record just after it takes the lock: a writer refused in between
+    waits for the record (two fits started together), instead of naming no one."""
+    import filelock
+
+    from sphdist.io._lock import lock_path, record_path
+
+    target = tmp_path / "model.zarr"
+    held = filelock.FileLock(str(lock_path(target)), timeout=0, thread_local=False)
+    held.acquire()  # locked, not yet recorded
+    record = {"host": socket.gethostname(), "pid": 424242, "command": "sphdist fit",
+              "since": "2026-11-27T00:00:00+00:00"}
+    later = threading.Timer(0.3, lambda: record_path(lock_path(target)).write_text(
+        json.dumps(record)))
+    later.start()
+    try:
+        with pytest.raises(OutputLockedError, match=r"pid 424242 on .*kill 424242"):
+            with output_lock(target):
+                pass
+    finally:
+        later.join()
+        held.release(force=True)
