@@ -21,10 +21,11 @@ A fit is planned, then run while it holds its output, once:
 A second fit of the same output is refused with :class:`~sphdist.errors.OutputLockedError`
 before it recovers, cleans up or writes anything.
 
-Everything about resuming is here: the decision to resume, the checks that a checkpoint belongs
-to this corpus and these parameters (:data:`RESUME_KEYS`), the commands the remedies print
-(:func:`fit_remedy`, structured: :class:`sphdist.errors.Remedy`), and the restart after a
-worker loss.
+A fit's decision to resume, start afresh or refuse is pure, and made in
+:mod:`sphdist.jobs.params` (:func:`~sphdist.jobs.params.decide_output`: whether a checkpoint
+belongs to this corpus and these parameters, :data:`RESUME_KEYS`, and the commands its remedies
+print, :func:`fit_remedy`). Here it is applied: the checkpoint read and resumed, and the
+restart after a worker loss.
 
 References
 ----------
@@ -89,20 +90,15 @@ from sphdist.jobs.params import FitConfig, JobSettings
 
 __all__ = [
     "fit_corpus", "plan_fit", "FitPlan", "open_fit", "Fit", "prepare_fit", "warm_start",
-    "fit_remedy", "decide_output", "OutputDecision", "OutputRemedy",
-    "RESUME_KEYS", "worker_losses",
+    "fit_remedy", "RESUME_KEYS", "worker_losses",
 ]
 
 logger = logging.getLogger("sphdist")
 
 
-#: Parameters that change the sequence of iterates: a checkpoint resumes only if they match.
-#: A checkpoint written before ``dtype`` and ``polar`` were recorded was fitted with their
-#: defaults; the ``max_partials`` that checkpoints written before issue 29 record is ignored
-#: (the pass no longer has accumulation chains).
+#: Parameters that change the sequence of iterates: a checkpoint resumes only if they match
+#: (:func:`sphdist.jobs.params.decide_output`).
 RESUME_KEYS = fit_params.RESUME_KEYS  # the table's rows marked resume, and init_from
-#: The value a parameter had in checkpoints written before it was recorded (else the default).
-_BEFORE_RECORDED = {"accelerate": False}
 
 
 def _log_iteration(state: solver.FitState) -> None:
@@ -694,11 +690,12 @@ def _checkpoint_to_resume(
     """The checkpoint at ``output`` to resume, None for a fresh fit, or why neither.
 
     The output's interrupted commit put back and its checkpoint read, then
-    :func:`decide_output`; a refusal is raised with its remedies (:func:`fit_remedy`).
+    :func:`~sphdist.jobs.params.decide_output`; a refusal is raised with its remedies
+    (:func:`fit_remedy`).
     """
     previous = load_checkpoint(out, recover=True)  # this fit is its writer: a commit put back
-    decision = decide_output(previous, source.fingerprint, input, params, resume=resume,
-                             overwrite=overwrite)
+    decision = fit_params.decide_output(previous, source.fingerprint, input, params,
+                                        resume=resume, overwrite=overwrite)
     if decision.error is None:
         return previous if decision.action == "resume" else None
     remedies = ", or ".join(
@@ -711,142 +708,6 @@ def _checkpoint_to_resume(
         refuse_existing(out.path, found=decision.found, remedies=remedies)
     raise decision.error(f"{out.path} {decision.found}. To resolve this, {remedies} "
                          f"(or choose another {option('output')}).")
-
-
-@dataclasses.dataclass(frozen=True)
-class OutputRemedy:
-    """A fit that resolves a refusal of the output: what it does there and with what.
-
-    :func:`_checkpoint_to_resume` makes it a :class:`sphdist.errors.Remedy` of the output
-    (:func:`fit_remedy`).
-
-    Attributes
-    ----------
-    action : {"resume", "overwrite"}
-        Continue the checkpoint at the output, or replace it.
-    input : path-like
-        The corpus of that fit.
-    params : dict
-        Its parameters (:data:`RESUME_KEYS` and the other names of
-        :data:`sphdist.core.params.SOLVER_PARAMS`).
-    say : str
-        What it does, in words (``"continue it"``, ``"replace it"``).
-    """
-
-    action: str
-    input: Any
-    params: dict[str, Any]
-    say: str
-
-
-@dataclasses.dataclass(frozen=True)
-class OutputDecision:
-    """What a fit does with a model already at its output (:func:`decide_output`).
-
-    Attributes
-    ----------
-    action : {"fresh", "resume", "refuse"}
-        Start afresh (nothing there, or ``overwrite``), continue its checkpoint, or refuse.
-    error : type or None
-        The refusal's exception (:class:`~sphdist.errors.OutputExistsError`,
-        :class:`~sphdist.errors.CheckpointMismatchError`); None unless refused.
-    found : str
-        What is at the output: the message's words after its path, or, for an
-        :class:`~sphdist.errors.OutputExistsError`, after ``already exists:``
-        (:func:`sphdist.io.refuse_existing` words that refusal).
-    remedies : tuple of OutputRemedy
-        The fits that resolve the refusal, the one nearest to what was asked first.
-    """
-
-    action: str
-    error: type[Exception] | None = None
-    found: str = ""
-    remedies: tuple[OutputRemedy, ...] = ()
-
-
-def decide_output(
-    previous: Model | None, fingerprint: str, input: Any, params: dict[str, Any], *,
-    resume: bool, overwrite: bool,
-) -> OutputDecision:
-    """Whether a fit resumes, starts afresh or is refused at an output; pure.
-
-    Parameters
-    ----------
-    previous : Model or None
-        The checkpoint at the output (only its ``corpus``, ``params``, ``n_iter`` and
-        ``converged`` are read), or None.
-    fingerprint : str
-        The fingerprint of the corpus to fit.
-    input : path-like
-        Its path, for the messages and remedies.
-    params : dict
-        The fit's parameters, as stored (:data:`RESUME_KEYS` and ``max_iter``).
-    resume, overwrite : bool
-        What was asked (:class:`~sphdist.jobs.params.JobSettings`).
-
-    Returns
-    -------
-    OutputDecision
-        Resumed only when asked, with the same corpus and the same :data:`RESUME_KEYS`;
-        refused with :class:`~sphdist.errors.OutputExistsError` when a model is there and
-        neither was asked, with :class:`~sphdist.errors.CheckpointMismatchError` when a
-        resume was asked of another corpus' or other parameters' checkpoint; each refusal
-        with the asked fit replacing the output and the continuation of what is there.
-    """
-    if previous is None or (overwrite and not resume):
-        return OutputDecision("fresh")
-    same_corpus = previous.corpus.get("fingerprint") == fingerprint
-    recorded = _recorded_params(previous)
-    changed = {k: (recorded[k], params[k]) for k in RESUME_KEYS
-               if _resume_value(k, recorded[k]) != _resume_value(k, params[k])}
-    if same_corpus and not changed and resume:
-        return OutputDecision("resume")
-    asked = functools.partial(OutputRemedy, "overwrite", input, params)
-    theirs = functools.partial(  # the fit that is there, continued
-        OutputRemedy, "resume", input if same_corpus else previous.corpus.get("path", "CORPUS"),
-        {**params, **recorded},
-    )
-    detail = ", ".join(f"{option(k)}: {a!r} -> {b!r}" for k, (a, b) in changed.items())
-    other_corpus = (
-        f"{previous.corpus.get('path')!r} (fingerprint "
-        f"{previous.corpus.get('fingerprint', '?')[:12]}), not {{}} {input} (fingerprint "
-        f"{fingerprint[:12]})"
-    )
-    if resume and not same_corpus:
-        return OutputDecision(
-            "refuse", CheckpointMismatchError, f"was fitted on {other_corpus.format('on')}",
-            (theirs("resume with the original corpus"), asked(f"start a new fit of {input}")),
-        )
-    if resume:
-        return OutputDecision(
-            "refuse", CheckpointMismatchError, f"was written with other parameters ({detail})",
-            (theirs("resume with the checkpoint's parameters"), asked("start the fit asked for")),
-        )
-    if same_corpus and not changed:
-        if not previous.converged and previous.n_iter < params["max_iter"]:
-            return OutputDecision(
-                "refuse", OutputExistsError, f"this fit, stopped at iteration {previous.n_iter}",
-                (theirs("continue it"), asked("replace it")),
-            )
-        what = f"this fit, finished at iteration {previous.n_iter}"
-        if not previous.converged:  # at its max_iter: more iterations would continue it
-            what += (f" ({option('resume', True)} with a larger {option('max_iter')} "
-                     "continues it)")
-        return OutputDecision("refuse", OutputExistsError, what, (asked("replace it"),))
-    what = (f"a fit with other parameters ({detail})" if same_corpus
-            else f"a fit of {other_corpus.format('of')}")
-    return OutputDecision("refuse", OutputExistsError, what,
-                          (asked("replace it"), theirs("continue that fit")))
-
-
-def _recorded_params(model: Model) -> dict[str, Any]:
-    """The :data:`RESUME_KEYS` values ``model`` was fitted with (defaults where not recorded)."""
-    return {
-        key: model.params.get(key, _BEFORE_RECORDED.get(
-            key, fit_params.PARAMS[key].default if key in fit_params.PARAMS else None
-        ))
-        for key in RESUME_KEYS
-    }
 
 
 #: The fit of a remedy (:func:`sphdist.jobs.params.fit_remedy`): a Remedy, structured.
@@ -866,13 +727,6 @@ def _cadence(job: JobSettings) -> dict[str, Any]:
     """The checkpoint settings of ``job``, as keywords of :func:`fit_remedy`."""
     return {"checkpoint_every": job.checkpoint_every,
             "checkpoint_interval": job.checkpoint_interval}
-
-
-def _resume_value(key: str, value: Any) -> Any:
-    # a warm start is the same warm start when its U is the same, wherever the model lies now
-    if key == "init_from" and isinstance(value, dict):
-        return value.get("u_sha256")
-    return value
 
 
 def warm_start(
