@@ -24,8 +24,9 @@ before it recovers, cleans up or writes anything.
 A fit's decision to resume, start afresh or refuse is pure, and made in
 :mod:`sphdist.jobs.params` (:func:`~sphdist.jobs.params.decide_output`: whether a checkpoint
 belongs to this corpus and these parameters, :data:`RESUME_KEYS`, and the commands its remedies
-print, :func:`fit_remedy`). Here it is applied: the checkpoint read and resumed, and the
-restart after a worker loss.
+print, :func:`fit_remedy`); what a worker loss is, and its messages, in
+:mod:`sphdist.jobs.cluster` (:func:`~sphdist.jobs.cluster.worker_losses`). Here they are
+applied: the checkpoint read and resumed, the restart after a worker loss.
 
 References
 ----------
@@ -40,7 +41,6 @@ import dataclasses
 import functools
 import logging
 import os
-import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -56,7 +56,6 @@ from sphdist.errors import (
     Interrupted,
     OutputExistsError,
     ParameterError,
-    WorkersLostError,
     option,
     remedy,
     template,
@@ -82,15 +81,19 @@ from sphdist.jobs import params as fit_params
 from sphdist.jobs.cluster import (
     check_workers_see,
     holds_in_memory,
+    log_retry,
     memory_check,
+    no_worker_left,
     stored_nbytes,
     task_path,
+    worker_losses,
+    workers_lost,
 )
 from sphdist.jobs.params import FitConfig, JobSettings
 
 __all__ = [
     "fit_corpus", "plan_fit", "FitPlan", "open_fit", "Fit", "prepare_fit", "warm_start",
-    "fit_remedy", "RESUME_KEYS", "worker_losses",
+    "fit_remedy", "RESUME_KEYS",
 ]
 
 logger = logging.getLogger("sphdist")
@@ -282,13 +285,13 @@ class Fit:
             try:
                 return self._attempt(previous, callback)
             except worker_losses() as exc:
-                if attempt == retries or _no_workers(exc):  # none left to retry on: stop
+                if attempt == retries or no_worker_left(exc):  # none left to retry on: stop
                     resume = _fix(self.input, self.output, self.params, resume=True,
                                   **_cadence(self.plan.job))
-                    raise _workers_lost(self.output, attempt, exc, resume) from exc
+                    raise workers_lost(self.output, attempt, exc, resume) from exc
                 if self.out.identity() not in (None, self.before):
                     previous = load_checkpoint(self.output)  # continue our own checkpoint
-                _log_retry(self.output, exc, attempt, retries)
+                log_retry(self.output, exc, attempt, retries)
         raise AssertionError("unreachable")  # pragma: no cover
 
     def _attempt(
@@ -768,58 +771,3 @@ def warm_start(
         )
     previous.check_compatible(source, input, check_idf=False)
     return previous.U
-
-
-def _worker_loss_errors() -> tuple[type[BaseException], ...]:
-    from distributed.client import FutureCancelledError
-    from distributed.comm.core import CommClosedError
-    from distributed.scheduler import KilledWorker, NoWorkerError
-
-    return (FutureCancelledError, KilledWorker, CommClosedError, NoWorkerError)
-
-
-def _no_workers(exc: BaseException) -> bool:
-    """Whether a task failed because the cluster had no worker left for a while."""
-    from distributed.scheduler import NoWorkerError
-
-    return isinstance(exc, NoWorkerError)
-
-
-def worker_losses() -> tuple[type[BaseException], ...]:
-    """Exceptions with which a computation fails when a worker holding its data dies.
-
-    None before ``distributed`` is imported (dask's threads lose no worker): a fit on the
-    threaded scheduler never imports it (about 0.4 s of its start-up).
-    """
-    return _worker_loss_errors() if "distributed" in sys.modules else ()
-
-
-def __getattr__(name: str) -> Any:  # PEP 562: WORKER_LOSS, the tuple, imports distributed
-    if name == "WORKER_LOSS":
-        return _worker_loss_errors()
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-
-def _workers_lost(
-    output: Any, attempt: int, exc: BaseException, resume: str
-) -> WorkersLostError:
-    if _no_workers(exc):
-        what = (f"the cluster had no worker left for {getattr(exc, 'timeout', 0):.0f} s (every "
-                f"worker lost{'' if attempt == 0 else f', after {attempt} restarts'})")
-    else:
-        what = (f"workers were lost in {attempt + 1} attempts (last: {type(exc).__name__}: "
-                f"{str(exc).splitlines()[0][:200] if str(exc) else ''})")
-    return WorkersLostError(
-        f"{output}: {what}. The last complete checkpoint is kept. To resolve this, check the "
-        "workers' logs (often a memory limit below what sphdist.core.solver.fit's Notes give, "
-        f"or a worker killed from outside), then continue the fit: {resume}."
-    )
-
-
-def _log_retry(output: Any, exc: BaseException, attempt: int, retries: int) -> None:
-    logger.warning(
-        "a worker was lost (%s: %s); resuming %s from its last checkpoint "
-        "(retry %d of %d)", type(exc).__name__, str(exc)[:200], output, attempt + 1,
-        retries,
-    )
