@@ -134,9 +134,8 @@ class FitPlan:
 
 
 _CALLER = "sphdist.jobs.fit.fit_corpus"  # who validates, in the messages
-#: The defaults of the signatures here: the table's and
-#: :class:`~sphdist.jobs.params.JobSettings`' (frozen).
-_SOLVER, _JOB = fit_params.defaults(), JobSettings()
+#: The default of the signatures here: :class:`~sphdist.jobs.params.JobSettings`' (frozen).
+_JOB = JobSettings()
 
 
 def plan_fit(
@@ -179,23 +178,6 @@ def plan_fit(
     return FitPlan(  # absolute here, once: the workers' working directories are their own
         input=task_path(input), output=task_path(output, output=True), config=config, job=job,
     )
-
-
-def _settings(
-    function: str, params: dict[str, Any]
-) -> tuple[FitConfig, JobSettings]:
-    """The FitConfig and JobSettings of keyword arguments, not validated."""
-    job = {name: params.pop(name) for name in _JOB_FIELDS if name in params}
-    params = fit_params.current_names(params, function)
-    unknown = set(params) - set(fit_params.SOLVER_PARAMS)
-    if unknown:
-        raise TypeError(f"{function}() got unexpected keyword arguments {sorted(unknown)}")
-    if "n_components" not in params:
-        raise TypeError(f"{function}() missing required keyword argument 'n_components'")
-    return FitConfig(**params), JobSettings(**job)
-
-
-_JOB_FIELDS = tuple(f.name for f in dataclasses.fields(JobSettings))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -558,7 +540,7 @@ def prepare_fit(
         As :func:`plan_fit`, at the call; the others of :func:`open_fit` when the block
         is entered.
     """
-    return open_fit(plan_fit(input, output, *_settings("prepare_fit", kwargs)))
+    return open_fit(plan_fit(input, output, *fit_params.keywords("prepare_fit", kwargs)))
 
 
 def fit_corpus(
@@ -676,7 +658,7 @@ def fit_corpus(
         is not ``n_components``).
     """
     if config is None and job is None:
-        config, job = _settings("fit_corpus", kwargs)
+        config, job = fit_params.keywords("fit_corpus", kwargs)
     elif kwargs:
         raise TypeError(f"fit_corpus() takes a FitConfig and JobSettings or their fields as "
                         f"keywords, not both: {sorted(kwargs)}")

@@ -46,8 +46,8 @@ if TYPE_CHECKING:
     from sphdist.io.model import Model
 
 __all__ = [
-    "JOB_PARAMS", "RESUME_KEYS", "N_COMPONENTS", "JobSettings", "validated", "fit_remedy",
-    "decide_output", "OutputDecision", "OutputRemedy",
+    "JOB_PARAMS", "RESUME_KEYS", "N_COMPONENTS", "JobSettings", "keywords", "validated",
+    "fit_remedy", "decide_output", "OutputDecision", "OutputRemedy",
 ]
 
 #: The fit job's own parameters (:func:`sphdist.jobs.fit.fit_corpus`, ``sphdist fit``).
@@ -137,6 +137,40 @@ class JobSettings:
 #: What a checkpoint must have been written with to be resumed: the solver parameters whose
 #: row says so (:data:`sphdist.core.params.RESUME_PARAMS`) and the warm start ``init_from``.
 RESUME_KEYS = (*RESUME_PARAMS, "init_from")
+
+
+def keywords(function: str, params: dict[str, Any]) -> tuple[FitConfig, JobSettings]:
+    """The FitConfig and JobSettings of a fit's keyword arguments, not validated.
+
+    Parameters
+    ----------
+    function : str
+        The function given them, for the messages (``"fit_corpus"``).
+    params : dict
+        Its keyword arguments: fields of :class:`JobSettings` (popped from it) and names of
+        :data:`sphdist.core.params.SOLVER_PARAMS` (or their former names,
+        :func:`sphdist.core.params.current_names`).
+
+    Returns
+    -------
+    FitConfig, JobSettings
+
+    Raises
+    ------
+    TypeError
+        If a keyword is neither, or ``n_components`` is missing.
+    """
+    job = {name: params.pop(name) for name in _JOB_FIELDS if name in params}
+    params = current_names(params, function)
+    unknown = set(params) - set(SOLVER_PARAMS)
+    if unknown:
+        raise TypeError(f"{function}() got unexpected keyword arguments {sorted(unknown)}")
+    if "n_components" not in params:
+        raise TypeError(f"{function}() missing required keyword argument 'n_components'")
+    return FitConfig(**params), JobSettings(**job)
+
+
+_JOB_FIELDS = tuple(f.name for f in dataclasses.fields(JobSettings))
 
 
 def validated() -> AbstractContextManager[None]:
