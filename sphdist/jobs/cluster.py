@@ -18,6 +18,7 @@ import contextlib
 import logging
 import math
 import os
+import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -30,6 +31,7 @@ from sphdist.errors import (
     InsufficientMemoryError,
     ParameterError,
     Words,
+    WorkersLostError,
     option,
 )
 from sphdist.jobs._cluster_spec import ClusterConflictError, ClusterSpec
@@ -58,6 +60,8 @@ def __getattr__(name: str) -> Any:  # PEP 562: cluster.LocalCluster etc. import 
     if name in _DISTRIBUTED:
         _distributed()
         return globals()[name]
+    if name == "WORKER_LOSS":  # the tuple of worker_losses, distributed imported
+        return _worker_loss_errors()
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 __all__ = [
@@ -77,6 +81,10 @@ __all__ = [
     "task_path",
     "check_workers_see",
     "tls_security",
+    "worker_losses",
+    "no_worker_left",
+    "workers_lost",
+    "log_retry",
 ]
 
 logger = logging.getLogger("sphdist")
@@ -436,6 +444,95 @@ def _no_workers_bound(client: Client, seconds: float) -> Iterator[None]:
         if previous is None:  # it had none: it gets none back (unless another job changed it)
             with contextlib.suppress(Exception):  # the scheduler may be gone
                 client.run_on_scheduler(_set_no_workers_timeout, seconds=None, only_if=seconds)
+
+
+def _worker_loss_errors() -> tuple[type[BaseException], ...]:
+    from distributed.client import FutureCancelledError
+    from distributed.comm.core import CommClosedError
+    from distributed.scheduler import KilledWorker, NoWorkerError
+
+    return (FutureCancelledError, KilledWorker, CommClosedError, NoWorkerError)
+
+
+def worker_losses() -> tuple[type[BaseException], ...]:
+    """Exceptions with which a computation fails when a worker holding its data dies.
+
+    None before ``distributed`` is imported (dask's threads lose no worker): a fit on the
+    threaded scheduler never imports it (about 0.4 s of its start-up). ``WORKER_LOSS`` (a
+    module attribute, PEP 562) is the same tuple, importing ``distributed``.
+    """
+    return _worker_loss_errors() if "distributed" in sys.modules else ()
+
+
+def no_worker_left(exc: BaseException) -> bool:
+    """Whether a task failed because the cluster had no worker left for a while.
+
+    Parameters
+    ----------
+    exc : BaseException
+        A failure of a computation (one of :func:`worker_losses`).
+
+    Returns
+    -------
+    bool
+        Whether it is distributed's ``NoWorkerError``: a task waited
+        :func:`no_workers_timeout` without a worker, so a restart would wait again.
+    """
+    from distributed.scheduler import NoWorkerError
+
+    return isinstance(exc, NoWorkerError)
+
+
+def workers_lost(output: Any, attempt: int, exc: BaseException, resume: str) -> WorkersLostError:
+    """The error of a job that lost its workers for good, with the command that continues it.
+
+    Parameters
+    ----------
+    output : path-like
+        The job's output, whose last complete checkpoint is kept.
+    attempt : int
+        The attempt that failed, from 0 (the restarts before it).
+    exc : BaseException
+        Its failure (one of :func:`worker_losses`).
+    resume : str
+        The command that continues the job (a :func:`sphdist.errors.remedy` marker).
+
+    Returns
+    -------
+    WorkersLostError
+    """
+    if no_worker_left(exc):
+        what = (f"the cluster had no worker left for {getattr(exc, 'timeout', 0):.0f} s (every "
+                f"worker lost{'' if attempt == 0 else f', after {attempt} restarts'})")
+    else:
+        what = (f"workers were lost in {attempt + 1} attempts (last: {type(exc).__name__}: "
+                f"{str(exc).splitlines()[0][:200] if str(exc) else ''})")
+    return WorkersLostError(
+        f"{output}: {what}. The last complete checkpoint is kept. To resolve this, check the "
+        "workers' logs (often a memory limit below what sphdist.core.solver.fit's Notes give, "
+        f"or a worker killed from outside), then continue the fit: {resume}."
+    )
+
+
+def log_retry(output: Any, exc: BaseException, attempt: int, retries: int) -> None:
+    """Log that a worker was lost and ``output`` resumes from its last checkpoint.
+
+    Parameters
+    ----------
+    output : path-like
+        The job's output.
+    exc : BaseException
+        The failure (one of :func:`worker_losses`).
+    attempt : int
+        The attempt that failed, from 0.
+    retries : int
+        The restarts allowed.
+    """
+    logger.warning(
+        "a worker was lost (%s: %s); resuming %s from its last checkpoint "
+        "(retry %d of %d)", type(exc).__name__, str(exc)[:200], output, attempt + 1,
+        retries,
+    )
 
 
 def check_worker_memory(limit: str | int | float, threads_per_worker: int = 1) -> None:

@@ -21,10 +21,12 @@ A fit is planned, then run while it holds its output, once:
 A second fit of the same output is refused with :class:`~sphdist.errors.OutputLockedError`
 before it recovers, cleans up or writes anything.
 
-Everything about resuming is here: the decision to resume, the checks that a checkpoint belongs
-to this corpus and these parameters (:data:`RESUME_KEYS`), the commands the remedies print
-(:func:`fit_remedy`, structured: :class:`sphdist.errors.Remedy`), and the restart after a
-worker loss.
+A fit's decision to resume, start afresh or refuse is pure, and made in
+:mod:`sphdist.jobs.params` (:func:`~sphdist.jobs.params.decide_output`: whether a checkpoint
+belongs to this corpus and these parameters, :data:`RESUME_KEYS`, and the commands its remedies
+print, :func:`fit_remedy`); what a worker loss is, and its messages, in
+:mod:`sphdist.jobs.cluster` (:func:`~sphdist.jobs.cluster.worker_losses`). Here they are
+applied: the checkpoint read and resumed, the restart after a worker loss.
 
 References
 ----------
@@ -39,7 +41,6 @@ import dataclasses
 import functools
 import logging
 import os
-import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -55,7 +56,6 @@ from sphdist.errors import (
     Interrupted,
     OutputExistsError,
     ParameterError,
-    WorkersLostError,
     option,
     remedy,
     template,
@@ -81,28 +81,27 @@ from sphdist.jobs import params as fit_params
 from sphdist.jobs.cluster import (
     check_workers_see,
     holds_in_memory,
+    log_retry,
     memory_check,
+    no_worker_left,
     stored_nbytes,
     task_path,
+    worker_losses,
+    workers_lost,
 )
 from sphdist.jobs.params import FitConfig, JobSettings
 
 __all__ = [
     "fit_corpus", "plan_fit", "FitPlan", "open_fit", "Fit", "prepare_fit", "warm_start",
-    "fit_remedy", "decide_output", "OutputDecision", "OutputRemedy",
-    "RESUME_KEYS", "worker_losses",
+    "fit_remedy", "RESUME_KEYS",
 ]
 
 logger = logging.getLogger("sphdist")
 
 
-#: Parameters that change the sequence of iterates: a checkpoint resumes only if they match.
-#: A checkpoint written before ``dtype`` and ``polar`` were recorded was fitted with their
-#: defaults; the ``max_partials`` that checkpoints written before issue 29 record is ignored
-#: (the pass no longer has accumulation chains).
+#: Parameters that change the sequence of iterates: a checkpoint resumes only if they match
+#: (:func:`sphdist.jobs.params.decide_output`).
 RESUME_KEYS = fit_params.RESUME_KEYS  # the table's rows marked resume, and init_from
-#: The value a parameter had in checkpoints written before it was recorded (else the default).
-_BEFORE_RECORDED = {"accelerate": False}
 
 
 def _log_iteration(state: solver.FitState) -> None:
@@ -135,9 +134,8 @@ class FitPlan:
 
 
 _CALLER = "sphdist.jobs.fit.fit_corpus"  # who validates, in the messages
-#: The defaults of the signatures here: the table's and
-#: :class:`~sphdist.jobs.params.JobSettings`' (frozen).
-_SOLVER, _JOB = fit_params.defaults(), JobSettings()
+#: The default of the signatures here: :class:`~sphdist.jobs.params.JobSettings`' (frozen).
+_JOB = JobSettings()
 
 
 def plan_fit(
@@ -180,23 +178,6 @@ def plan_fit(
     return FitPlan(  # absolute here, once: the workers' working directories are their own
         input=task_path(input), output=task_path(output, output=True), config=config, job=job,
     )
-
-
-def _settings(
-    function: str, params: dict[str, Any]
-) -> tuple[FitConfig, JobSettings]:
-    """The FitConfig and JobSettings of keyword arguments, not validated."""
-    job = {name: params.pop(name) for name in _JOB_FIELDS if name in params}
-    params = fit_params.current_names(params, function)
-    unknown = set(params) - set(fit_params.SOLVER_PARAMS)
-    if unknown:
-        raise TypeError(f"{function}() got unexpected keyword arguments {sorted(unknown)}")
-    if "n_components" not in params:
-        raise TypeError(f"{function}() missing required keyword argument 'n_components'")
-    return FitConfig(**params), JobSettings(**job)
-
-
-_JOB_FIELDS = tuple(f.name for f in dataclasses.fields(JobSettings))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -286,13 +267,13 @@ class Fit:
             try:
                 return self._attempt(previous, callback)
             except worker_losses() as exc:
-                if attempt == retries or _no_workers(exc):  # none left to retry on: stop
+                if attempt == retries or no_worker_left(exc):  # none left to retry on: stop
                     resume = _fix(self.input, self.output, self.params, resume=True,
                                   **_cadence(self.plan.job))
-                    raise _workers_lost(self.output, attempt, exc, resume) from exc
+                    raise workers_lost(self.output, attempt, exc, resume) from exc
                 if self.out.identity() not in (None, self.before):
                     previous = load_checkpoint(self.output)  # continue our own checkpoint
-                _log_retry(self.output, exc, attempt, retries)
+                log_retry(self.output, exc, attempt, retries)
         raise AssertionError("unreachable")  # pragma: no cover
 
     def _attempt(
@@ -559,7 +540,7 @@ def prepare_fit(
         As :func:`plan_fit`, at the call; the others of :func:`open_fit` when the block
         is entered.
     """
-    return open_fit(plan_fit(input, output, *_settings("prepare_fit", kwargs)))
+    return open_fit(plan_fit(input, output, *fit_params.keywords("prepare_fit", kwargs)))
 
 
 def fit_corpus(
@@ -677,7 +658,7 @@ def fit_corpus(
         is not ``n_components``).
     """
     if config is None and job is None:
-        config, job = _settings("fit_corpus", kwargs)
+        config, job = fit_params.keywords("fit_corpus", kwargs)
     elif kwargs:
         raise TypeError(f"fit_corpus() takes a FitConfig and JobSettings or their fields as "
                         f"keywords, not both: {sorted(kwargs)}")
@@ -694,11 +675,12 @@ def _checkpoint_to_resume(
     """The checkpoint at ``output`` to resume, None for a fresh fit, or why neither.
 
     The output's interrupted commit put back and its checkpoint read, then
-    :func:`decide_output`; a refusal is raised with its remedies (:func:`fit_remedy`).
+    :func:`~sphdist.jobs.params.decide_output`; a refusal is raised with its remedies
+    (:func:`fit_remedy`).
     """
     previous = load_checkpoint(out, recover=True)  # this fit is its writer: a commit put back
-    decision = decide_output(previous, source.fingerprint, input, params, resume=resume,
-                             overwrite=overwrite)
+    decision = fit_params.decide_output(previous, source.fingerprint, input, params,
+                                        resume=resume, overwrite=overwrite)
     if decision.error is None:
         return previous if decision.action == "resume" else None
     remedies = ", or ".join(
@@ -711,142 +693,6 @@ def _checkpoint_to_resume(
         refuse_existing(out.path, found=decision.found, remedies=remedies)
     raise decision.error(f"{out.path} {decision.found}. To resolve this, {remedies} "
                          f"(or choose another {option('output')}).")
-
-
-@dataclasses.dataclass(frozen=True)
-class OutputRemedy:
-    """A fit that resolves a refusal of the output: what it does there and with what.
-
-    :func:`_checkpoint_to_resume` makes it a :class:`sphdist.errors.Remedy` of the output
-    (:func:`fit_remedy`).
-
-    Attributes
-    ----------
-    action : {"resume", "overwrite"}
-        Continue the checkpoint at the output, or replace it.
-    input : path-like
-        The corpus of that fit.
-    params : dict
-        Its parameters (:data:`RESUME_KEYS` and the other names of
-        :data:`sphdist.core.params.SOLVER_PARAMS`).
-    say : str
-        What it does, in words (``"continue it"``, ``"replace it"``).
-    """
-
-    action: str
-    input: Any
-    params: dict[str, Any]
-    say: str
-
-
-@dataclasses.dataclass(frozen=True)
-class OutputDecision:
-    """What a fit does with a model already at its output (:func:`decide_output`).
-
-    Attributes
-    ----------
-    action : {"fresh", "resume", "refuse"}
-        Start afresh (nothing there, or ``overwrite``), continue its checkpoint, or refuse.
-    error : type or None
-        The refusal's exception (:class:`~sphdist.errors.OutputExistsError`,
-        :class:`~sphdist.errors.CheckpointMismatchError`); None unless refused.
-    found : str
-        What is at the output: the message's words after its path, or, for an
-        :class:`~sphdist.errors.OutputExistsError`, after ``already exists:``
-        (:func:`sphdist.io.refuse_existing` words that refusal).
-    remedies : tuple of OutputRemedy
-        The fits that resolve the refusal, the one nearest to what was asked first.
-    """
-
-    action: str
-    error: type[Exception] | None = None
-    found: str = ""
-    remedies: tuple[OutputRemedy, ...] = ()
-
-
-def decide_output(
-    previous: Model | None, fingerprint: str, input: Any, params: dict[str, Any], *,
-    resume: bool, overwrite: bool,
-) -> OutputDecision:
-    """Whether a fit resumes, starts afresh or is refused at an output; pure.
-
-    Parameters
-    ----------
-    previous : Model or None
-        The checkpoint at the output (only its ``corpus``, ``params``, ``n_iter`` and
-        ``converged`` are read), or None.
-    fingerprint : str
-        The fingerprint of the corpus to fit.
-    input : path-like
-        Its path, for the messages and remedies.
-    params : dict
-        The fit's parameters, as stored (:data:`RESUME_KEYS` and ``max_iter``).
-    resume, overwrite : bool
-        What was asked (:class:`~sphdist.jobs.params.JobSettings`).
-
-    Returns
-    -------
-    OutputDecision
-        Resumed only when asked, with the same corpus and the same :data:`RESUME_KEYS`;
-        refused with :class:`~sphdist.errors.OutputExistsError` when a model is there and
-        neither was asked, with :class:`~sphdist.errors.CheckpointMismatchError` when a
-        resume was asked of another corpus' or other parameters' checkpoint; each refusal
-        with the asked fit replacing the output and the continuation of what is there.
-    """
-    if previous is None or (overwrite and not resume):
-        return OutputDecision("fresh")
-    same_corpus = previous.corpus.get("fingerprint") == fingerprint
-    recorded = _recorded_params(previous)
-    changed = {k: (recorded[k], params[k]) for k in RESUME_KEYS
-               if _resume_value(k, recorded[k]) != _resume_value(k, params[k])}
-    if same_corpus and not changed and resume:
-        return OutputDecision("resume")
-    asked = functools.partial(OutputRemedy, "overwrite", input, params)
-    theirs = functools.partial(  # the fit that is there, continued
-        OutputRemedy, "resume", input if same_corpus else previous.corpus.get("path", "CORPUS"),
-        {**params, **recorded},
-    )
-    detail = ", ".join(f"{option(k)}: {a!r} -> {b!r}" for k, (a, b) in changed.items())
-    other_corpus = (
-        f"{previous.corpus.get('path')!r} (fingerprint "
-        f"{previous.corpus.get('fingerprint', '?')[:12]}), not {{}} {input} (fingerprint "
-        f"{fingerprint[:12]})"
-    )
-    if resume and not same_corpus:
-        return OutputDecision(
-            "refuse", CheckpointMismatchError, f"was fitted on {other_corpus.format('on')}",
-            (theirs("resume with the original corpus"), asked(f"start a new fit of {input}")),
-        )
-    if resume:
-        return OutputDecision(
-            "refuse", CheckpointMismatchError, f"was written with other parameters ({detail})",
-            (theirs("resume with the checkpoint's parameters"), asked("start the fit asked for")),
-        )
-    if same_corpus and not changed:
-        if not previous.converged and previous.n_iter < params["max_iter"]:
-            return OutputDecision(
-                "refuse", OutputExistsError, f"this fit, stopped at iteration {previous.n_iter}",
-                (theirs("continue it"), asked("replace it")),
-            )
-        what = f"this fit, finished at iteration {previous.n_iter}"
-        if not previous.converged:  # at its max_iter: more iterations would continue it
-            what += (f" ({option('resume', True)} with a larger {option('max_iter')} "
-                     "continues it)")
-        return OutputDecision("refuse", OutputExistsError, what, (asked("replace it"),))
-    what = (f"a fit with other parameters ({detail})" if same_corpus
-            else f"a fit of {other_corpus.format('of')}")
-    return OutputDecision("refuse", OutputExistsError, what,
-                          (asked("replace it"), theirs("continue that fit")))
-
-
-def _recorded_params(model: Model) -> dict[str, Any]:
-    """The :data:`RESUME_KEYS` values ``model`` was fitted with (defaults where not recorded)."""
-    return {
-        key: model.params.get(key, _BEFORE_RECORDED.get(
-            key, fit_params.PARAMS[key].default if key in fit_params.PARAMS else None
-        ))
-        for key in RESUME_KEYS
-    }
 
 
 #: The fit of a remedy (:func:`sphdist.jobs.params.fit_remedy`): a Remedy, structured.
@@ -866,13 +712,6 @@ def _cadence(job: JobSettings) -> dict[str, Any]:
     """The checkpoint settings of ``job``, as keywords of :func:`fit_remedy`."""
     return {"checkpoint_every": job.checkpoint_every,
             "checkpoint_interval": job.checkpoint_interval}
-
-
-def _resume_value(key: str, value: Any) -> Any:
-    # a warm start is the same warm start when its U is the same, wherever the model lies now
-    if key == "init_from" and isinstance(value, dict):
-        return value.get("u_sha256")
-    return value
 
 
 def warm_start(
@@ -914,58 +753,3 @@ def warm_start(
         )
     previous.check_compatible(source, input, check_idf=False)
     return previous.U
-
-
-def _worker_loss_errors() -> tuple[type[BaseException], ...]:
-    from distributed.client import FutureCancelledError
-    from distributed.comm.core import CommClosedError
-    from distributed.scheduler import KilledWorker, NoWorkerError
-
-    return (FutureCancelledError, KilledWorker, CommClosedError, NoWorkerError)
-
-
-def _no_workers(exc: BaseException) -> bool:
-    """Whether a task failed because the cluster had no worker left for a while."""
-    from distributed.scheduler import NoWorkerError
-
-    return isinstance(exc, NoWorkerError)
-
-
-def worker_losses() -> tuple[type[BaseException], ...]:
-    """Exceptions with which a computation fails when a worker holding its data dies.
-
-    None before ``distributed`` is imported (dask's threads lose no worker): a fit on the
-    threaded scheduler never imports it (about 0.4 s of its start-up).
-    """
-    return _worker_loss_errors() if "distributed" in sys.modules else ()
-
-
-def __getattr__(name: str) -> Any:  # PEP 562: WORKER_LOSS, the tuple, imports distributed
-    if name == "WORKER_LOSS":
-        return _worker_loss_errors()
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-
-def _workers_lost(
-    output: Any, attempt: int, exc: BaseException, resume: str
-) -> WorkersLostError:
-    if _no_workers(exc):
-        what = (f"the cluster had no worker left for {getattr(exc, 'timeout', 0):.0f} s (every "
-                f"worker lost{'' if attempt == 0 else f', after {attempt} restarts'})")
-    else:
-        what = (f"workers were lost in {attempt + 1} attempts (last: {type(exc).__name__}: "
-                f"{str(exc).splitlines()[0][:200] if str(exc) else ''})")
-    return WorkersLostError(
-        f"{output}: {what}. The last complete checkpoint is kept. To resolve this, check the "
-        "workers' logs (often a memory limit below what sphdist.core.solver.fit's Notes give, "
-        f"or a worker killed from outside), then continue the fit: {resume}."
-    )
-
-
-def _log_retry(output: Any, exc: BaseException, attempt: int, retries: int) -> None:
-    logger.warning(
-        "a worker was lost (%s: %s); resuming %s from its last checkpoint "
-        "(retry %d of %d)", type(exc).__name__, str(exc)[:200], output, attempt + 1,
-        retries,
-    )

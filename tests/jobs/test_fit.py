@@ -14,6 +14,7 @@ from sphdist.errors import CheckpointMismatchError
 from sphdist.io.corpus_writer import CorpusWriter
 from sphdist.io.model import open_model
 from sphdist.jobs import fit
+from sphdist.jobs import params as job_params
 from sphdist.jobs.fit import fit_corpus, prepare_fit
 
 from ..reference import random_corpus
@@ -332,14 +333,14 @@ def _checkpoint(n_iter=2, converged=False, fingerprint="a" * 64, **changes):
 def test_the_output_decision_is_pure_and_names_its_remedies(
     previous, resume, overwrite, action, error, remedies
 ):
-    decision = fit.decide_output(previous, "a" * 64, "/new/corpus.zarr", _stored(),
-                                 resume=resume, overwrite=overwrite)
+    decision = job_params.decide_output(previous, "a" * 64, "/new/corpus.zarr", _stored(),
+                                        resume=resume, overwrite=overwrite)
     assert decision.action == action
     assert (decision.error and decision.error.__name__) == error
     assert [r.action for r in decision.remedies] == remedies
     for remedy in decision.remedies:  # replace: the fit asked; resume: the one that is there
         expected = _stored() if remedy.action == "overwrite" else {
-            **_stored(), **{k: previous.params[k] for k in fit.RESUME_KEYS}}
+            **_stored(), **{k: previous.params[k] for k in job_params.RESUME_KEYS}}
         assert remedy.params == expected
         assert remedy.input == ("/old/corpus.zarr" if remedy.action == "resume"
                                 and previous.corpus["fingerprint"] != "a" * 64
