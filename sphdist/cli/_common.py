@@ -271,20 +271,20 @@ class Group(CommandList):
 
             if ctx.obj and ctx.obj.get("debug"):
                 raise
-            if _no_workers(exc):  # the fit says it itself, with its --resume
+            if _no_worker_left(exc):  # the fit says it itself, with its --resume
                 raise _error(ctx, _no_workers_message(exc), "NoWorkerError") from None
             if not _urls(ctx) or not is_storage_failure(exc):
                 raise
             raise _error(ctx, _store_failure(ctx, exc)) from None
 
 
-def _no_workers(exc: BaseException) -> bool:
-    """Whether ``exc`` is distributed's: a task waited ``no-workers-timeout`` without a worker."""
-    if "distributed" not in sys.modules:
+def _no_worker_left(exc: BaseException) -> bool:
+    """:func:`sphdist.jobs.cluster.no_worker_left`; False while ``distributed`` is not imported."""
+    if "distributed" not in sys.modules:  # no cluster ran: neither it nor jobs.cluster is loaded
         return False
-    from distributed.scheduler import NoWorkerError
+    from sphdist.jobs.cluster import no_worker_left
 
-    return isinstance(exc, NoWorkerError)
+    return no_worker_left(exc)
 
 
 def _no_workers_message(exc: Any) -> str:
