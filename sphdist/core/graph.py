@@ -742,7 +742,7 @@ def pass_graph(
     for b, (start, stop) in enumerate(blocks):
         with _placed(owners[b]):
             part = dask.delayed(kernels.pass_onto, pure=False)(
-                None, list(xs[start:stop]), U_d,
+                list(xs[start:stop]), U_d,
                 None if vs is None else list(vs[start:stop]), rows=rows, lam=lam,
                 dtype=dtype, partials=config.partials, keep_V=keep_V, device=config.device,
                 dask_key_name=(name, b),

@@ -53,8 +53,6 @@ from sphdist.core.partials import (
     RowSparse,
     occurring,
     partial_rows,
-    partials_chunk,
-    partials_combine,
     renumber,
     row_major,
     spmm_accumulate,
@@ -279,8 +277,8 @@ def pass_block(
         ``"sq_norm_X"`` (``||X_c||_F^2``), ``"dV_sq"`` (``||V_{k+1} - V_k||_F^2``, 0 without
         ``V_k``) and ``"n_degenerate"`` (columns with ``q = 0``, :func:`v_step`), summed over
         the chunks; ``"occurs"``: the (m,) bool mask of the features the chunks contain
-        (:func:`~sphdist.core.partials.occurring`, OR-ed by :func:`partials_combine`, which
-        adds bool arrays).
+        (:func:`~sphdist.core.partials.occurring`, OR-ed by
+        :func:`~sphdist.core.partials.partials_combine`, which adds bool arrays).
 
     Raises
     ------
@@ -375,19 +373,15 @@ def _chunk_pass(
 
 
 def pass_onto(
-    total: dict[str, Any] | None, X_blocks: list[Any], U: np.ndarray,
-    V_prev_blocks: list[np.ndarray] | None = None, *, rows: np.ndarray | None = None,
-    **options: Any,
+    X_blocks: list[Any], U: np.ndarray, V_prev_blocks: list[np.ndarray] | None = None, *,
+    rows: np.ndarray | None = None, **options: Any,
 ) -> dict[str, Any]:
-    """The next blocks of an accumulation chain: :func:`pass_block`, added to the chain's sum.
+    """:func:`pass_block` of chunks renumbered onto U's rows: the task of one block of a pass.
 
     Parameters
     ----------
-    total : dict or None
-        The partials the chain has summed so far (a previous result of this function), or
-        None for its first blocks. Not modified.
     X_blocks : list of scipy.sparse matrix or ndarray, each of shape (m, n_c)
-        The blocks' chunks.
+        The block's chunks.
     U : ndarray of shape (m, r), or (k, r) with ``rows``
         As for :func:`pass_block`.
     V_prev_blocks, **options
@@ -405,26 +399,14 @@ def pass_onto(
     Returns
     -------
     dict
-        ``total + pass_block(X_blocks, ...)`` key by key
-        (:func:`sphdist.core.partials.partials_combine`, ``total`` first), with the new
-        ``"V"`` of these blocks alone when :func:`pass_block` returns one.
-
-    Notes
-    -----
-    A chain reads its blocks one task after the other, so the partials a pass holds at once
-    are one sum per chain, however many blocks the corpus has (Liu et al. 2019, Eq. 3.11 needs
-    only their total). The sum is a left fold in block order: a function of the chain's
-    blocks, never of the task's place or time.
+        :func:`pass_block` of the (renumbered) chunks. The blocks' results are summed by the
+        pass's tree (:func:`sphdist.core.graph.tree_sum`), in block order, so the sum is a
+        function of the blocks, never of the task's place or time (Liu et al. 2019,
+        Eq. 3.11 needs only their total).
     """
     if rows is not None:
         X_blocks = renumber(X_blocks, rows)
-    part = pass_block(X_blocks, U, V_prev_blocks, **options)
-    if total is None:
-        return part
-    summed = partials_combine([partials_chunk(total), partials_chunk(part)])
-    if "V" in part:
-        summed["V"] = part["V"]
-    return summed
+    return pass_block(X_blocks, U, V_prev_blocks, **options)
 
 
 def _chunk_v(
@@ -512,7 +494,8 @@ def chunk_partials(X_c: Any, V: np.ndarray, n_degenerate: int = 0) -> dict[str, 
     -------
     dict
         ``"XVt"`` ndarray (m, r) ``X_c V^T``, ``"VVt"`` ndarray (r, r) ``V V^T``, ``"sq_norm_X"``
-        ``||X_c||_F^2``, ``"dV_sq"`` 0.0, ``"n_degenerate"``; summed by :func:`partials_combine`.
+        ``||X_c||_F^2``, ``"dV_sq"`` 0.0, ``"n_degenerate"``; summed by
+        :func:`~sphdist.core.partials.partials_combine`.
     """
     XVt, VVt = np.asarray(X_c @ V.T), V @ V.T
     return {"XVt": XVt, "VVt": VVt, "sq_norm_X": _sq_norm(X_c), "dV_sq": 0.0,

@@ -332,8 +332,8 @@ def test_a_pass_on_the_occurring_features_is_bitwise_the_pass_on_all_rows(rng):
     U = np.zeros((400, 5))
     U[rows] = U_k  # zero on the features no chunk has
     for fmt in ("dense", "rows"):
-        full = kernels.pass_onto(None, chunks, U, partials=fmt)
-        on_rows = kernels.pass_onto(None, chunks, U_k, rows=rows, partials=fmt)
+        full = kernels.pass_onto(chunks, U, partials=fmt)
+        on_rows = kernels.pass_onto(chunks, U_k, rows=rows, partials=fmt)
         got = partials.densify(on_rows["XVt"])
         assert got.shape == (rows.size, 5) and on_rows["occurs"].all()
         np.testing.assert_array_equal(_bits(got), _bits(partials.densify(full["XVt"])[rows]))
@@ -342,7 +342,7 @@ def test_a_pass_on_the_occurring_features_is_bitwise_the_pass_on_all_rows(rng):
             np.testing.assert_array_equal(_bits(a), _bits(b))
     outside = [chunks[0]]
     with pytest.raises(ValueError, match="outside the fitted features"):
-        kernels.pass_onto(None, outside, U_k[:3], rows=rows[:3])
+        kernels.pass_onto(outside, U_k[:3], rows=rows[:3])
 
 
 def test_auto_partial_is_dense_when_rows_exceed_half_of_m(rng):
