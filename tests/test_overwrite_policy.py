@@ -23,6 +23,7 @@ from click.testing import CliRunner
 from sphdist.cli import main
 from sphdist.io._fs import filesystem
 
+from ._cli_stores import cli_ok, working_directory
 from ._s3 import clear_s3fs_cache
 
 SPHDIST = str(Path(sys.executable).with_name("sphdist"))
@@ -32,29 +33,21 @@ def _cli(*args):
     return CliRunner().invoke(main, ["--quiet", *map(str, args)])
 
 
-def _ok(*args):
-    result = _cli(*args)
-    assert result.exit_code == 0, result.output
-    return result
 
 
 @pytest.fixture(scope="module")
 def stores(tmp_path_factory):
     """in/good.jsonl, the corpus, model, embedding and index made from it, a queries file."""
     root = tmp_path_factory.mktemp("stores")
-    cwd = os.getcwd()
-    os.chdir(root)  # the paths of the issue's reproductions, relative
-    try:
-        (root / "in").mkdir()
-        _ok("synth", "--n-docs", 60, "--n-topics", 2, "--vocab-size", 50, "--format", "jsonl",
-            "-o", "in/good.jsonl")
-        _ok("ingest", "in/good.jsonl", "-o", "c.zarr")
-        _ok("fit", "-i", "c.zarr", "-o", "m.zarr", "-r", 2, "--max-iter", 3)
-        _ok("transform", "-m", "m.zarr", "-i", "c.zarr", "-o", "e.zarr")
-        _ok("index", "-m", "m.zarr", "-o", "i.zarr")
-        (root / "q.csv").write_text("doc01\ndoc02\n")  # document ids, for --queries --ids
-    finally:
-        os.chdir(cwd)
+    (root / "in").mkdir()
+    with working_directory(root):  # the paths of the issue's reproductions, relative
+        cli_ok("synth", "--n-docs", 60, "--n-topics", 2, "--vocab-size", 50, "--format",
+               "jsonl", "-o", "in/good.jsonl")
+        cli_ok("ingest", "in/good.jsonl", "-o", "c.zarr")
+        cli_ok("fit", "-i", "c.zarr", "-o", "m.zarr", "-r", 2, "--max-iter", 3)
+        cli_ok("transform", "-m", "m.zarr", "-i", "c.zarr", "-o", "e.zarr")
+        cli_ok("index", "-m", "m.zarr", "-o", "i.zarr")
+    (root / "q.csv").write_text("doc01\ndoc02\n")  # document ids, for --queries --ids
     return root
 
 
@@ -154,13 +147,13 @@ def test_overwrite_replaces_only_the_same_kind(here, args, what):
 
 def test_overwrite_still_replaces_the_same_kind(here, tmp_path):
     out = tmp_path / "e.zarr"
-    _ok("transform", "-m", "m.zarr", "-i", "c.zarr", "-o", out)
+    cli_ok("transform", "-m", "m.zarr", "-i", "c.zarr", "-o", out)
     first = (out / "zarr.json").stat().st_ino
-    _ok("transform", "-m", "m.zarr", "-i", "c.zarr", "-o", out, "--overwrite")
+    cli_ok("transform", "-m", "m.zarr", "-i", "c.zarr", "-o", out, "--overwrite")
     assert (out / "zarr.json").stat().st_ino != first  # a new version was committed
     table = tmp_path / "x.parquet"
-    _ok("export", "-m", "m.zarr", "-o", table)
-    _ok("export", "-m", "m.zarr", "-o", table, "--overwrite")
+    cli_ok("export", "-m", "m.zarr", "-o", table)
+    cli_ok("export", "-m", "m.zarr", "-o", table, "--overwrite")
     assert table.is_file()
 
 
@@ -261,7 +254,7 @@ def test_an_unwritable_output_is_not_reported_as_locked(here):
 
 
 def test_info_describes_an_index(here):
-    result = _ok("info", "i.zarr")
+    result = cli_ok("info", "i.zarr")
     assert "i.zarr: index" in result.output and "not a sphdist corpus" not in result.output
     assert "59 of 60 documents indexed" in result.output
 

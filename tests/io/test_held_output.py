@@ -31,6 +31,8 @@ from sphdist.jobs.plotting import plot_convergence, plot_embedding, save_figure
 from sphdist.jobs.transform import transform_corpus
 from sphdist.text.synth import synth
 
+from .._cli_stores import cli_ok, working_directory
+
 N, R = 6, 2
 
 
@@ -89,17 +91,11 @@ def test_a_writer_given_a_path_holds_it_until_the_commit(tmp_path):
 def fitted(tmp_path_factory):
     """A small corpus and a model fitted on it."""
     root = tmp_path_factory.mktemp("held")
-    cwd = os.getcwd()
-    os.chdir(root)
-    try:
-        for args in (("synth", "--n-docs", 40, "--n-topics", 2, "--vocab-size", 40,
-                      "--format", "jsonl", "-o", "in.jsonl"),
-                     ("ingest", "in.jsonl", "-o", "c.zarr"),
-                     ("fit", "-i", "c.zarr", "-o", "m.zarr", "-r", 2, "--max-iter", 3)):
-            result = CliRunner().invoke(main, ["--quiet", *map(str, args)])
-            assert result.exit_code == 0, result.output
-    finally:
-        os.chdir(cwd)
+    with working_directory(root):
+        cli_ok("synth", "--n-docs", 40, "--n-topics", 2, "--vocab-size", 40, "--format",
+               "jsonl", "-o", "in.jsonl")
+        cli_ok("ingest", "in.jsonl", "-o", "c.zarr")
+        cli_ok("fit", "-i", "c.zarr", "-o", "m.zarr", "-r", 2, "--max-iter", 3)
     return root
 
 

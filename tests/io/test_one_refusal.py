@@ -23,32 +23,25 @@ from sphdist.jobs.transform import transform_corpus
 from sphdist.text.ingest import ingest
 from sphdist.text.synth import synth
 
+from .._cli_stores import cli_ok, working_directory
+
 #: What follows the output's name in the refusal, in the Python API's words.
 SENTENCE = " already exists. To resolve this, choose another output or pass overwrite=True."
-
-
-def _ok(*args):
-    result = CliRunner().invoke(main, ["--quiet", *map(str, args)])
-    assert result.exit_code == 0, result.output
 
 
 @pytest.fixture(scope="module")
 def stores(tmp_path_factory):
     """A jsonl collection, its corpus, model, embedding and index, and three written tables."""
     root = tmp_path_factory.mktemp("refusal")
-    cwd = os.getcwd()
-    os.chdir(root)
-    try:
-        _ok("synth", "--n-docs", 40, "--n-topics", 2, "--vocab-size", 40, "--format", "jsonl",
-            "-o", "good.jsonl")
-        _ok("ingest", "good.jsonl", "-o", "c.zarr")
-        _ok("fit", "-i", "c.zarr", "-o", "m.zarr", "-r", 2, "--max-iter", 3)
-        _ok("transform", "-m", "m.zarr", "-i", "c.zarr", "-o", "e.zarr")
-        _ok("index", "-m", "m.zarr", "-o", "i.zarr")
-        for table in ("x.csv", "g.csv", "h.csv"):
-            (root / table).write_text("written before\n")
-    finally:
-        os.chdir(cwd)
+    with working_directory(root):
+        cli_ok("synth", "--n-docs", 40, "--n-topics", 2, "--vocab-size", 40, "--format",
+               "jsonl", "-o", "good.jsonl")
+        cli_ok("ingest", "good.jsonl", "-o", "c.zarr")
+        cli_ok("fit", "-i", "c.zarr", "-o", "m.zarr", "-r", 2, "--max-iter", 3)
+        cli_ok("transform", "-m", "m.zarr", "-i", "c.zarr", "-o", "e.zarr")
+        cli_ok("index", "-m", "m.zarr", "-o", "i.zarr")
+    for table in ("x.csv", "g.csv", "h.csv"):
+        (root / table).write_text("written before\n")
     return root
 
 
