@@ -80,7 +80,8 @@ def _profiled_pass(*args, **kwargs):
                 kinds[ss["action"]] = kinds.get(ss["action"], 0.0) + ss["stop"] - ss["start"]
                 if ss["action"] == "compute":
                     spans.append((ss["start"] - offset, ss["stop"] - offset))
-                    if str(task["key"]).find("sphdist-pass-") >= 0 and "sum" not in str(task["key"]):
+                    key = str(task["key"])
+                    if "sphdist-pass-" in key and "sum" not in key:
                         blocks.append(ss["stop"] - ss["start"])
         extra = {"worker_seconds": {k: round(v, 3) for k, v in kinds.items()}}
     first = min(s for s, _ in spans) if spans else end
