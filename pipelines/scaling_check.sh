@@ -19,6 +19,11 @@
 #       `pass_blocks.py` on the same corpus: the pass on 2 and 16 threads for the block counts
 #       of BLOCKS (default 32,64,128), the experiment that says how many blocks a pass should
 #       offer (its JSON lines into $OUT/pass-blocks-16.jsonl).
+#    d. with PROFILE_RUNS (e.g. ',--n-workers 4 --threads-per-worker 4'; runs separated by
+#       commas, an empty one for the threaded default), `pass_profile.py` on the same corpus for
+#       each run (3 iterations: where each pass's wall time goes), then `comm_throughput.py` (a
+#       36 MB array between a LocalCluster's processes over TLS and TCP), into
+#       $OUT/pass-profile-16.jsonl.
 #    INGEST_N_DOCS=0 skips a.
 #    Tables and JSON go to $OUT (what the device tool brings back), else pipelines/results.
 set -euo pipefail
@@ -59,5 +64,20 @@ if [ "$RESERVE" -gt 0 ]; then
     timeout "$left" python3 pipelines/pass_blocks.py /tmp/bench/synthetic-1000k.zarr \
         --threads 16,2 --blocks "${BLOCKS:-32,64,128}" --passes 2 \
         | tee "$OUTDIR/pass-blocks-16.jsonl" || echo "pass_blocks ended with status $?"
+fi
+if [ -n "${PROFILE_RUNS:-}" ]; then
+    IFS=',' read -r -a runs <<< "$PROFILE_RUNS"
+    for run in "${runs[@]}"; do
+        echo "pass_profile ${run:-threads}: $((BUDGET - SECONDS)) s left"
+        rm -rf /tmp/pass-profile.zarr
+        # shellcheck disable=SC2086
+        timeout 120 python3 pipelines/pass_profile.py -- fit \
+            --input /tmp/bench/synthetic-1000k.zarr --output /tmp/pass-profile.zarr -r 100 \
+            --tol 1e-4 --seed 0 --max-iter 3 $run 2>/dev/null \
+            | grep '^{' | sed "s|^{|{\"run\": \"${run:-threads}\", |" \
+            | tee -a "$OUTDIR/pass-profile-16.jsonl" || echo "pass_profile ended with status $?"
+    done
+    timeout 90 python3 pipelines/comm_throughput.py | tee -a "$OUTDIR/pass-profile-16.jsonl" \
+        || echo "comm_throughput ended with status $?"
 fi
 echo "scaling_check: ${SECONDS} s"
