@@ -340,13 +340,14 @@ def hold(X: da.Array) -> da.Array:
     return da.Array(layer, name, chunks=X.chunks, dtype=X.dtype, meta=X._meta)
 
 
-def broadcast(A: np.ndarray, *, as_delayed: bool = False) -> Any:
+def broadcast(A: Any, *, as_delayed: bool = False) -> Any:
     """A small driver array (U) sent once to every worker, for the graph of one pass.
 
     Parameters
     ----------
-    A : ndarray of shape (m, r)
-        Typically U.
+    A : ndarray of shape (m, r), or tuple
+        Typically U; with ``as_delayed``, also a tuple of arrays (U and its rows), sent as
+        one object.
     as_delayed : bool, default False
         Return a :class:`dask.delayed.Delayed` (for graphs of delayed tasks) instead of a
         one-block dask array (for :func:`dask.array.blockwise`).
@@ -373,8 +374,8 @@ def broadcast(A: np.ndarray, *, as_delayed: bool = False) -> Any:
     return future if as_delayed else da.from_delayed(future, shape=A.shape, dtype=A.dtype)
 
 
-def _scatter(client: Any, A: np.ndarray) -> Any:
-    """``client.scatter(A)``; with no worker for ``no-workers-timeout``, a NoWorkerError.
+def _scatter(client: Any, A: Any) -> Any:
+    """``client.scatter([A])``: A as one object; a NoWorkerError with no worker in time.
 
     distributed's scatter waits for a worker up to its connect timeout and then raises a
     bare ``TimeoutError("No valid workers found")``; the tasks of a cluster without workers
@@ -388,7 +389,9 @@ def _scatter(client: Any, A: np.ndarray) -> Any:
     value = dask.config.get("distributed.scheduler.no-workers-timeout", None)
     timeout = parse_timedelta(value) if value is not None else None
     try:
-        return client.scatter(A, hash=False, **({"timeout": timeout} if timeout else {}))
+        # in a list: distributed scatters the items of a tuple one by one
+        (future,) = client.scatter([A], hash=False, **({"timeout": timeout} if timeout else {}))
+        return future
     except TimeoutError as exc:
         if "No valid workers" not in str(exc):
             raise
@@ -692,9 +695,10 @@ def sum_parts(parts: da.Array, split_every: int) -> dict[str, Any]:
     return total
 
 
-def _block_task(n_chunks: int, U: Any, rows: np.ndarray | None, *chunks: Any,
+def _block_task(n_chunks: int, U_rows: tuple[Any, np.ndarray | None], *chunks: Any,
                 **options: Any) -> dict[str, Any]:
     """:func:`kernels.pass_onto` of a block's chunks (then their ``V_k``, if any), passed flat."""
+    U, rows = U_rows
     V_prev = list(chunks[n_chunks:]) if len(chunks) > n_chunks else None
     return kernels.pass_onto(list(chunks[:n_chunks]), U, V_prev, rows=rows, **options)
 
@@ -737,7 +741,8 @@ def pass_graph(
     r = U.shape[1]
     name = f"sphdist-pass-{uuid.uuid4().hex}"
     values = U.values if isinstance(U, RowSparse) else U
-    U_d = broadcast(np.asarray(values, dtype=dtype), as_delayed=True)
+    # U with its rows (the features they stand for), one object: one scatter a pass
+    U_d = broadcast((np.asarray(values, dtype=dtype), rows), as_delayed=True)
     if V_prev is not None and V_prev.dtype != dtype:
         # V_k in the compute dtype, as the uninterrupted fit carries it: a checkpoint stores
         # it as float64 (exactly the float32 values of a float32 fit), and a float64 V_k
@@ -751,7 +756,6 @@ def pass_graph(
     leaves, V_blocks = [], []
     blocks = pass_blocks(sizes)
     owners = block_workers(len(blocks)) or [None] * len(blocks)
-    rows_d = None if rows is None else broadcast(rows, as_delayed=True)
     task = dask.delayed(_block_task, pure=False)
     for b, (start, stop) in enumerate(blocks):
         with _placed(owners[b]):
@@ -759,7 +763,7 @@ def pass_graph(
             # its key, but optimises and culls the graph of every Delayed inside a list (0.4 s
             # a pass on a LocalCluster at 1M, serial on the driver, measured on 16 cores)
             part = task(
-                stop - start, U_d, rows_d, *xs[start:stop],
+                stop - start, U_d, *xs[start:stop],
                 *(() if vs is None else vs[start:stop]), lam=lam, dtype=dtype,
                 partials=config.partials, keep_V=keep_V, device=config.device,
                 dask_key_name=(name, b),
