@@ -406,8 +406,13 @@ def partials_fold(total: dict[str, Any] | None, part: dict[str, Any]) -> dict:
     Parameters
     ----------
     total : dict or None
-        The sum of the earlier parts of a group (a previous result of this function), or
-        None for the group's first part. Not modified.
+        The sum of the earlier parts of a group (the previous result of this function in
+        the group's chain, which nothing else reads), or None for the group's first part.
+        Its dense ``"XVt"`` is the chain's own array (the first step copies the part's), and
+        ``part``'s is added into it in place: one (k, r) array per node instead of a new one
+        per input (the same additions, so the same bits; at 100k documents, r = 100, 25
+        blocks, 20 fewer 36 MB allocations, each first-touched page by page, per pass).
+        ``part`` is not modified.
     part : dict
         The next part (a chunk's or a block's result, or a lower level's sum).
 
@@ -433,4 +438,13 @@ def partials_fold(total: dict[str, Any] | None, part: dict[str, Any]) -> dict:
     True
     """
     part = partials_chunk(part)
-    return part if total is None else partials_combine([total, part])
+    if total is None:
+        if isinstance(part.get("XVt"), np.ndarray):
+            part["XVt"] = part["XVt"].copy()  # the chain's running sum, added into in place
+        return part
+    mine, theirs = total.get("XVt"), part.get("XVt")
+    if not (isinstance(mine, np.ndarray) and isinstance(theirs, np.ndarray)):
+        return partials_combine([total, part])
+    rest = partials_combine([{k: v for k, v in d.items() if k != "XVt"} for d in (total, part)])
+    rest["XVt"] = np.add(mine, theirs, out=mine)  # bitwise mine + theirs
+    return rest

@@ -125,6 +125,11 @@ class FitState:
         Whether the relative objective decrease fell below ``tol``.
     beta, beta_bar : float
         Extrapolation weight of the accelerated U-step and its cap (:func:`iterate`).
+    held_V : dask.array.Array of shape (r, n), or None
+        The stateless iteration's ``V_k = normalise(U_k^T X)`` as the pass that computed
+        ``f_k`` made it, persisted, when the fit holds it for the final model (``hold_V``
+        of :func:`fit`); None otherwise. Not part of the iteration (the next pass neither
+        reads nor records it); :func:`embedding` returns it instead of making another pass.
     """
 
     iteration: int
@@ -141,6 +146,7 @@ class FitState:
     converged: bool = False
     beta: float = 0.5
     beta_bar: float = 1.0
+    held_V: da.Array | None = None
 
     @property
     def U_full(self) -> np.ndarray:
@@ -362,9 +368,9 @@ def initialize(
 def _initialize(
     X: da.Array, config: FitConfig, *, U0: np.ndarray | None, keep_V: bool,
     find_features: bool, spill: Callable[[int, da.Array], Any] | None,
-    check_memory: Callable[[int], None] | None = None,
+    check_memory: Callable[[int], None] | None = None, hold_V: bool = False,
 ) -> FitState:
-    """:func:`initialize` with its configuration built."""
+    """:func:`initialize` with its configuration built (``hold_V``: :func:`fit`)."""
     t0 = time.perf_counter()
     m, r = X.shape[0], config.n_components
     rs = _random_state(config.random_state)
@@ -395,7 +401,7 @@ def _initialize(
     )
     state = _full_pass(
         X, state, config, keep_V=keep_V, find_features=find_features,
-        spill=None if spill is None else functools.partial(spill, 0),
+        spill=None if spill is None else functools.partial(spill, 0), hold_V=hold_V,
     )
     state.seconds = [time.perf_counter() - t0]
     return state
@@ -403,7 +409,7 @@ def _initialize(
 
 def _full_pass(
     X: da.Array, state: FitState, config: FitConfig, *, keep_V: bool, find_features: bool,
-    spill: graph.Spill | None = None,
+    spill: graph.Spill | None = None, hold_V: bool = False,
 ) -> FitState:
     """The pass with ``U_k`` that starts a fit (k = 0) or resumes one (k > 0).
 
@@ -412,10 +418,12 @@ def _full_pass(
     features that occur in X: at k > 0 (a fit that restricts itself to them) U and X V^T are
     restricted to them at once, as the uninterrupted run had them; at k = 0 ``f_0`` is that
     of the whole ``U_0``, and X V^T is kept on them for the first U-step to restrict U
-    (:func:`iterate`).
+    (:func:`iterate`). With ``hold_V`` (and not ``keep_V``) the pass's V is persisted as
+    ``held_V``.
     """
     V, total = graph.block_pass(
-        X, state.U, None, lam=2.0, config=config, keep_V=keep_V, spill=spill,
+        X, state.U, None, lam=2.0, config=config, keep_V=keep_V or hold_V,
+        spill=spill if keep_V else None,
     )
     sq, U, XVt = total["sq_norm_X"], state.U, total["XVt"]
     finite = np.all(np.isfinite(_values(XVt)))
@@ -438,8 +446,9 @@ def _full_pass(
     if rows is not None and state.iteration == 0:
         XVt = _restrict(XVt, rows)
     return dataclasses.replace(
-        state, U=U, V=V, XVt=XVt, VVt=total["VVt"], sq_norm_X=sq,
+        state, U=U, V=V if keep_V else None, XVt=XVt, VVt=total["VVt"], sq_norm_X=sq,
         objective=[*state.objective, f], n_degenerate=total["n_degenerate"],
+        held_V=None if keep_V else V,
     )
 
 
@@ -451,6 +460,7 @@ def _features(occurring: np.ndarray) -> np.ndarray | None:
 
 def resume(
     X: da.Array, state: FitState, config: FitConfig, *, keep_V: bool, find_features: bool,
+    hold_V: bool = False,
 ) -> FitState:
     """The state of a checkpoint that stores ``U_k`` alone, completed by one pass over X.
 
@@ -466,6 +476,8 @@ def resume(
         ``partials``).
     keep_V, find_features
         As the fit that wrote the checkpoint had them (:func:`fit`).
+    hold_V : bool, default False
+        Persist the pass's V as ``held_V`` (:func:`fit`).
 
     Returns
     -------
@@ -483,7 +495,7 @@ def resume(
     recorded = state.objective[-1]
     new = _full_pass(
         X, dataclasses.replace(state, objective=state.objective[:-1]), config, keep_V=keep_V,
-        find_features=find_features,
+        find_features=find_features, hold_V=hold_V,
     )
     if new.objective[-1] != recorded:
         raise CheckpointMismatchError(
@@ -498,7 +510,7 @@ def resume(
 
 def iterate(
     X: da.Array, state: FitState, config: FitConfig, *,
-    spill: Callable[[int, da.Array], Any] | None = None,
+    spill: Callable[[int, da.Array], Any] | None = None, hold_V: bool = False,
 ) -> FitState:
     """One iteration of Algorithm 1: U-step on the driver, then one pass over X.
 
@@ -517,6 +529,10 @@ def iterate(
     spill : callable, optional
         For an iteration that keeps V: ``spill(k + 1, V)`` stores ``V_{k+1}`` outside worker
         memory (:func:`sphdist.core.graph.block_pass`); default persisted on the workers.
+    hold_V : bool, default False
+        For the stateless iteration: persist the V of the pass that computes ``f_{k+1}`` as
+        ``held_V`` (:func:`fit`); the V of a rejected extrapolated pass is dropped before
+        the plain pass runs, so one V at most is held.
 
     Returns
     -------
@@ -555,6 +571,7 @@ def iterate(
     with threadpool_limits(limits=1, user_api="blas"):
         P = kernels.u_step(P_prev, _values(XVt), state.VVt, mu, config.polar)
     keep_V = state.V is not None
+    hold_V = hold_V and not keep_V
 
     def on_rows(A: np.ndarray) -> Any:  # U in U_k's row space
         return RowSparse(U_prev.rows, A, U_prev.shape) if isinstance(U_prev, RowSparse) else A
@@ -562,8 +579,9 @@ def iterate(
     def one_pass(A: np.ndarray) -> tuple[Any, dict[str, Any], float]:
         V, total = graph.block_pass(
             X, on_rows(A), state.V, lam=_lam_value(config.lam, L_c), config=config,
-            keep_V=keep_V,
-            spill=None if spill is None else functools.partial(spill, state.iteration + 1),
+            keep_V=keep_V or hold_V,
+            spill=None if spill is None or not keep_V else functools.partial(
+                spill, state.iteration + 1),
         )
         return V, total, kernels.objective(state.sq_norm_X, A, _values(total["XVt"]), n)
 
@@ -575,6 +593,7 @@ def iterate(
         if f <= state.objective[-1]:  # the extrapolated step is kept: never a rise
             P, beta, beta_bar = E, min(beta_bar, 1.05 * beta), min(1.0, 1.01 * beta_bar)
         else:  # the plain step, which never increases the objective
+            V = None  # a held V of the rejected pass is not kept beside the plain pass's
             V, total, f = one_pass(P)
             beta, beta_bar = beta / 1.5, beta
     else:
@@ -584,7 +603,8 @@ def iterate(
     )
     new = dataclasses.replace(
         state,
-        iteration=state.iteration + 1, U=on_rows(P), V=V, XVt=total["XVt"], VVt=total["VVt"],
+        iteration=state.iteration + 1, U=on_rows(P), V=V if keep_V else None,
+        held_V=V if hold_V else None, XVt=total["XVt"], VVt=total["VVt"],
         objective=[*state.objective, f],
         u_step_norm=[*state.u_step_norm, float(step)],
         v_step_norm=[*state.v_step_norm,
@@ -625,12 +645,17 @@ def embedding(
     Returns
     -------
     dask.array.Array of shape (r, n), ``dtype``
-        ``state.V`` when the iteration kept it, else ``normalise(U_k^T X)`` chunk by chunk
+        ``state.V`` when the iteration kept it; ``state.held_V``, the V the pass that
+        computed ``f_k`` made, when the fit held it (:func:`fit`'s ``hold_V``; no pass over
+        X); else ``normalise(U_k^T X)`` chunk by chunk
         (:func:`sphdist.core.graph.embedding`): bitwise the V of the pass that computed
-        ``f_k``. Storing it writes each chunk's columns from the task that computed them.
+        ``f_k`` (the same kernel, :func:`sphdist.core.kernels.embed_block`, on the CPU).
+        Storing it writes each chunk's columns from the task that computed them.
     """
     if state.V is not None:
         return state.V
+    if state.held_V is not None and device == "cpu":
+        return state.held_V
     if X.numblocks[0] != 1:
         X = X.rechunk({0: -1})
     return graph.embedding(X, state.U, dtype=dtype, device=device)
@@ -641,7 +666,7 @@ def fit(
     state: FitState | None = None,
     U0: np.ndarray | None = None, callback: Callable[[FitState], None] | None = None,
     keep_V: bool = False, spill: Callable[[int, da.Array], Any] | None = None,
-    check_memory: Callable[[int], None] | None = None, **params: Any,
+    check_memory: Callable[[int], None] | None = None, hold_V: bool = False, **params: Any,
 ) -> FitState:
     """Run Algorithm 1 of Liu et al. (2019) on a column-chunked X.
 
@@ -675,6 +700,13 @@ def fit(
         ``check_memory(k)``, with k the rows of U (the occurring features, or m), before the
         first allocation of size ``k r``: U_0's, or the first pass of a resumed ``state``. It
         raises to refuse the fit; the fit job estimates the peak with :func:`peak_bytes`.
+    hold_V : bool, default False
+        For the stateless iteration on the CPU: every pass persists the V it computes (on
+        the workers, ``d r n`` bytes in all), as ``held_V`` of its state, and drops the
+        previous pass's before it runs, so the final state carries the V of its last pass
+        and :func:`embedding` needs no further pass over X (bitwise the same V). Ignored
+        where V is kept anyway, and with ``device="cuda"``. The fit job asks it when X is
+        held in memory and X and V fit the memory budget together.
     **params
         The other parameters, names of :data:`sphdist.core.params.SOLVER_PARAMS`, each with
         the constraint and default of its row of :data:`sphdist.core.params.PARAMS`, built
@@ -693,7 +725,8 @@ def fit(
     -------
     FitState
         The last iteration. Its ``V`` is None for the stateless iteration: the embedding is
-        :func:`embedding` of the state, computed (or stored) by the caller.
+        :func:`embedding` of the state (``held_V`` with ``hold_V``), computed (or stored) by
+        the caller.
 
     Raises
     ------
@@ -747,6 +780,7 @@ def fit(
                    [+ 2 d r n / w]             V_k and V_{k+1} of its documents, only
                                                when V is kept (lam != 2 or keep_V) in
                                                worker memory (no ``spill``)
+                   [+ d r n / w]               the held V of the last pass (``hold_V``)
 
     With the stateless iteration and X streamed every term but P is independent of n, and P
     grows by one partial per level of the tree alone (2 levels at 1M documents and fan-in 8,
@@ -773,23 +807,24 @@ def fit(
     # cluster's), so the result is a function of X and the parameters alone
     with threadpool_limits(limits=1, user_api="blas"):
         return _fit(X, config, state=state, U0=U0, callback=callback, keep_V=keep_V,
-                    spill=spill, check_memory=check_memory)
+                    spill=spill, check_memory=check_memory, hold_V=hold_V)
 
 
 def _fit(
     X: da.Array, config: FitConfig, *, state: FitState | None, U0: np.ndarray | None,
     callback: Callable[[FitState], None] | None, keep_V: bool,
     spill: Callable[[int, da.Array], Any] | None,
-    check_memory: Callable[[int], None] | None = None,
+    check_memory: Callable[[int], None] | None = None, hold_V: bool = False,
 ) -> FitState:
     """The body of :func:`fit`, with X rechunked and BLAS on one thread."""
     keep_V = not stateless(config.lam, keep_V)
+    hold_V = hold_V and not keep_V and config.device == "cpu"
     # the stateless exact iteration with the exact U-step runs on the occurring features:
     # X V^T is zero on every other row, so U_{k+1} = polar(X V_k^T) is zero there too
     find_features = not keep_V and config.mu == "exact"
     if state is None:
         state = _initialize(X, config, U0=U0, keep_V=keep_V, find_features=find_features,
-                            spill=spill, check_memory=check_memory)
+                            spill=spill, check_memory=check_memory, hold_V=hold_V)
         if callback is not None:
             callback(state)
     else:
@@ -798,11 +833,13 @@ def _fit(
             rows = getattr(state.U, "rows", None)  # a RowSparse U: its k rows
             check_memory(state.U.shape[0] if rows is None else rows.size)
         if state.XVt is None and running:
-            state = resume(X, state, config, keep_V=keep_V, find_features=find_features)
+            state = resume(X, state, config, keep_V=keep_V, find_features=find_features,
+                           hold_V=hold_V)
         elif not keep_V:
             state = dataclasses.replace(state, V=None)  # a checkpoint that stored V_k too
     while state.iteration < config.max_iter and not state.converged:
-        state = iterate(X, state, config, spill=spill)
+        state = dataclasses.replace(state, held_V=None)  # not the last: its V is let go
+        state = iterate(X, state, config, spill=spill, hold_V=hold_V)
         if callback is not None:
             callback(state)
     return state

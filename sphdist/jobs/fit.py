@@ -333,12 +333,18 @@ class Fit:
         X = source.to_dask()
         client = graph.active_client()
         check_workers_see(client, inputs=(self.input,), outputs=(output,))
-        hold, why = holds_in_memory(stored_nbytes(source), self.plan.job.memory_budget, client)
+        budget, x_bytes = self.plan.job.memory_budget, stored_nbytes(source)
+        hold, why = holds_in_memory(x_bytes, budget, client)
         logger.info(why)
+        # the last pass's V (d r n bytes) beside a held X, for the final model: no pass to
+        # recompute it, when both fit the budget (solver.fit's hold_V)
+        v_bytes = (self.params["n_components"] * source.shape[1]
+                   * np.dtype(self.params["dtype"]).itemsize)
+        hold_V = hold and holds_in_memory(x_bytes + v_bytes, budget, client)[0]
         check_memory = memory_check(
             source, self.params["n_components"], dtype=self.params["dtype"],
             split_every=self.params["split_every"], client=client,
-            held_bytes=stored_nbytes(source) if hold else 0,
+            held_bytes=(x_bytes + (v_bytes if hold_V else 0)) if hold else 0,
             remedy=lambda r, s: _fix(
                 self.input, output, {**self.params, "n_components": r, "split_every": s},
                 overwrite=self.plan.job.overwrite or previous is not None,
@@ -355,7 +361,7 @@ class Fit:
             try:
                 final = solver.fit(
                     X, config=self.plan.config, state=state, U0=self.U0, callback=on_state,
-                    spill=scratch, check_memory=check_memory,
+                    spill=scratch, check_memory=check_memory, hold_V=hold_V,
                 )
             except DataError as exc:  # the solver knows X, not the file: name it
                 raise DataError(f"{self.input}: {template(exc)}") from None

@@ -222,7 +222,9 @@ class SphericalPCA(
             )
             solver_params["n_power_iter"] = self.init_n_iter
         Xc = graph.document_chunks(X, self.chunk_size)
-        state = solver.fit(Xc, **solver_params)
+        # an in-memory X: the embedding is gathered anyway, so the last pass's V is held for
+        # it instead of a pass over X to recompute it (bitwise the same)
+        state = solver.fit(Xc, hold_V=not isinstance(X, da.Array), **solver_params)
         self.components_ = state.U_full.T
         embedding = solver.embedding(Xc, state, dtype=self.dtype, device=self.device).T
         self.embedding_ = embedding if isinstance(X, da.Array) else embedding.compute()

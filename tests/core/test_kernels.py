@@ -425,3 +425,31 @@ def test_partials_combine_sums_any_keys_in_order():
     assert "H" not in total and total["n"] == 3
     assert total["abs_G"] == (1e16 + 1.0) - 1e16
     np.testing.assert_array_equal(total["XVt"], np.full((2, 1), (1e16 + 1.0) - 1e16))
+
+
+def test_a_fold_adds_into_its_own_running_sum_and_leaves_the_parts_as_they_were():
+    """Issue 29 item 5: a tree node's dense X V^T sum is one array of its own, added into in
+    place (no new (k, r) array per input), bitwise the whole group's sum; no part changes."""
+    rng = np.random.default_rng(0)
+    parts = [{"XVt": rng.standard_normal((50, 4)), "VVt": rng.standard_normal((4, 4)),
+              "sq_norm_X": float(i), "V": [i]} for i in range(5)]
+    before = [{k: np.copy(v) for k, v in p.items()} for p in parts]
+    total = None
+    for p in parts:
+        previous = None if total is None else total["XVt"]
+        total = partials.partials_fold(total, p)
+        if previous is None:  # the first step copies: the part's own array is never added into
+            assert total["XVt"] is not p["XVt"]
+        else:  # every later step adds into the node's array
+            assert total["XVt"] is previous
+    whole = partials.partials_combine([partials.partials_chunk(p) for p in parts])
+    assert total.keys() == whole.keys()
+    for key in whole:
+        np.testing.assert_array_equal(total[key], whole[key], strict=True)
+    expected = parts[0]["XVt"]
+    for p in parts[1:]:
+        expected = expected + p["XVt"]  # the dense left fold of before, new array per input
+    assert total["XVt"].tobytes() == expected.tobytes()
+    for p, b in zip(parts, before, strict=True):
+        for key in p:
+            np.testing.assert_array_equal(p[key], b[key])
