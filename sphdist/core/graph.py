@@ -35,6 +35,7 @@ from typing import Any
 import dask
 import dask.array as da
 import dask.base
+import dask.local
 import dask.threaded
 import numpy as np
 import scipy.sparse as sp
@@ -64,6 +65,7 @@ __all__ = [
     "PASS_BLOCKS",
     "pass_blocks",
     "pass_graph",
+    "streamed_chunks",
     "partials_held",
     "block_pass",
     "occurring_features",
@@ -691,6 +693,64 @@ def _take(part: dict[str, Any], key: str, index: int | None = None) -> np.ndarra
     return part[key] if index is None else part[key][index]
 
 
+class _Read:
+    """A chunk of a streamed X, read by the task that takes it: the chunk's own task of X's graph.
+
+    Picklable (the task spec and its key), so a worker of a cluster runs it as the threads do.
+    """
+
+    __slots__ = ("key", "task")
+
+    def __init__(self, key: Any, task: Any) -> None:
+        self.key, self.task = key, task
+
+    def __call__(self) -> Any:
+        return dask.local.get_sync({self.key: self.task}, self.key)
+
+
+def streamed_chunks(X: da.Array) -> list[_Read] | None:
+    """Readers of X's chunks when each is read by a task of its own, else None.
+
+    Parameters
+    ----------
+    X : dask.array.Array of shape (m, n)
+        Column-chunked, one block along the features.
+
+    Returns
+    -------
+    list of callable, or None
+        One zero-argument callable per document chunk, which runs the chunk's task (a read
+        from the store, :meth:`sphdist.io.corpus.Corpus.to_dask`) where it is called, when
+        every chunk of X is a task with no dependencies; None otherwise (X persisted: values
+        or futures, already in memory; or chunks computed from other tasks).
+
+    Notes
+    -----
+    A pass whose block task reads its chunks itself (:func:`pass_graph`) holds a chunk only
+    while the task needs it: as task inputs, the block's chunks would all be read before the
+    task starts, kept by the scheduler until it ends, and read ahead for the next blocks by
+    free threads, so the chunks alive at once grew with the chunks of a block (1 at 100k
+    documents, 8 at 10M).
+    """
+    from dask._task_spec import Task
+
+    if X.ndim != 2 or X.numblocks[0] != 1:
+        return None
+    graph = X.__dask_graph__()
+    readers = []
+    for key in X.__dask_keys__()[0]:
+        node = graph.get(key)
+        if not isinstance(node, Task) or node.dependencies:
+            return None
+        readers.append(_Read(key, node))
+    return readers
+
+
+def _read_pass(readers: list[_Read], *args: Any, **options: Any) -> dict[str, Any]:
+    """:func:`kernels.pass_onto` of the block whose chunks ``readers`` read, one at a time."""
+    return kernels.pass_onto((read() for read in readers), *args, **options)
+
+
 def pass_graph(
     X: da.Array, U: np.ndarray | RowSparse, V_prev: da.Array | None, *, lam: float,
     config: FitConfig, keep_V: bool = True,
@@ -731,8 +791,9 @@ def pass_graph(
         # it as float64 (exactly the float32 values of a float32 fit), and a float64 V_k
         # would promote the V-step's q = 2 U^T x + (lam - 2) v to float64 (issue 31 item 8)
         V_prev = V_prev.astype(dtype)
+    readers = streamed_chunks(X)
     with computing():
-        xs = X.to_delayed().ravel()
+        xs = X.to_delayed().ravel() if readers is None else readers
         vs = None if V_prev is None else V_prev.to_delayed().ravel()
     sizes = X.chunks[1]
     meta = np.empty((0, 0), dtype=dtype)
@@ -741,7 +802,8 @@ def pass_graph(
     owners = block_workers(len(blocks)) or [None] * len(blocks)
     for b, (start, stop) in enumerate(blocks):
         with _placed(owners[b]):
-            part = dask.delayed(kernels.pass_onto, pure=False)(
+            part = dask.delayed(kernels.pass_onto if readers is None else _read_pass,
+                                pure=False)(
                 list(xs[start:stop]), U_d,
                 None if vs is None else list(vs[start:stop]), rows=rows, lam=lam,
                 dtype=dtype, partials=config.partials, keep_V=keep_V, device=config.device,
