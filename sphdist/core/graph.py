@@ -774,7 +774,11 @@ def pass_graph(
     -----
     One task per block of :func:`pass_blocks`, keyed ``("sphdist-pass-<token>", b)`` (the
     name the dashboard shows), each reading its chunks (and their ``V_k``), U and nothing
-    else: no block task depends on another, so every block can run at once. The tree's
+    else: no block task depends on another, so every block can run at once. On a streamed X
+    (:func:`streamed_chunks`) the block task reads its chunks itself, one at a time
+    (:func:`kernels.pass_block` takes an iterator): no read task, no chunk held by the
+    scheduler or read ahead, and the chunks alive at once bounded by the threads, not by the
+    chunks of a block; held chunks (X in memory) are the task's inputs. The tree's
     shape depends on the number of blocks and the fan-in alone; the blocks' partials are
     summed in it as they arrive, so the partials held at once are bounded by the tasks
     running and the tree's fan-in (dask.order runs a combine as soon as its inputs exist),
