@@ -35,6 +35,7 @@ from typing import Any
 import dask
 import dask.array as da
 import dask.base
+import dask.local
 import dask.threaded
 import numpy as np
 import scipy.sparse as sp
@@ -65,6 +66,7 @@ __all__ = [
     "PASS_BLOCKS",
     "pass_blocks",
     "pass_graph",
+    "streamed_chunks",
     "partials_held",
     "block_pass",
     "occurring_features",
@@ -697,14 +699,76 @@ def sum_parts(parts: da.Array, split_every: int) -> dict[str, Any]:
 
 def _block_task(n_chunks: int, U_rows: tuple[Any, np.ndarray | None], *chunks: Any,
                 **options: Any) -> dict[str, Any]:
-    """:func:`kernels.pass_onto` of a block's chunks (then their ``V_k``, if any), passed flat."""
+    """:func:`kernels.pass_onto` of a block's chunks (then their ``V_k``, if any), passed flat.
+
+    Chunks given as :class:`_Read` (a streamed X, :func:`streamed_chunks`) are read one at a
+    time as the kernel takes them.
+    """
     U, rows = U_rows
+    X_blocks: Any = chunks[:n_chunks]
     V_prev = list(chunks[n_chunks:]) if len(chunks) > n_chunks else None
-    return kernels.pass_onto(list(chunks[:n_chunks]), U, V_prev, rows=rows, **options)
+    if all(isinstance(chunk, _Read) for chunk in X_blocks):
+        X_blocks = (read() for read in X_blocks)
+    else:
+        X_blocks = list(X_blocks)
+    return kernels.pass_onto(X_blocks, U, V_prev, rows=rows, **options)
 
 
 def _take(part: dict[str, Any], key: str, index: int | None = None) -> np.ndarray:
     return part[key] if index is None else part[key][index]
+
+
+class _Read:
+    """A chunk of a streamed X, read by the task that takes it: the chunk's own task of X's graph.
+
+    Picklable (the task spec and its key), so a worker of a cluster runs it as the threads do.
+    """
+
+    __slots__ = ("key", "task")
+
+    def __init__(self, key: Any, task: Any) -> None:
+        self.key, self.task = key, task
+
+    def __call__(self) -> Any:
+        return dask.local.get_sync({self.key: self.task}, self.key)
+
+
+def streamed_chunks(X: da.Array) -> list[_Read] | None:
+    """Readers of X's chunks when each is read by a task of its own, else None.
+
+    Parameters
+    ----------
+    X : dask.array.Array of shape (m, n)
+        Column-chunked, one block along the features.
+
+    Returns
+    -------
+    list of callable, or None
+        One zero-argument callable per document chunk, which runs the chunk's task (a read
+        from the store, :meth:`sphdist.io.corpus.Corpus.to_dask`) where it is called, when
+        every chunk of X is a task with no dependencies; None otherwise (X persisted: values
+        or futures, already in memory; or chunks computed from other tasks).
+
+    Notes
+    -----
+    A pass whose block task reads its chunks itself (:func:`pass_graph`) holds a chunk only
+    while the task needs it: as task inputs, the block's chunks would all be read before the
+    task starts, kept by the scheduler until it ends, and read ahead for the next blocks by
+    free threads, so the chunks alive at once grew with the chunks of a block (1 at 100k
+    documents, 8 at 10M).
+    """
+    from dask._task_spec import Task
+
+    if X.ndim != 2 or X.numblocks[0] != 1:
+        return None
+    graph = X.__dask_graph__()
+    readers = []
+    for key in X.__dask_keys__()[0]:
+        node = graph.get(key)
+        if not isinstance(node, Task) or node.dependencies:
+            return None
+        readers.append(_Read(key, node))
+    return readers
 
 
 def pass_graph(
@@ -730,7 +794,11 @@ def pass_graph(
     -----
     One task per block of :func:`pass_blocks`, keyed ``("sphdist-pass-<token>", b)`` (the
     name the dashboard shows), each reading its chunks (and their ``V_k``), U and nothing
-    else: no block task depends on another, so every block can run at once. The tree's
+    else: no block task depends on another, so every block can run at once. On a streamed X
+    (:func:`streamed_chunks`) the block task reads its chunks itself, one at a time
+    (:func:`kernels.pass_block` takes an iterator): no read task, no chunk held by the
+    scheduler or read ahead, and the chunks alive at once bounded by the threads, not by the
+    chunks of a block; held chunks (X in memory) are the task's inputs. The tree's
     shape depends on the number of blocks and the fan-in alone; the blocks' partials are
     summed in it as they arrive, so the partials held at once are bounded by the tasks
     running and the tree's fan-in (dask.order runs a combine as soon as its inputs exist),
@@ -748,8 +816,9 @@ def pass_graph(
         # it as float64 (exactly the float32 values of a float32 fit), and a float64 V_k
         # would promote the V-step's q = 2 U^T x + (lam - 2) v to float64 (issue 31 item 8)
         V_prev = V_prev.astype(dtype)
+    readers = streamed_chunks(X)
     with computing():
-        xs = X.to_delayed().ravel()
+        xs = X.to_delayed().ravel() if readers is None else readers
         vs = None if V_prev is None else V_prev.to_delayed().ravel()
     sizes = X.chunks[1]
     meta = np.empty((0, 0), dtype=dtype)

@@ -774,7 +774,11 @@ def fit(
                                                ``TREE_COPIES`` = 6, measured: a one-block
                                                fit at r = 200, k = 38,195 peaked 4.9
                                                partials above the other terms)
-                   + G c_X (1 + t)             the chunks of the blocks it runs
+                   + G c_X (1 + t)             the chunks of the blocks it runs (X
+                                               streamed, every pass after the first:
+                                               at most 2 c_X t, each task reading its
+                                               chunks one at a time for its dense
+                                               partial, graph.streamed_chunks)
                    [+ X_w]                     its share of X, only when X is held in memory
                                                (``sphdist.jobs.cluster.holds_in_memory``)
                    [+ 2 d r n / w]             V_k and V_{k+1} of its documents, only
@@ -785,7 +789,9 @@ def fit(
     With the stateless iteration and X streamed every term but P is independent of n, and P
     grows by one partial per level of the tree alone (2 levels at 1M documents and fan-in 8,
     3 at 10M); k is bounded by m (m is then the number of occurring features), G by the block
-    size. On dask's threaded scheduler in one process (the default on one machine) the
+    size, and the chunks a streamed pass holds by the threads once U is on the occurring
+    features (the first pass, on all m rows, keeps a block's G chunks for its row-sparse
+    partial). On dask's threaded scheduler in one process (the default on one machine) the
     driver and the single "worker" are the same process, w = 1. The driver holds
     about six (m, r) float64 arrays (U_k, U_{k+1}, X V^T, M and temporaries of the U-step):
     ``~ 48 m r`` bytes (after the first pass, m the occurring features). The benchmark

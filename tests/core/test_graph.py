@@ -7,7 +7,9 @@ the order the tree of fan-in ``split_every`` must take.
 
 import logging
 import math
+import threading
 import time
+import weakref
 
 import dask
 import dask.array as da
@@ -472,3 +474,71 @@ def test_building_a_pass_culls_no_graph_and_the_held_x_is_one_layer(X, two_worke
     assert culls == []
     np.testing.assert_array_equal(_bits(total["XVt"].values), _bits(local["XVt"].values))
     np.testing.assert_array_equal(_bits(total["VVt"]), _bits(local["VVt"]))
+
+
+class _Alive:
+    """Chunks read and not yet freed (their data arrays), and the most alive at once."""
+
+    def __init__(self):
+        self.lock, self.now, self.most, self.reads = threading.Lock(), 0, 0, 0
+
+    def _freed(self):
+        with self.lock:
+            self.now -= 1
+
+    def load(self, block_info=None):
+        """Chunk j of a corpus of 4-document chunks, read as a store read it: a new array."""
+        j = block_info[None]["chunk-location"][1]
+        X_c = sp.random(M, 4, density=0.4, format="csc", random_state=1000 + j)
+        weakref.finalize(X_c.data, self._freed)
+        with self.lock:
+            self.now += 1
+            self.reads += 1
+            self.most = max(self.most, self.now)
+        return X_c
+
+
+def _streamed(alive, n_chunks):
+    """X as a corpus store gives it: one dependency-free read task per chunk."""
+    return da.map_blocks(alive.load, chunks=((M,), (4,) * n_chunks), dtype=np.float64,
+                         meta=sp.csc_matrix((0, 0)), name=f"corpus-{n_chunks}")
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_a_streamed_pass_holds_chunks_per_thread_not_per_block(threads):
+    """Issue 29 item 2: the chunks of a streamed X alive at once do not grow with the chunks
+    of a block (1 at 100k documents, 8 at 10M). The block task reads its chunks itself and,
+    its partial dense once the first chunk covers half of U's rows, lets each go once its
+    products are added: at most two per running task (the one processed, the one read),
+    with blocks of 1 chunk or of 8. As task inputs, a block's 8 chunks were all alive while
+    it ran, and free threads read the next blocks' ahead (old code: 8 or more)."""
+    U = np.linalg.qr(np.random.default_rng(1).standard_normal((M, R)))[0]
+    config = FitConfig.build(n_components=R, split_every=8)
+    most = {}
+    for n_chunks in (16, 256):  # blocks of 1 chunk, and of 8 (graph.pass_blocks)
+        alive = _Alive()
+        X = _streamed(alive, n_chunks)
+        assert graph.streamed_chunks(X) is not None
+        G = max(b - a for a, b in graph.pass_blocks(X.chunks[1]))
+        assert G == (1 if n_chunks == 16 else 8)
+        with dask.config.set(scheduler="threads", num_workers=threads):
+            _, total = graph.block_pass(X, U, None, lam=2.0, config=config, keep_V=False)
+        assert alive.reads == n_chunks  # every chunk read once, by its block's task
+        most[n_chunks] = alive.most
+        # the same bits as the pass over the chunks held in memory (task inputs)
+        held = X.persist()
+        assert graph.streamed_chunks(held) is None
+        _, ref = graph.block_pass(held, U, None, lam=2.0, config=config, keep_V=False)
+        for key in ("XVt", "VVt"):
+            np.testing.assert_array_equal(_bits(densify(total[key])),
+                                          _bits(densify(ref[key])))
+        assert total["sq_norm_X"] == ref["sq_norm_X"]
+        np.testing.assert_array_equal(total["occurs"], ref["occurs"])
+    assert most[256] <= 2 * threads, most
+
+
+def test_chunks_computed_from_other_tasks_are_not_streamed(X):
+    """Only dependency-free chunk tasks (reads) run inside the block task: a chunk computed
+    from another task (here a slice of a concatenation) stays a task input."""
+    assert graph.streamed_chunks(chunked(X, [20, 20, 20])) is None
+    assert graph.streamed_chunks(chunked(X, [20, 20, 20]).persist()) is None

@@ -1,6 +1,7 @@
 """Kernels against a dense NumPy implementation of Liu et al. (2019) Eq. 3.11-3.12."""
 
 import sys
+import weakref
 
 import numpy as np
 import pytest
@@ -453,3 +454,43 @@ def test_a_fold_adds_into_its_own_running_sum_and_leaves_the_parts_as_they_were(
     for p, b in zip(parts, before, strict=True):
         for key in p:
             np.testing.assert_array_equal(p[key], b[key])
+
+
+@pytest.mark.parametrize("partials_format", ["auto", "rows", "dense"])
+@pytest.mark.parametrize("density", [0.02, 0.5])  # a row-sparse "auto" partial, a dense one
+def test_pass_block_of_an_iterator_is_bitwise_the_pass_of_the_list(partials_format, density):
+    """A block's chunks taken one at a time (a streamed X) give every bit of the list, and a
+    dense partial holds at most the chunk processed and the one being taken; a row-sparse
+    one needs every chunk's features first, so it holds them all."""
+    m, r, sizes = 60, 4, [5, 3, 7, 5]
+    X = random_corpus(m, sum(sizes), density=density, seed=2, n_empty=1)
+    bounds = np.cumsum([0, *sizes])
+    chunks = [sp.csc_matrix(X[:, a:b]) for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
+    U = np.linalg.qr(np.random.default_rng(3).standard_normal((m, r)))[0]
+    V_prev = [np.random.default_rng(4 + i).standard_normal((r, n)) for i, n in enumerate(sizes)]
+    V_prev = [v / np.linalg.norm(v, axis=0) for v in V_prev]
+    options = {"lam": 0.5, "partials": partials_format, "keep_V": True}
+    ref = kernels.pass_block(chunks, U, V_prev, **options)
+    alive, most = [], [0]
+
+    def taken():
+        for X_c in chunks:
+            copy = sp.csc_matrix(X_c, copy=True)
+            alive.append(weakref.ref(copy.data))
+            most[0] = max(most[0], sum(a() is not None for a in alive))
+            yield copy
+            del copy
+
+    got = kernels.pass_block(taken(), U, V_prev, **options)
+    for key in ("XVt", "VVt"):
+        assert type(got[key]) is type(ref[key])
+        np.testing.assert_array_equal(partials.densify(got[key]).view(np.int64),
+                                      partials.densify(ref[key]).view(np.int64))
+    for key in ("sq_norm_X", "dV_sq", "n_degenerate"):
+        assert got[key] == ref[key]
+    np.testing.assert_array_equal(got["occurs"], ref["occurs"])
+    for v, w in zip(got["V"], ref["V"], strict=True):
+        np.testing.assert_array_equal(v.view(np.int64), w.view(np.int64))
+    dense = isinstance(ref["XVt"], np.ndarray)
+    assert dense == (partials_format == "dense" or (partials_format == "auto" and density > 0.1))
+    assert most[0] == (2 if dense else len(sizes)), most
