@@ -69,6 +69,7 @@ from typing import Any, NamedTuple
 
 import dask.array as da
 import numpy as np
+import scipy.sparse as sp
 from threadpoolctl import threadpool_limits
 
 from sphdist.core import graph, kernels
@@ -705,7 +706,8 @@ def fit(
         the workers, ``d r n`` bytes in all), as ``held_V`` of its state, and drops the
         previous pass's before it runs, so the final state carries the V of its last pass
         and :func:`embedding` needs no further pass over X (bitwise the same V). Ignored
-        where V is kept anyway, and with ``device="cuda"``. The fit job asks it when X is
+        where V is kept anyway, with ``device="cuda"`` and for dense chunks (whose V the
+        pass and the embedding round differently). The fit job asks it when X is
         held in memory and X and V fit the memory budget together.
     **params
         The other parameters, names of :data:`sphdist.core.params.SOLVER_PARAMS`, each with
@@ -824,7 +826,9 @@ def _fit(
 ) -> FitState:
     """The body of :func:`fit`, with X rechunked and BLAS on one thread."""
     keep_V = not stateless(config.lam, keep_V)
-    hold_V = hold_V and not keep_V and config.device == "cpu"
+    # on dense chunks the pass's V and the embedding's kernel round differently: there the
+    # final V stays the recomputed one, as before V was held
+    hold_V = hold_V and not keep_V and config.device == "cpu" and sp.issparse(X._meta)
     # the stateless exact iteration with the exact U-step runs on the occurring features:
     # X V^T is zero on every other row, so U_{k+1} = polar(X V_k^T) is zero there too
     find_features = not keep_V and config.mu == "exact"

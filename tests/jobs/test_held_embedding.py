@@ -114,3 +114,21 @@ def test_on_a_local_cluster_the_last_pass_v_is_held_on_the_workers_bitwise(
         assert len(client.scheduler_info()["workers"]) == 2
         on_cluster = _check(corpus, tmp_path, passes)
     _same(on_cluster, threads)
+
+
+def test_a_dense_input_writes_the_v_of_the_recomputing_fit(tmp_path, passes):
+    """A dense zarr X (samples as rows): the pass's V and the embedding's kernel round
+    differently on dense chunks, so the fit keeps the recomputed V there (found by the
+    behaviour recorder: fit-dense's V changed when the pass's V was held)."""
+    from types import SimpleNamespace
+
+    import zarr
+
+    X = np.random.default_rng(0).random((N, M))
+    zarr.create_array(str(tmp_path / "dense.zarr"), data=X, chunks=(30, M))
+    dense = SimpleNamespace(path=tmp_path / "dense.zarr")
+    with connect():
+        default, counted, held = _fit(dense, tmp_path / "default.zarr", passes)
+        streamed, _, _ = _fit(dense, tmp_path / "streamed.zarr", passes, memory_budget=0)
+    assert counted["embedding"] == 1 and not any(held)
+    _same(default, streamed)
