@@ -29,3 +29,15 @@ def working_directory(path: Path) -> Iterator[Path]:
         yield path
     finally:
         os.chdir(cwd)
+
+
+def user_stores(source: str, *, n_docs: int, vocab_size: int) -> None:
+    """In the working directory: ``source`` (synthetic JSON Lines, 2 topics), its corpus
+    ``c.zarr``, model ``m.zarr`` (r = 2, 3 iterations), embedding ``e.zarr`` and index
+    ``i.zarr``, each made by the command a user types."""
+    cli_ok("synth", "--n-docs", n_docs, "--n-topics", 2, "--vocab-size", vocab_size,
+           "--format", "jsonl", "-o", source)
+    cli_ok("ingest", source, "-o", "c.zarr")
+    cli_ok("fit", "-i", "c.zarr", "-o", "m.zarr", "-r", 2, "--max-iter", 3)
+    cli_ok("transform", "-m", "m.zarr", "-i", "c.zarr", "-o", "e.zarr")
+    cli_ok("index", "-m", "m.zarr", "-o", "i.zarr")

@@ -23,7 +23,7 @@ from click.testing import CliRunner
 from sphdist.cli import main
 from sphdist.io._fs import filesystem
 
-from ._cli_stores import cli_ok, working_directory
+from ._cli_stores import cli_ok, user_stores, working_directory
 from ._s3 import clear_s3fs_cache
 
 SPHDIST = str(Path(sys.executable).with_name("sphdist"))
@@ -41,12 +41,7 @@ def stores(tmp_path_factory):
     root = tmp_path_factory.mktemp("stores")
     (root / "in").mkdir()
     with working_directory(root):  # the paths of the reproductions, relative
-        cli_ok("synth", "--n-docs", 60, "--n-topics", 2, "--vocab-size", 50, "--format",
-               "jsonl", "-o", "in/good.jsonl")
-        cli_ok("ingest", "in/good.jsonl", "-o", "c.zarr")
-        cli_ok("fit", "-i", "c.zarr", "-o", "m.zarr", "-r", 2, "--max-iter", 3)
-        cli_ok("transform", "-m", "m.zarr", "-i", "c.zarr", "-o", "e.zarr")
-        cli_ok("index", "-m", "m.zarr", "-o", "i.zarr")
+        user_stores("in/good.jsonl", n_docs=60, vocab_size=50)
     (root / "q.csv").write_text("doc01\ndoc02\n")  # document ids, for --queries --ids
     return root
 

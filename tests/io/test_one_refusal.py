@@ -23,7 +23,7 @@ from sphdist.jobs.transform import transform_corpus
 from sphdist.text.ingest import ingest
 from sphdist.text.synth import synth
 
-from .._cli_stores import cli_ok, working_directory
+from .._cli_stores import user_stores, working_directory
 
 #: What follows the output's name in the refusal, in the Python API's words.
 SENTENCE = " already exists. To resolve this, choose another output or pass overwrite=True."
@@ -34,12 +34,7 @@ def stores(tmp_path_factory):
     """A jsonl collection, its corpus, model, embedding and index, and three written tables."""
     root = tmp_path_factory.mktemp("refusal")
     with working_directory(root):
-        cli_ok("synth", "--n-docs", 40, "--n-topics", 2, "--vocab-size", 40, "--format",
-               "jsonl", "-o", "good.jsonl")
-        cli_ok("ingest", "good.jsonl", "-o", "c.zarr")
-        cli_ok("fit", "-i", "c.zarr", "-o", "m.zarr", "-r", 2, "--max-iter", 3)
-        cli_ok("transform", "-m", "m.zarr", "-i", "c.zarr", "-o", "e.zarr")
-        cli_ok("index", "-m", "m.zarr", "-o", "i.zarr")
+        user_stores("good.jsonl", n_docs=40, vocab_size=40)
     for table in ("x.csv", "g.csv", "h.csv"):
         (root / table).write_text("written before\n")
     return root
