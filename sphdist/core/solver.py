@@ -79,7 +79,7 @@ from sphdist.errors import CheckpointMismatchError, DataError
 
 __all__ = [
     "FitState", "FitConfig", "check_params", "check_shape", "svd_init", "initialize", "resume",
-    "iterate", "fit", "embedding", "stateless", "STEP_MODES",
+    "iterate", "fit", "embedding", "stateless", "holds_last_V", "STEP_MODES",
 ]
 
 _PALM_FACTOR = 1.1
@@ -627,6 +627,28 @@ def stateless(lam: Any, keep_V: bool = False) -> bool:
     return not keep_V and (lam == "exact" or (not isinstance(lam, str) and float(lam) == 2.0))
 
 
+def holds_last_V(X: da.Array, config: FitConfig) -> bool:
+    """Whether :func:`fit`'s ``hold_V`` takes effect: the last pass's V can be the final V.
+
+    Parameters
+    ----------
+    X : dask.array.Array of shape (m, n)
+        The fit's column-chunked X.
+    config : FitConfig
+        The fit's parameters (``lam``, ``device``).
+
+    Returns
+    -------
+    bool
+        True for the stateless iteration (:func:`stateless`, Liu et al. 2019, Eq. 3.12 with
+        ``lam = 2``) on the CPU over sparse chunks, whose pass computes V bitwise as
+        :func:`embedding` does; False otherwise: on dense chunks the pass's V and the
+        embedding's kernel round differently, so the final V stays the recomputed one, and a
+        fit that keeps V between passes has it anyway.
+    """
+    return stateless(config.lam) and config.device == "cpu" and sp.issparse(X._meta)
+
+
 def embedding(
     X: da.Array, state: FitState, *, dtype: Any = np.float64, device: str = "cpu"
 ) -> da.Array:
@@ -826,9 +848,7 @@ def _fit(
 ) -> FitState:
     """The body of :func:`fit`, with X rechunked and BLAS on one thread."""
     keep_V = not stateless(config.lam, keep_V)
-    # on dense chunks the pass's V and the embedding's kernel round differently: there the
-    # final V stays the recomputed one, as before V was held
-    hold_V = hold_V and not keep_V and config.device == "cpu" and sp.issparse(X._meta)
+    hold_V = hold_V and not keep_V and holds_last_V(X, config)
     # the stateless exact iteration with the exact U-step runs on the occurring features:
     # X V^T is zero on every other row, so U_{k+1} = polar(X V_k^T) is zero there too
     find_features = not keep_V and config.mu == "exact"

@@ -340,7 +340,8 @@ class Fit:
         # recompute it, when both fit the budget (solver.fit's hold_V)
         v_bytes = (self.params["n_components"] * source.shape[1]
                    * np.dtype(self.params["dtype"]).itemsize)
-        hold_V = hold and holds_in_memory(x_bytes + v_bytes, budget, client)[0]
+        hold_V = (hold and solver.holds_last_V(X, self.plan.config)
+                  and holds_in_memory(x_bytes + v_bytes, budget, client)[0])
         check_memory = memory_check(
             source, self.params["n_components"], dtype=self.params["dtype"],
             split_every=self.params["split_every"], client=client,
