@@ -79,11 +79,14 @@ class Remedy:
 #: The Python function of each :attr:`Remedy.action` (what :class:`PythonForm` calls).
 _FUNCTIONS = {
     "fit": "sphdist.jobs.fit.fit_corpus",
-    "transform": "sphdist.jobs.transform.transform_corpus",
     "evaluate": "sphdist.jobs.evaluate.evaluate_model",
-    "export": "sphdist.jobs.embedding.export_embedding",
-    "plot embedding": "sphdist.jobs.plotting.plot_embedding",
 }
+
+#: The actions that are requests run by ``sphdist.jobs.run``: the request class of each.
+_REQUESTS = {"transform": "sphdist.jobs.transform.TransformRequest",
+             "plot convergence": "sphdist.jobs.plotting.PlotConvergenceRequest",
+             "plot embedding": "sphdist.jobs.plotting.PlotEmbeddingRequest",
+             "export": "sphdist.jobs.embedding.ExportRequest"}
 
 #: The actions whose call is worded by a function of their module (arguments -> text): the
 #: ingest job's options are fields of its ``SourceSpec`` and ``TextSpec``; the index job
@@ -196,6 +199,8 @@ class PythonForm:
             module, _, name = _CALLS[fix.action].rpartition(".")
             return str(getattr(importlib.import_module(module), name)(fix.arguments()))
         arguments = ", ".join(f"{k}={v!r}" for k, v in fix.arguments().items())
+        if fix.action in _REQUESTS:
+            return f"sphdist.jobs.run({_REQUESTS[fix.action]}({arguments}))"
         return f"{_FUNCTIONS.get(fix.action, fix.action)}({arguments})"
 
 

@@ -31,7 +31,8 @@ from sphdist.io.model import open_model, save_checkpoint
 from sphdist.jobs.cluster import connect
 from sphdist.jobs.fit import fit_corpus
 from sphdist.jobs.neighbors import build_index, knn_graph
-from sphdist.jobs.transform import transform_corpus
+from sphdist.jobs import run
+from sphdist.jobs.transform import TransformRequest
 
 from ._process_cluster import ProcessCluster, isolation_unavailable
 from ._s3 import aws_env, clear_s3fs_cache
@@ -66,7 +67,7 @@ def reference(tmp_path_factory):
     with connect(n_workers=0):
         model = fit_corpus(corpus, root / "model.zarr", n_components=R, max_iter=MAX_ITER,
                            tol=0, random_state=0)
-        emb = transform_corpus(root / "model.zarr", corpus, root / "emb.zarr")
+        emb = run(TransformRequest(root / "model.zarr", corpus, root / "emb.zarr"))
         build_index(root / "model.zarr", root / "model.index.zarr")
         knn_graph(root / "model.zarr", root / "graph.parquet", k=K)
     return {"root": root, "corpus": corpus, "model": model, "emb": emb,
@@ -149,7 +150,7 @@ def test_shared_nothing_cluster_matches_threads_bitwise(
     # transform, index and the k-NN graph through the jobs' API, in this process, as a driver
     # connected to the same cluster (the commands are these calls after parsing)
     with isolated.client():
-        transform_corpus(model, corpus, f"{bucket}/emb.zarr")
+        run(TransformRequest(model, corpus, f"{bucket}/emb.zarr"))
         build_index(model, f"{bucket}/model.index.zarr")
         monkeypatch.chdir(driver_dir)
         knn_graph(model, "graph.parquet", k=K)  # a relative output, written by the driver

@@ -27,7 +27,8 @@ from click.testing import CliRunner
 from sphdist.cli import main
 from sphdist.io.corpus_writer import CorpusWriter
 from sphdist.jobs.fit import fit_corpus
-from sphdist.jobs.transform import transform_corpus
+from sphdist.jobs import run
+from sphdist.jobs.transform import TransformRequest
 
 from .reference import random_corpus
 from .test_bad_input import _nothing_left, _one_error_line
@@ -378,7 +379,7 @@ def test_corpus_given_as_a_model_or_as_fit_output(runner, fitted, tmp_path):
 
 def _bad_embedding(fitted, path, how):
     with dask.config.set(scheduler="sync"):
-        transform_corpus(fitted["model"], fitted["corpus"], path)
+        run(TransformRequest(fitted["model"], fitted["corpus"], path))
     g = zarr.open_group(str(path), mode="r+")
     for i in range(150):  # many good members: zarr lists them concurrently
         g.create_array(f"extra{i:03d}", data=np.zeros(2))

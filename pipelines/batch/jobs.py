@@ -13,8 +13,8 @@ Layout under one root directory (a filesystem the Dask workers share)::
     ROOT/daily/<YYYY-MM-DD>/done.json           written last: the day is complete
 
 ``daily``: ``sphdist.text.ingest.ingest(like=current)`` (the model's feature scheme and idf), then
-``sphdist.jobs.transform.transform_corpus`` and
-``sphdist.jobs.embedding.export_embedding``. A day with a
+``sphdist.jobs.run(sphdist.jobs.transform.TransformRequest(...))`` and
+``sphdist.jobs.run(sphdist.jobs.embedding.ExportRequest(...))``. A day with a
 ``done.json`` is left alone (``--force`` redoes it with the model now current); a day without
 one (a crashed run) is redone from scratch.
 
@@ -93,8 +93,9 @@ def daily_job(root: Path, date: str, *, force: bool = False) -> dict[str, Any]:
         folder) and, when done, the day's ``done.json`` content.
     """
     from sphdist.io.model import open_model
-    from sphdist.jobs.embedding import export_embedding
-    from sphdist.jobs.transform import transform_corpus
+    from sphdist.jobs import run
+    from sphdist.jobs.embedding import ExportRequest
+    from sphdist.jobs.transform import TransformRequest
     from sphdist.text.ingest import ingest
 
     incoming, day = root / "incoming" / date, root / "daily" / date
@@ -115,10 +116,10 @@ def daily_job(root: Path, date: str, *, force: bool = False) -> dict[str, Any]:
         shutil.rmtree(day)
     day.mkdir(parents=True)
     corpus = ingest(incoming, day / "corpus.zarr", like=model_path)
-    emb = transform_corpus(model_path, corpus.path, day / "embedding.zarr")
-    export = export_embedding(
+    emb = run(TransformRequest(model_path, corpus.path, day / "embedding.zarr"))
+    export = run(ExportRequest(
         model_path, day / "embeddings.parquet", format="parquet", input=emb.path
-    )
+    ))
     record = {
         "date": date, "model": str(model_path), "model_u_sha256": model.fingerprint,
         "n_documents": export["n_documents"], "n_components": export["n_components"],

@@ -9,6 +9,9 @@ import click
 from sphdist.cli._common import STORE_PATH, CommandList, echo_json, json_option
 
 
+_OVERWRITE = click.option("--overwrite", is_flag=True, help="Replace an existing --output.")
+
+
 @click.group(cls=CommandList)
 def plot() -> None:
     """Figures of a fitted model (PNG, SVG, PDF or JPEG, by the suffix of --output)."""
@@ -20,13 +23,14 @@ def plot() -> None:
 @click.option("--output", "-o", type=STORE_PATH,
               help="Figure to write, in the format its suffix names: *.png, *.svg, *.pdf or "
                    "*.jpg [default: <model>.convergence.png beside the model].")
+@_OVERWRITE
 @json_option()
-def convergence(model: Path, output: Path | None, as_json: bool) -> None:
+def convergence(model: Path, output: Path | None, overwrite: bool, as_json: bool) -> None:
     """Objective, ||U_k - U_{k-1}||_F and ||V_k - V_{k-1}||_F per iteration (Liu et al. Fig. 3)."""
-    from sphdist.jobs.plotting import plot_convergence
+    from sphdist.jobs import run
+    from sphdist.jobs.plotting import PlotConvergenceRequest
 
-    output = output or model.with_name(model.name.removesuffix(".zarr") + ".convergence.png")
-    plot_convergence(model, output)
+    output = run(PlotConvergenceRequest(model, output, overwrite=overwrite))
     if as_json:
         echo_json({"output": str(output)})
     else:
@@ -46,17 +50,21 @@ def convergence(model: Path, output: Path | None, as_json: bool) -> None:
               help="Plot a reproducible sample of at most this many documents.")
 @click.option("--seed", type=click.IntRange(min=0, max=2**32 - 1), default=0, show_default=True,
               help="Seed of the subsample of documents drawn.")
+@_OVERWRITE
 @json_option()
 def embedding(
     model: Path, input_: Path | None, output: Path | None, max_points: int, seed: int,
-    as_json: bool,
+    overwrite: bool, as_json: bool,
 ) -> None:
     """Documents on the sphere coloured by label (3-D for r = 3, else a PCA projection)."""
+    from sphdist.jobs import run
     from sphdist.jobs.info import plural
-    from sphdist.jobs.plotting import plot_embedding
+    from sphdist.jobs.plotting import PlotEmbeddingRequest
 
-    output = output or model.with_name(model.name.removesuffix(".zarr") + ".embedding.png")
-    report = plot_embedding(model, output, input=input_, max_points=max_points, seed=seed)
+    request = PlotEmbeddingRequest(model, output, input=input_, max_points=max_points,
+                                   seed=seed, overwrite=overwrite)
+    report = run(request)
+    output = request.output
     if as_json:
         echo_json(report)
     else:

@@ -58,18 +58,15 @@ def transform(
     cluster: ClusterSpec, as_json: bool,
 ) -> None:
     """Embed the documents of a corpus with a fitted model (the exact V-step, on Dask)."""
-    from sphdist.core._device import check_device
+    from sphdist.jobs import run
     from sphdist.jobs.info import plural
-    from sphdist.jobs.transform import check_transform, transform_corpus
+    from sphdist.jobs.transform import TransformRequest
 
-    # refuse swapped paths, a mismatched corpus or an existing output before any cluster
-    # starts; on one machine it runs in this process, as a fit does
-    check_transform(model, input_, output, overwrite=overwrite)
-    check_device(device)
-    with connect_options(cluster):
-        emb = transform_corpus(
-            model, input_, output, overwrite=overwrite, progress=progress_mode(), device=device
-        )
+    # every refusal (swapped paths, a mismatched corpus, an existing output, no device) comes
+    # before any cluster starts; on one machine it runs in this process, as a fit does
+    request = TransformRequest(model, input_, output, overwrite=overwrite, device=device,
+                               progress=progress_mode())
+    emb = run(request, on=connect_options(cluster))
     r, n = emb.V.shape
     report = {
         "output": str(output), "n_documents": int(n), "n_components": int(r),
@@ -96,10 +93,12 @@ def export(
     as_json: bool,
 ) -> None:
     """Write the embeddings with their document ids (Parquet, CSV or .npy, by the suffix)."""
-    from sphdist.jobs.embedding import export_embedding
+    from sphdist.jobs import run
+    from sphdist.jobs.embedding import ExportRequest
     from sphdist.jobs.info import plural
 
-    report = export_embedding(model, output, format=format_, input=input_, overwrite=overwrite)
+    report = run(ExportRequest(model, output, format=format_, input=input_,
+                               overwrite=overwrite))
     extra = f" (+ ids in {report['sidecar']})" if "sidecar" in report else ""
     _report(report, as_json, f"wrote {output}: {plural(report['n_documents'], 'document')} x "
                              f"{report['n_components']} components, {report['format']}{extra}")

@@ -442,8 +442,8 @@ class Model(TaggedStore):
             Its path, for the message.
         check_idf : bool, default True
             Also require the same idf (sha256 of its bytes) and tf-idf options, as
-            :func:`sphdist.jobs.transform.transform_corpus` does: a document weighted with another
-            idf is not the document the model saw. A warm start (``fit_corpus(init_from=...)``)
+            :class:`sphdist.jobs.transform.TransformRequest` does: a document weighted with
+            another idf is not the document the model saw. A warm start (``fit_corpus(init_from=...)``)
             needs only the same features.
 
         Raises

@@ -2,7 +2,7 @@
 
 The training embedding (of the corpus the model was fitted on) is the model's V (r, n); the
 out-of-sample embedding of other documents is an ``embedding.zarr`` written by
-:func:`sphdist.jobs.transform.transform_corpus`. Both are
+:class:`sphdist.jobs.transform.TransformRequest`. Both are
 read here through :func:`open_embedding_source`, chunk by chunk of documents, so nothing of size
 n x n (nor n x r on the driver, for a scan) is ever built.
 
@@ -22,7 +22,7 @@ import glob
 import os
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, overload
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, overload
 
 import numpy as np
 
@@ -41,7 +41,6 @@ from sphdist.io import (
     commit_state,
     committed,
     exists,
-    hold_output,
     location,
     open_output,
     open_stored,
@@ -50,6 +49,7 @@ from sphdist.io import (
 from sphdist.io._checked import ChunkedVector
 from sphdist.io._policy import refuse_existing
 from sphdist.io.model import Model, open_model
+from sphdist.jobs._lifecycle import Request, located
 from sphdist.jobs.info import check_roles, require_embedding
 
 if TYPE_CHECKING:  # dask only where V is scanned whole: one query reads a few chunks without it
@@ -58,7 +58,7 @@ if TYPE_CHECKING:  # dask only where V is scanned whole: one query reads a few c
 __all__ = [
     "EmbeddingSource",
     "open_embedding_source",
-    "export_embedding",
+    "ExportRequest",
     "nearest_neighbors",
     "embed_texts",
     "mismatch",
@@ -454,16 +454,12 @@ def _spans(n: int, size: int) -> list[tuple[int, int]]:
     return [(a, min(a + size, n)) for a in range(0, n, size)] or [(0, 0)]
 
 
-def export_embedding(
-    model: str | os.PathLike[str],
-    output: str | os.PathLike[str],
-    *,
-    format: str | None = None,
-    input: str | os.PathLike[str] | None = None,
-    overwrite: bool = False,
-    chunk_size: int = _SCAN_DOCS,
-) -> dict[str, Any]:
-    """Write the embeddings with their document ids for downstream use (k-NN, clustering).
+@dataclasses.dataclass(frozen=True)
+class ExportRequest(Request):
+    """``sphdist export``: the embeddings with their document ids, for downstream use.
+
+    Run by :func:`sphdist.jobs.run`, which returns a dict: ``output``, ``format``,
+    ``n_documents``, ``n_components``, ``sidecar`` (npy only).
 
     Parameters
     ----------
@@ -486,80 +482,95 @@ def export_embedding(
     input : path-like, optional
         The training corpus or an ``embedding.zarr`` (see :func:`open_embedding_source`).
     overwrite : bool, default False
-        Replace an existing ``output``.
+        Replace an existing ``output`` (and its sidecar).
     chunk_size : int, default 65536
         Documents read and written at a time.
-
-    Returns
-    -------
-    dict
-        ``output``, ``format``, ``n_documents``, ``n_components``, ``sidecar`` (npy only).
 
     Raises
     ------
     ParameterError
         For an unknown ``format``, a suffix of ``output`` that names another format or none
         (the message names the formats and the command that writes one), or
-        ``chunk_size < 1``.
-    OutputExistsError
-        If ``output`` exists and ``overwrite`` is False.
-    OutputLockedError
-        If another process is writing ``output`` (``overwrite`` does not take it over).
-    CorpusMismatchError, InputNotFoundError, ParameterError
-        See :func:`open_embedding_source` (a moved training corpus; swapped options).
+        ``chunk_size < 1`` (when built).
 
     Notes
     -----
+    Run, it raises, besides what :func:`sphdist.jobs.run` raises for every command,
+    OutputExistsError if the npy sidecar exists and ``overwrite`` is False, and what
+    :func:`open_embedding_source` raises (a moved training corpus; swapped options).
+
     Written to a sibling staging file and renamed into place, so ``output`` is complete or
-    absent; for npy the sidecar is renamed first, then the array. Both are held
-    (:func:`sphdist.io.hold_output`, the sidecar as a second output with the same policy)
-    until their commits, each through its :class:`~sphdist.io.Output`. Memory: one chunk,
-    ``chunk_size * r * 8`` bytes.
+    absent; for npy the sidecar is renamed first, then the array. Both are held (the sidecar
+    as a second output with the same policy) until their commits, each through its
+    :class:`~sphdist.io.Output`. Memory: one chunk, ``chunk_size * r * 8`` bytes.
     """
-    with hold_output(output, kind="file", inputs=(model, input)) as held:
-        return _export(held, model, output, format=format, input=input, overwrite=overwrite,
-                       chunk_size=chunk_size)
 
+    command: ClassVar[str] = "export"
+    kind: ClassVar[str] = "file"
+    targets: ClassVar[tuple[str, ...]] = ("model", "input", "output")
 
-def _export(
-    held: Output, model: str | os.PathLike[str], output: str | os.PathLike[str], *,
-    format: str | None, input: str | os.PathLike[str] | None, overwrite: bool,
-    chunk_size: int,
-) -> dict[str, Any]:
-    """:func:`export_embedding`, its output ``held`` (the file is committed through it)."""
-    from sphdist.jobs._outputs import output_format
+    model: Any
+    output: Any
+    format: str | None = None
+    input: Any = None
+    overwrite: bool = False
+    chunk_size: int = _SCAN_DOCS
+    #: The format written: ``format``, or the one the suffix of ``output`` names.
+    written: str = dataclasses.field(init=False, repr=False, compare=False)
 
-    if format is not None and format not in EXPORT_FORMATS:
-        raise ParameterError(f"format={format!r}: expected one of {list(EXPORT_FORMATS)}.")
-    if chunk_size < 1:
-        raise ParameterError(f"chunk_size must be >= 1, got {chunk_size}.")
-    output = held.path  # as named, normalised once (open_output)
-    given = {"input": str(input)} if input is not None else {}
-    format = output_format(output, format, EXPORT_SUFFIXES, redo=lambda fixed: remedy(Remedy(
-        "export", {"model": str(model), **given, "output": str(fixed)})))
-    sidecar = output.with_name(output.name.removesuffix(".npy") + ".ids.csv")
-    # npy: a second output, held with the policy of the first
-    with (open_output(sidecar, kind="file", inputs=(model, input)) if format == "npy"
-          else contextlib.nullcontext()) as side:
-        if not overwrite and (exists(output) or (side is not None and exists(sidecar))):
-            refuse_existing(output)
-        src = open_embedding_source(model, input, verb="export", rest={"output": str(output)})
-        open_model(model).U  # noqa: B018 - a damaged model is refused, as transform refuses it
-        r, n = src.V.shape
-        with held.file() as staging:
-            if format == "parquet":
-                _write_parquet(src, staging, chunk_size)
-            elif format == "csv":
-                _write_csv(src, staging, chunk_size)
-            else:
-                with side.file() as side_staging:
-                    _write_npy(src, staging, side_staging, chunk_size)
-    result: dict[str, Any] = {
-        "output": str(output), "format": format, "n_documents": int(n), "n_components": int(r),
-    }
-    if format == "npy":
-        result["sidecar"] = str(sidecar)
-    return result
+    def __post_init__(self) -> None:
+        from sphdist.jobs._outputs import output_format
+
+        object.__setattr__(self, "model", located(self.model))
+        object.__setattr__(self, "input", located(self.input))
+        object.__setattr__(self, "output", located(self.output))
+        if self.format is not None and self.format not in EXPORT_FORMATS:
+            raise ParameterError(
+                f"format={self.format!r}: expected one of {list(EXPORT_FORMATS)}.")
+        if self.chunk_size < 1:
+            raise ParameterError(f"chunk_size must be >= 1, got {self.chunk_size}.")
+        object.__setattr__(self, "written", output_format(
+            self.output, self.format, EXPORT_SUFFIXES,
+            redo=lambda fixed: remedy(self.remedy(output=fixed, format=None))))
+
+    @property
+    def sidecar(self) -> Any:
+        """The ids of an npy export, ``<output stem>.ids.csv`` beside it (None otherwise)."""
+        if self.written != "npy":
+            return None
+        return self.output.with_name(self.output.name.removesuffix(".npy") + ".ids.csv")
+
+    def inputs(self) -> tuple[Any, ...]:
+        """The model and, if given, the documents."""
+        return (self.model, self.input)
+
+    def execute(self, held: Output, prepared: None) -> dict[str, Any]:
+        """Write the rows chunk by chunk into ``held`` (and the npy sidecar), then commit."""
+        output, sidecar, format = held.path, self.sidecar, self.written
+        # npy: a second output, held with the policy of the first
+        with (open_output(sidecar, kind="file", inputs=self.inputs()) if sidecar is not None
+              else contextlib.nullcontext()) as side:
+            if not self.overwrite and side is not None and exists(sidecar):
+                refuse_existing(output)
+            src = open_embedding_source(self.model, self.input, verb="export",
+                                        rest={"output": str(output)})
+            open_model(self.model).U  # noqa: B018 - a damaged model is refused, as transform does
+            r, n = src.V.shape
+            with held.file() as staging:
+                if format == "parquet":
+                    _write_parquet(src, staging, self.chunk_size)
+                elif format == "csv":
+                    _write_csv(src, staging, self.chunk_size)
+                else:
+                    with side.file() as side_staging:
+                        _write_npy(src, staging, side_staging, self.chunk_size)
+        result: dict[str, Any] = {
+            "output": str(output), "format": format, "n_documents": int(n),
+            "n_components": int(r),
+        }
+        if sidecar is not None:
+            result["sidecar"] = str(sidecar)
+        return result
 
 
 def _write_parquet(src: EmbeddingSource, path: Path, chunk_size: int) -> None:

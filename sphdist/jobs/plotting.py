@@ -7,20 +7,22 @@ sibling staging file and renamed into place.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
 from sphdist.errors import ParameterError
-from sphdist.io import Output, hold_output, location, open_output
+from sphdist.io import Output, location
 from sphdist.io.model import Model, open_model
+from sphdist.jobs._lifecycle import Request, located
 from sphdist.jobs.embedding import open_embedding_source
 from sphdist.jobs.info import plural, shown_objective
 
 __all__ = [
-    "convergence_series", "plot_convergence", "convergence_figure", "plot_embedding",
+    "convergence_series", "PlotConvergenceRequest", "convergence_figure", "PlotEmbeddingRequest",
     "embedding_figure", "sample_documents", "save_figure", "PLOT_SUFFIXES",
 ]
 
@@ -36,17 +38,16 @@ def _format(output: str | os.PathLike[str]) -> str:
     return output_format(output, None, PLOT_SUFFIXES)
 
 
-def save_figure(fig: Any, output: Output | str | os.PathLike[str]) -> Path:
-    """Write ``fig`` to ``output`` in the format its suffix names, atomically.
+def save_figure(fig: Any, output: Output) -> Path:
+    """Write ``fig`` to the held ``output`` in the format its suffix names, atomically.
 
     Parameters
     ----------
     fig : matplotlib.figure.Figure
         Drawn on the Agg canvas here (no display, no ``pyplot``), at 120 dpi.
-    output : Output or path-like
-        The held figure (:func:`sphdist.io.hold_output`), committed through
-        :meth:`sphdist.io.Output.file`: refused if its lock is no longer held. A path (or a
-        URL): held for this call.
+    output : Output
+        The held figure (:func:`sphdist.jobs.run` holds it), committed through
+        :meth:`sphdist.io.Output.file`: refused if its lock is no longer held.
 
     Returns
     -------
@@ -58,15 +59,10 @@ def save_figure(fig: Any, output: Output | str | os.PathLike[str]) -> Path:
     ParameterError
         For a suffix that names none of :data:`PLOT_SUFFIXES`.
     OutputLockedError
-        If ``output``'s lock is no longer held (or, given a path, another writer holds it);
-        nothing is written.
+        If ``output``'s lock is no longer held; nothing is written.
     """
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.backends.backend_agg import FigureCanvasAgg  # matplotlib: on first use
 
-    if not isinstance(output, Output):  # a path: held for this call
-        _format(output)
-        with open_output(output, kind="file") as held:
-            return save_figure(fig, held)
     fmt = _format(output.path)
     FigureCanvasAgg(fig)
     with output.file() as staging:
@@ -74,8 +70,13 @@ def save_figure(fig: Any, output: Output | str | os.PathLike[str]) -> Path:
     return output.path
 
 
+def _beside(model: Any, what: str) -> Any:
+    """The default figure of a model: ``<model stem>.<what>.png`` beside it."""
+    return model.with_name(model.name.removesuffix(".zarr") + f".{what}.png")
+
+
 def convergence_series(attrs: dict[str, Any]) -> dict[str, Any]:
-    """The histories :func:`plot_convergence` draws, from a model's attributes.
+    """The histories :class:`PlotConvergenceRequest` draws, from a model's attributes.
 
     Parameters
     ----------
@@ -110,41 +111,64 @@ def convergence_series(attrs: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def plot_convergence(model: str | os.PathLike[str], output: str | os.PathLike[str]) -> Path:
-    """Objective gap, step norms and relative change per iteration (Liu et al. 2019, Fig. 3).
+@dataclasses.dataclass(frozen=True)
+class PlotConvergenceRequest(Request):
+    """``sphdist plot convergence``: objective gap, step norms and relative change per iteration.
 
-    The figure of :func:`convergence_figure`, saved atomically to ``output``.
+    The figure of :func:`convergence_figure` (Liu et al. 2019, Fig. 3), saved atomically to
+    ``output`` when run (:func:`sphdist.jobs.run` returns ``output``).
 
     Parameters
     ----------
     model : path-like
         A ``model.zarr`` (its recorded histories are plotted; nothing is recomputed).
-    output : path-like
+    output : path-like, optional
         The figure to write, in the format its suffix names (:data:`PLOT_SUFFIXES`: ``.png``,
-        ``.svg``, ``.pdf``, ``.jpg``/``.jpeg``).
-
-    Returns
-    -------
-    pathlib.Path
-        ``output``.
+        ``.svg``, ``.pdf``, ``.jpg``/``.jpeg``); default ``<model stem>.convergence.png``
+        beside the model.
+    overwrite : bool, default False
+        Replace an existing ``output``.
 
     Raises
     ------
-    InputNotFoundError, ModelFormatError
-        For a missing or unreadable model.
     ParameterError
-        For a suffix of ``output`` that names none of the formats (before the model is read).
-    OutputLockedError
-        If another writer holds ``output``; the output is held (:func:`sphdist.io.hold_output`)
-        before the model is read, until its commit.
+        For a suffix of ``output`` that names none of the formats (when built).
+
+    Notes
+    -----
+    Run, it raises InputNotFoundError or ModelFormatError for a missing or unreadable model,
+    besides what :func:`sphdist.jobs.run` raises for every command.
     """
-    with hold_output(output, kind="file", inputs=(model,)) as held:
-        _format(output)  # a suffix that names no format is refused before the figure is drawn
-        return save_figure(convergence_figure(model), held)
+
+    command: ClassVar[str] = "plot convergence"
+    kind: ClassVar[str] = "file"
+    targets: ClassVar[tuple[str, ...]] = ("model", "output")
+
+    model: Any
+    output: Any = None
+    overwrite: bool = False
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "model", located(self.model))
+        object.__setattr__(self, "output", located(self.output) if self.output is not None
+                           else _beside(self.model, "convergence"))
+        _format(self.output)  # a suffix that names no format: refused before anything is read
+
+    def inputs(self) -> tuple[Any, ...]:
+        """The model."""
+        return (self.model,)
+
+    def prepare(self) -> Model:
+        """The open model."""
+        return open_model(self.model)
+
+    def execute(self, held: Output, prepared: Model) -> Path:
+        """Draw the histories and commit the figure."""
+        return save_figure(convergence_figure(prepared), held)
 
 
 def convergence_figure(model: str | os.PathLike[str] | Model) -> Any:
-    """Objective gap, step norms and relative change per iteration (:func:`plot_convergence`).
+    """Objective gap, step norms and relative change per iteration (:class:`PlotConvergenceRequest`).
 
     Three panels sharing the iteration axis, each on a log scale so that a fit of any length
     stays readable (a decay over 2,000 iterations is a slope, not a flat line after the 5th):
@@ -319,28 +343,65 @@ def sample_documents(n: int, max_points: int, seed: int = 0) -> np.ndarray:
     return np.sort(rng.choice(n, size=max_points, replace=False)).astype(np.int64)
 
 
-def plot_embedding(
-    model: str | os.PathLike[str],
-    output: str | os.PathLike[str],
-    *,
-    input: str | os.PathLike[str] | None = None,
-    max_points: int = 5000,
-    seed: int = 0,
-) -> dict[str, Any]:
-    """Documents on the sphere, coloured by label, written as a PNG (or SVG, PDF, JPEG).
+@dataclasses.dataclass(frozen=True)
+class PlotEmbeddingRequest(Request):
+    """``sphdist plot embedding``: documents on the sphere, coloured by label.
 
     The figure of :func:`embedding_figure`, saved atomically to ``output`` in the format its
-    suffix names (:data:`PLOT_SUFFIXES`); the parameters, the returned dict and the errors are
-    that function's, and a :class:`~sphdist.errors.ParameterError` for a suffix that names
-    none of those formats, raised before anything is read. The output is held
-    (:func:`sphdist.io.hold_output`) before anything is read, until its commit.
+    suffix names (:data:`PLOT_SUFFIXES`) when run; :func:`sphdist.jobs.run` returns that
+    function's dict. The parameters and the errors of the figure are that function's.
+
+    Parameters
+    ----------
+    model : path-like
+        A ``model.zarr``.
+    output : path-like, optional
+        The figure to write; default ``<model stem>.embedding.png`` beside the model.
+    input : path-like, optional
+        The training corpus (for the labels; default the recorded path) or an
+        ``embedding.zarr``.
+    max_points : int, default 5000
+        Plot at most this many documents, a reproducible sample.
+    seed : int, default 0
+        Seed of the sample.
+    overwrite : bool, default False
+        Replace an existing ``output``.
+
+    Raises
+    ------
+    ParameterError
+        For a suffix that names none of the formats (when built); for ``max_points < 1``
+        (when run, as :func:`embedding_figure`).
     """
-    with hold_output(output, kind="file", inputs=(model, input)) as held:
-        _format(output)  # a suffix that names no format is refused before the figure is drawn
-        fig, result = embedding_figure(model, output, input=input, max_points=max_points,
-                                       seed=seed)
+
+    command: ClassVar[str] = "plot embedding"
+    kind: ClassVar[str] = "file"
+    targets: ClassVar[tuple[str, ...]] = ("model", "input", "output")
+
+    model: Any
+    output: Any = None
+    input: Any = None
+    max_points: int = 5000
+    seed: int = 0
+    overwrite: bool = False
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "model", located(self.model))
+        object.__setattr__(self, "input", located(self.input))
+        object.__setattr__(self, "output", located(self.output) if self.output is not None
+                           else _beside(self.model, "embedding"))
+        _format(self.output)  # a suffix that names no format: refused before anything is read
+
+    def inputs(self) -> tuple[Any, ...]:
+        """The model and, if given, the documents."""
+        return (self.model, self.input)
+
+    def execute(self, held: Output, prepared: None) -> dict[str, Any]:
+        """Draw the sample of documents and commit the figure."""
+        fig, result = embedding_figure(self.model, self.output, input=self.input,
+                                       max_points=self.max_points, seed=self.seed)
         save_figure(fig, held)
-    return result
+        return result
 
 
 def embedding_figure(
@@ -351,7 +412,7 @@ def embedding_figure(
     max_points: int = 5000,
     seed: int = 0,
 ) -> tuple[Any, dict[str, Any]]:
-    """Documents on the sphere, coloured by label: the figure of :func:`plot_embedding`.
+    """Documents on the sphere, coloured by label: the figure of :class:`PlotEmbeddingRequest`.
 
     r = 3: the points on the unit sphere in 3-D (with a wireframe of the sphere); r = 2: the
     unit circle; r = 1: the two points +-1 (jittered vertically); r > 3: a 2-D projection on the

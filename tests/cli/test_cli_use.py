@@ -206,10 +206,11 @@ def test_export_refuses_a_suffix_that_is_not_its_format(trained, runner, tmp_pat
 
 
 def test_export_in_small_chunks_equals_one_chunk(trained, tmp_path):
-    from sphdist.jobs.embedding import export_embedding
+    from sphdist.jobs import run
+    from sphdist.jobs.embedding import ExportRequest
 
-    export_embedding(trained["model"], tmp_path / "a.parquet", chunk_size=7)
-    export_embedding(trained["model"], tmp_path / "b.parquet", chunk_size=10_000)
+    run(ExportRequest(trained["model"], tmp_path / "a.parquet", chunk_size=7))
+    run(ExportRequest(trained["model"], tmp_path / "b.parquet", chunk_size=10_000))
     a, b = pq.read_table(tmp_path / "a.parquet"), pq.read_table(tmp_path / "b.parquet")
     assert a.equals(b) and pq.ParquetFile(tmp_path / "a.parquet").num_row_groups == 5
 
@@ -316,7 +317,8 @@ def test_transform_irregular_chunks_on_the_local_scheduler(tmp_path):
 
     from sphdist.io.corpus_writer import CorpusWriter
     from sphdist.jobs.fit import fit_corpus
-    from sphdist.jobs.transform import transform_corpus
+    from sphdist.jobs import run
+    from sphdist.jobs.transform import TransformRequest
 
     from ..reference import random_corpus
 
@@ -330,7 +332,7 @@ def test_transform_irregular_chunks_on_the_local_scheduler(tmp_path):
     with dask.config.set(scheduler="sync"):
         model = fit_corpus(corpus.path, tmp_path / "m.zarr", n_components=4, max_iter=3,
                            tol=0, callback=None)
-        emb = transform_corpus(model.path, corpus.path, tmp_path / "e.zarr")
+        emb = run(TransformRequest(model.path, corpus.path, tmp_path / "e.zarr"))
     A = model.U.T @ X.toarray()
     norms = np.linalg.norm(A, axis=0)
     V = np.asarray(emb.V[...])

@@ -25,10 +25,11 @@ from sphdist.io.corpus_writer import CorpusWriter
 from sphdist.io.embedding import EmbeddingWriter, open_embedding, write_embedding_block
 from sphdist.io.index import open_index, write_index
 from sphdist.io.model import load_checkpoint, open_model, save_checkpoint
-from sphdist.jobs.embedding import export_embedding
+from sphdist.jobs import run
+from sphdist.jobs.embedding import ExportRequest
 from sphdist.jobs.neighbors import batch_neighbors, build_index, knn_graph, write_hits
-from sphdist.jobs.plotting import plot_convergence, plot_embedding, save_figure
-from sphdist.jobs.transform import transform_corpus
+from sphdist.jobs.plotting import PlotConvergenceRequest, PlotEmbeddingRequest, save_figure
+from sphdist.jobs.transform import TransformRequest
 from sphdist.text.synth import synth
 
 from .._cli_stores import cli_ok, working_directory
@@ -116,7 +117,7 @@ def commits_of(monkeypatch):
 def test_transform_commits_through_the_output_it_holds(fitted, monkeypatch):
     commits = commits_of(monkeypatch)
     monkeypatch.chdir(fitted)
-    embedding = transform_corpus("m.zarr", "c.zarr", "e.zarr")
+    embedding = run(TransformRequest("m.zarr", "c.zarr", "e.zarr"))
     assert commits == ["e.zarr"]
     assert os.path.isabs(embedding.path) and embedding.V.shape[1] == 40
 
@@ -130,7 +131,7 @@ def test_transform_whose_hold_is_lost_commits_nothing(fitted, monkeypatch):
     monkeypatch.setattr(_lock.FileHold, "check", lost)
     monkeypatch.chdir(fitted)
     with pytest.raises(OutputLockedError, match="the lease expired"):
-        transform_corpus("m.zarr", "c.zarr", "lost.zarr")
+        run(TransformRequest("m.zarr", "c.zarr", "lost.zarr"))
     assert not os.path.exists("lost.zarr")
     assert not [name for name in os.listdir(".") if name.startswith("lost.zarr")]
 
@@ -237,21 +238,22 @@ def test_a_figure_given_an_output_whose_block_ended_commits_nothing(tmp_path):
     with pytest.raises(OutputLockedError, match="f.png was not committed"):
         save_figure(Figure(), out)
     assert os.listdir(tmp_path) == []
-    save_figure(Figure(), tmp_path / "f.png")  # a path: held for it
+    with open_output(tmp_path / "f.png") as out:
+        save_figure(Figure(), out)
     assert (tmp_path / "f.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 #: The single-file writers, each as a job writing ``name`` in the fitted folder, and the
 #: files it commits (an npy export commits its sidecar of ids first).
 FILE_JOBS = {
-    "export parquet": (lambda name: export_embedding("m.zarr", name), "x.parquet", ()),
-    "export npy": (lambda name: export_embedding("m.zarr", name), "x.npy", ("x.ids.csv",)),
+    "export parquet": (lambda name: run(ExportRequest("m.zarr", name)), "x.parquet", ()),
+    "export npy": (lambda name: run(ExportRequest("m.zarr", name)), "x.npy", ("x.ids.csv",)),
     "neighbors --all": (lambda name: knn_graph("m.zarr", name, k=2), "g.csv", ()),
     "neighbors --queries": (lambda name: batch_neighbors(
         "m.zarr", name, queries=[f"doc{i:02d}" for i in range(10)], ids=True, k=2,
         on_error="skip"), "h.jsonl", ()),
-    "plot convergence": (lambda name: plot_convergence("m.zarr", name), "c.png", ()),
-    "plot embedding": (lambda name: plot_embedding("m.zarr", name), "e.png", ()),
+    "plot convergence": (lambda name: run(PlotConvergenceRequest("m.zarr", name)), "c.png", ()),
+    "plot embedding": (lambda name: run(PlotEmbeddingRequest("m.zarr", name)), "e.png", ()),
     "synth jsonl": (lambda name: synth(name, n_docs=20, n_topics=2, vocab_size=20),
                     "s.jsonl", ()),
     "synth csv": (lambda name: synth(name, n_docs=20, n_topics=2, vocab_size=20), "s.csv", ()),

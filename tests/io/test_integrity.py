@@ -772,10 +772,11 @@ def test_an_edited_embedding_is_refused_by_every_reader(copies, tmp_path, edit):
 def test_an_embedding_written_before_its_v_digests_is_read_with_one_warning(copies, tmp_path,
                                                                           caplog):
     from sphdist.io.embedding import open_embedding
-    from sphdist.jobs.transform import transform_corpus
+    from sphdist.jobs import run
+    from sphdist.jobs.transform import TransformRequest
 
     corpus, model = copies
-    emb = transform_corpus(model, corpus, tmp_path / "e.zarr")
+    emb = run(TransformRequest(model, corpus, tmp_path / "e.zarr"))
     assert len(emb.attrs["sha256"]["V"]) == 18 == len(emb.attrs["sha256"]["degenerate"])  # c=5
     V, degenerate = emb.V.compute(), emb.degenerate
     g = zarr.open_group(store=str(tmp_path / "e.zarr"), mode="r+")
@@ -789,4 +790,4 @@ def test_an_embedding_written_before_its_v_digests_is_read_with_one_warning(copi
         old.V  # noqa: B018
     said = [r.getMessage() for r in caplog.records if "no recorded digest" in r.getMessage()]
     assert len(said) == 2 and "V has" in said[0] and "degenerate has" in said[1], said
-    assert "transform_corpus(model=" in said[0] and "--" not in said[0]
+    assert "TransformRequest(model=" in said[0] and "--" not in said[0]

@@ -17,9 +17,10 @@ from sphdist.errors import OutputExistsError
 from sphdist.io import open_output
 from sphdist.io._policy import refuse_existing
 from sphdist.io.corpus_writer import CorpusWriter
-from sphdist.jobs.embedding import export_embedding
+from sphdist.jobs import run
+from sphdist.jobs.embedding import ExportRequest
 from sphdist.jobs.neighbors import batch_neighbors, build_index, knn_graph, write_hits
-from sphdist.jobs.transform import transform_corpus
+from sphdist.jobs.transform import TransformRequest
 from sphdist.text.ingest import ingest
 from sphdist.text.synth import synth
 
@@ -43,8 +44,8 @@ def stores(tmp_path_factory):
 WRITERS = {
     "synth": lambda: synth("good.jsonl", n_docs=40, n_topics=2, vocab_size=40, format="jsonl"),
     "ingest": lambda: ingest("good.jsonl", "c.zarr"),
-    "transform": lambda: transform_corpus("m.zarr", "c.zarr", "e.zarr"),
-    "export": lambda: export_embedding("m.zarr", "x.csv"),
+    "transform": lambda: run(TransformRequest("m.zarr", "c.zarr", "e.zarr")),
+    "export": lambda: run(ExportRequest("m.zarr", "x.csv")),
     "index": lambda: build_index("m.zarr", "i.zarr"),
     "neighbors --all": lambda: knn_graph("m.zarr", "g.csv", k=2),
     "neighbors --queries": lambda: batch_neighbors("m.zarr", "h.csv", queries=["word"], k=2),

@@ -24,7 +24,8 @@ from sphdist.errors import SphdistError
 from sphdist.io.corpus_writer import CorpusWriter
 from sphdist.io.model import open_model, u_sha256
 from sphdist.jobs.fit import fit_corpus
-from sphdist.jobs.transform import transform_corpus
+from sphdist.jobs import run
+from sphdist.jobs.transform import TransformRequest
 
 from ..reference import random_corpus
 
@@ -114,7 +115,7 @@ def test_readers_racing_rewrites_see_one_committed_version_or_a_clear_error(
                 if i % 4:
                     seen[_read_model(out, committed)] += 1
                 else:
-                    emb = transform_corpus(out, corpus.path, tmp_path / f"e{i}.zarr")
+                    emb = run(TransformRequest(out, corpus.path, tmp_path / f"e{i}.zarr"))
                     assert emb.attrs["model"]["u_sha256"] in committed
                     seen["transform"] += 1
             except SphdistError as exc:

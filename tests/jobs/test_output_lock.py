@@ -14,9 +14,10 @@ from sphdist.cli import main
 from sphdist.errors import OutputLockedError
 from sphdist.io import open_output
 from sphdist.io.model import load_checkpoint
-from sphdist.jobs.embedding import export_embedding
+from sphdist.jobs import run
+from sphdist.jobs.embedding import ExportRequest
 from sphdist.jobs.fit import fit_corpus
-from sphdist.jobs.transform import transform_corpus
+from sphdist.jobs.transform import TransformRequest
 from sphdist.text.ingest import ingest
 from sphdist.text.synth import synth
 
@@ -85,15 +86,15 @@ def test_synth_refuses(tmp_path, holder, format):
 
 @pytest.mark.parametrize("overwrite", [False, True])
 def test_transform_refuses(fitted, tmp_path, holder, overwrite):
-    _refused(holder, tmp_path / "e.zarr", lambda: transform_corpus(
-        fitted / "model.zarr", fitted / "corpus.zarr", tmp_path / "e.zarr", overwrite=overwrite))
+    _refused(holder, tmp_path / "e.zarr", lambda: run(TransformRequest(
+        fitted / "model.zarr", fitted / "corpus.zarr", tmp_path / "e.zarr", overwrite=overwrite)))
 
 
 @pytest.mark.parametrize("format", ["parquet", "npy"])
 def test_export_refuses(fitted, tmp_path, holder, format):
     out = tmp_path / f"e.{format}"
-    _refused(holder, out, lambda: export_embedding(
-        fitted / "model.zarr", out, format=format, overwrite=True))
+    _refused(holder, out, lambda: run(ExportRequest(
+        fitted / "model.zarr", out, format=format, overwrite=True)))
 
 
 def test_cli_prints_one_error_line(fitted, tmp_path, holder):

@@ -145,7 +145,8 @@ def test_a_transformed_set_is_titled_by_its_embedding_with_empty_and_degenerate_
     import scipy.sparse as sp
 
     from sphdist.jobs.plotting import embedding_figure
-    from sphdist.jobs.transform import transform_corpus
+    from sphdist.jobs import run
+    from sphdist.jobs.transform import TransformRequest
 
     m, unused = 40, slice(30, 40)  # features 30..39 never occur in the training corpus
     X = random_corpus(m, N, density=0.2, seed=7).tolil()
@@ -167,7 +168,7 @@ def test_a_transformed_set_is_titled_by_its_embedding_with_empty_and_degenerate_
         w.write_chunk(sp.csc_matrix(new), [f"n{j}" for j in range(15)], np.arange(15) % 2)
         corpus = w.commit(idf=np.ones(m))
     assert corpus.n_empty == 3
-    emb = transform_corpus(model.path, corpus.path, tmp_path / "new.emb.zarr")
+    emb = run(TransformRequest(model.path, corpus.path, tmp_path / "new.emb.zarr"))
     assert emb.attrs["n_degenerate"] == 5
     fig, report = embedding_figure(model.path, tmp_path / "e.png", input=emb.path)
     assert (report["n_left_out"], report["n_empty"], report["n_degenerate"]) == (5, 3, 2)
@@ -286,7 +287,8 @@ def test_the_legend_is_readable_at_any_number_of_labels(tmp_path, n_labels):
     from matplotlib.collections import PathCollection
     from matplotlib.colors import to_hex
 
-    from sphdist.jobs.plotting import COLOURED_LABELS, OTHER_LABELS_GREY, plot_embedding
+    from sphdist.jobs import run
+    from sphdist.jobs.plotting import COLOURED_LABELS, OTHER_LABELS_GREY, PlotEmbeddingRequest
 
     n = 600
     names = [f"_private{i}" if i % 3 == 0 else f"label{i:03d}" for i in range(n_labels)]
@@ -323,6 +325,24 @@ def test_the_legend_is_readable_at_any_number_of_labels(tmp_path, n_labels):
     assert len(drawn) == len(set(colours)) == len(coloured)
     sizes = [c.get_offsets().shape[0] for c in drawn]
     assert sizes == sorted(sizes, reverse=True)
-    out = plot_embedding(model.path, tmp_path / "e.png", max_points=n)["output"]
+    out = run(PlotEmbeddingRequest(model.path, tmp_path / "e.png", max_points=n))["output"]
     height, width = imread(out).shape[:2]
     assert height < 900 and width < 1400, (height, width)  # 180 labels made 916 x 3585
+
+
+@pytest.mark.parametrize("which", ["convergence", "embedding"])
+def test_a_figure_that_exists_is_replaced_only_with_overwrite(models, tmp_path, which):
+    """``plot`` refuses an existing figure as every other output does, and --overwrite replaces
+    it; the refused figure keeps its bytes and nothing is staged beside it."""
+    out = tmp_path / f"{which}.png"
+    out.write_bytes(b"not a figure yet")
+    argv = ["plot", which, "-m", str(models[3].path), "-o", str(out)]
+    refused = CliRunner().invoke(main, argv)
+    assert refused.exit_code == 1, refused.output
+    assert "already exists" in refused.output and "--overwrite" in refused.output
+    assert "Traceback" not in refused.output
+    assert out.read_bytes() == b"not a figure yet"
+    assert sorted(p.name for p in tmp_path.iterdir()) == [out.name]
+    replaced = CliRunner().invoke(main, [*argv, "--overwrite"])
+    assert replaced.exit_code == 0, replaced.output
+    _png(out)

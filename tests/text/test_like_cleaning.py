@@ -135,11 +135,12 @@ def test_cli_like_cleaning_overridden_option_by_option(stripped_corpus, tmp_path
 def test_model_embeds_documents_ingested_with_its_cleaning_overridden(stripped_corpus,
                                                                       tmp_path):
     from sphdist.jobs.fit import fit_corpus
-    from sphdist.jobs.transform import transform_corpus
+    from sphdist.jobs import run
+    from sphdist.jobs.transform import TransformRequest
 
     model = fit_corpus(stripped_corpus, tmp_path / "m.zarr", n_components=2, max_iter=3)
     new = ingest(_jsonl(tmp_path / "new.jsonl", ONE_LINE), tmp_path / "new.zarr",
                  like=model.path, text=TextSpec(remove=()))
-    embedding = transform_corpus(model.path, new.path, tmp_path / "e.zarr")
+    embedding = run(TransformRequest(model.path, new.path, tmp_path / "e.zarr"))
     assert embedding.V.shape[1] == len(ONE_LINE)
     assert not embedding.degenerate.all()  # the kept text shares features with the model
