@@ -284,7 +284,9 @@ def _resolve_relative(app, env, node, contnode):
 
 
 def _defining_modules(modname: str) -> list[str]:
-    """``modname`` and the modules that define its public names."""
+    """``modname`` and the modules that define its public names (none for no module)."""
+    if not modname:  # a reference outside any module's page (a guide's text)
+        return []
     try:
         module = importlib.import_module(modname)
     except ImportError:

@@ -148,7 +148,8 @@ def main(ctx, sizes, workers, doc_length, n_topics, seed, repeats, workdir, outp
         report = json.loads(from_json.read_text())
         _write_result(output_dir / "ingest_benchmark.md", _markdown(report))
         return
-    from sphdist.text.synth import synth
+    from sphdist.jobs import run
+    from sphdist.jobs.synth import SynthRequest
 
     sizes = sorted(int(s) for s in sizes.split(","))
     own = workdir is None
@@ -158,8 +159,8 @@ def main(ctx, sizes, workers, doc_length, n_topics, seed, repeats, workdir, outp
     try:
         for n in sizes:
             source = workdir / f"synth-{n}.jsonl"
-            summary = synth(source, n_docs=n, n_topics=n_topics, seed=seed,
-                            doc_length=doc_length, overwrite=True)
+            summary = run(SynthRequest(output=source, n_docs=n, n_topics=n_topics, seed=seed,
+                                       doc_length=doc_length, overwrite=True))
             click.echo(f"synth {n}: {summary.seconds:.1f} s, "
                        f"{summary.nnz / n:.1f} distinct terms/doc", err=True)
             trials = repeats if n == sizes[0] else 1
@@ -366,7 +367,8 @@ def defaults(sizes, modes, update, doc_length, n_topics, workdir, output_dir, fr
         report = json.loads(from_json.read_text())
         _write_result(output_dir / "ingest_default.md", _default_markdown(report))
         return
-    from sphdist.text.synth import synth
+    from sphdist.jobs import run
+    from sphdist.jobs.synth import SynthRequest
 
     own = workdir is None
     workdir = Path(tempfile.mkdtemp(prefix="ingest-default-")) if own else workdir
@@ -381,8 +383,8 @@ def defaults(sizes, modes, update, doc_length, n_topics, workdir, output_dir, fr
     try:
         for n in sorted(int(x) for x in sizes.split(",")):
             source = workdir / f"synth-{n}.jsonl"
-            synth(source, n_docs=n, n_topics=n_topics, seed=0, doc_length=doc_length,
-                  overwrite=True)
+            run(SynthRequest(output=source, n_docs=n, n_topics=n_topics, seed=0,
+                             doc_length=doc_length, overwrite=True))
             for mode in modes.split(","):
                 if mode == "sklearn":
                     result = _measure(["tfidf", str(source)])

@@ -247,12 +247,13 @@ def test_threads_localcluster_and_external_cluster_are_bitwise_equal(cluster, tm
     r = 12) that the driver's BLAS runs its GEMMs and QR on several threads unless the solver
     pins it: that made U_0 differ in the last bits between the two (issue 24, item 1).
     """
+    from sphdist.jobs import run
     from sphdist.jobs.cluster import connect
-    from sphdist.text.synth import synth
+    from sphdist.jobs.synth import SynthRequest
 
     corpus = tmp_path / "corpus.zarr"
-    synth(corpus, n_docs=6000, n_topics=5, seed=3, format="corpus", n_features=2**16,
-          chunk_size=700)
+    run(SynthRequest(output=corpus, n_docs=6000, n_topics=5, seed=3, format="corpus",
+                     n_features=2**16, chunk_size=700))
     kwargs = dict(n_components=12, max_iter=4, tol=0, random_state=0, callback=None)
     with connect(n_workers=0):
         threads = fit_corpus(corpus, tmp_path / "threads.zarr", **kwargs)

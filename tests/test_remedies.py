@@ -188,7 +188,8 @@ def test_a_chain_of_remedies_is_one_pasteable_line():
         "`sphdist transform --model m.zarr --input c.zarr --output e.zarr && "
         "sphdist export --model m.zarr --input e.zarr --output x.csv`")
     assert render(message).startswith(
-        "`sphdist.jobs.run(sphdist.jobs.transform.TransformRequest(model='m.zarr', input='c.zarr', ")
+        "`sphdist.jobs.run(sphdist.jobs.transform.TransformRequest(model='m.zarr', "
+        "input='c.zarr', ")
 
 
 def test_an_ingest_remedy_of_text_options_is_a_textspec_in_python_and_its_options_in_shell():

@@ -13,9 +13,10 @@ import pytest
 
 from sphdist.core import graph
 from sphdist.io.model import open_model
+from sphdist.jobs import run
 from sphdist.jobs.cluster import connect
 from sphdist.jobs.fit import fit_corpus
-from sphdist.text.synth import synth
+from sphdist.jobs.synth import SynthRequest
 
 pytestmark = pytest.mark.cluster
 
@@ -55,8 +56,8 @@ def test_every_block_of_a_pass_is_processing_at_once_on_16_workers(tmp_path):
     from distributed.diagnostics.plugin import SchedulerPlugin
 
     corpus = tmp_path / "corpus.zarr"
-    synth(corpus, n_docs=4000, n_topics=5, seed=3, format="corpus", n_features=2**12,
-          chunk_size=100)
+    run(SynthRequest(output=corpus, n_docs=4000, n_topics=5, seed=3, format="corpus",
+                     n_features=2**12, chunk_size=100))
     assert len(graph.pass_blocks([100] * 40)) == 40
     kwargs = dict(n_components=4, max_iter=2, tol=0, random_state=0, callback=None)
     # worker processes forked from a fork server that has imported distributed, numpy, pandas

@@ -28,10 +28,10 @@ from sphdist.errors import StorageError
 from sphdist.io.corpus_writer import CorpusWriter
 from sphdist.io.embedding import EmbeddingWriter, open_embedding, write_embedding_block
 from sphdist.io.model import open_model, save_checkpoint
+from sphdist.jobs import run
 from sphdist.jobs.cluster import connect
 from sphdist.jobs.fit import fit_corpus
 from sphdist.jobs.neighbors import build_index, knn_graph
-from sphdist.jobs import run
 from sphdist.jobs.transform import TransformRequest
 
 from ._process_cluster import ProcessCluster, isolation_unavailable

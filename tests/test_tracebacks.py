@@ -26,8 +26,8 @@ from click.testing import CliRunner
 
 from sphdist.cli import main
 from sphdist.io.corpus_writer import CorpusWriter
-from sphdist.jobs.fit import fit_corpus
 from sphdist.jobs import run
+from sphdist.jobs.fit import fit_corpus
 from sphdist.jobs.transform import TransformRequest
 
 from .reference import random_corpus

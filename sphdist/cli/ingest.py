@@ -255,14 +255,14 @@ def synth(
 ) -> None:
     """Write a seeded synthetic collection: Zipfian words, topic mixtures, known labels."""
     from sphdist._words import plural
-    from sphdist.text.synth import SynthSpec
-    from sphdist.text.synth import synth as run_synth
+    from sphdist.jobs import run
+    from sphdist.jobs.synth import SynthRequest
 
-    spec = SynthSpec(n_docs=n_docs, n_topics=n_topics, seed=seed, doc_length=doc_length,
-                     vocab_size=vocab_size, n_features=n_features, vocabulary=vocabulary,
-                     chunk_size=chunk_size)
-    summary = run_synth(output, spec, format=fmt, overwrite=overwrite,
-                        progress=sys.stderr.isatty() and logger.level <= logging.INFO)
+    summary = run(SynthRequest(
+                               n_docs=n_docs, n_topics=n_topics, seed=seed, doc_length=doc_length,
+                               vocab_size=vocab_size, n_features=n_features, vocabulary=vocabulary,
+        chunk_size=chunk_size, output=output, format=fmt, overwrite=overwrite,
+                               progress=sys.stderr.isatty() and logger.level <= logging.INFO))
     if as_json:
         click.echo(json.dumps(summary.to_dict()))
     else:

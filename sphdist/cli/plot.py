@@ -8,7 +8,6 @@ import click
 
 from sphdist.cli._common import STORE_PATH, CommandList, echo_json, json_option
 
-
 _OVERWRITE = click.option("--overwrite", is_flag=True, help="Replace an existing --output.")
 
 

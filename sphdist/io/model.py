@@ -443,8 +443,8 @@ class Model(TaggedStore):
         check_idf : bool, default True
             Also require the same idf (sha256 of its bytes) and tf-idf options, as
             :class:`sphdist.jobs.transform.TransformRequest` does: a document weighted with
-            another idf is not the document the model saw. A warm start (``fit_corpus(init_from=...)``)
-            needs only the same features.
+            another idf is not the document the model saw. A warm start
+            (``fit_corpus(init_from=...)``) needs only the same features.
 
         Raises
         ------

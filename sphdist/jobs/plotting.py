@@ -168,7 +168,7 @@ class PlotConvergenceRequest(Request):
 
 
 def convergence_figure(model: str | os.PathLike[str] | Model) -> Any:
-    """Objective gap, step norms and relative change per iteration (:class:`PlotConvergenceRequest`).
+    """Objective gap, step norms and relative change per iteration (Liu et al. 2019, Fig. 3).
 
     Three panels sharing the iteration axis, each on a log scale so that a fit of any length
     stays readable (a decay over 2,000 iterations is a slope, not a flat line after the 5th):

@@ -1,6 +1,7 @@
 r"""Synthetic text collections with known topics, for scale work and tests.
 
-:func:`synth` draws ``n_docs`` documents from a seeded generative model and writes them either
+``sphdist synth`` (:class:`sphdist.jobs.synth.SynthRequest`) draws ``n_docs`` documents from a
+seeded generative model and writes them (:func:`write`) either
 as raw JSON Lines (``{"id": ..., "label": ..., "text": ...}``) or CSV (columns ``id, label,
 text``), the input of an ingest with ``label_field="label"``, or directly as the
 ``corpus.zarr`` that ingesting those lines would produce (hashing or vocabulary scheme, smooth
@@ -45,8 +46,7 @@ import scipy.sparse as sp
 from sphdist._progress import progress as _progress
 from sphdist.core.params import Param, Range, validate
 from sphdist.errors import ParameterError
-from sphdist.io import Output, exists, hold_output, location
-from sphdist.io._policy import refuse_existing
+from sphdist.io import Output, location
 
 if TYPE_CHECKING:
     from sphdist.text.tfidf import TextOptions
@@ -54,10 +54,10 @@ if TYPE_CHECKING:
 # The corpus format's writer and weighting (zarr, dask, scikit-learn's vectorizers) are
 # imported where a corpus is written: ``sphdist synth --format jsonl`` imports none of them.
 
-__all__ = ["SynthSpec", "SynthSummary", "synth", "pseudo_words"]
+__all__ = ["SynthSpec", "SynthSummary", "write", "output_format", "pseudo_words"]
 
 FORMATS = ("jsonl", "csv", "corpus")
-#: The formats of :func:`synth`, by the suffix of its output; ``.gz`` after ``.jsonl`` or
+#: The formats of a synth, by the suffix of its output; ``.gz`` after ``.jsonl`` or
 #: ``.csv`` compresses the text.
 SUFFIXES = {".jsonl": "jsonl", ".csv": "csv", ".zarr": "corpus"}
 _CONSONANTS = "bcdfghjklmnprstvz"
@@ -102,7 +102,7 @@ def pseudo_words(n: int) -> np.ndarray:
 
 @dataclass
 class SynthSummary:
-    """What :func:`synth` wrote.
+    """What a synth wrote (:func:`write`).
 
     Attributes
     ----------
@@ -137,7 +137,7 @@ class SynthSummary:
 
 @dataclass(frozen=True)
 class SynthSpec:
-    """What :func:`synth` draws: the collection's size and its generative model, validated.
+    """What a synth draws: the collection's size and its generative model, validated.
 
     Parameters
     ----------
@@ -270,7 +270,7 @@ def _check_float(name: str, value: Any, low: float, high: float) -> float:
 
 
 def output_format(output: str | os.PathLike[str], format: str | None = None) -> str:
-    """The format :func:`synth` writes ``output`` in: the one its suffix names.
+    """The format a synth writes ``output`` in: the one its suffix names.
 
     ``*.jsonl`` JSON Lines, ``*.csv`` CSV (each also ``.gz``, compressed), ``*.zarr`` a
     corpus; ``format`` must agree with the suffix, or name the format of an output whose
@@ -302,47 +302,30 @@ def output_format(output: str | os.PathLike[str], format: str | None = None) -> 
     return found
 
 
-def _kind(arguments: dict[str, Any]) -> str:
-    """What :func:`synth` writes at its output (the kind :func:`hold_output` checks for).
-
-    Told by ``format`` or the suffix; a suffix that names no format is refused after the
-    lock, by :func:`output_format`: an output of another kind is refused first, as it is by
-    every command.
-    """
-    format, name = arguments.get("format"), location(arguments["output"]).name.lower()
-    corpus = format == "corpus" or (format is None and name.endswith(".zarr"))
-    return "corpus" if corpus else "file"
-
-
-def synth(
-    output: str | os.PathLike[str],
-    spec: SynthSpec | None = None,
-    *,
-    format: str | None = None,
-    overwrite: bool = False,
+def write(
+    held: Output, spec: SynthSpec, format: str, *, overwrite: bool = False,
     progress: bool | str = False,
-    **fields: Any,
 ) -> SynthSummary:
-    """Write a synthetic collection of ``spec.n_docs`` documents with ``spec.n_topics`` topics.
+    """Write the collection ``spec`` draws into the held output, in ``format``, and commit it.
+
+    The work of ``sphdist synth`` (:class:`sphdist.jobs.synth.SynthRequest`, which holds the
+    output and decides whether it may be replaced).
 
     Parameters
     ----------
-    output : path-like
-        ``*.jsonl`` (JSON Lines) or ``*.csv`` (CSV: a header ``id,label,text``, a row per
-        document), each gzip-compressed when it ends in ``.gz``; ``*.zarr``: the corpus
-        directory. The format is the suffix's (:func:`output_format`).
-    spec : SynthSpec, optional
-        What to draw (:class:`SynthSpec`); without it, its fields as keywords
-        (``synth(output, n_docs=1000, n_topics=5, seed=1)``, the call of before).
-    format : {"jsonl", "csv", "corpus"}, optional
-        Default: the one the suffix of ``output`` names; given, it must agree with it.
+    held : Output
+        The output, held (:func:`sphdist.jobs.run`): ``*.jsonl`` (JSON Lines) or ``*.csv``
+        (CSV: a header ``id,label,text``, a row per document), each gzip-compressed when it
+        ends in ``.gz``; ``*.zarr``: the corpus directory.
+    spec : SynthSpec
+        What to draw.
+    format : {"jsonl", "csv", "corpus"}
+        The format (:func:`output_format` of the output).
     overwrite : bool, default False
-        Replace an existing ``output``.
+        Whether a corpus there is replaced (the corpus writer's commit).
     progress : bool or "log", default False
         True: a tqdm progress bar on stderr; ``"log"``: INFO lines on the ``sphdist`` logger
         at every tenth of the documents (see :func:`sphdist._progress.progress`).
-    **fields
-        Without ``spec``: ``n_docs``, ``n_topics`` and the other fields of :class:`SynthSpec`.
 
     Returns
     -------
@@ -350,17 +333,10 @@ def synth(
 
     Raises
     ------
-    ParameterError
-        If a field is out of range (:class:`SynthSpec`), or the suffix of ``output`` names
-        another format or none (:func:`output_format`).
-    OutputExistsError
-        If ``output`` exists and ``overwrite`` is False.
     OutputLockedError
-        If another process is writing ``output`` (``overwrite`` does not take it over).
-    TypeError
-        If both ``spec`` and fields are given, or a field is unknown or missing.
+        If ``held`` no longer holds its lock at the commit: nothing is committed.
     OSError
-        If writing fails; nothing is then left at ``output`` (both formats are written to a
+        If writing fails; nothing is then left at the output (both formats are written to a
         staging path and renamed at the end).
 
     Notes
@@ -372,37 +348,7 @@ def synth(
     Memory: O(chunk_size * doc_length) per chunk plus O(n_docs) labels, O(V) vocabulary and
     O(n_features) document frequencies. Cost: the JSON Lines route draws each chunk once; the
     corpus route draws it twice, all vectorised.
-
-    Examples
-    --------
-    >>> import json, os, tempfile
-    >>> with tempfile.TemporaryDirectory() as folder:
-    ...     path = os.path.join(folder, "docs.jsonl")
-    ...     summary = synth(path, n_docs=3, n_topics=2, doc_length=5, seed=1)
-    ...     with open(path) as f:
-    ...         sorted(json.loads(f.readline()))
-    ['id', 'label', 'text']
-    >>> summary.n_docs, summary.format
-    (3, 'jsonl')
     """
-    kind = _kind({"format": format, "output": output})
-    with hold_output(output, kind=kind) as held:  # until the commit
-        return _synth(held, output, spec, format=format, overwrite=overwrite,
-                      progress=progress, **fields)
-
-
-def _synth(
-    held: Output, output: str | os.PathLike[str], spec: SynthSpec | None, *,
-    format: str | None, overwrite: bool, progress: bool | str, **fields: Any,
-) -> SynthSummary:
-    """:func:`synth`, its output ``held`` (a corpus is written through it)."""
-    if spec is None:
-        spec = SynthSpec(**fields)
-    elif fields:
-        raise TypeError(f"synth() takes a SynthSpec or its fields, not both: {sorted(fields)}")
-    if format is not None and format not in FORMATS:
-        raise ParameterError(f"format={format!r}: expected one of {list(FORMATS)}.")
-    format = output_format(output, format)
     options = None
     if format == "corpus":
         from sphdist.text.tfidf import TextOptions
@@ -410,9 +356,6 @@ def _synth(
         options = TextOptions(vocabulary=bool(spec.vocabulary), n_features=spec.n_features)
     model = _Model(spec)
     output = held.path  # as named, normalised once (open_output)
-    there = held.committed() if format == "corpus" else exists(output)  # a file: no manifest
-    if there and not overwrite:
-        refuse_existing(output)
     n_docs, n_topics, seed = spec.n_docs, spec.n_topics, spec.seed
     start = time.perf_counter()
     words = pseudo_words(spec.vocab_size)
@@ -559,9 +502,9 @@ def iter_documents(
     n_docs: int, n_topics: int, *, seed: int = 0, doc_length: int = 100,
     vocab_size: int = 50_000, chunk_size: int = 4096,
 ) -> Iterator[tuple[str, str, str]]:
-    """Yield ``(id, label, text)`` of the documents :func:`synth` writes (for tests, small n).
+    """Yield ``(id, label, text)`` of the documents a synth writes (for tests, small n).
 
-    Parameters are those of :func:`synth`; the other model parameters take their defaults.
+    Parameters are those of :class:`SynthSpec`; the other model parameters take their defaults.
     """
     model = _Model(SynthSpec(n_docs=n_docs, n_topics=n_topics, seed=seed,
                              doc_length=doc_length, vocab_size=vocab_size))

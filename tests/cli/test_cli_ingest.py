@@ -176,10 +176,11 @@ def test_a_later_ingest_removes_what_an_interrupted_one_left(tmp_path):
 @pytest.fixture
 def fitted_on_jsonl(tmp_path):
     """A model fitted on synthetic JSON Lines ingested with --label-field label; the lines."""
-    from sphdist.text.synth import synth
+    from sphdist.jobs import run
+    from sphdist.jobs.synth import SynthRequest
 
-    synth(tmp_path / "train.jsonl", n_docs=120, n_topics=3, seed=0)
-    synth(tmp_path / "test.jsonl", n_docs=60, n_topics=3, seed=1)
+    run(SynthRequest(output=tmp_path / "train.jsonl", n_docs=120, n_topics=3, seed=0))
+    run(SynthRequest(output=tmp_path / "test.jsonl", n_docs=60, n_topics=3, seed=1))
     runner = CliRunner()
     for args in (["ingest", "train.jsonl", "--label-field", "label", "--min-df", "1",
                   "-o", "c.zarr"], ["fit", "-i", "c.zarr", "-o", "m.zarr", "-r", "3"]):

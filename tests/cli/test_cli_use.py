@@ -316,8 +316,8 @@ def test_transform_irregular_chunks_on_the_local_scheduler(tmp_path):
     import dask
 
     from sphdist.io.corpus_writer import CorpusWriter
-    from sphdist.jobs.fit import fit_corpus
     from sphdist.jobs import run
+    from sphdist.jobs.fit import fit_corpus
     from sphdist.jobs.transform import TransformRequest
 
     from ..reference import random_corpus

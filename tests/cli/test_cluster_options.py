@@ -10,8 +10,8 @@ from click.testing import CliRunner
 
 from sphdist.cli import main
 from sphdist.io.model import open_model
-from sphdist.jobs import cluster
-from sphdist.text.synth import synth
+from sphdist.jobs import cluster, run
+from sphdist.jobs.synth import SynthRequest
 
 SPHDIST = str(Path(sys.executable).with_name("sphdist"))
 
@@ -24,8 +24,8 @@ def runner():
 @pytest.fixture
 def corpus(tmp_path):
     """40 documents in chunks of 16 (chunk 1 is read by a task of the first pass)."""
-    synth(tmp_path / "corpus.zarr", n_docs=40, n_topics=2, vocab_size=50, format="corpus",
-          n_features=64, chunk_size=16)
+    run(SynthRequest(output=tmp_path / "corpus.zarr", n_docs=40, n_topics=2, vocab_size=50,
+                     format="corpus", n_features=64, chunk_size=16))
     return tmp_path / "corpus.zarr"
 
 

@@ -29,8 +29,8 @@ from sphdist.jobs import run
 from sphdist.jobs.embedding import ExportRequest
 from sphdist.jobs.neighbors import batch_neighbors, build_index, knn_graph, write_hits
 from sphdist.jobs.plotting import PlotConvergenceRequest, PlotEmbeddingRequest, save_figure
+from sphdist.jobs.synth import SynthRequest
 from sphdist.jobs.transform import TransformRequest
-from sphdist.text.synth import synth
 
 from .._cli_stores import cli_ok, working_directory
 
@@ -254,9 +254,10 @@ FILE_JOBS = {
         on_error="skip"), "h.jsonl", ()),
     "plot convergence": (lambda name: run(PlotConvergenceRequest("m.zarr", name)), "c.png", ()),
     "plot embedding": (lambda name: run(PlotEmbeddingRequest("m.zarr", name)), "e.png", ()),
-    "synth jsonl": (lambda name: synth(name, n_docs=20, n_topics=2, vocab_size=20),
-                    "s.jsonl", ()),
-    "synth csv": (lambda name: synth(name, n_docs=20, n_topics=2, vocab_size=20), "s.csv", ()),
+    "synth jsonl": (lambda name: run(SynthRequest(output=name, n_docs=20, n_topics=2,
+                                                  vocab_size=20)), "s.jsonl", ()),
+    "synth csv": (lambda name: run(SynthRequest(output=name, n_docs=20, n_topics=2,
+                                                vocab_size=20)), "s.csv", ()),
 }
 
 

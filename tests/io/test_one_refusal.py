@@ -20,9 +20,9 @@ from sphdist.io.corpus_writer import CorpusWriter
 from sphdist.jobs import run
 from sphdist.jobs.embedding import ExportRequest
 from sphdist.jobs.neighbors import batch_neighbors, build_index, knn_graph, write_hits
+from sphdist.jobs.synth import SynthRequest
 from sphdist.jobs.transform import TransformRequest
 from sphdist.text.ingest import ingest
-from sphdist.text.synth import synth
 
 from .._cli_stores import user_stores, working_directory
 
@@ -42,7 +42,8 @@ def stores(tmp_path_factory):
 
 
 WRITERS = {
-    "synth": lambda: synth("good.jsonl", n_docs=40, n_topics=2, vocab_size=40, format="jsonl"),
+    "synth": lambda: run(SynthRequest(output="good.jsonl", n_docs=40, n_topics=2, vocab_size=40,
+                                      format="jsonl")),
     "ingest": lambda: ingest("good.jsonl", "c.zarr"),
     "transform": lambda: run(TransformRequest("m.zarr", "c.zarr", "e.zarr")),
     "export": lambda: run(ExportRequest("m.zarr", "x.csv")),
@@ -122,8 +123,9 @@ def test_synth_refuses_a_text_file_in_an_object_store_that_is_there():
     import uuid
 
     url = f"memory://refusal-{uuid.uuid4().hex[:8]}/docs.jsonl"
-    synth(url, n_docs=5, n_topics=2, vocab_size=10)
+    run(SynthRequest(output=url, n_docs=5, n_topics=2, vocab_size=10))
     with pytest.raises(OutputExistsError) as info:
-        synth(url, n_docs=6, n_topics=2, vocab_size=10)
+        run(SynthRequest(output=url, n_docs=6, n_topics=2, vocab_size=10))
     assert str(info.value) == f"{url}{SENTENCE}"
-    synth(url, n_docs=6, n_topics=2, vocab_size=10, overwrite=True)  # asked: replaced
+    run(SynthRequest(output=url, n_docs=6, n_topics=2, vocab_size=10,
+                     overwrite=True))  # asked: replaced

@@ -23,8 +23,8 @@ import pytest
 from sphdist.errors import SphdistError
 from sphdist.io.corpus_writer import CorpusWriter
 from sphdist.io.model import open_model, u_sha256
-from sphdist.jobs.fit import fit_corpus
 from sphdist.jobs import run
+from sphdist.jobs.fit import fit_corpus
 from sphdist.jobs.transform import TransformRequest
 
 from ..reference import random_corpus

@@ -17,9 +17,9 @@ from sphdist.io.model import load_checkpoint
 from sphdist.jobs import run
 from sphdist.jobs.embedding import ExportRequest
 from sphdist.jobs.fit import fit_corpus
+from sphdist.jobs.synth import SynthRequest
 from sphdist.jobs.transform import TransformRequest
 from sphdist.text.ingest import ingest
-from sphdist.text.synth import synth
 
 from .. import _lock_holder
 
@@ -35,7 +35,7 @@ def fitted(tmp_path_factory):
     import dask
 
     root = tmp_path_factory.mktemp("lock")
-    synth(root / "corpus.zarr", format="corpus", **SYNTH)
+    run(SynthRequest(output=root / "corpus.zarr", format="corpus", **SYNTH))
     with dask.config.set(scheduler="sync"):
         fit_corpus(root / "corpus.zarr", root / "model.zarr", n_components=2, max_iter=3,
                    callback=None)
@@ -74,14 +74,15 @@ def test_checkpoint_recovery_is_the_holders_job(fitted, tmp_path, holder):
 @pytest.mark.parametrize("overwrite", [False, True])
 def test_ingest_refuses(tmp_path, holder, overwrite):
     source = tmp_path / "docs.jsonl"
-    synth(source, format="jsonl", **SYNTH)
+    run(SynthRequest(output=source, format="jsonl", **SYNTH))
     _refused(holder, tmp_path / "c.zarr",
              lambda: ingest(source, tmp_path / "c.zarr", overwrite=overwrite))
 
 
 @pytest.mark.parametrize("format", ["corpus", "jsonl"])
 def test_synth_refuses(tmp_path, holder, format):
-    _refused(holder, tmp_path / "out", lambda: synth(tmp_path / "out", format=format, **SYNTH))
+    _refused(holder, tmp_path / "out",
+             lambda: run(SynthRequest(output=tmp_path / "out", format=format, **SYNTH)))
 
 
 @pytest.mark.parametrize("overwrite", [False, True])

@@ -144,8 +144,8 @@ def test_a_transformed_set_is_titled_by_its_embedding_with_empty_and_degenerate_
     """3 documents without a token and 2 whose only features the model gives no weight."""
     import scipy.sparse as sp
 
-    from sphdist.jobs.plotting import embedding_figure
     from sphdist.jobs import run
+    from sphdist.jobs.plotting import embedding_figure
     from sphdist.jobs.transform import TransformRequest
 
     m, unused = 40, slice(30, 40)  # features 30..39 never occur in the training corpus

@@ -1,13 +1,15 @@
-"""The request specs of the jobs (issue 32, item 5): NeighborRequest, SynthSpec, fit_corpus's
-FitConfig/JobSettings; each validated when made, each job also taking the fields as keywords."""
+"""The request specs of the jobs (issue 32, item 5; issue 39): NeighborRequest, SynthRequest,
+fit_corpus's FitConfig/JobSettings; each validated when made."""
 
 import dataclasses
 
 import pytest
 
 from sphdist.errors import ParameterError
+from sphdist.jobs import run
 from sphdist.jobs.neighbors import NeighborRequest, batch_neighbors, knn_graph, query_neighbors
-from sphdist.text.synth import SynthSpec, iter_documents, synth
+from sphdist.jobs.synth import SynthRequest
+from sphdist.text.synth import SynthSpec, iter_documents
 
 
 @pytest.mark.parametrize("fields, mode", [
@@ -58,18 +60,24 @@ def test_synth_spec_validates_its_fields():
         spec.n_docs = 6  # type: ignore[misc]
 
 
-def test_synth_takes_a_spec_or_its_fields_alike(tmp_path):
-    a = synth(tmp_path / "a.jsonl", SynthSpec(n_docs=7, n_topics=2, seed=3, doc_length=5,
-                                              vocab_size=40, chunk_size=3))
-    b = synth(tmp_path / "b.jsonl", n_docs=7, n_topics=2, seed=3, doc_length=5, vocab_size=40,
-              chunk_size=3)
+def test_a_synth_request_is_its_spec_and_the_same_request_writes_the_same_bytes(tmp_path):
+    a = run(SynthRequest(output=tmp_path / "a.jsonl", n_docs=7, n_topics=2, seed=3,
+                         doc_length=5, vocab_size=40, chunk_size=3))
+    request = SynthRequest(output=tmp_path / "b.jsonl", n_docs=7, n_topics=2, seed=3,
+                           doc_length=5, vocab_size=40, chunk_size=3)
+    assert isinstance(request, SynthSpec) and request.chunks() == [(0, 0, 3), (1, 3, 6),
+                                                                     (2, 6, 7)]
+    b = run(request)
     assert (tmp_path / "a.jsonl").read_bytes() == (tmp_path / "b.jsonl").read_bytes()
     assert (a.n_docs, a.nnz, a.n_tokens) == (b.n_docs, b.nnz, b.n_tokens)
     lines = (tmp_path / "a.jsonl").read_text().splitlines()
     assert len(lines) == 7 and len(list(iter_documents(7, 2, seed=3, doc_length=5,
                                                        vocab_size=40, chunk_size=3))) == 7
-    with pytest.raises(TypeError, match="not both"):
-        synth(tmp_path / "c.jsonl", SynthSpec(n_docs=2, n_topics=1), seed=1)
+    with pytest.raises(ParameterError, match="purity"):  # the spec's ranges, when built
+        SynthRequest(output=tmp_path / "c.jsonl", n_docs=2, n_topics=1, purity=0.2)
+    with pytest.raises(ParameterError, match="named as a csv file"):  # its suffix, when run
+        run(SynthRequest(output=tmp_path / "c.csv", n_docs=2, n_topics=1, format="jsonl"))
+    assert not (tmp_path / "c.jsonl").exists() and not (tmp_path / "c.csv").exists()
 
 
 def test_fit_corpus_takes_a_config_or_its_fields(tmp_path):
@@ -78,8 +86,8 @@ def test_fit_corpus_takes_a_config_or_its_fields(tmp_path):
     from sphdist.jobs.params import JobSettings
 
     corpus = tmp_path / "c.zarr"
-    synth(corpus, n_docs=30, n_topics=2, vocab_size=40, format="corpus", n_features=32,
-          chunk_size=10)
+    run(SynthRequest(output=corpus, n_docs=30, n_topics=2, vocab_size=40, format="corpus",
+                     n_features=32, chunk_size=10))
     a = fit_corpus(corpus, tmp_path / "a.zarr", FitConfig(n_components=2, max_iter=3),
                    callback=None)
     b = fit_corpus(corpus, tmp_path / "b.zarr", n_components=2, max_iter=3, callback=None)

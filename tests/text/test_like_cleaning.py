@@ -134,8 +134,8 @@ def test_cli_like_cleaning_overridden_option_by_option(stripped_corpus, tmp_path
 
 def test_model_embeds_documents_ingested_with_its_cleaning_overridden(stripped_corpus,
                                                                       tmp_path):
-    from sphdist.jobs.fit import fit_corpus
     from sphdist.jobs import run
+    from sphdist.jobs.fit import fit_corpus
     from sphdist.jobs.transform import TransformRequest
 
     model = fit_corpus(stripped_corpus, tmp_path / "m.zarr", n_components=2, max_iter=3)

@@ -958,10 +958,11 @@ def test_equal_id_digests_are_confirmed_on_the_ids_themselves(tmp_path):
 # -- the id field by default (issue 33, item 4) --------------------------------------------------
 def test_synth_ids_are_the_document_ids_without_id_field(tmp_path):
     """``sphdist synth --format jsonl`` writes an ``id``; ingest uses it with no --id-field."""
-    from sphdist.text.synth import synth
+    from sphdist.jobs import run
+    from sphdist.jobs.synth import SynthRequest
 
     source = tmp_path / "s.jsonl"
-    synth(source, n_docs=30, n_topics=3, seed=0)
+    run(SynthRequest(output=source, n_docs=30, n_topics=3, seed=0))
     written = [json.loads(line)["id"] for line in source.read_text().splitlines()]
     corpus = ingest_old(str(source), tmp_path / "c.zarr", label_field="label", n_features=M)
     assert list(corpus.doc_ids) == written and len(set(written)) == 30

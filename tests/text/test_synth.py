@@ -19,8 +19,10 @@ from sklearn.feature_extraction.text import (
 from sphdist.cli import main
 from sphdist.errors import OutputExistsError, ParameterError
 from sphdist.io.corpus import Corpus
+from sphdist.jobs import run
+from sphdist.jobs.synth import SynthRequest
 from sphdist.text.ingest import SourceSpec, TextSpec, ingest
-from sphdist.text.synth import iter_documents, pseudo_words, synth
+from sphdist.text.synth import iter_documents, pseudo_words
 
 M = 2**12
 
@@ -45,8 +47,8 @@ def test_pseudo_words_are_single_tokens_and_not_stop_words():
 
 @pytest.mark.parametrize("name", ["docs.jsonl", "docs.jsonl.gz"])
 def test_jsonl_is_seeded_and_labelled(tmp_path, name):
-    summary = synth(tmp_path / name, n_docs=50, n_topics=3, seed=7, doc_length=20,
-                    vocab_size=300, chunk_size=16)
+    summary = run(SynthRequest(output=tmp_path / name, n_docs=50, n_topics=3, seed=7, doc_length=20,
+                               vocab_size=300, chunk_size=16))
     records = _read_jsonl(tmp_path / name)
     assert [r["id"] for r in records] == [f"doc{i:02d}" for i in range(50)]
     assert {r["label"] for r in records} <= {"topic0", "topic1", "topic2"}
@@ -54,17 +56,18 @@ def test_jsonl_is_seeded_and_labelled(tmp_path, name):
         iter_documents(50, 3, seed=7, doc_length=20, vocab_size=300, chunk_size=16)
     )
     assert summary.n_tokens == sum(len(r["text"].split()) for r in records)
-    synth(tmp_path / "again.jsonl", n_docs=50, n_topics=3, seed=7, doc_length=20,
-          vocab_size=300, chunk_size=16)
+    run(SynthRequest(output=tmp_path / "again.jsonl", n_docs=50, n_topics=3, seed=7, doc_length=20,
+                     vocab_size=300, chunk_size=16))
     assert _read_jsonl(tmp_path / "again.jsonl") == records
-    synth(tmp_path / "other.jsonl", n_docs=50, n_topics=3, seed=8, doc_length=20,
-          vocab_size=300, chunk_size=16)
+    run(SynthRequest(output=tmp_path / "other.jsonl", n_docs=50, n_topics=3, seed=8, doc_length=20,
+                     vocab_size=300, chunk_size=16))
     assert _read_jsonl(tmp_path / "other.jsonl") != records
 
 
 def test_labels_are_the_dominant_topic(tmp_path):
     # documents of the same label share far more vocabulary than documents of different ones
-    synth(tmp_path / "d.jsonl", n_docs=300, n_topics=3, seed=0, doc_length=80, vocab_size=2000)
+    run(SynthRequest(output=tmp_path / "d.jsonl", n_docs=300, n_topics=3, seed=0, doc_length=80,
+                     vocab_size=2000))
     records = _read_jsonl(tmp_path / "d.jsonl")
     X = TfidfVectorizer().fit_transform([r["text"] for r in records])
     y = np.array([r["label"] for r in records])
@@ -78,9 +81,9 @@ def test_labels_are_the_dominant_topic(tmp_path):
 def test_corpus_equals_sklearn_on_the_jsonl_text(tmp_path, chunk_size):
     kwargs = {"n_docs": 60, "n_topics": 4, "seed": 3, "doc_length": 30, "vocab_size": 500,
               "chunk_size": chunk_size}
-    synth(tmp_path / "d.jsonl", **kwargs)
-    synth(tmp_path / "h.zarr", format="corpus", n_features=M, **kwargs)
-    synth(tmp_path / "v.zarr", format="corpus", vocabulary=True, **kwargs)
+    run(SynthRequest(output=tmp_path / "d.jsonl", **kwargs))
+    run(SynthRequest(output=tmp_path / "h.zarr", format="corpus", n_features=M, **kwargs))
+    run(SynthRequest(output=tmp_path / "v.zarr", format="corpus", vocabulary=True, **kwargs))
     records = _read_jsonl(tmp_path / "d.jsonl")
     texts = [r["text"] for r in records]
 
@@ -116,16 +119,16 @@ def test_corpus_equals_sklearn_on_the_jsonl_text(tmp_path, chunk_size):
 def test_bad_parameters(tmp_path, kwargs):
     params = {"n_docs": 5, "n_topics": 2, **kwargs}
     with pytest.raises(ParameterError):
-        synth(tmp_path / "x.jsonl", **params)
+        run(SynthRequest(output=tmp_path / "x.jsonl", **params))
     assert not list(tmp_path.iterdir())
 
 
 def test_existing_output(tmp_path):
     (tmp_path / "x.jsonl").write_text("keep")
     with pytest.raises(OutputExistsError):
-        synth(tmp_path / "x.jsonl", n_docs=5, n_topics=2)
+        run(SynthRequest(output=tmp_path / "x.jsonl", n_docs=5, n_topics=2))
     assert (tmp_path / "x.jsonl").read_text() == "keep"
-    synth(tmp_path / "x.jsonl", n_docs=5, n_topics=2, overwrite=True)
+    run(SynthRequest(output=tmp_path / "x.jsonl", n_docs=5, n_topics=2, overwrite=True))
     assert len(_read_jsonl(tmp_path / "x.jsonl")) == 5
 
 
@@ -163,7 +166,7 @@ def test_csv_by_the_suffix_is_what_ingest_reads(tmp_path, name):
     import pandas as pd
 
     table = pd.read_csv(out)  # gzip told by the suffix
-    synth(tmp_path / "docs.jsonl", n_docs=30, n_topics=3, seed=2, doc_length=12)
+    run(SynthRequest(output=tmp_path / "docs.jsonl", n_docs=30, n_topics=3, seed=2, doc_length=12))
     rows = _read_jsonl(tmp_path / "docs.jsonl")
     assert list(table.columns) == ["id", "label", "text"]
     assert table.to_dict("records") == rows  # the same documents as the JSON Lines
