@@ -1,7 +1,7 @@
 r"""Ingestion benchmark: peak memory flat in the number of documents, throughput vs scikit-learn.
 
 For each size (default 100,000 and 1,000,000 synthetic documents, ``sphdist.text.synth`` JSON Lines,
-``--doc-length`` tokens on average) the pipeline runs ``sphdist.text.ingest.ingest`` (hashing, 2**18
+``--doc-length`` tokens on average) the pipeline runs an ingest (``IngestRequest``; hashing, 2**18
 features, labels and ids) in a fresh subprocess and samples the resident set size of that
 process and all its children (the worker processes) with psutil every 50 ms: the peak of the sum
 is the peak RSS of the ingestion. At every size it also runs, in a fresh subprocess,
@@ -44,17 +44,19 @@ def _ingest_child(source: str, output: str, workers: int) -> None:
 
     import dask
 
+    from sphdist.jobs import run
     from sphdist.jobs.cluster import connect
-    from sphdist.text.ingest import SourceSpec, TextSpec, ingest
+    from sphdist.jobs.ingest import IngestRequest
+    from sphdist.text.ingest import SourceSpec, TextSpec
 
     # as `sphdist ingest --n-workers`: 1 is this process, N a LocalCluster of N processes
     scheduler = (dask.config.set(scheduler="synchronous") if workers == 1
                  else connect(n_workers=workers) if workers > 1 else contextlib.nullcontext())
     start = time.perf_counter()
     with scheduler:
-        corpus = ingest(SourceSpec(source, label_field="label", id_field="id"), output,
-                        overwrite=True, text=TextSpec(vocabulary=False, stop_words=None,
-                                                      sublinear_tf=False))  # as scikit-learn's
+        corpus = run(IngestRequest(SourceSpec(source, label_field="label", id_field="id"), output,
+                                   overwrite=True, text=TextSpec(vocabulary=False, stop_words=None,
+                                   sublinear_tf=False)))  # as scikit-learn's
     # HashingVectorizer + TfidfTransformer
     seconds = time.perf_counter() - start
     print(json.dumps({"seconds": seconds, "n_documents": corpus.n_documents,
@@ -300,7 +302,9 @@ def _default_child(source: str, output: str, mode: str) -> None:
     import dask
 
     import sphdist.text.ingest as ingest_module
-    from sphdist.text.ingest import SourceSpec, ingest
+    from sphdist.jobs import run
+    from sphdist.jobs.ingest import IngestRequest
+    from sphdist.text.ingest import SourceSpec
 
     if mode == "processes":
         ingest_module.PROCESSES_FROM_DOCUMENTS = ingest_module.PROCESSES_FROM_BYTES = 0
@@ -309,7 +313,7 @@ def _default_child(source: str, output: str, mode: str) -> None:
                  else contextlib.nullcontext())
     start = time.perf_counter()
     with scheduler:
-        corpus = ingest(SourceSpec(source, label_field="label"), output, overwrite=True)
+        corpus = run(IngestRequest(SourceSpec(source, label_field="label"), output, overwrite=True))
     seconds = time.perf_counter() - start
     bits = hashlib.sha256(json.dumps([corpus.attrs["chunk_sha256"], corpus.attrs["sha256"]],
                                      sort_keys=True).encode()).hexdigest()

@@ -392,12 +392,14 @@ def features(name: str, archive: Path, work_dir: Path) -> tuple[sp.csc_matrix, n
     elif name == "hashed":
         from text_defaults import read_corpus
 
-        from sphdist.text.ingest import TextSpec, ingest
+        from sphdist.jobs import run
+        from sphdist.jobs.ingest import IngestRequest
+        from sphdist.text.ingest import TextSpec
 
         path = work_dir / "hashed.corpus.zarr"
-        ingest(archive, path, overwrite=True, text=TextSpec(
-            remove=REMOVE, vocabulary=False, stop_words=None, sublinear_tf=False,
-        ))  # the defaults before issue 14
+        run(IngestRequest(archive, path, overwrite=True, text=TextSpec(
+                          remove=REMOVE, vocabulary=False, stop_words=None, sublinear_tf=False,
+                          )))  # the defaults before issue 14
         Xd, y = read_corpus(path)
         m_full = Xd.shape[1]
         Xd = Xd[:, np.unique(Xd.indices)]  # the features that occur (module docstring)

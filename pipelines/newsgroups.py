@@ -47,11 +47,13 @@ from sklearn.preprocessing import Normalizer
 
 from sphdist import BAE
 from sphdist.datasets import NEWSGROUPS_PAPER_CATEGORIES, newsgroups_archive
+from sphdist.jobs import run
 from sphdist.jobs.cluster import connect
 from sphdist.jobs.evaluate import evaluate_model
 from sphdist.jobs.fit import fit_corpus
+from sphdist.jobs.ingest import IngestRequest
 from sphdist.metrics import evaluate_embedding, knn_accuracy
-from sphdist.text.ingest import REMOVE_OPTIONS, SourceSpec, TextSpec, ingest
+from sphdist.text.ingest import REMOVE_OPTIONS, SourceSpec, TextSpec
 
 logger = logging.getLogger("sphdist")
 
@@ -137,8 +139,9 @@ def ingest_newsgroups(source, output):
     hint = _NoReingestHint()
     logger.addFilter(hint)
     try:
-        return ingest(source, output, text=TextSpec(remove=REMOVE_OPTIONS), overwrite=True,
-                      progress=sys.stderr.isatty() and logger.isEnabledFor(logging.INFO))
+        return run(IngestRequest(
+            source, output, text=TextSpec(remove=REMOVE_OPTIONS), overwrite=True,
+            progress=sys.stderr.isatty() and logger.isEnabledFor(logging.INFO)))
     finally:
         logger.removeFilter(hint)
 

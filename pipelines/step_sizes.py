@@ -52,7 +52,9 @@ from sphdist.datasets import NEWSGROUPS_PAPER_CATEGORIES, newsgroups_archive
 from sphdist.io import atomic_path
 from sphdist.io.corpus import Corpus
 from sphdist.io.corpus_writer import CorpusWriter
-from sphdist.text.ingest import SourceSpec, TextSpec, ingest
+from sphdist.jobs import run
+from sphdist.jobs.ingest import IngestRequest
+from sphdist.text.ingest import SourceSpec, TextSpec
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -124,14 +126,14 @@ def newsgroups_corpus(work_dir: Path, cfg: Config) -> Corpus:
             print(f"reusing {path}", flush=True)
             return corpus
     t0 = time.perf_counter()
-    corpus = ingest(
+    corpus = run(IngestRequest(
         SourceSpec(newsgroups_archive(ex.data_home()), categories=cfg.news_categories,
                    max_docs_per_label=cfg.news_docs_per_label, seed=cfg.seed),
         path, overwrite=True, text=TextSpec(
             n_features=n_features, remove=remove, vocabulary=False, stop_words=None,
             sublinear_tf=False,  # hashed, as before issue 14's text defaults
         ),
-    )
+    ))
     print(f"ingested {path} in {time.perf_counter() - t0:.1f} s", flush=True)
     return corpus
 
@@ -599,7 +601,8 @@ def main(argv: list[str] | None = None) -> int:
             + ", ".join(cfg.news_categories)
         )
     corpora = [
-        (news_name, f"`sphdist.text.ingest.ingest` of {news_what}, `remove=(\"headers\", "
+        (news_name, f"an ingest (`sphdist.jobs.ingest.IngestRequest`) of {news_what}, "
+         f"`remove=(\"headers\", "
          f"\"footers\", \"quotes\")`, `n_features=2**18`, hashed tf-idf with unit columns "
          f"({news.path.name}).", news),
         ("synthetic", f"Built by this script ({synth.path.name}): each document picks one of "

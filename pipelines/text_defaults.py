@@ -63,8 +63,10 @@ from sphdist import BAE, SphericalPCA
 from sphdist.datasets import newsgroups_archive
 from sphdist.errors import SphdistError
 from sphdist.io.corpus import open_corpus
+from sphdist.jobs import run
+from sphdist.jobs.ingest import IngestRequest
 from sphdist.metrics import evaluate_embedding
-from sphdist.text.ingest import TextSpec, ingest
+from sphdist.text.ingest import TextSpec
 
 REMOVE = ("headers", "footers", "quotes")
 
@@ -298,8 +300,8 @@ def main(settings, ranks, seeds, methods, tol, chunk_size, reference, work_dir, 
             path = work_dir / f"{key}.corpus.zarr"
             t0 = time.perf_counter()
             try:
-                corpus = ingest(archive, path, overwrite=True,
-                                text=TextSpec(remove=REMOVE, **kwargs))
+                corpus = run(IngestRequest(archive, path, overwrite=True,
+                                           text=TextSpec(remove=REMOVE, **kwargs)))
             except SphdistError as exc:
                 result["settings"][key] = {"description": desc, "error": str(exc)}
                 log(f"  refused: {exc}")

@@ -80,16 +80,18 @@ def newsgroups5(newsgroups_archive, tmp_path_factory):
     """The paper's five groups, 60 documents each, headers/footers/quotes removed (2**14
     hashed features, chunks of 128 documents)."""
     from sphdist.datasets import NEWSGROUPS_PAPER_CATEGORIES
-    from sphdist.text.ingest import SourceSpec, TextSpec, ingest
+    from sphdist.jobs import run
+    from sphdist.jobs.ingest import IngestRequest
+    from sphdist.text.ingest import SourceSpec, TextSpec
 
-    return ingest(
+    return run(IngestRequest(
         SourceSpec(newsgroups_archive, categories=list(NEWSGROUPS_PAPER_CATEGORIES),
                    max_docs_per_label=60, seed=0),
         tmp_path_factory.mktemp("ng5") / "corpus.zarr",
         text=TextSpec(vocabulary=False, n_features=2**14, stop_words=None, sublinear_tf=False,
                       remove=("headers", "footers", "quotes")),
         chunk_size=128,
-    )
+    ))
 
 
 @pytest.fixture(scope="module")

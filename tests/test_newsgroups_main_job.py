@@ -16,7 +16,8 @@ from sklearn.metrics import normalized_mutual_info_score
 from sklearn.preprocessing import Normalizer
 
 from sphdist import BAE
-from sphdist.text.ingest import ingest
+from sphdist.jobs import run
+from sphdist.jobs.ingest import IngestRequest
 from tests._textcorpus import write_text_tree
 
 REPO = Path(__file__).resolve().parents[1]
@@ -48,7 +49,7 @@ def test_lsa_recipe_is_scikit_learns_documented_pipeline(tree):
 
 def test_sphdist_defaults_keep_the_recipes_terms_and_bae_runs_on_them(tree, tmp_path):
     root, texts, y = tree
-    corpus = ingest(root, tmp_path / "c.zarr")
+    corpus = run(IngestRequest(root, tmp_path / "c.zarr"))
     recipe = TfidfVectorizer(max_df=0.5, min_df=5, stop_words="english").fit(texts)
     assert list(corpus.vocabulary) == list(recipe.get_feature_names_out())
     row = newsgroups.bae(corpus, n_components=3, seed=0)

@@ -204,9 +204,10 @@ def test_an_ingest_remedy_of_text_options_is_a_textspec_in_python_and_its_option
         "n_features": 64, "sublinear_tf": False, "lowercase": False, "stop_words": None,
         "remove_headers": False}, min_df=1, max_df=1.0)
     assert PythonForm().remedy(fix) == (
-        "sphdist.text.ingest.ingest(SourceSpec(['a.jsonl'], format='jsonl', "
-        "categories=['x', 'y']), 'c.zarr', text=TextSpec(vocabulary=False, n_features=64, "
-        "sublinear_tf=False, lowercase=False, stop_words=None, min_df=1, max_df=1.0))")
+        "sphdist.jobs.run(sphdist.jobs.ingest.IngestRequest(SourceSpec(['a.jsonl'], "
+        "format='jsonl', categories=['x', 'y']), 'c.zarr', text=TextSpec(vocabulary=False, "
+        "n_features=64, sublinear_tf=False, lowercase=False, stop_words=None, min_df=1, "
+        "max_df=1.0)))")
     assert CommandForm(main.commands["ingest"], main).remedy(fix) == (
         "sphdist ingest a.jsonl --output c.zarr --format jsonl --categories x,y --hashing "
         "--n-features 64 --no-sublinear-tf --no-lowercase --stop-words none --min-df 1 "

@@ -295,7 +295,9 @@ def _add(archive, name, data=b"", **fields):
 
 
 def test_tar_members_are_never_extracted_or_followed_outside_the_target(tmp_path):
-    from sphdist.text.ingest import SourceSpec, TextSpec, ingest
+    from sphdist.jobs import run
+    from sphdist.jobs.ingest import IngestRequest
+    from sphdist.text.ingest import SourceSpec, TextSpec
 
     outside = tmp_path / "outside"
     outside.mkdir()
@@ -318,8 +320,8 @@ def test_tar_members_are_never_extracted_or_followed_outside_the_target(tmp_path
     before = {p for p in tmp_path.rglob("*")}
     out = tmp_path / "work" / "corpus.zarr"
     # links and devices are bad documents (refused by default): skipped and counted here
-    corpus = ingest(SourceSpec(archive_path, on_error="skip"), out,
-                    text=TextSpec(vocabulary=False, n_features=2**10))  # hashed: see below
+    corpus = run(IngestRequest(SourceSpec(archive_path, on_error="skip"), out,
+                    text=TextSpec(vocabulary=False, n_features=2**10)))  # hashed: see below
 
     created = {p for p in tmp_path.rglob("*")} - before
     assert all(out in p.parents or p == out for p in created), created - {out}

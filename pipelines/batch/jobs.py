@@ -12,7 +12,8 @@ Layout under one root directory (a filesystem the Dask workers share)::
     ROOT/daily/<YYYY-MM-DD>/embeddings.parquet  doc_id, label, e0..e{r-1} for downstream use
     ROOT/daily/<YYYY-MM-DD>/done.json           written last: the day is complete
 
-``daily``: ``sphdist.text.ingest.ingest(like=current)`` (the model's feature scheme and idf), then
+``daily``: ``sphdist.jobs.ingest.IngestRequest(like=current)`` (the model's feature scheme and
+idf), then
 ``sphdist.jobs.run(sphdist.jobs.transform.TransformRequest(...))`` and
 ``sphdist.jobs.run(sphdist.jobs.embedding.ExportRequest(...))``. A day with a
 ``done.json`` is left alone (``--force`` redoes it with the model now current); a day without
@@ -95,8 +96,8 @@ def daily_job(root: Path, date: str, *, force: bool = False) -> dict[str, Any]:
     from sphdist.io.model import open_model
     from sphdist.jobs import run
     from sphdist.jobs.embedding import ExportRequest
+    from sphdist.jobs.ingest import IngestRequest
     from sphdist.jobs.transform import TransformRequest
-    from sphdist.text.ingest import ingest
 
     incoming, day = root / "incoming" / date, root / "daily" / date
     done = day / "done.json"
@@ -115,7 +116,7 @@ def daily_job(root: Path, date: str, *, force: bool = False) -> dict[str, Any]:
     if day.exists():  # a previous run died before done.json: start the day afresh
         shutil.rmtree(day)
     day.mkdir(parents=True)
-    corpus = ingest(incoming, day / "corpus.zarr", like=model_path)
+    corpus = run(IngestRequest(incoming, day / "corpus.zarr", like=model_path))
     emb = run(TransformRequest(model_path, corpus.path, day / "embedding.zarr"))
     export = run(ExportRequest(
         model_path, day / "embeddings.parquet", format="parquet", input=emb.path
@@ -145,8 +146,10 @@ def weekly_job(
         None), ``swapped`` (False when ``current`` already pointed at this week's model).
     """
     from sphdist.io.model import open_model
+    from sphdist.jobs import run
     from sphdist.jobs.fit import fit_corpus
-    from sphdist.text.ingest import TextSpec, ingest, read_like
+    from sphdist.jobs.ingest import IngestRequest
+    from sphdist.text.ingest import TextSpec, read_like
 
     previous = current_model(root)
     out = root / "models" / f"{week}.model.zarr"
@@ -173,7 +176,7 @@ def weekly_job(
                     strip_accents=text.strip_accents, sublinear_tf=text.sublinear_tf,
                     remove=remove,
                 )}
-        ingest(root / "incoming", corpus_path, **options)
+        run(IngestRequest(root / "incoming", corpus_path, **options))
     if previous is not None:
         r = open_model(previous).shape[1]
         if n_components is not None and n_components != r:

@@ -150,8 +150,9 @@ def ingest(source: tuple[str, ...], output: Path, like: Path | None, workers: in
     pipelines/results/text_defaults.md). --hashing [--n-features N] hashes instead.
     """
     from sphdist.datasets import newsgroups_archive
+    from sphdist.jobs import run
     from sphdist.jobs.info import plural
-    from sphdist.text.ingest import ingest as run_ingest
+    from sphdist.jobs.ingest import IngestRequest
 
     if like is not None:
         ctx = click.get_current_context()
@@ -164,10 +165,11 @@ def ingest(source: tuple[str, ...], output: Path, like: Path | None, workers: in
             )
     sources = list(source) if source else [str(newsgroups_archive())]
     src, text = _specs(sources[0] if len(sources) == 1 else sources, **options)
-    with _scheduler(scheduler_address, workers):
-        corpus = run_ingest(src, output, text=text, like=like, chunk_size=options["chunk_size"],
+    request = IngestRequest(src, output, text=text, like=like,
+                            chunk_size=options["chunk_size"],
                             partition_size=options["partition_size"], overwrite=overwrite,
                             progress=_progress())
+    corpus = run(request, on=_scheduler(scheduler_address, workers))
     meta = corpus.attrs.get("ingest", {})
     summary = {
         "output": str(output), "n_documents": corpus.n_documents,

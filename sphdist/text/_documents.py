@@ -78,7 +78,7 @@ class Reading:
     label_field: str | None = None
     id_field: str | None = None
     #: JSON Lines without ``id_field``: the field whose value is a record's id when it has one
-    #: (a record without it has ``None``; :func:`sphdist.text.ingest.ingest` then decides
+    #: (a record without it has ``None``; :class:`sphdist.jobs.ingest.IngestRequest` then decides
     #: between these ids and ``path:line`` for all the documents).
     default_id_field: str | None = None
 

@@ -3,7 +3,7 @@
 Every remedy :mod:`sphdist.text.ingest` names is a :class:`~sphdist.errors.Remedy` of the
 ``ingest`` job rebuilt from the arguments of the failed call (:func:`ingest_remedy`), with
 the arguments that fix it, by their Python names: ``str(exc)`` words it as a call of
-:func:`sphdist.text.ingest.ingest` (:func:`sphdist.text.ingest.ingest_call`), the command
+:class:`sphdist.jobs.ingest.IngestRequest` (:func:`sphdist.text.ingest.ingest_call`), the command
 line as the ``sphdist ingest`` command that runs it.
 """
 

@@ -1,4 +1,4 @@
-"""The two passes of :func:`sphdist.text.ingest.ingest`: the tasks, run where Dask puts them.
+"""The two passes of an ingest (:mod:`sphdist.jobs.ingest`): the tasks, run where Dask puts them.
 
 Pass 1 (:func:`count_partition`, one task per partition of the source) reads, checks, cleans and
 tokenises the documents, spills the counts of every chunk next to the output and returns the

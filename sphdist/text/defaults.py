@@ -17,7 +17,7 @@ MAX_FEATURES = 2**31 - 2
 #: memory already, and it keeps the byte-offset arithmetic of the partitions inside int64.
 MAX_CHUNK_SIZE = 2**31 - 1
 
-#: Defaults of ingestion (``sphdist ingest`` and :func:`sphdist.text.ingest.ingest`): a learned
+#: Defaults of ingestion (``sphdist ingest``, :class:`sphdist.jobs.ingest.IngestRequest`): a learned
 #: vocabulary of the terms in at least ``min_df`` documents and at most a fraction ``max_df`` of
 #: them, English stop words dropped, sublinear tf. On 20 Newsgroups (all 20 groups, headers,
 #: footers and quotes removed, r = 100) Spherical PCA's k-means accuracy / NMI went from

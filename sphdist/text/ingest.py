@@ -5,8 +5,9 @@ Sources (:mod:`sphdist.text.sources`): a directory tree or tar archive (``.tar``
 archive is one); JSON Lines files (one or many, a glob, optionally gzip-compressed) with a text
 field and optional label and id fields; CSV and Parquet files with a text column.
 
-:func:`ingest` turns a source (a :class:`SourceSpec`) into the papers' matrix X of shape
-(m features, n documents) with scikit-learn's text semantics (a :class:`TextSpec`), in two
+``sphdist ingest`` (:class:`~sphdist.jobs.ingest.IngestRequest`, whose work is :func:`write`)
+turns a source (a :class:`SourceSpec`) into the papers' matrix X of shape (m features, n
+documents) with scikit-learn's text semantics (a :class:`TextSpec`), in two
 passes over *partitions* of the source that run as ``dask.delayed`` tasks on the scheduler
 dask uses here: the active ``distributed`` client (``sphdist.jobs.cluster.connect``, as
 ``sphdist fit`` runs), else dask's local scheduler (threads, unless the caller's
@@ -59,13 +60,11 @@ from sphdist.io import (
     Output,
     discard,
     exists,
-    hold_output,
     is_remote,
     join,
     location,
     open_file,
 )
-from sphdist.io._policy import refuse_existing
 from sphdist.io.corpus import Corpus
 from sphdist.io.corpus_writer import CorpusWriter
 from sphdist.text._messages import Emptied, documents, ingest_remedy, text_arguments
@@ -89,8 +88,8 @@ from sphdist.text.tfidf import (
     ingest_options,
 )
 
-__all__ = ["FORMATS", "ON_ERROR", "REMOVE_OPTIONS", "SourceSpec", "TextSpec", "ingest",
-           "ingest_call", "local_pool", "read_like"]
+__all__ = ["FORMATS", "ON_ERROR", "REMOVE_OPTIONS", "SourceSpec", "TextSpec", "write",
+           "ingest_call", "local_pool", "read_like", "check_sizes"]
 
 logger = logging.getLogger("sphdist")
 
@@ -107,7 +106,7 @@ DEFAULT_ID_FIELD = "id"
 # -- what to read, and how to turn it into features ---------------------------------------------
 @dataclasses.dataclass(frozen=True)
 class SourceSpec:
-    """What :func:`ingest` reads: the documents of a source and how to read them.
+    """What an ingest reads: the documents of a source and how to read them.
 
     Parameters
     ----------
@@ -125,7 +124,7 @@ class SourceSpec:
         :data:`DEFAULT_ID_FIELD` (``"id"``) field when every record has one and no two are
         equal, else ``path:line``; ``path:row`` for CSV and Parquet). Ids must be unique: a
         document whose ``id_field`` value an earlier one has is a bad document (``on_error``:
-        refused naming both, or skipped and counted, the first kept). With :func:`ingest`'s
+        refused naming both, or skipped and counted, the first kept). With an ingest's
         ``like``, the fields the imitated corpus was ingested with replace the defaults here,
         where the source has them.
     categories : sequence of str, optional
@@ -225,12 +224,12 @@ def _set(spec: Any, name: str, value: Any) -> None:
 
 @dataclasses.dataclass(frozen=True)
 class TextSpec:
-    """How :func:`ingest` turns text into features and weights (scikit-learn's options).
+    """How an ingest turns text into features and weights (scikit-learn's options).
 
     The defaults are :data:`sphdist.text.defaults.INGEST_DEFAULTS` (a learned vocabulary of
     the terms in at least 5 documents and at most half of them, English stop words dropped,
     sublinear tf), measured in ``pipelines/results/text_defaults.md``. Validated when
-    :func:`ingest` resolves them (:meth:`options`), except ``remove``, checked here.
+    An ingest resolves them (:meth:`options`), except ``remove``, checked here.
 
     Parameters
     ----------
@@ -266,7 +265,7 @@ class TextSpec:
     remove : sequence of str, optional
         Any of ``"headers"``, ``"footers"``, ``"quotes"``: parts of each document removed before
         tokenising, as ``sklearn.datasets.fetch_20newsgroups(remove=...)`` (stored in
-        :data:`REMOVE_OPTIONS` order). Default: none, or with :func:`ingest`'s ``like`` the
+        :data:`REMOVE_OPTIONS` order). Default: none, or with an ingest's ``like`` the
         cleaning recorded there (pass ``()`` to keep the headers of documents that have none to
         remove). Documents left without a token by the removal are counted
         (``attrs["ingest"]["n_emptied_by_remove"]``) and reported in a warning.
@@ -319,12 +318,12 @@ class TextSpec:
 
 # -- the public function ------------------------------------------------------------------------
 def ingest_call(arguments: dict[str, Any]) -> str:
-    """The call of :func:`ingest` that a remedy of the ingest job names, as Python text.
+    """The run of an :class:`~sphdist.jobs.ingest.IngestRequest` a remedy names, as Python text.
 
     What :class:`sphdist.errors.PythonForm` words an ``"ingest"``
     :class:`~sphdist.errors.Remedy` as: the reading options go into a :class:`SourceSpec`,
     the feature options into a :class:`TextSpec` (``remove_headers=False``: ``remove=()``),
-    the rest are keywords of :func:`ingest`.
+    the rest are fields of the request.
 
     Parameters
     ----------
@@ -339,8 +338,8 @@ def ingest_call(arguments: dict[str, Any]) -> str:
     --------
     >>> ingest_call({"source": ["a.jsonl"], "label_field": "label", "like": "m.zarr",
     ...              "output": "a.zarr"})
-    "sphdist.text.ingest.ingest(SourceSpec(['a.jsonl'], label_field='label'), 'a.zarr', \
-like='m.zarr')"
+    "sphdist.jobs.run(sphdist.jobs.ingest.IngestRequest(SourceSpec(['a.jsonl'], \
+label_field='label'), 'a.zarr', like='m.zarr'))"
     """
     rest = dict(arguments)
     paths = rest.pop("source", "SOURCE")
@@ -360,172 +359,72 @@ like='m.zarr')"
     source = f"SourceSpec({paths!r}{keywords(spec)})" if spec else repr(paths)
     text_spec = {"text": f"TextSpec({keywords(text)[2:]})"} if text else {}
     tail = "".join(f", {k}={v}" for k, v in text_spec.items()) + keywords(rest)
-    return f"sphdist.text.ingest.ingest({source}, {output!r}{tail})"
+    return f"sphdist.jobs.run(sphdist.jobs.ingest.IngestRequest({source}, {output!r}{tail}))"
 
 
-def ingest(
-    source: SourceSpec | str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
-    output: str | os.PathLike[str],
-    *,
-    text: TextSpec = TextSpec(),  # noqa: B008 - frozen, so one shared default is safe
-    like: str | os.PathLike[str] | None = None,
-    chunk_size: int = 4096,
-    partition_size: int | None = None,
-    overwrite: bool = False,
-    progress: bool | str = False,
-) -> Corpus:
-    r"""Build a tf-idf ``corpus.zarr`` from a text collection, in bounded memory.
-
-    Parameters
-    ----------
-    source : SourceSpec, or path-like, URL, glob pattern or sequence of them
-        The documents and how to read them; a path (or sequence) is ``SourceSpec(source)``.
-    output : path-like
-        Where to write the corpus (a zarr v3 directory; see :mod:`sphdist.io.corpus`).
-    text : TextSpec, default TextSpec()
-        Feature scheme, tokenisation, weighting and news cleaning.
-    like : path-like, optional
-        A ``corpus.zarr`` or ``model.zarr``: take its feature scheme, tf-idf options, idf and
-        vocabulary instead of fitting them, so that the new documents are weighted as the
-        documents the model was fitted on. The feature and weighting options of ``text`` are
-        then ignored; ``text.remove``, when given, overrides the recorded cleaning.
-    chunk_size : int, default 4096
-        Documents per stored chunk and per spilled count matrix, at most 2**31 - 1.
-    partition_size : int, optional
-        Documents per partition (one task of the counting pass), rounded up to a multiple of
-        ``chunk_size``; default ``4 * chunk_size``. A gzip JSON Lines file or a CSV file is one
-        partition.
-    overwrite : bool, default False
-        Replace an existing ``output``.
-    progress : bool or "log", default False
-        True: tqdm progress bars on stderr (documents done / total when known); ``"log"``:
-        plain lines on the ``sphdist`` logger at every tenth of the work (for logs that are
-        not a terminal).
-
-    Returns
-    -------
-    Corpus
-        The committed corpus. ``X`` has shape (m, n), float64, documents in source order
-        (directory / tar sources: sorted by id), chunks of ``chunk_size`` columns (shorter at
-        the end of a partition). Also stored: ``idf`` (m,) float64; ``doc_ids`` (n,) str;
-        ``labels`` (n,) int32 codes into ``label_names`` (sorted) when labels exist;
-        ``empty`` (n,) bool; ``vocabulary`` (m,) str for the vocabulary scheme; attributes
-        ``feature_scheme``, ``tfidf``, ``source`` and ``ingest`` (the summary: counts of
-        documents, skipped, blank, empty, the workers that ran the tasks, timings).
+def check_sizes(chunk_size: int, partition_size: int | None) -> tuple[int, int]:
+    """``chunk_size`` and ``partition_size`` validated, the latter rounded up to a multiple.
 
     Raises
     ------
-    InputNotFoundError
-        If ``source`` (or every match of a pattern), or ``like``, does not exist.
-    DataError
-        If a document cannot be used and ``on_error="fail"`` (the message names the file and
-        line, row or member, and how to proceed; a file name that is not UTF-8 is such a
-        document), if a compressed file is truncated or damaged, if the source holds no
-        document (or all were skipped), is not of its format, lacks the text column, if no
-        document has a token (e.g. all emptied by ``remove``), or if ``min_df``/``max_df``
-        leave no term (a small collection; the message gives the command that keeps them).
     ParameterError
-        If a parameter is out of range or does not apply (e.g. ``select`` without labels or
-        without ``vocabulary``, ``n_features`` with it), ``token_pattern`` does not compile
-        or has several capturing groups, ``n_features`` exceeds this machine's memory, or a
-        category is not a label of the source; also what :class:`SourceSpec` and
-        :class:`TextSpec` raise when ``source`` or ``text`` is not one.
-    CorpusFormatError, ModelFormatError
-        If ``like`` is neither a corpus with an idf nor a model with one.
-    OutputExistsError
-        If ``output`` exists and ``overwrite`` is False.
-    OutputLockedError
-        If another process is writing ``output`` (``overwrite`` does not take it over).
-    OSError
-        If reading or writing fails. On any error nothing is left at ``output``.
-
-    Notes
-    -----
-    With :math:`c_{ij}` the count of the tokens of document :math:`j` mapped to feature
-    :math:`i` (hashed, colliding tokens summed; or the vocabulary term), :math:`n` the number of
-    ingested documents and :math:`\mathrm{df}_i` the number of them with :math:`c_{ij} > 0`,
-
-    .. math::
-
-        \mathrm{idf}_i = \ln\frac{1 + n}{1 + \mathrm{df}_i} + 1, \qquad
-        X_{ij} = \frac{t(c_{ij})\,\mathrm{idf}_i}{\lVert t(c_{\cdot j}) \odot \mathrm{idf}
-        \rVert_2},
-
-    with :math:`t(c) = c`, or :math:`1 + \ln c` for ``sublinear_tf``: that is
-    ``TfidfVectorizer(...).fit_transform(texts).T`` (vocabulary scheme) or
-    ``TfidfTransformer().fit_transform(HashingVectorizer(alternate_sign=False,
-    norm=None).transform(texts)).T``, with the same floating-point operations. Columns of
-    documents without a token are exactly zero and flagged in ``empty`` (they are kept, and
-    counted in the summary, never dropped).
-
-    Where the tasks run: on the scheduler dask uses in the calling context: the default
-    ``distributed`` client (``with sphdist.jobs.cluster.connect(...)``: a scheduler's address or
-    a LocalCluster of worker processes), or the local scheduler the caller's ``dask.config``
-    names (``with dask.config.set(scheduler="synchronous")`` runs everything in this thread);
-    else a pool of this machine's cores owned by the call (:func:`local_pool`: threads for a
-    small source, a pool of processes started from a fork server for a large one), shut down at
-    its end. At most ``2 * workers`` tasks are in flight (the own pool is handed the next task
-    as the driver takes a result, dask's schedulers a window of them at a time) and their
-    results are taken in task order, so the corpus is the same, bit for bit, on every
-    scheduler. On Ctrl-C the running tasks of the ingest's own pool are let finish (the workers
-    ignore SIGINT) before the scratch and staging are removed; whatever an ingest killed
-    outright left beside ``output`` (``output.tmp-*``) is removed by the next ingest of
-    ``output``.
-
-    Memory: the driver holds the document frequencies (``n_features * 8`` bytes, or the
-    vocabulary's terms with two counts each, times the labels for ``select``), O(n) ids and
-    labels (and, during pass 1, an 8-byte digest of each id, to find repeated ids), and at
-    most ``2 * workers`` partition results or chunks; a worker holds one chunk of documents
-    and its counts (a tar partition: the partition's raw documents). The spilled counts take
-    about 12 bytes per nonzero on disk next to the output, and are removed at the end. Cost:
-    every document is read, decoded and tokenised once (twice when ids repeat and
-    ``on_error="skip"``: pass 1 counts again without the repeats, so that the idf is the one of
-    the documents kept); a tar archive is read once per partition (gzip cannot seek). Workers
-    write the spilled counts and the stored chunks next to ``output``: on a distributed cluster
-    that directory must be on a filesystem the workers share, and the source must be readable by
-    them.
+        If either is not an integer in [1, 2**31 - 1].
 
     Examples
     --------
-    >>> from sphdist.datasets import NEWSGROUPS_PAPER_CATEGORIES, newsgroups_archive
-    >>> news = SourceSpec(newsgroups_archive(), categories=NEWSGROUPS_PAPER_CATEGORIES,
-    ...                   max_docs_per_label=200)
-    >>> corpus = ingest(news, "news5.zarr")  # doctest: +SKIP
-    >>> corpus.n_documents  # doctest: +SKIP
-    1000
-    >>> ingest(SourceSpec("docs/*.jsonl.gz", label_field="label"), "docs.zarr",  # doctest: +SKIP
-    ...        text=TextSpec(select="mutual-info", n_select=500))
-    >>> ingest("stream/*.jsonl.gz", "hashed.zarr",  # doctest: +SKIP
-    ...        text=TextSpec(vocabulary=False, n_features=2**20))
+    >>> check_sizes(4096, None), check_sizes(100, 250)
+    ((4096, 16384), (100, 300))
     """
-    with hold_output(output, kind="corpus", inputs=(source, like)) as held:  # until the commit
-        return _ingest(held, source, output, text=text, like=like, chunk_size=chunk_size,
-                       partition_size=partition_size, overwrite=overwrite, progress=progress)
-
-
-def _ingest(
-    held: Output,
-    source: SourceSpec | str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
-    output: str | os.PathLike[str], *, text: TextSpec, like: str | os.PathLike[str] | None,
-    chunk_size: int, partition_size: int | None, overwrite: bool, progress: bool | str,
-) -> Corpus:
-    """:func:`ingest`, its output ``held`` (written through it)."""
-    start_time = time.perf_counter()
-    if not isinstance(source, SourceSpec):
-        source = SourceSpec(source)
-    if not isinstance(text, TextSpec):
-        raise ParameterError(f"text={text!r} is not a TextSpec. To resolve this, pass "
-                             "text=TextSpec(...) (sphdist.text.ingest.TextSpec).")
     chunk_size = int(check_param("chunk_size", chunk_size, _DOCUMENTS))
     if partition_size is None:
         partition_size = 4 * chunk_size
     partition_size = int(check_param("partition_size", partition_size, _DOCUMENTS))
-    partition_size = -(-partition_size // chunk_size) * chunk_size
+    return chunk_size, -(-partition_size // chunk_size) * chunk_size
+
+
+def write(
+    held: Output,
+    source: SourceSpec,
+    *,
+    text: TextSpec,
+    like: str | os.PathLike[str] | None,
+    liked: tuple[TextOptions, Any, tuple[str, ...], dict[str, Any]] | None,
+    chunk_size: int,
+    partition_size: int,
+    overwrite: bool,
+    progress: bool | str,
+) -> Corpus:
+    """Build the tf-idf corpus of ``source`` in the held output, and commit it.
+
+    The work of ``sphdist ingest`` (:class:`sphdist.jobs.ingest.IngestRequest`, which validates
+    the parameters, reads ``like`` once, holds the output and decides whether it may be
+    replaced); the parameters, the result and the errors are the request's.
+
+    Parameters
+    ----------
+    held : Output
+        The output, held (:func:`sphdist.jobs.run`).
+    source : SourceSpec
+    text : TextSpec
+    like : path-like or None
+    liked : tuple or None
+        What :func:`read_like` read of ``like`` (None without it).
+    chunk_size, partition_size : int
+        Validated; ``partition_size`` a multiple of ``chunk_size``.
+    overwrite : bool
+        Whether the corpus there is replaced (the corpus writer's commit).
+    progress : bool or "log"
+
+    Returns
+    -------
+    Corpus
+    """
+    start_time = time.perf_counter()
     paths, on_error, inherit_remove = source.paths, source.on_error, text.remove is None
     remove = text.remove or ()
     given = source.flags()  # what selects the documents, for the commands the messages suggest
-    if like is not None:
-        options, like_idf, inherited, like_info = read_like(like)
+    if liked is not None:
+        options, like_idf, inherited, like_info = liked
         if inherit_remove:
             remove = inherited
         given["like"] = like
@@ -537,8 +436,6 @@ def _ingest(
             _check_feature_memory(options.n_features)
     given["remove_headers"] = bool(remove) and not (like is not None and inherit_remove)
     output = held.path  # as named, normalised once (open_output)
-    if held.committed() and not overwrite:  # fail before reading a large source
-        refuse_existing(output)
     reading = source.reading()
     src = plan(paths, format=source.format, reading=reading, partition_size=partition_size,
                categories=source.categories, max_docs_per_label=source.max_docs_per_label,
@@ -919,7 +816,7 @@ def local_pool(n_documents: int | None, n_bytes: int, *, cpus: int,
     :data:`PROCESSES_FROM_BYTES` bytes of files. A source or output in an object store keeps to
     threads (the storage options of this process are not a worker process's). The corpus is the
     same, bit for bit, either way. Worker processes import the main module again (Python's
-    multiprocessing): a script that calls :func:`ingest` on a large source must do so under
+    multiprocessing): a script that runs an ingest on a large source must do so under
     ``if __name__ == "__main__":`` (else :class:`~sphdist.errors.WorkersLostError` says so).
 
     Parameters
@@ -1089,10 +986,10 @@ class _InOrder:
             raise WorkersLostError(
                 f"the ingest's worker processes stopped ({type(exc).__name__}): a process "
                 "pool's workers import the main module again (Python's multiprocessing), "
-                "so a script that calls ingest() at its top level runs it again in each of "
+                "so a script that runs an ingest at its top level runs it again in each of "
                 "them. To resolve this, put the script's code under `if __name__ == "
                 "\"__main__\":`, or run the tasks on threads: `with "
-                "dask.config.set(scheduler=\"threads\"): ingest(...)`."
+                "dask.config.set(scheduler=\"threads\"): run(IngestRequest(...))`."
             ) from None
         except BaseException:
             if self.settle is not None:

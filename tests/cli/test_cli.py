@@ -248,7 +248,9 @@ def test_messages_name_the_flag_without_the_python_argument(runner, source, tmp_
     import re
 
     from sphdist.errors import OutputExistsError
-    from sphdist.text.ingest import TextSpec, ingest
+    from sphdist.jobs import run
+    from sphdist.jobs.ingest import IngestRequest
+    from sphdist.text.ingest import TextSpec
 
     corpus = tmp_path / "c.zarr"
     assert runner.invoke(main, ["ingest", str(source), "-o", str(corpus),
@@ -271,7 +273,7 @@ def test_messages_name_the_flag_without_the_python_argument(runner, source, tmp_
         assert flag in line, line
         assert not re.search(r"\([a-z_]+=", line), line  # no "(overwrite=True)"
     with pytest.raises(OutputExistsError, match=r"overwrite=True"):
-        ingest(source, corpus, text=TextSpec(vocabulary=False))
+        run(IngestRequest(source, corpus, text=TextSpec(vocabulary=False)))
 
 
 @pytest.mark.parametrize("overwrite", [False, True])

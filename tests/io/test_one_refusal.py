@@ -19,10 +19,10 @@ from sphdist.io._policy import refuse_existing
 from sphdist.io.corpus_writer import CorpusWriter
 from sphdist.jobs import run
 from sphdist.jobs.embedding import ExportRequest
+from sphdist.jobs.ingest import IngestRequest
 from sphdist.jobs.neighbors import batch_neighbors, build_index, knn_graph, write_hits
 from sphdist.jobs.synth import SynthRequest
 from sphdist.jobs.transform import TransformRequest
-from sphdist.text.ingest import ingest
 
 from .._cli_stores import user_stores, working_directory
 
@@ -44,7 +44,7 @@ def stores(tmp_path_factory):
 WRITERS = {
     "synth": lambda: run(SynthRequest(output="good.jsonl", n_docs=40, n_topics=2, vocab_size=40,
                                       format="jsonl")),
-    "ingest": lambda: ingest("good.jsonl", "c.zarr"),
+    "ingest": lambda: run(IngestRequest("good.jsonl", "c.zarr")),
     "transform": lambda: run(TransformRequest("m.zarr", "c.zarr", "e.zarr")),
     "export": lambda: run(ExportRequest("m.zarr", "x.csv")),
     "index": lambda: build_index("m.zarr", "i.zarr"),

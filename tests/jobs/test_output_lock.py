@@ -17,9 +17,9 @@ from sphdist.io.model import load_checkpoint
 from sphdist.jobs import run
 from sphdist.jobs.embedding import ExportRequest
 from sphdist.jobs.fit import fit_corpus
+from sphdist.jobs.ingest import IngestRequest
 from sphdist.jobs.synth import SynthRequest
 from sphdist.jobs.transform import TransformRequest
-from sphdist.text.ingest import ingest
 
 from .. import _lock_holder
 
@@ -76,7 +76,7 @@ def test_ingest_refuses(tmp_path, holder, overwrite):
     source = tmp_path / "docs.jsonl"
     run(SynthRequest(output=source, format="jsonl", **SYNTH))
     _refused(holder, tmp_path / "c.zarr",
-             lambda: ingest(source, tmp_path / "c.zarr", overwrite=overwrite))
+             lambda: run(IngestRequest(source, tmp_path / "c.zarr", overwrite=overwrite)))
 
 
 @pytest.mark.parametrize("format", ["corpus", "jsonl"])

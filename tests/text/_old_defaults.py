@@ -15,7 +15,9 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from sphdist.text.ingest import SourceSpec, TextSpec, ingest
+from sphdist.jobs import run
+from sphdist.jobs.ingest import IngestRequest
+from sphdist.text.ingest import SourceSpec, TextSpec
 
 #: ``ingest``'s defaults before issue 14: hashing, no stop words, raw tf.
 OLD_HASHED = {"vocabulary": False, "stop_words": None, "sublinear_tf": False}
@@ -34,8 +36,9 @@ def specs(source: Any, **kwargs: Any) -> tuple[SourceSpec, dict[str, Any]]:
 
 
 def ingest_old(source: Any, output: Any, **kwargs: Any):
-    """:func:`sphdist.text.ingest.ingest` with the old defaults for what ``kwargs`` omits."""
+    """An ingest (:class:`sphdist.jobs.ingest.IngestRequest`) with the old defaults for what
+    ``kwargs`` omits."""
     if kwargs.get("like") is None:
         kwargs = {**(OLD_VOCABULARY if kwargs.get("vocabulary") else OLD_HASHED), **kwargs}
     src, kwargs = specs(source, **kwargs)
-    return ingest(src, output, **kwargs)
+    return run(IngestRequest(src, output, **kwargs))

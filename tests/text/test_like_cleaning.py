@@ -19,7 +19,9 @@ from sklearn.datasets._twenty_newsgroups import strip_newsgroup_header
 
 from sphdist.cli import main
 from sphdist.errors import DataError
-from sphdist.text.ingest import TextSpec, ingest
+from sphdist.jobs import run
+from sphdist.jobs.ingest import IngestRequest
+from sphdist.text.ingest import TextSpec
 
 ALL_REMOVED = ("headers", "footers", "quotes")
 NEWS = {  # label/id -> a news post with headers
@@ -39,8 +41,8 @@ def stripped_corpus(tmp_path) -> Path:
         path = tmp_path / "news" / doc_id
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text)
-    corpus = ingest(tmp_path / "news", tmp_path / "base.zarr",
-                    text=TextSpec(remove=ALL_REMOVED, min_df=1, max_df=1.0))
+    corpus = run(IngestRequest(tmp_path / "news", tmp_path / "base.zarr",
+                               text=TextSpec(remove=ALL_REMOVED, min_df=1, max_df=1.0)))
     assert corpus.tfidf["remove"] == list(ALL_REMOVED)
     return corpus.path
 
@@ -57,7 +59,7 @@ def test_reference_strips_one_line_documents_to_nothing():
 def test_like_that_empties_every_document_fails(stripped_corpus, tmp_path):
     new = _jsonl(tmp_path / "new.jsonl", ONE_LINE)
     with pytest.raises(DataError) as info:
-        ingest(new, tmp_path / "new.zarr", like=stripped_corpus)
+        run(IngestRequest(new, tmp_path / "new.zarr", like=stripped_corpus))
     message = str(info.value)
     assert "all 5 documents" in message and "remove_headers=True" in message
     assert str(stripped_corpus) in message and "text=TextSpec(remove=())" in message
@@ -87,7 +89,7 @@ def test_like_that_empties_some_documents_warns_with_the_count(stripped_corpus, 
                                                                caplog):
     new = _jsonl(tmp_path / "new.jsonl", ONE_LINE[:3] + WITH_HEADERS)
     with caplog.at_level("WARNING", logger="sphdist"):
-        corpus = ingest(new, tmp_path / "new.zarr", like=stripped_corpus)
+        corpus = run(IngestRequest(new, tmp_path / "new.zarr", like=stripped_corpus))
     expected = [strip_newsgroup_header(t) == "" for t in ONE_LINE[:3] + WITH_HEADERS]
     np.testing.assert_array_equal(corpus.empty, expected)
     assert corpus.attrs["ingest"]["n_emptied_by_remove"] == 3
@@ -99,8 +101,8 @@ def test_like_that_empties_some_documents_warns_with_the_count(stripped_corpus, 
 def test_removal_that_empties_some_documents_warns_without_like(tmp_path, caplog):
     new = _jsonl(tmp_path / "new.jsonl", ONE_LINE[:2] + WITH_HEADERS)
     with caplog.at_level("WARNING", logger="sphdist"):
-        corpus = ingest(new, tmp_path / "new.zarr",
-                        text=TextSpec(remove=ALL_REMOVED, vocabulary=False))
+        corpus = run(IngestRequest(new, tmp_path / "new.zarr",
+                                   text=TextSpec(remove=ALL_REMOVED, vocabulary=False)))
     assert corpus.n_empty == 2 and corpus.attrs["ingest"]["n_emptied_by_remove"] == 2
     warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
     assert any("2 of 4 documents" in w for w in warnings), warnings
@@ -108,9 +110,10 @@ def test_removal_that_empties_some_documents_warns_without_like(tmp_path, caplog
 
 def test_like_cleaning_overridden_in_the_api(stripped_corpus, tmp_path):
     new = _jsonl(tmp_path / "new.jsonl", ONE_LINE)
-    corpus = ingest(new, tmp_path / "new.zarr", like=stripped_corpus, text=TextSpec(remove=()))
+    corpus = run(IngestRequest(new, tmp_path / "new.zarr", like=stripped_corpus,
+                               text=TextSpec(remove=())))
     assert corpus.n_empty == 0 and corpus.tfidf["remove"] == []
-    base = ingest(tmp_path / "news", tmp_path / "again.zarr", like=stripped_corpus)
+    base = run(IngestRequest(tmp_path / "news", tmp_path / "again.zarr", like=stripped_corpus))
     assert base.feature_scheme == corpus.feature_scheme  # the features are still the model's
     np.testing.assert_array_equal(base.vocabulary, corpus.vocabulary)
     np.testing.assert_array_equal(base.idf, corpus.idf)
@@ -139,8 +142,8 @@ def test_model_embeds_documents_ingested_with_its_cleaning_overridden(stripped_c
     from sphdist.jobs.transform import TransformRequest
 
     model = fit_corpus(stripped_corpus, tmp_path / "m.zarr", n_components=2, max_iter=3)
-    new = ingest(_jsonl(tmp_path / "new.jsonl", ONE_LINE), tmp_path / "new.zarr",
-                 like=model.path, text=TextSpec(remove=()))
+    new = run(IngestRequest(_jsonl(tmp_path / "new.jsonl", ONE_LINE), tmp_path / "new.zarr",
+                            like=model.path, text=TextSpec(remove=())))
     embedding = run(TransformRequest(model.path, new.path, tmp_path / "e.zarr"))
     assert embedding.V.shape[1] == len(ONE_LINE)
     assert not embedding.degenerate.all()  # the kept text shares features with the model

@@ -20,8 +20,9 @@ from sphdist.cli import main
 from sphdist.errors import OutputExistsError, ParameterError
 from sphdist.io.corpus import Corpus
 from sphdist.jobs import run
+from sphdist.jobs.ingest import IngestRequest
 from sphdist.jobs.synth import SynthRequest
-from sphdist.text.ingest import SourceSpec, TextSpec, ingest
+from sphdist.text.ingest import SourceSpec, TextSpec
 from sphdist.text.synth import iter_documents, pseudo_words
 
 M = 2**12
@@ -101,9 +102,10 @@ def test_corpus_equals_sklearn_on_the_jsonl_text(tmp_path, chunk_size):
     np.testing.assert_allclose(_matrix(learned), expected, rtol=0, atol=1e-12)
 
     # and it is what `ingest --hashing --stop-words none --no-sublinear-tf` writes from the lines
-    ingested = ingest(SourceSpec(tmp_path / "d.jsonl", label_field="label", id_field="id"),
-                      tmp_path / "i.zarr", chunk_size=chunk_size, text=TextSpec(
-                          vocabulary=False, n_features=M, stop_words=None, sublinear_tf=False))
+    ingested = run(IngestRequest(
+        SourceSpec(tmp_path / "d.jsonl", label_field="label", id_field="id"),
+        tmp_path / "i.zarr", chunk_size=chunk_size, text=TextSpec(
+            vocabulary=False, n_features=M, stop_words=None, sublinear_tf=False)))
     np.testing.assert_array_equal(_matrix(ingested), _matrix(hashed))
     np.testing.assert_array_equal(ingested.idf, hashed.idf)
     assert ingested.feature_scheme == hashed.feature_scheme
@@ -172,10 +174,10 @@ def test_csv_by_the_suffix_is_what_ingest_reads(tmp_path, name):
     assert table.to_dict("records") == rows  # the same documents as the JSON Lines
     text = TextSpec(vocabulary=False, n_features=M, stop_words=None, sublinear_tf=False)
     # CSV ids are path:row unless --id-field names the column (JSON Lines default to "id")
-    corpus = ingest(SourceSpec(str(out), label_field="label", id_field="id"), tmp_path / "c.zarr",
-                    text=text)
-    lines = ingest(SourceSpec(tmp_path / "docs.jsonl", label_field="label"), tmp_path / "j.zarr",
-                   text=text)
+    corpus = run(IngestRequest(SourceSpec(str(out), label_field="label", id_field="id"),
+                               tmp_path / "c.zarr", text=text))
+    lines = run(IngestRequest(SourceSpec(tmp_path / "docs.jsonl", label_field="label"),
+                              tmp_path / "j.zarr", text=text))
     assert corpus.n_documents == 30 and list(corpus.doc_ids[:2]) == ["doc00", "doc01"]
     np.testing.assert_array_equal(_matrix(corpus), _matrix(lines))
 

@@ -22,7 +22,9 @@ from sklearn.feature_extraction.text import (
 
 from sphdist.cli import main
 from sphdist.errors import DataError, ParameterError
-from sphdist.text.ingest import TextSpec, ingest
+from sphdist.jobs import run
+from sphdist.jobs.ingest import IngestRequest
+from sphdist.text.ingest import TextSpec
 from tests._textcorpus import write_text_tree
 
 
@@ -39,7 +41,7 @@ def _dense(corpus) -> np.ndarray:
 
 def test_default_is_sklearn_text_recipe_with_sublinear_tf(tree, tmp_path):
     root, texts = tree
-    corpus = ingest(root, tmp_path / "c.zarr")
+    corpus = run(IngestRequest(root, tmp_path / "c.zarr"))
     ids = sorted(texts)
     reference = TfidfVectorizer(min_df=5, max_df=0.5, stop_words="english",
                                 sublinear_tf=True)
@@ -58,7 +60,8 @@ def test_default_is_sklearn_text_recipe_with_sublinear_tf(tree, tmp_path):
 def test_hashing_is_an_explicit_option(tree, tmp_path, n_features):
     root, texts = tree
     kwargs = {} if n_features is None else {"n_features": n_features}
-    corpus = ingest(root, tmp_path / "c.zarr", text=TextSpec(vocabulary=False, **kwargs))
+    corpus = run(IngestRequest(root, tmp_path / "c.zarr",
+                               text=TextSpec(vocabulary=False, **kwargs)))
     m = n_features or 2**18
     counts = HashingVectorizer(n_features=m, alternate_sign=False, norm=None,
                                stop_words="english").transform([texts[i] for i in
@@ -88,9 +91,9 @@ def test_options_of_the_other_scheme_are_refused(tree, tmp_path):
     root, _ = tree
     # a Python caller is told the keywords (issue 32), the command line the flags
     with pytest.raises(ParameterError, match="add vocabulary=False"):
-        ingest(root, tmp_path / "a.zarr", text=TextSpec(n_features=64))
+        run(IngestRequest(root, tmp_path / "a.zarr", text=TextSpec(n_features=64)))
     with pytest.raises(ParameterError, match="pass vocabulary=True"):
-        ingest(root, tmp_path / "b.zarr", text=TextSpec(vocabulary=False, min_df=2))
+        run(IngestRequest(root, tmp_path / "b.zarr", text=TextSpec(vocabulary=False, min_df=2)))
     result = CliRunner().invoke(main, ["ingest", str(root), "-o", str(tmp_path / "c.zarr"),
                                        "--n-features", "64"])
     assert result.exit_code == 1 and "add --hashing" in result.stderr
@@ -109,7 +112,7 @@ def test_tiny_collection_fails_with_a_command_that_works(tmp_path):
     out = tmp_path / "c.zarr"
     with pytest.raises(DataError, match=r"too few documents \(3\) for min_df=5 "
                                         r"and max_df=0\.5") as info:
-        ingest(tmp_path / "docs.jsonl", out)
+        run(IngestRequest(tmp_path / "docs.jsonl", out))
     assert "text=TextSpec(min_df=1, max_df=1.0)" in str(info.value) and not out.exists()
     from sphdist.cli._remedies import CommandForm
     from sphdist.errors import render
