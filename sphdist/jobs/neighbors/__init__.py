@@ -47,6 +47,7 @@ from sphdist.io._policy import refuse_existing
 from sphdist.io.index import index_kind, open_index, write_index
 from sphdist.io.model import Model, open_model
 from sphdist.jobs.embedding import EmbeddingSource, open_embedding_source
+from sphdist.jobs.neighbors._remedies import index_call, neighbors_call
 
 __all__ = [
     "HIT_FORMATS",
@@ -85,59 +86,6 @@ ON_ERROR = ("fail", "skip")
 _QUERY_BATCH = 1024  # queries scored at a time by the exact batch scan
 _DOC_SLICE = 16384  # documents per block of cosines in the exact batch scan
 _READ_DOCS = 65536  # documents read from the store at a time
-
-
-def _keywords(arguments: dict[str, Any]) -> str:
-    return ", ".join(f"{k}={v!r}" for k, v in arguments.items())
-
-
-def index_call(arguments: dict[str, Any]) -> str:
-    """The call that a remedy of the ``index`` job names, as Python text.
-
-    What :class:`sphdist.errors.PythonForm` words an ``"index"``
-    :class:`~sphdist.errors.Remedy` with: :func:`check_index` of its ``output`` where it
-    checks (``check``), else :func:`build_index`.
-
-    Examples
-    --------
-    >>> index_call({"model": "m.zarr", "output": "i.zarr", "check": True})
-    "sphdist.jobs.neighbors.check_index(model='m.zarr', path='i.zarr')"
-    >>> index_call({"model": "m.zarr", "output": "i.zarr", "overwrite": True})
-    "sphdist.jobs.neighbors.build_index(model='m.zarr', output='i.zarr', overwrite=True)"
-    """
-    arguments = dict(arguments)
-    if arguments.pop("check", False):
-        arguments = {("path" if k == "output" else k): v for k, v in arguments.items()}
-        return f"sphdist.jobs.neighbors.check_index({_keywords(arguments)})"
-    return f"sphdist.jobs.neighbors.build_index({_keywords(arguments)})"
-
-
-def neighbors_call(arguments: dict[str, Any]) -> str:
-    """The call that a remedy of the ``neighbors`` job names, as Python text.
-
-    What :class:`sphdist.errors.PythonForm` words a ``"neighbors"``
-    :class:`~sphdist.errors.Remedy` with: the function of its mode (:func:`knn_graph` for
-    ``all``, :func:`batch_neighbors` for ``queries``, read by :func:`queries_of`, else
-    :func:`query_neighbors`), its fields as keywords.
-
-    Examples
-    --------
-    >>> neighbors_call({"model": "m.zarr", "all": True, "k": 5, "output": "g.csv"})
-    "sphdist.jobs.neighbors.knn_graph(model='m.zarr', k=5, output='g.csv')"
-    >>> neighbors_call({"model": "m.zarr", "queries": "q.txt", "output": "h.csv"})
-    "sphdist.jobs.neighbors.batch_neighbors(model='m.zarr', \
-queries=sphdist.jobs.neighbors.queries_of('q.txt'), output='h.csv')"
-    """
-    arguments = dict(arguments)
-    if arguments.pop("all", False):
-        name = "knn_graph"
-    elif "queries" in arguments:
-        name = "batch_neighbors"
-    else:
-        name = "query_neighbors"
-    words = [f"queries=sphdist.jobs.neighbors.queries_of({v!r})" if k == "queries" else
-             f"{k}={v!r}" for k, v in arguments.items()]
-    return f"sphdist.jobs.neighbors.{name}({', '.join(words)})"
 
 
 def default_index_path(model: str | os.PathLike[str], input: str | os.PathLike[str] | None = None,
@@ -1240,3 +1188,4 @@ def _bad_queries(
             "fix the queries."
         )
     return [{"line": line(i), "query": texts[i], "reason": problems[i][1]} for i in order]
+
