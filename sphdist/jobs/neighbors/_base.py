@@ -123,6 +123,7 @@ def _build_index(
     """:func:`build_index`, its output ``held`` (written through it)."""
     import faiss
 
+    # here, not above: they import dask and scikit-learn, which one query must not (test_startup)
     from sphdist.jobs.cluster import task_path
     from sphdist.methods.neighbors import NeighborIndex
 

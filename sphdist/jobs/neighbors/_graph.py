@@ -94,6 +94,7 @@ def _knn_graph(
     """:func:`knn_graph`, its output ``held`` (the table is committed through it)."""
     import dask
 
+    # here, not above: they import dask, which one query must not (tests/cli/test_startup.py)
     from sphdist.core import graph
     from sphdist.jobs.cluster import check_workers_see, task_path
 

@@ -19,6 +19,7 @@ import numpy as np
 from sphdist.core.neighbors import angle_degrees
 from sphdist.io import Output, exists, open_output
 from sphdist.io._policy import refuse_existing
+from sphdist.jobs._outputs import output_format
 from sphdist.jobs.embedding import EmbeddingSource
 
 #: Output formats of batch queries and of the k-NN graph, by file suffix.
@@ -74,8 +75,6 @@ def hits_table(
 
 
 def _format(output: Path, format: str | None, redo: Callable[[Path], str] | None = None) -> str:
-    from sphdist.jobs._outputs import output_format
-
     return output_format(output, format, HIT_FORMATS, redo=redo)
 
 

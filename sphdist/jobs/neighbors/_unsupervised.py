@@ -16,10 +16,16 @@ from typing import Any
 import numpy as np
 
 from sphdist.errors import DataError, InputNotFoundError, ParameterError, Remedy, option, remedy
-from sphdist.io import Output, exists, hold_output
+from sphdist.io import Output, exists, hold_output, open_file
 from sphdist.io._policy import refuse_existing
 from sphdist.io.model import Model, open_model
-from sphdist.jobs.embedding import EmbeddingSource, open_embedding_source
+from sphdist.jobs.embedding import (
+    EmbeddingSource,
+    document_embedding,
+    embed_texts,
+    nearest_neighbors,
+    open_embedding_source,
+)
 from sphdist.jobs.neighbors._base import _say, _skip, check_k, find_index, search
 from sphdist.jobs.neighbors._hits import _format, hits_table, write_hits
 from sphdist.jobs.neighbors._request import NeighborRequest, QueryLines, _asked, _request
@@ -48,8 +54,6 @@ def queries_of(path: str | os.PathLike[str]) -> QueryLines:
     DataError
         If the file is binary (it holds a NUL byte): the message gives its offset.
     """
-    from sphdist.io import open_file
-
     remedy = "To resolve this, pass a text file with one query per line."
     if not exists(path):
         raise InputNotFoundError(f"{path}: no such queries file. {remedy}")
@@ -169,8 +173,6 @@ def query_neighbors(
     CorpusMismatchError, ModelFormatError, InputNotFoundError
         See :func:`find_index` and :func:`open_embedding_source`.
     """
-    from sphdist.jobs.embedding import document_embedding, embed_texts, nearest_neighbors
-
     request = _request(request, fields, "query_neighbors", ("query", "doc_id"))
     query, doc_id, k, include_self = (request.query, request.doc_id, request.k,
                                       request.include_self)
@@ -272,8 +274,6 @@ def _batch_neighbors(
     **fields: Any,
 ) -> dict[str, Any]:
     """:func:`batch_neighbors`, its output ``held`` (the table is committed through it)."""
-    from sphdist.jobs.embedding import embed_texts
-
     if on_error not in ON_ERROR:
         raise ParameterError(f"on_error={on_error!r}: expected one of {list(ON_ERROR)}.")
     request = _request(request, fields, "batch_neighbors", ("queries", "ids"))
