@@ -22,6 +22,7 @@ and the search, shared by every job), ``_hits`` (the tables), ``_unsupervised``
 (:func:`knn_graph`). Every public name is imported from here.
 """
 
+from sphdist.jobs.neighbors import _hits, _request
 from sphdist.jobs.neighbors._base import (
     build_index,
     check_index,
@@ -33,10 +34,23 @@ from sphdist.jobs.neighbors._base import (
     search,
 )
 from sphdist.jobs.neighbors._graph import knn_graph
-from sphdist.jobs.neighbors._hits import HIT_COLUMNS, HIT_FORMATS, hits_table, write_hits
+from sphdist.jobs.neighbors._hits import hits_table, write_hits
 from sphdist.jobs.neighbors._remedies import index_call, neighbors_call
-from sphdist.jobs.neighbors._request import MODES, NeighborRequest, QueryLines
+from sphdist.jobs.neighbors._request import NeighborRequest, QueryLines
 from sphdist.jobs.neighbors._unsupervised import batch_neighbors, queries_of, query_neighbors
+
+# The constants are bound here again for their doc comments, which Sphinx reads from the
+# module a name is documented in.
+#: Output formats of batch queries and of the k-NN graph, by file suffix.
+HIT_FORMATS = _hits.HIT_FORMATS
+#: The columns of every neighbour table (``queries``, ``queries`` of ids, ``all``):
+#: ``query`` (the text, or the id of the query document), ``query_label`` (the query
+#: document's label; null for a text), ``rank`` (1-based), ``doc_id`` and ``label`` of the
+#: neighbour, ``angle`` (degrees, in [0, 180]) and ``cosine``.
+HIT_COLUMNS = _hits.HIT_COLUMNS
+#: The modes of a :class:`NeighborRequest`: one text, one document, a batch of texts, a batch
+#: of documents, every document (the k-NN graph).
+MODES = _request.MODES
 
 __all__ = [
     "HIT_FORMATS",

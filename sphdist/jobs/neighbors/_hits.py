@@ -22,12 +22,9 @@ from sphdist.io._policy import refuse_existing
 from sphdist.jobs._outputs import output_format
 from sphdist.jobs.embedding import EmbeddingSource
 
-#: Output formats of batch queries and of the k-NN graph, by file suffix.
+# Output formats of the tables, by file suffix, and their columns: their doc comments stand
+# where the package re-exports them (__init__.py), which is where Sphinx reads them.
 HIT_FORMATS = {".parquet": "parquet", ".jsonl": "jsonl", ".csv": "csv"}
-#: The columns of every neighbour table (``queries``, ``queries`` of ids, ``all``):
-#: ``query`` (the text, or the id of the query document), ``query_label`` (the query
-#: document's label; null for a text), ``rank`` (1-based), ``doc_id`` and ``label`` of the
-#: neighbour, ``angle`` (degrees, in [0, 180]) and ``cosine``.
 HIT_COLUMNS = ("query", "query_label", "rank", "doc_id", "label", "angle", "cosine")
 
 

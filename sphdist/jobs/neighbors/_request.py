@@ -47,8 +47,7 @@ class QueryLines:
         return f"{self.path} line {self.lines[i]}"
 
 
-#: The modes of a :class:`NeighborRequest`: one text, one document, a batch of texts, a batch
-#: of documents, every document (the k-NN graph).
+# The modes of a NeighborRequest: documented where the package re-exports it (__init__.py).
 MODES = ("query", "doc_id", "queries", "ids", "all")
 
 
