@@ -1,0 +1,63 @@
+"""How the remedies of the ``index`` and ``neighbors`` jobs are worded as Python calls.
+
+:class:`sphdist.errors.PythonForm` loads :func:`index_call` and :func:`neighbors_call` by the
+dotted names ``sphdist.jobs.neighbors.index_call`` and ``sphdist.jobs.neighbors.neighbors_call``
+(the package re-exports them); they name the jobs by the same public paths.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def _keywords(arguments: dict[str, Any]) -> str:
+    return ", ".join(f"{k}={v!r}" for k, v in arguments.items())
+
+
+def index_call(arguments: dict[str, Any]) -> str:
+    """The call that a remedy of the ``index`` job names, as Python text.
+
+    What :class:`sphdist.errors.PythonForm` words an ``"index"``
+    :class:`~sphdist.errors.Remedy` with: :func:`check_index` of its ``output`` where it
+    checks (``check``), else :func:`build_index`.
+
+    Examples
+    --------
+    >>> index_call({"model": "m.zarr", "output": "i.zarr", "check": True})
+    "sphdist.jobs.neighbors.check_index(model='m.zarr', path='i.zarr')"
+    >>> index_call({"model": "m.zarr", "output": "i.zarr", "overwrite": True})
+    "sphdist.jobs.neighbors.build_index(model='m.zarr', output='i.zarr', overwrite=True)"
+    """
+    arguments = dict(arguments)
+    if arguments.pop("check", False):
+        arguments = {("path" if k == "output" else k): v for k, v in arguments.items()}
+        return f"sphdist.jobs.neighbors.check_index({_keywords(arguments)})"
+    return f"sphdist.jobs.neighbors.build_index({_keywords(arguments)})"
+
+
+def neighbors_call(arguments: dict[str, Any]) -> str:
+    """The call that a remedy of the ``neighbors`` job names, as Python text.
+
+    What :class:`sphdist.errors.PythonForm` words a ``"neighbors"``
+    :class:`~sphdist.errors.Remedy` with: the function of its mode (:func:`knn_graph` for
+    ``all``, :func:`batch_neighbors` for ``queries``, read by :func:`queries_of`, else
+    :func:`query_neighbors`), its fields as keywords.
+
+    Examples
+    --------
+    >>> neighbors_call({"model": "m.zarr", "all": True, "k": 5, "output": "g.csv"})
+    "sphdist.jobs.neighbors.knn_graph(model='m.zarr', k=5, output='g.csv')"
+    >>> neighbors_call({"model": "m.zarr", "queries": "q.txt", "output": "h.csv"})
+    "sphdist.jobs.neighbors.batch_neighbors(model='m.zarr', \
+queries=sphdist.jobs.neighbors.queries_of('q.txt'), output='h.csv')"
+    """
+    arguments = dict(arguments)
+    if arguments.pop("all", False):
+        name = "knn_graph"
+    elif "queries" in arguments:
+        name = "batch_neighbors"
+    else:
+        name = "query_neighbors"
+    words = [f"queries=sphdist.jobs.neighbors.queries_of({v!r})" if k == "queries" else
+             f"{k}={v!r}" for k, v in arguments.items()]
+    return f"sphdist.jobs.neighbors.{name}({', '.join(words)})"

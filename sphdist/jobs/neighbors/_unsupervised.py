@@ -1,0 +1,364 @@
+"""Neighbours of queries: one text or document, or a batch of them written as a table.
+
+:func:`query_neighbors` answers one ``query`` or ``doc_id``; :func:`batch_neighbors` many, read
+from a ``queries`` file by :func:`queries_of` (each with its line, which the messages name), a
+bad query refused or skipped as ``on_error`` says.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from sphdist.errors import DataError, InputNotFoundError, ParameterError, Remedy, option, remedy
+from sphdist.io import Output, exists, hold_output, open_file
+from sphdist.io._policy import refuse_existing
+from sphdist.io.model import Model, open_model
+from sphdist.jobs.embedding import (
+    EmbeddingSource,
+    document_embedding,
+    embed_texts,
+    nearest_neighbors,
+    open_embedding_source,
+)
+from sphdist.jobs.neighbors._base import _say, _skip, check_k, find_index, search
+from sphdist.jobs.neighbors._hits import _format, hits_table, write_hits
+from sphdist.jobs.neighbors._request import NeighborRequest, QueryLines, _asked, _request
+
+ON_ERROR = ("fail", "skip")
+
+
+def queries_of(path: str | os.PathLike[str]) -> QueryLines:
+    """The queries of a ``queries`` file: one per non-blank line (UTF-8), stripped.
+
+    Lines are split at line feeds (a carriage return before one is dropped, as is a UTF-8
+    byte order mark); a line that is not UTF-8 text is kept as a bad query
+    (:attr:`QueryLines.unreadable`) so that ``on_error`` decides, as for a query the model
+    cannot embed.
+
+    Returns
+    -------
+    QueryLines
+
+    Raises
+    ------
+    InputNotFoundError
+        If the file does not exist.
+    ParameterError
+        If ``path`` is a directory, or the file holds no query.
+    DataError
+        If the file is binary (it holds a NUL byte): the message gives its offset.
+    """
+    remedy = "To resolve this, pass a text file with one query per line."
+    if not exists(path):
+        raise InputNotFoundError(f"{path}: no such queries file. {remedy}")
+    try:
+        with open_file(path, "rb") as f:
+            data = f.read()
+    except IsADirectoryError:
+        raise ParameterError(f"{path} is a directory, not a queries file. {remedy}") from None
+    nul = data.find(b"\0")
+    if nul >= 0:
+        raise DataError(
+            f"{path} is a binary file, not text (a NUL byte at offset {nul}): a queries file "
+            f"holds one query per line, in UTF-8. {remedy}"
+        )
+    texts: list[str] = []
+    lines: list[int] = []
+    unreadable: dict[int, str] = {}
+    for number, raw in enumerate(data.removeprefix(b"\xef\xbb\xbf").split(b"\n"), start=1):
+        try:
+            text = raw.decode("utf-8").strip()
+        except UnicodeDecodeError as exc:
+            unreadable[len(texts)] = (f"the line is not UTF-8 text (byte 0x{raw[exc.start]:02x} "
+                                      f"at column {exc.start + 1})")
+            text = raw.decode("utf-8", errors="replace").strip()
+        if text:
+            texts.append(text)
+            lines.append(number)
+    if not texts:
+        raise ParameterError(
+            f"{path} holds no query (every line is blank). To resolve this, write one query "
+            "per line."
+        )
+    return QueryLines(str(path), texts, lines, unreadable)
+
+
+def _ids_problems(source: EmbeddingSource, doc_ids: Sequence[str]
+                  ) -> tuple[np.ndarray, dict[int, tuple[type[Exception], str]]]:
+    """Positions of ``doc_ids`` in ``source`` (-1: none), and what is wrong with each bad one.
+
+    A bad id is unknown (:class:`ParameterError`) or names a document without a direction
+    (:class:`DataError`), as :func:`sphdist.jobs.embedding.document_embedding` says.
+    """
+    order = np.argsort(source.doc_ids.astype(str), kind="stable")
+    sorted_ids = source.doc_ids.astype(str)[order]
+    wanted = np.asarray(list(doc_ids), dtype=str)
+    at = np.searchsorted(sorted_ids, wanted)
+    ok = (at < sorted_ids.size) & (sorted_ids[np.minimum(at, sorted_ids.size - 1)] == wanted)
+    positions = np.where(ok, order[np.minimum(at, sorted_ids.size - 1)], -1).astype(np.int64)
+    problems: dict[int, tuple[type[Exception], str]] = {}
+    examples = ", ".join(map(repr, source.doc_ids[:3].tolist()))
+    for i in np.flatnonzero(~ok):
+        problems[int(i)] = (ParameterError, f"no document has id {doc_ids[i]!r} (ids look like "
+                                            f"{examples}; see `sphdist export`)")
+    if source.degenerate is not None:
+        for i in np.flatnonzero(ok & source.degenerate[np.maximum(positions, 0)]):
+            problems[int(i)] = (DataError, f"document {doc_ids[i]!r} is empty (no feature in "
+                                           "common with the model), so its embedding is a "
+                                           "placeholder, not a direction")
+    return positions, problems
+
+
+def _columns_of(source: EmbeddingSource, positions: np.ndarray) -> np.ndarray:
+    """V[:, positions] as (r, len(positions)) float64, each stored chunk read once."""
+    order = np.argsort(positions, kind="stable")
+    block = np.asarray(source.V[:, positions[order]].compute(), dtype=np.float64)
+    out = np.empty_like(block)
+    out[:, order] = block
+    return out
+
+
+def _open(model: Any, input: Any, rest: dict[str, Any], index: Any, exact: bool,
+          nprobe: int | None) -> tuple[Model, EmbeddingSource, Any, Path | None]:
+    source = open_embedding_source(model, input, verb="neighbors", rest=rest)  # roles first
+    fitted = open_model(model)
+    found, path = find_index(model, source, fitted, input, index=index, exact=exact,
+                             nprobe=nprobe)
+    return fitted, source, found, path
+
+
+def query_neighbors(
+    model: str | os.PathLike[str], request: NeighborRequest | None = None, **fields: Any,
+) -> dict[str, Any]:
+    """The k nearest documents of one text or document (``sphdist neighbors``).
+
+    Without an index (none given, none at :func:`default_index_path`, or ``exact``) this is the
+    exact scan :func:`sphdist.jobs.embedding.nearest_neighbors`, as it always was (at most k:
+    fewer when the collection is smaller); with one, its search, and ``k`` larger than the
+    indexed documents is refused.
+
+    Parameters
+    ----------
+    model : path-like
+    request : NeighborRequest, optional
+        A ``query`` or a ``doc_id``, with ``k``, ``include_self``, ``input``, ``index``,
+        ``exact``, ``nprobe``; without it, those fields as keywords
+        (``query_neighbors(model, doc_id="doc7", k=10)``).
+
+    Returns
+    -------
+    dict
+        ``query``, ``doc_id``, ``query_label`` (the label of the ``doc_id`` document; None for
+        a text), ``k``, ``neighbors`` (list of dict, nearest first: the rows of the tables of
+        :func:`batch_neighbors`, with their columns :data:`HIT_COLUMNS`: ``query`` (the text,
+        or the ``doc_id``), ``query_label``, ``rank``, ``doc_id``, ``label``, ``angle`` in
+        degrees, ``cosine``) and, when an index was searched, ``index`` (its path).
+
+    Raises
+    ------
+    ParameterError
+        If the request is neither a ``query`` nor a ``doc_id``, ``include_self`` with a
+        ``query`` (:class:`NeighborRequest`), an unknown ``doc_id``, or ``k`` too large for
+        the index.
+    TypeError
+        If both a ``request`` and fields are given.
+    DataError
+        For a query without a direction (empty, or no term of the model) or an empty document.
+    CorpusMismatchError, ModelFormatError, InputNotFoundError
+        See :func:`find_index` and :func:`open_embedding_source`.
+    """
+    request = _request(request, fields, "query_neighbors", ("query", "doc_id"))
+    query, doc_id, k, include_self = (request.query, request.doc_id, request.k,
+                                      request.include_self)
+    input, index, exact, nprobe = request.input, request.index, request.exact, request.nprobe
+    rest = {"doc_id": doc_id} if doc_id is not None else {"query": str(query)}
+    fitted, source, found, path = _open(model, input, rest, index, exact, nprobe)
+    own = None
+    if doc_id is not None:
+        own, vector = document_embedding(source, doc_id)
+    else:
+        vector = embed_texts(fitted, [str(query)])[:, 0]
+    exclude = None if include_self else own
+    report: dict[str, Any] = {
+        "query": query, "doc_id": doc_id,
+        "query_label": None if own is None else source.label_strings(np.array([own]))[0],
+        "k": k,
+    }
+    asked = [str(query) if doc_id is None else doc_id]
+    if found is None:
+        hits = nearest_neighbors(source, vector, k, exclude=exclude)
+        idx = np.array([[h["index"] for h in hits]], dtype=np.int64).reshape(1, -1)
+        cos = np.array([[h["cosine"] for h in hits]], dtype=np.float64).reshape(1, -1)
+        ids = np.array([[h["doc_id"] for h in hits]], dtype=object).reshape(1, -1)
+    else:
+        check_k(k, found.n_indexed_ - (exclude is not None))
+        _say(found, path)
+        idx, cos = search(source, vector[:, None], k, index=found,
+                          exclude=None if exclude is None else np.array([exclude]))
+        ids = source.ids.take(np.where(idx >= 0, idx, 0))  # only the chunks holding the hits
+    columns = hits_table(source, asked, idx, cos, [report["query_label"]], doc_ids=ids)
+    report["neighbors"] = [dict(zip(columns, row, strict=True))
+                           for row in zip(*columns.values(), strict=True)]
+    if found is not None:
+        report["index"] = str(path)
+    return report
+
+
+def batch_neighbors(
+    model: str | os.PathLike[str], output: str | os.PathLike[str],
+    request: NeighborRequest | None = None, *, format: str | None = None,
+    overwrite: bool = False, on_error: str = "fail", **fields: Any,
+) -> dict[str, Any]:
+    """The k nearest documents of many texts or documents, written as a table.
+
+    Parameters
+    ----------
+    model : path-like
+    output : path-like
+        Parquet, JSON Lines or CSV (by its suffix; ``format`` must agree): columns
+        :data:`HIT_COLUMNS`, angle in degrees.
+    request : NeighborRequest, optional
+        ``queries``: texts (embedded as :func:`sphdist.jobs.embedding.embed_texts`) or, with
+        ``ids``, document ids of the documents searched (each one's neighbours are other
+        documents unless ``include_self``); :func:`queries_of` reads them from a file with
+        their line numbers, which the messages then name. ``k``, ``input``, ``index``,
+        ``exact``, ``nprobe`` as :func:`query_neighbors`; without an index the queries are
+        answered by one exact scan (:func:`exact_search`). Without a request, its fields as
+        keywords (``batch_neighbors(model, output, queries=[...], k=10)``).
+    format : {"parquet", "jsonl", "csv"}, optional
+    overwrite : bool, default False
+    on_error : {"fail", "skip"}, default "fail"
+        A bad query (a text sharing no term with the model, an unknown id, the id of an empty
+        document, a line that is not UTF-8): refused, naming its line and nothing written
+        (``"fail"``), or left out of the table and listed in ``skipped`` (``"skip"``).
+
+    Returns
+    -------
+    dict
+        ``output``, ``format``, ``n_rows``, ``n_queries`` (answered), ``k``, ``index`` (path
+        or None), ``seconds`` (of the search), ``n_skipped`` and ``skipped`` (list of dict:
+        ``line``, the 1-based line of the file, or position in the list, ``query`` and
+        ``reason``).
+
+    Raises
+    ------
+    ParameterError
+        No query, an unknown id (``on_error="fail"``), every query bad (``"skip"``), ``k``
+        larger than the documents that can be neighbours, a format the suffix does not name,
+        a request without ``queries`` or ``include_self`` without ``ids``
+        (:class:`NeighborRequest`), an unknown ``on_error``; ``output`` is an input:
+        the model, the embedding, the index or the queries file (:func:`queries_of`), before
+        anything is read (the output is held, :func:`sphdist.io.hold_output`, until its
+        commit).
+    DataError
+        A query without a direction, a line that is not UTF-8 (``on_error="fail"``: the
+        message names its line and the remedy).
+    OutputExistsError, OutputLockedError, CorpusMismatchError, ModelFormatError
+    """
+    read = (model, _asked(request, fields, "input"), _asked(request, fields, "index"),
+            getattr(_asked(request, fields, "queries"), "path", None))  # a queries file too
+    with hold_output(output, kind="file", inputs=read) as held:
+        return _batch_neighbors(held, model, output, request, format=format,
+                                overwrite=overwrite, on_error=on_error, **fields)
+
+
+def _batch_neighbors(
+    held: Output, model: str | os.PathLike[str], output: str | os.PathLike[str],
+    request: NeighborRequest | None, *, format: str | None, overwrite: bool, on_error: str,
+    **fields: Any,
+) -> dict[str, Any]:
+    """:func:`batch_neighbors`, its output ``held`` (the table is committed through it)."""
+    if on_error not in ON_ERROR:
+        raise ParameterError(f"on_error={on_error!r}: expected one of {list(ON_ERROR)}.")
+    request = _request(request, fields, "batch_neighbors", ("queries", "ids"))
+    queries, ids, k, include_self = (request.queries, request.ids, request.k,
+                                     request.include_self)
+    input, index, exact, nprobe = request.input, request.index, request.exact, request.nprobe
+    output = held.path  # as named, normalised once (open_output)
+    lines = queries if isinstance(queries, QueryLines) else None
+    texts = list(queries.texts if lines is not None else queries)
+    file = lines.path if lines is not None else "FILE"
+    given = {"model": str(model), **({"input": str(input)} if input is not None else {})}
+    asked = {"queries": str(file), **({"ids": True} if ids else {})}
+    fmt = _format(output, format, lambda fixed: remedy(Remedy(
+        "neighbors", given, {**asked, "output": str(fixed)})))
+    if not texts:
+        raise ParameterError("no query given. To resolve this, pass at least one query.")
+    if not overwrite and exists(output):
+        refuse_existing(output)
+    rest = {**asked, "output": str(output)}
+    fitted, source, found, path = _open(model, input, rest, index, exact, nprobe)
+    problems: dict[int, tuple[type[Exception], str]] = {
+        i: (DataError, why) for i, why in (lines.unreadable if lines is not None else {}).items()}
+    if ids:
+        positions, bad = _ids_problems(source, texts)
+        problems = {**bad, **problems}
+    else:
+        Q, degenerate = embed_texts(fitted, texts, return_degenerate=True)
+        for i in np.flatnonzero(degenerate):
+            problems.setdefault(int(i), (DataError, (
+                f"query {texts[i][:60]!r} shares no term with the model's features, so it has "
+                "no direction on the sphere")))
+    skipped = _bad_queries(problems, texts, lines, on_error)
+    keep = np.array([i not in problems for i in range(len(texts))], dtype=bool)
+    kept = [t for t, ok in zip(texts, keep, strict=True) if ok]
+    exclude = query_labels = None
+    if ids:
+        positions = positions[keep]
+        Q = _columns_of(source, positions)
+        exclude = None if include_self else positions
+        query_labels = source.label_strings(positions)
+    else:
+        Q = Q[:, keep]
+    skip = _skip(source)
+    live = source.n_documents - (0 if skip is None else int(skip.sum()))
+    n = found.n_indexed_ if found is not None else live
+    check_k(k, n - (exclude is not None))
+    _say(found, path)
+    start = time.perf_counter()
+    idx, cos = search(source, Q, k, index=found, exclude=exclude)
+    seconds = time.perf_counter() - start
+    result = write_hits(hits_table(source, kept, idx, cos, query_labels), held, format=fmt,
+                        overwrite=overwrite)
+    return {**result, "n_queries": len(kept), "k": k,
+            "index": None if path is None else str(path), "seconds": seconds,
+            "n_skipped": len(skipped), "skipped": skipped}
+
+
+def _bad_queries(
+    problems: dict[int, tuple[type[Exception], str]], texts: list[str],
+    lines: QueryLines | None, on_error: str,
+) -> list[dict[str, Any]]:
+    """The bad queries as ``skipped`` lists them, or the refusal of the first (``"fail"``)."""
+    def where(i: int) -> str:
+        return lines.where(i) if lines is not None else f"query {i + 1}"
+
+    def line(i: int) -> int:
+        return lines.lines[i] if lines is not None else i + 1
+
+    order = sorted(problems)
+    if order and on_error == "fail":
+        first = order[0]
+        cls, why = problems[first]
+        others = (f" ({len(order)} of {len(texts)} queries are bad, at "
+                  f"{'lines' if lines is not None else 'positions'} "
+                  f"{', '.join(str(line(i)) for i in order[:10])}"
+                  f"{', ...' if len(order) > 10 else ''})") if len(order) > 1 else ""
+        raise cls(
+            f"{where(first)}: {why}{others}. To resolve this, fix or remove that "
+            f"{'line' if lines is not None else 'query'}, or pass "
+            f"{option('on_error', 'skip')} to leave such queries out and list them."
+        )
+    if order and len(order) == len(texts):
+        raise ParameterError(
+            f"every query is bad ({len(texts)} of {len(texts)}; {where(order[0])}: "
+            f"{problems[order[0]][1]}); nothing was written. To resolve this, "
+            "fix the queries."
+        )
+    return [{"line": line(i), "query": texts[i], "reason": problems[i][1]} for i in order]
