@@ -31,7 +31,7 @@ from sphdist.io.model import open_model, save_checkpoint
 from sphdist.jobs import run
 from sphdist.jobs.cluster import connect
 from sphdist.jobs.fit import fit_corpus
-from sphdist.jobs.neighbors import build_index, knn_graph
+from sphdist.jobs.neighbors import IndexRequest, knn_graph
 from sphdist.jobs.transform import TransformRequest
 
 from ._process_cluster import ProcessCluster, isolation_unavailable
@@ -68,7 +68,7 @@ def reference(tmp_path_factory):
         model = fit_corpus(corpus, root / "model.zarr", n_components=R, max_iter=MAX_ITER,
                            tol=0, random_state=0)
         emb = run(TransformRequest(root / "model.zarr", corpus, root / "emb.zarr"))
-        build_index(root / "model.zarr", root / "model.index.zarr")
+        run(IndexRequest(root / "model.zarr", root / "model.index.zarr"))
         knn_graph(root / "model.zarr", root / "graph.parquet", k=K)
     return {"root": root, "corpus": corpus, "model": model, "emb": emb,
             "graph": pq.read_table(root / "graph.parquet")}
@@ -151,7 +151,7 @@ def test_shared_nothing_cluster_matches_threads_bitwise(
     # connected to the same cluster (the commands are these calls after parsing)
     with isolated.client():
         run(TransformRequest(model, corpus, f"{bucket}/emb.zarr"))
-        build_index(model, f"{bucket}/model.index.zarr")
+        run(IndexRequest(model, f"{bucket}/model.index.zarr"))
         monkeypatch.chdir(driver_dir)
         knn_graph(model, "graph.parquet", k=K)  # a relative output, written by the driver
     emb = open_embedding(f"{bucket}/emb.zarr")

@@ -131,8 +131,9 @@ def index(
     nprobe: int | None, overwrite: bool, check: bool, as_json: bool,
 ) -> None:
     """Build the nearest-neighbour index (faiss) of a model's embeddings."""
+    from sphdist.jobs import run
     from sphdist.jobs.info import plural
-    from sphdist.jobs.neighbors import build_index, check_index, default_index_path
+    from sphdist.jobs.neighbors import IndexRequest, check_index, default_index_path
 
     if output is None:
         from sphdist.io import stored_kind
@@ -154,8 +155,8 @@ def index(
                                  + ("; the copy of the document ids and its lookup table too"
                                     if report.get("doc_ids") else ""))
         return
-    report = build_index(model, output, input=input_, kind=kind, nlist=nlist, nprobe=nprobe,
-                         overwrite=overwrite)
+    report = run(IndexRequest(model, output, input=input_, kind=kind, nlist=nlist,
+                              nprobe=nprobe, overwrite=overwrite))
     how = (f"ivf, {report['nlist']} lists, nprobe {report['nprobe']}"
            if report["kind"] == "ivf" else "flat, exact")
     _report(report, as_json, f"wrote {report['output']}: {plural(report['n_indexed'], 'document')}"

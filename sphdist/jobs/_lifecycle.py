@@ -25,7 +25,7 @@ scikit-learn's ``clone(est).set_params(**changes)``), which an error carries
 (:meth:`Request.remedy`) and each interface words in its own terms (the command line as the
 command, the Python API as the call).
 
-A new command is a request (its fields, :attr:`Request.command`, :attr:`Request.kind`,
+A new command is a request (its fields, :attr:`Request.command`, :attr:`Request.writes`,
 :meth:`Request.inputs`, :meth:`Request.prepare`) and its :meth:`Request.execute`; nothing else.
 """
 
@@ -60,14 +60,14 @@ class Request(abc.ABC):
 
     Subclasses are frozen dataclasses with an ``output`` and an ``overwrite`` field (declared
     there, in the command's own order of parameters); they set
-    :attr:`command` and :attr:`kind`, and implement :meth:`inputs` and :meth:`execute` (and
+    :attr:`command` and :attr:`writes`, and implement :meth:`inputs` and :meth:`execute` (and
     :meth:`prepare` where the job opens inputs). :func:`run` does the rest.
     """
 
     #: The ``sphdist`` command that runs this request (``"transform"``, ``"plot embedding"``).
     command: ClassVar[str]
     #: What it writes: ``"corpus"``, ``"model"``, ``"embedding"``, ``"index"`` or ``"file"``.
-    kind: ClassVar[str]
+    writes: ClassVar[str]
     #: The fields a remedy names even at their default value (the paths), in order.
     targets: ClassVar[tuple[str, ...]] = ()
     #: Fields that say how this run shows its work, not what it computes: never in a remedy.
@@ -120,7 +120,7 @@ class Request(abc.ABC):
 def _refuse_existing(request: Request) -> None:
     """Refuse, before the hold, an output that is there and not to be replaced (cheap, early)."""
     output = request.output
-    there = exists(output) if request.kind == "file" else committed(output)
+    there = exists(output) if request.writes == "file" else committed(output)
     if there and not request.overwrite:
         refuse_existing(output)
 
@@ -157,11 +157,11 @@ def run(request: Request, *, on: AbstractContextManager[Any] | None = None) -> A
         Whatever the request's :meth:`~Request.prepare` and :meth:`~Request.execute` raise.
     """
     inputs: Iterable[Any] = request.inputs()
-    check_output_place(request.output, request.kind, inputs)
-    check_output_kind(request.output, request.kind)
+    check_output_place(request.output, request.writes, inputs)
+    check_output_kind(request.output, request.writes)
     prepared = request.prepare()
     _refuse_existing(request)
     with on if on is not None else contextlib.nullcontext(), hold_output(
-            request.output, kind=request.kind, inputs=inputs,
+            request.output, kind=request.writes, inputs=inputs,
             overwrite=request.overwrite) as held:
         return request.execute(held, prepared)

@@ -506,7 +506,7 @@ class ExportRequest(Request):
     """
 
     command: ClassVar[str] = "export"
-    kind: ClassVar[str] = "file"
+    writes: ClassVar[str] = "file"
     targets: ClassVar[tuple[str, ...]] = ("model", "input", "output")
 
     model: Any

@@ -150,7 +150,7 @@ class IngestRequest(Request):
     """
 
     command: ClassVar[str] = "ingest"
-    kind: ClassVar[str] = "corpus"
+    writes: ClassVar[str] = "corpus"
     targets: ClassVar[tuple[str, ...]] = ("output",)
 
     source: SourceSpec | str | os.PathLike[str] | Sequence[str | os.PathLike[str]]

@@ -141,7 +141,7 @@ class PlotConvergenceRequest(Request):
     """
 
     command: ClassVar[str] = "plot convergence"
-    kind: ClassVar[str] = "file"
+    writes: ClassVar[str] = "file"
     targets: ClassVar[tuple[str, ...]] = ("model", "output")
 
     model: Any
@@ -375,7 +375,7 @@ class PlotEmbeddingRequest(Request):
     """
 
     command: ClassVar[str] = "plot embedding"
-    kind: ClassVar[str] = "file"
+    writes: ClassVar[str] = "file"
     targets: ClassVar[tuple[str, ...]] = ("model", "input", "output")
 
     model: Any

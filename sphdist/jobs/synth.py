@@ -75,7 +75,7 @@ class SynthRequest(SynthSpec, Request):
             raise ParameterError(f"format={self.format!r}: expected one of {list(FORMATS)}.")
 
     @property
-    def kind(self) -> str:  # type: ignore[override]
+    def writes(self) -> str:  # type: ignore[override]
         """What is written: a ``"corpus"`` store (``format`` or a ``.zarr`` name), else a file.
 
         Told without refusing anything: a suffix that names no format is refused by

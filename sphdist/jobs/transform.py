@@ -102,7 +102,7 @@ class TransformRequest(Request):
     """
 
     command: ClassVar[str] = "transform"
-    kind: ClassVar[str] = "embedding"
+    writes: ClassVar[str] = "embedding"
     targets: ClassVar[tuple[str, ...]] = ("model", "input", "output")
 
     model: Any

@@ -398,18 +398,20 @@ def test_a_neighbors_error_from_python_names_keywords_and_calls_not_flags(traine
     arguments and the calls of the jobs that resolve it, never a ``--`` flag."""
     from sphdist.errors import CorpusMismatchError, OutputExistsError, ParameterError
     from sphdist.jobs import neighbors as jobs
+    from sphdist.jobs import run
 
     model, other = str(trained["model"]), str(trained["other"])
     index = tmp_path / "o.zarr"
-    jobs.build_index(other, index)
+    run(jobs.IndexRequest(other, index))
     doc_id = open_corpus(trained["corpus"]).doc_ids[5]
     with pytest.raises(CorpusMismatchError) as mismatch:
         jobs.query_neighbors(model, doc_id=doc_id, index=index)
     text = str(mismatch.value)
-    assert f"`sphdist.jobs.neighbors.build_index(model={model!r}, output={str(index)!r}, " \
-           "overwrite=True)`" in text and "exact=True" in text
+    assert ("`sphdist.jobs.run(sphdist.jobs.neighbors.IndexRequest("
+            f"model={model!r}, output={str(index)!r}, overwrite=True))`") in text
+    assert "exact=True" in text
     with pytest.raises(OutputExistsError) as exists:
-        jobs.build_index(model, index)
+        run(jobs.IndexRequest(model, index))
     assert "choose another output or pass overwrite=True" in str(exists.value)
     with pytest.raises(ParameterError) as both:
         jobs.query_neighbors(model, doc_id=doc_id, index=index, exact=True)

@@ -27,7 +27,7 @@ from sphdist.io.index import open_index, write_index
 from sphdist.io.model import load_checkpoint, open_model, save_checkpoint
 from sphdist.jobs import run
 from sphdist.jobs.embedding import ExportRequest
-from sphdist.jobs.neighbors import batch_neighbors, build_index, knn_graph, write_hits
+from sphdist.jobs.neighbors import IndexRequest, batch_neighbors, knn_graph, write_hits
 from sphdist.jobs.plotting import PlotConvergenceRequest, PlotEmbeddingRequest, save_figure
 from sphdist.jobs.synth import SynthRequest
 from sphdist.jobs.transform import TransformRequest
@@ -185,7 +185,7 @@ def test_an_index_given_an_output_whose_block_ended_commits_nothing(tmp_path):
 def test_index_commits_through_the_output_it_holds(fitted, monkeypatch):
     commits = commits_of(monkeypatch)
     monkeypatch.chdir(fitted)
-    build_index("m.zarr", "i.zarr")
+    run(IndexRequest("m.zarr", "i.zarr"))
     assert commits == ["i.zarr"]
 
 

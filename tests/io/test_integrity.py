@@ -422,11 +422,12 @@ def test_stores_written_before_these_digests_are_read_with_one_warning(copies, c
 
 
 def _index(copies, kind="ivf", **kw):
-    from sphdist.jobs.neighbors import build_index
+    from sphdist.jobs import run
+    from sphdist.jobs.neighbors import IndexRequest
 
     _, out = copies
     path = out.with_name("i.zarr")
-    build_index(out, path, kind=kind, nlist=4 if kind == "ivf" else None, nprobe=2, **kw)
+    run(IndexRequest(out, path, kind=kind, nlist=4 if kind == "ivf" else None, nprobe=2, **kw))
     return out, path
 
 
@@ -492,7 +493,7 @@ def test_an_index_edited_with_its_digests_recomputed_is_refused_in_one_error(cop
         record[key] += 1
     g.attrs["index"] = record
     # the Python API's words (issue 32): the index job's call, by keyword
-    with pytest.raises(ModelFormatError, match=rf"{path}.*build_index\(model=.*overwrite=True"):
+    with pytest.raises(ModelFormatError, match=rf"{path}.*IndexRequest\(model=.*overwrite=True"):
         _reload(out, path)
 
 
@@ -648,7 +649,7 @@ def test_edited_ids_of_an_index_are_refused_when_read(copies, monkeypatch):
     out, path = _index(copies)
     _swap(path / "doc_ids", 2, 5)
     with pytest.raises(ModelFormatError, match=r"doc_ids \(chunk 0, elements 0:8\) does not "
-                                               r"match.*build_index\(model=.*overwrite=True"):
+                                               r"match.*IndexRequest\(model=.*overwrite=True"):
         query_neighbors(out, doc_id="5", k=3, index=path)
     assert query_neighbors(out, doc_id="60", k=1, index=path)["neighbors"]  # other chunks
 

@@ -1,6 +1,6 @@
 """Nearest neighbours at scale: the index of a model's embeddings, batch queries, the k-NN graph.
 
-``sphdist index`` (:func:`build_index`) builds a faiss index
+``sphdist index`` (:class:`IndexRequest`) builds a faiss index
 (:class:`sphdist.methods.neighbors.NeighborIndex`: exact flat below
 :data:`~sphdist.methods.neighbors.FLAT_MAX` documents, IVF above) of the embeddings a model
 gives (its V, or an ``embedding.zarr``) and stores it as an ``index.zarr``
@@ -24,7 +24,7 @@ and the search, shared by every job), ``_hits`` (the tables), ``_unsupervised``
 
 from sphdist.jobs.neighbors import _hits, _request
 from sphdist.jobs.neighbors._base import (
-    build_index,
+    IndexRequest,
     check_index,
     check_k,
     default_index_path,
@@ -58,7 +58,7 @@ __all__ = [
     "MODES",
     "NeighborRequest",
     "QueryLines",
-    "build_index",
+    "IndexRequest",
     "check_index",
     "default_index_path",
     "find_index",

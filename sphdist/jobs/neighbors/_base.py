@@ -1,6 +1,6 @@
 """What the neighbour jobs share: the stored index of a model's embeddings, and the search.
 
-:func:`build_index` builds a faiss index (:class:`sphdist.methods.neighbors.NeighborIndex`) and
+:class:`IndexRequest` builds a faiss index (:class:`sphdist.methods.neighbors.NeighborIndex`) and
 stores it (:mod:`sphdist.io.index`); :func:`check_index` reads it whole; :func:`load_index`
 opens it for a search after checking it indexes the documents searched; :func:`find_index`
 picks the one a search uses (the one asked for, else :func:`default_index_path`).
@@ -10,20 +10,21 @@ of the embeddings); :func:`check_k` refuses a ``k`` larger than the candidates.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
 from sphdist.core.neighbors import SearchIndex, top_k_chunk, top_k_merge
 from sphdist.errors import CorpusMismatchError, ParameterError, Remedy, Words, option, remedy
-from sphdist.io import Output, absolute, exists, hold_output, location
-from sphdist.io._policy import refuse_existing
+from sphdist.io import Output, absolute, exists, location
 from sphdist.io.index import index_kind, open_index, write_index
 from sphdist.io.model import Model, open_model
+from sphdist.jobs._lifecycle import Request, located
 from sphdist.jobs.embedding import EmbeddingSource, open_embedding_source
 
 logger = logging.getLogger("sphdist")
@@ -60,13 +61,13 @@ def _skip(source: EmbeddingSource) -> np.ndarray | None:
     return None if source.degenerate is None else np.asarray(source.degenerate, dtype=bool)
 
 
-def build_index(
-    model: str | os.PathLike[str], output: str | os.PathLike[str], *,
-    input: str | os.PathLike[str] | None = None, kind: str = "auto", nlist: int | None = None,
-    nprobe: int | None = None, train_size: int | None = None, overwrite: bool = False,
-    random_state: int = 0,
-) -> dict[str, Any]:
-    """Build the nearest-neighbour index of a model's embeddings and store it (``sphdist index``).
+@dataclasses.dataclass(frozen=True)
+class IndexRequest(Request):
+    """``sphdist index``: the nearest-neighbour index of a model's embeddings, stored.
+
+    Run by :func:`sphdist.jobs.run`, which returns a dict: ``output``, ``kind``, ``nlist``,
+    ``nprobe``, ``n_documents``, ``n_indexed``, ``n_components``, ``nbytes`` (of the serialized
+    index), ``seconds`` (of the build).
 
     Parameters
     ----------
@@ -83,74 +84,74 @@ def build_index(
     overwrite : bool, default False
         Replace an existing ``output``.
 
-    Returns
-    -------
-    dict
-        ``output``, ``kind``, ``nlist``, ``nprobe``, ``n_documents``, ``n_indexed``,
-        ``n_components``, ``nbytes`` (of the serialized index), ``seconds`` (of the build).
-
-    Raises
-    ------
-    OutputExistsError
-        If ``output`` exists and ``overwrite`` is False.
-    OutputLockedError
-        If another process is writing ``output``.
-    ParameterError, DataError
-        For parameters :class:`~sphdist.methods.neighbors.NeighborIndex` refuses.
-    CorpusMismatchError, InputNotFoundError, ModelFormatError
-        See :func:`sphdist.jobs.embedding.open_embedding_source`.
-
     Notes
     -----
+    Run, it raises, besides what :func:`sphdist.jobs.run` raises for every command:
+    ParameterError or DataError for parameters
+    :class:`~sphdist.methods.neighbors.NeighborIndex` refuses; CorpusMismatchError,
+    InputNotFoundError or ModelFormatError as :func:`sphdist.jobs.embedding.open_embedding_source`.
+
     V is read ``chunk_size`` documents at a time and added to the index, so the build holds
     the index (``(4 r + 8) n`` bytes) plus one chunk, then the serialized copy it writes.
     Documents without a direction are left out of the index.
-
-    The output is held (:func:`sphdist.io.hold_output`) from the start until the commit,
-    which is that hold's (:meth:`sphdist.io.Output.commit`).
     """
-    with hold_output(output, kind="index", inputs=(model, input)) as held:
-        return _build_index(held, model, output, input=input, kind=kind, nlist=nlist,
-                            nprobe=nprobe, train_size=train_size, overwrite=overwrite,
-                            random_state=random_state)
 
+    command: ClassVar[str] = "index"
+    writes: ClassVar[str] = "index"
+    targets: ClassVar[tuple[str, ...]] = ("model", "input", "output")
 
-def _build_index(
-    held: Output, model: str | os.PathLike[str], output: str | os.PathLike[str], *,
-    input: str | os.PathLike[str] | None, kind: str, nlist: int | None, nprobe: int | None,
-    train_size: int | None, overwrite: bool, random_state: int,
-) -> dict[str, Any]:
-    """:func:`build_index`, its output ``held`` (written through it)."""
-    import faiss
+    model: Any
+    output: Any
+    input: Any = None
+    kind: str = "auto"
+    nlist: int | None = None
+    nprobe: int | None = None
+    train_size: int | None = None
+    overwrite: bool = False
+    random_state: int = 0
 
-    # here, not above: they import dask and scikit-learn, which one query must not (test_startup)
-    from sphdist.jobs.cluster import task_path
-    from sphdist.methods.neighbors import NeighborIndex
+    def __post_init__(self) -> None:
+        for name in self.targets:
+            object.__setattr__(self, name, located(getattr(self, name)))
 
-    model, input, output = task_path(model), task_path(input), task_path(output, output=True)
-    if not overwrite and exists(output):
-        refuse_existing(output)
-    source = open_embedding_source(model, input, verb="index", rest={"output": str(output)})
-    fitted = open_model(model)
-    start = time.perf_counter()
-    index = NeighborIndex(kind, nlist=nlist, nprobe=nprobe, train_size=train_size,
-                          random_state=random_state).fit(source.V.T, exclude=_skip(source))
-    seconds = time.perf_counter() - start
-    if index.kind_ == "ivf":  # searched, never reconstructed: no id map (16 n bytes) to load
-        index.index_.set_direct_map_type(faiss.DirectMap.NoMap)  # on every read
-    data = faiss.serialize_index(index.index_)
-    model_rec, source_rec = _record(fitted, source, input)
-    record = {
-        "kind": index.kind_, "nlist": index.nlist_, "nprobe": index.nprobe_,
-        "n_documents": index.n_samples_fit_, "n_indexed": index.n_indexed_,
-        "n_components": index.n_features_in_, "metric": "inner_product",
-        "faiss_version": faiss.__version__, "seconds": seconds,
-    }
-    write_index(held, data, attrs={"index": record, "model": model_rec, "source": source_rec},
-                ids=source.ids)  # a copy of the ids, to find a doc_id without reading them
-    return {"output": str(output), **{k: record[k] for k in (
-        "kind", "nlist", "nprobe", "n_documents", "n_indexed", "n_components")},
-        "nbytes": int(data.nbytes), "seconds": seconds}
+    def inputs(self) -> tuple[Any, ...]:
+        """The model and, if given, the embedding indexed."""
+        return (self.model, self.input)
+
+    def execute(self, held: Output, prepared: None) -> dict[str, Any]:
+        """Add V to the index chunk by chunk, serialize it and commit it through ``held``."""
+        import faiss
+
+        # here, not above: they import dask and scikit-learn, which one query must not
+        # (test_startup)
+        from sphdist.jobs.cluster import task_path
+        from sphdist.methods.neighbors import NeighborIndex
+
+        model, input = task_path(self.model), task_path(self.input)
+        output = task_path(self.output, output=True)
+        source = open_embedding_source(model, input, verb="index", rest={"output": str(output)})
+        fitted = open_model(model)
+        start = time.perf_counter()
+        index = NeighborIndex(self.kind, nlist=self.nlist, nprobe=self.nprobe,
+                              train_size=self.train_size, random_state=self.random_state,
+                              ).fit(source.V.T, exclude=_skip(source))
+        seconds = time.perf_counter() - start
+        if index.kind_ == "ivf":  # searched, never reconstructed: no id map (16 n bytes) to load
+            index.index_.set_direct_map_type(faiss.DirectMap.NoMap)  # on every read
+        data = faiss.serialize_index(index.index_)
+        model_rec, source_rec = _record(fitted, source, input)
+        record = {
+            "kind": index.kind_, "nlist": index.nlist_, "nprobe": index.nprobe_,
+            "n_documents": index.n_samples_fit_, "n_indexed": index.n_indexed_,
+            "n_components": index.n_features_in_, "metric": "inner_product",
+            "faiss_version": faiss.__version__, "seconds": seconds,
+        }
+        write_index(held, data, attrs={"index": record, "model": model_rec,
+                                       "source": source_rec},
+                    ids=source.ids)  # a copy of the ids, to find a doc_id without reading them
+        return {"output": str(output), **{k: record[k] for k in (
+            "kind", "nlist", "nprobe", "n_documents", "n_indexed", "n_components")},
+            "nbytes": int(data.nbytes), "seconds": seconds}
 
 
 def check_index(
@@ -172,7 +173,7 @@ def check_index(
     path : path-like
         The ``index.zarr``.
     input : path-like, optional
-        The embedding it indexes, as for :func:`build_index`.
+        The embedding it indexes, as for :class:`IndexRequest`.
 
     Returns
     -------

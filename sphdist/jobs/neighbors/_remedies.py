@@ -19,20 +19,21 @@ def index_call(arguments: dict[str, Any]) -> str:
 
     What :class:`sphdist.errors.PythonForm` words an ``"index"``
     :class:`~sphdist.errors.Remedy` with: :func:`check_index` of its ``output`` where it
-    checks (``check``), else :func:`build_index`.
+    checks (``check``), else the run of an :class:`IndexRequest`.
 
     Examples
     --------
     >>> index_call({"model": "m.zarr", "output": "i.zarr", "check": True})
     "sphdist.jobs.neighbors.check_index(model='m.zarr', path='i.zarr')"
     >>> index_call({"model": "m.zarr", "output": "i.zarr", "overwrite": True})
-    "sphdist.jobs.neighbors.build_index(model='m.zarr', output='i.zarr', overwrite=True)"
+    "sphdist.jobs.run(sphdist.jobs.neighbors.IndexRequest(model='m.zarr', output='i.zarr', \
+overwrite=True))"
     """
     arguments = dict(arguments)
     if arguments.pop("check", False):
         arguments = {("path" if k == "output" else k): v for k, v in arguments.items()}
         return f"sphdist.jobs.neighbors.check_index({_keywords(arguments)})"
-    return f"sphdist.jobs.neighbors.build_index({_keywords(arguments)})"
+    return f"sphdist.jobs.run(sphdist.jobs.neighbors.IndexRequest({_keywords(arguments)}))"
 
 
 def neighbors_call(arguments: dict[str, Any]) -> str:
