@@ -31,7 +31,7 @@ from sphdist.io.model import open_model, save_checkpoint
 from sphdist.jobs import run
 from sphdist.jobs.cluster import connect
 from sphdist.jobs.fit import fit_corpus
-from sphdist.jobs.neighbors import IndexRequest, knn_graph
+from sphdist.jobs.neighbors import IndexRequest, KnnGraphRequest
 from sphdist.jobs.transform import TransformRequest
 
 from ._process_cluster import ProcessCluster, isolation_unavailable
@@ -69,7 +69,7 @@ def reference(tmp_path_factory):
                            tol=0, random_state=0)
         emb = run(TransformRequest(root / "model.zarr", corpus, root / "emb.zarr"))
         run(IndexRequest(root / "model.zarr", root / "model.index.zarr"))
-        knn_graph(root / "model.zarr", root / "graph.parquet", k=K)
+        run(KnnGraphRequest(root / "model.zarr", root / "graph.parquet", k=K))
     return {"root": root, "corpus": corpus, "model": model, "emb": emb,
             "graph": pq.read_table(root / "graph.parquet")}
 
@@ -153,7 +153,8 @@ def test_shared_nothing_cluster_matches_threads_bitwise(
         run(TransformRequest(model, corpus, f"{bucket}/emb.zarr"))
         run(IndexRequest(model, f"{bucket}/model.index.zarr"))
         monkeypatch.chdir(driver_dir)
-        knn_graph(model, "graph.parquet", k=K)  # a relative output, written by the driver
+        # a relative output, written by the driver
+        run(KnnGraphRequest(model, "graph.parquet", k=K))
     emb = open_embedding(f"{bucket}/emb.zarr")
     np.testing.assert_array_equal(emb.V[:], reference["emb"].V[:])
     np.testing.assert_array_equal(emb.degenerate, reference["emb"].degenerate)

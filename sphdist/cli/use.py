@@ -286,8 +286,12 @@ def neighbors(
         ids=ids, all=all_, k=k, include_self=include_self, input=input_, index=index_,
         exact=exact, nprobe=nprobe)
     if all_:  # the cluster starts once the request is validated and the index loaded
-        report = jobs.knn_graph(model, output, request, format=format_, overwrite=overwrite,
-                                connect=lambda: connect_options(cluster))
+        from sphdist.jobs import run
+
+        graph = jobs.KnnGraphRequest(model, output, k=k, input=input_, index=index_,
+                                     exact=exact, nprobe=nprobe, format=format_,
+                                     overwrite=overwrite)
+        report = run(graph, on=connect_options(cluster))
     elif queries is not None:
         report = jobs.batch_neighbors(model, output, request, format=format_,
                                       overwrite=overwrite, on_error=on_error or "fail")

@@ -417,9 +417,9 @@ def test_a_neighbors_error_from_python_names_keywords_and_calls_not_flags(traine
         jobs.query_neighbors(model, doc_id=doc_id, index=index, exact=True)
     assert str(both.value) == "pass index or exact, not both."
     with pytest.raises(ParameterError) as suffix:
-        jobs.knn_graph(model, tmp_path / "g.txt", k=3)
-    assert f"`sphdist.jobs.neighbors.knn_graph(model={model!r}, k=3, output=" in \
-        str(suffix.value)
+        run(jobs.KnnGraphRequest(model, tmp_path / "g.txt", k=3))
+    assert ("`sphdist.jobs.run(sphdist.jobs.neighbors.KnnGraphRequest("
+            f"model={model!r}, k=3, output=") in str(suffix.value)
     (tmp_path / "q.txt").write_text("nope\n")
     with pytest.raises(ParameterError) as bad:
         jobs.batch_neighbors(model, tmp_path / "h.csv", queries=jobs.queries_of(

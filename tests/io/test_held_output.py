@@ -27,7 +27,7 @@ from sphdist.io.index import open_index, write_index
 from sphdist.io.model import load_checkpoint, open_model, save_checkpoint
 from sphdist.jobs import run
 from sphdist.jobs.embedding import ExportRequest
-from sphdist.jobs.neighbors import IndexRequest, batch_neighbors, knn_graph, write_hits
+from sphdist.jobs.neighbors import IndexRequest, KnnGraphRequest, batch_neighbors, write_hits
 from sphdist.jobs.plotting import PlotConvergenceRequest, PlotEmbeddingRequest, save_figure
 from sphdist.jobs.synth import SynthRequest
 from sphdist.jobs.transform import TransformRequest
@@ -248,7 +248,7 @@ def test_a_figure_given_an_output_whose_block_ended_commits_nothing(tmp_path):
 FILE_JOBS = {
     "export parquet": (lambda name: run(ExportRequest("m.zarr", name)), "x.parquet", ()),
     "export npy": (lambda name: run(ExportRequest("m.zarr", name)), "x.npy", ("x.ids.csv",)),
-    "neighbors --all": (lambda name: knn_graph("m.zarr", name, k=2), "g.csv", ()),
+    "neighbors --all": (lambda name: run(KnnGraphRequest("m.zarr", name, k=2)), "g.csv", ()),
     "neighbors --queries": (lambda name: batch_neighbors(
         "m.zarr", name, queries=[f"doc{i:02d}" for i in range(10)], ids=True, k=2,
         on_error="skip"), "h.jsonl", ()),

@@ -20,7 +20,7 @@ from sphdist.io.corpus_writer import CorpusWriter
 from sphdist.jobs import run
 from sphdist.jobs.embedding import ExportRequest
 from sphdist.jobs.ingest import IngestRequest
-from sphdist.jobs.neighbors import IndexRequest, batch_neighbors, knn_graph, write_hits
+from sphdist.jobs.neighbors import IndexRequest, KnnGraphRequest, batch_neighbors, write_hits
 from sphdist.jobs.synth import SynthRequest
 from sphdist.jobs.transform import TransformRequest
 
@@ -48,7 +48,7 @@ WRITERS = {
     "transform": lambda: run(TransformRequest("m.zarr", "c.zarr", "e.zarr")),
     "export": lambda: run(ExportRequest("m.zarr", "x.csv")),
     "index": lambda: run(IndexRequest("m.zarr", "i.zarr")),
-    "neighbors --all": lambda: knn_graph("m.zarr", "g.csv", k=2),
+    "neighbors --all": lambda: run(KnnGraphRequest("m.zarr", "g.csv", k=2)),
     "neighbors --queries": lambda: batch_neighbors("m.zarr", "h.csv", queries=["word"], k=2),
     "write_hits": lambda: write_hits({"query": []}, "h.csv"),
     "CorpusWriter": lambda: CorpusWriter("c.zarr", n_features=4, feature_scheme={}),

@@ -7,7 +7,7 @@ import pytest
 
 from sphdist.errors import ParameterError
 from sphdist.jobs import run
-from sphdist.jobs.neighbors import NeighborRequest, batch_neighbors, knn_graph, query_neighbors
+from sphdist.jobs.neighbors import NeighborRequest, batch_neighbors, query_neighbors
 from sphdist.jobs.synth import SynthRequest
 from sphdist.text.synth import SynthSpec, iter_documents
 
@@ -40,7 +40,6 @@ def test_a_request_refuses_what_asks_nothing_or_two_things(fields, words):
 @pytest.mark.parametrize("function, args, request_", [
     (query_neighbors, ("m.zarr",), NeighborRequest(all=True)),
     (batch_neighbors, ("m.zarr", "out.parquet"), NeighborRequest(doc_id="d")),
-    (knn_graph, ("m.zarr", "out.parquet"), NeighborRequest(query="q")),
 ])
 def test_each_job_answers_its_own_modes(function, args, request_, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)

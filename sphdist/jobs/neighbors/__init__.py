@@ -8,7 +8,7 @@ gives (its V, or an ``embedding.zarr``) and stores it as an ``index.zarr``
 (:func:`find_index`: the ``index`` asked for, else the default path :func:`default_index_path`
 beside the model or the embedding) and searches it (:func:`search`), unless ``exact``; a batch of
 queries is written as Parquet, JSON Lines or CSV, by the suffix of the output
-(:func:`write_hits`); ``all`` writes every document's k nearest others (:func:`knn_graph`),
+(:func:`write_hits`); ``all`` writes every document's k nearest others (:class:`KnnGraphRequest`),
 chunk by chunk on Dask (:func:`sphdist.core.graph.knn_graph`). Every table has the columns
 :data:`HIT_COLUMNS`.
 
@@ -19,7 +19,7 @@ The package, each module one role, importing only those listed before it:
 name), ``_request`` (:class:`NeighborRequest`, :class:`QueryLines`), ``_base`` (the stored index
 and the search, shared by every job), ``_hits`` (the tables), ``_unsupervised``
 (:func:`query_neighbors`, :func:`batch_neighbors`, :func:`queries_of`) and ``_graph``
-(:func:`knn_graph`). Every public name is imported from here.
+(:class:`KnnGraphRequest`). Every public name is imported from here.
 """
 
 from sphdist.jobs.neighbors import _hits, _request
@@ -33,7 +33,7 @@ from sphdist.jobs.neighbors._base import (
     load_index,
     search,
 )
-from sphdist.jobs.neighbors._graph import knn_graph
+from sphdist.jobs.neighbors._graph import KnnGraphRequest
 from sphdist.jobs.neighbors._hits import hits_table, write_hits
 from sphdist.jobs.neighbors._remedies import index_call, neighbors_call
 from sphdist.jobs.neighbors._request import NeighborRequest, QueryLines
@@ -68,7 +68,7 @@ __all__ = [
     "check_k",
     "hits_table",
     "write_hits",
-    "knn_graph",
+    "KnnGraphRequest",
     "query_neighbors",
     "batch_neighbors",
     "queries_of",

@@ -109,7 +109,7 @@ def write_hits(
     columns : dict of str to list
     output : Output or path-like
         The held table (:func:`sphdist.io.hold_output`: :func:`batch_neighbors` and
-        :func:`knn_graph` pass theirs), committed through :meth:`sphdist.io.Output.file`:
+        :class:`KnnGraphRequest` pass theirs), committed through :meth:`sphdist.io.Output.file`:
         refused if its lock is no longer held. A path (or a URL): held for this call.
     format : {"parquet", "jsonl", "csv"}, optional
         Default: from the suffix of ``output`` (:data:`HIT_FORMATS`); given, it must agree

@@ -40,22 +40,23 @@ def neighbors_call(arguments: dict[str, Any]) -> str:
     """The call that a remedy of the ``neighbors`` job names, as Python text.
 
     What :class:`sphdist.errors.PythonForm` words a ``"neighbors"``
-    :class:`~sphdist.errors.Remedy` with: the function of its mode (:func:`knn_graph` for
+    :class:`~sphdist.errors.Remedy` with: the job of its mode (a :class:`KnnGraphRequest` for
     ``all``, :func:`batch_neighbors` for ``queries``, read by :func:`queries_of`, else
     :func:`query_neighbors`), its fields as keywords.
 
     Examples
     --------
     >>> neighbors_call({"model": "m.zarr", "all": True, "k": 5, "output": "g.csv"})
-    "sphdist.jobs.neighbors.knn_graph(model='m.zarr', k=5, output='g.csv')"
+    "sphdist.jobs.run(sphdist.jobs.neighbors.KnnGraphRequest(model='m.zarr', k=5, \
+output='g.csv'))"
     >>> neighbors_call({"model": "m.zarr", "queries": "q.txt", "output": "h.csv"})
     "sphdist.jobs.neighbors.batch_neighbors(model='m.zarr', \
 queries=sphdist.jobs.neighbors.queries_of('q.txt'), output='h.csv')"
     """
     arguments = dict(arguments)
     if arguments.pop("all", False):
-        name = "knn_graph"
-    elif "queries" in arguments:
+        return f"sphdist.jobs.run(sphdist.jobs.neighbors.KnnGraphRequest({_keywords(arguments)}))"
+    if "queries" in arguments:
         name = "batch_neighbors"
     else:
         name = "query_neighbors"

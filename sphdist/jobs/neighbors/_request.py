@@ -56,7 +56,8 @@ class NeighborRequest:
     """What a neighbour search is asked: exactly one of four queries, and how to search.
 
     :func:`query_neighbors` answers ``query`` or ``doc_id``, :func:`batch_neighbors`
-    ``queries``, :func:`knn_graph` ``all``; each also takes the fields as keywords.
+    ``queries`` (each also takes the fields as keywords); ``all`` is a
+    :class:`KnnGraphRequest`'s, which checks its fields with this one.
 
     Parameters
     ----------
@@ -148,8 +149,9 @@ def _request(request: NeighborRequest | None, fields: dict[str, Any], function: 
                         f"{sorted(fields)}")
     if request.mode not in modes:
         raise ParameterError(f"{function}() answers {' or '.join(modes)} requests, not "
-                             f"{request.mode}. To resolve this, call the function of that "
-                             "mode (query_neighbors, batch_neighbors or knn_graph).")
+                             f"{request.mode}. To resolve this, call the job of that mode "
+                             "(query_neighbors, batch_neighbors, or "
+                             "run(KnnGraphRequest(...))).")
     return request
 
 
