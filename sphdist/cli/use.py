@@ -293,8 +293,12 @@ def neighbors(
                                      overwrite=overwrite)
         report = run(graph, on=connect_options(cluster))
     elif queries is not None:
-        report = jobs.batch_neighbors(model, output, request, format=format_,
-                                      overwrite=overwrite, on_error=on_error or "fail")
+        from sphdist.jobs import run
+
+        report = run(jobs.BatchNeighborsRequest(
+            model, output, request.queries, ids=ids, k=k, include_self=include_self,
+            input=input_, index=index_, exact=exact, nprobe=nprobe, format=format_,
+            on_error=on_error or "fail", overwrite=overwrite))
     if all_ or queries is not None:
         how = f"the index {report['index']}" if report["index"] else "an exact scan"
         _report(report, as_json, f"wrote {report['output']}: {report['n_rows']} neighbours "

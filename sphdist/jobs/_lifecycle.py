@@ -8,7 +8,8 @@ the same for every command and is done here, by :func:`run`, in this order:
 
 1. the output policy, on names alone: the output is never an input of the command, never
    inside or around an input or another store, never a name sphdist keeps for another output
-   (:func:`sphdist.io._policy.check_output_place`);
+   (:func:`sphdist.io._policy.check_output_place`), and what its name says against the
+   request (:meth:`Request.check_name`: the format a suffix names);
 2. the one overwrite decision, early (cheap: before any input is read), and again under the
    lock: what is at the output is of the request's kind
    (:func:`~sphdist.io._policy.check_output_kind`) and is replaced only with ``overwrite``
@@ -82,6 +83,14 @@ class Request(abc.ABC):
     def inputs(self) -> tuple[Any, ...]:
         """What the command reads (paths, or None where an input is not given)."""
         return ()
+
+    def check_name(self) -> None:
+        """Refuse what the output's name says against the request (default: nothing).
+
+        The format a file's suffix names (a ``.csv`` asked for as Parquet): looked at after
+        the output policy and before the overwrite decision; reads nothing.
+        """
+        return None
 
     def prepare(self) -> Any:
         """Open and check the inputs, once, before the output is held (default: nothing).
@@ -160,6 +169,7 @@ def run(request: Request, *, on: AbstractContextManager[Any] | None = None) -> A
     inputs: Iterable[Any] = request.inputs()
     check_output_place(request.output, request.writes, inputs)
     check_output_kind(request.output, request.writes)
+    request.check_name()
     _refuse_existing(request)
     prepared = request.prepare()
     with on if on is not None else contextlib.nullcontext(), hold_output(

@@ -50,6 +50,7 @@ from sphdist.io._checked import ChunkedVector
 from sphdist.io._policy import refuse_existing
 from sphdist.io.model import Model, open_model
 from sphdist.jobs._lifecycle import Request, located
+from sphdist.jobs._outputs import output_format
 from sphdist.jobs.info import check_roles, require_embedding
 
 if TYPE_CHECKING:  # dask only where V is scanned whole: one query reads a few chunks without it
@@ -489,9 +490,9 @@ class ExportRequest(Request):
     Raises
     ------
     ParameterError
-        For an unknown ``format``, a suffix of ``output`` that names another format or none
-        (the message names the formats and the command that writes one), or
-        ``chunk_size < 1`` (when built).
+        For an unknown ``format`` or ``chunk_size < 1`` (when built); a suffix of ``output``
+        that names another format or none (the message names the formats and the command
+        that writes one), when run, after the output policy.
 
     Notes
     -----
@@ -515,12 +516,8 @@ class ExportRequest(Request):
     input: Any = None
     overwrite: bool = False
     chunk_size: int = _SCAN_DOCS
-    #: The format written: ``format``, or the one the suffix of ``output`` names.
-    written: str = dataclasses.field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        from sphdist.jobs._outputs import output_format
-
         object.__setattr__(self, "model", located(self.model))
         object.__setattr__(self, "input", located(self.input))
         object.__setattr__(self, "output", located(self.output))
@@ -529,9 +526,17 @@ class ExportRequest(Request):
                 f"format={self.format!r}: expected one of {list(EXPORT_FORMATS)}.")
         if self.chunk_size < 1:
             raise ParameterError(f"chunk_size must be >= 1, got {self.chunk_size}.")
-        object.__setattr__(self, "written", output_format(
-            self.output, self.format, EXPORT_SUFFIXES,
-            redo=lambda fixed: remedy(self.remedy(output=fixed, format=None))))
+
+    @property
+    def written(self) -> str:
+        """The format written: ``format``, or the one the suffix of ``output`` names."""
+        return output_format(self.output, self.format, EXPORT_SUFFIXES,
+                             redo=lambda fixed: remedy(self.remedy(output=fixed, format=None)))
+
+    def check_name(self) -> None:
+        """Refuse a suffix that names another format, or none (:data:`EXPORT_SUFFIXES`)."""
+        self.written  # noqa: B018 - raises
+
 
     @property
     def sidecar(self) -> Any:

@@ -132,7 +132,8 @@ class PlotConvergenceRequest(Request):
     Raises
     ------
     ParameterError
-        For a suffix of ``output`` that names none of the formats (when built).
+        For a suffix of ``output`` that names none of the formats (when run, after the output
+        policy, before anything is read).
 
     Notes
     -----
@@ -152,7 +153,10 @@ class PlotConvergenceRequest(Request):
         object.__setattr__(self, "model", located(self.model))
         object.__setattr__(self, "output", located(self.output) if self.output is not None
                            else _beside(self.model, "convergence"))
-        _format(self.output)  # a suffix that names no format: refused before anything is read
+
+    def check_name(self) -> None:
+        """Refuse a suffix that names no format (:data:`PLOT_SUFFIXES`), before anything is read."""
+        _format(self.output)
 
     def inputs(self) -> tuple[Any, ...]:
         """The model."""
@@ -370,8 +374,8 @@ class PlotEmbeddingRequest(Request):
     Raises
     ------
     ParameterError
-        For a suffix that names none of the formats (when built); for ``max_points < 1``
-        (when run, as :func:`embedding_figure`).
+        For a suffix that names none of the formats (when run, after the output policy) or
+        ``max_points < 1`` (as :func:`embedding_figure`).
     """
 
     command: ClassVar[str] = "plot embedding"
@@ -390,7 +394,10 @@ class PlotEmbeddingRequest(Request):
         object.__setattr__(self, "input", located(self.input))
         object.__setattr__(self, "output", located(self.output) if self.output is not None
                            else _beside(self.model, "embedding"))
-        _format(self.output)  # a suffix that names no format: refused before anything is read
+
+    def check_name(self) -> None:
+        """Refuse a suffix that names no format (:data:`PLOT_SUFFIXES`), before anything is read."""
+        _format(self.output)
 
     def inputs(self) -> tuple[Any, ...]:
         """The model and, if given, the documents."""

@@ -79,17 +79,23 @@ class SynthRequest(SynthSpec, Request):
         """What is written: a ``"corpus"`` store (``format`` or a ``.zarr`` name), else a file.
 
         Told without refusing anything: a suffix that names no format is refused by
-        :meth:`prepare`, after what is at the output was looked at (an output of another kind
-        is refused first, as it is by every command).
+        :meth:`check_name`, after what is at the output was looked at (an output of another
+        kind is refused first, as it is by every command).
         """
         name = self.output.name.lower()
         corpus = self.format == "corpus" or (self.format is None and name.endswith(".zarr"))
         return "corpus" if corpus else "file"
 
-    def prepare(self) -> str:
+    @property
+    def written(self) -> str:
         """The format written: ``format``, or the one the suffix of ``output`` names."""
         return output_format(self.output, self.format)
 
-    def execute(self, held: Output, prepared: str) -> SynthSummary:
-        """Draw every chunk and write it through ``held``, in the format ``prepared``."""
-        return write(held, self, prepared, overwrite=self.overwrite, progress=self.progress)
+    def check_name(self) -> None:
+        """Refuse a suffix that names another format, or none (``.gz`` after a corpus too)."""
+        self.written  # noqa: B018 - raises
+
+    def execute(self, held: Output, prepared: None) -> SynthSummary:
+        """Draw every chunk and write it through ``held``, in its format."""
+        return write(held, self, self.written, overwrite=self.overwrite,
+                     progress=self.progress)

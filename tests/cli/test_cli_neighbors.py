@@ -422,8 +422,8 @@ def test_a_neighbors_error_from_python_names_keywords_and_calls_not_flags(traine
             f"model={model!r}, k=3, output=") in str(suffix.value)
     (tmp_path / "q.txt").write_text("nope\n")
     with pytest.raises(ParameterError) as bad:
-        jobs.batch_neighbors(model, tmp_path / "h.csv", queries=jobs.queries_of(
-            tmp_path / "q.txt"), ids=True)
+        run(jobs.BatchNeighborsRequest(model, tmp_path / "h.csv", queries=jobs.queries_of(
+            tmp_path / "q.txt"), ids=True))
     assert "on_error='skip'" in str(bad.value)
     for exc in (mismatch, exists, both, suffix, bad):
         assert "--" not in str(exc.value), str(exc.value)

@@ -27,7 +27,7 @@ from sphdist.io.index import open_index, write_index
 from sphdist.io.model import load_checkpoint, open_model, save_checkpoint
 from sphdist.jobs import run
 from sphdist.jobs.embedding import ExportRequest
-from sphdist.jobs.neighbors import IndexRequest, KnnGraphRequest, batch_neighbors, write_hits
+from sphdist.jobs.neighbors import BatchNeighborsRequest, IndexRequest, KnnGraphRequest, write_hits
 from sphdist.jobs.plotting import PlotConvergenceRequest, PlotEmbeddingRequest, save_figure
 from sphdist.jobs.synth import SynthRequest
 from sphdist.jobs.transform import TransformRequest
@@ -226,7 +226,8 @@ def test_hits_given_an_output_whose_block_ended_commit_nothing(tmp_path):
     with pytest.raises(OutputLockedError, match="h.csv was not committed"):
         write_hits({"query": ["a"], "rank": [1]}, out)
     assert os.listdir(tmp_path) == []
-    write_hits({"query": ["a"], "rank": [1]}, tmp_path / "h.csv")  # a path: held for it
+    with open_output(tmp_path / "h.csv") as out:
+        write_hits({"query": ["a"], "rank": [1]}, out)
     assert (tmp_path / "h.csv").read_text().splitlines() == ["query,rank", "a,1"]
 
 
@@ -249,9 +250,9 @@ FILE_JOBS = {
     "export parquet": (lambda name: run(ExportRequest("m.zarr", name)), "x.parquet", ()),
     "export npy": (lambda name: run(ExportRequest("m.zarr", name)), "x.npy", ("x.ids.csv",)),
     "neighbors --all": (lambda name: run(KnnGraphRequest("m.zarr", name, k=2)), "g.csv", ()),
-    "neighbors --queries": (lambda name: batch_neighbors(
+    "neighbors --queries": (lambda name: run(BatchNeighborsRequest(
         "m.zarr", name, queries=[f"doc{i:02d}" for i in range(10)], ids=True, k=2,
-        on_error="skip"), "h.jsonl", ()),
+        on_error="skip")), "h.jsonl", ()),
     "plot convergence": (lambda name: run(PlotConvergenceRequest("m.zarr", name)), "c.png", ()),
     "plot embedding": (lambda name: run(PlotEmbeddingRequest("m.zarr", name)), "e.png", ()),
     "synth jsonl": (lambda name: run(SynthRequest(output=name, n_docs=20, n_topics=2,

@@ -20,7 +20,7 @@ from sphdist.io.corpus_writer import CorpusWriter
 from sphdist.jobs import run
 from sphdist.jobs.embedding import ExportRequest
 from sphdist.jobs.ingest import IngestRequest
-from sphdist.jobs.neighbors import IndexRequest, KnnGraphRequest, batch_neighbors, write_hits
+from sphdist.jobs.neighbors import BatchNeighborsRequest, IndexRequest, KnnGraphRequest
 from sphdist.jobs.synth import SynthRequest
 from sphdist.jobs.transform import TransformRequest
 
@@ -49,8 +49,8 @@ WRITERS = {
     "export": lambda: run(ExportRequest("m.zarr", "x.csv")),
     "index": lambda: run(IndexRequest("m.zarr", "i.zarr")),
     "neighbors --all": lambda: run(KnnGraphRequest("m.zarr", "g.csv", k=2)),
-    "neighbors --queries": lambda: batch_neighbors("m.zarr", "h.csv", queries=["word"], k=2),
-    "write_hits": lambda: write_hits({"query": []}, "h.csv"),
+    "neighbors --queries": lambda: run(BatchNeighborsRequest("m.zarr", "h.csv", queries=["word"],
+                                                             k=2)),
     "CorpusWriter": lambda: CorpusWriter("c.zarr", n_features=4, feature_scheme={}),
 }
 

@@ -7,7 +7,7 @@ import pytest
 
 from sphdist.errors import ParameterError
 from sphdist.jobs import run
-from sphdist.jobs.neighbors import NeighborRequest, batch_neighbors, query_neighbors
+from sphdist.jobs.neighbors import BatchNeighborsRequest, NeighborRequest, query_neighbors
 from sphdist.jobs.synth import SynthRequest
 from sphdist.text.synth import SynthSpec, iter_documents
 
@@ -37,16 +37,31 @@ def test_a_request_refuses_what_asks_nothing_or_two_things(fields, words):
         NeighborRequest(**fields)
 
 
-@pytest.mark.parametrize("function, args, request_", [
-    (query_neighbors, ("m.zarr",), NeighborRequest(all=True)),
-    (batch_neighbors, ("m.zarr", "out.parquet"), NeighborRequest(doc_id="d")),
-])
-def test_each_job_answers_its_own_modes(function, args, request_, tmp_path, monkeypatch):
+def test_query_neighbors_answers_its_own_modes(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     with pytest.raises(ParameterError, match="requests, not"):
-        function(*args, request_)
+        query_neighbors("m.zarr", NeighborRequest(all=True))
     with pytest.raises(TypeError, match="not both"):
-        function(*args, request_, k=3)
+        query_neighbors("m.zarr", NeighborRequest(all=True), k=3)
+
+
+@pytest.mark.parametrize("fields, words", [
+    ({"queries": []}, "no query given"),
+    ({"queries": ["a"], "include_self": True}, "applies to a document query"),
+    ({"queries": ["a"], "on_error": "ignore"}, "expected one of"),
+])
+def test_a_batch_request_refuses_when_built(fields, words, tmp_path):
+    with pytest.raises(ParameterError, match=words):
+        BatchNeighborsRequest("m.zarr", tmp_path / "h.parquet", **fields)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_batch_table_named_as_another_format_is_refused_before_anything_is_read(tmp_path):
+    request = BatchNeighborsRequest(tmp_path / "no-model.zarr", tmp_path / "h.parquet",
+                                    queries=["a"], format="csv")  # the model is not there
+    with pytest.raises(ParameterError, match="named as a parquet file"):
+        run(request)
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_synth_spec_validates_its_fields():

@@ -18,7 +18,7 @@ The package, each module one role, importing only those listed before it:
 ``_remedies`` (the Python wording of the jobs' remedies, which :mod:`sphdist.errors` loads by
 name), ``_request`` (:class:`NeighborRequest`, :class:`QueryLines`), ``_base`` (the stored index
 and the search, shared by every job), ``_hits`` (the tables), ``_unsupervised``
-(:func:`query_neighbors`, :func:`batch_neighbors`, :func:`queries_of`) and ``_graph``
+(:func:`query_neighbors`, :class:`BatchNeighborsRequest`, :func:`queries_of`) and ``_graph``
 (:class:`KnnGraphRequest`). Every public name is imported from here.
 """
 
@@ -37,7 +37,11 @@ from sphdist.jobs.neighbors._graph import KnnGraphRequest
 from sphdist.jobs.neighbors._hits import hits_table, write_hits
 from sphdist.jobs.neighbors._remedies import index_call, neighbors_call
 from sphdist.jobs.neighbors._request import NeighborRequest, QueryLines
-from sphdist.jobs.neighbors._unsupervised import batch_neighbors, queries_of, query_neighbors
+from sphdist.jobs.neighbors._unsupervised import (
+    BatchNeighborsRequest,
+    queries_of,
+    query_neighbors,
+)
 
 # The constants are bound here again for their doc comments, which Sphinx reads from the
 # module a name is documented in.
@@ -70,7 +74,7 @@ __all__ = [
     "write_hits",
     "KnnGraphRequest",
     "query_neighbors",
-    "batch_neighbors",
+    "BatchNeighborsRequest",
     "queries_of",
     "index_call",
     "neighbors_call",

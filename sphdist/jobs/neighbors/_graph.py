@@ -52,7 +52,8 @@ class KnnGraphRequest(Request):
     Raises
     ------
     ParameterError
-        If the format is unknown or the suffix of ``output`` names another (when built).
+        If the format is unknown or the suffix of ``output`` names another (when run, after
+        the output policy).
 
     Notes
     -----
@@ -80,16 +81,11 @@ class KnnGraphRequest(Request):
     format: str | None = None
     overwrite: bool = False
     query_chunk: int | None = None
-    #: The format written: ``format``, or the one the suffix of ``output`` names.
-    written: str = dataclasses.field(init=False, repr=False, compare=False)
-
     def __post_init__(self) -> None:
         for name in ("model", "input", "index", "output"):
             object.__setattr__(self, name, located(getattr(self, name)))
         NeighborRequest(all=True, k=self.k, input=self.input, index=self.index,
                         exact=self.exact, nprobe=self.nprobe)  # its checks
-        object.__setattr__(self, "written", _format(
-            self.output, self.format, lambda fixed: remedy(self.remedy(output=fixed))))
 
     def remedy(self, say: str = "", **changes: Any) -> Remedy:
         """The same graph changed, as ``sphdist neighbors --all`` words it (``k`` always)."""
@@ -98,6 +94,15 @@ class KnnGraphRequest(Request):
                  **({"input": str(fixed.input)} if fixed.input is not None else {})}
         return Remedy("neighbors", given, {"all": True, "k": fixed.k,
                                            "output": str(fixed.output)}, say)
+
+    @property
+    def written(self) -> str:
+        """The format written: ``format``, or the one the suffix of ``output`` names."""
+        return _format(self.output, self.format, lambda fixed: remedy(self.remedy(output=fixed)))
+
+    def check_name(self) -> None:
+        """Refuse a suffix that names another format, or none (:data:`HIT_FORMATS`)."""
+        self.written  # noqa: B018 - raises
 
     def inputs(self) -> tuple[Any, ...]:
         """The model, the documents and the index, where given."""

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import csv
 import json
-import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -17,8 +16,7 @@ from typing import Any
 import numpy as np
 
 from sphdist.core.neighbors import angle_degrees
-from sphdist.io import Output, exists, open_output
-from sphdist.io._policy import refuse_existing
+from sphdist.io import Output
 from sphdist.jobs._outputs import output_format
 from sphdist.jobs.embedding import EmbeddingSource
 
@@ -99,22 +97,20 @@ def _write_table(columns: dict[str, list[Any]], path: Path, fmt: str) -> None:
 
 
 def write_hits(
-    columns: dict[str, list[Any]], output: Output | str | os.PathLike[str], *,
-    format: str | None = None, overwrite: bool = False,
+    columns: dict[str, list[Any]], output: Output, *, format: str | None = None,
 ) -> dict[str, Any]:
-    """Write search results (from :func:`hits_table`) as Parquet or JSON Lines, atomically.
+    """Write search results (from :func:`hits_table`) into a held table, atomically.
 
     Parameters
     ----------
     columns : dict of str to list
-    output : Output or path-like
-        The held table (:func:`sphdist.io.hold_output`: :func:`batch_neighbors` and
-        :class:`KnnGraphRequest` pass theirs), committed through :meth:`sphdist.io.Output.file`:
-        refused if its lock is no longer held. A path (or a URL): held for this call.
+    output : Output
+        The held table (:func:`sphdist.jobs.run` holds it for a
+        :class:`BatchNeighborsRequest` and a :class:`KnnGraphRequest`), committed through
+        :meth:`sphdist.io.Output.file`: refused if its lock is no longer held.
     format : {"parquet", "jsonl", "csv"}, optional
         Default: from the suffix of ``output`` (:data:`HIT_FORMATS`); given, it must agree
         with it.
-    overwrite : bool, default False
 
     Returns
     -------
@@ -123,22 +119,13 @@ def write_hits(
 
     Raises
     ------
-    OutputExistsError
-        If ``output`` exists and ``overwrite`` is False.
     OutputLockedError
-        If ``output``'s lock is no longer held (or, given a path, another writer holds it);
-        nothing is written.
+        If ``output``'s lock is no longer held; nothing is written.
     ParameterError
         If the suffix names another format than ``format``, or, without ``format``, none
         (:func:`sphdist.jobs._outputs.output_format`).
     """
-    if not isinstance(output, Output):  # a path: held for this call
-        fmt = _format(output, format)
-        with open_output(output, kind="file", overwrite=overwrite) as held:
-            return write_hits(columns, held, format=fmt, overwrite=overwrite)
     fmt = _format(output.path, format)
-    if not overwrite and exists(output.path):
-        refuse_existing(output.path)
     with output.file() as staging:
         _write_table(columns, staging, fmt)
     return {"output": str(output.path), "format": fmt,

@@ -41,8 +41,8 @@ def neighbors_call(arguments: dict[str, Any]) -> str:
 
     What :class:`sphdist.errors.PythonForm` words a ``"neighbors"``
     :class:`~sphdist.errors.Remedy` with: the job of its mode (a :class:`KnnGraphRequest` for
-    ``all``, :func:`batch_neighbors` for ``queries``, read by :func:`queries_of`, else
-    :func:`query_neighbors`), its fields as keywords.
+    ``all``, a :class:`BatchNeighborsRequest` for ``queries``, read by :func:`queries_of`,
+    else :func:`query_neighbors`), its fields as keywords.
 
     Examples
     --------
@@ -50,16 +50,14 @@ def neighbors_call(arguments: dict[str, Any]) -> str:
     "sphdist.jobs.run(sphdist.jobs.neighbors.KnnGraphRequest(model='m.zarr', k=5, \
 output='g.csv'))"
     >>> neighbors_call({"model": "m.zarr", "queries": "q.txt", "output": "h.csv"})
-    "sphdist.jobs.neighbors.batch_neighbors(model='m.zarr', \
-queries=sphdist.jobs.neighbors.queries_of('q.txt'), output='h.csv')"
+    "sphdist.jobs.run(sphdist.jobs.neighbors.BatchNeighborsRequest(model='m.zarr', \
+queries=sphdist.jobs.neighbors.queries_of('q.txt'), output='h.csv'))"
     """
     arguments = dict(arguments)
     if arguments.pop("all", False):
         return f"sphdist.jobs.run(sphdist.jobs.neighbors.KnnGraphRequest({_keywords(arguments)}))"
+    words = ", ".join(f"queries=sphdist.jobs.neighbors.queries_of({v!r})" if k == "queries"
+                      else f"{k}={v!r}" for k, v in arguments.items())
     if "queries" in arguments:
-        name = "batch_neighbors"
-    else:
-        name = "query_neighbors"
-    words = [f"queries=sphdist.jobs.neighbors.queries_of({v!r})" if k == "queries" else
-             f"{k}={v!r}" for k, v in arguments.items()]
-    return f"sphdist.jobs.neighbors.{name}({', '.join(words)})"
+        return f"sphdist.jobs.run(sphdist.jobs.neighbors.BatchNeighborsRequest({words}))"
+    return f"sphdist.jobs.neighbors.query_neighbors({words})"

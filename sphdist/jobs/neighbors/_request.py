@@ -30,7 +30,7 @@ class QueryLines:
         The 1-based line number of each query.
     unreadable : dict of int to str
         Position in ``texts`` of each line that is not UTF-8 text, and why (its text there is
-        the line decoded with replacement characters); :func:`batch_neighbors` treats them as
+        the line decoded with replacement characters); :class:`BatchNeighborsRequest` treats them as
         bad queries (``on_error``).
     """
 
@@ -55,9 +55,9 @@ MODES = ("query", "doc_id", "queries", "ids", "all")
 class NeighborRequest:
     """What a neighbour search is asked: exactly one of four queries, and how to search.
 
-    :func:`query_neighbors` answers ``query`` or ``doc_id``, :func:`batch_neighbors`
-    ``queries`` (each also takes the fields as keywords); ``all`` is a
-    :class:`KnnGraphRequest`'s, which checks its fields with this one.
+    :func:`query_neighbors` answers ``query`` or ``doc_id`` (it also takes the fields as
+    keywords); ``queries`` are a :class:`BatchNeighborsRequest`'s and ``all`` a
+    :class:`KnnGraphRequest`'s, which check their fields with this one.
 
     Parameters
     ----------
@@ -150,8 +150,8 @@ def _request(request: NeighborRequest | None, fields: dict[str, Any], function: 
     if request.mode not in modes:
         raise ParameterError(f"{function}() answers {' or '.join(modes)} requests, not "
                              f"{request.mode}. To resolve this, call the job of that mode "
-                             "(query_neighbors, batch_neighbors, or "
-                             "run(KnnGraphRequest(...))).")
+                             "(query_neighbors, or run() of a BatchNeighborsRequest or a "
+                             "KnnGraphRequest).")
     return request
 
 

@@ -1,24 +1,25 @@
 """Neighbours of queries: one text or document, or a batch of them written as a table.
 
-:func:`query_neighbors` answers one ``query`` or ``doc_id``; :func:`batch_neighbors` many, read
-from a ``queries`` file by :func:`queries_of` (each with its line, which the messages name), a
-bad query refused or skipped as ``on_error`` says.
+:func:`query_neighbors` answers one ``query`` or ``doc_id``; :class:`BatchNeighborsRequest`
+many, read from a ``queries`` file by :func:`queries_of` (each with its line, which the
+messages name), a bad query refused or skipped as ``on_error`` says.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
 from sphdist.errors import DataError, InputNotFoundError, ParameterError, Remedy, option, remedy
-from sphdist.io import Output, exists, hold_output, open_file
-from sphdist.io._policy import refuse_existing
+from sphdist.io import Output, exists, open_file
 from sphdist.io.model import Model, open_model
+from sphdist.jobs._lifecycle import Request, located
 from sphdist.jobs.embedding import (
     EmbeddingSource,
     document_embedding,
@@ -28,7 +29,7 @@ from sphdist.jobs.embedding import (
 )
 from sphdist.jobs.neighbors._base import _say, _skip, check_k, find_index, search
 from sphdist.jobs.neighbors._hits import _format, hits_table, write_hits
-from sphdist.jobs.neighbors._request import NeighborRequest, QueryLines, _asked, _request
+from sphdist.jobs.neighbors._request import NeighborRequest, QueryLines, _request
 
 ON_ERROR = ("fail", "skip")
 
@@ -155,10 +156,10 @@ def query_neighbors(
     -------
     dict
         ``query``, ``doc_id``, ``query_label`` (the label of the ``doc_id`` document; None for
-        a text), ``k``, ``neighbors`` (list of dict, nearest first: the rows of the tables of
-        :func:`batch_neighbors`, with their columns :data:`HIT_COLUMNS`: ``query`` (the text,
-        or the ``doc_id``), ``query_label``, ``rank``, ``doc_id``, ``label``, ``angle`` in
-        degrees, ``cosine``) and, when an index was searched, ``index`` (its path).
+        a text), ``k``, ``neighbors`` (list of dict, nearest first: the rows of the tables
+        of :class:`BatchNeighborsRequest`, with their columns :data:`HIT_COLUMNS`: ``query``
+        (the text, or the ``doc_id``), ``query_label``, ``rank``, ``doc_id``, ``label``,
+        ``angle`` in degrees, ``cosine``) and, when an index was searched, ``index`` (its path).
 
     Raises
     ------
@@ -210,12 +211,14 @@ def query_neighbors(
     return report
 
 
-def batch_neighbors(
-    model: str | os.PathLike[str], output: str | os.PathLike[str],
-    request: NeighborRequest | None = None, *, format: str | None = None,
-    overwrite: bool = False, on_error: str = "fail", **fields: Any,
-) -> dict[str, Any]:
-    """The k nearest documents of many texts or documents, written as a table.
+@dataclasses.dataclass(frozen=True)
+class BatchNeighborsRequest(Request):
+    """``sphdist neighbors --queries``: the k nearest documents of many queries, as a table.
+
+    Run by :func:`sphdist.jobs.run`, which returns a dict: ``output``, ``format``, ``n_rows``,
+    ``n_queries`` (answered), ``k``, ``index`` (path or None), ``seconds`` (of the search),
+    ``n_skipped`` and ``skipped`` (list of dict: ``line``, the 1-based line of the file, or
+    position in the list, ``query`` and ``reason``).
 
     Parameters
     ----------
@@ -223,112 +226,146 @@ def batch_neighbors(
     output : path-like
         Parquet, JSON Lines or CSV (by its suffix; ``format`` must agree): columns
         :data:`HIT_COLUMNS`, angle in degrees.
-    request : NeighborRequest, optional
-        ``queries``: texts (embedded as :func:`sphdist.jobs.embedding.embed_texts`) or, with
-        ``ids``, document ids of the documents searched (each one's neighbours are other
-        documents unless ``include_self``); :func:`queries_of` reads them from a file with
-        their line numbers, which the messages then name. ``k``, ``input``, ``index``,
-        ``exact``, ``nprobe`` as :func:`query_neighbors`; without an index the queries are
-        answered by one exact scan (:func:`exact_search`). Without a request, its fields as
-        keywords (``batch_neighbors(model, output, queries=[...], k=10)``).
+    queries : sequence of str, or QueryLines
+        Texts (embedded as :func:`sphdist.jobs.embedding.embed_texts`) or, with ``ids``,
+        document ids of the documents searched (each one's neighbours are other documents
+        unless ``include_self``); :func:`queries_of` reads them from a file with their line
+        numbers, which the messages then name.
+    ids, k, include_self, input, index, exact, nprobe
+        As :class:`NeighborRequest`; without an index the queries are answered by one exact
+        scan (:func:`exact_search`).
     format : {"parquet", "jsonl", "csv"}, optional
-    overwrite : bool, default False
     on_error : {"fail", "skip"}, default "fail"
         A bad query (a text sharing no term with the model, an unknown id, the id of an empty
         document, a line that is not UTF-8): refused, naming its line and nothing written
         (``"fail"``), or left out of the table and listed in ``skipped`` (``"skip"``).
-
-    Returns
-    -------
-    dict
-        ``output``, ``format``, ``n_rows``, ``n_queries`` (answered), ``k``, ``index`` (path
-        or None), ``seconds`` (of the search), ``n_skipped`` and ``skipped`` (list of dict:
-        ``line``, the 1-based line of the file, or position in the list, ``query`` and
-        ``reason``).
+    overwrite : bool, default False
 
     Raises
     ------
     ParameterError
-        No query, an unknown id (``on_error="fail"``), every query bad (``"skip"``), ``k``
-        larger than the documents that can be neighbours, a format the suffix does not name,
-        a request without ``queries`` or ``include_self`` without ``ids``
-        (:class:`NeighborRequest`), an unknown ``on_error``; ``output`` is an input:
-        the model, the embedding, the index or the queries file (:func:`queries_of`), before
-        anything is read (the output is held, :func:`sphdist.io.hold_output`, until its
-        commit).
-    DataError
-        A query without a direction, a line that is not UTF-8 (``on_error="fail"``: the
-        message names its line and the remedy).
-    OutputExistsError, OutputLockedError, CorpusMismatchError, ModelFormatError
+        No query, ``include_self`` without ``ids`` (:class:`NeighborRequest`), an unknown
+        ``on_error`` (when built); a format the suffix does not name (when run, after the
+        output policy).
+
+    Notes
+    -----
+    Run, it raises, besides what :func:`sphdist.jobs.run` raises for every command (an
+    ``output`` that is an input: the model, the embedding, the index or the queries file):
+    ParameterError for an unknown id (``on_error="fail"``), every query bad (``"skip"``), ``k``
+    larger than the documents that can be neighbours; DataError for a query without a
+    direction or a line that is not UTF-8 (``on_error="fail"``: the message names its line and
+    the remedy); CorpusMismatchError, ModelFormatError as :func:`find_index`.
     """
-    read = (model, _asked(request, fields, "input"), _asked(request, fields, "index"),
-            getattr(_asked(request, fields, "queries"), "path", None))  # a queries file too
-    with hold_output(output, kind="file", inputs=read) as held:
-        return _batch_neighbors(held, model, output, request, format=format,
-                                overwrite=overwrite, on_error=on_error, **fields)
 
+    command: ClassVar[str] = "neighbors"
+    writes: ClassVar[str] = "file"
+    targets: ClassVar[tuple[str, ...]] = ("model", "input")
 
-def _batch_neighbors(
-    held: Output, model: str | os.PathLike[str], output: str | os.PathLike[str],
-    request: NeighborRequest | None, *, format: str | None, overwrite: bool, on_error: str,
-    **fields: Any,
-) -> dict[str, Any]:
-    """:func:`batch_neighbors`, its output ``held`` (the table is committed through it)."""
-    if on_error not in ON_ERROR:
-        raise ParameterError(f"on_error={on_error!r}: expected one of {list(ON_ERROR)}.")
-    request = _request(request, fields, "batch_neighbors", ("queries", "ids"))
-    queries, ids, k, include_self = (request.queries, request.ids, request.k,
-                                     request.include_self)
-    input, index, exact, nprobe = request.input, request.index, request.exact, request.nprobe
-    output = held.path  # as named, normalised once (open_output)
-    lines = queries if isinstance(queries, QueryLines) else None
-    texts = list(queries.texts if lines is not None else queries)
-    file = lines.path if lines is not None else "FILE"
-    given = {"model": str(model), **({"input": str(input)} if input is not None else {})}
-    asked = {"queries": str(file), **({"ids": True} if ids else {})}
-    fmt = _format(output, format, lambda fixed: remedy(Remedy(
-        "neighbors", given, {**asked, "output": str(fixed)})))
-    if not texts:
-        raise ParameterError("no query given. To resolve this, pass at least one query.")
-    if not overwrite and exists(output):
-        refuse_existing(output)
-    rest = {**asked, "output": str(output)}
-    fitted, source, found, path = _open(model, input, rest, index, exact, nprobe)
-    problems: dict[int, tuple[type[Exception], str]] = {
-        i: (DataError, why) for i, why in (lines.unreadable if lines is not None else {}).items()}
-    if ids:
-        positions, bad = _ids_problems(source, texts)
-        problems = {**bad, **problems}
-    else:
-        Q, degenerate = embed_texts(fitted, texts, return_degenerate=True)
-        for i in np.flatnonzero(degenerate):
-            problems.setdefault(int(i), (DataError, (
-                f"query {texts[i][:60]!r} shares no term with the model's features, so it has "
-                "no direction on the sphere")))
-    skipped = _bad_queries(problems, texts, lines, on_error)
-    keep = np.array([i not in problems for i in range(len(texts))], dtype=bool)
-    kept = [t for t, ok in zip(texts, keep, strict=True) if ok]
-    exclude = query_labels = None
-    if ids:
-        positions = positions[keep]
-        Q = _columns_of(source, positions)
-        exclude = None if include_self else positions
-        query_labels = source.label_strings(positions)
-    else:
-        Q = Q[:, keep]
-    skip = _skip(source)
-    live = source.n_documents - (0 if skip is None else int(skip.sum()))
-    n = found.n_indexed_ if found is not None else live
-    check_k(k, n - (exclude is not None))
-    _say(found, path)
-    start = time.perf_counter()
-    idx, cos = search(source, Q, k, index=found, exclude=exclude)
-    seconds = time.perf_counter() - start
-    result = write_hits(hits_table(source, kept, idx, cos, query_labels), held, format=fmt,
-                        overwrite=overwrite)
-    return {**result, "n_queries": len(kept), "k": k,
-            "index": None if path is None else str(path), "seconds": seconds,
-            "n_skipped": len(skipped), "skipped": skipped}
+    model: Any
+    output: Any
+    queries: Sequence[str] | QueryLines
+    ids: bool = False
+    k: int = 10
+    include_self: bool = False
+    input: Any = None
+    index: Any = None
+    exact: bool = False
+    nprobe: int | None = None
+    format: str | None = None
+    on_error: str = "fail"
+    overwrite: bool = False
+    def __post_init__(self) -> None:
+        for name in ("model", "input", "index", "output"):
+            object.__setattr__(self, name, located(getattr(self, name)))
+        if self.on_error not in ON_ERROR:
+            raise ParameterError(f"on_error={self.on_error!r}: expected one of {list(ON_ERROR)}.")
+        NeighborRequest(queries=self.queries, ids=self.ids, k=self.k,
+                        include_self=self.include_self, input=self.input, index=self.index,
+                        exact=self.exact, nprobe=self.nprobe)  # its checks
+        if not self.texts:
+            raise ParameterError("no query given. To resolve this, pass at least one query.")
+
+    @property
+    def lines(self) -> QueryLines | None:
+        """The queries file read (:func:`queries_of`), or None for a list of queries."""
+        return self.queries if isinstance(self.queries, QueryLines) else None
+
+    @property
+    def texts(self) -> list[str]:
+        """The queries, in order."""
+        return list(self.lines.texts if self.lines is not None else self.queries)
+
+    def remedy(self, say: str = "", **changes: Any) -> Remedy:
+        """The same batch changed, as ``sphdist neighbors --queries FILE`` words it."""
+        fixed = dataclasses.replace(self, format=None, **changes) if changes else self
+        given = {"model": str(fixed.model),
+                 **({"input": str(fixed.input)} if fixed.input is not None else {})}
+        file = fixed.lines.path if fixed.lines is not None else "FILE"
+        asked = {"queries": str(file), **({"ids": True} if fixed.ids else {})}
+        return Remedy("neighbors", given, {**asked, "output": str(fixed.output)}, say)
+
+    @property
+    def written(self) -> str:
+        """The format written: ``format``, or the one the suffix of ``output`` names."""
+        return _format(self.output, self.format, lambda fixed: remedy(self.remedy(output=fixed)))
+
+    def check_name(self) -> None:
+        """Refuse a suffix that names another format, or none (:data:`HIT_FORMATS`)."""
+        self.written  # noqa: B018 - raises
+
+    def inputs(self) -> tuple[Any, ...]:
+        """The model, the documents, the index and the queries file, where given."""
+        return (self.model, self.input, self.index,
+                None if self.lines is None else self.lines.path)
+
+    def prepare(self) -> tuple[Any, ...]:
+        """The model, the embeddings and the index searched, opened and checked."""
+        asked = {"queries": str(self.lines.path if self.lines is not None else "FILE"),
+                 **({"ids": True} if self.ids else {})}
+        return _open(self.model, self.input, {**asked, "output": str(self.output)},
+                     self.index, self.exact, self.nprobe)
+
+    def execute(self, held: Output, prepared: tuple[Any, ...]) -> dict[str, Any]:
+        """Answer every good query and commit the table through ``held``."""
+        fitted, source, found, path = prepared
+        texts, lines, ids, k = self.texts, self.lines, self.ids, self.k
+        problems: dict[int, tuple[type[Exception], str]] = {
+            i: (DataError, why)
+            for i, why in (lines.unreadable if lines is not None else {}).items()}
+        if ids:
+            positions, bad = _ids_problems(source, texts)
+            problems = {**bad, **problems}
+        else:
+            Q, degenerate = embed_texts(fitted, texts, return_degenerate=True)
+            for i in np.flatnonzero(degenerate):
+                problems.setdefault(int(i), (DataError, (
+                    f"query {texts[i][:60]!r} shares no term with the model's features, so it "
+                    "has no direction on the sphere")))
+        skipped = _bad_queries(problems, texts, lines, self.on_error)
+        keep = np.array([i not in problems for i in range(len(texts))], dtype=bool)
+        kept = [t for t, ok in zip(texts, keep, strict=True) if ok]
+        exclude = query_labels = None
+        if ids:
+            positions = positions[keep]
+            Q = _columns_of(source, positions)
+            exclude = None if self.include_self else positions
+            query_labels = source.label_strings(positions)
+        else:
+            Q = Q[:, keep]
+        skip = _skip(source)
+        live = source.n_documents - (0 if skip is None else int(skip.sum()))
+        n = found.n_indexed_ if found is not None else live
+        check_k(k, n - (exclude is not None))
+        _say(found, path)
+        start = time.perf_counter()
+        idx, cos = search(source, Q, k, index=found, exclude=exclude)
+        seconds = time.perf_counter() - start
+        result = write_hits(hits_table(source, kept, idx, cos, query_labels), held,
+                            format=self.written)
+        return {**result, "n_queries": len(kept), "k": k,
+                "index": None if path is None else str(path), "seconds": seconds,
+                "n_skipped": len(skipped), "skipped": skipped}
 
 
 def _bad_queries(
