@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import dask
-from dask.utils import format_bytes, parse_bytes
+from dask.utils import format_bytes
 
 from sphdist.errors import (
     InputNotFoundError,
@@ -33,6 +33,13 @@ from sphdist.errors import (
     Words,
     WorkersLostError,
     option,
+)
+from sphdist.jobs._cluster_checks import (
+    MAX_MEMORY_BUDGET,
+    check_dashboard_address,
+    check_memory_budget,
+    check_memory_limit,
+    check_scheduler_address,
 )
 from sphdist.jobs._cluster_spec import ClusterConflictError, ClusterSpec
 
@@ -68,6 +75,7 @@ __all__ = [
     "ClusterConflictError",
     "ClusterSpec",
     "MEMORY_BUDGET_FRACTION",
+    "MAX_MEMORY_BUDGET",
     "memory_check",
     "check_dashboard_address",
     "check_memory_budget",
@@ -94,14 +102,6 @@ logger = logging.getLogger("sphdist")
 #: cluster, of the workers' summed memory limits. The rest is left to the pass (U, the chains'
 #: partial sums, the chunks in flight), to the driver's arrays and to everything else.
 MEMORY_BUDGET_FRACTION = 0.25
-
-#: A remedy for a bad scheduler address (the option named by :func:`sphdist.errors.option`).
-_ADDRESS_REMEDY = (
-    "pass the address the scheduler printed when it started (e.g. "
-    f"{option('address', 'tcp://127.0.0.1:8786')}, see cluster/README.md), or leave out "
-    f"{option('address')} and unset DASK_SCHEDULER_ADDRESS to run on this machine"
-)
-
 
 def tls_security(
     ca_file: str | os.PathLike[str],
@@ -151,9 +151,6 @@ def tls_security(
     )
 
 
-# -- validation of the options ----------------------------------------------------------------
-
-
 def cpu_count() -> int:
     """The cores this process may run on: its CPU affinity (``taskset``, a cgroup cpuset).
 
@@ -163,85 +160,6 @@ def cpu_count() -> int:
     if hasattr(os, "sched_getaffinity"):
         return max(1, len(os.sched_getaffinity(0)))
     return os.cpu_count() or 1
-
-
-@contextlib.contextmanager
-def _refused(problem: str, remedy: str) -> Iterator[None]:
-    """Turn the ValueError or TypeError of a parser into a ParameterError: problem, remedy."""
-    try:
-        yield
-    except (ValueError, TypeError) as exc:
-        raise ParameterError(f"{problem} ({exc}). To resolve this, {remedy}.") from None
-
-
-def check_scheduler_address(address: str) -> None:
-    """Refuse a scheduler address distributed cannot connect to, before trying.
-
-    Parameters
-    ----------
-    address : str
-        ``scheme://host:port`` (``tcp``, ``tls``, or another scheme distributed knows).
-
-    Raises
-    ------
-    ParameterError
-        If the scheme is unknown or the host and port cannot be parsed (``foo://bar``).
-    """
-    from distributed.comm.addressing import parse_address, parse_host_port
-    from distributed.comm.registry import backends
-
-    with _refused(f"scheduler address {address!r} is not one distributed can connect to",
-                  _ADDRESS_REMEDY):
-        scheme, location = parse_address(address, strict=True)
-        if scheme not in backends:
-            raise ValueError(f"unknown scheme {scheme}://, known: "
-                             + ", ".join(f"{s}://" for s in sorted(backends)))
-        if scheme in ("tcp", "tls"):
-            parse_host_port(location, default_port=8786)
-
-
-def check_dashboard_address(address: str) -> None:
-    """Refuse a dashboard address that is not ``[host]:port`` with a port in [0, 65535].
-
-    Parameters
-    ----------
-    address : str
-        ``host:port``; ``:port`` listens on every interface, port 0 picks a free port.
-
-    Raises
-    ------
-    ParameterError
-        If the port is missing, not an integer or out of range (``127.0.0.1:notaport``).
-    """
-    from distributed.comm.addressing import parse_host_port
-
-    with _refused(f"dashboard address {address!r} is not host:port",
-                  f"pass e.g. {option('dashboard_address', '127.0.0.1:8787')} (or 127.0.0.1:0 "
-                  "for a free port)"):
-        _, port = parse_host_port(address)
-        if not 0 <= port <= 65535:
-            raise ValueError(f"port {port} is not in [0, 65535]")
-
-
-def check_memory_limit(limit: str | int) -> None:
-    """Refuse a worker memory limit distributed cannot read.
-
-    Parameters
-    ----------
-    limit : str or int
-        ``"auto"`` (the machine's memory shared by the workers), bytes, or a number with a unit
-        (``"4GiB"``, ``"4e9"``); 0 means no limit.
-
-    Raises
-    ------
-    ParameterError
-        If ``limit`` is not ``"auto"``, a size in bytes or a size with a unit (``4XB``).
-    """
-    with _refused(f"memory limit {limit!r} is not a size", "pass bytes or a number with a "
-                  f"unit, e.g. {option('memory_limit', '4GiB')}, or "
-                  f"{option('memory_limit', 'auto')}"):
-        if limit != "auto" and parse_bytes(limit) < 0:
-            raise ValueError("a limit is not negative")
 
 
 # -- paths the tasks use ----------------------------------------------------------------------
@@ -613,44 +531,6 @@ def stored_nbytes(source: Any) -> int:
     if hasattr(source, "nnz"):
         return int(source.nnz) * 12 + 8 * (int(n) + len(source.chunks))
     return int(m) * int(n) * 8
-
-
-def check_memory_budget(value: str | int | None) -> int | None:
-    """A fit's ``memory_budget`` in bytes: None for the default, else a size such as ``4GiB``.
-
-    Raises
-    ------
-    ParameterError
-        If the value is neither a size nor ``auto`` (an empty value, a unit alone, an
-        infinity), or more than ``MAX_MEMORY_BUDGET`` (1 EiB).
-
-    Examples
-    --------
-    >>> check_memory_budget("4GiB"), check_memory_budget("auto"), check_memory_budget(0)
-    (4294967296, None, 0)
-    """
-    if value is None or value == "auto":
-        return None
-    remedy = (f"To resolve this, pass bytes or a size such as {option('memory_budget', '4GiB')}"
-              " (0 streams X from the store every iteration).")
-    try:  # parse_bytes reads "" and "GiB" as one unit, and "1e400" as an infinity
-        if isinstance(value, str) and not value.strip()[:1].isdigit():
-            raise ValueError(value)
-        nbytes = parse_bytes(value) if isinstance(value, str) else int(value)
-    except (ValueError, TypeError, OverflowError):
-        nbytes = -1
-    if nbytes < 0:
-        raise ParameterError(f"memory budget {value!r} is not a size. {remedy}")
-    if nbytes > MAX_MEMORY_BUDGET:
-        raise ParameterError(
-            f"memory budget {value!r} is more than any machine's memory (at most 1 EiB, "
-            f"{MAX_MEMORY_BUDGET} bytes). {remedy}"
-        )
-    return int(nbytes)
-
-
-#: The largest ``--memory-budget``, in bytes (1 EiB): beyond it a value is a typo (``1e100``).
-MAX_MEMORY_BUDGET = 2**60
 
 
 def holds_in_memory(
