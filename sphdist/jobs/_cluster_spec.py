@@ -3,7 +3,8 @@
 Its public home is :mod:`sphdist.jobs.cluster` (``from sphdist.jobs.cluster import
 ClusterSpec``); it is defined here so that a command line that builds one and runs no Dask
 (a neighbour query of one document) imports neither dask nor distributed: only a value that is
-not a default is checked, by :mod:`sphdist.jobs.cluster`'s checks, which import them.
+not a default is checked, by the checks of ``_cluster_checks.py``, which import them when
+they run.
 """
 
 from __future__ import annotations
@@ -13,6 +14,11 @@ import os
 from typing import Any
 
 from sphdist.errors import ParameterError
+from sphdist.jobs._cluster_checks import (
+    check_dashboard_address,
+    check_memory_limit,
+    check_scheduler_address,
+)
 
 __all__ = ["ClusterSpec", "ClusterConflictError"]
 
@@ -117,15 +123,13 @@ class ClusterSpec:
         if self.threads_per_worker < 1:
             raise ParameterError(
                 f"threads_per_worker must be >= 1, got {self.threads_per_worker}.")
-        checks = (("address", None, "check_scheduler_address"),
-                  ("memory_limit", "auto", "check_memory_limit"),
-                  ("dashboard_address", DEFAULT_DASHBOARD, "check_dashboard_address"))
+        checks = (("address", None, check_scheduler_address),
+                  ("memory_limit", "auto", check_memory_limit),
+                  ("dashboard_address", DEFAULT_DASHBOARD, check_dashboard_address))
         for name, default, check in checks:
             value = getattr(self, name)
             if value is not None and value != default:  # a default is valid (no import)
-                from sphdist.jobs import cluster
-
-                getattr(cluster, check)(value)
+                check(value)
 
     @property
     def local_cluster(self) -> bool:

@@ -10,7 +10,7 @@ from click.testing import CliRunner
 
 from sphdist.cli import main
 from sphdist.io.model import open_model
-from sphdist.jobs import cluster, run
+from sphdist.jobs import _cluster_deploy, run
 from sphdist.jobs.synth import SynthRequest
 
 SPHDIST = str(Path(sys.executable).with_name("sphdist"))
@@ -32,8 +32,8 @@ def corpus(tmp_path):
 @pytest.fixture
 def nothing_starts(monkeypatch):
     """No cluster can start and no scheduler can be joined (either raises TypeError)."""
-    monkeypatch.setattr(cluster, "LocalCluster", None)
-    monkeypatch.setattr(cluster, "Client", None)
+    monkeypatch.setattr(_cluster_deploy, "LocalCluster", None)
+    monkeypatch.setattr(_cluster_deploy, "Client", None)
     monkeypatch.delenv("DASK_SCHEDULER_ADDRESS", raising=False)
 
 
@@ -133,7 +133,7 @@ def test_local_cluster_speaks_tls_unless_asked_not_to(runner, corpus, tmp_path, 
         started.append(kwargs["security"])
         raise OSError("stop here")
 
-    monkeypatch.setattr(cluster, "LocalCluster", local_cluster)
+    monkeypatch.setattr(_cluster_deploy, "LocalCluster", local_cluster)
     result = runner.invoke(main, ["--quiet", "fit", "-i", str(corpus), "-o",
                                   str(tmp_path / "m.zarr"), "--n-workers", "1", *flag])
     assert result.exit_code == 1 and "stop here" in result.stderr, result.output

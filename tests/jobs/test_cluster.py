@@ -15,7 +15,7 @@ from distributed import default_client
 from threadpoolctl import threadpool_info
 
 from sphdist.errors import ParameterError
-from sphdist.jobs import cluster
+from sphdist.jobs import _cluster_deploy, cluster
 from sphdist.jobs.cluster import connect, stored_nbytes
 from sphdist.jobs.evaluate import evaluate_model
 from sphdist.jobs.fit import fit_corpus
@@ -104,7 +104,7 @@ def test_one_machine_runs_in_this_process_at_every_size(newsgroups5, monkeypatch
     def no_cluster(*args, **kwargs):
         raise AssertionError("a LocalCluster was started")
 
-    monkeypatch.setattr(cluster, "LocalCluster", no_cluster)
+    monkeypatch.setattr(_cluster_deploy, "LocalCluster", no_cluster)
     monkeypatch.delenv("DASK_SCHEDULER_ADDRESS", raising=False)
     before = _blas_threads()
     for n_workers in (None, 0):
@@ -133,7 +133,7 @@ def test_n_workers_starts_the_local_cluster(monkeypatch):
         started.append(kwargs)
         raise Started
 
-    monkeypatch.setattr(cluster, "LocalCluster", local_cluster)
+    monkeypatch.setattr(_cluster_deploy, "LocalCluster", local_cluster)
     monkeypatch.delenv("DASK_SCHEDULER_ADDRESS", raising=False)
     for n_workers in (1, 2):
         with pytest.raises(Started), connect(n_workers=n_workers):
@@ -224,8 +224,8 @@ def test_a_streamed_fit_reads_every_chunk_every_pass_and_equals_the_held_one(
     (dict(n_workers=1, memory_limit="1e-9"), r"memory limit '1e-9' per worker"),
 ])
 def test_unusable_options_are_refused_before_anything_starts(monkeypatch, kwargs, needle):
-    monkeypatch.setattr(cluster, "LocalCluster", None)  # would fail if reached
-    monkeypatch.setattr(cluster, "Client", None)
+    monkeypatch.setattr(_cluster_deploy, "LocalCluster", None)  # would fail if reached
+    monkeypatch.setattr(_cluster_deploy, "Client", None)
     with pytest.raises(ParameterError, match=needle):
         with connect(**kwargs):
             pass
