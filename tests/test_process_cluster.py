@@ -42,7 +42,7 @@ def venv_under_tmp():
             f"site.addsitedir({p!r})" for p in sys.path if p.endswith("site-packages")) + "\n")
         dask = root / ".venv" / "bin" / "dask"
         dask.write_text(f"#!{python}\nimport sys\nfrom dask.__main__ import main\n"
-                        "sys.exit(main())\n")
+                        "if __name__ == '__main__':\n    sys.exit(main())\n")
         dask.chmod(0o755)
         yield python
     finally:
