@@ -30,38 +30,99 @@ from sphdist.jobs.cluster import tls_security
 
 __all__ = ["ProcessCluster", "isolation_unavailable"]
 
-# run as `sh -c SCRIPT sh CWD HIDDEN... -- COMMAND...` inside `unshare --mount`: an empty tmpfs
-# on every hidden directory, then on /tmp (so a hidden directory under /tmp is hidden twice)
+# run as `sh -c SCRIPT sh CWD KEPT... -- HIDDEN... -- COMMAND...` inside `unshare --mount`:
+# every kept folder (the software the command runs) is opened, an empty tmpfs is mounted on
+# /tmp, each kept folder is bound back onto its own path through the open descriptor (the
+# path itself is already covered; --no-canonicalize keeps mount from resolving the
+# descriptor's link to that covered path), then an empty tmpfs on every hidden directory
+# still in view (one under /tmp is hidden by the private /tmp already)
 _ISOLATE = """
 set -e
 cwd=$1; shift
-while [ "$1" != -- ]; do mount -t tmpfs sphdist-hidden "$1"; shift; done; shift
+n=2
+for p in "$@"; do [ "$p" = -- ] && break; n=$((n + 1)); eval "exec $n<\\"\\$p\\""; done
 mount -t tmpfs sphdist-tmp /tmp
+n=2
+while [ "$1" != -- ]; do
+    n=$((n + 1))
+    mkdir -p "$1"
+    mount --no-canonicalize --bind "/proc/self/fd/$n" "$1"
+    eval "exec $n<&-"
+    shift
+done; shift
+while [ "$1" != -- ]; do if [ -d "$1" ]; then mount -t tmpfs sphdist-hidden "$1"; fi; shift; done
+shift
 mkdir -p "$cwd" && cd "$cwd"
 exec "$@"
 """
+_MAX_KEPT = 7  # the script's descriptors 3 to 9 (sh redirects a single digit)
+
+# what the interpreter runs from: its prefixes, its folder and every folder of its sys.path
+_WHERE = ("import json, os, sys; print(json.dumps([sys.prefix, sys.exec_prefix, "
+          "sys.base_prefix, sys.base_exec_prefix, os.path.dirname(sys.executable), *sys.path]))")
 
 
-def _isolated(command: list[str], hidden: Sequence[str], cwd: str) -> list[str]:
+def _isolated(
+    command: list[str], kept: Sequence[str], hidden: Sequence[str], cwd: str
+) -> list[str]:
     return ["unshare", "--mount", "--propagation", "private", "sh", "-c", _ISOLATE, "sh", cwd,
-            *hidden, "--", *command]
+            *kept, "--", *hidden, "--", *command]
 
 
-def isolation_unavailable() -> str | None:
+def _software(env: dict[str, str]) -> list[str]:
+    """The folders under /tmp that this interpreter runs from, with ``env`` (its
+    ``PYTHONPATH``): what a worker's private /tmp must show, as every node has the software.
+
+    Raises
+    ------
+    RuntimeError
+        If the interpreter does not run, or runs from more than 7 separate folders of /tmp.
+    """
+    found = subprocess.run([sys.executable, "-c", _WHERE], env=env, capture_output=True,
+                           text=True, timeout=300)
+    if found.returncode:
+        raise RuntimeError(f"{sys.executable} did not run: {found.stderr.strip()[-500:]}")
+    folders = set()
+    for entry in json.loads(found.stdout):
+        if not entry or not os.path.exists(entry):
+            continue
+        for path in {os.path.abspath(entry), os.path.realpath(entry)}:
+            folder = path if os.path.isdir(path) else os.path.dirname(path)
+            if folder.startswith("/tmp/"):
+                folders.add(folder)
+    outermost = sorted(f for f in folders
+                       if not any(f.startswith(g + "/") for g in folders))
+    if len(outermost) > _MAX_KEPT:
+        raise RuntimeError(f"the interpreter runs from {len(outermost)} folders of /tmp "
+                           f"(at most {_MAX_KEPT} can be kept): {outermost}")
+    return outermost
+
+
+def isolation_unavailable(
+    isolate: Sequence[str | os.PathLike[str]] = (), env: dict[str, str] | None = None
+) -> str | None:
     """Why workers cannot be started in a mount namespace of their own here, or None if they can.
 
-    Tries what :class:`ProcessCluster` does with ``isolate``: ``unshare --mount`` (root, or
-    the CAP_SYS_ADMIN capability) and a tmpfs mounted on /tmp inside it.
+    Runs ``dask worker --help`` exactly as :class:`ProcessCluster` runs its workers with
+    ``isolate`` and ``env``: ``unshare --mount`` (root, or the CAP_SYS_ADMIN capability), a
+    private tmpfs on /tmp with the interpreter's folders bound back in, the ``isolate``
+    directories hidden. The command fails there if, say, a hidden directory holds the
+    interpreter.
     """
     if shutil.which("unshare") is None:
         return "the unshare command (util-linux) is not installed"
+    env = {**os.environ, **(env or {})}
+    command = [*_dask_command(), "worker", "--help"]
     try:
-        probe = subprocess.run(_isolated(["true"], [], "/"), capture_output=True, timeout=30)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        return f"unshare --mount failed: {exc}"
+        hidden = [str(Path(p).resolve()) for p in isolate]
+        probe = subprocess.run(_isolated(command, _software(env), hidden, "/"), env=env,
+                               capture_output=True, timeout=300)
+    except (OSError, RuntimeError, subprocess.TimeoutExpired) as exc:
+        return f"{' '.join(command)} under unshare --mount did not run: {exc}"
     if probe.returncode:
-        return ("unshare --mount with a private tmpfs on /tmp failed (it needs root or "
-                f"CAP_SYS_ADMIN): {probe.stderr.decode(errors='replace').strip()[:200]}")
+        return (f"{' '.join(command)} failed under unshare --mount with a private tmpfs on /tmp "
+                "(unshare needs root or CAP_SYS_ADMIN; the command, the software it runs): "
+                f"{probe.stderr.decode(errors='replace').strip()[-500:]}")
     return None
 
 
@@ -69,6 +130,14 @@ def _dask_command() -> list[str]:
     """The ``dask`` command of this interpreter's environment."""
     exe = Path(sys.executable).with_name("dask")
     return [str(exe)] if exe.exists() else [sys.executable, "-m", "dask"]
+
+
+def _tail(path: Path, n: int = 1500) -> str:
+    """The last ``n`` characters of a log file, or a note that there is none."""
+    try:
+        return path.read_text(errors="replace")[-n:].strip() or "(empty)"
+    except OSError as exc:
+        return f"({exc})"
 
 
 class ProcessCluster:
@@ -100,8 +169,9 @@ class ProcessCluster:
     log_dir : path-like, optional
         Where ``scheduler.log`` and ``worker-<i>.log`` are written; default a temporary
         directory removed on exit.
-    timeout : float, default 60
-        Seconds to wait for the scheduler and for the workers to connect.
+    timeout : float, default 300
+        Seconds to wait for the scheduler and for the workers to connect: generous, for a
+        loaded machine (a worker process that exits fails the wait at once).
     cwd : path-like, optional
         Working directory of the workers (default: this process'), as on another machine
         whose processes start elsewhere.
@@ -109,7 +179,9 @@ class ProcessCluster:
         Start every worker in its own mount namespace (``unshare --mount --propagation
         private``, root only) with a private, empty tmpfs on ``/tmp`` and on each of these
         directories: the worker shares no disk with this process there (a node of a
-        multi-machine cluster). :func:`isolation_unavailable` says whether this machine can.
+        multi-machine cluster). The folders of /tmp the interpreter runs from (a clone's
+        ``.venv``, its ``PYTHONPATH``) are bound back in, as every node has the software.
+        :func:`isolation_unavailable` says whether this machine can.
 
     Attributes
     ----------
@@ -122,7 +194,8 @@ class ProcessCluster:
         If ``n_workers`` < 0 or ``nthreads`` < 1.
     TimeoutError
         If the scheduler or the workers do not come up within ``timeout`` seconds of
-        :meth:`start` / :meth:`add_workers`.
+        :meth:`start` / :meth:`add_workers`, or a process exits first (the message ends with
+        the tail of its log). :meth:`start` then stops every process it started.
     """
 
     def __init__(
@@ -137,7 +210,7 @@ class ProcessCluster:
         worker_args: Sequence[str] = (),
         env: dict[str, str] | None = None,
         log_dir: str | os.PathLike[str] | None = None,
-        timeout: float = 60.0,
+        timeout: float = 300.0,
         cwd: str | os.PathLike[str] | None = None,
         isolate: Sequence[str | os.PathLike[str]] | None = None,
     ):
@@ -165,6 +238,7 @@ class ProcessCluster:
         self.workers: list[subprocess.Popen[bytes]] = []
         self._started = 0  # workers started so far: the next one's name and log file
         self._logs: list = []
+        self._kept: list[str] = []  # the software's folders in /tmp, shown to isolated workers
 
     # -- lifecycle ----------------------------------------------------------------------
     def _tls_args(self) -> list[str]:
@@ -180,7 +254,7 @@ class ProcessCluster:
         self._logs.append(log)
         command = _dask_command() + args
         if worker and self.isolate is not None:
-            command = _isolated(command, self.isolate, self.cwd or "/")
+            command = _isolated(command, self._kept, self.isolate, self.cwd or "/")
         return subprocess.Popen(
             command, stdout=log, stderr=subprocess.STDOUT, env=self.env,
             cwd=self.cwd if worker and self.isolate is None else None,
@@ -188,7 +262,21 @@ class ProcessCluster:
         )
 
     def start(self) -> ProcessCluster:
-        """Start the scheduler and ``n_workers`` workers; wait until all are connected."""
+        """Start the scheduler and ``n_workers`` workers; wait until all are connected.
+
+        Whatever fails (a process that exits, a timeout, an interrupt), every process started
+        is stopped before the exception propagates.
+        """
+        try:
+            self._start()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def _start(self) -> None:
+        if self.isolate is not None:
+            self._kept = _software(self.env)
         protocol = "tls" if self.tls_files else "tcp"
         self.scheduler_file.unlink(missing_ok=True)
         dash = (["--dashboard-address", "127.0.0.1:0"] if self.dashboard
@@ -201,17 +289,21 @@ class ProcessCluster:
         deadline = time.monotonic() + self.timeout
         while not self.scheduler_file.exists() or not self.scheduler_file.stat().st_size:
             if self.scheduler.poll() is not None or time.monotonic() > deadline:
-                self.stop()
                 raise TimeoutError(
-                    f"the dask scheduler did not start; see {self.log_dir / 'scheduler.log'}"
+                    f"the dask scheduler did not start within {self.timeout} s (exit status "
+                    f"{self.scheduler.poll()}); its log: "
+                    f"{_tail(self.log_dir / 'scheduler.log')}"
                 )
             time.sleep(0.1)
         self.address = json.loads(self.scheduler_file.read_text())["address"]
         self.add_workers(self.n_workers)
-        return self
 
     def add_workers(self, n: int) -> None:
-        """Start ``n`` more workers and wait until the scheduler sees all of them."""
+        """Start ``n`` more workers and wait until the scheduler sees all of them.
+
+        Raises TimeoutError as soon as one of them exits, with the tail of its log.
+        """
+        started = []
         for _ in range(n):
             i = self._started
             self._started += 1
@@ -228,8 +320,24 @@ class ProcessCluster:
                  *self._tls_args(), *self.worker_args],
                 f"worker-{i}.log", worker=True,
             ))
-        if self.workers:  # distributed refuses to wait for 0 (a scheduler alone)
-            self.wait_for_workers(len(self.workers))
+            started.append((self.workers[-1], f"worker-{i}.log"))
+        if not self.workers:  # distributed refuses to wait for 0 (a scheduler alone)
+            return
+        deadline = time.monotonic() + self.timeout
+        with self.client(set_as_default=False) as client:
+            while True:
+                try:
+                    client.wait_for_workers(len(self.workers), timeout=1.0)
+                    return
+                except TimeoutError:
+                    exited = [(p, log) for p, log in started if p.poll() is not None]
+                    if exited or time.monotonic() > deadline:
+                        what = (f"{len(exited)} of the {n} workers started exited" if exited
+                                else f"the workers did not connect within {self.timeout} s")
+                        shown = exited or started
+                        raise TimeoutError(what + "; " + "; ".join(
+                            f"{log}: {_tail(self.log_dir / log)}" for _, log in shown[:2]
+                        )) from None
 
     def replace_exited_workers(self) -> None:
         """Start a new worker for each worker process that has exited (one without a nanny,

@@ -2,8 +2,9 @@
 
 A cluster of several machines has no common filesystem: the corpus and the model live in an
 object store. Here every worker of an external ``dask scheduler`` is started in its own mount
-namespace (``unshare --mount``) with a private, empty ``/tmp`` and the driver's working
-directory hidden, so it sees none of the driver's files; the corpus and the model are on the
+namespace (``unshare --mount``) with a private, empty ``/tmp`` (but for the software it runs)
+and the test's folders hidden (the driver's working directory among them), so it sees none
+of the driver's files; the corpus and the model are on the
 moto S3 server of the object-store tests. ``fit`` (with a worker SIGKILLed once), ``--resume``,
 ``transform``, ``index`` and ``neighbors --all`` must give bitwise what dask's threads give on
 local paths; a local path the workers cannot see must be refused in one ``Error:`` line that
@@ -82,12 +83,16 @@ def driver_dir(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def isolated(s3_server, driver_dir, tmp_path_factory):
-    """Two workers, each in its own mount namespace: a private /tmp, the driver's cwd hidden."""
-    reason = isolation_unavailable()
+    """Two workers, each in its own mount namespace: a private /tmp (with the software this
+    interpreter runs from bound back in), every folder of this test session hidden (the
+    driver's cwd among them) wherever the session's base folder is."""
+    hidden = [tmp_path_factory.getbasetemp()]
+    assert driver_dir.is_relative_to(hidden[0])
+    env = {**aws_env(s3_server.endpoint, "testing", "testing"), **WORKER_ENV}
+    reason = isolation_unavailable(isolate=hidden, env=env)
     if reason:
         pytest.skip(f"workers cannot be isolated from the driver's disk here: {reason}")
-    env = {**aws_env(s3_server.endpoint, "testing", "testing"), **WORKER_ENV}
-    with ProcessCluster(2, memory_limit="1GiB", isolate=[driver_dir], worker_args=PRELOAD,
+    with ProcessCluster(2, memory_limit="1GiB", isolate=hidden, worker_args=PRELOAD,
                         env=env, log_dir=tmp_path_factory.mktemp("isolated-logs")) as cluster:
         yield cluster
 

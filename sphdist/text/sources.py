@@ -11,6 +11,7 @@ Nothing here tokenises: that is :mod:`sphdist.text.ingest`'s job.
 from __future__ import annotations
 
 import codecs
+import csv
 import glob as globmod
 import gzip
 import io
@@ -486,27 +487,29 @@ def _frame_records(frame, path: str, first_row: int, reading: Reading, what: str
     labels = frame[reading.label_field].tolist() if reading.label_field else None
     ids = frame[reading.id_field].tolist() if reading.id_field else None
     for i, text in enumerate(texts):
-        row = first_row + i
-        where = f"{path}:{what} {row}"
-        text = check_text(where, None if _isna(text) else text, reading,
-                           f"{reading.text_field!r} value")
-        if isinstance(text, Bad):
-            yield text
-            continue
-        label = None
-        if labels is not None:
-            if _isna(labels[i]):
-                yield Bad(where, f"the {reading.label_field!r} value (label) is missing")
-                continue
-            label = str(labels[i])
-        if ids is not None:
-            if _isna(ids[i]):
-                yield Bad(where, f"the {reading.id_field!r} value (id) is missing")
-                continue
-            doc_id = str(ids[i])
-        else:
-            doc_id = f"{path}:{row}"
-        yield doc_id, text, label, where
+        yield _row_record(f"{path}:{what} {first_row + i}", f"{path}:{first_row + i}", text,
+                          None if labels is None else labels[i],
+                          None if ids is None else ids[i], reading)
+
+
+def _row_record(where: str, default_id: str, text: Any, label: Any, doc_id: Any,
+                reading: Reading) -> Record | Bad:
+    """The record of one row (``label``/``doc_id`` None when there is no such column)."""
+    text = check_text(where, None if _isna(text) else text, reading,
+                      f"{reading.text_field!r} value")
+    if isinstance(text, Bad):
+        return text
+    if reading.label_field:
+        if _isna(label):
+            return Bad(where, f"the {reading.label_field!r} value (label) is missing")
+        label = str(label)
+    if reading.id_field:
+        if _isna(doc_id):
+            return Bad(where, f"the {reading.id_field!r} value (id) is missing")
+        doc_id = str(doc_id)
+    else:
+        doc_id = default_id
+    return doc_id, text, label, where
 
 
 def _isna(value: Any) -> bool:
@@ -515,39 +518,71 @@ def _isna(value: Any) -> bool:
 
 @dataclass(frozen=True)
 class CsvPartition(Partition):
-    """One CSV file, streamed ``rows`` at a time (row 1 is the first row after the header)."""
+    """One CSV (or tab-separated) file, streamed a row at a time (row 1 follows the header).
+
+    A row whose number of fields is not the header's (a separator in an unquoted field, a row
+    cut short) is a :class:`Bad`: it is never read as a shorter document. Blank lines are
+    skipped and not counted as rows, as pandas does.
+    """
 
     path: str
-    rows: int = 4096
     n_docs: int | None = None
 
     def records(self, reading: Reading) -> Iterator[Record | Bad]:
         """Yield ``(id, text, label, where)`` per row, or a :class:`Bad`."""
-        import pandas as pd
-
-        wanted = [c for c in (reading.text_field, reading.label_field, reading.id_field) if c]
-        first = 1
+        sep = "\t" if ".tsv" in self.path else ","
+        if csv.field_size_limit() < _CSV_FIELD_LIMIT:  # a document is bounded by max_bytes
+            csv.field_size_limit(_CSV_FIELD_LIMIT)
+        row = line = 0  # rows yielded; the last physical line read
         try:
-            with stream_errors(self.path, lambda: first - 1, "row"):
-                reader = pd.read_csv(
-                    self.path, usecols=wanted, dtype=str, keep_default_na=False,
-                    na_values=[], chunksize=self.rows, encoding="utf-8",
-                    sep="\t" if ".tsv" in self.path else ",",
-                )
-                for frame in reader:
-                    yield from _frame_records(frame, self.path, first, reading, "row")
-                    first += len(frame)
+            with _open_binary(self.path) as raw, stream_errors(self.path, lambda: row, "row"):
+                # utf-8-sig: a byte-order mark before the header is not part of its first name
+                reader = csv.reader(io.TextIOWrapper(raw, encoding="utf-8-sig", newline=""),
+                                    delimiter=sep)
+                header = next((h for h in reader if h), None)
+                if header is None:
+                    return
+                _check_columns(self.path, header, reading)
+                columns = [header.index(c) if c else None for c in
+                           (reading.text_field, reading.label_field, reading.id_field)]
+                line = reader.line_num
+                for fields in reader:
+                    start, line = line + 1, reader.line_num
+                    if not fields:
+                        continue
+                    row += 1
+                    where = f"{self.path}:row {row}"
+                    if len(fields) != len(header):
+                        yield _wrong_field_count(where, len(fields), len(header), start, sep)
+                        continue
+                    text, label, doc_id = (None if c is None else fields[c] for c in columns)
+                    yield _row_record(where, f"{self.path}:{row}", text, label, doc_id, reading)
         except UnicodeDecodeError as exc:
             raise DataError(
-                f"{self.path}: not valid UTF-8 after row {first - 1} ({exc.reason}). To "
+                f"{self.path}: not valid UTF-8 after row {row} ({exc.reason}). To "
                 "resolve this, re-encode the file as UTF-8."
             ) from None
-        except (ValueError, pd.errors.ParserError) as exc:
+        except csv.Error as exc:
             raise DataError(
-                f"{self.path}: not a readable CSV file near row {first} ({exc}). To resolve "
-                f"this, fix the file, or check {option('text_field')}/{option('label_field')}/"
-                f"{option('id_field')}."
+                f"{self.path}: not a readable CSV file near row {row + 1} (line {line + 1}: "
+                f"{exc}). To resolve this, fix the file, or check {option('text_field')}/"
+                f"{option('label_field')}/{option('id_field')}."
             ) from None
+
+
+#: ``csv.field_size_limit`` while reading (the module's default, 131,072 characters, would end
+#: the file at the first long document instead of refusing that document alone)
+_CSV_FIELD_LIMIT = 2**31 - 1
+
+
+def _wrong_field_count(where: str, n: int, expected: int, line: int, sep: str) -> Bad:
+    what = "a tab" if sep == "\t" else "a comma"
+    why = (f"{n} fields, the header has {expected} (line {line}; "
+           + (f"{what} in a field that is not quoted?)" if n > expected
+              else "a row cut short, or a separator missing?)"))
+    return Bad(where, why, remedy=(
+        f"quote every field that holds {what} (in double quotes), or fix or remove that row, "
+        f"or pass {option('on_error', 'skip')} to leave such rows out and count them"))
 
 
 @dataclass(frozen=True)
@@ -750,7 +785,7 @@ def plan(
                 columns = None  # an empty file: no documents
             if columns is not None:
                 _check_columns(str(p), list(columns), reading)
-                partitions.append(CsvPartition(str(p), rows=min(partition_size, 1 << 16)))
+                partitions.append(CsvPartition(str(p)))
         n_documents = None
     else:
         import pyarrow.parquet as pq

@@ -471,6 +471,60 @@ def test_csv_and_parquet_columns(tmp_path):
     assert list(corpus.doc_ids) == [f"{path}:1", f"{path}:3"]
 
 
+CSV_ROWS = {  # issue 44 item 2: a row whose field count is not the header's (row 2 of 4)
+    "more fields": (b"a2,x,hello world, unquoted comma tail words here", "4 fields"),
+    "fewer fields": (b"a2,x", "2 fields"),
+}
+
+
+@pytest.mark.parametrize("sep", [",", "\t"])
+@pytest.mark.parametrize("case", list(CSV_ROWS))
+def test_a_csv_row_with_more_or_fewer_fields_than_the_header_is_a_bad_document(
+    tmp_path, case, sep
+):
+    """It was read as a shorter document ("tail words" dropped, or an empty text): pandas
+    keeps the wanted columns of any row. Refused naming the file and row, or skipped and
+    counted; the other rows (a separator inside quotes, a quoted line break) are intact."""
+    row, reason = CSV_ROWS[case]
+    name = "comma.csv" if sep == "," else "comma.tsv"
+    lines = [b"id,label,text", b'a1,x,"hello world, quoted ok"', row, b"a3,y,third doc words",
+             b'a4,y,"two\nlines"']
+    source = _lines(tmp_path, [line.replace(b",", sep.encode()) if sep != "," else line
+                               for line in lines], name)
+    with pytest.raises(DataError, match=reason) as info:
+        ingest_old(source, tmp_path / "out.zarr", id_field="id", label_field="label")
+    message = str(info.value)
+    assert f"{source}:row 2: " in message and "the header has 3" in message, message
+    assert "To resolve this, " in message and "on_error='skip'" in message, message
+    assert sorted(p.name for p in tmp_path.iterdir()) == [name]  # nothing left
+    corpus = ingest_old(source, tmp_path / "out.zarr", id_field="id", label_field="label",
+                        on_error="skip", n_features=M)
+    meta = corpus.attrs["ingest"]
+    assert meta["n_skipped"] == 1 and f"{source}:row 2: " in meta["skipped_examples"][0]
+    assert list(corpus.doc_ids) == ["a1", "a3", "a4"]
+    texts = ["hello world, quoted ok", "third doc words", "two\nlines"]
+    expected, _ = _hashing_reference(texts)  # the same tokens with a tab for the comma
+    np.testing.assert_allclose(_matrix(corpus), expected, rtol=0, atol=1e-12)
+
+
+def test_cli_a_csv_row_with_an_unquoted_comma_is_refused_in_one_line(tmp_path):
+    """The reproduction of issue 44 item 2, through the command line."""
+    source = _lines(tmp_path, [b"id,label,text", b'a1,x,"hello world, quoted ok"',
+                               b"a2,x,hello world, unquoted comma tail words here",
+                               b"a3,y,third doc words"], "comma.csv")
+    args = ["ingest", source, "-o", str(tmp_path / "comma.zarr"), "--min-df", "1", "--max-df",
+            "1.0", "--id-field", "id"]
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 1, result.output
+    lines = [line for line in result.stderr.splitlines() if not line.startswith("pass 1/2")]
+    assert len(lines) == 1 and lines[0].startswith(f"Error: {source}:row 2: 4 fields"), lines
+    assert "--on-error skip" in lines[0] and "Traceback" not in result.output
+    result = CliRunner().invoke(main, [*args, "--on-error", "skip", "--json"])
+    assert result.exit_code == 0, result.output
+    summary = json.loads(result.stdout.splitlines()[-1])
+    assert summary["n_documents"] == 2 and summary["n_skipped"] == 1, summary
+
+
 def test_unknown_format(tmp_path):
     (tmp_path / "a.txt").write_text("text")
     (tmp_path / "b.csv").write_text("text\nx\n")
