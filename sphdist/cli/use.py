@@ -306,7 +306,9 @@ def neighbors(
         if report.get("skipped") and not as_json:
             _list_skipped(report["skipped"], queries)
         return
-    hits = jobs.query_neighbors(model, request)
+    hits = jobs.query_neighbors(model, query=query, doc_id=doc_id, k=k,
+                                include_self=include_self, input=input_, index=index_,
+                                exact=exact, nprobe=nprobe)
     if as_json:
         echo_json(hits)
         return

@@ -37,12 +37,15 @@ def test_a_request_refuses_what_asks_nothing_or_two_things(fields, words):
         NeighborRequest(**fields)
 
 
-def test_query_neighbors_answers_its_own_modes(tmp_path, monkeypatch):
+def test_query_neighbors_answers_one_text_or_document(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    with pytest.raises(ParameterError, match="requests, not"):
-        query_neighbors("m.zarr", NeighborRequest(all=True))
-    with pytest.raises(TypeError, match="not both"):
-        query_neighbors("m.zarr", NeighborRequest(all=True), k=3)
+    with pytest.raises(ParameterError, match="exactly one of"):
+        query_neighbors("m.zarr")
+    with pytest.raises(ParameterError, match="exactly one of"):
+        query_neighbors("m.zarr", query="a", doc_id="d")
+    with pytest.raises(TypeError):
+        query_neighbors("m.zarr", NeighborRequest(doc_id="d"))  # keywords only
+    assert list(tmp_path.iterdir()) == []
 
 
 @pytest.mark.parametrize("fields, words", [

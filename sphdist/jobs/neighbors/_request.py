@@ -1,9 +1,8 @@
 """What a neighbour search is asked: :class:`NeighborRequest`, and the queries of a file.
 
 One frozen request for the four searches (a text, a document, a batch of either, every
-document); :class:`QueryLines` is what a ``queries`` file holds (read by
-:func:`sphdist.jobs.neighbors.queries_of`). ``_request`` and ``_asked`` take a job's request,
-or its fields as keywords.
+document), whose checks every neighbour job applies; :class:`QueryLines` is what a ``queries``
+file holds (read by :func:`sphdist.jobs.neighbors.queries_of`).
 """
 
 from __future__ import annotations
@@ -11,7 +10,6 @@ from __future__ import annotations
 import dataclasses
 import os
 from collections.abc import Sequence
-from typing import Any
 
 from sphdist.errors import ParameterError
 
@@ -55,9 +53,8 @@ MODES = ("query", "doc_id", "queries", "ids", "all")
 class NeighborRequest:
     """What a neighbour search is asked: exactly one of four queries, and how to search.
 
-    :func:`query_neighbors` answers ``query`` or ``doc_id`` (it also takes the fields as
-    keywords); ``queries`` are a :class:`BatchNeighborsRequest`'s and ``all`` a
-    :class:`KnnGraphRequest`'s, which check their fields with this one.
+    :func:`query_neighbors` answers ``query`` or ``doc_id``, a :class:`BatchNeighborsRequest`
+    ``queries`` and a :class:`KnnGraphRequest` ``all``; each checks its fields with this one.
 
     Parameters
     ----------
@@ -137,30 +134,3 @@ class NeighborRequest:
         if self.query is not None:
             return "query"
         return "doc_id" if self.doc_id is not None else "all"
-
-
-def _request(request: NeighborRequest | None, fields: dict[str, Any], function: str,
-             modes: tuple[str, ...], **defaults: Any) -> NeighborRequest:
-    """The request of a job: ``request``, or one of ``fields`` (keywords of before)."""
-    if request is None:
-        request = NeighborRequest(**{**defaults, **fields})
-    elif fields:
-        raise TypeError(f"{function}() takes a NeighborRequest or its fields, not both: "
-                        f"{sorted(fields)}")
-    if request.mode not in modes:
-        raise ParameterError(f"{function}() answers {' or '.join(modes)} requests, not "
-                             f"{request.mode}. To resolve this, call the job of that mode "
-                             "(query_neighbors, or run() of a BatchNeighborsRequest or a "
-                             "KnnGraphRequest).")
-    return request
-
-
-def _asked(request: NeighborRequest | None, fields: dict[str, Any], name: str) -> Any:
-    """A field of a job's request, as given (a request, or its fields), not yet validated.
-
-    What the job reads, for the output policy of its hold (:func:`sphdist.io.hold_output`),
-    which is applied before the request is checked.
-    """
-    if request is not None:
-        return getattr(request, name, None)
-    return fields.get(name)

@@ -29,7 +29,7 @@ from sphdist.jobs.embedding import (
 )
 from sphdist.jobs.neighbors._base import _say, _skip, check_k, find_index, search
 from sphdist.jobs.neighbors._hits import _format, hits_table, write_hits
-from sphdist.jobs.neighbors._request import NeighborRequest, QueryLines, _request
+from sphdist.jobs.neighbors._request import NeighborRequest, QueryLines
 
 ON_ERROR = ("fail", "skip")
 
@@ -135,7 +135,10 @@ def _open(model: Any, input: Any, rest: dict[str, Any], index: Any, exact: bool,
 
 
 def query_neighbors(
-    model: str | os.PathLike[str], request: NeighborRequest | None = None, **fields: Any,
+    model: str | os.PathLike[str], *, query: str | None = None, doc_id: str | None = None,
+    k: int = 10, include_self: bool = False, input: str | os.PathLike[str] | None = None,
+    index: str | os.PathLike[str] | None = None, exact: bool = False,
+    nprobe: int | None = None,
 ) -> dict[str, Any]:
     """The k nearest documents of one text or document (``sphdist neighbors``).
 
@@ -147,10 +150,10 @@ def query_neighbors(
     Parameters
     ----------
     model : path-like
-    request : NeighborRequest, optional
-        A ``query`` or a ``doc_id``, with ``k``, ``include_self``, ``input``, ``index``,
-        ``exact``, ``nprobe``; without it, those fields as keywords
-        (``query_neighbors(model, doc_id="doc7", k=10)``).
+    query, doc_id : str, optional
+        One text, or the id of one document of the collection searched: exactly one.
+    k, include_self, input, index, exact, nprobe
+        As :class:`NeighborRequest` (``query_neighbors(model, doc_id="doc7", k=10)``).
 
     Returns
     -------
@@ -164,20 +167,16 @@ def query_neighbors(
     Raises
     ------
     ParameterError
-        If the request is neither a ``query`` nor a ``doc_id``, ``include_self`` with a
+        If not exactly one of ``query`` and ``doc_id`` is given, ``include_self`` with a
         ``query`` (:class:`NeighborRequest`), an unknown ``doc_id``, or ``k`` too large for
         the index.
-    TypeError
-        If both a ``request`` and fields are given.
     DataError
         For a query without a direction (empty, or no term of the model) or an empty document.
     CorpusMismatchError, ModelFormatError, InputNotFoundError
         See :func:`find_index` and :func:`open_embedding_source`.
     """
-    request = _request(request, fields, "query_neighbors", ("query", "doc_id"))
-    query, doc_id, k, include_self = (request.query, request.doc_id, request.k,
-                                      request.include_self)
-    input, index, exact, nprobe = request.input, request.index, request.exact, request.nprobe
+    NeighborRequest(query=query, doc_id=doc_id, k=k, include_self=include_self, input=input,
+                    index=index, exact=exact, nprobe=nprobe)  # its checks
     rest = {"doc_id": doc_id} if doc_id is not None else {"query": str(query)}
     fitted, source, found, path = _open(model, input, rest, index, exact, nprobe)
     own = None
