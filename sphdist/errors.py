@@ -86,7 +86,7 @@ _FUNCTIONS = {
 _REQUESTS = {"transform": "sphdist.jobs.transform.TransformRequest",
              "plot convergence": "sphdist.jobs.plotting.PlotConvergenceRequest",
              "plot embedding": "sphdist.jobs.plotting.PlotEmbeddingRequest",
-             "export": "sphdist.jobs.embedding.ExportRequest"}
+             "export": "sphdist.jobs.export.ExportRequest"}
 
 #: The actions whose call is worded by a function of their module (arguments -> text): the
 #: ingest job's options are fields of its ``SourceSpec`` and ``TextSpec``; the index job

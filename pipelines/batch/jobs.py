@@ -15,7 +15,7 @@ Layout under one root directory (a filesystem the Dask workers share)::
 ``daily``: ``sphdist.jobs.ingest.IngestRequest(like=current)`` (the model's feature scheme and
 idf), then
 ``sphdist.jobs.run(sphdist.jobs.transform.TransformRequest(...))`` and
-``sphdist.jobs.run(sphdist.jobs.embedding.ExportRequest(...))``. A day with a
+``sphdist.jobs.run(sphdist.jobs.export.ExportRequest(...))``. A day with a
 ``done.json`` is left alone (``--force`` redoes it with the model now current); a day without
 one (a crashed run) is redone from scratch.
 
@@ -95,7 +95,7 @@ def daily_job(root: Path, date: str, *, force: bool = False) -> dict[str, Any]:
     """
     from sphdist.io.model import open_model
     from sphdist.jobs import run
-    from sphdist.jobs.embedding import ExportRequest
+    from sphdist.jobs.export import ExportRequest
     from sphdist.jobs.ingest import IngestRequest
     from sphdist.jobs.transform import TransformRequest
 

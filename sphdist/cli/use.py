@@ -94,7 +94,7 @@ def export(
 ) -> None:
     """Write the embeddings with their document ids (Parquet, CSV or .npy, by the suffix)."""
     from sphdist.jobs import run
-    from sphdist.jobs.embedding import ExportRequest
+    from sphdist.jobs.export import ExportRequest
     from sphdist.jobs.info import plural
 
     report = run(ExportRequest(model, output, format=format_, input=input_,

@@ -1,4 +1,6 @@
-"""Using a model's embeddings: export them, find nearest documents, embed a text query.
+"""Using a model's embeddings: find nearest documents, embed a text query.
+
+The export of them is :mod:`sphdist.jobs.export`.
 
 The training embedding (of the corpus the model was fitted on) is the model's V (r, n); the
 out-of-sample embedding of other documents is an ``embedding.zarr`` written by
@@ -14,15 +16,12 @@ the largest cosine ``v_i^T v_j``.
 
 from __future__ import annotations
 
-import contextlib
-import csv
 import dataclasses
 import functools
-import glob
 import os
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar, Literal, overload
+from typing import TYPE_CHECKING, Any, Literal, overload
 
 import numpy as np
 
@@ -37,20 +36,15 @@ from sphdist.errors import (
     remedy,
 )
 from sphdist.io import (
-    Output,
     commit_state,
-    committed,
     exists,
     location,
-    open_output,
     open_stored,
     stored_kind,
 )
 from sphdist.io._checked import ChunkedVector
-from sphdist.io._policy import refuse_existing
 from sphdist.io.model import Model, open_model
-from sphdist.jobs._lifecycle import Request, located
-from sphdist.jobs._outputs import output_format
+from sphdist.jobs._reingest import _beside, mismatch, reingest_remedy
 from sphdist.jobs.info import check_roles, require_embedding
 
 if TYPE_CHECKING:  # dask only where V is scanned whole: one query reads a few chunks without it
@@ -59,18 +53,12 @@ if TYPE_CHECKING:  # dask only where V is scanned whole: one query reads a few c
 __all__ = [
     "EmbeddingSource",
     "open_embedding_source",
-    "ExportRequest",
     "nearest_neighbors",
     "embed_texts",
     "mismatch",
     "reingest_remedy",
-    "EXPORT_FORMATS",
-    "EXPORT_SUFFIXES",
 ]
 
-EXPORT_FORMATS = ("parquet", "npy", "csv")
-#: The formats of ``export``, by the suffix of its output.
-EXPORT_SUFFIXES = {".parquet": "parquet", ".npy": "npy", ".csv": "csv"}
 _SCAN_DOCS = 65536  # documents per chunk of an export or a neighbour scan
 
 
@@ -298,10 +286,6 @@ def _stored(path: Path) -> bool:
     return bool(state.committed or state.interrupted or exists(path))
 
 
-def _beside(path: Path, suffix: str) -> Path:
-    return path.with_name(path.name.removesuffix(".zarr") + suffix)
-
-
 def _recorded_empty(attrs: dict[str, Any]) -> np.ndarray | None:
     """``empty`` of the corpus an embedding was written from, if it is still there unchanged."""
     corpus = attrs.get("corpus") or {}
@@ -317,318 +301,8 @@ def _recorded_empty(attrs: dict[str, Any]) -> np.ndarray | None:
     return np.asarray(source.empty)
 
 
-def mismatch(model: Model, source: Any) -> str:
-    """What differs between a corpus and a model's training corpus, short, for a message.
-
-    Examples: ``"it has 256 features, the model has 512; feature scheme stop_words
-    'english', the model's None"``, ``"idf fingerprint 354c891101df, the model's
-    d53cc28498cb"``. The complete check is
-    :meth:`sphdist.io.model.Model.check_compatible`.
-    """
-    ours = model.corpus.get("feature_scheme") or {}
-    theirs = source.feature_scheme or {}
-    parts = []
-    if source.n_features != model.shape[0]:
-        parts.append(f"it has {source.n_features} features, the model has {model.shape[0]}")
-    parts += [f"feature scheme {k} {theirs.get(k)!r}, the model's {ours.get(k)!r}"
-              for k in sorted(set(ours) | set(theirs))
-              if k != "n_features" and theirs.get(k) != ours.get(k)]
-    options = model.corpus.get("tfidf") or {}
-    parts += [f"tf-idf {k} {source.tfidf.get(k)!r}, the model's {options[k]!r}"
-              for k in sorted(set(options) & set(source.tfidf) - {"remove"})  # not the cleaning
-              if options[k] != source.tfidf[k]]
-    if not parts:
-        from sphdist.io.model import idf_sha256
-
-        a, b = idf_sha256(source.idf), idf_sha256(model.idf)
-        if a != b:
-            parts.append(f"idf fingerprint {(a or 'none')[:12]}, the model's {(b or 'none')[:12]}")
-    return "; ".join(parts) or "another vocabulary"
-
-
-def reingest_remedy(
-    model: Model, source: Any, path: str | os.PathLike[str], then: Remedy | None = None,
-    output: str | os.PathLike[str] | None = None,
-) -> str:
-    """How to bring the documents of a corpus into a model's feature space: remedies.
-
-    Parameters
-    ----------
-    model : Model
-    source : Corpus
-        The corpus at ``path``, in another feature space (or with another idf).
-    path : path-like
-    then : Remedy, optional
-        A job to run on the embedding afterwards.
-    output : path-like, optional
-        The embedding to write; default ``<path stem>.emb.zarr``.
-
-    Returns
-    -------
-    str
-        ``re-ingest its documents ...: `` and a chain of :class:`~sphdist.errors.Remedy`
-        (:func:`sphdist.errors.remedy`): the ingest of SRC like the model to
-        ``<stem>.like.zarr``, its transform to ``<stem>.emb.zarr`` [and ``then``], with the
-        source and the reading options (fields, categories, sampling) the corpus recorded,
-        named as the ingest job's parameters; or, when that source is no longer there, the
-        same with ``SOURCE`` in its place and a sentence saying so.
-    """
-    path = location(path)
-    like = _beside(path, ".like.zarr")
-    emb = _beside(path, ".emb.zarr") if output is None else output
-    recorded = getattr(source, "attrs", {}).get("source")
-    sources = [recorded] if isinstance(recorded, str) else list(recorded or [])
-    ingest = (getattr(source, "attrs", {}) or {}).get("ingest") or {}
-    options: dict[str, Any] = {}
-    fields = ingest.get("fields") or {}
-    for name, default in (("text", "text"), ("label", None), ("id", None)):
-        if fields.get(name) not in (None, default):
-            options[f"{name}_field"] = str(fields[name])
-    if ingest.get("categories"):
-        options["categories"] = ",".join(ingest["categories"])
-    if ingest.get("max_docs_per_label"):
-        options["max_docs_per_label"] = int(ingest["max_docs_per_label"])
-        options["seed"] = int(ingest.get("seed", 0))
-    found = bool(sources) and all(glob.glob(s) or Path(s).exists() for s in sources)
-    cleaning = (model.corpus.get("tfidf") or {}).get("remove") or []
-    notes = []
-    if found and "headers" in cleaning and _emptied_by(cleaning, sources, ingest):
-        options["remove_headers"] = False  # the cleaning the like inherits would empty them
-        notes.append(f"{option('remove_headers', False)}: the model's "
-                     f"{option('remove_headers', True)} would leave most of these documents "
-                     "empty: they have no header block")
-    existing = [str(p) for p in (like, emb) if committed(p)]
-    if existing:
-        notes.append(f"{option('overwrite', True)}: {' and '.join(existing)} "
-                     f"{'exists' if len(existing) == 1 else 'exist'}")
-    overwrite = {"overwrite": True}
-    commands = [
-        Remedy("ingest", {"source": sources if found else ["SOURCE"]},
-               {**options, "like": str(model.path), "output": str(like),
-                **(overwrite if committed(like) else {})}),
-        Remedy("transform", {"model": str(model.path), "input": str(like), "output": str(emb)},
-               overwrite if committed(emb) else {}),
-    ]
-    if then:
-        commands.append(then)
-    if not found:
-        notes.append(f"SOURCE: the documents of {path}; the source it recorded, "
-                     f"{recorded or 'none'}, is not there")
-    where = f" ({'; '.join(notes)})" if notes else ""
-    return (f"re-ingest its documents with the model's features and idf, then embed them: "
-            f"{remedy(*commands)}{where}")
-
-
-def _emptied_by(remove: list[str], sources: list[str], ingest: dict[str, Any],
-                n: int = 200) -> bool:
-    """Whether the news cleaning ``remove`` empties most of the first documents of a source.
-
-    The first ``n`` documents of ``sources`` are read as the corpus recorded (format, fields,
-    encoding): one-line JSON Lines, CSV or Parquet texts have no header block, and
-    scikit-learn's header stripper leaves nothing of them. If reading fails, the format
-    decides (JSON Lines, CSV and Parquet hold no mail headers).
-    """
-    from sphdist.text import clean
-    from sphdist.text._documents import Reading
-    from sphdist.text.sources import JsonlPartition, plan
-
-    fmt, fields = ingest.get("format"), ingest.get("fields") or {}
-    try:
-        reading = Reading(encoding=ingest.get("encoding") or "latin-1",
-                          text_field=fields.get("text") or "text",
-                          label_field=fields.get("label"), id_field=fields.get("id"))
-        if fmt == "jsonl":  # the first lines only: planning scans every line of the files
-            first = sorted(glob.glob(sources[0])) or [sources[0]]
-            partitions = [JsonlPartition(first[0], 0, 1, n)]
-        else:
-            partitions = plan(sources, format=fmt, reading=reading, partition_size=n).partitions
-        texts = [r[1] for r in partitions[0].records(reading)
-                 if isinstance(r, tuple) and r[1].strip()][:n]
-        order = tuple(r for r in ("headers", "footers", "quotes") if r in remove)
-        emptied = sum(not clean(t, order).strip() for t in texts)
-    except Exception:  # noqa: BLE001 - only a hint for the remedy; the ingest reports errors
-        return fmt in ("jsonl", "csv", "parquet")
-    return 2 * emptied > len(texts)
-
-
 def _spans(n: int, size: int) -> list[tuple[int, int]]:
     return [(a, min(a + size, n)) for a in range(0, n, size)] or [(0, 0)]
-
-
-@dataclasses.dataclass(frozen=True)
-class ExportRequest(Request):
-    """``sphdist export``: the embeddings with their document ids, for downstream use.
-
-    Run by :func:`sphdist.jobs.run`, which returns a dict: ``output``, ``format``,
-    ``n_documents``, ``n_components``, ``sidecar`` (npy only).
-
-    Parameters
-    ----------
-    model : path-like
-        A ``model.zarr``: its V embeds its training corpus; other documents are read from the
-        ``embedding.zarr`` given as ``input``.
-    output : path-like
-        The file to write: ``*.parquet``, ``*.npy`` or ``*.csv``, its suffix tells the format
-        (:data:`EXPORT_SUFFIXES`).
-    format : {"parquet", "npy", "csv"}, optional
-        Default: the one the suffix of ``output`` names; given, it must agree with the suffix
-        (or name the format of an output whose suffix names none, such as ``embeddings``).
-        ``"parquet"``: one row per document, columns ``doc_id`` (string), ``label`` (string,
-        only when the corpus has labels) and ``e0`` ... ``e{r-1}`` (float64), written row group
-        by row group with ``pyarrow.parquet.ParquetWriter``. ``"csv"``: the same columns, with
-        a header line, each float in the fewest digits that read back equal (Python's repr).
-        ``"npy"``: an array of shape (n, r), float64, one row per document (scikit-learn's
-        orientation), plus a sidecar ``<output stem>.ids.csv`` (columns ``doc_id``, ``label``;
-        row i describes row i).
-    input : path-like, optional
-        The training corpus or an ``embedding.zarr`` (see :func:`open_embedding_source`).
-    overwrite : bool, default False
-        Replace an existing ``output`` (and its sidecar).
-    chunk_size : int, default 65536
-        Documents read and written at a time.
-
-    Raises
-    ------
-    ParameterError
-        For an unknown ``format`` or ``chunk_size < 1`` (when built); a suffix of ``output``
-        that names another format or none (the message names the formats and the command
-        that writes one), when run, after the output policy.
-
-    Notes
-    -----
-    Run, it raises, besides what :func:`sphdist.jobs.run` raises for every command,
-    OutputExistsError if the npy sidecar exists and ``overwrite`` is False, and what
-    :func:`open_embedding_source` raises (a moved training corpus; swapped options).
-
-    Written to a sibling staging file and renamed into place, so ``output`` is complete or
-    absent; for npy the sidecar is renamed first, then the array. Both are held (the sidecar
-    as a second output with the same policy) until their commits, each through its
-    :class:`~sphdist.io.Output`. Memory: one chunk, ``chunk_size * r * 8`` bytes.
-    """
-
-    command: ClassVar[str] = "export"
-    writes: ClassVar[str] = "file"
-    targets: ClassVar[tuple[str, ...]] = ("model", "input", "output")
-
-    model: Any
-    output: Any
-    format: str | None = None
-    input: Any = None
-    overwrite: bool = False
-    chunk_size: int = _SCAN_DOCS
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "model", located(self.model))
-        object.__setattr__(self, "input", located(self.input))
-        object.__setattr__(self, "output", located(self.output))
-        if self.format is not None and self.format not in EXPORT_FORMATS:
-            raise ParameterError(
-                f"format={self.format!r}: expected one of {list(EXPORT_FORMATS)}.")
-        if self.chunk_size < 1:
-            raise ParameterError(f"chunk_size must be >= 1, got {self.chunk_size}.")
-
-    @property
-    def written(self) -> str:
-        """The format written: ``format``, or the one the suffix of ``output`` names."""
-        return output_format(self.output, self.format, EXPORT_SUFFIXES,
-                             redo=lambda fixed: remedy(self.remedy(output=fixed, format=None)))
-
-    def check_name(self) -> None:
-        """Refuse a suffix that names another format, or none (:data:`EXPORT_SUFFIXES`)."""
-        self.written  # noqa: B018 - raises
-
-
-    @property
-    def sidecar(self) -> Any:
-        """The ids of an npy export, ``<output stem>.ids.csv`` beside it (None otherwise)."""
-        if self.written != "npy":
-            return None
-        return self.output.with_name(self.output.name.removesuffix(".npy") + ".ids.csv")
-
-    def inputs(self) -> tuple[Any, ...]:
-        """The model and, if given, the documents."""
-        return (self.model, self.input)
-
-    def execute(self, held: Output, prepared: None) -> dict[str, Any]:
-        """Write the rows chunk by chunk into ``held`` (and the npy sidecar), then commit."""
-        output, sidecar, format = held.path, self.sidecar, self.written
-        # npy: a second output, held with the policy of the first
-        with (open_output(sidecar, kind="file", inputs=self.inputs()) if sidecar is not None
-              else contextlib.nullcontext()) as side:
-            if not self.overwrite and side is not None and exists(sidecar):
-                refuse_existing(output)
-            src = open_embedding_source(self.model, self.input, verb="export",
-                                        rest={"output": str(output)})
-            open_model(self.model).U  # noqa: B018 - a damaged model is refused, as transform does
-            r, n = src.V.shape
-            with held.file() as staging:
-                if format == "parquet":
-                    _write_parquet(src, staging, self.chunk_size)
-                elif format == "csv":
-                    _write_csv(src, staging, self.chunk_size)
-                else:
-                    with side.file() as side_staging:
-                        _write_npy(src, staging, side_staging, self.chunk_size)
-        result: dict[str, Any] = {
-            "output": str(output), "format": format, "n_documents": int(n),
-            "n_components": int(r),
-        }
-        if sidecar is not None:
-            result["sidecar"] = str(sidecar)
-        return result
-
-
-def _write_parquet(src: EmbeddingSource, path: Path, chunk_size: int) -> None:
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    r, n = src.V.shape
-    fields = [pa.field("doc_id", pa.string())]
-    if src.labels is not None:
-        fields.append(pa.field("label", pa.string()))
-    fields += [pa.field(f"e{i}", pa.float64()) for i in range(r)]
-    schema = pa.schema(fields)
-    with pq.ParquetWriter(str(path), schema) as writer:
-        for a, b in _spans(n, chunk_size):
-            block = np.asarray(src.V[:, a:b].compute())
-            columns: list[Any] = [pa.array(src.doc_ids[a:b].tolist(), pa.string())]
-            if src.labels is not None:
-                columns.append(pa.array(src.label_strings(np.arange(a, b)), pa.string()))
-            columns += [pa.array(block[i]) for i in range(r)]
-            writer.write_table(pa.Table.from_arrays(columns, schema=schema))
-
-
-def _write_csv(src: EmbeddingSource, path: Path, chunk_size: int) -> None:
-    r, n = src.V.shape
-    with open(path, "w", newline="", encoding="utf-8") as f:
-        writer = csv.writer(f)
-        writer.writerow(["doc_id", *(["label"] if src.labels is not None else []),
-                         *(f"e{i}" for i in range(r))])
-        for a, b in _spans(n, chunk_size):
-            block = np.asarray(src.V[:, a:b].compute(), dtype=np.float64).T
-            labels = src.label_strings(np.arange(a, b)) if src.labels is not None else None
-            for j in range(b - a):
-                head = [src.doc_ids[a + j]]
-                if labels is not None:
-                    head.append("" if labels[j] is None else labels[j])
-                writer.writerow([*head, *(repr(float(x)) for x in block[j])])
-
-
-def _write_npy(src: EmbeddingSource, path: Path, sidecar: Path, chunk_size: int) -> None:
-    r, n = src.V.shape
-    out = np.lib.format.open_memmap(path, mode="w+", dtype=np.float64, shape=(n, r))
-    with open(sidecar, "w", newline="", encoding="utf-8") as f:
-        writer = csv.writer(f)
-        writer.writerow(["doc_id", "label"])
-        for a, b in _spans(n, chunk_size):
-            out[a:b] = np.asarray(src.V[:, a:b].compute()).T
-            labels = src.label_strings(np.arange(a, b))
-            writer.writerows(
-                (d, "" if lab is None else lab)
-                for d, lab in zip(src.doc_ids[a:b], labels, strict=True)
-            )
-    out.flush()
-    del out
 
 
 @overload

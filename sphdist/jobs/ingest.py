@@ -53,16 +53,6 @@ class IngestRequest(Request):
         plain lines on the ``sphdist`` logger at every tenth of the work (for logs that are
         not a terminal).
 
-    Notes
-    -----
-    Run, it returns the committed corpus. ``X`` has shape (m, n), float64, documents in source order
-        (directory / tar sources: sorted by id), chunks of ``chunk_size`` columns (shorter at
-        the end of a partition). Also stored: ``idf`` (m,) float64; ``doc_ids`` (n,) str;
-        ``labels`` (n,) int32 codes into ``label_names`` (sorted) when labels exist;
-        ``empty`` (n,) bool; ``vocabulary`` (m,) str for the vocabulary scheme; attributes
-        ``feature_scheme``, ``tfidf``, ``source`` and ``ingest`` (the summary: counts of
-        documents, skipped, blank, empty, the workers that ran the tasks, timings).
-
     Raises
     ------
     InputNotFoundError
@@ -89,6 +79,17 @@ class IngestRequest(Request):
         If another process is writing ``output`` (``overwrite`` does not take it over).
     OSError
         If reading or writing fails. On any error nothing is left at ``output``.
+
+    Notes
+    -----
+    The errors above are raised when the request is run. Run, it returns the committed
+    corpus: ``X`` has shape (m, n), float64, documents in source order (directory / tar
+    sources: sorted by id), chunks of ``chunk_size`` columns (shorter at the end of a
+    partition). Also stored: ``idf`` (m,) float64; ``doc_ids`` (n,) str; ``labels`` (n,) int32
+    codes into ``label_names`` (sorted) when labels exist; ``empty`` (n,) bool; ``vocabulary``
+    (m,) str for the vocabulary scheme; attributes ``feature_scheme``, ``tfidf``, ``source`` and
+    ``ingest`` (the summary: counts of documents, skipped, blank, empty, the workers that ran
+    the tasks, timings).
 
     With :math:`c_{ij}` the count of the tokens of document :math:`j` mapped to feature
     :math:`i` (hashed, colliding tokens summed; or the vocabulary term), :math:`n` the number of

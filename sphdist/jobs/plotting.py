@@ -129,16 +129,11 @@ class PlotConvergenceRequest(Request):
     overwrite : bool, default False
         Replace an existing ``output``.
 
-    Raises
-    ------
-    ParameterError
-        For a suffix of ``output`` that names none of the formats (when run, after the output
-        policy, before anything is read).
-
     Notes
     -----
-    Run, it raises InputNotFoundError or ModelFormatError for a missing or unreadable model,
-    besides what :func:`sphdist.jobs.run` raises for every command.
+    Run, it raises ParameterError for a suffix that names none of the formats (before anything
+    is read), InputNotFoundError or ModelFormatError for a missing or unreadable model, besides
+    what :func:`sphdist.jobs.run` raises for every command.
     """
 
     command: ClassVar[str] = "plot convergence"
@@ -371,11 +366,9 @@ class PlotEmbeddingRequest(Request):
     overwrite : bool, default False
         Replace an existing ``output``.
 
-    Raises
-    ------
-    ParameterError
-        For a suffix that names none of the formats (when run, after the output policy) or
-        ``max_points < 1`` (as :func:`embedding_figure`).
+    Notes
+    -----
+    Run, it also raises ParameterError for a suffix that names none of the formats.
     """
 
     command: ClassVar[str] = "plot embedding"

@@ -27,8 +27,8 @@ from sphdist.io.corpus import open_input
 from sphdist.io.embedding import Embedding, EmbeddingWriter
 from sphdist.io.model import open_model
 from sphdist.jobs._lifecycle import Request, located
+from sphdist.jobs._reingest import mismatch, reingest_remedy
 from sphdist.jobs.cluster import check_workers_see, task_path
-from sphdist.jobs.embedding import mismatch, reingest_remedy
 from sphdist.jobs.info import check_roles, plural, warn_if_stopped
 
 __all__ = ["TransformRequest", "check_transform"]

@@ -207,7 +207,7 @@ def test_export_refuses_a_suffix_that_is_not_its_format(trained, runner, tmp_pat
 
 def test_export_in_small_chunks_equals_one_chunk(trained, tmp_path):
     from sphdist.jobs import run
-    from sphdist.jobs.embedding import ExportRequest
+    from sphdist.jobs.export import ExportRequest
 
     run(ExportRequest(trained["model"], tmp_path / "a.parquet", chunk_size=7))
     run(ExportRequest(trained["model"], tmp_path / "b.parquet", chunk_size=10_000))

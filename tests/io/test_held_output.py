@@ -26,7 +26,7 @@ from sphdist.io.embedding import EmbeddingWriter, open_embedding, write_embeddin
 from sphdist.io.index import open_index, write_index
 from sphdist.io.model import load_checkpoint, open_model, save_checkpoint
 from sphdist.jobs import run
-from sphdist.jobs.embedding import ExportRequest
+from sphdist.jobs.export import ExportRequest
 from sphdist.jobs.neighbors import BatchNeighborsRequest, IndexRequest, KnnGraphRequest, write_hits
 from sphdist.jobs.plotting import PlotConvergenceRequest, PlotEmbeddingRequest, save_figure
 from sphdist.jobs.synth import SynthRequest

@@ -18,7 +18,7 @@ from sphdist.io import open_output
 from sphdist.io._policy import refuse_existing
 from sphdist.io.corpus_writer import CorpusWriter
 from sphdist.jobs import run
-from sphdist.jobs.embedding import ExportRequest
+from sphdist.jobs.export import ExportRequest
 from sphdist.jobs.ingest import IngestRequest
 from sphdist.jobs.neighbors import BatchNeighborsRequest, IndexRequest, KnnGraphRequest
 from sphdist.jobs.synth import SynthRequest

@@ -15,7 +15,7 @@ from sphdist.errors import OutputLockedError
 from sphdist.io import open_output
 from sphdist.io.model import load_checkpoint
 from sphdist.jobs import run
-from sphdist.jobs.embedding import ExportRequest
+from sphdist.jobs.export import ExportRequest
 from sphdist.jobs.fit import fit_corpus
 from sphdist.jobs.ingest import IngestRequest
 from sphdist.jobs.synth import SynthRequest
