@@ -26,14 +26,13 @@ from typing import Any
 from sphdist.errors import Interrupted, OutputLockedError
 from sphdist.io._files import (
     atomic_path,
-    exists,
     load_array,
     open_file,
     publish_file,
     remove,
     staged_file,
 )
-from sphdist.io._fs import fsync_tree
+from sphdist.io._fs import exists, fsync_tree
 from sphdist.io._lock import Hold
 from sphdist.io._object import ObjectTarget
 from sphdist.io._policy import check_output_kind, check_output_place, found_at, refuse_existing

@@ -20,9 +20,7 @@ from typing import Any
 
 from sphdist.io._fs import filesystem, fsync_directory, is_remote, location
 
-__all__ = [
-    "atomic_path", "staged_file", "publish_file", "exists", "open_file", "load_array", "remove",
-]
+__all__ = ["atomic_path", "staged_file", "publish_file", "open_file", "load_array", "remove"]
 
 
 @contextlib.contextmanager
@@ -129,24 +127,6 @@ def publish_file(tmp: Path, path: str | os.PathLike[str]) -> None:
     else:
         os.replace(tmp, target)
     fsync_directory(target.parent)
-
-
-def exists(path: str | os.PathLike[str]) -> bool:
-    """Whether anything is at ``path`` now (an object store's listing cache not trusted).
-
-    Parameters
-    ----------
-    path : path-like
-
-    Returns
-    -------
-    bool
-    """
-    if not is_remote(path):
-        return os.path.exists(path)
-    fs, inner = filesystem(location(path))
-    fs.invalidate_cache(inner)
-    return bool(fs.exists(inner))
 
 
 def open_file(path: str | os.PathLike[str], mode: str = "rb") -> Any:

@@ -42,6 +42,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from sphdist.errors import OutputLockedError, ParameterError, option
 from sphdist.io._fs import local_path, protocol_of, replace_file
+from sphdist.io._names import elsewhere
 
 if TYPE_CHECKING:  # imported where a lock is taken: a reader (a neighbour query) takes none
     import filelock
@@ -237,13 +238,11 @@ def _creatable(target: Any, lock: Path) -> None:
     except FileExistsError:
         return  # another writer made it meanwhile
     except OSError as exc:
-        from sphdist.io._policy import _elsewhere
-
         raise ParameterError(
             f"{target}: no output can be written there: its lock file {lock} cannot be created "
             f"([Errno {exc.errno}] {exc.strerror}). To resolve this, choose an "
             f"{option('output')} in a directory you may write to, e.g. "
-            f"{option('output', _elsewhere(target, 'file', ''))}."
+            f"{option('output', elsewhere(target, 'file', ''))}."
         ) from None
     os.close(fd)
     with contextlib.suppress(OSError):
