@@ -74,8 +74,8 @@ class Target(abc.ABC):
     path : pathlib.Path or upath.UPath
         The target, as the user named it (``str()`` of it is that name).
     lock : sphdist.io._lock.Lock
-        How its writers exclude each other (given, or chosen from the capabilities by
-        :func:`sphdist.io._lock.lock_for`).
+        How its writers exclude each other (given, or the one each implementation names:
+        an ``flock`` on local disk, a lease where writes are conditional, else none).
     """
 
     path: Path
@@ -174,8 +174,8 @@ def open_target(path: str | os.PathLike[str] | Target, *, lock: Lock | None = No
     path : str or path-like or Target
         An open target is returned as it is.
     lock : sphdist.io._lock.Lock, optional
-        How its writers exclude each other; default: chosen from the target's capabilities
-        (:func:`sphdist.io._lock.lock_for`).
+        How its writers exclude each other; default: the one the implementation names
+        from its capabilities.
 
     Returns
     -------
