@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from sphdist.io._fs import filesystem, fsync_directory, is_remote, location
+from sphdist.io._posix import PosixTarget
 
 __all__ = ["atomic_path", "staged_file", "publish_file", "open_file", "load_array", "remove"]
 
@@ -121,8 +122,6 @@ def publish_file(tmp: Path, path: str | os.PathLike[str]) -> None:
     with open(tmp, "rb+") as fh:
         os.fsync(fh.fileno())
     if target.is_dir() and not target.is_symlink():
-        from sphdist.io._posix import PosixTarget
-
         PosixTarget(target).commit(tmp)  # a file replacing a directory (an overwrite)
     else:
         os.replace(tmp, target)

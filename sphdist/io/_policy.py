@@ -29,7 +29,8 @@ from sphdist.io._fs import (
 )
 from sphdist.io._names import KINDS, elsewhere, key_of
 from sphdist.io._object import version_of
-from sphdist.io._store import MANIFEST, Target, open_target
+from sphdist.io._store import MANIFEST, Target
+from sphdist.io._targets import open_target
 
 __all__ = ["check_output_place", "check_output_kind", "found_at", "refuse_existing"]
 
