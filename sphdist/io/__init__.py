@@ -12,7 +12,7 @@ location and the commit; one writer per output; the output policy in ``_policy.p
 :func:`open_stored` opens any stored kind, dispatching on its tag, through one safe-codec
 check; a held output's one file is written through :meth:`Output.file`, and
 :func:`atomic_path` writes a file no one holds atomically (``_files.py``: the single-file
-operations).
+operations, and :func:`output_format`, the format a file's suffix tells).
 
 This package exports what the other layers use; its underscored modules are its own.
 ``open_stored``, ``stored_kind`` and ``require_finite`` are imported on first use, so that
@@ -45,6 +45,7 @@ from sphdist.io._atomic import (
     remove,
     staging_path,
 )
+from sphdist.io._files import output_format
 from sphdist.io._fs import (
     absolute,
     apply_storage_options,
@@ -65,8 +66,8 @@ __all__ = [
     "output_lock", "hold_output", "refuse_existing", "lock_holder", "CommitState", "commit_state",
     "committed", "commit_identity", "readable_path", "staging_path", "discard", "atomic_path",
     "location", "is_remote", "exists", "absolute", "join", "open_file", "load_array", "remove",
-    "glob", "listing_command", "is_storage_failure", "storage_error", "parse_storage_option",
-    "set_storage_options", "storage_options", "apply_storage_options",
+    "output_format", "glob", "listing_command", "is_storage_failure", "storage_error",
+    "parse_storage_option", "set_storage_options", "storage_options", "apply_storage_options",
     "open_stored", "stored_kind", "require_finite",
 ]
 

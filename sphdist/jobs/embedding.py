@@ -45,6 +45,7 @@ from sphdist.io import (
     location,
     open_output,
     open_stored,
+    output_format,
     stored_kind,
 )
 from sphdist.io._checked import ChunkedVector
@@ -527,8 +528,6 @@ def _export(
     chunk_size: int,
 ) -> dict[str, Any]:
     """:func:`export_embedding`, its output ``held`` (the file is committed through it)."""
-    from sphdist.jobs._outputs import output_format
-
     if format is not None and format not in EXPORT_FORMATS:
         raise ParameterError(f"format={format!r}: expected one of {list(EXPORT_FORMATS)}.")
     if chunk_size < 1:

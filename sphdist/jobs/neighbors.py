@@ -561,7 +561,7 @@ def hits_table(
 
 
 def _format(output: Path, format: str | None, redo: Callable[[Path], str] | None = None) -> str:
-    from sphdist.jobs._outputs import output_format
+    from sphdist.io import output_format
 
     return output_format(output, format, HIT_FORMATS, redo=redo)
 

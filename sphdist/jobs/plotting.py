@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from sphdist.errors import ParameterError
-from sphdist.io import Output, hold_output, location, open_output
+from sphdist.io import Output, hold_output, location, open_output, output_format
 from sphdist.io.model import Model, open_model
 from sphdist.jobs.embedding import open_embedding_source
 from sphdist.jobs.info import plural, shown_objective
@@ -31,8 +31,6 @@ PLOT_SUFFIXES = {".png": "png", ".svg": "svg", ".pdf": "pdf", ".jpg": "jpeg", ".
 
 def _format(output: str | os.PathLike[str]) -> str:
     """The format ``output`` names (:data:`PLOT_SUFFIXES`); refused before any figure is drawn."""
-    from sphdist.jobs._outputs import output_format
-
     return output_format(output, None, PLOT_SUFFIXES)
 
 

@@ -46,6 +46,7 @@ from sphdist._progress import progress as _progress
 from sphdist.core.params import Param, Range, validate
 from sphdist.errors import ParameterError
 from sphdist.io import Output, exists, hold_output, location
+from sphdist.io import output_format as by_suffix
 from sphdist.io._policy import refuse_existing
 
 if TYPE_CHECKING:
@@ -274,7 +275,7 @@ def output_format(output: str | os.PathLike[str], format: str | None = None) -> 
 
     ``*.jsonl`` JSON Lines, ``*.csv`` CSV (each also ``.gz``, compressed), ``*.zarr`` a
     corpus; ``format`` must agree with the suffix, or name the format of an output whose
-    suffix names none (:func:`sphdist.jobs._outputs.output_format`, the rule of every command
+    suffix names none (:func:`sphdist.io.output_format`, the rule of every command
     that writes a file).
 
     Raises
@@ -288,8 +289,6 @@ def output_format(output: str | os.PathLike[str], format: str | None = None) -> 
     >>> output_format("docs.csv.gz"), output_format("c.zarr"), output_format("d", "jsonl")
     ('csv', 'corpus', 'jsonl')
     """
-    from sphdist.jobs._outputs import output_format as by_suffix
-
     path = location(output)
     gz = path.name.lower().endswith(".gz")
     found = by_suffix(path.with_name(path.name[:-3]) if gz else path, format, SUFFIXES)
