@@ -87,6 +87,7 @@ from sphdist.io._model_writer import (
     save_checkpoint,
     u_sha256,
 )
+from sphdist.io._refit import fit_remedy
 from sphdist.io._tagged import TaggedStore
 from sphdist.io._zarr import UNIT_TOLERANCE
 
@@ -355,8 +356,6 @@ class Model(TaggedStore):
 
     def _refit(self) -> str:
         """The fit that writes this model again (its recorded parameters), as a marker."""
-        from sphdist.jobs.params import fit_remedy  # the parameter tables only, no dask
-
         return remedy(fit_remedy(self.corpus.get("path", "CORPUS"), self.path, self.params,
                                  overwrite=True))
 
@@ -365,15 +364,13 @@ class Model(TaggedStore):
 
         Every parameter the checkpoint was written with is given (``n_components`` always,
         the others where they differ from the defaults;
-        :func:`sphdist.jobs.params.fit_remedy`), so the fit passes the resume checks.
+        :func:`sphdist.io._refit.fit_remedy`), so the fit passes the resume checks.
 
         Returns
         -------
         sphdist.errors.Remedy
             A resume of the fit of the recorded corpus (``"CORPUS"`` if none is recorded).
         """
-        from sphdist.jobs.params import fit_remedy  # the parameter tables only, no dask
-
         return fit_remedy(self.corpus.get("path", "CORPUS"), self.path, self.params,
                           resume=True, say="finish the fit")
 
