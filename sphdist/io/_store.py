@@ -65,8 +65,8 @@ class Target(abc.ABC):
 
     Implemented by :class:`~sphdist.io._posix.PosixTarget` (rename + ``flock``) and
     :class:`~sphdist.io._object.ObjectTarget` (manifest + lease);
-    :func:`~sphdist.io._targets.open_target` chooses. Writers call the mutating methods only while they hold the output's lock
-    (:func:`sphdist.io.open_output`).
+    :func:`~sphdist.io._targets.open_target` chooses. Writers call the mutating methods only
+    while they hold the output's lock (:func:`sphdist.io.open_output`).
 
     Attributes
     ----------
