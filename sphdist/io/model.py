@@ -70,6 +70,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import zarr
 
+from sphdist.core.params import current_names
 from sphdist.errors import (
     CorpusMismatchError,
     InputNotFoundError,
@@ -231,8 +232,6 @@ class Model(TaggedStore):
         (:data:`sphdist.core.params.RENAMED`); it is read under the new one, so its fit
         resumes and its remedies name today's options.
         """
-        from sphdist.core.params import current_names
-
         return current_names(self.attrs["params"])
 
     @property
@@ -409,7 +408,7 @@ class Model(TaggedStore):
             partials; otherwise these are None and
             :func:`sphdist.core.solver.resume` recomputes them in one pass.
         """
-        from sphdist.core.solver import FitState
+        from sphdist.core.solver import FitState  # dask: only a resumed fit imports the solver
 
         a = self.attrs
         kept = "state/XVt" in self._group

@@ -404,7 +404,7 @@ def _synth(
     format = output_format(output, format)
     options = None
     if format == "corpus":
-        from sphdist.text.tfidf import TextOptions
+        from sphdist.text.tfidf import TextOptions  # scikit-learn: a text synth never loads it
 
         options = TextOptions(vocabulary=bool(spec.vocabulary), n_features=spec.n_features)
     model = _Model(spec)
@@ -500,8 +500,8 @@ def _feature_map(words: np.ndarray, options: TextOptions) -> np.ndarray:
 
 def _write_corpus(held, model, words, chunks, width, label_width, options, overwrite,
                   progress):
-    from sphdist.io.corpus_writer import CorpusWriter
-    from sphdist.text.tfidf import document_frequency, smooth_idf, weight
+    from sphdist.io.corpus_writer import CorpusWriter  # zarr: a text synth writes no store
+    from sphdist.text.tfidf import document_frequency, smooth_idf, weight  # scikit-learn
 
     n = chunks[-1][2]
     v = model.vocab_size
