@@ -3,10 +3,11 @@
 ``corpus.zarr`` (:mod:`~sphdist.io.corpus`, written by :mod:`~sphdist.io.corpus_writer`),
 ``model.zarr`` (:mod:`~sphdist.io.model`) and ``embedding.zarr`` (:mod:`~sphdist.io.embedding`):
 opening, validating, writing, and committing them atomically. Where a store lives (a local
-path, or a URL of an object store) is decided once, by :func:`open_target`, which returns one
-of the two implementations of the versioned-store protocol :class:`Target` (``_store.py``):
-:class:`PosixTarget` (``_posix.py``: rename) or :class:`ObjectTarget` (``_object.py``: a
-manifest), each given its lock (``_lock.py``, ``_lease.py``: an ``flock``, a lease, or none);
+path, or a URL of an object store) is decided once, by :func:`open_target` (``_targets.py``),
+which returns one of the two implementations of the versioned-store protocol :class:`Target`
+(``_store.py``): :class:`PosixTarget` (``_posix.py``: rename) or :class:`ObjectTarget`
+(``_object.py``: a manifest), each naming its lock (``_lock.py``, ``_lease.py``: an ``flock``,
+a lease, or none);
 a writer holds its output with :func:`open_output` (``_atomic.py``: the lock, the staging
 location and the commit; one writer per output; the output policy in ``_policy.py``).
 :func:`open_stored` opens any stored kind, dispatching on its tag, through one safe-codec
