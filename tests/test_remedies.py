@@ -96,7 +96,7 @@ def test_a_remedy_is_a_call_in_python_and_a_command_on_the_line():
 
 def test_every_fit_option_a_remedy_can_name_exists_on_sphdist_fit():
     """The command of a remedy naming every parameter the fit's remedies can give parses."""
-    from sphdist.jobs.params import fit_remedy
+    from sphdist.jobs.fit import fit_remedy
 
     params = {"n_components": 4, "max_iter": 9, "tol": 1e-6, "random_state": 3, "lam": "palm",
               "mu": 0.5, "init": "svd", "n_power_iter": 3, "split_every": 4, "dtype": "float32",

@@ -3,16 +3,17 @@
 ``corpus.zarr`` (:mod:`~sphdist.io.corpus`, written by :mod:`~sphdist.io.corpus_writer`),
 ``model.zarr`` (:mod:`~sphdist.io.model`) and ``embedding.zarr`` (:mod:`~sphdist.io.embedding`):
 opening, validating, writing, and committing them atomically. Where a store lives (a local
-path, or a URL of an object store) is decided once, by :func:`open_target`, which returns one
-of the two implementations of the versioned-store protocol :class:`Target` (``_store.py``):
-:class:`PosixTarget` (``_posix.py``: rename) or :class:`ObjectTarget` (``_object.py``: a
-manifest), each given its lock (``_lock.py``, ``_lease.py``: an ``flock``, a lease, or none);
+path, or a URL of an object store) is decided once, by :func:`open_target` (``_targets.py``),
+which returns one of the two implementations of the versioned-store protocol :class:`Target`
+(``_store.py``): :class:`PosixTarget` (``_posix.py``: rename) or :class:`ObjectTarget`
+(``_object.py``: a manifest), each naming its lock (``_lock.py``, ``_lease.py``: an ``flock``,
+a lease, or none);
 a writer holds its output with :func:`open_output` (``_atomic.py``: the lock, the staging
 location and the commit; one writer per output; the output policy in ``_policy.py``).
 :func:`open_stored` opens any stored kind, dispatching on its tag, through one safe-codec
 check; a held output's one file is written through :meth:`Output.file`, and
 :func:`atomic_path` writes a file no one holds atomically (``_files.py``: the single-file
-operations).
+operations, and :func:`output_format`, the format a file's suffix tells).
 
 This package exports what the other layers use; its underscored modules are its own.
 ``open_stored``, ``stored_kind`` and ``require_finite`` are imported on first use, so that
@@ -45,6 +46,7 @@ from sphdist.io._atomic import (
     remove,
     staging_path,
 )
+from sphdist.io._files import output_format
 from sphdist.io._fs import (
     absolute,
     apply_storage_options,
@@ -65,8 +67,8 @@ __all__ = [
     "output_lock", "hold_output", "refuse_existing", "lock_holder", "CommitState", "commit_state",
     "committed", "commit_identity", "readable_path", "staging_path", "discard", "atomic_path",
     "location", "is_remote", "exists", "absolute", "join", "open_file", "load_array", "remove",
-    "glob", "listing_command", "is_storage_failure", "storage_error", "parse_storage_option",
-    "set_storage_options", "storage_options", "apply_storage_options",
+    "output_format", "glob", "listing_command", "is_storage_failure", "storage_error",
+    "parse_storage_option", "set_storage_options", "storage_options", "apply_storage_options",
     "open_stored", "stored_kind", "require_finite",
 ]
 

@@ -1,6 +1,6 @@
 """The writer of an output: its lock, its staging and its commit, held in one block.
 
-Where a store lives is decided once, by :func:`~sphdist.io._store.open_target`, which returns
+Where a store lives is decided once, by :func:`~sphdist.io._targets.open_target`, which returns
 one of the two implementations of the versioned-store protocol
 (:class:`~sphdist.io._store.Target`): :class:`~sphdist.io._posix.PosixTarget` (rename +
 ``flock``) or :class:`~sphdist.io._object.ObjectTarget` (manifest + lease). Single files are
@@ -26,19 +26,19 @@ from typing import Any
 from sphdist.errors import Interrupted, OutputLockedError
 from sphdist.io._files import (
     atomic_path,
-    exists,
     load_array,
     open_file,
     publish_file,
     remove,
     staged_file,
 )
-from sphdist.io._fs import fsync_tree
+from sphdist.io._fs import exists, fsync_tree
 from sphdist.io._lock import Hold
 from sphdist.io._object import ObjectTarget
 from sphdist.io._policy import check_output_kind, check_output_place, found_at, refuse_existing
 from sphdist.io._posix import PosixTarget
-from sphdist.io._store import MANIFEST, CommitState, Target, open_target
+from sphdist.io._store import MANIFEST, CommitState, Target
+from sphdist.io._targets import open_target
 
 __all__ = [
     "Target", "PosixTarget", "ObjectTarget", "open_target", "Output", "open_output",

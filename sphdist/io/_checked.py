@@ -23,7 +23,7 @@ import numpy as np
 import zarr
 from zarr.core.sync import sync
 
-from sphdist.errors import SphdistError, Words, option
+from sphdist.errors import SphdistError, StorageError, Words, option
 
 __all__ = [
     "content_sha256",
@@ -191,8 +191,6 @@ def require_written(arr: zarr.Array, path: Any, what: str, parameter: str = "out
     StorageError
         Naming ``path``, how many chunk files are missing and the first; nothing is committed.
     """
-    from sphdist.errors import StorageError
-
     missing = missing_chunks(arr)
     if not missing:
         return

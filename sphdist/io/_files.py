@@ -5,6 +5,13 @@ handled with the operating system's calls (a flushed temporary renamed into plac
 memory-mapped ``.npy``); a URL (``s3://``, ``memory://``, ``file://``) through fsspec (one PUT,
 or a multipart upload completed at close: readers never see a part of it). Versioned stores
 (a corpus, a model...) are :mod:`sphdist.io._store`'s.
+
+A file's name says what it holds: ``out.csv`` is CSV, ``e.svg`` is SVG.
+:func:`output_format`, one rule for every command that writes a file (the export, the batch
+neighbour queries, the plots, a synthetic text collection), reads the format from the suffix,
+accepts a ``format`` that agrees with it (or names the format of a file whose suffix says
+none, such as ``embeddings``), and refuses a suffix that names another format or none of
+those the job writes, naming them.
 """
 
 from __future__ import annotations
@@ -14,14 +21,17 @@ import io
 import os
 import tempfile
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+from sphdist.errors import ParameterError, option, remedies
 from sphdist.io._fs import filesystem, fsync_directory, is_remote, location
+from sphdist.io._posix import PosixTarget
 
 __all__ = [
-    "atomic_path", "staged_file", "publish_file", "exists", "open_file", "load_array", "remove",
+    "atomic_path", "staged_file", "publish_file", "open_file", "load_array", "remove",
+    "output_format",
 ]
 
 
@@ -123,30 +133,10 @@ def publish_file(tmp: Path, path: str | os.PathLike[str]) -> None:
     with open(tmp, "rb+") as fh:
         os.fsync(fh.fileno())
     if target.is_dir() and not target.is_symlink():
-        from sphdist.io._posix import PosixTarget
-
         PosixTarget(target).commit(tmp)  # a file replacing a directory (an overwrite)
     else:
         os.replace(tmp, target)
     fsync_directory(target.parent)
-
-
-def exists(path: str | os.PathLike[str]) -> bool:
-    """Whether anything is at ``path`` now (an object store's listing cache not trusted).
-
-    Parameters
-    ----------
-    path : path-like
-
-    Returns
-    -------
-    bool
-    """
-    if not is_remote(path):
-        return os.path.exists(path)
-    fs, inner = filesystem(location(path))
-    fs.invalidate_cache(inner)
-    return bool(fs.exists(inner))
 
 
 def open_file(path: str | os.PathLike[str], mode: str = "rb") -> Any:
@@ -207,3 +197,78 @@ def remove(path: str | os.PathLike[str]) -> None:
     with contextlib.suppress(FileNotFoundError):
         fs.rm_file(inner)
 
+
+def output_format(
+    output: str | os.PathLike[str], format: str | None, formats: Mapping[str, str], *,
+    redo: Callable[[Path], str] | None = None,
+) -> str:
+    """The format to write ``output`` in: the one its suffix names.
+
+    Parameters
+    ----------
+    output : path-like
+        The file to write (a path or a URL).
+    format : str, optional
+        The format asked for; None: from the suffix.
+    formats : mapping of str to str
+        Suffix (lower case, with the dot) to format, in the order they are offered.
+    redo : callable, optional
+        Given a corrected output path, the job that writes it, for the remedy: the marker of
+        a :class:`~sphdist.errors.Remedy` (:func:`sphdist.errors.remedy`), or a command.
+
+    Returns
+    -------
+    str
+        A value of ``formats``.
+
+    Raises
+    ------
+    ParameterError
+        If the suffix names a format other than ``format``, or, without ``format``, names
+        none of ``formats``; the message lists the formats and their suffixes.
+
+    Examples
+    --------
+    >>> fmts = {".parquet": "parquet", ".csv": "csv"}
+    >>> output_format("out.CSV", None, fmts), output_format("embeddings", "csv", fmts)
+    ('csv', 'csv')
+    >>> output_format("out.csv", "parquet", fmts)  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    sphdist.errors.ParameterError: out.csv is named as a csv file, but format='parquet' ...
+    """
+    path = location(output)
+    suffix = path.suffix.lower()
+    told = formats.get(suffix)
+    if told is not None and format is not None and format != told:
+        fixed = path.with_name(path.stem + _suffix_of(format, formats))
+        return _refuse(
+            f"{path} is named as a {told} file, but {option('format', format)} was "
+            f"asked for. To resolve this, ",
+            f"name it {fixed}, or leave out {option('format')} ({told} is written).", fixed, redo)
+    if told is not None:
+        return told
+    if format is not None and format in formats.values():
+        return format
+    first = next(iter(formats))
+    fixed = path.with_name((path.stem if suffix else path.name) + first)
+    by_format: dict[str, list[str]] = {}
+    for sfx, fmt in formats.items():
+        by_format.setdefault(fmt, []).append(f"*{sfx}")
+    offered = ", ".join(f"{fmt} ({', '.join(sfx)})" for fmt, sfx in by_format.items())
+    head = (f"{path}: the suffix {path.suffix!r} names none of the formats written here: "
+            f"{offered}" if suffix else
+            f"{path} has no suffix to tell its format (the formats written here: {offered})")
+    return _refuse(f"{head}. To resolve this, ", f"name the output by its format, e.g. {fixed}.",
+                   fixed, redo)
+
+
+def _suffix_of(format: str, formats: Mapping[str, str]) -> str:
+    return next((sfx for sfx, fmt in formats.items() if fmt == format), f".{format}")
+
+
+def _refuse(head: str, remedy: str, fixed: Path, redo: Callable[[Path], str] | None) -> str:
+    if redo is not None:
+        again = redo(fixed)  # a remedy's marker (sphdist.errors.remedy), or a command
+        remedy = remedy.rstrip(".") + (f": {again}." if remedies(again) else f": `{again}`.")
+    raise ParameterError(head + remedy)

@@ -34,7 +34,7 @@ import fsspec.config
 from sphdist.errors import ParameterError, SphdistError, StorageError, option
 
 __all__ = [
-    "location", "is_remote", "absolute", "protocol_of", "filesystem",
+    "location", "is_remote", "exists", "absolute", "protocol_of", "filesystem",
     "set_storage_options", "storage_option_call",
     "storage_options", "apply_storage_options", "parse_storage_option", "storage_error",
     "is_storage_failure", "listing_command", "removal_command", "join", "glob",
@@ -84,6 +84,24 @@ def is_remote(path: str | os.PathLike[str]) -> bool:
     (:mod:`sphdist.io._object`), which is how that protocol is exercised on local disk.
     """
     return protocol_of(path) is not None
+
+
+def exists(path: str | os.PathLike[str]) -> bool:
+    """Whether anything is at ``path`` now (an object store's listing cache not trusted).
+
+    Parameters
+    ----------
+    path : path-like
+
+    Returns
+    -------
+    bool
+    """
+    if not is_remote(path):
+        return os.path.exists(path)
+    fs, inner = filesystem(location(path))
+    fs.invalidate_cache(inner)
+    return bool(fs.exists(inner))
 
 
 def location(path: str | os.PathLike[str]) -> Path:

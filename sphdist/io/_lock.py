@@ -24,7 +24,9 @@ the same name and record). Readers take no lock.
 A store is given its lock (:class:`Lock`) when it is made, instead of switching on a name:
 :class:`FileLock` (an ``flock``) where the store is on local disk, a lease
 (:class:`sphdist.io._lease.LeaseLock`) where it supports conditional writes, :class:`NoLock`
-elsewhere (a warning says so); :func:`lock_for` chooses from the store's capabilities.
+elsewhere (a warning says so). Each store names its own (:class:`sphdist.io.PosixTarget` an
+``flock``, :class:`sphdist.io.ObjectTarget` by its capabilities): this module imports none of
+the stores, nor the lease.
 """
 
 from __future__ import annotations
@@ -42,13 +44,14 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from sphdist.errors import OutputLockedError, ParameterError, option
 from sphdist.io._fs import local_path, protocol_of, replace_file
+from sphdist.io._names import elsewhere
 
 if TYPE_CHECKING:  # imported where a lock is taken: a reader (a neighbour query) takes none
     import filelock
 
 __all__ = [
     "lock_path", "record_path", "lock_record", "refusal", "read_local_record", "FileHold",
-    "Hold", "Lock", "FileLock", "NoLock", "lock_for",
+    "Hold", "Lock", "FileLock", "NoLock",
 ]
 
 logger = logging.getLogger("sphdist")
@@ -237,13 +240,11 @@ def _creatable(target: Any, lock: Path) -> None:
     except FileExistsError:
         return  # another writer made it meanwhile
     except OSError as exc:
-        from sphdist.io._policy import _elsewhere
-
         raise ParameterError(
             f"{target}: no output can be written there: its lock file {lock} cannot be created "
             f"([Errno {exc.errno}] {exc.strerror}). To resolve this, choose an "
             f"{option('output')} in a directory you may write to, e.g. "
-            f"{option('output', _elsewhere(target, 'file', ''))}."
+            f"{option('output', elsewhere(target, 'file', ''))}."
         ) from None
     os.close(fd)
     with contextlib.suppress(OSError):
@@ -336,25 +337,3 @@ class NoLock:
     def check_held(self) -> None:
         """Nothing to check."""
 
-
-def lock_for(store: Any) -> Lock:
-    """The lock of ``store``, chosen from its capabilities.
-
-    An ``flock`` where it is on local disk, a lease where it supports conditional writes,
-    else none.
-
-    Parameters
-    ----------
-    store : sphdist.io.Target
-
-    Returns
-    -------
-    Lock
-    """
-    if local_path(store.path) is not None:
-        return FileLock(store.path, explain=protocol_of(store.path) is None)
-    if store.supports_conditional_write:
-        from sphdist.io._lease import LeaseLock
-
-        return LeaseLock(store.path)
-    return NoLock(store.path)

@@ -140,7 +140,8 @@ def _store_V(group: zarr.Group, V: da.Array) -> list[str]:
     Returns the :func:`~sphdist.io._checked.chunk_sha256` of the stored chunks, each computed by
     the task that writes the chunk (V is never gathered).
     """
-    from sphdist.core import graph
+    from sphdist.core import graph  # dask: a reader of the model (neighbors) never loads it
+
     r, chunks = V.shape[0], V.chunks[1]
     if not regular_chunks(chunks) or V.numblocks[0] != 1:
         V = V.rechunk((r, max(chunks)))

@@ -15,7 +15,7 @@ previous manifest, hence the previous complete version, readable. A target writt
 manifests (a zarr group with the tag at its root) is read in place; the first commit over it
 replaces its metadata document with a manifest and removes its arrays.
 
-The lock is chosen from the store's capabilities (:func:`sphdist.io._lock.lock_for`): an
+The lock is chosen from the store's capabilities (:meth:`ObjectTarget._default_lock`): an
 ``flock`` of the local path for ``file://``, a lease in the bucket for ``s3://``
 (:class:`sphdist.io._lease.LeaseLock`), and none elsewhere (a warning says so).
 """
@@ -30,7 +30,8 @@ from pathlib import Path
 from typing import Any
 
 from sphdist.io._fs import filesystem, fsync_tree, local_path, location, protocol_of, replace_file
-from sphdist.io._lock import Lock, lock_for
+from sphdist.io._lease import LeaseLock
+from sphdist.io._lock import FileLock, Lock, NoLock
 from sphdist.io._store import MANIFEST, CommitState, Target
 
 __all__ = ["ObjectTarget", "VERSION_PREFIX", "version_of"]
@@ -47,12 +48,25 @@ class ObjectTarget(Target):
     path : str or upath.UPath
         The target URL.
     lock : sphdist.io._lock.Lock, optional
-        Default: chosen from the capabilities (:func:`sphdist.io._lock.lock_for`).
+        Default: chosen from the capabilities: an ``flock`` on local disk, a lease where the
+        store writes on a condition, else none.
     """
 
     def __init__(self, path: str | os.PathLike[str], *, lock: Lock | None = None) -> None:
         self.path = location(path)
-        self.lock = lock if lock is not None else lock_for(self)
+        self.lock = lock if lock is not None else self._default_lock()
+
+    def _default_lock(self) -> Lock:
+        """The lock of this store's writers, chosen from its capabilities.
+
+        An ``flock`` on local disk (``file://``), a lease where the store writes on a
+        condition (S3), else none (its writers are warned).
+        """
+        if local_path(self.path) is not None:
+            return FileLock(self.path, explain=protocol_of(self.path) is None)
+        if self.supports_conditional_write:
+            return LeaseLock(self.path)
+        return NoLock(self.path)
 
     @property
     def supports_atomic_rename(self) -> bool:

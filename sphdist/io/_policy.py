@@ -13,25 +13,24 @@ from __future__ import annotations
 import fnmatch
 import json
 import os
-import re
 import stat
-import uuid
 from collections.abc import Iterable, Iterator
 from typing import Any, NoReturn
 
 from sphdist.errors import OutputExistsError, ParameterError, option
-from sphdist.io._files import exists
 from sphdist.io._fs import (
+    exists,
     filesystem,
     is_storage_failure,
-    local_path,
     location,
     protocol_of,
     removal_command,
     storage_error,
 )
+from sphdist.io._names import KINDS, elsewhere, key_of
 from sphdist.io._object import version_of
-from sphdist.io._store import MANIFEST, Target, open_target
+from sphdist.io._store import MANIFEST, Target
+from sphdist.io._targets import open_target
 
 __all__ = ["check_output_place", "check_output_kind", "found_at", "refuse_existing"]
 
@@ -39,26 +38,6 @@ __all__ = ["check_output_place", "check_output_kind", "found_at", "refuse_existi
 #: ``X.scratch``, ``X.tmp-<random>``...): an output is never named so.
 _COMPANIONS = {".lock.json": "lock record", ".lock": "lock",
                ".old": "previous version (during a commit)", ".scratch": "temporary arrays"}
-
-#: The kinds of output, in messages: what it is, and what writes it.
-_KINDS = {
-    "corpus": ("a sphdist corpus", "sphdist ingest` or `sphdist synth", "corpus.zarr"),
-    "model": ("a sphdist model", "sphdist fit", "model.zarr"),
-    "embedding": ("a sphdist embedding", "sphdist transform", "embedding.zarr"),
-    "index": ("a sphdist index", "sphdist index", "index.zarr"),
-    "file": ("a file", "", ""),
-}
-
-
-def _key(path: Any) -> str:
-    """``path`` as comparable text: a resolved local path, or ``protocol://bucket/key``."""
-    local = local_path(path)
-    if local is not None:
-        return os.path.realpath(local)
-    protocol = protocol_of(path)
-    rest = re.sub("/+", "/", str(path).split("://", 1)[1]).strip("/")
-    return f"{'s3' if protocol == 's3a' else protocol}://{rest}"
-
 
 def _within(inner: str, outer: str) -> bool:
     """Whether the key ``inner`` is strictly below the key ``outer``."""
@@ -76,7 +55,7 @@ def _input_keys(inputs: Iterable[Any]) -> list[tuple[str, str]]:
         items = [paths] if one_path else list(paths) if isinstance(paths, list | tuple) else []
         for one in items:
             if isinstance(one, str | os.PathLike) or hasattr(one, "protocol"):
-                found.append((_key(one), str(one)))  # not a path (an array): nothing to nest
+                found.append((key_of(one), str(one)))  # not a path (an array): nothing to nest
     return found
 
 
@@ -106,22 +85,6 @@ def _named_as(path: Any, key: str) -> str:
         return key
     text = os.fspath(path)
     return key if os.path.isabs(text) else os.path.relpath(key)
-
-
-def _elsewhere(path: Any, kind: str, beside: str, taken: Iterable[str] = ()) -> str:
-    """Another output to suggest: the kind's usual name, or ``<stem>-2<suffix>``, in ``beside``."""
-    where = location(path)
-    name = where.name
-    stem, dot, suffix = name.partition(".")
-    candidates = [_KINDS[kind][2] or (name if beside != str(where.parent) else ""),
-                  f"{stem}-2{dot}{suffix}", f"{stem}-new{dot}{suffix}"]
-    taken = set(taken)
-    for candidate in filter(None, candidates):
-        other = (beside.rstrip("/") + "/" + candidate if "://" in beside
-                 else candidate if beside in ("", ".") else os.path.join(beside, candidate))
-        if _key(other) not in taken and not exists(other):
-            return other
-    return beside.rstrip("/") + "/" + f"{stem}-{uuid.uuid4().hex[:6]}{dot}{suffix}"
 
 
 def refuse_existing(
@@ -203,16 +166,16 @@ def check_output_place(
                 f"{path}: a name ending in {suffix} is where sphdist keeps the "
                 f"{_COMPANIONS[suffix]} of another output, {base}; writing there would break "
                 f"that output's commits. To resolve this, choose another name, e.g. "
-                f"{option('output', _elsewhere(base, kind, str(base.parent)))}."
+                f"{option('output', elsewhere(base, kind, str(base.parent)))}."
             )
     if ".tmp-" in name:
         raise ParameterError(
             f"{path}: a name holding .tmp- is where sphdist stages another output before "
             f"its commit (and removes it as debris). To resolve this, choose another name, "
-            f"e.g. {option('output', _elsewhere(path, kind, str(where.parent)))}."
+            f"e.g. {option('output', elsewhere(path, kind, str(where.parent)))}."
         )
     _refuse_special_file(path, kind)
-    key = _key(path)
+    key = key_of(path)
     found = _input_keys(inputs)
     taken = [k for k, _ in found]
     for other, named in found:
@@ -222,7 +185,7 @@ def check_output_place(
             raise ParameterError(
                 f"{path} is also an input of this command{also}: a command never replaces "
                 f"what it reads. To resolve this, choose another {option('output')}, e.g. "
-                f"{option('output', _elsewhere(path, kind, str(where.parent), taken))}."
+                f"{option('output', elsewhere(path, kind, str(where.parent), taken))}."
             )
         if _within(key, other):
             outside = os.path.dirname(other) if "://" not in other else other.rsplit("/", 1)[0]
@@ -230,14 +193,14 @@ def check_output_place(
                 f"{path} is inside {named}, an input of this command: an output is never "
                 f"written inside what the command reads (its next commit would remove it). "
                 f"To resolve this, choose an {option('output')} outside it, e.g. "
-                f"{option('output', _named_as(path, _elsewhere(path, kind, outside, taken)))}."
+                f"{option('output', _named_as(path, elsewhere(path, kind, outside, taken)))}."
             )
         if _within(other, key):
             raise ParameterError(
                 f"{path} contains {named}, an input of this command: a command never "
                 f"replaces what it reads. To resolve this, choose an {option('output')} that does "
                 "not contain it, e.g. " + option(
-                    'output', _named_as(path, _elsewhere(path, kind, other.rsplit('/', 1)[0],
+                    'output', _named_as(path, elsewhere(path, kind, other.rsplit('/', 1)[0],
                                                          taken))) + "."
             )
     for store in list(_stores_above(key))[-1:]:  # the outermost: what a user named
@@ -246,7 +209,7 @@ def check_output_place(
             f"{path} is inside {_named_as(path, store)}, a zarr store ({_found_text(store)}): "
             f"an output is never written inside another store (its next commit would remove "
             f"it). To resolve this, choose an {option('output')} outside it, e.g. "
-            f"{option('output', _named_as(path, _elsewhere(path, kind, outside, taken)))}."
+            f"{option('output', _named_as(path, elsewhere(path, kind, outside, taken)))}."
         )
 
 
@@ -267,7 +230,7 @@ def _refuse_special_file(path: Any, kind: str) -> None:
             f"which would replace the link, not write where it points. To resolve this, name "
             f"the place itself, e.g. {option('output', pointed)}, or another "
             f"{option('output')}, e.g. "
-            f"{option('output', _elsewhere(text, kind, beside))}."
+            f"{option('output', elsewhere(text, kind, beside))}."
         )
     what = ("a named pipe" if stat.S_ISFIFO(mode) else "a device"
             if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "a socket"
@@ -276,7 +239,7 @@ def _refuse_special_file(path: Any, kind: str) -> None:
         raise ParameterError(
             f"{text} is {what}: an output is written to a new file and renamed into place, "
             f"which would replace {what} rather than write into it. To resolve this, write a "
-            f"file, e.g. {option('output', _elsewhere(text, kind, beside))}"
+            f"file, e.g. {option('output', elsewhere(text, kind, beside))}"
             ", and copy it from there."
         )
 
@@ -284,8 +247,8 @@ def _refuse_special_file(path: Any, kind: str) -> None:
 def _found_text(path: Any) -> str:
     """What is at ``path``, in words (see :func:`found_at`)."""
     found = found_at(path)
-    if found in _KINDS and found != "file":
-        return _KINDS[found][0]
+    if found in KINDS and found != "file":
+        return KINDS[found][0]
     return {
         None: "nothing", "file": "a file", "directory": "a directory",
         "zarr": "a zarr store not written by sphdist",
@@ -370,7 +333,7 @@ def check_output_kind(path: str | os.PathLike[str] | Target, kind: str) -> None:
     found = found_at(target)
     if found is None or found == kind:
         return
-    what, writer, _ = _KINDS[kind]
+    what, writer, _ = KINDS[kind]
     by = f", as `{writer}` writes it" if writer else ""
     rm = removal_command(target.path, directory=found != "file")
     beside = str(target.path.parent)
@@ -378,6 +341,6 @@ def check_output_kind(path: str | os.PathLike[str] | Target, kind: str) -> None:
         f"{target.path} is {_found_text(target)}, not {what}: this command replaces (with "
         f"{option('overwrite', True)}) only {what}{by}, never anything else. To resolve this, "
         f"choose another {option('output')}, e.g. "
-        f"{option('output', _elsewhere(target.path, kind, beside))}, or, if "
+        f"{option('output', elsewhere(target.path, kind, beside))}, or, if "
         f"{target.path} is really to be replaced, remove it by hand first: `{rm}`."
     )

@@ -24,7 +24,7 @@ from collections.abc import Hashable
 from pathlib import Path
 
 from sphdist.io._fs import fsync_directory, fsync_tree
-from sphdist.io._lock import Lock, lock_for
+from sphdist.io._lock import FileLock, Lock
 from sphdist.io._store import CommitState, Target
 
 __all__ = ["PosixTarget"]
@@ -46,7 +46,7 @@ class PosixTarget(Target):
 
     def __init__(self, path: str | os.PathLike[str], *, lock: Lock | None = None) -> None:
         self.path = Path(path)
-        self.lock = lock if lock is not None else lock_for(self)
+        self.lock = lock if lock is not None else FileLock(self.path)
 
     def _old(self) -> Path:
         return self.path.with_name(self.path.name + ".old")

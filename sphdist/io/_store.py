@@ -7,7 +7,8 @@ complete version, never a mixture. :class:`Target` is that protocol, in the mann
 ``zarr.abc.store.Store``: a few abstract methods, capability properties that say what the
 medium can do (:attr:`Target.supports_atomic_rename`, :attr:`Target.supports_conditional_write`)
 and a :class:`~sphdist.io._lock.Lock` given to it when it is made. Two implementations, each
-in its own module, are chosen once, where a path is opened (:func:`open_target`):
+in its own module, are chosen once, where a path is opened
+(:func:`sphdist.io._targets.open_target`; this module imports neither):
 
 - :class:`sphdist.io._posix.PosixTarget`, a local path: committed by rename, locked by
   ``flock``;
@@ -21,15 +22,13 @@ Single files (exports, reports, figures) are not versioned stores: :mod:`sphdist
 from __future__ import annotations
 
 import abc
-import os
 from collections.abc import Hashable
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from sphdist.io._fs import protocol_of
 from sphdist.io._lock import Hold, Lock
 
-__all__ = ["Target", "CommitState", "open_target", "MANIFEST"]
+__all__ = ["Target", "CommitState", "MANIFEST"]
 
 #: The object naming a target's current version, in the object-store protocol.
 MANIFEST = "zarr.json"
@@ -65,17 +64,17 @@ class Target(abc.ABC):
     """A versioned store: where one store lives, and how its versions are committed and read.
 
     Implemented by :class:`~sphdist.io._posix.PosixTarget` (rename + ``flock``) and
-    :class:`~sphdist.io._object.ObjectTarget` (manifest + lease); :func:`open_target`
-    chooses. Writers call the mutating methods only while they hold the output's lock
-    (:func:`sphdist.io.open_output`).
+    :class:`~sphdist.io._object.ObjectTarget` (manifest + lease);
+    :func:`~sphdist.io._targets.open_target` chooses. Writers call the mutating methods only
+    while they hold the output's lock (:func:`sphdist.io.open_output`).
 
     Attributes
     ----------
     path : pathlib.Path or upath.UPath
         The target, as the user named it (``str()`` of it is that name).
     lock : sphdist.io._lock.Lock
-        How its writers exclude each other (given, or chosen from the capabilities by
-        :func:`sphdist.io._lock.lock_for`).
+        How its writers exclude each other (given, or the one each implementation names:
+        an ``flock`` on local disk, a lease where writes are conditional, else none).
     """
 
     path: Path
@@ -162,37 +161,3 @@ class Target(abc.ABC):
         """The record of the writer holding the lock (host, pid, command, since), or None."""
         return self.lock.holder()
 
-
-def open_target(path: str | os.PathLike[str] | Target, *, lock: Lock | None = None) -> Target:
-    """The storage target of ``path``, chosen once.
-
-    :class:`~sphdist.io._posix.PosixTarget` for a local path, else
-    :class:`~sphdist.io._object.ObjectTarget` (any URL, ``file://`` included).
-
-    Parameters
-    ----------
-    path : str or path-like or Target
-        An open target is returned as it is.
-    lock : sphdist.io._lock.Lock, optional
-        How its writers exclude each other; default: chosen from the target's capabilities
-        (:func:`sphdist.io._lock.lock_for`).
-
-    Returns
-    -------
-    Target
-
-    Raises
-    ------
-    ValueError
-        If ``path`` is a URL of a protocol fsspec does not know (see
-        :func:`sphdist.io.location`).
-    """
-    if isinstance(path, Target):
-        return path
-    if protocol_of(path) is None:
-        from sphdist.io._posix import PosixTarget
-
-        return PosixTarget(path, lock=lock)
-    from sphdist.io._object import ObjectTarget
-
-    return ObjectTarget(path, lock=lock)

@@ -20,7 +20,7 @@ import zarr
 from sphdist.errors import ModelFormatError, StoreReplacedError
 from sphdist.io._checked import content_sha256, read_checked, require_chunks
 from sphdist.io._fs import location
-from sphdist.io._store import open_target
+from sphdist.io._targets import open_target
 from sphdist.io._zarr import UNIT_TOLERANCE, check_members, open_tagged
 
 __all__ = [

@@ -42,7 +42,7 @@ from sphdist.errors import (
 )
 from sphdist.io._checked import chunk_sha256
 from sphdist.io._fs import is_storage_failure, location, storage_error
-from sphdist.io._store import open_target
+from sphdist.io._targets import open_target
 
 __all__ = [
     "SAFE_CODECS",

@@ -70,8 +70,7 @@ from sphdist.io._checked import (
     read_checked,
     read_chunk_checked,
 )
-from sphdist.io._files import exists
-from sphdist.io._fs import is_remote, location
+from sphdist.io._fs import exists, is_remote, location
 from sphdist.io._id_copy import (
     id_copy_problem,
     id_hashes,

@@ -70,6 +70,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import zarr
 
+from sphdist.core.params import current_names
 from sphdist.errors import (
     CorpusMismatchError,
     InputNotFoundError,
@@ -87,6 +88,7 @@ from sphdist.io._model_writer import (
     save_checkpoint,
     u_sha256,
 )
+from sphdist.io._refit import fit_remedy
 from sphdist.io._tagged import TaggedStore
 from sphdist.io._zarr import UNIT_TOLERANCE
 
@@ -230,8 +232,6 @@ class Model(TaggedStore):
         (:data:`sphdist.core.params.RENAMED`); it is read under the new one, so its fit
         resumes and its remedies name today's options.
         """
-        from sphdist.core.params import current_names
-
         return current_names(self.attrs["params"])
 
     @property
@@ -355,8 +355,6 @@ class Model(TaggedStore):
 
     def _refit(self) -> str:
         """The fit that writes this model again (its recorded parameters), as a marker."""
-        from sphdist.jobs.params import fit_remedy  # the parameter tables only, no dask
-
         return remedy(fit_remedy(self.corpus.get("path", "CORPUS"), self.path, self.params,
                                  overwrite=True))
 
@@ -365,15 +363,13 @@ class Model(TaggedStore):
 
         Every parameter the checkpoint was written with is given (``n_components`` always,
         the others where they differ from the defaults;
-        :func:`sphdist.jobs.params.fit_remedy`), so the fit passes the resume checks.
+        :func:`sphdist.io._refit.fit_remedy`), so the fit passes the resume checks.
 
         Returns
         -------
         sphdist.errors.Remedy
             A resume of the fit of the recorded corpus (``"CORPUS"`` if none is recorded).
         """
-        from sphdist.jobs.params import fit_remedy  # the parameter tables only, no dask
-
         return fit_remedy(self.corpus.get("path", "CORPUS"), self.path, self.params,
                           resume=True, say="finish the fit")
 
@@ -412,7 +408,7 @@ class Model(TaggedStore):
             partials; otherwise these are None and
             :func:`sphdist.core.solver.resume` recomputes them in one pass.
         """
-        from sphdist.core.solver import FitState
+        from sphdist.core.solver import FitState  # dask: only a resumed fit imports the solver
 
         a = self.attrs
         kept = "state/XVt" in self._group

@@ -15,11 +15,10 @@ from typing import Any, ClassVar
 import numpy as np
 
 from sphdist.errors import ParameterError, remedy
-from sphdist.io import Output, exists, open_output
+from sphdist.io import Output, exists, open_output, output_format
 from sphdist.io._policy import refuse_existing
 from sphdist.io.model import open_model
 from sphdist.jobs._lifecycle import Request, located
-from sphdist.jobs._outputs import output_format
 from sphdist.jobs.embedding import _SCAN_DOCS, EmbeddingSource, _spans, open_embedding_source
 
 __all__ = ["ExportRequest", "EXPORT_FORMATS", "EXPORT_SUFFIXES"]

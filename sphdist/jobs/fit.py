@@ -23,10 +23,10 @@ before it recovers, cleans up or writes anything.
 
 A fit's decision to resume, start afresh or refuse is pure, and made in
 :mod:`sphdist.jobs.params` (:func:`~sphdist.jobs.params.decide_output`: whether a checkpoint
-belongs to this corpus and these parameters, :data:`RESUME_KEYS`, and the commands its remedies
-print, :func:`fit_remedy`); what a worker loss is, and its messages, in
-:mod:`sphdist.jobs.cluster` (:func:`~sphdist.jobs.cluster.worker_losses`). Here they are
-applied: the checkpoint read and resumed, the restart after a worker loss.
+belongs to this corpus and these parameters, :data:`RESUME_KEYS`), the commands its remedies
+print by :func:`fit_remedy` (:mod:`sphdist.io._refit`); what a worker loss is, and its
+messages, in :mod:`sphdist.jobs.cluster` (:func:`~sphdist.jobs.cluster.worker_losses`). Here
+they are applied: the checkpoint read and resumed, the restart after a worker loss.
 
 References
 ----------
@@ -68,6 +68,7 @@ from sphdist.io import (
     refuse_existing,
     storage_error,
 )
+from sphdist.io._refit import fit_remedy
 from sphdist.io.corpus import open_input
 from sphdist.io.model import (
     Model,
@@ -702,10 +703,6 @@ def _checkpoint_to_resume(
                          f"(or choose another {option('output')}).")
 
 
-#: The fit of a remedy (:func:`sphdist.jobs.params.fit_remedy`): a Remedy, structured.
-fit_remedy = fit_params.fit_remedy
-
-
 def _fix(*args: Any, **kwargs: Any) -> str:
     """:func:`fit_remedy` of the arguments, as the marker a message carries it in."""
     return remedy(fit_remedy(*args, **kwargs))
@@ -716,9 +713,9 @@ _clock = time.monotonic
 
 
 def _cadence(job: JobSettings) -> dict[str, Any]:
-    """The checkpoint settings of ``job``, as keywords of :func:`fit_remedy`."""
-    return {"checkpoint_every": job.checkpoint_every,
-            "checkpoint_interval": job.checkpoint_interval}
+    """The checkpoint settings of ``job`` not at their defaults, keywords of :func:`fit_remedy`."""
+    return {name: getattr(job, name) for name in ("checkpoint_every", "checkpoint_interval")
+            if getattr(job, name) != fit_params.JOB_PARAMS[name].default}
 
 
 def warm_start(

@@ -10,9 +10,9 @@ is imported here too (``PARAMS``, ``SOLVER_PARAMS``, ``defaults``, ``validate``)
 job has one module of parameters.
 
 Whether a checkpoint resumes is a matter of parameters too, decided here without reading
-anything: :data:`RESUME_KEYS` (what must match), :func:`decide_output` (resume, start afresh
-or refuse, with the fits that resolve a refusal) and :func:`fit_remedy` (such a fit, as a
-:class:`sphdist.errors.Remedy`).
+anything: :data:`RESUME_KEYS` (what must match) and :func:`decide_output` (resume, start
+afresh or refuse, with the fits that resolve a refusal; the fit job makes each a
+:class:`sphdist.errors.Remedy` with :func:`sphdist.io._refit.fit_remedy`).
 
 Like :mod:`sphdist.core.params`, this module imports neither scikit-learn nor dask (the command
 line reads it to build its options).
@@ -40,14 +40,14 @@ from sphdist.core.params import (  # noqa: F401  (the job's view of the solver's
     defaults,
     validate,
 )
-from sphdist.errors import CheckpointMismatchError, OutputExistsError, Remedy, option
+from sphdist.errors import CheckpointMismatchError, OutputExistsError, option
 
 if TYPE_CHECKING:
     from sphdist.io.model import Model
 
 __all__ = [
     "JOB_PARAMS", "RESUME_KEYS", "N_COMPONENTS", "JobSettings", "keywords", "validated",
-    "fit_remedy", "decide_output", "OutputDecision", "OutputRemedy",
+    "decide_output", "OutputDecision", "OutputRemedy",
 ]
 
 #: The fit job's own parameters (:func:`sphdist.jobs.fit.fit_corpus`, ``sphdist fit``).
@@ -188,77 +188,6 @@ def validated() -> AbstractContextManager[None]:
     return skip()
 
 
-def fit_remedy(
-    input: Any, output: Any, params: dict[str, Any], *, resume: bool = False,
-    overwrite: bool = False, checkpoint_every: int = JOB_PARAMS["checkpoint_every"].default,
-    checkpoint_interval: float = JOB_PARAMS["checkpoint_interval"].default, say: str = "",
-) -> Remedy:
-    """The fit of ``input`` to ``output`` with ``params``, as a remedy of an error.
-
-    What the fit's refusals offer: a checkpoint's resume, or the asked fit replacing the
-    output. The command line renders it as a ``sphdist fit`` command, the Python API as a call
-    of :func:`sphdist.jobs.fit.fit_corpus` (:func:`sphdist.errors.render`).
-
-    Parameters
-    ----------
-    input, output : path-like
-        The corpus and the ``model.zarr``.
-    params : dict
-        Names of :data:`sphdist.core.params.SOLVER_PARAMS` (those missing take the table's
-        defaults) and ``init_from`` (None, a path, or the ``{"path": ...}`` a model records).
-    resume, overwrite : bool, default False
-        Continue the checkpoint at ``output``, or replace it.
-    checkpoint_every : int, default 1
-        Given unless it is the default.
-    checkpoint_interval : float, default 60.0
-        Given unless it is the default.
-    say : str, default ""
-        What the fit does, in words (:attr:`sphdist.errors.Remedy.say`).
-
-    Returns
-    -------
-    Remedy
-        ``n_components`` always, every other parameter where it is not the default (a value
-        a command line cannot give, such as ``random_state=None``, left out), ``dtype`` by
-        name.
-
-    Examples
-    --------
-    >>> from sphdist.errors import render, remedy
-    >>> fix = fit_remedy("c.zarr", "m.zarr", {"n_components": 5, "lam": "palm"}, resume=True)
-    >>> fix.overrides
-    {'resume': True, 'n_components': 5, 'lam': 'palm'}
-    >>> render(remedy(fix))
-    "`sphdist.jobs.fit.fit_corpus(input='c.zarr', output='m.zarr', resume=True, n_components=5, \
-lam='palm')`"
-    """
-    import numpy as np
-
-    overrides: dict[str, Any] = {}
-    if resume:
-        overrides["resume"] = True
-    if overwrite:
-        overrides["overwrite"] = True
-    for name in SOLVER_PARAMS:
-        value = params.get(name, PARAMS[name].default)
-        if isinstance(value, np.dtype | type):
-            value = np.dtype(value).name
-        if not isinstance(value, str | bool | int | float) or (
-            name != "n_components" and value == PARAMS[name].default
-        ):
-            continue
-        overrides[name] = value.item() if isinstance(value, np.generic) else value
-    init_from = params.get("init_from")
-    if init_from:
-        overrides["init_from"] = str(init_from["path"] if isinstance(init_from, dict)
-                                     else init_from)
-    if checkpoint_every != JOB_PARAMS["checkpoint_every"].default:
-        overrides["checkpoint_every"] = checkpoint_every
-    if checkpoint_interval != JOB_PARAMS["checkpoint_interval"].default:
-        overrides["checkpoint_interval"] = checkpoint_interval
-    return Remedy("fit", {"input": str(input), "output": str(output)}, overrides, say)
-
-
 #: The value a parameter had in checkpoints written before it was recorded (else the default).
 #: A checkpoint written before ``dtype`` and ``polar`` were recorded was fitted with their
 #: defaults; the ``max_partials`` that checkpoints written before issue 29 record is ignored
@@ -270,7 +199,8 @@ _BEFORE_RECORDED = {"accelerate": False}
 class OutputRemedy:
     """A fit that resolves a refusal of the output: what it does there and with what.
 
-    The fit job makes it a :class:`sphdist.errors.Remedy` of the output (:func:`fit_remedy`).
+    The fit job makes it a :class:`sphdist.errors.Remedy` of the output
+    (:func:`sphdist.io._refit.fit_remedy`).
 
     Attributes
     ----------

@@ -15,7 +15,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from sphdist.errors import ParameterError
-from sphdist.io import Output, location
+from sphdist.io import Output, location, output_format
 from sphdist.io.model import Model, open_model
 from sphdist.jobs._lifecycle import Request, located
 from sphdist.jobs.embedding import open_embedding_source
@@ -33,8 +33,6 @@ PLOT_SUFFIXES = {".png": "png", ".svg": "svg", ".pdf": "pdf", ".jpg": "jpeg", ".
 
 def _format(output: str | os.PathLike[str]) -> str:
     """The format ``output`` names (:data:`PLOT_SUFFIXES`); refused before any figure is drawn."""
-    from sphdist.jobs._outputs import output_format
-
     return output_format(output, None, PLOT_SUFFIXES)
 
 

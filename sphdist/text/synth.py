@@ -47,6 +47,7 @@ from sphdist._progress import progress as _progress
 from sphdist.core.params import Param, Range, validate
 from sphdist.errors import ParameterError
 from sphdist.io import Output, location
+from sphdist.io import output_format as by_suffix
 
 if TYPE_CHECKING:
     from sphdist.text.tfidf import TextOptions
@@ -274,7 +275,7 @@ def output_format(output: str | os.PathLike[str], format: str | None = None) -> 
 
     ``*.jsonl`` JSON Lines, ``*.csv`` CSV (each also ``.gz``, compressed), ``*.zarr`` a
     corpus; ``format`` must agree with the suffix, or name the format of an output whose
-    suffix names none (:func:`sphdist.jobs._outputs.output_format`, the rule of every command
+    suffix names none (:func:`sphdist.io.output_format`, the rule of every command
     that writes a file).
 
     Raises
@@ -288,8 +289,6 @@ def output_format(output: str | os.PathLike[str], format: str | None = None) -> 
     >>> output_format("docs.csv.gz"), output_format("c.zarr"), output_format("d", "jsonl")
     ('csv', 'corpus', 'jsonl')
     """
-    from sphdist.jobs._outputs import output_format as by_suffix
-
     path = location(output)
     gz = path.name.lower().endswith(".gz")
     found = by_suffix(path.with_name(path.name[:-3]) if gz else path, format, SUFFIXES)
@@ -351,7 +350,7 @@ def write(
     """
     options = None
     if format == "corpus":
-        from sphdist.text.tfidf import TextOptions
+        from sphdist.text.tfidf import TextOptions  # scikit-learn: a text synth never loads it
 
         options = TextOptions(vocabulary=bool(spec.vocabulary), n_features=spec.n_features)
     model = _Model(spec)
@@ -444,8 +443,8 @@ def _feature_map(words: np.ndarray, options: TextOptions) -> np.ndarray:
 
 def _write_corpus(held, model, words, chunks, width, label_width, options, overwrite,
                   progress):
-    from sphdist.io.corpus_writer import CorpusWriter
-    from sphdist.text.tfidf import document_frequency, smooth_idf, weight
+    from sphdist.io.corpus_writer import CorpusWriter  # zarr: a text synth writes no store
+    from sphdist.text.tfidf import document_frequency, smooth_idf, weight  # scikit-learn
 
     n = chunks[-1][2]
     v = model.vocab_size

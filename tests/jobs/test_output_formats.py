@@ -1,6 +1,6 @@
 """Outputs are what their names say: the format of a written file is the one its suffix names.
 
-One rule (:func:`sphdist.jobs._outputs.output_format`) for ``plot``, ``export`` and the
+One rule (:func:`sphdist.io.output_format`) for ``plot``, ``export`` and the
 neighbour tables; ``export`` and ``neighbors`` are driven through the CLI in
 ``tests/cli/test_cli_use.py`` and ``tests/cli/test_cli_neighbors.py``.
 """
@@ -11,8 +11,8 @@ from click.testing import CliRunner
 
 from sphdist.cli import main
 from sphdist.errors import ParameterError
+from sphdist.io import output_format
 from sphdist.io.corpus_writer import CorpusWriter
-from sphdist.jobs._outputs import output_format
 from sphdist.jobs.fit import fit_corpus
 
 from ..reference import random_corpus

@@ -16,8 +16,7 @@ from typing import Any
 import numpy as np
 
 from sphdist.core.neighbors import angle_degrees
-from sphdist.io import Output
-from sphdist.jobs._outputs import output_format
+from sphdist.io import Output, output_format
 from sphdist.jobs.embedding import EmbeddingSource
 
 # Output formats of the tables, by file suffix, and their columns: their doc comments stand
@@ -123,7 +122,7 @@ def write_hits(
         If ``output``'s lock is no longer held; nothing is written.
     ParameterError
         If the suffix names another format than ``format``, or, without ``format``, none
-        (:func:`sphdist.jobs._outputs.output_format`).
+        (:func:`sphdist.io.output_format`).
     """
     fmt = _format(output.path, format)
     with output.file() as staging:
