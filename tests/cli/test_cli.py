@@ -480,12 +480,17 @@ def test_ctrl_c_during_a_fit_on_worker_processes_prints_one_line(corpus, tmp_pat
              "--n-workers", "1", "--insecure-local-cluster"],
             stdout=subprocess.DEVNULL, stderr=stderr, start_new_session=True,
             env={k: v for k, v in os.environ.items() if k != "DASK_SCHEDULER_ADDRESS"})
-        deadline = time.monotonic() + 240
-        while "iter    2" not in err.read_text() and proc.poll() is None:
-            assert time.monotonic() < deadline, err.read_text()
-            time.sleep(0.2)
-        os.killpg(proc.pid, signal.SIGINT)  # as a terminal's Ctrl-C: the whole group
-        assert proc.wait(timeout=120) == 1
+        try:
+            deadline = time.monotonic() + 240
+            while "iter    2" not in err.read_text() and proc.poll() is None:
+                assert time.monotonic() < deadline, err.read_text()
+                time.sleep(0.2)
+            os.killpg(proc.pid, signal.SIGINT)  # as a terminal's Ctrl-C: the whole group
+            assert proc.wait(timeout=120) == 1
+        finally:  # a fit of 100,000 iterations left running would hold two cores for hours
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
     text = err.read_text()
     assert "Traceback" not in text and "KeyboardInterrupt" not in text, text
     lines = [line for line in text.splitlines() if not line.startswith("iter ")]
