@@ -44,7 +44,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from sphdist.errors import OutputLockedError, ParameterError, option
 from sphdist.io._fs import local_path, protocol_of, replace_file
-from sphdist.io._names import elsewhere
+from sphdist.io._names import check_named, elsewhere
 
 if TYPE_CHECKING:  # imported where a lock is taken: a reader (a neighbour query) takes none
     import filelock
@@ -217,15 +217,6 @@ class Lock(Protocol):
         """Raise OutputLockedError if another process holds it now (before a commit)."""
 
 
-def _named(target: Any) -> None:
-    if Path(target).name in ("", ".."):
-        raise ParameterError(
-            f"{target}: an output path names no file or directory of its own (it is a "
-            f"directory to write into). To resolve this, name the output in it, e.g. "
-            f"{option('output', Path(target) / 'model.zarr')}."
-        )
-
-
 def _creatable(target: Any, lock: Path) -> None:
     """Raise ParameterError if the lock file ``lock`` of ``target`` cannot be created.
 
@@ -282,7 +273,7 @@ class FileLock:
         OutputLockedError
             If another writer holds it.
         """
-        _named(str(self.target))
+        check_named(str(self.target))
         lock = self._path()
         try:
             return FileHold(self.target, lock)

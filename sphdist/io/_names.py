@@ -11,11 +11,13 @@ import os
 import re
 import uuid
 from collections.abc import Iterable
+from pathlib import Path
 from typing import Any
 
+from sphdist.errors import ParameterError, option
 from sphdist.io._fs import exists, local_path, location, protocol_of
 
-__all__ = ["KINDS", "key_of", "elsewhere"]
+__all__ = ["KINDS", "key_of", "elsewhere", "check_named"]
 
 #: The kinds of output, in messages: what it is, and what writes it.
 KINDS = {
@@ -51,3 +53,19 @@ def elsewhere(path: Any, kind: str, beside: str, taken: Iterable[str] = ()) -> s
         if key_of(other) not in taken and not exists(other):
             return other
     return beside.rstrip("/") + "/" + f"{stem}-{uuid.uuid4().hex[:6]}{dot}{suffix}"
+
+
+def check_named(target: Any) -> None:
+    """Refuse an output path that names no entry of its own (``.``, ``..``, ``dir/..``).
+
+    Raises
+    ------
+    ParameterError
+        The message names the path and an output inside it to choose instead.
+    """
+    if Path(target).name in ("", ".."):
+        raise ParameterError(
+            f"{target}: an output path names no file or directory of its own (it is a "
+            f"directory to write into). To resolve this, name the output in it, e.g. "
+            f"{option('output', Path(target) / 'model.zarr')}."
+        )

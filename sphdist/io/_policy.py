@@ -27,7 +27,7 @@ from sphdist.io._fs import (
     removal_command,
     storage_error,
 )
-from sphdist.io._names import KINDS, elsewhere, key_of
+from sphdist.io._names import KINDS, check_named, elsewhere, key_of
 from sphdist.io._object import version_of
 from sphdist.io._store import MANIFEST, Target
 from sphdist.io._targets import open_target
@@ -146,17 +146,18 @@ def check_output_place(
     Raises
     ------
     ParameterError
-        If ``path`` names a companion of another output (``X.lock``, ``X.lock.json``,
-        ``X.old``, ``X.scratch``, ``X.tmp-...``); is an input of the command, or inside or
-        around one; or is inside a zarr store (a corpus, model...), whose next commit would
-        remove it. The message names both paths and another output to choose. Also if
-        ``path`` is a symbolic link, a named pipe, a device or a socket: an output is
-        committed by a rename, which would replace the link or the device itself (an export
-        to ``/dev/stdout`` with ``overwrite`` once turned the machine's ``/dev/stdout`` into a
-        file).
+        If ``path`` names no entry of its own (``.``, ``..``), or a companion of another
+        output (``X.lock``, ``X.lock.json``, ``X.old``, ``X.scratch``, ``X.tmp-...``); is an
+        input of the command, or inside or around one; or is inside a zarr store (a corpus,
+        model...), whose next commit would remove it. The message names both paths and
+        another output to choose. Also if ``path`` is a symbolic link, a named pipe, a device
+        or a socket: an output is committed by a rename, which would replace the link or the
+        device itself (an export to ``/dev/stdout`` with ``overwrite`` once turned the
+        machine's ``/dev/stdout`` into a file).
     StorageError
         If the object store fails while its parents are looked at.
     """
+    check_named(path)
     where = location(path)  # once: the names below are all of it
     name = where.name
     for suffix in _COMPANIONS:
