@@ -706,10 +706,12 @@ def test_an_unguarded_script_is_told_how_to_run_on_processes(tmp_path):
     source = _jsonl(tmp_path)
     (tmp_path / "run.py").write_text(
         "import sphdist.text.ingest as m\n"
+        "from sphdist.jobs import run\n"
+        "from sphdist.jobs.ingest import IngestRequest\n"
         "m.PROCESSES_FROM_DOCUMENTS = 1  # as a large source\n"
         "m.PROCESSES_FROM_CPUS = 2  # on a machine of many cores\n"
-        f"m.ingest(m.SourceSpec({source!r}, id_field='id'), 'c.zarr',\n"
-        "         text=m.TextSpec(min_df=1, max_df=1.0))\n")
+        f"run(IngestRequest(m.SourceSpec({source!r}, id_field='id'), 'c.zarr',\n"
+        "                  text=m.TextSpec(min_df=1, max_df=1.0)))\n")
     proc = subprocess.run([sys.executable, "run.py"], cwd=tmp_path, capture_output=True,
                           text=True, timeout=300)
     assert proc.returncode != 0
