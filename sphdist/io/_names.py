@@ -63,7 +63,7 @@ def check_named(target: Any) -> None:
     ParameterError
         The message names the path and an output inside it to choose instead.
     """
-    if Path(target).name in ("", ".."):
+    if Path(str(target)).name in ("", ".."):  # a URL too (a UPath is no os.PathLike)
         raise ParameterError(
             f"{target}: an output path names no file or directory of its own (it is a "
             f"directory to write into). To resolve this, name the output in it, e.g. "

@@ -10,12 +10,13 @@ the same for every command and is done here, by :func:`run`, in this order:
    inside or around an input or another store, never a name sphdist keeps for another output
    (:func:`sphdist.io._policy.check_output_place`), and what its name says against the
    request (:meth:`Request.check_name`: the format a suffix names);
-2. the one overwrite decision, early (cheap: before any input is read), and again under the
-   lock: what is at the output is of the request's kind
-   (:func:`~sphdist.io._policy.check_output_kind`) and is replaced only with ``overwrite``
-   (:func:`~sphdist.io._policy.refuse_existing`, the one wording of it);
-3. the inputs, opened and checked once (:meth:`Request.prepare`), before anything is held or
-   any cluster starts, so that a wrong input costs nothing;
+2. the inputs, opened and checked once (:meth:`Request.prepare`: their metadata, never the
+   data), before anything is held or any cluster starts, so that a wrong input costs
+   nothing; a refusal about an input comes first, as its remedies already say
+   ``overwrite`` where an output is there;
+3. the one overwrite decision, early, and again under the lock: what is at the output is of
+   the request's kind (:func:`~sphdist.io._policy.check_output_kind`) and is replaced only
+   with ``overwrite`` (:func:`~sphdist.io._policy.refuse_existing`, the one wording of it);
 4. the place the work runs (``on``: a Dask cluster's context, entered here and left after);
 5. the hold (:func:`sphdist.io.hold_output`: the lock, from before the output is looked at
    under it until after the commit), the work on the held output (:meth:`Request.execute`,
@@ -170,8 +171,8 @@ def run(request: Request, *, on: AbstractContextManager[Any] | None = None) -> A
     check_output_place(request.output, request.writes, inputs)
     check_output_kind(request.output, request.writes)
     request.check_name()
-    _refuse_existing(request)
     prepared = request.prepare()
+    _refuse_existing(request)
     with on if on is not None else contextlib.nullcontext(), hold_output(
             request.output, kind=request.writes, inputs=inputs,
             overwrite=request.overwrite) as held:

@@ -40,13 +40,15 @@ class CopyRequest(Request):
         return str(held.path)
 
 
-def test_a_request_is_refused_before_its_inputs_are_read_and_replaced_only_when_asked(tmp_path):
+def test_a_request_checks_its_inputs_then_replaces_only_when_asked(tmp_path):
     source, out = tmp_path / "a.txt", tmp_path / "b.txt"
     out.write_text("before")
-    with pytest.raises(OutputExistsError, match="already exists"):
-        run(CopyRequest(tmp_path / "missing.txt", out))  # the missing input is never opened
-    assert out.read_text() == "before"
+    with pytest.raises(FileNotFoundError):  # the inputs first: their remedies know the output
+        run(CopyRequest(tmp_path / "missing.txt", out))
     source.write_text("after")
+    with pytest.raises(OutputExistsError, match="already exists"):
+        run(CopyRequest(source, out))
+    assert out.read_text() == "before"
     assert run(CopyRequest(source, out, overwrite=True)) == str(out)
     assert out.read_text() == "after"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a.txt", "b.txt"]  # no lock, no staging
