@@ -120,3 +120,29 @@ def test_a_pass_on_the_embedded_cluster_sends_one_partial_per_worker_and_keeps_t
         np.testing.assert_array_equal(
             np.ascontiguousarray(total[key]).view(np.int64),
             np.ascontiguousarray(threads[key]).view(np.int64))
+
+
+def test_a_held_corpus_is_read_by_the_worker_of_each_block(tmp_path):
+    """X held from a store: each chunk is read by the worker its block is placed on, so no
+    chunk crosses between workers when X is held (the read tasks ran anywhere before)."""
+    from distributed import Client, LocalCluster, futures_of, wait
+
+    from sphdist.io.corpus import open_corpus
+    from sphdist.text.synth import synth
+
+    synth(tmp_path / "c.zarr", n_docs=320, n_topics=3, seed=1, format="corpus",
+          n_features=2**10, chunk_size=20)
+    X = open_corpus(tmp_path / "c.zarr").to_dask()
+    assert graph.streamed_chunks(X) is not None and X.numblocks[1] == 16
+    with dask.config.set({"distributed.scheduler.work-stealing": False}), LocalCluster(
+        n_workers=2, threads_per_worker=1, processes=False, dashboard_address=None
+    ) as cluster, Client(cluster) as client:
+        owners = graph.block_workers(16)
+        held = graph.hold(X)
+        wait(futures_of(held))
+        who = {key[-1]: tuple(w) for key, w in client.who_has(futures_of(held)).items()}
+        logs = client.run(_transfers)
+        local = held.compute()
+    assert who == {j: (owners[j],) for j in range(16)}
+    assert [t for received, _ in logs.values() for t in received] == []
+    np.testing.assert_array_equal(local.toarray(), X.compute().toarray())
