@@ -398,9 +398,12 @@ def write_report(results: Path) -> None:
             f"- **{record['label']}** ({record['commit']}, {record['date']}, {record['host']}): "
             f"{record['n_docs']:,} documents, `{record['fit_args']}`, {record['shape']}; k = "
             f"{record['k']:,} features (per worker {', '.join(f'{x:,}' for x in record['k_per_worker'])}),"
-            f" {record['blocks']} blocks; fit {record['fit_wall_s']} s; load "
-            f"{' / '.join(map(str, record['load_before']))} before, "
-            f"{' / '.join(map(str, record['load_after']))} after.")
+            f" {record['blocks']} blocks; "
+            + (f"fit {record['fit_wall_s']} s; " if record.get("fit_wall_s") else
+               "stopped after its last pass shown (the load made each pass take minutes); ")
+            + f"load {' / '.join(map(str, record['load_before']))} before"
+            + (f", {' / '.join(map(str, record['load_after']))} after." if record.get(
+                "load_after") else "."))
     out.write_text("\n".join(lines) + "\n")
     print(out.read_text())
 
