@@ -1,7 +1,8 @@
 """Bytes one pass moves between the processes of a cluster, from distributed's own accounting.
 
-    python pipelines/pass_bytes.py measure --input CORPUS --label before \\
-        [--n-workers 2 --threads-per-worker 1] [--fit-args '-r 100 --tol 1e-4 --seed 0 --max-iter 3']
+    python pipelines/pass_bytes.py measure --input CORPUS --label before
+        [--n-workers 2 --threads-per-worker 1]
+        [--fit-args '-r 100 --tol 1e-4 --seed 0 --max-iter 3']
     python pipelines/pass_bytes.py render
 
 Issue 40 item 1. ``measure`` runs ``sphdist fit --input CORPUS --output TMP --n-workers W
@@ -32,6 +33,7 @@ after each run, and states each pass's total as "N x the floor".
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import platform
@@ -42,8 +44,6 @@ import tempfile
 import time
 from pathlib import Path
 from typing import Any
-
-import functools
 
 import click
 import numpy as np
@@ -100,8 +100,11 @@ def kind(key: str, scattered: set[str]) -> str:
 
 
 def _count_relays(scheduler: Any, relayed: list[tuple[str, int]]) -> None:
-    """Wrap the scheduler's ``scatter`` and ``gather`` handlers: the bytes they carry between
-    the client and a worker (a second hop beside the worker's own), by the scheduler's nbytes."""
+    """Wrap the scheduler's ``scatter`` and ``gather`` handlers to count what they relay.
+
+    The bytes they carry between the client and a worker (a second hop beside the worker's
+    own), by the scheduler's nbytes of the keys.
+    """
     def nbytes(keys: Any) -> int:
         return sum(int(scheduler.tasks[k].nbytes or 0) for k in keys if k in scheduler.tasks)
 
@@ -397,7 +400,8 @@ def write_report(results: Path) -> None:
         lines.append(
             f"- **{record['label']}** ({record['commit']}, {record['date']}, {record['host']}): "
             f"{record['n_docs']:,} documents, `{record['fit_args']}`, {record['shape']}; k = "
-            f"{record['k']:,} features (per worker {', '.join(f'{x:,}' for x in record['k_per_worker'])}),"
+            f"{record['k']:,} features (per worker "
+            f"{', '.join(f'{x:,}' for x in record['k_per_worker'])}),"
             f" {record['blocks']} blocks; "
             + (f"fit {record['fit_wall_s']} s; " if record.get("fit_wall_s") else
                "stopped after its last pass shown (the load made each pass take minutes); ")

@@ -28,7 +28,7 @@ def _partial_sends(owners, split_every):
     sends, placed = 1, list(owners)
     for groups in graph.tree_levels(len(owners), split_every):
         for group in groups:
-            sends += sum(placed[a] != placed[b] for a, b in zip(group, group[1:]))
+            sends += sum(placed[a] != placed[b] for a, b in zip(group, group[1:], strict=False))
         placed = [placed[group[-1]] for group in groups]
     return sends
 
