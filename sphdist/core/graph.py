@@ -55,6 +55,7 @@ __all__ = [
     "MAX_BLOCK_DOCUMENTS",
     "active_client",
     "contiguous_owners",
+    "tree_owners",
     "block_workers",
     "hold",
     "computing",
@@ -255,29 +256,112 @@ def contiguous_owners(n_items: int, weights: Sequence[int]) -> list[int]:
     return [bisect.bisect_right(bounds, (2 * i + 1) * total) for i in range(n_items)]
 
 
-def block_workers(n_blocks: int) -> list[str] | None:
-    """The worker each block of a pass is placed on: consecutive blocks on one worker.
+def tree_owners(n_items: int, weights: Sequence[int], split_every: int) -> list[int]:
+    """:func:`contiguous_owners` with each cut between two runs moved onto the summation tree.
+
+    Parameters
+    ----------
+    n_items : int
+        Blocks of a pass, in order: the leaves of :func:`tree_levels`.
+    weights : sequence of int
+        One positive weight per owner (a worker's threads).
+    split_every : int
+        Fan-in of the tree, >= 2.
+
+    Returns
+    -------
+    list of int
+        The owner of each item: runs of consecutive items in owner order, as
+        :func:`contiguous_owners` gives them, except that each cut between two runs is moved,
+        left to right, to the position inside its reach that is a node boundary of the most
+        levels of the tree (the nearest such position), where its reach keeps every run within
+        the rounds the proportional split needs (``ceil(items / weight)``, its largest over the
+        owners; a thirty-second more on a run of 32 rounds or more) and keeps a run that had
+        items from losing all of them. A function of its arguments alone.
+
+    Notes
+    -----
+    The tree folds its inputs where they are (:func:`_tree`), so a running sum crosses to
+    another owner wherever a chain of folds does: at the top level for every cut, and at every
+    level below where the cut falls inside a node (a node of level l covers ``s**(l + 1)``
+    consecutive blocks). A cut on a node boundary of every level below the top sends one
+    partial, the owner's subtree: one partial per owner then crosses, which is the floor of a
+    pass (issue 40). Cuts move only where no owner takes more rounds of its threads than the
+    proportional split gave the busiest one, so the pass's critical path in blocks is kept.
+
+    Examples
+    --------
+    >>> tree_owners(35, [1, 1], 8) == contiguous_owners(35, [1, 1])  # 16 | 19 would cost a round
+    True
+    >>> o = tree_owners(35, [4, 4, 4, 4], 8)  # 1M documents, 4 x 4: 8 | 8 | 8 | 11
+    >>> [o.count(j) for j in range(4)], contiguous_owners(35, [4] * 4).count(0)
+    ([8, 8, 8, 11], 9)
+    >>> tree_owners(64, [1, 1], 8) == contiguous_owners(64, [1, 1])  # 32 | 32 is aligned
+    True
+    >>> tree_owners(306, [1, 1], 8).count(0)  # 10M documents: 152 | 154, on a level-0 node
+    152
+    """
+    owners = contiguous_owners(n_items, weights)
+    n_owners = len(weights)
+    starts = [bisect.bisect_left(owners, j) for j in range(n_owners)] + [n_items]
+    rounds = max(-(-(starts[j + 1] - starts[j]) // max(int(w), 1))
+                 for j, w in enumerate(weights))
+    s = max(int(split_every), 2)
+
+    def levels(p: int) -> int:  # levels below the top whose node boundaries p falls on
+        n, size = 0, s
+        while size < n_items and p % size == 0:
+            n, size = n + 1, size * s
+        return n
+
+    def most(j: int) -> int:  # items owner j may take: its rounds, and 1/32 more of a long run
+        cap = rounds * max(int(weights[j]), 1)
+        return cap + cap // 32
+
+    for j in range(1, n_owners):
+        before, cut, after = starts[j - 1], starts[j], starts[j + 1]
+        lo = max(before, after - most(j))
+        hi = min(after, before + most(j - 1))
+        if cut > before:
+            lo = max(lo, before + 1)
+        if after > cut:
+            hi = min(hi, after - 1)
+        if lo <= hi:
+            starts[j] = max(range(lo, hi + 1), key=lambda p: (levels(p), -abs(p - cut), -p))
+    return [j for j in range(n_owners) for _ in range(starts[j], starts[j + 1])]
+
+
+def block_workers(n_blocks: int, split_every: int = 8) -> list[str] | None:
+    """The worker each block of a pass is placed on: the blocks of a subtree on one worker.
 
     Parameters
     ----------
     n_blocks : int
         B, the blocks of the pass (:func:`pass_blocks`).
+    split_every : int, default 8
+        Fan-in of the tree that sums the pass (``FitConfig.split_every``).
 
     Returns
     -------
     list of str, or None
         With a distributed client, a worker address per block: the workers sorted by
-        address, each given a run of consecutive blocks in proportion to its threads
-        (:func:`contiguous_owners`); None on dask's local schedulers.
+        address, each given a run of consecutive blocks in proportion to its threads, the
+        runs cut on the tree's node boundaries where that costs no round of blocks
+        (:func:`tree_owners`); None on dask's local schedulers.
 
     Notes
     -----
-    The tree that sums a pass's partials folds consecutive blocks (:func:`tree_sum`). Blocks
-    spread over the workers by the scheduler alternate between them, so about half the folds
-    fetch a (k, r) partial (36 MB at k = 45,580, r = 100) from another worker; on runs of
-    consecutive blocks a fold finds its inputs on its worker except where a group of the tree
-    crosses from one run to the next. Where a block runs never changes a bit of the sum, whose
-    order the tree fixes.
+    The tree that sums a pass's partials folds consecutive blocks (:func:`tree_sum`), each
+    fold on the worker of the input it adds (:func:`_tree`). Blocks spread over the workers
+    by the scheduler alternate between them, so about half the folds fetch a (k, r) partial
+    (36 MB at k = 45,580, r = 100) from another worker; on runs of consecutive blocks a fold
+    finds its inputs on its worker, and a worker's run that is a set of whole subtrees sends
+    one partial, its sum. The placement is a preference (``allow_other_workers``): a lost
+    worker's blocks and folds run elsewhere, which moves more bytes and never changes a bit
+    of the sum, whose order the tree fixes. It holds while the scheduler moves no task of the
+    pass on its own: the embedded LocalCluster runs without work stealing
+    (:func:`sphdist.jobs.cluster.connect`), and an external scheduler with
+    ``distributed.scheduler.work-stealing: false`` keeps it too.
     """
     client = active_client()
     if client is None:
@@ -286,7 +370,8 @@ def block_workers(n_blocks: int) -> list[str] | None:
     if not nthreads:
         return None
     workers = sorted(nthreads)
-    return [workers[j] for j in contiguous_owners(n_blocks, [nthreads[w] for w in workers])]
+    return [workers[j] for j in
+            tree_owners(n_blocks, [nthreads[w] for w in workers], split_every)]
 
 
 def _placed(worker: str | None) -> contextlib.AbstractContextManager[Any]:
@@ -300,13 +385,20 @@ def _same(block: Any) -> Any:
     return block
 
 
-def hold(X: da.Array) -> da.Array:
+def _read(reader: Any) -> Any:
+    return reader()
+
+
+def hold(X: da.Array, split_every: int = 8) -> da.Array:
     """X persisted in memory; on a cluster each chunk on the worker of its pass block.
 
     Parameters
     ----------
     X : dask.array.Array of shape (m, n)
         Column-chunked, one block along the features.
+    split_every : int, default 8
+        Fan-in of the tree of the passes that will read X (``FitConfig.split_every``), which
+        places their blocks (:func:`block_workers`).
 
     Returns
     -------
@@ -314,20 +406,24 @@ def hold(X: da.Array) -> da.Array:
         ``X.persist()``; with a distributed client, every chunk is kept by the worker that
         :func:`block_workers` gives the pass block holding it (:func:`pass_blocks`), so a
         pass's tasks find their chunks where they run and no chunk crosses between workers.
+        A chunk read by a task of its own (a store, :func:`streamed_chunks`) is read by that
+        worker: the read task, unplaced, ran wherever the scheduler put it and half of X
+        crossed to its worker once (1M documents on 2 workers: 700 MB at the fit's start).
     """
     sizes = X.chunks[1]
     blocks = pass_blocks(sizes)
-    owners = block_workers(len(blocks))
+    owners = block_workers(len(blocks), split_every)
     if owners is None:
         return X.persist()
+    readers = streamed_chunks(X)
     with computing():
-        xs = X.to_delayed().ravel()
+        xs = X.to_delayed().ravel() if readers is None else readers
     name = f"sphdist-held-{X.name}"
+    take = dask.delayed(_same if readers is None else _read, pure=True)
     held = []
     for b, (start, stop) in enumerate(blocks):
         with _placed(owners[b]):
-            held += [dask.delayed(_same, pure=True)(xs[j], dask_key_name=(name, 0, j))
-                     for j in range(start, stop)]
+            held += [take(xs[j], dask_key_name=(name, 0, j)) for j in range(start, stop)]
     # the placed tasks themselves are persisted: a dask array over them would persist its own
     # keys, aliases of theirs that the scheduler places without their annotations
     with computing():
@@ -825,7 +921,7 @@ def pass_graph(
     leaves: list[Any] = []
     V_chunks: dict[Any, Any] = {}
     blocks = pass_blocks(sizes)
-    owners = block_workers(len(blocks)) or [None] * len(blocks)
+    owners = block_workers(len(blocks), config.split_every) or [None] * len(blocks)
     task = dask.delayed(_block_task, pure=False)
     for b, (start, stop) in enumerate(blocks):
         with _placed(owners[b]):

@@ -58,6 +58,7 @@ def local_cluster(
     """
     with dask.config.set({  # a cluster that keeps losing its workers fails, never waits
         "distributed.scheduler.no-workers-timeout": f"{no_workers_timeout()}s",
+        "distributed.scheduler.work-stealing": False,  # a pass's placement holds (graph.py)
     }), LocalCluster(
         n_workers=spec.n_workers,
         threads_per_worker=spec.threads_per_worker,
@@ -67,7 +68,7 @@ def local_cluster(
         dashboard_address=spec.dashboard_address,
         security=Security() if security is False else (security or True),
         silence_logs=silence_logs,
-    ) as cluster, Client(cluster) as client:
+    ) as cluster, Client(cluster, direct_to_workers=True) as client:  # U, totals: one hop
         _share_storage_options(client)
         logger.info(
             "started LocalCluster %s: %d workers x %d threads (%s), dashboard %s",

@@ -354,7 +354,7 @@ class Fit:
             ),
         )
         if hold:  # read once and kept; else every pass reads each chunk as its task runs
-            X = graph.hold(X)
+            X = graph.hold(X, self.plan.config.split_every)  # each chunk where its block runs
         if self.params.get("device", "cpu") != "cpu":
             logger.info("chunk kernels on %s: every pass copies each chunk to the device "
                         "(streamed; X is not held in device memory)", self.params["device"])
