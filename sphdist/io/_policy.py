@@ -157,7 +157,6 @@ def check_output_place(
     StorageError
         If the object store fails while its parents are looked at.
     """
-    check_named(path)
     where = location(path)  # once: the names below are all of it
     name = where.name
     for suffix in _COMPANIONS:
@@ -212,6 +211,7 @@ def check_output_place(
             f"it). To resolve this, choose an {option('output')} outside it, e.g. "
             f"{option('output', _named_as(path, elsewhere(path, kind, outside, taken)))}."
         )
+    check_named(path)  # last: '.' holding an input is refused for that, in those words
 
 
 def _refuse_special_file(path: Any, kind: str) -> None:

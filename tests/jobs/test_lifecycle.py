@@ -68,20 +68,23 @@ def test_an_input_is_never_the_output_and_ctrl_c_leaves_the_output_as_it_was(tmp
         "copy", {"source": str(source), "output": str(tmp_path / "c.txt")}, {"overwrite": True})
 
 
-@pytest.mark.parametrize("argv", [
-    ["synth", "--n-docs", "3", "--n-topics", "2", "-o", "."],
-    ["synth", "--n-docs", "3", "--n-topics", "2", "-o", ".."],
-    ["export", "-m", "m.zarr", "-o", "."],
-    ["plot", "convergence", "-m", "m.zarr", "-o", ".."],
+@pytest.mark.parametrize("argv, words", [
+    (["synth", "--n-docs", "3", "--n-topics", "2", "-o", "."], "names no file or directory"),
+    (["synth", "--n-docs", "3", "--n-topics", "2", "-o", ".."], "names no file or directory"),
+    (["export", "-m", "m.zarr", "-o", "."], "contains m.zarr, an input of this command"),
+    (["plot", "convergence", "-m", "m.zarr", "-o", ".."], "an input of this command"),
 ])
-def test_an_output_that_names_no_entry_of_its_own_is_one_error_line(argv, tmp_path, monkeypatch):
+def test_an_output_that_names_no_entry_of_its_own_is_one_error_line(
+    argv, words, tmp_path, monkeypatch,
+):
     """``synth -o .`` printed a ValueError traceback once the format was read before the hold
-    (the lock refused '.' in words, but only when taken)."""
+    (the lock refused '.' in words, but only when taken); a '.' that holds an input is refused
+    for that, as before."""
     work = tmp_path / "work"
     work.mkdir()
     monkeypatch.chdir(work)
     result = CliRunner().invoke(main, argv)
     assert result.exit_code == 1, result.output
     lines = result.output.strip().splitlines()
-    assert len(lines) == 1 and "names no file or directory of its own" in lines[0], lines
+    assert len(lines) == 1 and lines[0].startswith("Error: ") and words in lines[0], lines
     assert os.listdir(work) == [] and os.listdir(tmp_path) == ["work"]
