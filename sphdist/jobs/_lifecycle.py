@@ -38,12 +38,12 @@ import abc
 import contextlib
 import dataclasses
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from contextlib import AbstractContextManager
 from typing import Any, ClassVar
 
-from sphdist.errors import Remedy
-from sphdist.io import Output, committed, exists, hold_output, location
+from sphdist.errors import Remedy, remedy
+from sphdist.io import Output, committed, exists, hold_output, location, output_format
 from sphdist.io._policy import check_output_kind, check_output_place, refuse_existing
 
 __all__ = ["Request", "run", "located"]
@@ -75,6 +75,9 @@ class Request(abc.ABC):
     targets: ClassVar[tuple[str, ...]] = ()
     #: Fields that say how this run shows its work, not what it computes: never in a remedy.
     quiet: ClassVar[tuple[str, ...]] = ("progress",)
+    #: The formats of a file output, by suffix (:func:`sphdist.io.output_format`); None: the
+    #: output's name says no format.
+    formats: ClassVar[Mapping[str, str] | None] = None
 
     #: The output (a subclass' field).
     output: Any
@@ -85,13 +88,25 @@ class Request(abc.ABC):
         """What the command reads (paths, or None where an input is not given)."""
         return ()
 
+    @property
+    def written(self) -> str | None:
+        """The format written: the ``format`` field, or the one the output's suffix names.
+
+        None for a request without :attr:`formats`. The refusal of a suffix that names another
+        format, or none, carries the request with a corrected output as its remedy.
+        """
+        if self.formats is None:
+            return None
+        return output_format(self.output, getattr(self, "format", None), self.formats,
+                             redo=lambda fixed: remedy(self.remedy(output=fixed, format=None)))
+
     def check_name(self) -> None:
-        """Refuse what the output's name says against the request (default: nothing).
+        """Refuse what the output's name says against the request (:attr:`written`).
 
         The format a file's suffix names (a ``.csv`` asked for as Parquet): looked at after
         the output policy and before the overwrite decision; reads nothing.
         """
-        return None
+        self.written  # noqa: B018 - raises
 
     def prepare(self) -> Any:
         """Open and check the inputs, once, before the output is held (default: nothing).
@@ -114,6 +129,8 @@ class Request(abc.ABC):
         The paths (:attr:`targets`) are named always, every other field only where it differs
         from its default, in the order of the fields; fields in :attr:`quiet` never.
         """
+        if not any(f.name == "format" for f in dataclasses.fields(self)):
+            changes.pop("format", None)
         fixed = self.replace(**changes) if changes else self
         target, overrides = {}, {}
         for field in dataclasses.fields(fixed):

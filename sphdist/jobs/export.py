@@ -14,8 +14,8 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from sphdist.errors import ParameterError, remedy
-from sphdist.io import Output, exists, open_output, output_format
+from sphdist.errors import ParameterError
+from sphdist.io import Output, exists, open_output
 from sphdist.io._policy import refuse_existing
 from sphdist.io.model import open_model
 from sphdist.jobs._lifecycle import Request, located
@@ -82,6 +82,7 @@ class ExportRequest(Request):
     command: ClassVar[str] = "export"
     writes: ClassVar[str] = "file"
     targets: ClassVar[tuple[str, ...]] = ("model", "input", "output")
+    formats: ClassVar[dict[str, str]] = EXPORT_SUFFIXES
 
     model: Any
     output: Any
@@ -100,15 +101,6 @@ class ExportRequest(Request):
         if self.chunk_size < 1:
             raise ParameterError(f"chunk_size must be >= 1, got {self.chunk_size}.")
 
-    @property
-    def written(self) -> str:
-        """The format written: ``format``, or the one the suffix of ``output`` names."""
-        return output_format(self.output, self.format, EXPORT_SUFFIXES,
-                             redo=lambda fixed: remedy(self.remedy(output=fixed, format=None)))
-
-    def check_name(self) -> None:
-        """Refuse a suffix that names another format, or none (:data:`EXPORT_SUFFIXES`)."""
-        self.written  # noqa: B018 - raises
 
 
     @property

@@ -137,6 +137,7 @@ class PlotConvergenceRequest(Request):
     command: ClassVar[str] = "plot convergence"
     writes: ClassVar[str] = "file"
     targets: ClassVar[tuple[str, ...]] = ("model", "output")
+    formats: ClassVar[dict[str, str]] = PLOT_SUFFIXES
 
     model: Any
     output: Any = None
@@ -146,10 +147,6 @@ class PlotConvergenceRequest(Request):
         object.__setattr__(self, "model", located(self.model))
         object.__setattr__(self, "output", located(self.output) if self.output is not None
                            else _beside(self.model, "convergence"))
-
-    def check_name(self) -> None:
-        """Refuse a suffix that names no format (:data:`PLOT_SUFFIXES`), before anything is read."""
-        _format(self.output)
 
     def inputs(self) -> tuple[Any, ...]:
         """The model."""
@@ -372,6 +369,7 @@ class PlotEmbeddingRequest(Request):
     command: ClassVar[str] = "plot embedding"
     writes: ClassVar[str] = "file"
     targets: ClassVar[tuple[str, ...]] = ("model", "input", "output")
+    formats: ClassVar[dict[str, str]] = PLOT_SUFFIXES
 
     model: Any
     output: Any = None
@@ -385,10 +383,6 @@ class PlotEmbeddingRequest(Request):
         object.__setattr__(self, "input", located(self.input))
         object.__setattr__(self, "output", located(self.output) if self.output is not None
                            else _beside(self.model, "embedding"))
-
-    def check_name(self) -> None:
-        """Refuse a suffix that names no format (:data:`PLOT_SUFFIXES`), before anything is read."""
-        _format(self.output)
 
     def inputs(self) -> tuple[Any, ...]:
         """The model and, if given, the documents."""

@@ -88,12 +88,8 @@ class SynthRequest(SynthSpec, Request):
 
     @property
     def written(self) -> str:
-        """The format written: ``format``, or the one the suffix of ``output`` names."""
+        """The format written: ``format``, or the one the suffix names (``.gz`` of text only)."""
         return output_format(self.output, self.format)
-
-    def check_name(self) -> None:
-        """Refuse a suffix that names another format, or none (``.gz`` after a corpus too)."""
-        self.written  # noqa: B018 - raises
 
     def execute(self, held: Output, prepared: None) -> SynthSummary:
         """Draw every chunk and write it through ``held``, in its format."""

@@ -14,13 +14,13 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from sphdist.errors import Remedy, remedy
+from sphdist.errors import Remedy
 from sphdist.io import Output
 from sphdist.io.model import open_model
 from sphdist.jobs._lifecycle import Request, located
 from sphdist.jobs.embedding import open_embedding_source
 from sphdist.jobs.neighbors._base import _check_hits, _say, _skip, check_k, find_index
-from sphdist.jobs.neighbors._hits import _format, _write_table, hits_table
+from sphdist.jobs.neighbors._hits import HIT_FORMATS, _write_table, hits_table
 from sphdist.jobs.neighbors._request import NeighborRequest
 
 
@@ -70,6 +70,7 @@ class KnnGraphRequest(Request):
     command: ClassVar[str] = "neighbors"
     writes: ClassVar[str] = "file"
     targets: ClassVar[tuple[str, ...]] = ("model", "input")
+    formats: ClassVar[dict[str, str]] = HIT_FORMATS
 
     model: Any
     output: Any
@@ -89,20 +90,11 @@ class KnnGraphRequest(Request):
 
     def remedy(self, say: str = "", **changes: Any) -> Remedy:
         """The same graph changed, as ``sphdist neighbors --all`` words it (``k`` always)."""
-        fixed = dataclasses.replace(self, format=None, **changes) if changes else self
+        fixed = dataclasses.replace(self, **{"format": None, **changes}) if changes else self
         given = {"model": str(fixed.model),
                  **({"input": str(fixed.input)} if fixed.input is not None else {})}
         return Remedy("neighbors", given, {"all": True, "k": fixed.k,
                                            "output": str(fixed.output)}, say)
-
-    @property
-    def written(self) -> str:
-        """The format written: ``format``, or the one the suffix of ``output`` names."""
-        return _format(self.output, self.format, lambda fixed: remedy(self.remedy(output=fixed)))
-
-    def check_name(self) -> None:
-        """Refuse a suffix that names another format, or none (:data:`HIT_FORMATS`)."""
-        self.written  # noqa: B018 - raises
 
     def inputs(self) -> tuple[Any, ...]:
         """The model, the documents and the index, where given."""

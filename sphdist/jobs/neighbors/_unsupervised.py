@@ -16,7 +16,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from sphdist.errors import DataError, InputNotFoundError, ParameterError, Remedy, option, remedy
+from sphdist.errors import DataError, InputNotFoundError, ParameterError, Remedy, option
 from sphdist.io import Output, exists, open_file
 from sphdist.io.model import Model, open_model
 from sphdist.jobs._lifecycle import Request, located
@@ -28,7 +28,7 @@ from sphdist.jobs.embedding import (
     open_embedding_source,
 )
 from sphdist.jobs.neighbors._base import _say, _skip, check_k, find_index, search
-from sphdist.jobs.neighbors._hits import _format, hits_table, write_hits
+from sphdist.jobs.neighbors._hits import HIT_FORMATS, hits_table, write_hits
 from sphdist.jobs.neighbors._request import NeighborRequest, QueryLines
 
 ON_ERROR = ("fail", "skip")
@@ -260,6 +260,7 @@ class BatchNeighborsRequest(Request):
     command: ClassVar[str] = "neighbors"
     writes: ClassVar[str] = "file"
     targets: ClassVar[tuple[str, ...]] = ("model", "input")
+    formats: ClassVar[dict[str, str]] = HIT_FORMATS
 
     model: Any
     output: Any
@@ -297,21 +298,12 @@ class BatchNeighborsRequest(Request):
 
     def remedy(self, say: str = "", **changes: Any) -> Remedy:
         """The same batch changed, as ``sphdist neighbors --queries FILE`` words it."""
-        fixed = dataclasses.replace(self, format=None, **changes) if changes else self
+        fixed = dataclasses.replace(self, **{"format": None, **changes}) if changes else self
         given = {"model": str(fixed.model),
                  **({"input": str(fixed.input)} if fixed.input is not None else {})}
         file = fixed.lines.path if fixed.lines is not None else "FILE"
         asked = {"queries": str(file), **({"ids": True} if fixed.ids else {})}
         return Remedy("neighbors", given, {**asked, "output": str(fixed.output)}, say)
-
-    @property
-    def written(self) -> str:
-        """The format written: ``format``, or the one the suffix of ``output`` names."""
-        return _format(self.output, self.format, lambda fixed: remedy(self.remedy(output=fixed)))
-
-    def check_name(self) -> None:
-        """Refuse a suffix that names another format, or none (:data:`HIT_FORMATS`)."""
-        self.written  # noqa: B018 - raises
 
     def inputs(self) -> tuple[Any, ...]:
         """The model, the documents, the index and the queries file, where given."""
