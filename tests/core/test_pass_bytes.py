@@ -128,10 +128,11 @@ def test_a_held_corpus_is_read_by_the_worker_of_each_block(tmp_path):
     from distributed import Client, LocalCluster, futures_of, wait
 
     from sphdist.io.corpus import open_corpus
-    from sphdist.text.synth import synth
+    from sphdist.jobs import run
+    from sphdist.jobs.synth import SynthRequest
 
-    synth(tmp_path / "c.zarr", n_docs=320, n_topics=3, seed=1, format="corpus",
-          n_features=2**10, chunk_size=20)
+    run(SynthRequest(output=tmp_path / "c.zarr", n_docs=320, n_topics=3, seed=1,
+                     format="corpus", n_features=2**10, chunk_size=20))
     X = open_corpus(tmp_path / "c.zarr").to_dask()
     assert graph.streamed_chunks(X) is not None and X.numblocks[1] == 16
     with dask.config.set({"distributed.scheduler.work-stealing": False}), LocalCluster(
