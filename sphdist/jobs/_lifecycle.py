@@ -97,8 +97,10 @@ class Request(abc.ABC):
         """
         if self.formats is None:
             return None
-        return output_format(self.output, getattr(self, "format", None), self.formats,
-                             redo=lambda fixed: remedy(self.remedy(output=fixed, format=None)))
+        asked = getattr(self, "format", None)  # a request with a format field: cleared below
+        cleared = {} if asked is None else {"format": None}
+        return output_format(self.output, asked, self.formats,
+                             redo=lambda fixed: remedy(self.remedy(output=fixed, **cleared)))
 
     def check_name(self) -> None:
         """Refuse what the output's name says against the request (:attr:`written`).
@@ -129,8 +131,6 @@ class Request(abc.ABC):
         The paths (:attr:`targets`) are named always, every other field only where it differs
         from its default, in the order of the fields; fields in :attr:`quiet` never.
         """
-        if not any(f.name == "format" for f in dataclasses.fields(self)):
-            changes.pop("format", None)
         fixed = self.replace(**changes) if changes else self
         target, overrides = {}, {}
         for field in dataclasses.fields(fixed):
