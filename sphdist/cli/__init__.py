@@ -13,6 +13,7 @@ from __future__ import annotations
 import click
 
 from sphdist.cli._common import Group, accept_global_flags, setup_logging
+from sphdist.cli._remedies import render_for
 
 
 @click.group(cls=Group, context_settings={"help_option_names": ["-h", "--help"]})
@@ -39,6 +40,7 @@ def main(
     ctx.obj = {"debug": debug}
     setup_logging(log_level, quiet)
     if storage_option:
+        # fsspec (about 0.1 s with asyncio): only a command line that gives the option
         from sphdist.io import parse_storage_option, set_storage_options
 
         options: dict[str, dict[str, object]] = {}
@@ -46,8 +48,6 @@ def main(
             try:
                 protocol, key, value = parse_storage_option(text)
             except ValueError as exc:
-                from sphdist.cli._remedies import render_for
-
                 raise click.BadParameter(render_for(ctx, exc),
                                          param_hint="--storage-option") from None
             options.setdefault(protocol, {})[key] = value

@@ -26,6 +26,7 @@ from typing import Any
 import click
 import numpy as np
 
+from sphdist.cli._remedies import render_for, rendered
 from sphdist.core.params import PARAMS, Choice, Param, Range, describe
 from sphdist.errors import Interrupted, SphdistError, Words
 
@@ -121,6 +122,7 @@ class StorePath(click.ParamType):
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
         """The path-like handle; an unknown protocol is a usage error."""
+        # fsspec (about 0.1 s with asyncio): `--help` and `--version` convert no path
         from sphdist.io import is_remote, location
 
         try:
@@ -244,16 +246,12 @@ class Group(CommandList):
         except Interrupted as exc:  # Ctrl-C, where the job says what it left (else "Aborted!")
             if ctx.obj and ctx.obj.get("debug"):
                 raise
-            from sphdist.cli._remedies import render_for
-
             raise _error(ctx, render_for(ctx, exc), "Interrupted") from None
         except (SphdistError, OSError) as exc:
             if ctx.obj and ctx.obj.get("debug"):
                 raise
             if not isinstance(exc, SphdistError) and _urls(ctx):  # the object store failed
                 raise _error(ctx, _store_failure(ctx, exc)) from None
-            from sphdist.cli._remedies import render_for
-
             message = (render_for(ctx, exc) if isinstance(exc, SphdistError)
                        else f"{type(exc).__name__}: {exc}")
             if not isinstance(exc, SphdistError) and exc.errno in _OS_REMEDIES:
@@ -267,7 +265,7 @@ class Group(CommandList):
                 ctx, f"{kind.__name__}: {exc}. To resolve this, {_REMEDIES[kind]}", kind.__name__
             ) from None
         except Exception as exc:  # an object store's client (botocore, aiohttp) failed
-            from sphdist.io import is_storage_failure
+            from sphdist.io import is_storage_failure  # fsspec: as in StorePath.convert
 
             if ctx.obj and ctx.obj.get("debug"):
                 raise
@@ -282,7 +280,7 @@ def _no_worker_left(exc: BaseException) -> bool:
     """:func:`sphdist.jobs.cluster.no_worker_left`; False while ``distributed`` is not imported."""
     if "distributed" not in sys.modules:  # no cluster ran: neither it nor jobs.cluster is loaded
         return False
-    from sphdist.jobs.cluster import no_worker_left
+    from sphdist.jobs.cluster import no_worker_left  # dask: loaded already, as distributed is
 
     return no_worker_left(exc)
 
@@ -412,7 +410,7 @@ def _urls(ctx: click.Context) -> list[str]:
 
 
 def _store_failure(ctx: click.Context, exc: BaseException) -> str:
-    from sphdist.io import storage_error
+    from sphdist.io import storage_error  # fsspec: as in StorePath.convert
 
     return str(storage_error(_urls(ctx)[0], exc))
 
@@ -459,16 +457,11 @@ class _AboveTheBars(logging.StreamHandler):  # type: ignore[type-arg]
 
 
 class _CommandLineWords(logging.Formatter):
-    """Formats a log line with its :class:`~sphdist.errors.Words` in the command line's words.
-
-    :mod:`sphdist.cli._remedies` is imported only for a line that has some.
-    """
+    """Formats a log line with its :class:`~sphdist.errors.Words` in the command line's words."""
 
     def format(self, record: logging.LogRecord) -> str:
         args = record.args if isinstance(record.args, tuple) else ()
         if isinstance(record.msg, Words) or any(isinstance(a, Words) for a in args):
-            from sphdist.cli._remedies import rendered
-
             record = rendered(record)
         return super().format(record)
 
@@ -585,7 +578,7 @@ class FitProgress:
     """
 
     def __init__(self, max_iter: int, bar: bool, tol: float = 0.0):
-        from sphdist._progress import progress
+        from sphdist._progress import progress  # tqdm: a fit's, not a query's (test_startup)
 
         self.max_iter = max_iter
         self.tol = tol
@@ -597,7 +590,7 @@ class FitProgress:
                                        "[{elapsed}]{postfix}")
 
     def __call__(self, state: Any) -> None:
-        from sphdist.jobs.info import shown_objective
+        from sphdist.jobs.info import shown_objective  # zarr: --help never draws a fit
 
         objective = shown_objective(state.objective[-1])
         now, seconds = _now(), state.seconds[-1]  # the initialisation: the solver's seconds
@@ -650,13 +643,11 @@ def _checked(name: str) -> Callable[[click.Context, click.Parameter, Any], Any]:
             and ctx.get_parameter_source(param.name) is click.core.ParameterSource.DEFAULT
         ):
             return value
-        from sphdist.jobs import cluster
+        from sphdist.jobs import cluster  # dask: a value given, never --help (test_startup)
 
         try:
             getattr(cluster, name)(value)
         except SphdistError as exc:
-            from sphdist.cli._remedies import render_for
-
             raise click.BadParameter(render_for(ctx, exc), ctx, param) from None
         return value
 
@@ -747,6 +738,7 @@ def cluster_spec(ctx: click.Context, values: dict[str, Any]) -> Any:
     Its refusals of a combination are usage errors worded in the flags of the command line
     (and the environment variable, where the scheduler address came from there).
     """
+    # fsspec (through sphdist.jobs): a command that runs, never --help (test_startup)
     from sphdist.jobs._cluster_spec import ClusterConflictError, ClusterSpec
 
     try:
@@ -783,7 +775,7 @@ def connect_options(spec: Any) -> Iterator[Any]:
     embedded LocalCluster's worker processes ignore Ctrl-C (:func:`_ctrl_c_ignored`): this
     process takes it, says what it left in one line and stops them.
     """
-    from sphdist.jobs.cluster import connect
+    from sphdist.jobs.cluster import connect  # dask, distributed: when a job runs
 
     silence_logs = logging.WARNING if logger.isEnabledFor(logging.DEBUG) else logging.CRITICAL
     asyncio_logger = logging.getLogger("asyncio")
