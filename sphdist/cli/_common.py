@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import functools
+import importlib
 import json
 import logging
 import math
@@ -19,7 +20,7 @@ import stat
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from numbers import Integral
 from typing import Any
 
@@ -163,69 +164,53 @@ class Group(CommandList):
     also one JSON object on stdout (:func:`error_report`); stderr keeps the one ``Error:`` line
     and the exit status is the same.
 
-    Commands may be registered by the module that defines them (:meth:`defer`), imported when
-    one of them is first asked for: ``sphdist neighbors`` imports the module of ``neighbors``
-    (and what it uses), not those of ``ingest`` or ``fit``. :attr:`commands` imports every
-    deferred module first, so it is always the whole table.
+    Its commands are loaded lazily, as click's documentation does it ("Lazily Loading
+    Subcommands"): ``lazy_subcommands`` maps each command's name to the ``"module.attr"`` of
+    its click command, imported when the command is first asked for, so that ``sphdist
+    neighbors`` imports :mod:`sphdist.cli.use` (and what it uses), not the modules of
+    ``ingest`` or ``fit``. :attr:`commands` imports them all, so it is always the whole table.
+    Every command also takes ``--debug`` and ``-q`` after its name (:func:`accept_global_flags`).
     """
 
-    def __init__(self, *args: Any, **kwargs: Any):
-        self._deferred: dict[str, str] = {}  # command name -> module that defines it
-        self._registrars: dict[str, Callable[[Any], None]] = {}
+    def __init__(self, *args: Any, lazy_subcommands: Mapping[str, str] | None = None,
+                 **kwargs: Any):
+        #: Command name -> ``"module.attr"`` of the click command, imported on first use.
+        self.lazy_subcommands: dict[str, str] = dict(lazy_subcommands or {})
         self._loaded: dict[str, click.Command] = {}
         super().__init__(*args, **kwargs)
 
     @property
     def commands(self) -> dict[str, click.Command]:  # type: ignore[override]
-        """Every command, the deferred ones imported (click's table, for click and tools)."""
-        for module in sorted(set(self._deferred.values())):
-            self._load(module)
+        """Every command, the lazy ones imported (click's table, for click and tools)."""
+        for name in sorted(self.lazy_subcommands):
+            self._lazy_load(name)
         return self._loaded
 
     @commands.setter
     def commands(self, value: dict[str, click.Command]) -> None:
         self._loaded = value
 
-    def defer(self, module: str, names: list[str], register: Callable[[Any], None]) -> None:
-        """Register commands ``names``, defined by ``module``, without importing it.
-
-        Parameters
-        ----------
-        module : str
-            The module's dotted name; it defines ``COMMANDS``, a list of click commands whose
-            names are ``names``.
-        names : list of str
-        register : callable
-            ``register(module)``: adds the imported module's commands (with
-            :meth:`add_command`).
-        """
-        self._registrars[module] = register
-        self._deferred.update(dict.fromkeys(names, module))
-
-    def _load(self, module: str) -> None:
-        import importlib
-
-        if module not in self._deferred.values():
-            return
-        names = [name for name, m in self._deferred.items() if m == module]
-        for name in names:  # first: add_command then finds nothing left to load
-            del self._deferred[name]
-        loaded = importlib.import_module(module)
-        found = sorted(command.name or "" for command in loaded.COMMANDS)
-        if found != sorted(names):
-            raise RuntimeError(f"{module} defines the commands {found}, not {sorted(names)}")
-        self._registrars[module](loaded)
+    def _lazy_load(self, name: str) -> click.Command:
+        """The command ``name``, its module imported the first time."""
+        if name not in self._loaded:
+            module, _, attr = self.lazy_subcommands[name].rpartition(".")
+            command = getattr(importlib.import_module(module), attr)
+            if not isinstance(command, click.Command) or command.name != name:
+                raise RuntimeError(f"{module}.{attr} is not the click command {name!r}")
+            accept_global_flags(command)
+            self._loaded[name] = command
+        return self._loaded[name]
 
     def add_command(self, cmd: click.Command, name: str | None = None) -> None:
-        self._loaded[name or cmd.name or ""] = cmd  # no import of the deferred modules
+        self._loaded[name or cmd.name or ""] = cmd  # no import of the lazy commands' modules
 
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
-        if cmd_name in self._deferred:
-            self._load(self._deferred[cmd_name])
+        if cmd_name in self.lazy_subcommands:
+            return self._lazy_load(cmd_name)
         return self._loaded.get(cmd_name)
 
     def list_commands(self, ctx: click.Context) -> list[str]:
-        return sorted(set(self._loaded) | set(self._deferred))
+        return sorted(set(self._loaded) | set(self.lazy_subcommands))
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
         ctx.meta[_ARGV] = list(args)  # for a parse error that comes before --json is read

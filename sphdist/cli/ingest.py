@@ -272,6 +272,3 @@ def synth(
             f"{summary.nnz / summary.n_docs:.1f} distinct features per document, "
             f"{summary.seconds:.1f} s"
         )
-
-
-COMMANDS = [ingest, synth]

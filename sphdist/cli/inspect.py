@@ -157,6 +157,3 @@ def info(path: Path | None, model: Path | None, top_terms: int | None, as_json: 
             head = f"component {ends['component']:<3}" if end == "positive" else ""
             click.echo(f"  {head:<14} {mark} " + (", ".join(
                 f"{t['term']} ({t['weight']:+.3f})" for t in ends[end]) or "(none)"))
-
-
-COMMANDS = [info]

@@ -73,6 +73,3 @@ def embedding(
                f"{report['n_empty']} empty, {report['n_degenerate']} degenerate)"
                if report["n_left_out"] and report["n_empty"] is not None else "")
         )
-
-
-COMMANDS = [plot]

@@ -332,6 +332,3 @@ def _list_skipped(skipped: list[dict], queries: Path | None) -> None:
         click.echo(f"  line {s['line']}: {s['reason']}")
     if n > _SKIPPED_SHOWN:
         click.echo(f"  ... and {n - _SKIPPED_SHOWN} more (--json lists them all)")
-
-
-COMMANDS = [transform, export, index, neighbors]
