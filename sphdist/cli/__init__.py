@@ -57,7 +57,7 @@ def main(
     ctx.obj = {"debug": debug}
     setup_logging(log_level, quiet)
     if storage_option:
-        # fsspec (about 0.1 s with asyncio): only a command line that gives the option
+        # fsspec (with asyncio, about 60 ms): only a command line that gives the option
         from sphdist.io import parse_storage_option, set_storage_options
 
         options: dict[str, dict[str, object]] = {}

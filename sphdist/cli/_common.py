@@ -123,7 +123,7 @@ class StorePath(click.ParamType):
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
         """The path-like handle; an unknown protocol is a usage error."""
-        # fsspec (about 0.1 s with asyncio): `--help` and `--version` convert no path
+        # fsspec (with asyncio, about 60 ms): `--help` and `--version` convert no path
         from sphdist.io import is_remote, location
 
         try:
@@ -265,7 +265,7 @@ def _no_worker_left(exc: BaseException) -> bool:
     """:func:`sphdist.jobs.cluster.no_worker_left`; False while ``distributed`` is not imported."""
     if "distributed" not in sys.modules:  # no cluster ran: neither it nor jobs.cluster is loaded
         return False
-    from sphdist.jobs.cluster import no_worker_left  # dask: loaded already, as distributed is
+    from sphdist.jobs.cluster import no_worker_left  # dask: only once a cluster ran (above)
 
     return no_worker_left(exc)
 
