@@ -4,18 +4,36 @@ Errors a user can cause (:class:`sphdist.errors.SphdistError`, and OS errors suc
 read-only disk) are printed as one line, ``Error: ...``, with exit status 1 and no traceback
 unless ``--debug`` is given; bad option values are usage errors with exit status 2.
 
-Each command lives in its own module of this package and is registered on :func:`main` below,
-by name: the module is imported when one of its commands is run (:data:`COMMAND_MODULES`).
+Each command lives in a module of this package and is registered on :func:`main` below by
+name: its module is imported when the command is run (:data:`COMMANDS`).
 """
 
 from __future__ import annotations
 
 import click
 
-from sphdist.cli._common import Group, accept_global_flags, setup_logging
+from sphdist.cli._common import Group, setup_logging
+from sphdist.cli._remedies import render_for
+
+#: Each command's ``"module.attr"``, imported when the command is run (``sphdist neighbors``
+#: imports :mod:`sphdist.cli.use` only), or all of them for ``--help``
+#: (:class:`~sphdist.cli._common.Group`).
+COMMANDS = {
+    "ingest": "sphdist.cli.ingest.ingest",
+    "synth": "sphdist.cli.ingest.synth",
+    "fit": "sphdist.cli.fit.fit",
+    "evaluate": "sphdist.cli.fit.evaluate",
+    "transform": "sphdist.cli.use.transform",
+    "export": "sphdist.cli.use.export",
+    "index": "sphdist.cli.use.index",
+    "neighbors": "sphdist.cli.use.neighbors",
+    "info": "sphdist.cli.inspect.info",
+    "plot": "sphdist.cli.plot.plot",
+}
 
 
-@click.group(cls=Group, context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=Group, lazy_subcommands=COMMANDS,
+             context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--debug", is_flag=True,
               help="Show full tracebacks on errors (also taken after the command).")
 @click.option(
@@ -39,6 +57,7 @@ def main(
     ctx.obj = {"debug": debug}
     setup_logging(log_level, quiet)
     if storage_option:
+        # fsspec (with asyncio, about 60 ms): only a command line that gives the option
         from sphdist.io import parse_storage_option, set_storage_options
 
         options: dict[str, dict[str, object]] = {}
@@ -46,38 +65,11 @@ def main(
             try:
                 protocol, key, value = parse_storage_option(text)
             except ValueError as exc:
-                from sphdist.cli._remedies import render_for
-
                 raise click.BadParameter(render_for(ctx, exc),
                                          param_hint="--storage-option") from None
             options.setdefault(protocol, {})[key] = value
         set_storage_options(options)
 
-
-#: The commands each module of this package defines (its ``COMMANDS``), imported when one of
-#: them is run (``sphdist neighbors`` imports :mod:`sphdist.cli.use` only), or all of them for
-#: ``--help`` (:class:`~sphdist.cli._common.Group`).
-COMMAND_MODULES = {
-    "sphdist.cli.ingest": ["ingest", "synth"],
-    "sphdist.cli.fit": ["fit", "evaluate"],
-    "sphdist.cli.use": ["transform", "export", "index", "neighbors"],
-    "sphdist.cli.inspect": ["info"],
-    "sphdist.cli.plot": ["plot"],
-}
-
-
-def _add(module: object) -> None:
-    for command in module.COMMANDS:  # type: ignore[attr-defined]
-        accept_global_flags(command)
-        main.add_command(command)
-
-
-def _register() -> None:
-    for module, names in COMMAND_MODULES.items():
-        main.defer(module, names, _add)
-
-
-_register()
 
 if __name__ == "__main__":  # pragma: no cover
     main()

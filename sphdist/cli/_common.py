@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import functools
+import importlib
 import json
 import logging
 import math
@@ -19,13 +20,14 @@ import stat
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from numbers import Integral
 from typing import Any
 
 import click
 import numpy as np
 
+from sphdist.cli._remedies import render_for, rendered
 from sphdist.core.params import PARAMS, Choice, Param, Range, describe
 from sphdist.errors import Interrupted, SphdistError, Words
 
@@ -121,6 +123,7 @@ class StorePath(click.ParamType):
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
         """The path-like handle; an unknown protocol is a usage error."""
+        # fsspec (with asyncio, about 60 ms): `--help` and `--version` convert no path
         from sphdist.io import is_remote, location
 
         try:
@@ -161,69 +164,53 @@ class Group(CommandList):
     also one JSON object on stdout (:func:`error_report`); stderr keeps the one ``Error:`` line
     and the exit status is the same.
 
-    Commands may be registered by the module that defines them (:meth:`defer`), imported when
-    one of them is first asked for: ``sphdist neighbors`` imports the module of ``neighbors``
-    (and what it uses), not those of ``ingest`` or ``fit``. :attr:`commands` imports every
-    deferred module first, so it is always the whole table.
+    Its commands are loaded lazily, as click's documentation does it ("Lazily Loading
+    Subcommands"): ``lazy_subcommands`` maps each command's name to the ``"module.attr"`` of
+    its click command, imported when the command is first asked for, so that ``sphdist
+    neighbors`` imports :mod:`sphdist.cli.use` (and what it uses), not the modules of
+    ``ingest`` or ``fit``. :attr:`commands` imports them all, so it is always the whole table.
+    Every command also takes ``--debug`` and ``-q`` after its name (:func:`accept_global_flags`).
     """
 
-    def __init__(self, *args: Any, **kwargs: Any):
-        self._deferred: dict[str, str] = {}  # command name -> module that defines it
-        self._registrars: dict[str, Callable[[Any], None]] = {}
+    def __init__(self, *args: Any, lazy_subcommands: Mapping[str, str] | None = None,
+                 **kwargs: Any):
+        #: Command name -> ``"module.attr"`` of the click command, imported on first use.
+        self.lazy_subcommands: dict[str, str] = dict(lazy_subcommands or {})
         self._loaded: dict[str, click.Command] = {}
         super().__init__(*args, **kwargs)
 
     @property
     def commands(self) -> dict[str, click.Command]:  # type: ignore[override]
-        """Every command, the deferred ones imported (click's table, for click and tools)."""
-        for module in sorted(set(self._deferred.values())):
-            self._load(module)
+        """Every command, the lazy ones imported (click's table, for click and tools)."""
+        for name in sorted(self.lazy_subcommands):
+            self._lazy_load(name)
         return self._loaded
 
     @commands.setter
     def commands(self, value: dict[str, click.Command]) -> None:
         self._loaded = value
 
-    def defer(self, module: str, names: list[str], register: Callable[[Any], None]) -> None:
-        """Register commands ``names``, defined by ``module``, without importing it.
-
-        Parameters
-        ----------
-        module : str
-            The module's dotted name; it defines ``COMMANDS``, a list of click commands whose
-            names are ``names``.
-        names : list of str
-        register : callable
-            ``register(module)``: adds the imported module's commands (with
-            :meth:`add_command`).
-        """
-        self._registrars[module] = register
-        self._deferred.update(dict.fromkeys(names, module))
-
-    def _load(self, module: str) -> None:
-        import importlib
-
-        if module not in self._deferred.values():
-            return
-        names = [name for name, m in self._deferred.items() if m == module]
-        for name in names:  # first: add_command then finds nothing left to load
-            del self._deferred[name]
-        loaded = importlib.import_module(module)
-        found = sorted(command.name or "" for command in loaded.COMMANDS)
-        if found != sorted(names):
-            raise RuntimeError(f"{module} defines the commands {found}, not {sorted(names)}")
-        self._registrars[module](loaded)
+    def _lazy_load(self, name: str) -> click.Command:
+        """The command ``name``, its module imported the first time."""
+        if name not in self._loaded:
+            module, _, attr = self.lazy_subcommands[name].rpartition(".")
+            command = getattr(importlib.import_module(module), attr)
+            if not isinstance(command, click.Command) or command.name != name:
+                raise RuntimeError(f"{module}.{attr} is not the click command {name!r}")
+            accept_global_flags(command)
+            self._loaded[name] = command
+        return self._loaded[name]
 
     def add_command(self, cmd: click.Command, name: str | None = None) -> None:
-        self._loaded[name or cmd.name or ""] = cmd  # no import of the deferred modules
+        self._loaded[name or cmd.name or ""] = cmd  # no import of the lazy commands' modules
 
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
-        if cmd_name in self._deferred:
-            self._load(self._deferred[cmd_name])
+        if cmd_name in self.lazy_subcommands:
+            return self._lazy_load(cmd_name)
         return self._loaded.get(cmd_name)
 
     def list_commands(self, ctx: click.Context) -> list[str]:
-        return sorted(set(self._loaded) | set(self._deferred))
+        return sorted(set(self._loaded) | set(self.lazy_subcommands))
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
         ctx.meta[_ARGV] = list(args)  # for a parse error that comes before --json is read
@@ -244,16 +231,12 @@ class Group(CommandList):
         except Interrupted as exc:  # Ctrl-C, where the job says what it left (else "Aborted!")
             if ctx.obj and ctx.obj.get("debug"):
                 raise
-            from sphdist.cli._remedies import render_for
-
             raise _error(ctx, render_for(ctx, exc), "Interrupted") from None
         except (SphdistError, OSError) as exc:
             if ctx.obj and ctx.obj.get("debug"):
                 raise
             if not isinstance(exc, SphdistError) and _urls(ctx):  # the object store failed
                 raise _error(ctx, _store_failure(ctx, exc)) from None
-            from sphdist.cli._remedies import render_for
-
             message = (render_for(ctx, exc) if isinstance(exc, SphdistError)
                        else f"{type(exc).__name__}: {exc}")
             if not isinstance(exc, SphdistError) and exc.errno in _OS_REMEDIES:
@@ -267,7 +250,7 @@ class Group(CommandList):
                 ctx, f"{kind.__name__}: {exc}. To resolve this, {_REMEDIES[kind]}", kind.__name__
             ) from None
         except Exception as exc:  # an object store's client (botocore, aiohttp) failed
-            from sphdist.io import is_storage_failure
+            from sphdist.io import is_storage_failure  # fsspec: as in StorePath.convert
 
             if ctx.obj and ctx.obj.get("debug"):
                 raise
@@ -282,7 +265,7 @@ def _no_worker_left(exc: BaseException) -> bool:
     """:func:`sphdist.jobs.cluster.no_worker_left`; False while ``distributed`` is not imported."""
     if "distributed" not in sys.modules:  # no cluster ran: neither it nor jobs.cluster is loaded
         return False
-    from sphdist.jobs.cluster import no_worker_left
+    from sphdist.jobs.cluster import no_worker_left  # dask: only once a cluster ran (above)
 
     return no_worker_left(exc)
 
@@ -412,7 +395,7 @@ def _urls(ctx: click.Context) -> list[str]:
 
 
 def _store_failure(ctx: click.Context, exc: BaseException) -> str:
-    from sphdist.io import storage_error
+    from sphdist.io import storage_error  # fsspec: as in StorePath.convert
 
     return str(storage_error(_urls(ctx)[0], exc))
 
@@ -459,16 +442,11 @@ class _AboveTheBars(logging.StreamHandler):  # type: ignore[type-arg]
 
 
 class _CommandLineWords(logging.Formatter):
-    """Formats a log line with its :class:`~sphdist.errors.Words` in the command line's words.
-
-    :mod:`sphdist.cli._remedies` is imported only for a line that has some.
-    """
+    """Formats a log line with its :class:`~sphdist.errors.Words` in the command line's words."""
 
     def format(self, record: logging.LogRecord) -> str:
         args = record.args if isinstance(record.args, tuple) else ()
         if isinstance(record.msg, Words) or any(isinstance(a, Words) for a in args):
-            from sphdist.cli._remedies import rendered
-
             record = rendered(record)
         return super().format(record)
 
@@ -585,7 +563,7 @@ class FitProgress:
     """
 
     def __init__(self, max_iter: int, bar: bool, tol: float = 0.0):
-        from sphdist._progress import progress
+        from sphdist._progress import progress  # tqdm: a fit's, not a query's (test_startup)
 
         self.max_iter = max_iter
         self.tol = tol
@@ -597,7 +575,7 @@ class FitProgress:
                                        "[{elapsed}]{postfix}")
 
     def __call__(self, state: Any) -> None:
-        from sphdist.jobs.info import shown_objective
+        from sphdist.jobs.info import shown_objective  # zarr: --help never draws a fit
 
         objective = shown_objective(state.objective[-1])
         now, seconds = _now(), state.seconds[-1]  # the initialisation: the solver's seconds
@@ -650,13 +628,11 @@ def _checked(name: str) -> Callable[[click.Context, click.Parameter, Any], Any]:
             and ctx.get_parameter_source(param.name) is click.core.ParameterSource.DEFAULT
         ):
             return value
-        from sphdist.jobs import cluster
+        from sphdist.jobs import cluster  # dask: a value given, never --help (test_startup)
 
         try:
             getattr(cluster, name)(value)
         except SphdistError as exc:
-            from sphdist.cli._remedies import render_for
-
             raise click.BadParameter(render_for(ctx, exc), ctx, param) from None
         return value
 
@@ -747,6 +723,7 @@ def cluster_spec(ctx: click.Context, values: dict[str, Any]) -> Any:
     Its refusals of a combination are usage errors worded in the flags of the command line
     (and the environment variable, where the scheduler address came from there).
     """
+    # fsspec (through sphdist.jobs): a command that runs, never --help (test_startup)
     from sphdist.jobs._cluster_spec import ClusterConflictError, ClusterSpec
 
     try:
@@ -783,7 +760,7 @@ def connect_options(spec: Any) -> Iterator[Any]:
     embedded LocalCluster's worker processes ignore Ctrl-C (:func:`_ctrl_c_ignored`): this
     process takes it, says what it left in one line and stops them.
     """
-    from sphdist.jobs.cluster import connect
+    from sphdist.jobs.cluster import connect  # dask, distributed: when a job runs
 
     silence_logs = logging.WARNING if logger.isEnabledFor(logging.DEBUG) else logging.CRITICAL
     asyncio_logger = logging.getLogger("asyncio")

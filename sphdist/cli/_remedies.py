@@ -180,25 +180,29 @@ def failed_command(ctx: click.Context) -> click.Command | None:
     return command
 
 
+def _root(ctx: click.Context | None) -> click.Group:
+    """The group whose commands a remedy names: that of ``ctx``, else ``sphdist``'s.
+
+    ``sphdist``'s own group outside a command, or for a command invoked on its own (a test).
+    """
+    root = None if ctx is None else ctx.find_root().command
+    if isinstance(root, click.Group):
+        return root
+    # an import cycle: sphdist.cli imports this module (through _common) to build its group
+    from sphdist.cli import main
+
+    return main
+
+
 def render_for(ctx: click.Context, message: Any) -> str:
     """``message`` (a string or an exception) in the words of the command that ``ctx`` ran."""
-    root = ctx.find_root().command
-    if not isinstance(root, click.Group):  # a command invoked on its own (a test)
-        from sphdist.cli import main as root
-    return render(message, CommandForm(failed_command(ctx), root))
+    return render(message, CommandForm(failed_command(ctx), _root(ctx)))
 
 
 def _form() -> CommandForm:
     """The form of the command running now (the ``sphdist`` group's, outside one)."""
     ctx = click.get_current_context(silent=True)
-    if ctx is None:
-        from sphdist.cli import main
-
-        return CommandForm(None, main)
-    root = ctx.find_root().command
-    if not isinstance(root, click.Group):
-        from sphdist.cli import main as root
-    return CommandForm(failed_command(ctx), root)
+    return CommandForm(None if ctx is None else failed_command(ctx), _root(ctx))
 
 
 def command(fix: Remedy | dict[str, Any]) -> str:

@@ -12,7 +12,10 @@ from typing import Any
 
 import click
 
+from sphdist._words import plural
 from sphdist.cli._common import STORE_PATH, json_option
+from sphdist.datasets import newsgroups_archive
+from sphdist.jobs import run
 from sphdist.text.defaults import DEFAULT_N_FEATURES, INGEST_DEFAULTS, MAX_CHUNK_SIZE, MAX_FEATURES
 from sphdist.text.sources import FORMATS
 
@@ -149,10 +152,7 @@ def ingest(source: tuple[str, ...], output: Path, like: Path | None, workers: in
     Spherical PCA's clustering accuracy from 0.24 to 0.43 over 2^18 hashed features; see
     pipelines/results/text_defaults.md). --hashing [--n-features N] hashes instead.
     """
-    from sphdist.datasets import newsgroups_archive
-    from sphdist.jobs import run
-    from sphdist.jobs.info import plural
-    from sphdist.jobs.ingest import IngestRequest
+    from sphdist.jobs.ingest import IngestRequest  # scikit-learn: not for --help (test_startup)
 
     if like is not None:
         ctx = click.get_current_context()
@@ -194,7 +194,7 @@ def _specs(paths: Any, *, fmt: str | None, categories: str | None, stop_words: s
            no_lowercase: bool, remove_headers: bool | None, max_doc_bytes: int,
            chunk_size: int, partition_size: int | None, **options: Any) -> tuple[Any, Any]:
     """The :class:`SourceSpec` and :class:`TextSpec` of the command's options."""
-    from sphdist.text.ingest import REMOVE_OPTIONS, SourceSpec, TextSpec
+    from sphdist.text.ingest import REMOVE_OPTIONS, SourceSpec, TextSpec  # scikit-learn, too
 
     source_fields = {f.name for f in dataclasses.fields(SourceSpec)}
     src = SourceSpec(
@@ -213,7 +213,7 @@ def _specs(paths: Any, *, fmt: str | None, categories: str | None, stop_words: s
 def _scheduler(address: str | None, n_workers: int | None) -> Any:
     """Where dask runs the ingest's tasks: a scheduler, a LocalCluster, or this process."""
     if address or (n_workers or 1) > 1:
-        from sphdist.jobs.cluster import ClusterSpec, connect
+        from sphdist.jobs.cluster import ClusterSpec, connect  # dask: a cluster's ingest only
 
         return connect(ClusterSpec(address, n_workers=None if address else n_workers))
     if n_workers == 1:
@@ -256,9 +256,7 @@ def synth(
     as_json: bool,
 ) -> None:
     """Write a seeded synthetic collection: Zipfian words, topic mixtures, known labels."""
-    from sphdist._words import plural
-    from sphdist.jobs import run
-    from sphdist.jobs.synth import SynthRequest
+    from sphdist.jobs.synth import SynthRequest  # SciPy, tqdm: not for --help (test_startup)
 
     summary = run(SynthRequest(
                                n_docs=n_docs, n_topics=n_topics, seed=seed, doc_length=doc_length,
@@ -274,6 +272,3 @@ def synth(
             f"{summary.nnz / summary.n_docs:.1f} distinct features per document, "
             f"{summary.seconds:.1f} s"
         )
-
-
-COMMANDS = [ingest, synth]

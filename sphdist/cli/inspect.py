@@ -7,7 +7,9 @@ from typing import Any
 
 import click
 
+from sphdist._words import plural
 from sphdist.cli._common import STORE_PATH, echo_json, json_option
+from sphdist.cli._remedies import command
 
 
 def _history(pairs: list[list[float]]) -> str:
@@ -20,8 +22,6 @@ def _seconds(value: float | None) -> str:
 
 
 def _print(info: dict[str, Any]) -> None:
-    from sphdist.jobs.info import plural
-
     kind = info["kind"]
     click.echo(f"{info['path']}: {kind}")
     if kind in ("corpus", "dense"):
@@ -133,22 +133,19 @@ def _label_lines(labels: dict[str, int] | None, path: str) -> list[str]:
 @json_option()
 def info(path: Path | None, model: Path | None, top_terms: int | None, as_json: bool) -> None:
     """Describe a corpus.zarr, model.zarr, embedding.zarr or index.zarr (PATH, or --model)."""
-    from sphdist.jobs.info import TOP_TERMS_BASIS, describe
-    from sphdist.jobs.info import top_terms as list_top_terms
+    from sphdist.jobs import info as job  # zarr, fsspec: never for --help (test_startup.py)
 
     target = path or model
     if target is None:
         raise click.UsageError("pass a PATH (or --model MODEL).")
-    report = describe(target, "model" if path is None else None)
+    report = job.describe(target, "model" if path is None else None)
     if (report.get("checkpoint") or {}).get("recover"):  # a Remedy's fields: its command
-        from sphdist.cli._remedies import command
-
         report["checkpoint"]["recover"] = command(report["checkpoint"]["recover"])
     if top_terms is not None:
         if report["kind"] != "model":
             raise click.UsageError("--top-terms needs a model (--model MODEL).")
-        report["top_terms"] = list_top_terms(target, top_terms)
-        report["top_terms_basis"] = TOP_TERMS_BASIS
+        report["top_terms"] = job.top_terms(target, top_terms)
+        report["top_terms_basis"] = job.TOP_TERMS_BASIS
     if as_json:
         echo_json(report)
         return
@@ -160,6 +157,3 @@ def info(path: Path | None, model: Path | None, top_terms: int | None, as_json: 
             head = f"component {ends['component']:<3}" if end == "positive" else ""
             click.echo(f"  {head:<14} {mark} " + (", ".join(
                 f"{t['term']} ({t['weight']:+.3f})" for t in ends[end]) or "(none)"))
-
-
-COMMANDS = [info]

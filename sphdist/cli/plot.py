@@ -6,6 +6,7 @@ from pathlib import Path
 
 import click
 
+from sphdist._words import plural
 from sphdist.cli._common import STORE_PATH, CommandList, echo_json, json_option
 
 _OVERWRITE = click.option("--overwrite", is_flag=True, help="Replace an existing --output.")
@@ -26,10 +27,9 @@ def plot() -> None:
 @json_option()
 def convergence(model: Path, output: Path | None, overwrite: bool, as_json: bool) -> None:
     """Objective, ||U_k - U_{k-1}||_F and ||V_k - V_{k-1}||_F per iteration (Liu et al. Fig. 3)."""
-    from sphdist.jobs import run
-    from sphdist.jobs.plotting import PlotConvergenceRequest
+    from sphdist.jobs import plotting, run  # zarr, fsspec: never for --help (test_startup)
 
-    output = run(PlotConvergenceRequest(model, output, overwrite=overwrite))
+    output = run(plotting.PlotConvergenceRequest(model, output, overwrite=overwrite))
     if as_json:
         echo_json({"output": str(output)})
     else:
@@ -56,12 +56,11 @@ def embedding(
     overwrite: bool, as_json: bool,
 ) -> None:
     """Documents on the sphere coloured by label (3-D for r = 3, else a PCA projection)."""
-    from sphdist.jobs import run
-    from sphdist.jobs.info import plural
-    from sphdist.jobs.plotting import PlotEmbeddingRequest
+    from sphdist.jobs import plotting, run  # zarr, fsspec: never for --help (test_startup)
 
-    request = PlotEmbeddingRequest(model, output, input=input_, max_points=max_points,
-                                   seed=seed, overwrite=overwrite)
+    request = plotting.PlotEmbeddingRequest(model, output, input=input_,
+                                            max_points=max_points, seed=seed,
+                                            overwrite=overwrite)
     report = run(request)
     output = request.output
     if as_json:
@@ -74,6 +73,3 @@ def embedding(
                f"{report['n_empty']} empty, {report['n_degenerate']} degenerate)"
                if report["n_left_out"] and report["n_empty"] is not None else "")
         )
-
-
-COMMANDS = [plot]

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 import click
 
+from sphdist._words import plural
 from sphdist.cli._common import (
     CLUSTER_OPTIONS,
     STORE_PATH,
@@ -18,6 +19,7 @@ from sphdist.cli._common import (
     param_option,
     progress_mode,
 )
+from sphdist.errors import ParameterError
 
 if TYPE_CHECKING:
     from sphdist.jobs.cluster import ClusterSpec
@@ -58,8 +60,8 @@ def transform(
     cluster: ClusterSpec, as_json: bool,
 ) -> None:
     """Embed the documents of a corpus with a fitted model (the exact V-step, on Dask)."""
+    # dask, zarr and fsspec: when the command runs, never for --help (test_startup.py)
     from sphdist.jobs import run
-    from sphdist.jobs.info import plural
     from sphdist.jobs.transform import TransformRequest
 
     # every refusal (swapped paths, a mismatched corpus, an existing output, no device) comes
@@ -93,9 +95,9 @@ def export(
     as_json: bool,
 ) -> None:
     """Write the embeddings with their document ids (Parquet, CSV or .npy, by the suffix)."""
+    # zarr and fsspec: when the command runs, never for --help (test_startup.py)
     from sphdist.jobs import run
     from sphdist.jobs.export import ExportRequest
-    from sphdist.jobs.info import plural
 
     report = run(ExportRequest(model, output, format=format_, input=input_,
                                overwrite=overwrite))
@@ -131,32 +133,30 @@ def index(
     nprobe: int | None, overwrite: bool, check: bool, as_json: bool,
 ) -> None:
     """Build the nearest-neighbour index (faiss) of a model's embeddings."""
+    # zarr and fsspec: when the command runs, never for --help (test_startup.py)
+    from sphdist.io import stored_kind
+    from sphdist.jobs import neighbors as jobs
     from sphdist.jobs import run
-    from sphdist.jobs.info import plural
-    from sphdist.jobs.neighbors import IndexRequest, check_index, default_index_path
 
     if output is None:
-        from sphdist.io import stored_kind
 
         origin = "embedding" if input_ is not None and stored_kind(input_) == "embedding" \
             else "model"
-        output = default_index_path(model, input_, origin)
+        output = jobs.default_index_path(model, input_, origin)
     if check:
         if overwrite or nlist or nprobe or kind != "auto":
-            from sphdist.errors import ParameterError
-
             raise ParameterError(
                 "--check verifies an index and builds nothing, so --kind, --nlist, --nprobe "
                 f"and --overwrite do nothing with it. To resolve this, run `sphdist index "
                 f"--model {model} --output {output} --check`.")
-        report = check_index(model, output, input=input_)
+        report = jobs.check_index(model, output, input=input_)
         _report(report, as_json, f"{report['path']}: ok, {plural(report['n_indexed'], 'document')}"
                                  f" indexed, {report['nbytes'] / 2**20:.1f} MiB verified"
                                  + ("; the copy of the document ids and its lookup table too"
                                     if report.get("doc_ids") else ""))
         return
-    report = run(IndexRequest(model, output, input=input_, kind=kind, nlist=nlist,
-                              nprobe=nprobe, overwrite=overwrite))
+    report = run(jobs.IndexRequest(model, output, input=input_, kind=kind, nlist=nlist,
+                                   nprobe=nprobe, overwrite=overwrite))
     how = (f"ivf, {report['nlist']} lists, nprobe {report['nprobe']}"
            if report["kind"] == "ivf" else "flat, exact")
     _report(report, as_json, f"wrote {report['output']}: {plural(report['n_indexed'], 'document')}"
@@ -267,7 +267,9 @@ def neighbors(
     as_json: bool,
 ) -> None:
     """Nearest documents by angle on the sphere (= by Euclidean distance of the embeddings)."""
+    # zarr and fsspec: when the command runs, never for --help (test_startup.py)
     from sphdist.jobs import neighbors as jobs
+    from sphdist.jobs import run
 
     given = [name for name, value in (("--query", query), ("--doc-id", doc_id),
                                        ("--queries", queries), ("--all", all_ or None))
@@ -286,15 +288,11 @@ def neighbors(
         ids=ids, all=all_, k=k, include_self=include_self, input=input_, index=index_,
         exact=exact, nprobe=nprobe)
     if all_:  # the cluster starts once the request is validated and the index loaded
-        from sphdist.jobs import run
-
         graph = jobs.KnnGraphRequest(model, output, k=k, input=input_, index=index_,
                                      exact=exact, nprobe=nprobe, format=format_,
                                      overwrite=overwrite)
         report = run(graph, on=connect_options(cluster))
     elif queries is not None:
-        from sphdist.jobs import run
-
         report = run(jobs.BatchNeighborsRequest(
             model, output, request.queries, ids=ids, k=k, include_self=include_self,
             input=input_, index=index_, exact=exact, nprobe=nprobe, format=format_,
@@ -334,6 +332,3 @@ def _list_skipped(skipped: list[dict], queries: Path | None) -> None:
         click.echo(f"  line {s['line']}: {s['reason']}")
     if n > _SKIPPED_SHOWN:
         click.echo(f"  ... and {n - _SKIPPED_SHOWN} more (--json lists them all)")
-
-
-COMMANDS = [transform, export, index, neighbors]

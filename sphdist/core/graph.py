@@ -44,6 +44,7 @@ from dask.highlevelgraph import HighLevelGraph
 
 from sphdist._progress import progress
 from sphdist.core import kernels
+from sphdist.core.neighbors import top_k_chunk, top_k_merge
 from sphdist.core.params import FitConfig
 from sphdist.core.partials import (
     RowSparse,
@@ -1193,15 +1194,11 @@ def compute(result: da.Array, desc: str, mode: bool | str = False) -> np.ndarray
 
 def _knn_block(Q: np.ndarray, V: np.ndarray, k: int, q_start: int, d_start: int,
                skip: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
-    from sphdist.core.neighbors import top_k_chunk
-
     exclude = np.arange(q_start, q_start + Q.shape[1], dtype=np.int64)
     return top_k_chunk(Q, V, k, offset=d_start, exclude=exclude, skip=skip)
 
 
 def _knn_merge(k: int, *parts: tuple[np.ndarray, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
-    from sphdist.core.neighbors import top_k_merge
-
     out = parts[0]
     for part in parts[1:]:
         out = top_k_merge(out, part, k)
@@ -1210,8 +1207,6 @@ def _knn_merge(k: int, *parts: tuple[np.ndarray, np.ndarray]) -> tuple[np.ndarra
 
 def _knn_search(search: Any, Q: np.ndarray, k: int, q_start: int) -> tuple[np.ndarray, np.ndarray]:
     """The k nearest others of the columns of Q by ``search(Q^T, k + 1)``, itself dropped."""
-    from sphdist.core.neighbors import top_k_merge
-
     idx, cos = search(np.ascontiguousarray(Q.T), k + 1)
     idx, cos = np.asarray(idx, dtype=np.int64), np.asarray(cos, dtype=np.float64)
     own = np.arange(q_start, q_start + Q.shape[1], dtype=np.int64)[:, None]

@@ -25,6 +25,8 @@ from typing import Any
 
 import numpy as np
 
+from sphdist.errors import DataError, ParameterError
+
 __all__ = ["top_k_chunk", "top_k_merge", "recall_at_k", "angle_degrees", "faiss_search",
            "SearchIndex", "DEFAULT_NPROBE"]
 
@@ -213,8 +215,6 @@ def faiss_search(
         If ``k < 1``.
     """
     import faiss
-
-    from sphdist.errors import DataError, ParameterError
 
     if int(k) < 1:
         raise ParameterError(f"k must be >= 1, got {k}.")

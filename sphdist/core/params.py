@@ -41,6 +41,8 @@ from typing import Any
 
 import numpy as np
 
+from sphdist.errors import option
+
 __all__ = [
     "PARAMS", "SOLVER_PARAMS", "RESUME_PARAMS", "STEP_MODES", "MAX_STEP", "POLAR_METHODS",
     "PARTIAL_FORMATS", "DEVICES", "RENAMED", "Param", "Range", "Choice", "FitConfig", "accepts",
@@ -344,8 +346,8 @@ def validate(
     """
     for name, value in values.items():
         if name in table and not accepts(table[name].spec, value):
+            # scikit-learn (its InvalidParameterError is a base): only a refused value loads it
             from sphdist._validation import InvalidParameterValueError
-            from sphdist.errors import option
 
             raise InvalidParameterValueError(
                 f"The {name!r} parameter of {caller} must be {describe(table[name].spec)}. "

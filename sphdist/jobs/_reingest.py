@@ -15,7 +15,7 @@ from typing import Any
 
 from sphdist.errors import Remedy, option, remedy
 from sphdist.io import committed, location
-from sphdist.io.model import Model
+from sphdist.io.model import Model, idf_sha256
 
 __all__ = ["mismatch", "reingest_remedy"]
 
@@ -46,8 +46,6 @@ def mismatch(model: Model, source: Any) -> str:
               for k in sorted(set(options) & set(source.tfidf) - {"remove"})  # not the cleaning
               if options[k] != source.tfidf[k]]
     if not parts:
-        from sphdist.io.model import idf_sha256
-
         a, b = idf_sha256(source.idf), idf_sha256(model.idf)
         if a != b:
             parts.append(f"idf fingerprint {(a or 'none')[:12]}, the model's {(b or 'none')[:12]}")
@@ -136,6 +134,8 @@ def _emptied_by(remove: list[str], sources: list[str], ingest: dict[str, Any],
     scikit-learn's header stripper leaves nothing of them. If reading fails, the format
     decides (JSON Lines, CSV and Parquet hold no mail headers).
     """
+    # scikit-learn (the cleaning) and the text sources: a neighbour query imports this module
+    # and must import neither (tests/cli/test_startup.py); only this hint reads documents
     from sphdist.text import clean
     from sphdist.text._documents import Reading
     from sphdist.text.sources import JsonlPartition, plan

@@ -10,6 +10,8 @@ from typing import Any
 
 from distributed.diagnostics.plugin import WorkerPlugin
 
+from sphdist.io import apply_storage_options
+
 __all__ = ["StorageOptions"]
 
 
@@ -28,6 +30,4 @@ class StorageOptions(WorkerPlugin):
 
     def setup(self, worker: Any) -> None:
         """Apply the options in the worker's process (also for workers that join later)."""
-        from sphdist.io import apply_storage_options
-
         apply_storage_options(self.options)

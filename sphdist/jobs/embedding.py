@@ -249,7 +249,7 @@ def open_embedding_source(
                 f"{reingest_remedy(fitted, source, path, then=use)}."
             ) from None
         if embed:  # the exact V-step, lam = 2 (Liu et al. 2019, Eq. 3.12), chunk by chunk
-            from sphdist.core import graph
+            from sphdist.core import graph  # dask: a neighbour query never loads it (test_startup)
 
             X = source.to_dask()
             if X.numblocks[0] != 1:
@@ -349,6 +349,8 @@ def embed_texts(
         ``return_degenerate``) a text shares no feature with the model (``U^T x = 0``): the
         message names it.
     """
+    # scikit-learn (the vectorizer) and SciPy: only a text query loads them, never one by
+    # --doc-id, which imports this module too (tests/cli/test_startup.py)
     from sphdist.core import kernels
     from sphdist.text.ingest import read_like
     from sphdist.text.tfidf import weight

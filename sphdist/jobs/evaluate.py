@@ -6,6 +6,7 @@ The function behind ``sphdist evaluate``; pipelines call it directly.
 from __future__ import annotations
 
 import os
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -19,10 +20,13 @@ from sphdist.errors import (
     option,
     remedy,
 )
+from sphdist.io import is_remote
+from sphdist.io.corpus import open_corpus
 from sphdist.io.model import open_model
 from sphdist.jobs.embedding import open_embedding_source
 from sphdist.jobs.info import plural, shown_objective, warn_if_stopped
 from sphdist.metrics import evaluate_embedding, knn_accuracy
+from sphdist.text.sources import first_fields, source_format
 
 __all__ = ["evaluate_model"]
 
@@ -173,11 +177,6 @@ def _refuse_raw_text(model: Any, input: Any) -> None:
     The message gives the ingest, like the model, that makes it a corpus in the model's
     features (a :class:`~sphdist.errors.Remedy`).
     """
-    from pathlib import Path
-
-    from sphdist.io import is_remote
-    from sphdist.text.sources import first_fields, source_format
-
     if is_remote(input) or not Path(input).is_file():
         return
     fmt = source_format(input)
@@ -202,8 +201,6 @@ def _no_labels(model: Any, where: Any, origin: str) -> DataError:
     attrs: dict[str, Any] = {}
     if origin in ("model", "corpus"):
         try:
-            from sphdist.io.corpus import open_corpus
-
             attrs = open_corpus(where).attrs
         except Exception:  # noqa: BLE001 - the generic remedy below
             attrs = {}
@@ -214,8 +211,6 @@ def _no_labels(model: Any, where: Any, origin: str) -> DataError:
             f"per label, or {option('label_field')} naming the field of JSON Lines, CSV or Parquet "
             "documents that holds the label) to evaluate clustering."
         )
-    from sphdist.text.sources import first_fields
-
     described = attrs.get("source")
     sources = [described] if isinstance(described, str) else list(described or ["SOURCE"])
     field = "label" if "label" in first_fields(sources[0], fmt) else "NAME"

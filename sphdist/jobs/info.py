@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import dataclasses
+import glob as local_glob
 import logging
 import os
 from collections.abc import Mapping
@@ -29,11 +30,14 @@ from sphdist.io import (
     CommitState,
     commit_state,
     exists,
+    is_remote,
     listing_command,
     location,
     open_stored,
     stored_kind,
 )
+from sphdist.io import glob as url_glob
+from sphdist.io.index import open_index
 from sphdist.io.model import Model, open_model
 
 __all__ = [
@@ -146,8 +150,6 @@ def describe(path: str | os.PathLike[str], expect: str | None = None) -> dict[st
             "n_degenerate": emb.attrs.get("n_degenerate"), "method": emb.attrs.get("method"),
         }
     if kind == "index":  # `sphdist index`'s store: what it indexes, and how
-        from sphdist.io.index import open_index
-
         index = open_index(path)
         return {"kind": "index", "path": str(path), "index": index.record,
                 "model": index.model, "source": index.source}
@@ -287,11 +289,6 @@ TOP_TERMS_BASIS = (
 
 def _still_there(source: Any) -> bool:
     """Whether a source a corpus recorded (a path, URL or glob pattern) names something now."""
-    import glob as local_glob
-
-    from sphdist.io import glob as url_glob
-    from sphdist.io import is_remote
-
     try:
         text = str(source)
         return exists(text) or bool(url_glob(text) if is_remote(text)

@@ -16,7 +16,7 @@ import dask.array as da
 import numpy as np
 
 from sphdist._validation import StrOptions, check_param
-from sphdist.core import _device, graph
+from sphdist.core import _device, graph, kernels
 from sphdist.errors import (
     CorpusMismatchError,
     InsufficientMemoryError,
@@ -24,7 +24,7 @@ from sphdist.errors import (
 )
 from sphdist.io import Output, absolute
 from sphdist.io.corpus import open_input
-from sphdist.io.embedding import Embedding, EmbeddingWriter
+from sphdist.io.embedding import Embedding, EmbeddingWriter, write_embedding_block
 from sphdist.io.model import open_model
 from sphdist.jobs._lifecycle import Request, located
 from sphdist.jobs._reingest import mismatch, reingest_remedy
@@ -231,9 +231,6 @@ def _embed_chunk(
     Returns the digests :func:`~sphdist.io.embedding.write_embedding_block` computed of what
     it wrote, and ``n_degenerate``, the chunk's documents with ``U^T x = 0``.
     """
-    from sphdist.core import kernels
-    from sphdist.io.embedding import write_embedding_block
-
     if device != "cpu":  # the product and the V-step on the device, the write from the host
         X_c, U = _device.to_device(X_c, device), _device.shared_copy(U, device)
     A = _device.array_module(U).asarray(X_c.T @ U).T

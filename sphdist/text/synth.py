@@ -348,11 +348,6 @@ def write(
     O(n_features) document frequencies. Cost: the JSON Lines route draws each chunk once; the
     corpus route draws it twice, all vectorised.
     """
-    options = None
-    if format == "corpus":
-        from sphdist.text.tfidf import TextOptions  # scikit-learn: a text synth never loads it
-
-        options = TextOptions(vocabulary=bool(spec.vocabulary), n_features=spec.n_features)
     model = _Model(spec)
     output = held.path  # as named, normalised once (open_output)
     n_docs, n_topics, seed = spec.n_docs, spec.n_topics, spec.seed
@@ -365,7 +360,7 @@ def write(
         n_tokens, nnz = _write_text(held, model, words, chunks, width, label_width, progress,
                                     csv=format == "csv")
     else:
-        n_tokens, nnz = _write_corpus(held, model, words, chunks, width, label_width, options,
+        n_tokens, nnz = _write_corpus(held, spec, model, words, chunks, width, label_width,
                                       overwrite, progress)
     return SynthSummary(
         output=str(output), format=format, n_docs=n_docs, n_topics=n_topics, seed=seed,
@@ -441,11 +436,12 @@ def _feature_map(words: np.ndarray, options: TextOptions) -> np.ndarray:
     return hashed.indices.astype(np.int64)
 
 
-def _write_corpus(held, model, words, chunks, width, label_width, options, overwrite,
-                  progress):
-    from sphdist.io.corpus_writer import CorpusWriter  # zarr: a text synth writes no store
-    from sphdist.text.tfidf import document_frequency, smooth_idf, weight  # scikit-learn
+def _write_corpus(held, spec, model, words, chunks, width, label_width, overwrite, progress):
+    # zarr and scikit-learn: a JSON Lines or CSV synth loads neither (tests/cli/test_startup.py)
+    from sphdist.io.corpus_writer import CorpusWriter
+    from sphdist.text.tfidf import TextOptions, document_frequency, smooth_idf, weight
 
+    options = TextOptions(vocabulary=bool(spec.vocabulary), n_features=spec.n_features)
     n = chunks[-1][2]
     v = model.vocab_size
     # pass 1: document frequencies, per term (vocabulary scheme) or per hashed feature

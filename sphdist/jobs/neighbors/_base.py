@@ -24,6 +24,7 @@ from sphdist.errors import CorpusMismatchError, ParameterError, Remedy, Words, o
 from sphdist.io import Output, absolute, exists, location
 from sphdist.io.index import index_kind, open_index, write_index
 from sphdist.io.model import Model, open_model
+from sphdist.jobs._cluster_paths import task_path
 from sphdist.jobs._lifecycle import Request, located
 from sphdist.jobs.embedding import EmbeddingSource, open_embedding_source
 
@@ -122,9 +123,8 @@ class IndexRequest(Request):
         """Add V to the index chunk by chunk, serialize it and commit it through ``held``."""
         import faiss
 
-        # here, not above: they import dask and scikit-learn, which one query must not
-        # (test_startup)
-        from sphdist.jobs.cluster import task_path
+        # scikit-learn (the estimator that builds the index): one query must not import it
+        # (tests/cli/test_startup.py)
         from sphdist.methods.neighbors import NeighborIndex
 
         model, input = task_path(self.model), task_path(self.input)

@@ -17,6 +17,7 @@ import numpy as np
 from sphdist.errors import Remedy
 from sphdist.io import Output
 from sphdist.io.model import open_model
+from sphdist.jobs._cluster_paths import check_workers_see, task_path
 from sphdist.jobs._lifecycle import Request, located
 from sphdist.jobs.embedding import open_embedding_source
 from sphdist.jobs.neighbors._base import _check_hits, _say, _skip, check_k, find_index
@@ -102,9 +103,6 @@ class KnnGraphRequest(Request):
 
     def prepare(self) -> tuple[Any, ...]:
         """The embeddings and the index searched, opened and checked (no cluster)."""
-        # here, not above: it imports dask, which one query must not (tests/cli/test_startup.py)
-        from sphdist.jobs.cluster import task_path
-
         # absolute here, once: the workers' working directories are their own
         model, input = task_path(self.model), task_path(self.input)
         output = task_path(self.output, output=True)
@@ -124,9 +122,8 @@ class KnnGraphRequest(Request):
         """Search every document's neighbours on Dask and commit the table through ``held``."""
         import dask
 
-        # here, not above: they import dask, which one query must not (test_startup.py)
+        # dask: one query imports this module and must not import it (test_startup.py)
         from sphdist.core import graph
-        from sphdist.jobs.cluster import check_workers_see
 
         model, input, output, source, found, path, skip = prepared
         start = time.perf_counter()
