@@ -50,7 +50,7 @@ from sphdist.io import Output, absolute, is_storage_failure, refuse_existing, st
 from sphdist.io.corpus import open_input
 from sphdist.io.model import Model, ScratchV, load_checkpoint, open_model, save_checkpoint, u_sha256
 from sphdist.jobs import cluster
-from sphdist.jobs._lifecycle import Request
+from sphdist.jobs._lifecycle import Request, located
 from sphdist.jobs.params import (
     JOB_PARAMS,
     PARAMS,
@@ -170,8 +170,9 @@ class FitRequest(Request):
 
     Notes
     -----
-    The paths are located once, when the request is built, and made absolute
-    (:func:`sphdist.jobs.cluster.task_path`): the workers' working directories are their own.
+    The paths are located once, when the request is built (``located``);
+    ``input`` and ``output`` are made absolute then (:func:`sphdist.jobs.cluster.task_path`),
+    as the workers' working directories are their own.
     Besides what :func:`~sphdist.jobs.run` raises for every command, running it raises:
 
     - OutputExistsError, if ``output`` holds a model and neither ``resume`` nor ``overwrite``
@@ -237,8 +238,9 @@ class FitRequest(Request):
         validate({name: getattr(self, name) for name in JOB_PARAMS}, "FitRequest", JOB_PARAMS)
         fields = {"config": config, "dtype": config.dtype.name,
                   "budget": cluster.check_memory_budget(self.memory_budget)}
-        for name in ("input", "output", "init_from"):  # absolute once, for the workers
+        for name in ("input", "output"):  # absolute once, for the workers
             fields[name] = cluster.task_path(getattr(self, name), output=name == "output")
+        fields["init_from"] = located(self.init_from)  # read by this process alone
         for name, value in fields.items():
             object.__setattr__(self, name, value)
 
@@ -353,14 +355,22 @@ class FitRequest(Request):
         try:
             for attempt in range(self.retries + 1):
                 try:
-                    return self._attempt(held, opened, previous)
+                    return self._fit(held, opened, previous)
                 except cluster.worker_losses() as exc:
                     if attempt == self.retries or cluster.no_worker_left(exc):  # none to retry on
                         raise cluster.workers_lost(self.output, attempt, exc,
-                                           self._fix(resume=True)) from exc
+                                                   self._fix(resume=True)) from exc
                     if held.identity() not in (None, opened.before):
                         previous = load_checkpoint(self.output)  # continue our own checkpoint
                     cluster.log_retry(self.output, exc, attempt, self.retries)
+                except Exception as exc:
+                    if _device.is_out_of_memory(exc):
+                        said = self._out_of_memory(held, opened, exc)
+                        raise InsufficientMemoryError(said) from None
+                    if not is_storage_failure(exc):
+                        raise
+                    error = storage_error(self.output, exc)  # the object store that failed
+                    raise (storage_error(self.input, exc) if error is exc else error) from None
         except KeyboardInterrupt as exc:
             if isinstance(exc, Interrupted):
                 raise
@@ -371,19 +381,6 @@ class FitRequest(Request):
              **changes: Any) -> str:
         """The remedy a message names: this fit, changed, continuing or replacing the output."""
         return remedy(self.remedy(say, resume=resume, overwrite=overwrite, **changes))
-
-    def _attempt(self, held: Output, opened: _Opened, previous: Model | None) -> Model:
-        try:
-            return self._fit(held, opened, previous)
-        except cluster.worker_losses():
-            raise  # execute resumes
-        except Exception as exc:
-            if _device.is_out_of_memory(exc):
-                raise InsufficientMemoryError(self._out_of_memory(held, opened, exc)) from None
-            if not is_storage_failure(exc):
-                raise
-            error = storage_error(self.output, exc)  # the object store that failed, named
-            raise (storage_error(self.input, exc) if error is exc else error) from None
 
     def _fit(self, held: Output, opened: _Opened, previous: Model | None) -> Model:
         source, output, params = opened.source, self.output, opened.params
