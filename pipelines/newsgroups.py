@@ -50,7 +50,7 @@ from sphdist.datasets import NEWSGROUPS_PAPER_CATEGORIES, newsgroups_archive
 from sphdist.jobs import run
 from sphdist.jobs.cluster import connect
 from sphdist.jobs.evaluate import evaluate_model
-from sphdist.jobs.fit import fit_corpus
+from sphdist.jobs.fit import FitRequest
 from sphdist.jobs.ingest import IngestRequest
 from sphdist.metrics import evaluate_embedding, knn_accuracy
 from sphdist.text.ingest import REMOVE_OPTIONS, SourceSpec, TextSpec
@@ -78,8 +78,8 @@ def spherical_pca(corpus, out, *, n_components, max_iter, tol, seed, scheduler_a
     t0 = time.perf_counter()
     # threads in this process (X held in memory), unless a scheduler or --n-workers
     with connect(scheduler_address, n_workers=n_workers, threads_per_worker=1):
-        model = fit_corpus(corpus.path, out / "model.zarr", n_components=n_components,
-                           max_iter=max_iter, tol=tol, random_state=seed, overwrite=True)
+        model = run(FitRequest(corpus.path, out / "model.zarr", n_components=n_components,
+                               max_iter=max_iter, tol=tol, random_state=seed, overwrite=True))
         fit_s = time.perf_counter() - t0
         t0 = time.perf_counter()
         report = evaluate_model(model.path, corpus.path, random_state=seed, knn_k=None)

@@ -55,8 +55,9 @@ class Remedy:
     Attributes
     ----------
     action : str
-        The job, by the name of its ``sphdist`` command (``"fit"``); its Python function is
-        :data:`_FUNCTIONS`' entry (``sphdist.jobs.fit.fit_corpus``).
+        The job, by the name of its ``sphdist`` command (``"fit"``); its Python form is
+        :data:`_REQUESTS`' entry run by ``sphdist.jobs.run`` (``sphdist.jobs.fit.FitRequest``),
+        or :data:`_FUNCTIONS`'.
     target : Mapping
         Its paths by parameter name, in order (``{"input": ..., "output": ...}``).
     overrides : Mapping
@@ -78,12 +79,12 @@ class Remedy:
 
 #: The Python function of each :attr:`Remedy.action` (what :class:`PythonForm` calls).
 _FUNCTIONS = {
-    "fit": "sphdist.jobs.fit.fit_corpus",
     "evaluate": "sphdist.jobs.evaluate.evaluate_model",
 }
 
 #: The actions that are requests run by ``sphdist.jobs.run``: the request class of each.
-_REQUESTS = {"transform": "sphdist.jobs.transform.TransformRequest",
+_REQUESTS = {"fit": "sphdist.jobs.fit.FitRequest",
+             "transform": "sphdist.jobs.transform.TransformRequest",
              "plot convergence": "sphdist.jobs.plotting.PlotConvergenceRequest",
              "plot embedding": "sphdist.jobs.plotting.PlotEmbeddingRequest",
              "export": "sphdist.jobs.export.ExportRequest"}
@@ -158,8 +159,8 @@ def remedy(fix: Remedy, *then: Remedy) -> str:
     --------
     >>> render("continue it: " + remedy(Remedy("fit", {"input": "c.zarr", "output": "m.zarr"},
     ...                                        {"resume": True, "n_components": 5})))
-    "continue it: `sphdist.jobs.fit.fit_corpus(input='c.zarr', output='m.zarr', resume=True, \
-n_components=5)`"
+    "continue it: `sphdist.jobs.run(sphdist.jobs.fit.FitRequest(input='c.zarr', output='m.zarr', \
+resume=True, n_components=5))`"
     """
     chain = [{"action": f.action, "target": _jsonable(f.target),
               "overrides": _jsonable(f.overrides), "say": f.say} for f in (fix, *then)]
@@ -194,7 +195,7 @@ class PythonForm:
         return name if value is _UNSET else f"{name}={value!r}"
 
     def remedy(self, fix: Remedy) -> str:
-        """``sphdist.jobs.fit.fit_corpus(input='c.zarr', output='m.zarr', resume=True)``."""
+        """``sphdist.jobs.run(sphdist.jobs.fit.FitRequest(input='c.zarr', output='m.zarr'))``."""
         if fix.action in _CALLS:  # a job whose options are grouped in specs
             module, _, name = _CALLS[fix.action].rpartition(".")
             return str(getattr(importlib.import_module(module), name)(fix.arguments()))

@@ -77,7 +77,7 @@ def test_the_fit_log_lines_the_benchmark_reads(caplog):
     """benchmark.py finds the iterations and the scheduler in what `sphdist fit` logs."""
     from types import SimpleNamespace
 
-    from sphdist.cli._common import FitProgress
+    from sphdist.cli.fit import FitProgress
 
     progress = FitProgress(3, bar=False)
     with caplog.at_level("INFO", logger="sphdist"):

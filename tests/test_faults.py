@@ -21,7 +21,8 @@ import scipy.sparse as sp
 
 from sphdist.io.corpus_writer import CorpusWriter
 from sphdist.io.model import load_checkpoint, open_model
-from sphdist.jobs.fit import fit_corpus
+from sphdist.jobs import run
+from sphdist.jobs.fit import FitRequest
 
 from ._process_cluster import ProcessCluster
 from .reference import random_corpus
@@ -227,9 +228,9 @@ def test_bitwise_identical_on_1_2_and_4_workers_in_any_completion_order(corpus, 
             grown.add_workers(n_workers - len(grown.workers))
             with grown.client() as client:
                 assert len(client.scheduler_info()["workers"]) == n_workers
-                models.append(fit_corpus(
+                models.append(run(FitRequest(
                     corpus.path, tmp_path / f"model-{n_workers}.zarr", callback=None, **KWARGS
-                ))
+                )))
     one, *others = models
     for other in others:
         assert other.objective == one.objective
@@ -256,13 +257,13 @@ def test_threads_localcluster_and_external_cluster_are_bitwise_equal(cluster, tm
                      n_features=2**16, chunk_size=700))
     kwargs = dict(n_components=12, max_iter=4, tol=0, random_state=0, callback=None)
     with connect(n_workers=0):
-        threads = fit_corpus(corpus, tmp_path / "threads.zarr", **kwargs)
-        fit_corpus(corpus, tmp_path / "resumed.zarr", **(kwargs | {"max_iter": 2}))
+        threads = run(FitRequest(corpus, tmp_path / "threads.zarr", **kwargs))
+        run(FitRequest(corpus, tmp_path / "resumed.zarr", **(kwargs | {"max_iter": 2})))
     with connect(n_workers=2):
-        local = fit_corpus(corpus, tmp_path / "local.zarr", **kwargs)
+        local = run(FitRequest(corpus, tmp_path / "local.zarr", **kwargs))
     with cluster.client():
-        external = fit_corpus(corpus, tmp_path / "external.zarr", **kwargs)
-        resumed = fit_corpus(corpus, tmp_path / "resumed.zarr", resume=True, **kwargs)
+        external = run(FitRequest(corpus, tmp_path / "external.zarr", **kwargs))
+        resumed = run(FitRequest(corpus, tmp_path / "resumed.zarr", resume=True, **kwargs))
     V = threads.V().compute()
     for other in (local, external, resumed):
         assert other.n_iter == threads.n_iter == 4
@@ -400,7 +401,7 @@ def test_jobs_on_an_external_cluster_without_workers_end_in_one_line(corpus, tmp
 
     model = tmp_path / "m.zarr"
     with dask.config.set(scheduler="synchronous"):
-        fit_corpus(corpus.path, model, n_components=2, max_iter=2, tol=0, random_state=0)
+        run(FitRequest(corpus.path, model, n_components=2, max_iter=2, tol=0, random_state=0))
     with ProcessCluster(0, log_dir=tmp_path / "logs") as cluster:
         env = {**_env(cluster), "DASK_DISTRIBUTED__SCHEDULER__NO_WORKERS_TIMEOUT": "2s"}
         for args, said in (

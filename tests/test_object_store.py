@@ -24,7 +24,8 @@ from sphdist.io import _atomic, open_stored
 from sphdist.io._fs import filesystem
 from sphdist.io.corpus_writer import CorpusWriter
 from sphdist.io.model import load_checkpoint, open_model
-from sphdist.jobs.fit import fit_corpus
+from sphdist.jobs import run
+from sphdist.jobs.fit import FitRequest
 
 from ._s3 import clear_s3fs_cache
 from .reference import random_corpus
@@ -57,8 +58,8 @@ def local_corpus(tmp_path_factory):
 def reference(local_corpus, tmp_path_factory):
     """The same fit on local disk, in this process."""
     out = tmp_path_factory.mktemp("reference") / "model.zarr"
-    return fit_corpus(local_corpus.path, out, n_components=R, max_iter=MAX_ITER, tol=0,
-                      random_state=0)
+    return run(FitRequest(local_corpus.path, out, n_components=R, max_iter=MAX_ITER, tol=0,
+                          random_state=0))
 
 
 @pytest.fixture

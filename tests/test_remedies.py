@@ -30,7 +30,8 @@ from sphdist.errors import (
 )
 from sphdist.io.corpus_writer import CorpusWriter
 from sphdist.io.model import open_model
-from sphdist.jobs.fit import fit_corpus
+from sphdist.jobs import run
+from sphdist.jobs.fit import FitRequest
 
 from .reference import random_corpus
 
@@ -85,46 +86,47 @@ def test_a_remedy_is_a_call_in_python_and_a_command_on_the_line():
     message = f"m.zarr exists. To resolve this, continue it: {remedy(fix)}."
     assert remedies(message) == (fix,)
     python = render(message)
-    assert "`sphdist.jobs.fit.fit_corpus(input='c d.zarr', output='m.zarr', resume=True, " \
-           "n_components=5, lam='palm', tol=0.0, accelerate=False)`" in python
+    assert "`sphdist.jobs.run(sphdist.jobs.fit.FitRequest(input='c d.zarr', output='m.zarr', " \
+           "resume=True, n_components=5, lam='palm', tol=0.0, accelerate=False))`" in python
     assert "--" not in python
     line = render(message, _cli_form())
     assert ("`sphdist fit --input 'c d.zarr' --output m.zarr --resume -r 5 --lam palm --tol 0 "
             "--no-accelerate`") in line
-    assert PythonForm().remedy(fix).startswith("sphdist.jobs.fit.fit_corpus(")
+    assert PythonForm().remedy(fix).startswith("sphdist.jobs.run(sphdist.jobs.fit.FitRequest(")
 
 
 def test_every_fit_option_a_remedy_can_name_exists_on_sphdist_fit():
-    """The command of a remedy naming every parameter the fit's remedies can give parses."""
-    from sphdist.jobs.fit import fit_remedy
-
+    """The command of a remedy naming every parameter the fit's remedies can give parses: the
+    fit's request, changed (:meth:`FitRequest.remedy`)."""
     params = {"n_components": 4, "max_iter": 9, "tol": 1e-6, "random_state": 3, "lam": "palm",
               "mu": 0.5, "init": "svd", "n_power_iter": 3, "split_every": 4, "dtype": "float32",
               "polar": "svd", "accelerate": False, "device": "cpu", "init_from": "w.zarr"}
-    fix = fit_remedy("c.zarr", "m.zarr", params, resume=True, checkpoint_every=2,
-                     checkpoint_interval=0.0)
+    request = FitRequest("c.zarr", "m.zarr", checkpoint_every=2, checkpoint_interval=0.0,
+                         memory_budget="1GiB", retries=1, **params)
+    fix = request.remedy(resume=True)
+    assert "memory_budget" not in fix.overrides and "retries" not in fix.overrides
     argv = shlex.split(_cli_form().remedy(fix))
     assert argv[:2] == ["sphdist", "fit"]
     ctx = main.commands["fit"].make_context("fit", argv[2:], resilient_parsing=True)
     given = {k: v for k, v in ctx.params.items()
              if ctx.get_parameter_source(k) is click.core.ParameterSource.COMMANDLINE}
-    assert given["resume"] is True and given["n_components"] == 4
+    assert given["resume"] is True and given["n_components"] == 4 and given["lam"] == "palm"
     assert given["random_state"] == 3 and given["accelerate"] is False
-    assert given["checkpoint_every"] == 2 and str(given["init_from"]) == "w.zarr"
+    assert given["checkpoint_every"] == 2 and given["init_from"].name == "w.zarr"
     assert given["checkpoint_interval"] == 0.0
 
 
-# -- a Python caller of fit_corpus, and the same error on the command line ------------------
+# -- a Python caller of the fit job, and the same error on the command line ------------------
 
 def test_a_python_caller_that_needs_a_resume_is_told_it_in_keywords(corpus, tmp_path):
     out = tmp_path / "m.zarr"
-    fit_corpus(corpus.path, out, callback=None, **KW)
+    run(FitRequest(corpus.path, out, callback=None, **KW))
     with pytest.raises(OutputExistsError) as caught:  # the same fit, 2 more iterations asked
-        fit_corpus(corpus.path, out, callback=None, **{**KW, "max_iter": 4})
+        run(FitRequest(corpus.path, out, callback=None, **{**KW, "max_iter": 4}))
     message = str(caught.value)
     assert "--" not in message, message
     assert "sphdist fit" not in message
-    assert "continue it: `sphdist.jobs.fit.fit_corpus(input=" in message
+    assert "continue it: `sphdist.jobs.run(sphdist.jobs.fit.FitRequest(input=" in message
     assert "resume=True" in message and "choose another output" in message
     resume, replace = caught.value.remedies
     assert resume.action == "fit" and resume.overrides["resume"] is True
@@ -132,8 +134,8 @@ def test_a_python_caller_that_needs_a_resume_is_told_it_in_keywords(corpus, tmp_
     assert resume.target == {"input": str(corpus.path), "output": str(out)}
     # the remedy's keywords, as given, continue the fit
     arguments = resume.arguments()
-    model = fit_corpus(arguments.pop("input"), arguments.pop("output"), callback=None,
-                       **arguments)
+    model = run(FitRequest(arguments.pop("input"), arguments.pop("output"), callback=None,
+                           **arguments))
     assert model.n_iter == 4
 
 
@@ -146,20 +148,20 @@ def test_an_out_of_range_n_components_names_the_option_the_user_typed(corpus):
     assert "-r 5000" in line and "1 <= -r <= 40" in line, line
     assert "n_components" not in line
     with pytest.raises(ParameterError, match=r"n_components=5000 .* 1 <= n_components <= 40"):
-        fit_corpus(corpus.path, corpus.path.parent / "m.zarr", n_components=5000,
-                   callback=None)
+        run(FitRequest(corpus.path, corpus.path.parent / "m.zarr", n_components=5000,
+                       callback=None))
 
 
 def test_the_command_line_prints_the_command_and_it_works_when_pasted(corpus, tmp_path):
     """The same refusal on the command line: a ``sphdist fit`` command, run by a shell."""
     out = tmp_path / "m.zarr"
-    fit_corpus(corpus.path, out, callback=None, **KW)
+    run(FitRequest(corpus.path, out, callback=None, **KW))
     argv = [*SPHDIST, "fit", "-i", str(corpus.path), "-o", str(out), "-r", "3",
             "--max-iter", "3", "--tol", "0", "--n-workers", "0"]
     result = subprocess.run(argv, capture_output=True, text=True)
     assert result.returncode == 1, result.stderr
     line = result.stderr.strip().splitlines()[-1]
-    assert "fit_corpus" not in line and "choose another --output" in line, line
+    assert "FitRequest" not in line and "choose another --output" in line, line
     commands = re.findall(r"`(sphdist [^`]+)`", line)
     assert len(commands) == 2 and "--resume" in commands[0], line
     assert commands[0].startswith(f"sphdist fit --input {shlex.quote(str(corpus.path))}")

@@ -15,7 +15,7 @@ from sphdist.core import graph
 from sphdist.io.model import open_model
 from sphdist.jobs import run
 from sphdist.jobs.cluster import connect
-from sphdist.jobs.fit import fit_corpus
+from sphdist.jobs.fit import FitRequest
 from sphdist.jobs.synth import SynthRequest
 
 pytestmark = pytest.mark.cluster
@@ -71,11 +71,11 @@ def test_every_block_of_a_pass_is_processing_at_once_on_16_workers(tmp_path):
         assert len(client.scheduler_info()["workers"]) == N_WORKERS
         plugin = type("Counter", (_PassTasksProcessing, SchedulerPlugin), {})()
         client.cluster.scheduler.add_plugin(plugin)  # the scheduler runs in this process
-        wide = fit_corpus(corpus, tmp_path / "wide.zarr", **kwargs)
+        wide = run(FitRequest(corpus, tmp_path / "wide.zarr", **kwargs))
     print(f"pass tasks processing at once: {plugin.most}")
     assert plugin.most >= 14, plugin.most  # 8 with the chains of before
     with connect(n_workers=0):
-        threads = fit_corpus(corpus, tmp_path / "threads.zarr", **kwargs)
+        threads = run(FitRequest(corpus, tmp_path / "threads.zarr", **kwargs))
     assert wide.objective == threads.objective  # every float, bitwise
     np.testing.assert_array_equal(wide.U, threads.U)
     np.testing.assert_array_equal(open_model(tmp_path / "wide.zarr").V().compute(),

@@ -25,8 +25,9 @@ from sphdist.io._zarr import SAFE_CODECS
 from sphdist.io.corpus import open_input
 from sphdist.io.corpus_writer import CorpusWriter
 from sphdist.io.model import open_model
+from sphdist.jobs import run
 from sphdist.jobs.cluster import connect, tls_security
-from sphdist.jobs.fit import fit_corpus
+from sphdist.jobs.fit import FitRequest
 
 from ._process_cluster import ProcessCluster
 from .reference import random_corpus
@@ -188,8 +189,8 @@ def test_persisted_corpus_and_model_hold_no_pickle_or_object_dtype(tmp_path):
                                 "64"]).exit_code == 0
     _corpus(tmp_path / "v.zarr")
     with dask.config.set(scheduler="sync"):
-        fit_corpus(tmp_path / "v.zarr", tmp_path / "m.zarr", n_components=3, max_iter=2,
-                   callback=None)
+        run(FitRequest(tmp_path / "v.zarr", tmp_path / "m.zarr", n_components=3, max_iter=2,
+                       callback=None))
     seen = 0
     for root in ("c.zarr", "v.zarr", "m.zarr"):
         for meta, doc in _array_metadata(tmp_path / root):
@@ -262,8 +263,8 @@ def test_loading_a_poisoned_corpus_never_executes_code(tmp_path, poison, target)
 def test_loading_a_poisoned_model_never_executes_code(tmp_path, poison):
     _corpus(tmp_path / "corpus.zarr")
     with dask.config.set(scheduler="sync"):
-        fit_corpus(tmp_path / "corpus.zarr", tmp_path / "m.zarr", n_components=3, max_iter=1,
-                   callback=None)
+        run(FitRequest(tmp_path / "corpus.zarr", tmp_path / "m.zarr", n_components=3, max_iter=1,
+                       callback=None))
     marker = tmp_path / "code-was-executed"
     poison(tmp_path / "m.zarr" / "idf", marker)
     # an unknown (pickle) codec, or a v2 array a v3 reader does not recognise, is refused

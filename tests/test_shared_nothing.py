@@ -31,7 +31,7 @@ from sphdist.io.embedding import EmbeddingWriter, open_embedding, write_embeddin
 from sphdist.io.model import open_model, save_checkpoint
 from sphdist.jobs import run
 from sphdist.jobs.cluster import connect
-from sphdist.jobs.fit import fit_corpus
+from sphdist.jobs.fit import FitRequest
 from sphdist.jobs.neighbors import IndexRequest, KnnGraphRequest
 from sphdist.jobs.transform import TransformRequest
 
@@ -66,8 +66,8 @@ def reference(tmp_path_factory):
     root = tmp_path_factory.mktemp("threads")
     corpus = _write_corpus(root / "corpus.zarr").path
     with connect(n_workers=0):
-        model = fit_corpus(corpus, root / "model.zarr", n_components=R, max_iter=MAX_ITER,
-                           tol=0, random_state=0)
+        model = run(FitRequest(corpus, root / "model.zarr", n_components=R, max_iter=MAX_ITER,
+                               tol=0, random_state=0))
         emb = run(TransformRequest(root / "model.zarr", corpus, root / "emb.zarr"))
         run(IndexRequest(root / "model.zarr", root / "model.index.zarr"))
         run(KnnGraphRequest(root / "model.zarr", root / "graph.parquet", k=K))

@@ -27,7 +27,7 @@ from click.testing import CliRunner
 from sphdist.cli import main
 from sphdist.io.corpus_writer import CorpusWriter
 from sphdist.jobs import run
-from sphdist.jobs.fit import fit_corpus
+from sphdist.jobs.fit import FitRequest
 from sphdist.jobs.transform import TransformRequest
 
 from .reference import random_corpus
@@ -95,12 +95,12 @@ def fitted(tmp_path_factory):
             raise _Killed
 
     with dask.config.set(scheduler="sync"):
-        model = fit_corpus(corpus.path, root / "model.zarr", n_components=R, max_iter=6,
-                           tol=0, callback=None)
+        model = run(FitRequest(corpus.path, root / "model.zarr", n_components=R, max_iter=6,
+                               tol=0, callback=None))
         for name, lam in (("killed", "exact"), ("killed_palm", "palm")):  # palm keeps V
             with pytest.raises(_Killed):
-                fit_corpus(corpus.path, root / f"{name}.zarr", n_components=R, max_iter=200,
-                           tol=0, lam=lam, callback=kill_at_3, checkpoint_interval=0)
+                run(FitRequest(corpus.path, root / f"{name}.zarr", n_components=R, max_iter=200,
+                               tol=0, lam=lam, callback=kill_at_3, checkpoint_interval=0))
     return {"root": root, "corpus": corpus.path, "model": model.path,
             "killed": root / "killed.zarr", "killed_palm": root / "killed_palm.zarr"}
 
@@ -284,8 +284,8 @@ def test_evaluate_more_clusters_than_documents(runner, tmp_path):
     n = 2000
     corpus = _corpus(tmp_path / "c.zarr", random_corpus(M, n, seed=2), chunk=500)
     with dask.config.set(scheduler="sync"):
-        model = fit_corpus(corpus.path, tmp_path / "m.zarr", n_components=R, max_iter=2,
-                           callback=None)
+        model = run(FitRequest(corpus.path, tmp_path / "m.zarr", n_components=R, max_iter=2,
+                               callback=None))
     result = _cli(runner, "evaluate", "-m", model.path, "-i", corpus.path, "-k", 100000)
     _one_error_line(result, "-k 100000", f"{n} labelled documents",
                     f"sphdist evaluate --model {model.path} --input {corpus.path} -k 3")
@@ -296,8 +296,8 @@ def test_evaluate_refuses_labels_outside_label_names(runner, tmp_path):
     labels[7] = 5
     corpus = _corpus(tmp_path / "c.zarr", labels=labels)
     with dask.config.set(scheduler="sync"):
-        model = fit_corpus(corpus.path, tmp_path / "m.zarr", n_components=R, max_iter=2,
-                           callback=None)
+        model = run(FitRequest(corpus.path, tmp_path / "m.zarr", n_components=R, max_iter=2,
+                               callback=None))
     result = _cli(runner, "evaluate", "-m", model.path, "-i", corpus.path)
     _one_error_line(result, "c.zarr", "document 7 (d7)", "label code 5", "3 label_names",
                     "re-ingest")

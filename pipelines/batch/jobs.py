@@ -21,7 +21,7 @@ one (a crashed run) is redone from scratch.
 
 ``weekly``: ingests every document under ``incoming/`` with the current model's text options
 (hashing scheme: fresh idf over all documents; vocabulary scheme: the model's vocabulary and
-idf, i.e. ``like=current``), fits warm-started from the current U (``fit_corpus(init_from=...)``)
+idf, i.e. ``like=current``), fits warm-started from the current U (``FitRequest(init_from=...)``)
 with ``resume=True`` (a rerun continues an interrupted fit, and does nothing to a finished one),
 then points ``current`` at the new model: a new link is created beside it and renamed over it
 (``os.replace``, atomic on POSIX), so a daily job sees the old model or the new one, never
@@ -147,7 +147,7 @@ def weekly_job(
     """
     from sphdist.io.model import open_model
     from sphdist.jobs import run
-    from sphdist.jobs.fit import fit_corpus
+    from sphdist.jobs.fit import FitRequest
     from sphdist.jobs.ingest import IngestRequest
     from sphdist.text.ingest import TextSpec, read_like
 
@@ -191,10 +191,10 @@ def weekly_job(
             "first fit."
         )
     out.parent.mkdir(parents=True, exist_ok=True)
-    model = fit_corpus(
+    model = run(FitRequest(
         corpus_path, out, n_components=n_components, max_iter=max_iter, tol=tol,
         random_state=seed, init_from=previous, resume=True,
-    )
+    ))
     swapped = swap_current(root, out)
     logger.info("weekly %s: %s (%d iterations), current -> %s", week, out.name, model.n_iter,
                 os.readlink(root / "current"))

@@ -13,19 +13,16 @@ import functools
 import importlib
 import json
 import logging
-import math
 import os
 import signal
 import stat
 import sys
 import threading
-import time
 from collections.abc import Callable, Iterator, Mapping
 from numbers import Integral
 from typing import Any
 
 import click
-import numpy as np
 
 from sphdist.cli._remedies import render_for, rendered
 from sphdist.core.params import PARAMS, Choice, Param, Range, describe
@@ -482,138 +479,6 @@ def echo_json(payload: dict[str, Any]) -> None:
     click.echo(json.dumps(
         payload, default=lambda o: o.item() if hasattr(o, "item") else str(o)
     ))
-
-
-def _clock(seconds: float) -> str:
-    if not math.isfinite(seconds):
-        return "?"
-    m, s = divmod(int(round(seconds)), 60)
-    h, m = divmod(m, 60)
-    return f"{h}:{m:02d}:{s:02d}" if h else f"{m:02d}:{s:02d}"
-
-
-def iterations_left(objective: list[float], tol: float, max_iter: int) -> float:
-    """Iterations until the relative objective change falls below ``tol``, from its trend.
-
-    Parameters
-    ----------
-    objective : list of float
-        The objective history f_0..f_k.
-    tol : float
-        The stopping threshold on ``|f_{i-1} - f_i| / |f_{i-1}|``.
-    max_iter : int
-        The last iteration the fit may run.
-
-    Returns
-    -------
-    float
-        ``log(tol / c_k) / log(rho)`` with c_k the last relative change and rho the geometric
-        mean ratio of the last three, capped at ``max_iter - k``; ``max_iter - k`` while fewer
-        than three changes are known or they do not decrease.
-
-    Examples
-    --------
-    >>> iterations_left([100.0, 50.0, 45.0, 44.55, 44.5054], 1e-4, 100)
-    2.0
-    """
-    k = len(objective) - 1
-    cap = float(max(0, max_iter - k))
-    f = np.asarray(objective, dtype=np.float64)
-    if k < 3 or tol <= 0 or np.any(f[:-1] == 0):
-        return cap
-    change = np.abs(np.diff(f)) / np.abs(f[:-1])
-    last = change[-3:]
-    if np.any(last <= 0) or last[-1] < tol:
-        return 0.0 if last[-1] < tol else cap
-    rho = (last[-1] / last[0]) ** 0.5
-    if not rho < 1:
-        return cap
-    return float(min(cap, np.ceil(np.log(tol / last[-1]) / np.log(rho))))
-
-
-def _now() -> float:
-    """The wall clock of :class:`FitProgress`, in seconds."""
-    return time.perf_counter()
-
-
-class FitProgress:
-    """Per-iteration progress of a fit: a tqdm bar on a terminal, else plain log lines.
-
-    Parameters
-    ----------
-    max_iter : int
-        The iteration the fit stops at at the latest.
-    tol : float, default 0.0
-        The relative objective change the fit stops below; the ETA is to the iteration where
-        the observed rate of decrease of that change reaches it (:func:`iterations_left`),
-        at most ``max_iter``.
-    bar : bool
-        Draw a bar on stderr (:func:`sphdist._progress.progress`: objective, relative change,
-        s/iteration, ETA); else log one INFO line per iteration on the ``sphdist`` logger.
-
-    Notes
-    -----
-    Called with the solver state after the initialisation (iteration 0, or the iteration a
-    resumed fit starts from) and after every iteration. The seconds of an iteration are the
-    wall time since the previous call, so they include the checkpoint written in between
-    (the solver's own ``state.seconds`` leave it out); the ETA assumes the remaining
-    iterations take the mean of those of this run (:attr:`seconds_per_iteration`). A call
-    for an iteration not after the previous one (a retry resuming from a checkpoint) starts
-    the clock again.
-    """
-
-    def __init__(self, max_iter: int, bar: bool, tol: float = 0.0):
-        from sphdist._progress import progress  # tqdm: a fit's, not a query's (test_startup)
-
-        self.max_iter = max_iter
-        self.tol = tol
-        self._lines = not bar  # one log line per iteration (a counter of tenths is too sparse)
-        self._last: tuple[int, float] | None = None  # the previous call: iteration, clock
-        self._seconds: list[float] = []
-        self.bar = progress(max_iter, "fit", unit="it", mode=bool(bar),
-                            bar_format="{desc}: {percentage:3.0f}%|{bar}| {n}/{total} "
-                                       "[{elapsed}]{postfix}")
-
-    def __call__(self, state: Any) -> None:
-        from sphdist.jobs.info import shown_objective  # zarr: --help never draws a fit
-
-        objective = shown_objective(state.objective[-1])
-        now, seconds = _now(), state.seconds[-1]  # the initialisation: the solver's seconds
-        if self._last is not None and state.iteration > self._last[0]:
-            seconds = (now - self._last[1]) / (state.iteration - self._last[0])
-            self._seconds.append(seconds)
-        self._last = (state.iteration, now)
-        per_it = self.seconds_per_iteration
-        per_it = float("nan") if per_it is None else per_it
-        eta = per_it * iterations_left(state.objective, self.tol, self.max_iter)
-        if state.converged:
-            eta = 0.0
-        self.bar.n = state.iteration
-        if not self._lines:
-            self.bar.set_postfix_str(
-                f"objective {objective:.6g}, rel {state.relative_change:.2e}, "
-                f"{per_it:.2f} s/it, ETA {_clock(eta)}"
-                + (", converged" if state.converged else ""),
-                refresh=True,
-            )
-            return
-        logger.info(
-            "iter %4d  objective %.10g  rel_change %.3e  %.2fs  eta %s%s",
-            state.iteration, objective, state.relative_change, seconds,
-            _clock(eta), "  (converged)" if state.converged else "",
-        )
-
-    @property
-    def seconds_per_iteration(self) -> float | None:
-        """Mean wall time between iterations of this run, checkpoints included, in seconds.
-
-        None before the first iteration after the start.
-        """
-        return float(np.mean(self._seconds)) if self._seconds else None
-
-    def close(self) -> None:
-        """Close the bar."""
-        self.bar.close()
 
 
 def _checked(name: str) -> Callable[[click.Context, click.Parameter, Any], Any]:

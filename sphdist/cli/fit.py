@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import logging
+import math
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import click
+import numpy as np
 
 from sphdist.cli._common import (
     STORE_PATH,
-    FitProgress,
     _checked,
     cluster_options,
     connect_options,
@@ -19,7 +21,7 @@ from sphdist.cli._common import (
     param_option,
     progress_enabled,
 )
-from sphdist.jobs.params import JOB_PARAMS, N_COMPONENTS, JobSettings
+from sphdist.jobs.params import JOB_PARAMS, N_COMPONENTS
 
 if TYPE_CHECKING:
     from sphdist.jobs.cluster import ClusterSpec
@@ -37,6 +39,142 @@ def _removed_max_partials(ctx: click.Context, param: click.Parameter, value: Any
             "this, drop --max-partials from the command (for less memory: fewer threads, with "
             "--n-workers 1 --threads-per-worker 1).", ctx, param,
         )
+
+
+def _clock(seconds: float) -> str:
+    if not math.isfinite(seconds):
+        return "?"
+    m, s = divmod(int(round(seconds)), 60)
+    h, m = divmod(m, 60)
+    return f"{h}:{m:02d}:{s:02d}" if h else f"{m:02d}:{s:02d}"
+
+
+def iterations_left(objective: list[float], tol: float, max_iter: int) -> float:
+    """Iterations until the relative objective change falls below ``tol``, from its trend.
+
+    Parameters
+    ----------
+    objective : list of float
+        The objective history f_0..f_k.
+    tol : float
+        The stopping threshold on ``|f_{i-1} - f_i| / |f_{i-1}|``.
+    max_iter : int
+        The last iteration the fit may run.
+
+    Returns
+    -------
+    float
+        ``log(tol / c_k) / log(rho)`` with c_k the last relative change and rho the geometric
+        mean ratio of the last three, capped at ``max_iter - k``; ``max_iter - k`` while fewer
+        than three changes are known or they do not decrease.
+
+    Examples
+    --------
+    >>> iterations_left([100.0, 50.0, 45.0, 44.55, 44.5054], 1e-4, 100)
+    2.0
+    """
+    k = len(objective) - 1
+    cap = float(max(0, max_iter - k))
+    f = np.asarray(objective, dtype=np.float64)
+    if k < 3 or tol <= 0 or np.any(f[:-1] == 0):
+        return cap
+    change = np.abs(np.diff(f)) / np.abs(f[:-1])
+    last = change[-3:]
+    if np.any(last <= 0) or last[-1] < tol:
+        return 0.0 if last[-1] < tol else cap
+    rho = (last[-1] / last[0]) ** 0.5
+    if not rho < 1:
+        return cap
+    return float(min(cap, np.ceil(np.log(tol / last[-1]) / np.log(rho))))
+
+
+def _now() -> float:
+    """The wall clock of :class:`FitProgress`, in seconds."""
+    return time.perf_counter()
+
+
+class FitProgress:
+    """Per-iteration progress of a fit: a tqdm bar on a terminal, else plain log lines.
+
+    Parameters
+    ----------
+    max_iter : int
+        The iteration the fit stops at at the latest.
+    tol : float, default 0.0
+        The relative objective change the fit stops below; the ETA is to the iteration where
+        the observed rate of decrease of that change reaches it (:func:`iterations_left`),
+        at most ``max_iter``.
+    bar : bool
+        Draw a bar on stderr (:func:`sphdist._progress.progress`: objective, relative change,
+        s/iteration, ETA); else log one INFO line per iteration on the ``sphdist`` logger.
+
+    Notes
+    -----
+    Called with the solver state after the initialisation (iteration 0, or the iteration a
+    resumed fit starts from) and after every iteration. The seconds of an iteration are the
+    wall time since the previous call, so they include the checkpoint written in between
+    (the solver's own ``state.seconds`` leave it out); the ETA assumes the remaining
+    iterations take the mean of those of this run (:attr:`seconds_per_iteration`). A call
+    for an iteration not after the previous one (a retry resuming from a checkpoint) starts
+    the clock again.
+    """
+
+    def __init__(self, max_iter: int, bar: bool, tol: float = 0.0):
+        self.max_iter = max_iter
+        self.tol = tol
+        self._lines = not bar  # one log line per iteration (a counter of tenths is too sparse)
+        self._last: tuple[int, float] | None = None  # the previous call: iteration, clock
+        self._seconds: list[float] = []
+        self.bar: Any = None  # drawn at the first state: a refused fit draws none
+
+    def __call__(self, state: Any) -> None:
+        """Show ``state`` (a :class:`sphdist.core.solver.FitState`): the bar, or a log line."""
+        from sphdist._progress import progress  # tqdm: a fit's, not a query's (test_startup)
+        from sphdist.jobs.info import shown_objective  # zarr: --help never draws a fit
+
+        if self.bar is None:
+            self.bar = progress(self.max_iter, "fit", unit="it", mode=not self._lines,
+                                bar_format="{desc}: {percentage:3.0f}%|{bar}| {n}/{total} "
+                                           "[{elapsed}]{postfix}")
+        objective = shown_objective(state.objective[-1])
+        now, seconds = _now(), state.seconds[-1]  # the initialisation: the solver's seconds
+        if self._last is not None and state.iteration > self._last[0]:
+            seconds = (now - self._last[1]) / (state.iteration - self._last[0])
+            self._seconds.append(seconds)
+        self._last = (state.iteration, now)
+        per_it = self.seconds_per_iteration
+        per_it = float("nan") if per_it is None else per_it
+        eta = per_it * iterations_left(state.objective, self.tol, self.max_iter)
+        if state.converged:
+            eta = 0.0
+        self.bar.n = state.iteration
+        if not self._lines:
+            self.bar.set_postfix_str(
+                f"objective {objective:.6g}, rel {state.relative_change:.2e}, "
+                f"{per_it:.2f} s/it, ETA {_clock(eta)}"
+                + (", converged" if state.converged else ""),
+                refresh=True,
+            )
+            return
+        logger.info(
+            "iter %4d  objective %.10g  rel_change %.3e  %.2fs  eta %s%s",
+            state.iteration, objective, state.relative_change, seconds,
+            _clock(eta), "  (converged)" if state.converged else "",
+        )
+
+    @property
+    def seconds_per_iteration(self) -> float | None:
+        """Mean wall time between iterations of this run, checkpoints included, in seconds.
+
+        None before the first iteration after the start.
+        """
+        return float(np.mean(self._seconds)) if self._seconds else None
+
+    def close(self) -> None:
+        """Close the bar (if drawn)."""
+        if self.bar is not None:
+            self.bar.close()
+
 
 
 @click.command()
@@ -66,16 +204,16 @@ def _removed_max_partials(ctx: click.Context, param: click.Parameter, value: Any
 @param_option("partials")
 @param_option("accelerate", "--accelerate/--no-accelerate", type=bool)
 @param_option("device")
-@click.option("--init-from", type=STORE_PATH, default=JobSettings.init_from,
+@click.option("--init-from", type=STORE_PATH, default=None,
               help="Warm start: U_0 from this model.zarr (same features and r); --init and "
                    "--seed are then not used.")
-@click.option("--resume", is_flag=True, default=JobSettings.resume,
+@click.option("--resume", is_flag=True,
               help="Continue from the checkpoint at --output.")
-@click.option("--overwrite", is_flag=True, default=JobSettings.overwrite,
+@click.option("--overwrite", is_flag=True,
               help="Replace an existing --output (never one another process is writing).")
 @param_option("checkpoint_every", table=JOB_PARAMS)
 @param_option("checkpoint_interval", table=JOB_PARAMS)
-@click.option("--memory-budget", default=JobSettings.memory_budget, show_default=True,
+@click.option("--memory-budget", default="auto", show_default=True,
               callback=_checked("check_memory_budget"),
               help="Most memory X may take, e.g. 4GiB: held in memory (read once) when it fits, "
                    "else streamed from the store every iteration; auto: a quarter of the "
@@ -94,29 +232,26 @@ def fit(
     and always at the end of the fit; --checkpoint-interval 0 writes every iteration (every
     --checkpoint-every). A fit resumed from any checkpoint reaches the same bits.
     """
-    from sphdist.jobs.fit import prepare_fit
+    from sphdist.jobs import run
+    from sphdist.jobs.fit import FitRequest
     from sphdist.jobs.info import plural, shown_objective, solver_seconds_per_iteration
-
-    # validate the parameters, open the input and decide on the output once, before any
-    # cluster starts; a retry after a worker loss resumes this fit's own checkpoint
 
     old_n_power_iter = params.pop("init_n_iter")  # --init-n-iter, until the next release
     if old_n_power_iter is not None:
         params["n_power_iter"] = old_n_power_iter
     if output is None:
         output = input_.with_name(input_.name.removesuffix(".zarr") + ".model.zarr")
-    # the output's lock is held from here until the last checkpoint is committed
-    n_components, max_iter = params["n_components"], params["max_iter"]
-    with prepare_fit(
-        input_, output, checkpoint_every=checkpoint_every,
-        checkpoint_interval=checkpoint_interval, resume=resume, overwrite=overwrite,
-        init_from=init_from, memory_budget=memory_budget, retries=retries, **params,
-    ) as prepared, connect_options(cluster):
-        progress = FitProgress(max_iter, bar=progress_enabled(), tol=params["tol"])
-        try:
-            model = prepared.run(progress)
-        finally:
-            progress.close()
+    n_components = params["n_components"]
+    progress = FitProgress(params["max_iter"], bar=progress_enabled(), tol=params["tol"])
+    try:  # the parameters validated, the input opened and the output decided on and held
+        # before the cluster starts; a retry after a worker loss resumes its own checkpoint
+        model = run(FitRequest(
+            input_, output, resume=resume, overwrite=overwrite, init_from=init_from,
+            checkpoint_every=checkpoint_every, checkpoint_interval=checkpoint_interval,
+            memory_budget=memory_budget, retries=retries, callback=progress, **params,
+        ), on=connect_options(cluster))
+    finally:
+        progress.close()
     seconds = progress.seconds_per_iteration  # wall time, the checkpoints included
     solving = solver_seconds_per_iteration(model)  # the solver's own, as `sphdist info`
     if as_json:
@@ -193,6 +328,3 @@ def evaluate(
         if result.get("knn_reason"):
             click.echo(f"{result['knn_k']}-NN accuracy not scored: {result['knn_reason']}.")
 
-
-
-COMMANDS = [fit, evaluate]

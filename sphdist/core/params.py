@@ -223,7 +223,7 @@ class Param:
         What the value may be, as plain data (:class:`Range`, :class:`Choice`, ``None``,
         ``"boolean"``, types); the value must satisfy one (:func:`accepts`).
     default : object
-        The default of the estimator, the solver and ``fit_corpus`` (``sphdist fit`` may
+        The default of the estimator, the solver and the fit job (``sphdist fit`` may
         show another where it says so).
     help : str
         One line, also the help of the ``sphdist fit`` option.
@@ -415,7 +415,7 @@ class FitConfig:
 
     Built once where a fit starts: by :meth:`build` (the table's defaults, validated), or
     constructed (its fields' defaults are the table's) and validated by :meth:`checked` (what
-    :func:`sphdist.jobs.fit.plan_fit` does); passed down to the solver
+    :class:`sphdist.jobs.fit.FitRequest` does); passed down to the solver
     (:func:`sphdist.core.solver.fit` takes it as ``config``), its functions and the graph's
     pass. Each attribute's meaning, constraint and default are its row of :data:`PARAMS`;
     ``n_components`` has no default (the estimator's 2 is its own, the command line's is

@@ -4,8 +4,8 @@ A refusal about a model (a checkpoint that holds no embedding yet, a model writt
 digests were recorded) and the fit job's own refusals resolve with a fit of the same
 parameters (:func:`fit_remedy`). It reads the solver's table alone
 (:data:`sphdist.core.params.PARAMS`), so that the model's format (:mod:`sphdist.io.model`)
-offers it without importing the fit job; the job adds its own settings
-(:func:`sphdist.jobs.fit.fit_remedy` is this function).
+offers it without importing the fit job (whose own refusals are its request changed,
+:meth:`sphdist.jobs.fit.FitRequest.remedy`, in the same words).
 """
 
 from __future__ import annotations
@@ -27,8 +27,9 @@ def fit_remedy(
     """The fit of ``input`` to ``output`` with ``params``, as a remedy of an error.
 
     What the fit's refusals offer: a checkpoint's resume, or the asked fit replacing the
-    output. The command line renders it as a ``sphdist fit`` command, the Python API as a call
-    of :func:`sphdist.jobs.fit.fit_corpus` (:func:`sphdist.errors.render`).
+    output. The command line renders it as a ``sphdist fit`` command, the Python API as the
+    :class:`sphdist.jobs.fit.FitRequest` run by ``sphdist.jobs.run``
+    (:func:`sphdist.errors.render`).
 
     Parameters
     ----------
@@ -60,8 +61,8 @@ def fit_remedy(
     >>> fix.overrides
     {'resume': True, 'n_components': 5, 'lam': 'palm'}
     >>> render(remedy(fix))
-    "`sphdist.jobs.fit.fit_corpus(input='c.zarr', output='m.zarr', resume=True, n_components=5, \
-lam='palm')`"
+    "`sphdist.jobs.run(sphdist.jobs.fit.FitRequest(input='c.zarr', output='m.zarr', resume=True, \
+n_components=5, lam='palm'))`"
     """
     overrides: dict[str, Any] = {}
     if resume:

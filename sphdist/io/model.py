@@ -440,7 +440,7 @@ class Model(TaggedStore):
             Also require the same idf (sha256 of its bytes) and tf-idf options, as
             :class:`sphdist.jobs.transform.TransformRequest` does: a document weighted with
             another idf is not the document the model saw. A warm start
-            (``fit_corpus(init_from=...)``) needs only the same features.
+            (``FitRequest(init_from=...)``) needs only the same features.
 
         Raises
         ------

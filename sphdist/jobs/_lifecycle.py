@@ -14,14 +14,17 @@ the same for every command and is done here, by :func:`run`, in this order:
    data), before anything is held or any cluster starts, so that a wrong input costs
    nothing; a refusal about an input comes first, as its remedies already say
    ``overwrite`` where an output is there;
-3. the one overwrite decision, early, and again under the lock: what is at the output is of
-   the request's kind (:func:`~sphdist.io._policy.check_output_kind`) and is replaced only
-   with ``overwrite`` (:func:`~sphdist.io._policy.refuse_existing`, the one wording of it);
-4. the place the work runs (``on``: a Dask cluster's context, entered here and left after);
-5. the hold (:func:`sphdist.io.hold_output`: the lock, from before the output is looked at
-   under it until after the commit), the work on the held output (:meth:`Request.execute`,
-   whose writer commits through the :class:`~sphdist.io.Output` it is given), and the report
-   of a Ctrl-C (:class:`~sphdist.errors.Interrupted`, saying what is at the output).
+3. the one overwrite decision (:meth:`Request.decide`), early, and again under the lock:
+   what is at the output is of the request's kind
+   (:func:`~sphdist.io._policy.check_output_kind`) and is replaced only with ``overwrite``
+   (:func:`~sphdist.io._policy.refuse_existing`, the one wording of it), or, for a request
+   that can continue it (a fit's ``resume``), continued;
+4. the hold (:func:`sphdist.io.hold_output`: the lock, from before the output is looked at
+   under it until after the commit), the place the work runs (``on``: a Dask cluster's
+   context, entered under the hold and left before it ends), the work on the held output
+   (:meth:`Request.execute`, whose writer commits through the :class:`~sphdist.io.Output` it
+   is given), and the report of a Ctrl-C (:class:`~sphdist.errors.Interrupted`, saying what
+   is at the output).
 
 A remedy is a request too: the same request changed (:meth:`Request.replace`, as
 scikit-learn's ``clone(est).set_params(**changes)``), which an error carries
@@ -117,6 +120,26 @@ class Request(abc.ABC):
         """
         return None
 
+    def decide(self, prepared: Any, held: Output | None = None) -> Any:
+        """The overwrite decision: refuse an output already there unless ``overwrite``.
+
+        Made early, before the hold (``held`` None: cheap, never waiting for a writer), and
+        again under the lock (``held``); what it returns then is what :meth:`execute` is
+        given. A request that can also continue what is there (a fit's ``resume``) decides
+        here, in its own words.
+
+        Raises
+        ------
+        OutputExistsError
+            If the output is there and not to be replaced
+            (:func:`~sphdist.io._policy.refuse_existing`).
+        """
+        output = self.output if held is None else held.target
+        there = exists(self.output) if self.writes == "file" else committed(output)
+        if there and not self.overwrite:
+            refuse_existing(output)
+        return prepared
+
     @abc.abstractmethod
     def execute(self, held: Output, prepared: Any) -> Any:
         """The command's own work, writing through ``held`` (whose commit is the only one)."""
@@ -145,14 +168,6 @@ class Request(abc.ABC):
         return Remedy(self.command, target, overrides, say)
 
 
-def _refuse_existing(request: Request) -> None:
-    """Refuse, before the hold, an output that is there and not to be replaced (cheap, early)."""
-    output = request.output
-    there = exists(output) if request.writes == "file" else committed(output)
-    if there and not request.overwrite:
-        refuse_existing(output)
-
-
 def run(request: Request, *, on: AbstractContextManager[Any] | None = None) -> Any:
     """Run ``request``: the policy, its inputs, the overwrite decision, the hold, the work.
 
@@ -161,9 +176,9 @@ def run(request: Request, *, on: AbstractContextManager[Any] | None = None) -> A
     request : Request
         The command to run, validated when it was built.
     on : context manager, optional
-        Where the work runs, entered after every check and before the output is held (the
-        command line's cluster, :func:`sphdist.jobs.cluster.connect`); default: the Dask
-        scheduler active now.
+        Where the work runs, entered once the output is held and decided on, so that a
+        refused or locked output starts no cluster (the command line's cluster,
+        :func:`sphdist.jobs.cluster.connect`); default: the Dask scheduler active now.
 
     Returns
     -------
@@ -188,9 +203,8 @@ def run(request: Request, *, on: AbstractContextManager[Any] | None = None) -> A
     check_output_place(request.output, request.writes, inputs)
     check_output_kind(request.output, request.writes)
     request.check_name()
-    prepared = request.prepare()
-    _refuse_existing(request)
-    with on if on is not None else contextlib.nullcontext(), hold_output(
-            request.output, kind=request.writes, inputs=inputs,
-            overwrite=request.overwrite) as held:
-        return request.execute(held, prepared)
+    prepared = request.decide(request.prepare())
+    with hold_output(request.output, kind=request.writes, inputs=inputs) as held:
+        prepared = request.decide(prepared, held)
+        with on if on is not None else contextlib.nullcontext():
+            return request.execute(held, prepared)

@@ -77,7 +77,7 @@ class SphericalPCA(
         Initial U: Haar-random, or the leading left singular vectors (Sun et al. 2011, V0).
     random_state : int, RandomState instance or None, default 0
         Seed of the initialisation. 0, as for ``sphdist fit`` and
-        :func:`sphdist.jobs.fit.fit_corpus`: every fit path is reproducible from its recorded
+        :class:`sphdist.jobs.fit.FitRequest`: every fit path is reproducible from its recorded
         parameters unless asked otherwise (a checkpointed fit must restart to the same
         iterates); pass None for a fresh draw from NumPy's global state.
     n_power_iter : int, default 4

@@ -122,7 +122,7 @@ def test_quiet_and_log_level_silence_the_progress_lines(runner, source, tmp_path
 
 
 def test_progress_lines_carry_objective_change_and_eta(runner, source, tmp_path):
-    from sphdist.cli._common import FitProgress
+    from sphdist.cli.fit import FitProgress
 
     corpus = tmp_path / "c.zarr"
     runner.invoke(main, ["ingest", str(source), "-o", str(corpus), *HASHED])
@@ -139,11 +139,12 @@ def test_progress_lines_carry_objective_change_and_eta(runner, source, tmp_path)
     try:
         import dask
 
-        from sphdist.jobs.fit import fit_corpus
+        from sphdist.jobs import run
+        from sphdist.jobs.fit import FitRequest
 
         with dask.config.set(scheduler="sync"):
-            model = fit_corpus(corpus, tmp_path / "m.zarr", n_components=2, max_iter=3, tol=0,
-                               callback=progress)
+            model = run(FitRequest(corpus, tmp_path / "m.zarr", n_components=2, max_iter=3, tol=0,
+                                   callback=progress))
     finally:
         logger.removeHandler(handler)
         logger.setLevel(level)

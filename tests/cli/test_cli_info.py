@@ -11,7 +11,8 @@ from sphdist.cli import main
 from sphdist.io import _atomic
 from sphdist.io.corpus_writer import CorpusWriter
 from sphdist.io.model import open_model
-from sphdist.jobs.fit import fit_corpus
+from sphdist.jobs import run
+from sphdist.jobs.fit import FitRequest
 
 from ..reference import random_corpus
 
@@ -42,9 +43,9 @@ def fitted(tmp_path_factory):
     with dask.config.set(scheduler="sync"):
         for name, vocab in (("vocab", True), ("hashed", False)):
             corpus = _corpus(root / f"{name}.zarr", vocab)
-            model = fit_corpus(corpus.path, root / f"{name}.model.zarr", n_components=R,
-                               max_iter=8, tol=0, callback=None,
-                               checkpoint_every=100)
+            model = run(FitRequest(corpus.path, root / f"{name}.model.zarr", n_components=R,
+                                   max_iter=8, tol=0, callback=None,
+                                   checkpoint_every=100))
             out[name] = (corpus, model)
     return out
 
@@ -178,8 +179,8 @@ def test_info_of_a_checkpoint_without_v_does_not_claim_a_v(fitted, tmp_path):
             raise _Stop
 
     with dask.config.set(scheduler="sync"), pytest.raises(_Stop):
-        fit_corpus(corpus.path, tmp_path / "k.zarr", n_components=R, max_iter=200, tol=0,
-                   callback=stop_at_3, checkpoint_interval=0)  # checkpoints 1 and 2 written
+        run(FitRequest(corpus.path, tmp_path / "k.zarr", n_components=R, max_iter=200, tol=0,
+                       callback=stop_at_3, checkpoint_interval=0))  # checkpoints 1 and 2 written
     assert not open_model(tmp_path / "k.zarr").has_embedding
     info = json.loads(_run("info", tmp_path / "k.zarr", "--json").stdout)
     assert info["has_embedding"] is False and info["n_documents"] == N
@@ -209,7 +210,7 @@ def test_top_terms_of_a_hashed_model_says_the_commands_that_give_it_a_vocabulary
     assert fit[fit.index("--input") + 1] == new_corpus, line  # the refit reads the new corpus
     assert new_corpus != str(corpus.path), line  # and replaces neither store it read
     assert fit[fit.index("--output") + 1] != str(model.path), line
-    assert "TextSpec(" not in line and "fit_corpus" not in line, line  # the CLI's words
+    assert "TextSpec(" not in line and "FitRequest" not in line, line  # the CLI's words
 
 
 def test_top_terms_of_a_hashed_model_names_the_python_calls(fitted):
@@ -221,7 +222,7 @@ def test_top_terms_of_a_hashed_model_names_the_python_calls(fitted):
         top_terms(model.path, 3)
     message = str(info.value)
     assert "sphdist.jobs.ingest.IngestRequest(" in message and "vocabulary=True" in message, message
-    assert "sphdist.jobs.fit.fit_corpus(" in message and "--" not in message, message
+    assert "sphdist.jobs.fit.FitRequest(" in message and "--" not in message, message
 
 
 def test_top_terms_remedy_ingests_only_a_source_that_is_there(tmp_path, monkeypatch):

@@ -2,7 +2,7 @@
 
 import numpy as np
 
-from sphdist.cli._common import iterations_left
+from sphdist.cli.fit import iterations_left
 
 
 def test_eta_follows_a_geometric_decrease_of_the_relative_change():

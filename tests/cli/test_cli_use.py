@@ -317,7 +317,7 @@ def test_transform_irregular_chunks_on_the_local_scheduler(tmp_path):
 
     from sphdist.io.corpus_writer import CorpusWriter
     from sphdist.jobs import run
-    from sphdist.jobs.fit import fit_corpus
+    from sphdist.jobs.fit import FitRequest
     from sphdist.jobs.transform import TransformRequest
 
     from ..reference import random_corpus
@@ -330,8 +330,8 @@ def test_transform_irregular_chunks_on_the_local_scheduler(tmp_path):
             w.write_chunk(X[:, a:b], [f"d{j}" for j in range(a, b)])
         corpus = w.commit(idf=np.ones(30))
     with dask.config.set(scheduler="sync"):
-        model = fit_corpus(corpus.path, tmp_path / "m.zarr", n_components=4, max_iter=3,
-                           tol=0, callback=None)
+        model = run(FitRequest(corpus.path, tmp_path / "m.zarr", n_components=4, max_iter=3,
+                               tol=0, callback=None))
         emb = run(TransformRequest(model.path, corpus.path, tmp_path / "e.zarr"))
     A = model.U.T @ X.toarray()
     norms = np.linalg.norm(A, axis=0)

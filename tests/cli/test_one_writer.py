@@ -16,8 +16,8 @@ import pytest
 from click.testing import CliRunner
 
 from sphdist.cli import main
-from sphdist.io.model import open_model
-from sphdist.jobs.fit import prepare_fit
+from sphdist.io.model import load_checkpoint, open_model
+from sphdist.jobs.fit import FitRequest
 
 pytestmark = pytest.mark.slow
 
@@ -67,9 +67,9 @@ def _errors(stderr):
 def _complete_and_resumable(corpus, out):
     model = open_model(out)
     assert model.n_iter == MAX_ITER
-    with prepare_fit(corpus, out, resume=True, n_components=3, max_iter=MAX_ITER,
-                     tol=0) as prepared:
-        assert prepared.previous is not None and prepared.previous.n_iter == MAX_ITER
+    request = FitRequest(corpus, out, resume=True, n_components=3, max_iter=MAX_ITER, tol=0)
+    opened = request.prepare()  # the corpus, and the parameters the model stores
+    assert request.continues(load_checkpoint(out), opened.source.fingerprint, opened.params)
 
 
 def test_two_fits_to_one_output_one_is_refused(corpus, tmp_path):

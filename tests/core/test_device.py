@@ -403,14 +403,15 @@ def test_gpu_fit_agrees_with_the_cpu_fit_on_20_newsgroups(newsgroups5):
 def _resumed_across_devices(corpus, tmp_path):
     """A fit of 6 iterations uninterrupted on the CPU, and cuda 2 -> cpu 4 -> cuda 6."""
     from sphdist.io.model import open_model
-    from sphdist.jobs.fit import fit_corpus
+    from sphdist.jobs import run
+    from sphdist.jobs.fit import FitRequest
 
     common = dict(n_components=2, tol=0.0, callback=None)
-    ref = fit_corpus(corpus, tmp_path / "ref.zarr", max_iter=6, **common)
+    ref = run(FitRequest(corpus, tmp_path / "ref.zarr", max_iter=6, **common))
     out = tmp_path / "m.zarr"
-    fit_corpus(corpus, out, max_iter=2, device="cuda", **common)
-    fit_corpus(corpus, out, max_iter=4, resume=True, device="cpu", **common)
-    fit_corpus(corpus, out, max_iter=6, resume=True, device="cuda", **common)
+    run(FitRequest(corpus, out, max_iter=2, device="cuda", **common))
+    run(FitRequest(corpus, out, max_iter=4, resume=True, device="cpu", **common))
+    run(FitRequest(corpus, out, max_iter=6, resume=True, device="cuda", **common))
     return open_model(out), ref
 
 

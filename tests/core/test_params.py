@@ -13,7 +13,6 @@ from sphdist.cli._common import param_type
 from sphdist.core import kernels, params, partials, solver
 from sphdist.errors import ParameterError
 from sphdist.jobs import params as job_params
-from sphdist.jobs.fit import fit_corpus
 from sphdist.methods.spherical_pca import _constraints
 
 # (value on the command line, the Python value it stands for, valid?) -- written from the
@@ -169,20 +168,17 @@ def test_estimator_constraints_and_defaults_are_the_tables():
     }
 
 
-def test_fit_corpus_defaults_are_the_tables():
-    """fit_corpus re-types no default: its solver parameters come through FitConfig (whose
-    fields are the table's defaults) and its job settings through JobSettings."""
-    signature = inspect.signature(fit_corpus).parameters
-    config = {f.name: f.default for f in dataclasses.fields(params.FitConfig)}
-    for name in params.SOLVER_PARAMS:
-        assert name not in signature or signature[name].default is inspect.Parameter.empty, name
-        if name != "n_components":
-            assert config[name] == params.PARAMS[name].default, name
-    settings = {f.name: f.default for f in dataclasses.fields(job_params.JobSettings)}
+def test_the_fit_requests_defaults_are_the_tables():
+    """FitRequest re-types no default: each field of a solver parameter or a job setting
+    defaults to its row of the table (n_components to none: a fit says its r)."""
+    from sphdist.jobs.fit import FitRequest
+
+    fields = {f.name: f.default for f in dataclasses.fields(FitRequest)}
+    assert fields["n_components"] is dataclasses.MISSING
+    for name in params.SOLVER_PARAMS[1:]:
+        assert fields[name] == params.PARAMS[name].default, name
     for name, param in job_params.JOB_PARAMS.items():
-        assert name not in signature or signature[name].default is inspect.Parameter.empty, name
-        if name in settings:
-            assert settings[name] == param.default, name
+        assert fields[name] == param.default, name
 
 
 def test_solver_takes_every_solver_parameter_with_the_tables_default():

@@ -21,7 +21,8 @@ from sphdist.io.corpus import Corpus
 from sphdist.io.corpus_writer import CorpusWriter
 from sphdist.io.index import open_index
 from sphdist.io.model import load_checkpoint, open_model
-from sphdist.jobs.fit import fit_corpus
+from sphdist.jobs import run
+from sphdist.jobs.fit import FitRequest
 from sphdist.jobs.info import describe
 
 from ..reference import random_corpus
@@ -43,7 +44,7 @@ def _write_corpus(path):
 
 def _fit(corpus_path, out, **kw):
     args = dict(n_components=R, max_iter=2, tol=0, random_state=0, callback=None) | kw
-    return fit_corpus(corpus_path, out, **args)
+    return run(FitRequest(corpus_path, out, **args))
 
 
 @pytest.fixture(scope="module")
@@ -413,7 +414,7 @@ def test_stores_written_before_these_digests_are_read_with_one_warning(copies, c
     assert len(said) == 2, said  # once per store and array
     assert "doc_ids" in said[0] and "IngestRequest(['SOURCE']" in said[0]
     # the Python API's words (issue 32): the refit as a call, of the corpus the model recorded
-    assert "V has" in said[1] and "fit_corpus(input=" in said[1] and "overwrite=True" in said[1]
+    assert "V has" in said[1] and "FitRequest(input=" in said[1] and "overwrite=True" in said[1]
     _swap(out / "V", 3, 7)  # unit columns: an older model's edit cannot be seen
     open_model(out).V().compute()
 

@@ -16,7 +16,8 @@ from sphdist.errors import (
 from sphdist.io import _atomic
 from sphdist.io.corpus_writer import CorpusWriter
 from sphdist.io.model import load_checkpoint, open_model
-from sphdist.jobs.fit import fit_corpus
+from sphdist.jobs import run
+from sphdist.jobs.fit import FitRequest
 
 from ..reference import random_corpus
 
@@ -44,7 +45,7 @@ def _fit(corpus, out, **kw):
     # the default interval (a minute), and these tests read the checkpoints between
     args = dict(n_components=R, max_iter=6, tol=0, random_state=0, callback=None,
                 checkpoint_interval=0) | kw
-    return fit_corpus(corpus.path, out, **args)
+    return run(FitRequest(corpus.path, out, **args))
 
 
 def _assert_same_model(a, b):
@@ -213,7 +214,7 @@ def test_resume_refuses_other_parameters_and_other_corpus(corpus, tmp_path):
         _fit(corpus, out, lam=3.0, resume=True)
     other = _write_corpus(tmp_path / "other.zarr", random_corpus(40, 90, seed=2), [25, 25, 40])
     with pytest.raises(CheckpointMismatchError, match="fingerprint"):
-        fit_corpus(other.path, out, n_components=R, resume=True, callback=None)
+        run(FitRequest(other.path, out, n_components=R, resume=True, callback=None))
     assert open_model(out).n_iter == 2  # nothing was lost
 
 

@@ -92,12 +92,13 @@ def test_open_output_without_overwrite_refuses_what_is_committed(tmp_path):
 def test_fit_refuses_with_the_one_sentence_and_its_own_remedies(stores, monkeypatch):
     """fit says what is there (the checkpoint it could continue) and how to resume or replace
     it, in the same sentence as every writer, from the same function."""
-    from sphdist.jobs.fit import fit_corpus
+    from sphdist.jobs import run
+    from sphdist.jobs.fit import FitRequest
 
     monkeypatch.chdir(stores)
     before = sorted(os.listdir(stores))
     with pytest.raises(OutputExistsError) as info:
-        fit_corpus("c.zarr", "m.zarr", n_components=2, max_iter=3, callback=None)
+        run(FitRequest("c.zarr", "m.zarr", n_components=2, max_iter=3, callback=None))
     message = str(info.value)
     named, said, _ = message.partition(" already exists: ")
     assert said and os.path.basename(named) == "m.zarr", message
@@ -115,7 +116,7 @@ def test_fit_refusal_renders_its_remedies_as_commands(stores, monkeypatch):
     line = result.stderr.strip().splitlines()[-1]
     assert "m.zarr already exists: " in line, line
     assert "sphdist fit " in line and "--overwrite" in line and "--output" in line, line
-    assert "overwrite=True" not in line and "fit_corpus" not in line, line
+    assert "overwrite=True" not in line and "FitRequest" not in line, line
 
 
 def test_synth_refuses_a_text_file_in_an_object_store_that_is_there():

@@ -24,7 +24,7 @@ from sphdist.errors import SphdistError
 from sphdist.io.corpus_writer import CorpusWriter
 from sphdist.io.model import open_model, u_sha256
 from sphdist.jobs import run
-from sphdist.jobs.fit import fit_corpus
+from sphdist.jobs.fit import FitRequest
 from sphdist.jobs.transform import TransformRequest
 
 from ..reference import random_corpus
@@ -39,14 +39,16 @@ WRITER = textwrap.dedent("""
 
     import dask
 
-    from sphdist.jobs.fit import fit_corpus
+    from sphdist.jobs import run
+
+    from sphdist.jobs.fit import FitRequest
 
     corpus, out, rounds = sys.argv[1], sys.argv[2], int(sys.argv[3])
     dask.config.set(scheduler="synchronous")
     print("started", flush=True)
     for i in range(rounds):  # a commit each iteration (checkpoints, then the final model)
-        fit_corpus(corpus, out, n_components=3, tol=0, max_iter=3, random_state=i % 3,
-                   overwrite=True, callback=None, checkpoint_interval=0)
+        run(FitRequest(corpus, out, n_components=3, tol=0, max_iter=3, random_state=i % 3,
+                       overwrite=True, callback=None, checkpoint_interval=0))
 """)
 
 REPLACED = "was replaced while reading; run it again"
@@ -74,8 +76,8 @@ def committed(corpus, tmp_path_factory):
     with dask.config.set(scheduler="sync"):  # the tests' sync_scheduler, for this fixture too
         for seed in SEEDS:
             for k in range(1, MAX_ITER + 1):
-                model = fit_corpus(corpus.path, root / f"ref-{seed}-{k}.zarr", max_iter=k,
-                                   random_state=seed, **KW)
+                model = run(FitRequest(corpus.path, root / f"ref-{seed}-{k}.zarr", max_iter=k,
+                                       random_state=seed, **KW))
                 versions[model.attrs["u_sha256"]] = (
                     model.V().compute() if k == MAX_ITER else None
                 )
@@ -100,7 +102,7 @@ def test_readers_racing_rewrites_see_one_committed_version_or_a_clear_error(
     """On a local path (rename: the reader detects a commit) and a ``file://`` URL (manifest:
     the reader holds its version, the previous one kept one commit)."""
     out = tmp_path / "model.zarr" if where == "local" else f"file://{tmp_path}/model.zarr"
-    fit_corpus(corpus.path, out, max_iter=MAX_ITER, random_state=0, **KW)
+    run(FitRequest(corpus.path, out, max_iter=MAX_ITER, random_state=0, **KW))
     writer = subprocess.Popen(
         [sys.executable, "-c", WRITER, str(corpus.path), str(out), "40"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
@@ -141,14 +143,14 @@ def test_a_version_gone_past_its_grace_period_is_replaced_not_damaged(corpus, tm
     from sphdist.errors import StoreReplacedError
 
     out = f"file://{tmp_path}/model.zarr"
-    fit_corpus(corpus.path, out, max_iter=2, random_state=0, **KW)
+    run(FitRequest(corpus.path, out, max_iter=2, random_state=0, **KW))
     held = open_model(out)
     version = Path(str(held.location).removeprefix("file://"))
     assert version.parent == tmp_path / "model.zarr" and version.name.startswith("v-")
     metadata = (version / "V" / "zarr.json").read_bytes()
     V_held = held.V()  # the tasks that read its chunks, made before the commits
     for seed in (1, 2):  # two commits: the held version is deleted by the second
-        fit_corpus(corpus.path, out, max_iter=2, random_state=seed, overwrite=True, **KW)
+        run(FitRequest(corpus.path, out, max_iter=2, random_state=seed, overwrite=True, **KW))
     assert not version.exists()
     # caught in the middle of that deletion: V's metadata still there, its chunks gone
     (version / "V").mkdir(parents=True)

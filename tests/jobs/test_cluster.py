@@ -15,10 +15,10 @@ from distributed import default_client
 from threadpoolctl import threadpool_info
 
 from sphdist.errors import ParameterError
-from sphdist.jobs import _cluster_deploy, cluster
+from sphdist.jobs import _cluster_deploy, cluster, run
 from sphdist.jobs.cluster import connect, stored_nbytes
 from sphdist.jobs.evaluate import evaluate_model
-from sphdist.jobs.fit import fit_corpus
+from sphdist.jobs.fit import FitRequest
 from sphdist.metrics import evaluate_embedding
 
 REPO = Path(__file__).resolve().parents[2]
@@ -31,7 +31,7 @@ def _fit_on_cluster(corpus, out, n_workers):
         workers = client.scheduler_info()["workers"]
         assert len(workers) == n_workers
         assert all(address.startswith("tls://127.0.0.1:") for address in workers)
-        return fit_corpus(corpus.path, out, **KWARGS)
+        return run(FitRequest(corpus.path, out, **KWARGS))
 
 
 @pytest.fixture(scope="module")
@@ -56,7 +56,7 @@ def test_process_cluster_fit_is_deterministic_and_matches_in_process(
 
     # in-process (the driver's multi-threaded BLAS may round differently from the workers')
     with dask.config.set(scheduler="sync"):
-        local = fit_corpus(newsgroups5.path, tmp_path / "local.zarr", **KWARGS)
+        local = run(FitRequest(newsgroups5.path, tmp_path / "local.zarr", **KWARGS))
     np.testing.assert_allclose(two.objective, local.objective, rtol=1e-12)
 
     U, V = two.U, two.V().compute()
@@ -69,10 +69,10 @@ def test_process_cluster_fit_is_deterministic_and_matches_in_process(
 @pytest.mark.slow
 def test_embedding_clusters_better_than_chance(newsgroups5, tmp_path):
     with dask.config.set(scheduler="sync"):
-        fit_corpus(
+        run(FitRequest(
             newsgroups5.path, tmp_path / "m.zarr", n_components=5, max_iter=30, random_state=0,
             callback=None,
-        )
+        ))
         report = evaluate_model(tmp_path / "m.zarr", newsgroups5.path, n_init=10)
     assert report["n_documents"] == 300 and report["n_clusters"] == 5
     # baseline measured here: the same k-means on random points of the same sphere
@@ -192,8 +192,8 @@ def test_a_streamed_fit_reads_every_chunk_every_pass_and_equals_the_held_one(
         reads.clear()
         caplog.clear()
         with connect(n_workers=0), caplog.at_level(logging.INFO, logger="sphdist"):
-            models[name] = fit_corpus(newsgroups5.path, tmp_path / f"{name}.zarr",
-                                      memory_budget=budget, **(KWARGS | {"max_iter": 3}))
+            models[name] = run(FitRequest(newsgroups5.path, tmp_path / f"{name}.zarr",
+                                          memory_budget=budget, **(KWARGS | {"max_iter": 3})))
         passes = len(reads) / newsgroups5.n_chunks
         messages = " ".join(r.getMessage() for r in caplog.records)
         if name == "held":
@@ -236,7 +236,7 @@ def test_unusable_options_are_refused_before_anything_starts(monkeypatch, kwargs
 def test_threads_fit_matches_the_process_cluster(newsgroups5, two_workers, tmp_path):
     with connect() as client:
         assert client is None
-        threads = fit_corpus(newsgroups5.path, tmp_path / "threads.zarr", **KWARGS)
+        threads = run(FitRequest(newsgroups5.path, tmp_path / "threads.zarr", **KWARGS))
     processes = two_workers
     # bitwise: the result is a function of the corpus and the parameters alone
     assert threads.objective == processes.objective

@@ -1,7 +1,6 @@
-"""The fit job: one preparation, resume decisions, and retries that reuse the preparation."""
+"""The fit job: one request, run once; resume decisions, and retries that reuse what it opened."""
 
 import dataclasses
-import inspect
 import os
 
 import click
@@ -13,9 +12,8 @@ from distributed.client import FutureCancelledError
 from sphdist.errors import CheckpointMismatchError
 from sphdist.io.corpus_writer import CorpusWriter
 from sphdist.io.model import open_model
-from sphdist.jobs import fit
-from sphdist.jobs import params as job_params
-from sphdist.jobs.fit import fit_corpus, prepare_fit
+from sphdist.jobs import fit, run
+from sphdist.jobs.fit import FitRequest
 
 from ..reference import random_corpus
 
@@ -41,34 +39,33 @@ def _same(a, b):
 
 
 def test_every_solver_parameter_is_stored(corpus, tmp_path):
-    model = fit_corpus(corpus.path, tmp_path / "m.zarr", callback=None, dtype="float32",
-                       polar="svd", partials="rows", split_every=3, **KW)
+    model = run(FitRequest(corpus.path, tmp_path / "m.zarr", callback=None, dtype="float32",
+                           polar="svd", partials="rows", split_every=3, **KW))
     assert {k: model.params[k] for k in ("dtype", "polar", "partials", "split_every")} == {
         "dtype": "float32", "polar": "svd", "partials": "rows", "split_every": 3}
 
 
 def test_checkpoint_without_the_new_keys_resumes_with_their_defaults(corpus, tmp_path):
-    reference = fit_corpus(corpus.path, tmp_path / "ref.zarr", callback=None, **KW)
+    reference = run(FitRequest(corpus.path, tmp_path / "ref.zarr", callback=None, **KW))
     out = tmp_path / "m.zarr"
-    fit_corpus(corpus.path, out, callback=None, **{**KW, "max_iter": 2})
+    run(FitRequest(corpus.path, out, callback=None, **{**KW, "max_iter": 2}))
     group = zarr.open_group(str(out), mode="r+")  # as written before these keys were stored
     attrs = dict(group.attrs)
     attrs["params"] = {k: v for k, v in attrs["params"].items()
                        if k not in ("dtype", "polar", "partials", "max_partials")}
     group.attrs.put(attrs)
     with pytest.raises(CheckpointMismatchError, match="dtype: 'float64' -> 'float32'"):
-        with prepare_fit(corpus.path, out, resume=True, dtype="float32", **KW):
-            pass
-    _same(fit_corpus(corpus.path, out, resume=True, callback=None, **KW), reference)
+        run(FitRequest(corpus.path, out, resume=True, dtype="float32", **KW))
+    _same(run(FitRequest(corpus.path, out, resume=True, callback=None, **KW)), reference)
 
 
 def test_checkpoint_that_stored_the_old_name_init_n_iter_resumes_bitwise(corpus, tmp_path):
     # n_power_iter was stored as init_n_iter before the rename (sphdist.core.params.RENAMED);
     # a non-default value, so that reading the old key as missing (the default 4) would refuse
     kw = {**KW, "init": "svd", "n_power_iter": 2}
-    reference = fit_corpus(corpus.path, tmp_path / "ref.zarr", callback=None, **kw)
+    reference = run(FitRequest(corpus.path, tmp_path / "ref.zarr", callback=None, **kw))
     out = tmp_path / "m.zarr"
-    fit_corpus(corpus.path, out, callback=None, **{**kw, "max_iter": 2})
+    run(FitRequest(corpus.path, out, callback=None, **{**kw, "max_iter": 2}))
     group = zarr.open_group(str(out), mode="r+")  # as the code before the rename wrote it
     attrs = dict(group.attrs)
     attrs["params"] = {("init_n_iter" if k == "n_power_iter" else k): v
@@ -76,9 +73,8 @@ def test_checkpoint_that_stored_the_old_name_init_n_iter_resumes_bitwise(corpus,
     group.attrs.put(attrs)
     assert open_model(out).params["n_power_iter"] == 2
     with pytest.raises(CheckpointMismatchError, match="n_power_iter: 2 -> 3"):
-        with prepare_fit(corpus.path, out, resume=True, **{**kw, "n_power_iter": 3}):
-            pass
-    resumed = fit_corpus(corpus.path, out, resume=True, callback=None, **kw)
+        run(FitRequest(corpus.path, out, resume=True, **{**kw, "n_power_iter": 3}))
+    resumed = run(FitRequest(corpus.path, out, resume=True, callback=None, **kw))
     _same(resumed, reference)
     assert resumed.n_iter == reference.n_iter == KW["max_iter"]
     stored = zarr.open_group(str(out), mode="r").attrs["params"]  # rewritten under the new name
@@ -88,9 +84,9 @@ def test_checkpoint_that_stored_the_old_name_init_n_iter_resumes_bitwise(corpus,
 def test_retry_resumes_its_own_checkpoint_without_reopening_the_input(
     corpus, tmp_path, monkeypatch
 ):
-    reference = fit_corpus(corpus.path, tmp_path / "ref.zarr", callback=None, **KW)
+    reference = run(FitRequest(corpus.path, tmp_path / "ref.zarr", callback=None, **KW))
     out = tmp_path / "m.zarr"
-    fit_corpus(corpus.path, out, callback=None, **KW)  # an older model, to be overwritten
+    run(FitRequest(corpus.path, out, callback=None, **KW))  # an older model, to be overwritten
     opened = []
     open_input = fit.open_input
     monkeypatch.setattr(fit, "open_input", lambda path: opened.append(path) or open_input(path))
@@ -102,10 +98,8 @@ def test_retry_resumes_its_own_checkpoint_without_reopening_the_input(
             lost.append(state.iteration)
             raise FutureCancelledError("pass", reason="lost")
 
-    plan = fit.plan_fit(corpus.path, out, fit.FitConfig(**KW),
-                        fit.JobSettings(overwrite=True, checkpoint_interval=0))  # each one
-    with fit.open_fit(plan) as job:
-        model = job.run(lose_a_worker_once)  # the plan's retries: 3
+    model = run(FitRequest(corpus.path, out, overwrite=True, checkpoint_interval=0,  # each one
+                           callback=lose_a_worker_once, **KW))  # its retries: 3
     assert lost == [3] and opened == [corpus.path]
     assert seen == [0, 1, 2, 3, 3, 4, 5]  # the retry resumed the checkpoint of iteration 2
     _same(model, reference)
@@ -121,9 +115,9 @@ def test_workers_lost_after_every_retry_is_a_typed_error_naming_the_resume(corpu
         if state.iteration == 2:
             raise FutureCancelledError("pass", reason="lost")
 
-    with pytest.raises(WorkersLostError, match=r"3 attempts .* resume=True") as info, \
-            prepare_fit(corpus.path, out, checkpoint_interval=0, **KW) as prepared:
-        prepared.run(always_lost_at_2, retries=2)
+    with pytest.raises(WorkersLostError, match=r"3 attempts .* resume=True") as info:
+        run(FitRequest(corpus.path, out, checkpoint_interval=0, retries=2,
+                       callback=always_lost_at_2, **KW))
     assert isinstance(info.value.__cause__, FutureCancelledError)
     # the first attempt started the fit; each retry resumed its checkpoint of iteration 1
     assert seen == [0, 1, 2, 2, 2]
@@ -133,12 +127,15 @@ def test_the_fit_holds_its_output_once_and_releases_it(corpus, tmp_path):
     from sphdist.errors import OutputLockedError
     from sphdist.io import lock_holder, open_output
 
-    out = tmp_path / "m.zarr"
-    with prepare_fit(corpus.path, out, **KW) as job:
-        assert lock_holder(out)["pid"] == os.getpid()
+    out, seen = tmp_path / "m.zarr", []
+
+    def held(state):
+        seen.append(lock_holder(out)["pid"])
         with pytest.raises(OutputLockedError), open_output(out):
             pass  # not reentrant: nobody else writes it while the fit holds it
-        job.run(callback=None)
+
+    run(FitRequest(corpus.path, out, callback=held, **KW))
+    assert seen == [os.getpid()] * (KW["max_iter"] + 1)
     assert lock_holder(out) is None
     with open_output(out):
         pass
@@ -155,7 +152,7 @@ def test_the_corpus_is_opened_once_per_fit(corpus, tmp_path, monkeypatch):
                         lambda *a, **k: opened.append(a[0]) or open_node(*a, **k))
     monkeypatch.setattr(stored_corpus, "readable_path",
                         lambda p: resolved.append(p) or readable_path(p))
-    fit_corpus(corpus.path, tmp_path / "m.zarr", callback=None, retries=1, **KW)
+    run(FitRequest(corpus.path, tmp_path / "m.zarr", callback=None, retries=1, **KW))
     assert len(opened) == 1 and len(resolved) == 1
 
 
@@ -166,10 +163,10 @@ def test_palm_fit_resumed_from_its_checkpoint_is_bitwise_the_uninterrupted_one(
     """Issue 31 item 8: ``--lam palm --mu palm --dtype float32`` resumed from a checkpoint
     (V_k stored as float64) differed from iteration 6; every iterate is bitwise now."""
     kw = {**KW, "lam": "palm", "mu": "palm", "dtype": dtype, "max_iter": 8}
-    reference = fit_corpus(corpus.path, tmp_path / "ref.zarr", callback=None, **kw)
+    reference = run(FitRequest(corpus.path, tmp_path / "ref.zarr", callback=None, **kw))
     out = tmp_path / "m.zarr"
-    fit_corpus(corpus.path, out, callback=None, **{**kw, "max_iter": 5})
-    _same(fit_corpus(corpus.path, out, resume=True, callback=None, **kw), reference)
+    run(FitRequest(corpus.path, out, callback=None, **{**kw, "max_iter": 5}))
+    _same(run(FitRequest(corpus.path, out, resume=True, callback=None, **kw)), reference)
 
 
 def _as_written_by_the_chained_pass(out, nudge):
@@ -192,77 +189,71 @@ def test_a_checkpoint_of_the_chained_pass_is_refused_with_the_fit_to_start_again
     version's summation order does not reproduce to the bit was refused as "fitted on other
     data"; it is refused saying why, with the fit to start again. One it does reproduce
     resumes."""
-    reference = fit_corpus(corpus.path, tmp_path / "ref.zarr", callback=None, **KW)
+    reference = run(FitRequest(corpus.path, tmp_path / "ref.zarr", callback=None, **KW))
     out = tmp_path / "m.zarr"
-    fit_corpus(corpus.path, out, callback=None, **{**KW, "max_iter": 2})
+    run(FitRequest(corpus.path, out, callback=None, **{**KW, "max_iter": 2}))
     _as_written_by_the_chained_pass(out, nudge=True)
     with pytest.raises(CheckpointMismatchError, match="earlier version of sphdist") as caught:
-        fit_corpus(corpus.path, out, resume=True, callback=None, **KW)
+        run(FitRequest(corpus.path, out, resume=True, callback=None, **KW))
     assert "max_partials=8" in str(caught.value) and "other data" not in str(caught.value)
     # a Python caller is told the call, in keywords; the remedy itself is on the exception
-    assert f"fit_corpus(input='{corpus.path}', output='{out}', overwrite=True" in str(
+    assert f"FitRequest(input='{corpus.path}', output='{out}', overwrite=True" in str(
         caught.value)
     assert "--" not in str(caught.value)
     (fix,) = caught.value.remedies
     assert fix.action == "fit" and fix.overrides["overwrite"] is True
     assert open_model(out).n_iter == 2  # nothing written
-    _same(fit_corpus(corpus.path, out, overwrite=True, callback=None, **KW), reference)
-    fit_corpus(corpus.path, out, overwrite=True, callback=None, **{**KW, "max_iter": 2})
+    _same(run(FitRequest(corpus.path, out, overwrite=True, callback=None, **KW)), reference)
+    run(FitRequest(corpus.path, out, overwrite=True, callback=None, **{**KW, "max_iter": 2}))
     _as_written_by_the_chained_pass(out, nudge=False)  # the same sums: it continues, bitwise
-    _same(fit_corpus(corpus.path, out, resume=True, callback=None, **KW), reference)
+    _same(run(FitRequest(corpus.path, out, resume=True, callback=None, **KW)), reference)
 
 
-# -- the plan: pure, fully validated, one config ---------------------------------------------
+# -- the request: pure, fully validated, one config ------------------------------------------
 
 @pytest.mark.parametrize("bad", [
     {"n_components": -5}, {"lam": 1.0}, {"tol": -1}, {"mu": -1.0}, {"dtype": "int64"},
     {"device": "gpu"}, {"checkpoint_every": 0}, {"checkpoint_interval": -1.0}, {"retries": -1},
     {"memory_budget": "lots"},
 ])
-def test_the_plan_refuses_an_invalid_value_before_anything_is_opened_or_written(
+def test_the_request_refuses_an_invalid_value_before_anything_is_opened_or_written(
     tmp_path, bad
 ):
-    """Issue 32, item 4: every value the table or the job's settings refuse is refused by
-    plan_fit, which reads nothing (the input does not exist) and writes nothing (no lock, no
-    output, no staging)."""
+    """Issue 32, item 4: every value the table or the job's settings refuse is refused when
+    the request is built, which reads nothing (the input does not exist) and writes nothing
+    (no lock, no output, no staging)."""
     from sphdist.errors import ParameterError
 
     input, out = tmp_path / "missing.zarr", tmp_path / "m.zarr"
-    kwargs = {**KW, **bad}
     with pytest.raises(ParameterError, match=next(iter(bad)) if "memory" not in str(bad)
                        else "memory budget"):
-        prepare_fit(input, out, **kwargs)
-    config = {k: v for k, v in kwargs.items() if k in fit.fit_params.SOLVER_PARAMS}
-    job = {k: v for k, v in kwargs.items() if k not in config}
-    with pytest.raises(ParameterError):
-        fit.plan_fit(input, out, fit.FitConfig(**config), fit.JobSettings(**job))
-    with pytest.raises(ParameterError):
-        fit_corpus(input, out, callback=None, **kwargs)
+        FitRequest(input, out, **{**KW, **bad})
     assert list(tmp_path.iterdir()) == []
 
 
-def test_the_plan_is_pure_and_carries_the_config_the_solver_is_given(
+def test_the_request_is_pure_and_carries_the_config_the_solver_is_given(
     corpus, tmp_path, monkeypatch
 ):
-    """One FitConfig, built and validated once (plan_fit), is what solver.fit runs with."""
+    """One FitConfig, built and validated once (with the request), is what solver.fit runs
+    with."""
     out = tmp_path / "m.zarr"
-    plan = fit.plan_fit(corpus.path, out, fit.FitConfig(dtype="float32", **KW),
-                        fit.JobSettings(checkpoint_every=2, memory_budget="1MiB"))
+    request = FitRequest(corpus.path, out, dtype="float32", checkpoint_every=2,
+                         memory_budget="1MiB", callback=None, **KW)
     assert [p.name for p in tmp_path.iterdir()] == ["corpus.zarr"]  # nothing new
-    assert plan.config.dtype == np.dtype("float32") and plan.job.memory_budget == 2**20
+    assert request.config.dtype == np.dtype("float32") and request.budget == 2**20
+    assert request.dtype == "float32" and request.memory_budget == "1MiB"
     with pytest.raises(dataclasses.FrozenInstanceError):
-        plan.config.lam = "palm"
+        request.lam = "palm"
     given = []
     solver_fit = fit.solver.fit
     monkeypatch.setattr(fit.solver, "fit",
                         lambda X, **kw: given.append(kw["config"]) or solver_fit(X, **kw))
-    with fit.open_fit(plan) as job:
-        model = job.run(callback=None)
-    assert given == [plan.config] and given[0] is plan.config
+    model = run(request)
+    assert given == [request.config] and given[0] is request.config
     assert model.params["dtype"] == "float32" and model.n_iter == KW["max_iter"]
 
 
-def test_run_retries_as_the_plan_says_by_default(corpus, tmp_path):
+def test_run_retries_as_the_request_says(corpus, tmp_path):
     from sphdist.errors import WorkersLostError
 
     seen = []
@@ -272,31 +263,27 @@ def test_run_retries_as_the_plan_says_by_default(corpus, tmp_path):
         if state.iteration == 1:
             raise FutureCancelledError("pass", reason="lost")
 
-    with pytest.raises(WorkersLostError, match="2 attempts"), \
-            prepare_fit(corpus.path, tmp_path / "m.zarr", retries=1, **KW) as job:
-        job.run(always_lost_at_1)
+    with pytest.raises(WorkersLostError, match="2 attempts"):
+        run(FitRequest(corpus.path, tmp_path / "m.zarr", retries=1, callback=always_lost_at_1,
+                       **KW))
     assert seen == [0, 1, 0, 1]  # no checkpoint before iteration 1: started again
 
 
 def test_the_command_lines_defaults_are_the_configs():
-    """Each option of `sphdist fit` that sets a FitConfig or JobSettings field defaults to
-    that field's default (n_components, which FitConfig leaves to the caller: the job's
-    N_COMPONENTS); nothing re-types one."""
+    """Each option of `sphdist fit` that sets a field of FitRequest defaults to that field's
+    default (n_components, which the request leaves to the caller: the job's N_COMPONENTS);
+    nothing re-types one."""
     from sphdist.cli.fit import fit as command
     from sphdist.jobs.params import N_COMPONENTS
 
-    config = {f.name: f.default for f in dataclasses.fields(fit.FitConfig)}
-    job = {f.name: f.default for f in dataclasses.fields(fit.JobSettings)}
-    assert config.pop("n_components") is dataclasses.MISSING
-    expected = {**config, **job, "n_components": N_COMPONENTS}
+    fields = {f.name: f.default for f in dataclasses.fields(FitRequest)
+              if f.init and f.name not in ("input", "output", "callback")}
+    assert fields.pop("n_components") is dataclasses.MISSING
+    expected = {**fields, "n_components": N_COMPONENTS}
     context = click.Context(command)
     options = {p.name: p.get_default(context) for p in command.params if p.name in expected}
     assert set(options) == set(expected)
     assert options == expected
-    # fit_corpus takes the FitConfig and JobSettings (or their fields as keywords): no
-    # default of theirs is typed again in its signature
-    signature = inspect.signature(fit_corpus).parameters
-    assert {"config", "job"} <= set(signature) and not set(signature) & {*config, *job}
 
 
 # -- what a fit does with the output: a pure decision with its remedies ----------------------
@@ -333,15 +320,26 @@ def _checkpoint(n_iter=2, converged=False, fingerprint="a" * 64, **changes):
 def test_the_output_decision_is_pure_and_names_its_remedies(
     previous, resume, overwrite, action, error, remedies
 ):
-    decision = job_params.decide_output(previous, "a" * 64, "/new/corpus.zarr", _stored(),
-                                        resume=resume, overwrite=overwrite)
-    assert decision.action == action
-    assert (decision.error and decision.error.__name__) == error
-    assert [r.action for r in decision.remedies] == remedies
-    for remedy in decision.remedies:  # replace: the fit asked; resume: the one that is there
-        expected = _stored() if remedy.action == "overwrite" else {
-            **_stored(), **{k: previous.params[k] for k in job_params.RESUME_KEYS}}
-        assert remedy.params == expected
-        assert remedy.input == ("/old/corpus.zarr" if remedy.action == "resume"
-                                and previous.corpus["fingerprint"] != "a" * 64
-                                else "/new/corpus.zarr")
+    """FitRequest.continues reads nothing: resume, start afresh, or refuse with the request
+    changed as remedies (replace: the fit asked; resume: the one that is there)."""
+    from sphdist import errors
+    from sphdist.core import params
+
+    request = FitRequest("/new/corpus.zarr", "/out/m.zarr", resume=resume, overwrite=overwrite,
+                         n_components=3, max_iter=5)
+    if error is None:
+        assert request.continues(previous, "a" * 64, _stored()) is (action == "resume")
+        return
+    with pytest.raises(getattr(errors, error)) as caught:
+        request.continues(previous, "a" * 64, _stored())
+    fixes = caught.value.remedies
+    assert ["resume" if f.overrides.get("resume") else "overwrite" for f in fixes] == remedies
+    for fix in fixes:
+        theirs = fix.overrides.get("resume") is True
+        assert fix.action == "fit" and dict(fix.target) == {
+            "input": "/old/corpus.zarr" if theirs and previous.corpus["fingerprint"] != "a" * 64
+            else "/new/corpus.zarr", "output": "/out/m.zarr"}
+        recorded = {k: v for k, v in previous.params.items() if k in params.RESUME_PARAMS
+                    and v != params.PARAMS[k].default} if theirs else {}
+        assert dict(fix.overrides) == {"resume" if theirs else "overwrite": True,
+                                       "n_components": 3, "max_iter": 5, **recorded}

@@ -9,8 +9,9 @@ import pytest
 from sphdist.core import graph
 from sphdist.io.corpus import open_input
 from sphdist.io.corpus_writer import CorpusWriter
+from sphdist.jobs import run
 from sphdist.jobs.cluster import connect, stored_nbytes
-from sphdist.jobs.fit import fit_corpus
+from sphdist.jobs.fit import FitRequest
 
 from ..reference import random_corpus
 
@@ -48,8 +49,8 @@ def _fit(corpus, out, passes, **kwargs):
     """The fit, the passes it made and whether each state held its pass's V."""
     passes.update(fit=0, embedding=0)
     held = []
-    model = fit_corpus(corpus.path, out, callback=lambda s: held.append(s.held_V is not None),
-                       **{**KW, **kwargs})
+    model = run(FitRequest(corpus.path, out, callback=lambda s: held.append(s.held_V is not None),
+                           **{**KW, **kwargs}))
     return model, dict(passes), held
 
 

@@ -13,7 +13,8 @@ from sphdist.cli import main
 from sphdist.errors import ParameterError
 from sphdist.io import output_format
 from sphdist.io.corpus_writer import CorpusWriter
-from sphdist.jobs.fit import fit_corpus
+from sphdist.jobs import run
+from sphdist.jobs.fit import FitRequest
 
 from ..reference import random_corpus
 
@@ -35,8 +36,8 @@ def model(tmp_path_factory):
         w.write_chunk(X, [str(j) for j in range(40)], np.arange(40) % 2)
         corpus = w.commit(idf=np.ones(30))
     with dask.config.set(scheduler="sync"):
-        return fit_corpus(corpus.path, root / "m.zarr", n_components=3, max_iter=4, tol=0,
-                          callback=None, checkpoint_every=100).path
+        return run(FitRequest(corpus.path, root / "m.zarr", n_components=3, max_iter=4, tol=0,
+                              callback=None, checkpoint_every=100)).path
 
 
 def _error_line(result):

@@ -16,7 +16,7 @@ from sphdist.io import open_output
 from sphdist.io.model import load_checkpoint
 from sphdist.jobs import run
 from sphdist.jobs.export import ExportRequest
-from sphdist.jobs.fit import fit_corpus
+from sphdist.jobs.fit import FitRequest
 from sphdist.jobs.ingest import IngestRequest
 from sphdist.jobs.synth import SynthRequest
 from sphdist.jobs.transform import TransformRequest
@@ -37,8 +37,8 @@ def fitted(tmp_path_factory):
     root = tmp_path_factory.mktemp("lock")
     run(SynthRequest(output=root / "corpus.zarr", format="corpus", **SYNTH))
     with dask.config.set(scheduler="sync"):
-        fit_corpus(root / "corpus.zarr", root / "model.zarr", n_components=2, max_iter=3,
-                   callback=None)
+        run(FitRequest(root / "corpus.zarr", root / "model.zarr", n_components=2, max_iter=3,
+                       callback=None))
     return root
 
 
@@ -53,16 +53,16 @@ def _refused(holder, target, write):
 @pytest.mark.parametrize("overwrite", [False, True])
 def test_fit_refuses(fitted, tmp_path, holder, overwrite):
     out = tmp_path / "model.zarr"
-    fit_corpus(fitted / "corpus.zarr", out, n_components=2, max_iter=2, callback=None)
+    run(FitRequest(fitted / "corpus.zarr", out, n_components=2, max_iter=2, callback=None))
     (tmp_path / "model.zarr.tmp-0123456789ab").mkdir()  # the holder's next checkpoint
-    _refused(holder, out, lambda: fit_corpus(
+    _refused(holder, out, lambda: run(FitRequest(
         fitted / "corpus.zarr", out, n_components=2, max_iter=2, callback=None,
-        overwrite=overwrite))
+        overwrite=overwrite)))
 
 
 def test_checkpoint_recovery_is_the_holders_job(fitted, tmp_path, holder):
     out = tmp_path / "model.zarr"
-    fit_corpus(fitted / "corpus.zarr", out, n_components=2, max_iter=2, callback=None)
+    run(FitRequest(fitted / "corpus.zarr", out, n_components=2, max_iter=2, callback=None))
     out.rename(tmp_path / "model.zarr.old")  # the holder is between its two renames
     def recover():  # what a second writer must do to recover: hold the output first
         with open_output(out) as held:

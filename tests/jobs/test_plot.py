@@ -9,7 +9,8 @@ from matplotlib.image import imread
 
 from sphdist.cli import main
 from sphdist.io.corpus_writer import CorpusWriter
-from sphdist.jobs.fit import fit_corpus
+from sphdist.jobs import run
+from sphdist.jobs.fit import FitRequest
 from sphdist.jobs.plotting import sample_documents
 
 from ..reference import random_corpus
@@ -35,8 +36,8 @@ def models(corpus, tmp_path_factory):
     root = tmp_path_factory.mktemp("models")
     with dask.config.set(scheduler="sync"):
         return {
-            r: fit_corpus(corpus.path, root / f"m{r}.zarr", n_components=r, max_iter=6, tol=0,
-                          callback=None, checkpoint_every=100)
+            r: run(FitRequest(corpus.path, root / f"m{r}.zarr", n_components=r, max_iter=6, tol=0,
+                              callback=None, checkpoint_every=100))
             for r in (2, 3, 5)
         }
 
@@ -90,8 +91,8 @@ def test_convergence_series_of_a_stateless_and_a_kept_fit(tmp_path):
         corpus = w.commit(idf=np.ones(30))
     for lam in ("exact", 2.5):
         out = tmp_path / f"m{lam}.zarr"
-        fit_corpus(corpus.path, out, n_components=2, max_iter=4, tol=1e-9, lam=lam,
-                   callback=None)
+        run(FitRequest(corpus.path, out, n_components=2, max_iter=4, tol=1e-9, lam=lam,
+                       callback=None))
         s = convergence_series(open_model(out).attrs)
         f = np.asarray(open_model(out).objective)
         np.testing.assert_allclose(s["relative_change"], np.abs(np.diff(f)) / f[:-1])
@@ -155,8 +156,8 @@ def test_a_transformed_set_is_titled_by_its_embedding_with_empty_and_degenerate_
                       label_names=["x", "y"]) as w:
         w.write_chunk(sp.csc_matrix(X), [str(j) for j in range(N)], np.arange(N) % 2)
         train = w.commit(idf=np.ones(m))
-    model = fit_corpus(train.path, tmp_path / "m.zarr", n_components=3, max_iter=4, tol=0,
-                       callback=None)
+    model = run(FitRequest(train.path, tmp_path / "m.zarr", n_components=3, max_iter=4, tol=0,
+                           callback=None))
     assert np.all(model.U[unused] == 0)  # the U-step is a polar factor of X V^T
     new = random_corpus(m, 15, density=0.3, seed=8, n_empty=0).tolil()
     new[unused, :] = 0
@@ -190,8 +191,8 @@ def nine(corpus, tmp_path_factory):
 
     path = tmp_path_factory.mktemp("nine") / "m9.zarr"
     with dask.config.set(scheduler="sync"):
-        return fit_corpus(corpus.path, path, n_components=3, max_iter=9, tol=0, lam=2.5,
-                          callback=None, checkpoint_every=100)
+        return run(FitRequest(corpus.path, path, n_components=3, max_iter=9, tol=0, lam=2.5,
+                              callback=None, checkpoint_every=100))
 
 
 def _faked(model, n_iter, decades):
@@ -298,8 +299,8 @@ def test_the_legend_is_readable_at_any_number_of_labels(tmp_path, n_labels):
                       label_names=names) as w:
         w.write_chunk(random_corpus(M, n, seed=6), [str(j) for j in range(n)], codes)
         w.commit(idf=np.ones(M))
-    model = fit_corpus(path, tmp_path / "m.zarr", n_components=3, max_iter=2, tol=0,
-                       callback=None, checkpoint_every=100)
+    model = run(FitRequest(path, tmp_path / "m.zarr", n_components=3, max_iter=2, tol=0,
+                           callback=None, checkpoint_every=100))
     from sphdist.jobs.plotting import embedding_figure
 
     fig, report = embedding_figure(model.path, tmp_path / "e.png", max_points=n)

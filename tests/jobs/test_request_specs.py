@@ -1,5 +1,5 @@
 """The request specs of the jobs (issue 32, item 5; issue 39): NeighborRequest, SynthRequest,
-fit_corpus's FitConfig/JobSettings; each validated when made."""
+FitRequest; each validated when made."""
 
 import dataclasses
 
@@ -97,21 +97,23 @@ def test_a_synth_request_is_its_spec_and_the_same_request_writes_the_same_bytes(
     assert not (tmp_path / "c.jsonl").exists() and not (tmp_path / "c.csv").exists()
 
 
-def test_fit_corpus_takes_a_config_or_its_fields(tmp_path):
-    from sphdist.core.params import FitConfig
-    from sphdist.jobs.fit import fit_corpus
-    from sphdist.jobs.params import JobSettings
+def test_the_fit_is_one_request_of_its_fields(tmp_path):
+    """Issue 39: one entry, run(FitRequest(...)); a changed request is a value, validated
+    again; no twin taking a config or its fields as keywords."""
+    from sphdist.jobs import fit
+    from sphdist.jobs.fit import FitRequest
 
     corpus = tmp_path / "c.zarr"
     run(SynthRequest(output=corpus, n_docs=30, n_topics=2, vocab_size=40, format="corpus",
                      n_features=32, chunk_size=10))
-    a = fit_corpus(corpus, tmp_path / "a.zarr", FitConfig(n_components=2, max_iter=3),
-                   callback=None)
-    b = fit_corpus(corpus, tmp_path / "b.zarr", n_components=2, max_iter=3, callback=None)
-    assert a.objective == b.objective
-    with pytest.raises(TypeError, match="not both"):
-        fit_corpus(corpus, tmp_path / "c.zarr", FitConfig(n_components=2), max_iter=3)
-    with pytest.raises(TypeError, match="missing its FitConfig"):
-        fit_corpus(corpus, tmp_path / "c.zarr", job=JobSettings())
+    request = FitRequest(corpus, tmp_path / "a.zarr", n_components=2, max_iter=3, callback=None)
+    a = run(request)
+    b = run(request.replace(output=tmp_path / "b.zarr"))
+    assert a.objective == b.objective and a.params == b.params
+    with pytest.raises(ParameterError, match="max_iter"):
+        request.replace(max_iter=-1)
     with pytest.raises(TypeError, match="n_components"):
-        fit_corpus(corpus, tmp_path / "c.zarr", max_iter=3)
+        FitRequest(corpus, tmp_path / "c.zarr", max_iter=3)
+    with pytest.raises(TypeError):  # every parameter after the paths is a keyword
+        FitRequest(corpus, tmp_path / "c.zarr", 2)
+    assert not {"fit_corpus", "prepare_fit", "plan_fit", "open_fit"} & set(dir(fit))

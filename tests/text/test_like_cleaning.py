@@ -138,10 +138,10 @@ def test_cli_like_cleaning_overridden_option_by_option(stripped_corpus, tmp_path
 def test_model_embeds_documents_ingested_with_its_cleaning_overridden(stripped_corpus,
                                                                       tmp_path):
     from sphdist.jobs import run
-    from sphdist.jobs.fit import fit_corpus
+    from sphdist.jobs.fit import FitRequest
     from sphdist.jobs.transform import TransformRequest
 
-    model = fit_corpus(stripped_corpus, tmp_path / "m.zarr", n_components=2, max_iter=3)
+    model = run(FitRequest(stripped_corpus, tmp_path / "m.zarr", n_components=2, max_iter=3))
     new = run(IngestRequest(_jsonl(tmp_path / "new.jsonl", ONE_LINE), tmp_path / "new.zarr",
                             like=model.path, text=TextSpec(remove=())))
     embedding = run(TransformRequest(model.path, new.path, tmp_path / "e.zarr"))
