@@ -29,7 +29,7 @@ import numpy as np
 
 from sphdist.cli._remedies import render_for, rendered
 from sphdist.core.params import PARAMS, Choice, Param, Range, describe
-from sphdist.errors import Interrupted, SphdistError, Words
+from sphdist.errors import Interrupted, SphdistError, Text
 
 logger = logging.getLogger("sphdist")
 
@@ -442,11 +442,11 @@ class _AboveTheBars(logging.StreamHandler):  # type: ignore[type-arg]
 
 
 class _CommandLineWords(logging.Formatter):
-    """Formats a log line with its :class:`~sphdist.errors.Words` in the command line's words."""
+    """Formats a log line with its :class:`~sphdist.errors.Text` in the command line's words."""
 
     def format(self, record: logging.LogRecord) -> str:
         args = record.args if isinstance(record.args, tuple) else ()
-        if isinstance(record.msg, Words) or any(isinstance(a, Words) for a in args):
+        if isinstance(record.msg, Text) or any(isinstance(a, Text) for a in args):
             record = rendered(record)
         return super().format(record)
 

@@ -23,7 +23,7 @@ import numpy as np
 import zarr
 from zarr.core.sync import sync
 
-from sphdist.errors import SphdistError, StorageError, Words, option
+from sphdist.errors import SphdistError, StorageError, Text, option
 
 __all__ = [
     "content_sha256",
@@ -111,7 +111,7 @@ def warn_undigested(path: Any, what: str, remedy: str) -> None:
     """
     logger.warning(
         "%s: %s has no recorded digest (written by an earlier sphdist), so a change to it "
-        "cannot be detected. To resolve this, %s.", path, what, Words(remedy),
+        "cannot be detected. To resolve this, %s.", path, what, Text(remedy),
     )
 
 
@@ -196,13 +196,12 @@ def require_written(arr: zarr.Array, path: Any, what: str, parameter: str = "out
         return
     name = Path(str(path)).name
     raise StorageError(
-        f"{path}: {len(missing)} of the {math.prod(arr.cdata_shape)} chunk files of {what} that "
-        f"the tasks wrote are not where this process reads them (first: {missing[0]}): the "
-        "workers do not share this machine's filesystem. Nothing was committed. To resolve "
-        "this, write the output where this machine and every worker reach the same files: an "
-        f"object store (e.g. {option(parameter, f's3://BUCKET/{name}')}) or a filesystem "
-        "mounted at the same "
-        "path on every node."
+        f"{path}: {len(missing)} of the {math.prod(arr.cdata_shape)} chunk files of {what} "
+        f"that the tasks wrote are not where this process reads them (first: {missing[0]}): "
+        "the workers do not share this machine's filesystem. Nothing was committed. To "
+        "resolve this, write the output where this machine and every worker reach the same "
+        "files: an object store (e.g. " + option(parameter, f's3://BUCKET/{name}')
+        + ") or a filesystem mounted at the same path on every node."
     )
 
 

@@ -243,9 +243,10 @@ def output_format(
     if told is not None and format is not None and format != told:
         fixed = path.with_name(path.stem + _suffix_of(format, formats))
         return _refuse(
-            f"{path} is named as a {told} file, but {option('format', format)} was "
-            f"asked for. To resolve this, ",
-            f"name it {fixed}, or leave out {option('format')} ({told} is written).", fixed, redo)
+            f"{path} is named as a {told} file, but " + option("format", format)
+            + " was asked for. To resolve this, ",
+            f"name it {fixed}, or leave out " + option("format") + f" ({told} is written).",
+            fixed, redo)
     if told is not None:
         return told
     if format is not None and format in formats.values():

@@ -128,8 +128,8 @@ class _Input:
             raise DataError(
                 f"{self.path}: all {self.n_documents} documents are empty (no nonzero value), "
                 "so there is nothing to fit. To resolve this, check the source and the ingest "
-                f"options (e.g. {option('remove_headers', True)} on very short texts) and "
-                "re-ingest."
+                "options (e.g. " + option("remove_headers", True)
+                + " on very short texts) and re-ingest."
             )
 
 

@@ -138,8 +138,8 @@ _KINDS: dict[str, Callable[[Path], str]] = {
     "model": lambda p: (
         "pass a model.zarr, written by " + remedy(Remedy(
             "fit", {"input": "CORPUS", "output": "MODEL.zarr"}, {"n_components": 20}))
-        + f" (as the {option('output')} of a fit, choose a new path: {p.name} is never "
-        "overwritten by a model)"
+        + (" (as the " + option("output")
+           + f" of a fit, choose a new path: {p.name} is never overwritten by a model)")
     ),
     "embedding": lambda p: "pass an embedding.zarr, written by " + remedy(Remedy(
         "transform", {"model": "MODEL", "input": "CORPUS", "output": "EMBEDDING.zarr"})),

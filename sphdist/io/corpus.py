@@ -289,7 +289,7 @@ class Corpus(_Input):
             self._warned.add(name)
             again = Remedy("ingest", {"source": ["SOURCE"]},
                            {"output": str(self.path), "overwrite": True})
-            warn_undigested(self.path, name, f"{_REMEDY} ({remedy(again)})")
+            warn_undigested(self.path, name, f"{_REMEDY} (" + remedy(again) + ")")
         return found
 
     def ids(self) -> ChunkedVector:

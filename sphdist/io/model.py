@@ -385,9 +385,9 @@ class Model(TaggedStore):
         if not self.has_embedding:
             raise ModelFormatError(
                 f"{self.path} is a checkpoint of a fit stopped at iteration {self.n_iter} of "
-                f"{self.max_iter if self.max_iter is not None else '?'}, not converged: it "
-                f"holds U, not the embedding V. To resolve this, finish the fit: "
-                f"{remedy(self.resume_remedy())}."
+                f"{(self.max_iter if self.max_iter is not None else '?')}, not converged: it "
+                "holds U, not the embedding V. To resolve this, finish the fit: "
+                + remedy(self.resume_remedy()) + "."
             )
 
     _require_embedding = require_embedding

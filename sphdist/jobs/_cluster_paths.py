@@ -26,10 +26,10 @@ __all__ = ["task_path", "check_workers_see"]
 #: A remedy for a local path that the workers do not see as the driver does; "{name}" is
 #: replaced by the path's name (not with str.format: the option marker is JSON, braces included).
 _SHARED_REMEDY = (
-    "put it where this machine and every worker reach the same files: an object store "
-    "(e.g. s3://BUCKET/{name}, with AWS_ENDPOINT_URL and the credentials set for the workers "
-    "too) or a filesystem mounted at the same path on every node; or leave out "
-    f"{option('address')} to run on this machine"
+    "put it where this machine and every worker reach the same files: an object store (e.g. "
+    "s3://BUCKET/{name}, with AWS_ENDPOINT_URL and the credentials set for the workers too) "
+    "or a filesystem mounted at the same path on every node; or leave out " + option("address")
+    + " to run on this machine"
 )
 
 

@@ -56,9 +56,9 @@ from sphdist.errors import (
     Interrupted,
     OutputExistsError,
     ParameterError,
+    message_of,
     option,
     remedy,
-    template,
 )
 from sphdist.io import (
     Output,
@@ -366,7 +366,7 @@ class Fit:
                     spill=scratch, check_memory=check_memory, hold_V=hold_V,
                 )
             except DataError as exc:  # the solver knows X, not the file: name it
-                raise DataError(f"{self.input}: {template(exc)}") from None
+                raise DataError(str(self.input) + ": " + message_of(exc)) from None
             except CheckpointMismatchError:
                 if previous is None or "max_partials" not in previous.params:
                     raise
@@ -377,10 +377,10 @@ class Fit:
                              **_cadence(self.plan.job))
                 raise CheckpointMismatchError(
                     f"{output} is a checkpoint of an earlier version of sphdist, whose passes "
-                    f"summed their partials in accumulation chains (max_partials="
+                    "summed their partials in accumulation chains (max_partials="
                     f"{previous.params['max_partials']}); this version sums them in another "
                     "order, and the fit cannot continue from it to the bit. To resolve this, "
-                    f"start the fit again: {asked} (or choose another {option('output')})."
+                    f"start the fit again: {asked} (or choose another " + option("output") + ")."
                 ) from None
         if final is not state or not open_model(output).has_embedding:
             t0 = time.perf_counter()
@@ -699,8 +699,8 @@ def _checkpoint_to_resume(
     )
     if decision.error is OutputExistsError:  # the one wording, with the fit's remedies
         refuse_existing(out.path, found=decision.found, remedies=remedies)
-    raise decision.error(f"{out.path} {decision.found}. To resolve this, {remedies} "
-                         f"(or choose another {option('output')}).")
+    raise decision.error(f"{out.path} {decision.found}. To resolve this, {remedies} (or "
+                         "choose another " + option("output") + ").")
 
 
 def _fix(*args: Any, **kwargs: Any) -> str:
@@ -750,10 +750,10 @@ def warm_start(
     m, r, _ = previous.shape
     if r != n_components:
         raise ParameterError(
-            f"{option('init_from', init_from)} has r={r} components, but "
-            f"{option('n_components', n_components)} was asked. To resolve this, fit with "
-            f"{option('n_components', r)}, or warm-start from a model with {n_components} "
-            "components."
+            option("init_from", init_from) + f" has r={r} components, but "
+            + option("n_components", n_components) + " was asked. To resolve this, fit with "
+            + option("n_components", r)
+            + f", or warm-start from a model with {n_components} components."
         )
     previous.check_compatible(source, input, check_idf=False)
     return previous.U

@@ -288,7 +288,7 @@ def decide_output(
         OutputRemedy, "resume", input if same_corpus else previous.corpus.get("path", "CORPUS"),
         {**params, **recorded},
     )
-    detail = ", ".join(f"{option(k)}: {a!r} -> {b!r}" for k, (a, b) in changed.items())
+    detail = ", ".join((option(k) + f": {a!r} -> {b!r}") for k, (a, b) in changed.items())
     other_corpus = (
         f"{previous.corpus.get('path')!r} (fingerprint "
         f"{previous.corpus.get('fingerprint', '?')[:12]}), not {{}} {input} (fingerprint "
@@ -312,8 +312,8 @@ def decide_output(
             )
         what = f"this fit, finished at iteration {previous.n_iter}"
         if not previous.converged:  # at its max_iter: more iterations would continue it
-            what += (f" ({option('resume', True)} with a larger {option('max_iter')} "
-                     "continues it)")
+            what += (" (" + option("resume", True) + " with a larger " + option("max_iter")
+                     + " continues it)")
         return OutputDecision("refuse", OutputExistsError, what, (asked("replace it"),))
     what = (f"a fit with other parameters ({detail})" if same_corpus
             else f"a fit of {other_corpus.format('of')}")

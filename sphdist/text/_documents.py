@@ -42,8 +42,9 @@ class Bad:
         """The refusal of this document under ``on_error="fail"``, with the remedy."""
         return DataError(
             f"{self.message()}. To resolve this, " + (
-                self.remedy or "fix or remove that document, or pass "
-                f"{option('on_error', 'skip')} to leave such documents out and count them."
+                self.remedy or ("fix or remove that document, or pass "
+                                + option("on_error", 'skip')
+                                + " to leave such documents out and count them.")
             ) + ("." if self.remedy else "")
         )
 

@@ -14,7 +14,7 @@ import logging
 import os
 from typing import Any
 
-from sphdist.errors import DataError, Remedy, Words, option, remedy
+from sphdist.errors import DataError, Remedy, Text, option, remedy
 from sphdist.text.tfidf import DEFAULT_TOKEN_PATTERN, TextOptions
 
 __all__ = ["Emptied", "documents", "ingest_remedy", "text_arguments"]
@@ -67,8 +67,8 @@ class Emptied:
     n: int
 
     def _cleaning(self) -> str:
-        how = f"{option('remove_headers', True)}, inherited from {self.inherited_from}" \
-            if self.inherited_from is not None else option('remove_headers', True)
+        how = (option("remove_headers", True) + f", inherited from {self.inherited_from}") \
+            if self.inherited_from is not None else option("remove_headers", True)
         return f"removing {'/'.join(self.remove)} ({how})"
 
     def _without(self, **values: Any) -> str:
@@ -83,8 +83,8 @@ class Emptied:
                 "%d of %s %s no token left after %s: their columns are zero (flagged in "
                 "corpus.empty). If the documents have no headers to remove, ingest them "
                 "without the cleaning: %s", self.count, documents(self.n),
-                "has" if self.count == 1 else "have", Words(self._cleaning()),
-                Words(self._without(overwrite=True)))
+                "has" if self.count == 1 else "have", Text(self._cleaning()),
+                Text(self._without(overwrite=True)))
 
     def error(self) -> DataError:
         if self.count:
@@ -94,8 +94,8 @@ class Emptied:
         else:
             cause = "no document holds a token of the features" + (
                 f" of {self.given['like']}" if "like" in self.given else "")
-            fix = (f"check the source and {option('text_field')} (the field or column of "
-                   "the text)")
+            fix = ("check the source and " + option("text_field")
+                   + " (the field or column of the text)")
         every = "its 1 document is" if self.n == 1 else f"all {self.n} documents are"
         return DataError(f"{self.source}: {every} empty ({cause}), so the corpus would hold "
                          f"nothing. To resolve this, {fix}.")

@@ -307,10 +307,10 @@ def repeated_ids(
 
 
 _REPEATED_ID_REMEDY = (
-    f"give every document its own id ({option('id_field')} naming a field of unique values, "
-    f"or no {option('id_field')}: ids are then path:line or path:row), or pass "
-    f"{option('on_error', 'skip')} to keep the first document of each id and count the others "
-    "as skipped"
+    "give every document its own id (" + option("id_field")
+    + " naming a field of unique values, or no " + option("id_field")
+    + ": ids are then path:line or path:row), or pass " + option("on_error", 'skip')
+    + " to keep the first document of each id and count the others as skipped"
 )
 
 
@@ -372,7 +372,7 @@ def _count_chunk(job: CountJob, index: int, k: int, docs: list) -> Counts:
 
 
 def features(options: TextOptions, total: Counts, n: int, like_idf: np.ndarray | None, *,
-             remedy: str = f"pass {option('min_df', 1)} {option('max_df', 1.0)}"):
+             remedy: str = ("pass " + option("min_df", 1) + " " + option("max_df", 1.0))):
     """Return m, idf (m,), the vocabulary (list or None), and the learned vocabulary array.
 
     ``remedy`` ends the error raised when ``min_df``/``max_df`` leave no term: how to keep them.

@@ -51,10 +51,11 @@ from sphdist.errors import (
     DataError,
     InputNotFoundError,
     ParameterError,
-    Words,
+    Text,
     WorkersLostError,
     option,
     remedy,
+    words_for,
 )
 from sphdist.io import (
     Output,
@@ -317,6 +318,7 @@ class TextSpec:
 
 
 # -- the public function ------------------------------------------------------------------------
+@words_for("ingest")
 def ingest_call(arguments: dict[str, Any]) -> str:
     """The run of an :class:`~sphdist.jobs.ingest.IngestRequest` a remedy names, as Python text.
 
@@ -446,8 +448,9 @@ def write(
     labelled = src.format in ("dir", "tar") or source.label_field is not None
     if options.select is not None and not labelled:
         raise ParameterError(
-            f"{option('select', 'mutual-info')} needs labels. To resolve this, name the label "
-            f"field ({option('label_field')}), or drop {option('select')}."
+            option("select", 'mutual-info')
+            + " needs labels. To resolve this, name the label field (" + option("label_field")
+            + "), or drop " + option("select") + "."
         )
     if not src.partitions:
         raise DataError(f"{paths}: no documents found (empty files). To resolve this, pass "
@@ -471,7 +474,7 @@ def write(
             logger.warning(
                 "the %r field does not hold unique ids (%s): document ids are path:line "
                 "instead. To use a field of unique ids, name it with %s",
-                id_field, Words(repeated[0][2].why), Words(option("id_field", "NAME")))
+                id_field, Text(repeated[0][2].why), Text(option("id_field", "NAME")))
             repeated, id_field, wheres = [], None, True
         repeat = f"{documents(len(repeated))} repeat{'s' if len(repeated) == 1 else ''}"
         if repeated and on_error == "fail":
@@ -557,7 +560,7 @@ def _id_field(source: SourceSpec, src: Plan, total: Counts) -> tuple[str | None,
     if total.n_without_id < total.n_docs:
         logger.info("%d of %s have no usable %r field: document ids are path:line. To use a "
                     "field of ids, name it with %s", total.n_without_id,
-                    documents(total.n_docs), DEFAULT_ID_FIELD, Words(option("id_field", "NAME")))
+                    documents(total.n_docs), DEFAULT_ID_FIELD, Text(option("id_field", "NAME")))
     return None, True
 
 
@@ -606,11 +609,11 @@ def _check_feature_memory(n_features: int) -> None:
     need, total = _BYTES_PER_FEATURE * n_features, psutil.virtual_memory().total
     if need > total:
         raise ParameterError(
-            f"{option('n_features', n_features)} needs about {need / 2**30:.1f} GiB for the "
-            "document "
-            f"frequencies and idf ({_BYTES_PER_FEATURE} bytes per feature), more than the "
-            f"{total / 2**30:.1f} GiB of this machine. To resolve this, hash into fewer "
-            f"features, e.g. {option('n_features', 2**20)}."
+            option("n_features", n_features)
+            + f" needs about {need / 2 ** 30:.1f} GiB for the document frequencies and idf ("
+            f"{_BYTES_PER_FEATURE} bytes per feature), more than the {total / 2 ** 30:.1f} "
+            "GiB of this machine. To resolve this, hash into fewer features, e.g. "
+            + option("n_features", 2**20) + "."
         )
 
 
@@ -675,13 +678,14 @@ def read_like(
 
     path = location(path)
     if not exists(path):
-        raise InputNotFoundError(f"{path}: no such corpus or model ({option('like')}). To "
-                                 "resolve this, pass the corpus.zarr or model.zarr to imitate.")
+        raise InputNotFoundError(f"{path}: no such corpus or model (" + option("like")
+                                 + "). To resolve this, pass the corpus.zarr or model.zarr to "
+                                 "imitate.")
     kind = stored_kind(path)
     if kind not in ("corpus", "model"):
         raise CorpusFormatError(f"{path}: neither a sphdist corpus nor a model (sphdist.kind "
                                 f"is {kind!r}). To resolve this, pass a corpus.zarr or "
-                                f"model.zarr to {option('like')}.")
+                                "model.zarr to " + option("like") + ".")
     stored = open_stored(path, kind)  # validated, arrays read through the safe-codec check
     if kind == "corpus":
         meta, error = stored.attrs, CorpusFormatError
@@ -775,8 +779,8 @@ def _report_skipped(total: Counts, on_error: str) -> None:
     if total.n_skipped:
         logger.warning(
             "skipped %d document(s) that could not be ingested (%s), e.g. %s",
-            total.n_skipped, Words(option("on_error", on_error)),
-            Words("; ".join(total.examples[:3])),
+            total.n_skipped, Text(option("on_error", on_error)),
+            Text("; ".join(total.examples[:3])),
         )
 
 

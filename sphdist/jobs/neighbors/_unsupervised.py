@@ -380,8 +380,8 @@ def _bad_queries(
                   f"{', ...' if len(order) > 10 else ''})") if len(order) > 1 else ""
         raise cls(
             f"{where(first)}: {why}{others}. To resolve this, fix or remove that "
-            f"{'line' if lines is not None else 'query'}, or pass "
-            f"{option('on_error', 'skip')} to leave such queries out and list them."
+            f"{('line' if lines is not None else 'query')}, or pass " + option("on_error", 'skip')
+            + " to leave such queries out and list them."
         )
     if order and len(order) == len(texts):
         raise ParameterError(
