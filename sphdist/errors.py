@@ -201,6 +201,14 @@ def _as_parts(value: Any) -> tuple[_Part, ...]:
     return (str(value),)
 
 
+def _trace(what: Any) -> None:  # TEMP-TRACE
+    path = os.environ.get("SPHDIST_TEXT_TRACE")  # TEMP-TRACE
+    if path and not (isinstance(what, Text) and all(isinstance(p, str) for p in what.parts)):  # noqa: E501 TEMP-TRACE
+        import traceback  # TEMP-TRACE
+        with open(path, "a") as f:  # TEMP-TRACE
+            f.write("".join(traceback.format_stack(limit=6)[:-2]) + "----\n")  # TEMP-TRACE
+
+
 class Text(str):
     """A message that keeps its parts: a ``str`` in the Python API's words.
 
@@ -255,8 +263,7 @@ class Text(str):
         return Text((other, self))
 
     def __format__(self, spec: str) -> str:
-        if os.environ.get("SPHDIST_TEXT_TRACE"):  # where a message loses its parts (tests)
-            logger.warning("Text formatted", stack_info=True)
+        _trace(self)  # TEMP-TRACE
         return super().__format__(spec)
 
     def join(self, items: Iterable[Any]) -> Text:  # type: ignore[override]
@@ -407,8 +414,7 @@ class _Rendered:
         return self.message.remedies()
 
     def __format__(self, spec: str) -> str:
-        if os.environ.get("SPHDIST_TEXT_TRACE"):  # where a message loses its parts (tests)
-            logger.warning("exception formatted", stack_info=True)
+        _trace(self)  # TEMP-TRACE
         return format(str(self), spec)
 
 

@@ -59,9 +59,9 @@ def _cli_form(name="fit"):
 # -- the two forms of one message -----------------------------------------------------------
 
 def test_an_option_is_a_keyword_in_python_and_the_commands_own_option_on_the_line():
-    message = (f"pass {option('memory_budget', '4GiB')}, {option('overwrite', True)}, "
-               f"{option('accelerate', False)}, {option('n_components', 5)} or another "
-               f"{option('output')}")
+    message = ("pass " + option("memory_budget", '4GiB') + ", " + option("overwrite", True) + ", "
+               + option("accelerate", False) + ", " + option("n_components", 5) + " or another "
+               + option("output"))
     assert render(message) == ("pass memory_budget='4GiB', overwrite=True, accelerate=False, "
                                "n_components=5 or another output")
     assert render(message, _cli_form()) == ("pass --memory-budget 4GiB, --overwrite, "
@@ -82,7 +82,7 @@ def test_a_remedy_is_a_call_in_python_and_a_command_on_the_line():
     fix = Remedy("fit", {"input": "c d.zarr", "output": "m.zarr"},
                  {"resume": True, "n_components": 5, "lam": "palm", "tol": 0.0,
                   "accelerate": False}, "continue it")
-    message = f"m.zarr exists. To resolve this, continue it: {remedy(fix)}."
+    message = ("m.zarr exists. To resolve this, continue it: " + remedy(fix) + ".")
     assert remedies(message) == (fix,)
     python = render(message)
     assert "`sphdist.jobs.fit.fit_corpus(input='c d.zarr', output='m.zarr', resume=True, " \
@@ -219,7 +219,7 @@ def test_a_storage_option_is_the_groups_option_on_the_line_and_its_setter_in_pyt
     from the group's click option, Python names :func:`sphdist.io.set_storage_options`."""
     from sphdist.io import parse_storage_option
 
-    message = f"pass `{option('storage_option', ['key=...', 'secret=...'])}`"
+    message = ("pass `" + option("storage_option", ['key=...', 'secret=...']) + "`")
     assert render(message) == (
         "pass `sphdist.io.set_storage_options({'s3': {'key': '...', 'secret': '...'}})`")
     assert render(message, _cli_form()) == "pass `--storage-option key=... --storage-option " \

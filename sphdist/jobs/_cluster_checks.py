@@ -145,10 +145,10 @@ def check_memory_budget(value: str | int | None) -> int | None:
     except (ValueError, TypeError, OverflowError):
         nbytes = -1
     if nbytes < 0:
-        raise ParameterError(f"memory budget {value!r} is not a size. {remedy}")
+        raise ParameterError(f"memory budget {value!r} is not a size. " + remedy)
     if nbytes > MAX_MEMORY_BUDGET:
         raise ParameterError(
             f"memory budget {value!r} is more than any machine's memory (at most 1 EiB, "
-            f"{MAX_MEMORY_BUDGET} bytes). {remedy}"
+            f"{MAX_MEMORY_BUDGET} bytes). " + remedy
         )
     return int(nbytes)

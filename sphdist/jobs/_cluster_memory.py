@@ -136,9 +136,9 @@ def holds_in_memory(
     if nbytes <= budget:
         where = "in memory" if client is None else "in the workers' memory"
         return True, Text(f"{size} is held {where}: within the memory budget of "
-                           f"{format_bytes(budget)} ({source})")
+                          f"{format_bytes(budget)} (" + source + ")")
     return False, Text(f"{size} is streamed from the store every iteration, chunk by chunk: "
-                        f"above the memory budget of {format_bytes(budget)} ({source})")
+                       f"above the memory budget of {format_bytes(budget)} (" + source + ")")
 
 
 def memory_check(

@@ -246,7 +246,7 @@ def open_embedding_source(
             raise CorpusMismatchError(
                 f"{path} is not the corpus {fitted.path} was fitted on, nor in its feature "
                 f"space ({mismatch(fitted, source)}). To resolve this, "
-                f"{reingest_remedy(fitted, source, path, then=use)}."
+                + reingest_remedy(fitted, source, path, then=use) + "."
             ) from None
         if embed:  # the exact V-step, lam = 2 (Liu et al. 2019, Eq. 3.12), chunk by chunk
             from sphdist.core import graph  # dask: a neighbour query never loads it (test_startup)

@@ -56,6 +56,7 @@ from sphdist.errors import (
     Interrupted,
     OutputExistsError,
     ParameterError,
+    Text,
     message_of,
     option,
     remedy,
@@ -441,8 +442,9 @@ class Fit:
         if self.previous is None and self.out.identity() == self.before:
             return (
                 "the fit was interrupted (Ctrl-C) before its first checkpoint: nothing was "
-                f"written, {output} {'does not exist' if self.before is None else 'is as it was'}"
-                f". To resolve this, run it again: {command(overwrite=self.plan.job.overwrite)}."
+                f"written, {output} "
+                f"{('does not exist' if self.before is None else 'is as it was')}. To resolve "
+                "this, run it again: " + command(overwrite=self.plan.job.overwrite) + "."
             )
         try:
             model = load_checkpoint(output)
@@ -691,11 +693,11 @@ def _checkpoint_to_resume(
                                         resume=resume, overwrite=overwrite)
     if decision.error is None:
         return previous if decision.action == "resume" else None
-    remedies = ", or ".join(
-        "{}: {}".format(r.say, _fix(
+    remedies = Text(", or ").join(
+        r.say + ": " + _fix(
             r.input, out.path, r.params, resume=r.action == "resume",
             overwrite=r.action == "overwrite", say=r.say, **_cadence(job),
-        )) for r in decision.remedies
+        ) for r in decision.remedies
     )
     if decision.error is OutputExistsError:  # the one wording, with the fit's remedies
         refuse_existing(out.path, found=decision.found, remedies=remedies)
@@ -703,8 +705,8 @@ def _checkpoint_to_resume(
                          "choose another " + option("output") + ").")
 
 
-def _fix(*args: Any, **kwargs: Any) -> str:
-    """:func:`fit_remedy` of the arguments, as the marker a message carries it in."""
+def _fix(*args: Any, **kwargs: Any) -> Text:
+    """:func:`fit_remedy` of the arguments, named in a message."""
     return remedy(fit_remedy(*args, **kwargs))
 
 

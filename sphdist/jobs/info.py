@@ -461,5 +461,5 @@ def check_roles(
     else:
         fix = ("pass as " + option("input") + f" the corpus {model} was fitted on")
     raise ParameterError(
-        option("input", input) + f" is a model, not a corpus. To resolve this, {fix}."
+        option("input", input) + (" is a model, not a corpus. To resolve this, " + fix + ".")
     )

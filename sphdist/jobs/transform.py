@@ -218,8 +218,8 @@ def check_transform(
         if getattr(source, "attrs", {}).get("sphdist", {}).get("kind") != "corpus":
             raise
         raise CorpusMismatchError(
-            f"{input} does not match the model {fitted.path}: {mismatch(fitted, source)}. "
-            f"To resolve this, {reingest_remedy(fitted, source, input, output=output)}."
+            f"{input} does not match the model {fitted.path}: {mismatch(fitted, source)}. To "
+            "resolve this, " + reingest_remedy(fitted, source, input, output=output) + "."
         ) from None
     return fitted, source
 

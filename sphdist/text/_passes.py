@@ -390,9 +390,9 @@ def features(options: TextOptions, total: Counts, n: int, like_idf: np.ndarray |
     low = options.min_df if isinstance(options.min_df, int) else options.min_df * n
     if high < low:
         raise DataError(
-            f"too few documents ({n}) for min_df={options.min_df!r} and "
-            f"max_df={options.max_df!r}: a term would have to be in at least {low:g} and at "
-            f"most {high:g} of them. To resolve this, keep every term: {remedy}."
+            f"too few documents ({n}) for min_df={options.min_df!r} and max_df="
+            f"{options.max_df!r}: a term would have to be in at least {low:g} and at most "
+            f"{high:g} of them. To resolve this, keep every term: " + remedy + "."
         )
     keep = limit_features(df, tf, n, options)
     if options.select is not None and total.class_df is not None:

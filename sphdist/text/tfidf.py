@@ -222,15 +222,15 @@ def check_token_pattern(pattern: Any) -> str:
     default = (option("token_pattern", DEFAULT_TOKEN_PATTERN) + " (the default)")
     if not isinstance(pattern, str):
         raise ParameterError(option("token_pattern", pattern)
-                             + " is not a string. To resolve this, pass a regular expression, "
-                             f"e.g. {default}.")
+                             + (" is not a string. To resolve this, pass a regular expression, "
+                                "e.g. " + default + "."))
     try:
         groups = re.compile(pattern).groups
     except re.error as exc:
         raise ParameterError(
             option("token_pattern", pattern)
-            + f" is not a valid regular expression ({exc}). To resolve this, pass one that "
-            f"compiles, e.g. {default}."
+            + (f" is not a valid regular expression ({exc}). To resolve this, pass one that "
+               "compiles, e.g. " + default + ".")
         ) from None
     if groups > 1:
         plain = _CAPTURING.sub("(?:", pattern)
