@@ -98,7 +98,7 @@ CALLS: dict[str, tuple[str, bool]] = {
     "plot convergence": ("sphdist.jobs.plotting.PlotConvergenceRequest", True),
     "plot embedding": ("sphdist.jobs.plotting.PlotEmbeddingRequest", True),
     "export": ("sphdist.jobs.export.ExportRequest", True),
-    "ingest": ("sphdist.jobs.ingest.IngestRequest", True),
+    "ingest": ("sphdist.jobs.ingest.IngestRequest.of", True),
     "index": ("sphdist.jobs.neighbors.IndexRequest", True),
 }
 

@@ -203,11 +203,17 @@ def test_an_ingest_remedy_of_text_options_is_a_textspec_in_python_and_its_option
         "format": "jsonl", "categories": ["x", "y"], "label_field": None, "vocabulary": False,
         "n_features": 64, "sublinear_tf": False, "lowercase": False, "stop_words": None,
         "remove_headers": False}, min_df=1, max_df=1.0)
-    assert PythonForm().remedy(fix) == (
-        "sphdist.jobs.run(sphdist.jobs.ingest.IngestRequest(SourceSpec(['a.jsonl'], "
-        "format='jsonl', categories=['x', 'y']), 'c.zarr', text=TextSpec(vocabulary=False, "
-        "n_features=64, sublinear_tf=False, lowercase=False, stop_words=None, min_df=1, "
-        "max_df=1.0)))")
+    import sphdist.jobs.ingest
+    from sphdist.jobs.ingest import IngestRequest
+    from sphdist.text.ingest import SourceSpec, TextSpec
+
+    words = PythonForm().remedy(fix)
+    assert words.startswith("sphdist.jobs.run(sphdist.jobs.ingest.IngestRequest.of(")
+    call = words.removeprefix("sphdist.jobs.run(").removesuffix(")")
+    assert eval(call, {"sphdist": sphdist}) == IngestRequest(  # the call builds the request
+        SourceSpec(["a.jsonl"], format="jsonl", categories=["x", "y"]), "c.zarr",
+        text=TextSpec(vocabulary=False, n_features=64, sublinear_tf=False, lowercase=False,
+                      stop_words=None, min_df=1, max_df=1.0, remove=()))
     assert CommandForm(main.commands["ingest"], main).remedy(fix) == (
         "sphdist ingest a.jsonl --output c.zarr --format jsonl --categories x,y --hashing "
         "--n-features 64 --no-sublinear-tf --no-lowercase --stop-words none --min-df 1 "

@@ -102,10 +102,10 @@ def refuse_existing(
     ----------
     path : path-like or Target
         The output, as the user named it (a Target: its path).
-    found : str, optional
+    found : str or Text, optional
         What is there, in words, after ``already exists:`` (``"this fit, stopped at
         iteration 3"``). Default: nothing more is said.
-    remedies : str, optional
+    remedies : str or Text, optional
         What resolves the refusal, in words and structured remedies
         (:func:`sphdist.errors.remedy`), which the interface renders. Default: another output,
         or ``overwrite``.
@@ -117,11 +117,11 @@ def refuse_existing(
         (``remedies``, then another output; or another output, or ``overwrite``).
     """
     named = path.path if isinstance(path, Target) else path
-    there = f"{named} already exists{': ' + found if found else ''}. To resolve this, "
+    there = f"{named} already exists" + (": " + found if found else "") + ". To resolve this, "
     if remedies:
-        raise OutputExistsError(f"{there}{remedies} (or choose another " + option("output") + ").")
+        raise OutputExistsError(there + remedies + " (or choose another " + option("output") + ").")
     raise OutputExistsError(
-        f"{there}choose another " + option("output") + " or pass " + option("overwrite", True)
+        there + "choose another " + option("output") + " or pass " + option("overwrite", True)
         + "."
     )
 

@@ -290,7 +290,7 @@ class Model(TaggedStore):
         found = digests.get(name) if isinstance(digests, dict) else None
         if found is None and name not in self._warned:
             self._warned.add(name)
-            warn_undigested(self.path, name, f"{self._REWRITE} ({self._refit()})")
+            warn_undigested(self.path, name, self._REWRITE + " (" + self._refit() + ")")
         return found
 
     @property

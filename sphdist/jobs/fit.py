@@ -701,8 +701,8 @@ def _checkpoint_to_resume(
     )
     if decision.error is OutputExistsError:  # the one wording, with the fit's remedies
         refuse_existing(out.path, found=decision.found, remedies=remedies)
-    raise decision.error(f"{out.path} {decision.found}. To resolve this, {remedies} (or "
-                         "choose another " + option("output") + ").")
+    raise decision.error((f"{out.path} " + decision.found + ". To resolve this, " + remedies
+                          + " (or choose another ") + option("output") + ").")
 
 
 def _fix(*args: Any, **kwargs: Any) -> Text:

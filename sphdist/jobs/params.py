@@ -40,7 +40,7 @@ from sphdist.core.params import (  # noqa: F401  (the job's view of the solver's
     defaults,
     validate,
 )
-from sphdist.errors import CheckpointMismatchError, OutputExistsError, option
+from sphdist.errors import CheckpointMismatchError, OutputExistsError, Text, option
 
 if TYPE_CHECKING:
     from sphdist.io.model import Model
@@ -232,7 +232,7 @@ class OutputDecision:
     error : type or None
         The refusal's exception (:class:`~sphdist.errors.OutputExistsError`,
         :class:`~sphdist.errors.CheckpointMismatchError`); None unless refused.
-    found : str
+    found : str or Text
         What is at the output: the message's words after its path, or, for an
         :class:`~sphdist.errors.OutputExistsError`, after ``already exists:``
         (:func:`sphdist.io.refuse_existing` words that refusal).
@@ -242,7 +242,7 @@ class OutputDecision:
 
     action: str
     error: type[Exception] | None = None
-    found: str = ""
+    found: str | Text = ""
     remedies: tuple[OutputRemedy, ...] = ()
 
 
@@ -288,7 +288,7 @@ def decide_output(
         OutputRemedy, "resume", input if same_corpus else previous.corpus.get("path", "CORPUS"),
         {**params, **recorded},
     )
-    detail = ", ".join((option(k) + f": {a!r} -> {b!r}") for k, (a, b) in changed.items())
+    detail = Text(", ").join(option(k) + f": {a!r} -> {b!r}" for k, (a, b) in changed.items())
     other_corpus = (
         f"{previous.corpus.get('path')!r} (fingerprint "
         f"{previous.corpus.get('fingerprint', '?')[:12]}), not {{}} {input} (fingerprint "
@@ -301,7 +301,7 @@ def decide_output(
         )
     if resume:
         return OutputDecision(
-            "refuse", CheckpointMismatchError, f"was written with other parameters ({detail})",
+            "refuse", CheckpointMismatchError, "was written with other parameters (" + detail + ")",
             (theirs("resume with the checkpoint's parameters"), asked("start the fit asked for")),
         )
     if same_corpus and not changed:
@@ -315,7 +315,7 @@ def decide_output(
             what += (" (" + option("resume", True) + " with a larger " + option("max_iter")
                      + " continues it)")
         return OutputDecision("refuse", OutputExistsError, what, (asked("replace it"),))
-    what = (f"a fit with other parameters ({detail})" if same_corpus
+    what = (("a fit with other parameters (" + detail + ")") if same_corpus
             else f"a fit of {other_corpus.format('of')}")
     return OutputDecision("refuse", OutputExistsError, what,
                           (asked("replace it"), theirs("continue that fit")))

@@ -3,8 +3,8 @@
 Every remedy :mod:`sphdist.text.ingest` names is a :class:`~sphdist.errors.Remedy` of the
 ``ingest`` job rebuilt from the arguments of the failed call (:func:`ingest_remedy`), with
 the arguments that fix it, by their Python names: ``str(exc)`` words it as a call of
-:class:`sphdist.jobs.ingest.IngestRequest` (:func:`sphdist.text.ingest.ingest_call`), the command
-line as the ``sphdist ingest`` command that runs it.
+:meth:`sphdist.jobs.ingest.IngestRequest.of`, the command line as the ``sphdist ingest``
+command that runs it.
 """
 
 from __future__ import annotations
@@ -88,17 +88,17 @@ class Emptied:
 
     def error(self) -> DataError:
         if self.count:
-            cause = (f"{self.count} of them had tokens before {self._cleaning()}, which "
-                     "emptied them")
-            fix = f"ingest them without the cleaning: {self._without()}"
+            cause = (f"{self.count} of them had tokens before " + self._cleaning()
+                     + ", which emptied them")
+            fix = ("ingest them without the cleaning: " + self._without())
         else:
             cause = "no document holds a token of the features" + (
                 f" of {self.given['like']}" if "like" in self.given else "")
             fix = ("check the source and " + option("text_field")
                    + " (the field or column of the text)")
         every = "its 1 document is" if self.n == 1 else f"all {self.n} documents are"
-        return DataError(f"{self.source}: {every} empty ({cause}), so the corpus would hold "
-                         f"nothing. To resolve this, {fix}.")
+        return DataError(f"{self.source}: {every} empty (" + cause
+                         + "), so the corpus would hold nothing. To resolve this, " + fix + ".")
 
 
 def documents(n: int) -> str:

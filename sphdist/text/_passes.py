@@ -409,7 +409,7 @@ def features(options: TextOptions, total: Counts, n: int, like_idf: np.ndarray |
         raise DataError(
             f"no term is left of the {terms.shape[0]} found in the {n} documents: none is in "
             f"at least min_df={options.min_df!r} and at most max_df={options.max_df!r} of "
-            f"them. To resolve this, keep every term: {remedy}."
+            "them. To resolve this, keep every term: " + remedy + "."
         )
     vocab = terms[keep]
     return vocab.shape[0], smooth_idf(df[keep], n), vocab.tolist(), vocab

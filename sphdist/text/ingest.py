@@ -55,7 +55,6 @@ from sphdist.errors import (
     WorkersLostError,
     option,
     remedy,
-    words_for,
 )
 from sphdist.io import (
     Output,
@@ -90,7 +89,7 @@ from sphdist.text.tfidf import (
 )
 
 __all__ = ["FORMATS", "ON_ERROR", "REMOVE_OPTIONS", "SourceSpec", "TextSpec", "write",
-           "ingest_call", "local_pool", "read_like", "check_sizes"]
+           "local_pool", "read_like", "check_sizes"]
 
 logger = logging.getLogger("sphdist")
 
@@ -318,52 +317,6 @@ class TextSpec:
 
 
 # -- the public function ------------------------------------------------------------------------
-@words_for("ingest")
-def ingest_call(arguments: dict[str, Any]) -> str:
-    """The run of an :class:`~sphdist.jobs.ingest.IngestRequest` a remedy names, as Python text.
-
-    What :class:`sphdist.errors.PythonForm` words an ``"ingest"``
-    :class:`~sphdist.errors.Remedy` as: the reading options go into a :class:`SourceSpec`,
-    the feature options into a :class:`TextSpec` (``remove_headers=False``: ``remove=()``),
-    the rest are fields of the request.
-
-    Parameters
-    ----------
-    arguments : dict
-        The remedy's arguments by their Python names (``source``: the paths).
-
-    Returns
-    -------
-    str
-
-    Examples
-    --------
-    >>> ingest_call({"source": ["a.jsonl"], "label_field": "label", "like": "m.zarr",
-    ...              "output": "a.zarr"})
-    "sphdist.jobs.run(sphdist.jobs.ingest.IngestRequest(SourceSpec(['a.jsonl'], \
-label_field='label'), 'a.zarr', like='m.zarr'))"
-    """
-    rest = dict(arguments)
-    paths = rest.pop("source", "SOURCE")
-    output = rest.pop("output", "OUTPUT")
-    reading = {f.name for f in dataclasses.fields(SourceSpec)} - {"paths"}
-    features = {f.name for f in dataclasses.fields(TextSpec)}
-    spec = {k: rest.pop(k) for k in list(rest) if k in reading}
-    if isinstance(spec.get("categories"), str):
-        spec["categories"] = spec["categories"].split(",")
-    if "remove_headers" in rest:
-        rest["remove"] = ("headers",) if rest.pop("remove_headers") else ()
-    text = {k: rest.pop(k) for k in list(rest) if k in features}
-
-    def keywords(values: dict[str, Any]) -> str:
-        return "".join(f", {k}={v!r}" for k, v in values.items())
-
-    source = f"SourceSpec({paths!r}{keywords(spec)})" if spec else repr(paths)
-    text_spec = {"text": f"TextSpec({keywords(text)[2:]})"} if text else {}
-    tail = "".join(f", {k}={v}" for k, v in text_spec.items()) + keywords(rest)
-    return f"sphdist.jobs.run(sphdist.jobs.ingest.IngestRequest({source}, {output!r}{tail}))"
-
-
 def check_sizes(chunk_size: int, partition_size: int | None) -> tuple[int, int]:
     """``chunk_size`` and ``partition_size`` validated, the latter rounded up to a multiple.
 

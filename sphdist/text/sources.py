@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from sphdist.errors import DataError, InputNotFoundError, ParameterError, option
+from sphdist.errors import DataError, InputNotFoundError, ParameterError, message_of, option
 from sphdist.io import (
     exists,
     glob,
@@ -779,8 +779,9 @@ def plan(
                     columns = pd.read_csv(str(p), nrows=0,
                                           sep="\t" if ".tsv" in p.name else ",").columns
             except (ValueError, UnicodeDecodeError, pd.errors.ParserError) as exc:
-                raise DataError(f"{p}: not a readable CSV file ({exc}). To resolve this, pass a "
-                                "UTF-8 CSV file with a header row.") from None
+                raise DataError(f"{p}: not a readable CSV file (" + message_of(exc)
+                                + "). To resolve this, pass a UTF-8 CSV file with a header "
+                                "row.") from None
             except pd.errors.EmptyDataError:
                 columns = None  # an empty file: no documents
             if columns is not None:
