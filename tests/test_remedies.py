@@ -213,7 +213,7 @@ def test_an_ingest_remedy_of_text_options_is_a_textspec_in_python_and_its_option
     assert eval(call, {"sphdist": sphdist}) == IngestRequest(  # the call builds the request
         SourceSpec(["a.jsonl"], format="jsonl", categories=["x", "y"]), "c.zarr",
         text=TextSpec(vocabulary=False, n_features=64, sublinear_tf=False, lowercase=False,
-                      stop_words=None, min_df=1, max_df=1.0, remove=()))
+                      stop_words=None, min_df=1, max_df=1.0))
     assert CommandForm(main.commands["ingest"], main).remedy(fix) == (
         "sphdist ingest a.jsonl --output c.zarr --format jsonl --categories x,y --hashing "
         "--n-features 64 --no-sublinear-tf --no-lowercase --stop-words none --min-df 1 "

@@ -42,7 +42,7 @@ class Bad:
     def error(self) -> DataError:
         """The refusal of this document under ``on_error="fail"``, with the remedy."""
         return DataError(
-            f"{self.message()}. To resolve this, " + (
+            self.message() + ". To resolve this, " + (
                 self.remedy or ("fix or remove that document, or pass "
                                 + option("on_error", 'skip')
                                 + " to leave such documents out and count them.")
