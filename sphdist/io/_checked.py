@@ -266,8 +266,8 @@ def read_checked(
 def _changed(path: str, what: str, digest: str, error: type[SphdistError],
              remedy: str) -> SphdistError:
     return error(
-        f"{path}: {what} does not match its recorded {digest} (the stored values were "
-        f"changed or damaged). To resolve this, {remedy}."
+        f"{path}: {what} does not match its recorded {digest} (the stored values were changed "
+        "or damaged). To resolve this, " + remedy + "."
     )
 
 
@@ -315,8 +315,8 @@ def read_chunk_checked(
     def missing() -> SphdistError | None:
         if key is not None and not sync(arr.store_path.store.exists(key)):
             return error(
-                f"{path}: {where}: chunk file {key} is missing (zarr would read it as the fill "
-                f"value {arr.fill_value!r}). To resolve this, {remedy}."
+                f"{path}: {where}: chunk file {key} is missing (zarr would read it as the "
+                f"fill value {arr.fill_value!r}). To resolve this, " + remedy + "."
             )
         return None
 

@@ -271,5 +271,6 @@ def _suffix_of(format: str, formats: Mapping[str, str]) -> str:
 def _refuse(head: str, remedy: str, fixed: Path, redo: Callable[[Path], str] | None) -> str:
     if redo is not None:
         again = redo(fixed)  # a remedy's marker (sphdist.errors.remedy), or a command
-        remedy = remedy.rstrip(".") + (f": {again}." if remedies(again) else f": `{again}`.")
+        remedy = remedy.rstrip(".") + (": " + again + "." if remedies(again)
+                                       else f": `{again}`.")
     raise ParameterError(head + remedy)

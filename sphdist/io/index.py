@@ -325,7 +325,8 @@ class StoredIndex(TaggedStore):
 
     def refuse(self, what: str) -> ModelFormatError:
         """The error for damage ``what``, naming the path and the rebuild command."""
-        return ModelFormatError(f"{self.location}: {what}. To resolve this, {self.rebuild()}.")
+        return ModelFormatError(f"{self.location}: {what}. To resolve this, " + self.rebuild()
+                                + ".")
 
     def data(self) -> np.ndarray:
         """The serialized faiss index, ndarray of shape (n_bytes,), uint8, read whole.

@@ -40,7 +40,7 @@ def _refused(problem: str, remedy: str) -> Iterator[None]:
     try:
         yield
     except (ValueError, TypeError) as exc:
-        raise ParameterError(f"{problem} ({exc}). To resolve this, {remedy}.") from None
+        raise ParameterError(f"{problem} ({exc}). To resolve this, " + remedy + ".") from None
 
 
 def check_scheduler_address(address: str) -> None:

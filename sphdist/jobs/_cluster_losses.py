@@ -153,7 +153,7 @@ def workers_lost(output: Any, attempt: int, exc: BaseException, resume: str) -> 
     return WorkersLostError(
         f"{output}: {what}. The last complete checkpoint is kept. To resolve this, check the "
         "workers' logs (often a memory limit below what sphdist.core.solver.fit's Notes give, "
-        f"or a worker killed from outside), then continue the fit: {resume}."
+        "or a worker killed from outside), then continue the fit: " + resume + "."
     )
 
 

@@ -377,11 +377,11 @@ class Fit:
                 asked = _fix(self.input, output, self.params, overwrite=True,
                              **_cadence(self.plan.job))
                 raise CheckpointMismatchError(
-                    f"{output} is a checkpoint of an earlier version of sphdist, whose passes "
-                    "summed their partials in accumulation chains (max_partials="
-                    f"{previous.params['max_partials']}); this version sums them in another "
-                    "order, and the fit cannot continue from it to the bit. To resolve this, "
-                    f"start the fit again: {asked} (or choose another " + option("output") + ")."
+                    (f"{output} is a checkpoint of an earlier version of sphdist, whose passes "
+                     "summed their partials in accumulation chains (max_partials="
+                     f"{previous.params['max_partials']}); this version sums them in another "
+                     "order, and the fit cannot continue from it to the bit. To resolve this, "
+                     "start the fit again: " + asked + " (or choose another ") + option("output") + ")."
                 ) from None
         if final is not state or not open_model(output).has_embedding:
             t0 = time.perf_counter()
@@ -452,9 +452,9 @@ class Fit:
             model = None
         if model is None:
             return (
-                f"the fit was interrupted (Ctrl-C) while it committed a checkpoint of {output}. "
-                "To resolve this, continue it from its last complete checkpoint: "
-                f"{command(resume=True)}."
+                f"the fit was interrupted (Ctrl-C) while it committed a checkpoint of {output}"
+                ". To resolve this, continue it from its last complete checkpoint: "
+                + command(resume=True) + "."
             )
         if model.converged or model.n_iter >= max_iter:
             return (f"the fit was interrupted (Ctrl-C) after it committed {output}: it is "
@@ -462,7 +462,7 @@ class Fit:
         return (
             f"the fit was interrupted (Ctrl-C): {output} holds its checkpoint of iteration "
             f"{model.n_iter} of {max_iter}. To resolve this, continue it from there: "
-            f"{command(resume=True)}."
+            + command(resume=True) + "."
         )
 
 

@@ -373,8 +373,8 @@ def top_terms(model: str | os.PathLike[str], n_terms: int = 10) -> list[dict[str
             else f"it has no vocabulary (feature scheme {scheme!r})"
         )
         raise DataError(
-            f"{model}: top terms need a vocabulary-mode corpus, but {reason}. To resolve this, "
-            f"ingest with a vocabulary and refit: {_vocabulary_refit(fitted)}."
+            f"{model}: top terms need a vocabulary-mode corpus, but {reason}. To resolve "
+            "this, ingest with a vocabulary and refit: " + _vocabulary_refit(fitted) + "."
         )
     U = fitted.U
     features = np.arange(U.shape[0])

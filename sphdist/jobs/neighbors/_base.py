@@ -247,8 +247,8 @@ def load_index(
     built = stored.model
     if built.get("u_sha256") != fitted.fingerprint:
         raise CorpusMismatchError(
-            f"{stored.path} is the index of another model ({built.get('path')}), not of "
-            f"{fitted.path}. To resolve this, rebuild it: {rebuild} (or pass "
+            (f"{stored.path} is the index of another model ({built.get('path')}), not of "
+             f"{fitted.path}. To resolve this, rebuild it: " + rebuild + " (or pass ")
             + option("exact", True) + " to scan the embeddings without an index)."
         )
     src = stored.source
