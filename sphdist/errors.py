@@ -103,24 +103,32 @@ CALLS: dict[str, tuple[str, bool]] = {
 }
 
 #: Wordings registered by the module that owns a job or an option (:func:`words_for`).
-_WORDS: dict[str, Callable[..., str]] = {}
+_CALL_WORDS: dict[str, Callable[[dict[str, Any]], str]] = {}
+_OPTION_WORDS: dict[str, Callable[[Any], str]] = {}
 
 
-def words_for(name: str) -> Callable[[Callable[..., str]], Callable[..., str]]:
-    """Register the Python words of an action's remedies or of a group option.
+def words_for(action: str | None = None, *,
+              option: str | None = None) -> Callable[[Callable[..., str]], Callable[..., str]]:
+    """Register the Python words of an action's remedies, or of a group option.
 
-    The module that owns the job words its call (``arguments -> text``: the ingest job groups
-    its options into specs) or the option's setter (``value -> text``); :class:`PythonForm`
-    uses it, where none is registered the generic call of :data:`CALLS`. Dependency runs
-    downwards: the owner imports this module, never the reverse.
+    The module that owns the job words its call (``arguments -> text``: the neighbour jobs
+    call the function of their mode) or the option's setter (``value -> text``: the
+    ``sphdist`` group's ``storage_option``); :class:`PythonForm` uses it, and where none is
+    registered the generic call of :data:`CALLS`. Dependency runs downwards: the owner
+    imports this module, never the reverse.
 
     Parameters
     ----------
-    name : str
-        An action (``"ingest"``) or a parameter name (``"storage_option"``).
+    action : str, optional
+        An action (``"neighbors"``).
+    option : str, optional
+        A parameter name (``"storage_option"``).
     """
     def register(function: Callable[..., str]) -> Callable[..., str]:
-        _WORDS[name] = function
+        if action is not None:
+            _CALL_WORDS[action] = function
+        if option is not None:
+            _OPTION_WORDS[option] = function
         return function
 
     return register
@@ -171,14 +179,14 @@ class PythonForm:
 
     def option(self, name: str, value: Any = _UNSET) -> str:
         """``name`` or ``name=value`` (an option with a registered setter: its call)."""
-        if name in _WORDS:
-            return _WORDS[name](None if value is _UNSET else value)
+        if name in _OPTION_WORDS:
+            return _OPTION_WORDS[name](None if value is _UNSET else value)
         return name if value is _UNSET else f"{name}={value!r}"
 
     def remedy(self, fix: Remedy) -> str:
         """``sphdist.jobs.run(sphdist.jobs.transform.TransformRequest(model='m.zarr', ...))``."""
-        if fix.action in _WORDS and not fix.call:
-            return _WORDS[fix.action](fix.arguments())
+        if fix.action in _CALL_WORDS and not fix.call:
+            return _CALL_WORDS[fix.action](fix.arguments())
         call, request = (fix.call, fix.request) if fix.call else CALLS.get(
             fix.action, (fix.action, False))
         words = f"{call}({_keywords(fix.arguments())})"

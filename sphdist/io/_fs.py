@@ -427,7 +427,7 @@ def parse_storage_option(text: str) -> tuple[str, str, Any]:
     return (protocol if dot else "s3"), name, parsed
 
 
-@words_for("storage_option")
+@words_for(option="storage_option")
 def storage_option_call(value: Any = None) -> str:
     """The Python call that sets storage options given as the command line writes them.
 

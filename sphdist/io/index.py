@@ -289,8 +289,8 @@ class StoredIndex(TaggedStore):
         found = index_kind(path)
         if found not in (None, KIND):
             raise ModelFormatError(
-                f"{location(path)} is a sphdist {found}, not a sphdist index. To resolve this, "
-                f"pass an index written by {_write()}."
+                f"{location(path)} is a sphdist {found}, not a sphdist index. To resolve "
+                "this, pass an index written by " + _write() + "."
             )
         super().__init__(path)
 

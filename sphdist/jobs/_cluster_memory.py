@@ -235,11 +235,11 @@ def memory_check(
             options = []
             if remedy is not None and fits:  # another fan-in saves a partial at most
                 options.append(f"fit at most {fits} components: " + remedy(fits, split_every))
-            options.append("ingest fewer features (a larger min_df, or the hashing scheme "
-                           "with fewer n_features)")
+            options.append("ingest fewer features (a larger " + option("min_df")
+                           + ", or the hashing scheme with fewer " + option("n_features") + ")")
             options.append("run on a cluster whose workers have more memory (" + option("address")
                            + ")")
-            raise InsufficientMemoryError(text + "; or ".join(options) + ".")
+            raise InsufficientMemoryError(text + Text("; or ").join(options) + ".")
 
     return check
 

@@ -381,7 +381,8 @@ class Fit:
                      "summed their partials in accumulation chains (max_partials="
                      f"{previous.params['max_partials']}); this version sums them in another "
                      "order, and the fit cannot continue from it to the bit. To resolve this, "
-                     "start the fit again: " + asked + " (or choose another ") + option("output") + ")."
+                     "start the fit again: " + asked + " (or choose another ")
+                    + option("output") + ")."
                 ) from None
         if final is not state or not open_model(output).has_embedding:
             t0 = time.perf_counter()

@@ -411,7 +411,7 @@ def test_stores_written_before_these_digests_are_read_with_one_warning(copies, c
         model.V()
     said = [r.getMessage() for r in caplog.records if "no recorded digest" in r.getMessage()]
     assert len(said) == 2, said  # once per store and array
-    assert "doc_ids" in said[0] and "IngestRequest(['SOURCE']" in said[0]
+    assert "doc_ids" in said[0] and "IngestRequest.of(source=['SOURCE']" in said[0]
     # the Python API's words (issue 32): the refit as a call, of the corpus the model recorded
     assert "V has" in said[1] and "fit_corpus(input=" in said[1] and "overwrite=True" in said[1]
     _swap(out / "V", 3, 7)  # unit columns: an older model's edit cannot be seen
