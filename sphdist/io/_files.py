@@ -213,8 +213,9 @@ def output_format(
     formats : mapping of str to str
         Suffix (lower case, with the dot) to format, in the order they are offered.
     redo : callable, optional
-        Given a corrected output path, the job that writes it, for the remedy: the marker of
-        a :class:`~sphdist.errors.Remedy` (:func:`sphdist.errors.remedy`), or a command.
+        Given a corrected output path, the job that writes it, for the remedy: a
+        :class:`~sphdist.errors.Remedy` named in a message (:func:`sphdist.errors.remedy`),
+        or a command.
 
     Returns
     -------
@@ -270,7 +271,7 @@ def _suffix_of(format: str, formats: Mapping[str, str]) -> str:
 
 def _refuse(head: str, remedy: str, fixed: Path, redo: Callable[[Path], str] | None) -> str:
     if redo is not None:
-        again = redo(fixed)  # a remedy's marker (sphdist.errors.remedy), or a command
+        again = redo(fixed)  # a remedy (sphdist.errors.remedy), or a command
         remedy = remedy.rstrip(".") + (": " + again + "." if remedies(again)
                                        else f": `{again}`.")
     raise ParameterError(head + remedy)

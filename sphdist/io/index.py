@@ -92,7 +92,7 @@ _SAMPLE = 1 << 20  # bytes at each end of the serialized index whose digest ever
 
 
 def _write(**overrides: bool) -> str:
-    """The index job that writes an index, as a remedy's marker."""
+    """The index job that writes an index, named in a message (:func:`sphdist.errors.remedy`)."""
     return remedy(Remedy("index", {"model": "MODEL", "output": "INDEX"}, overrides))
 
 

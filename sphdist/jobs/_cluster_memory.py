@@ -170,8 +170,8 @@ def memory_check(
     available : int, optional
         Memory available to this process, in bytes; default what the OS reports.
     remedy : callable, optional
-        ``remedy(r, split_every)``: the same job with r components and that fan-in, as the
-        marker of a :class:`sphdist.errors.Remedy` (:func:`sphdist.errors.remedy`).
+        ``remedy(r, split_every)``: the same job with r components and that fan-in, named
+        in a message (:func:`sphdist.errors.remedy`).
 
     Returns
     -------
