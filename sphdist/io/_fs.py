@@ -284,7 +284,7 @@ def storage_error(path: str | os.PathLike[str], exc: BaseException) -> BaseExcep
     if _no_credentials(exc):
         remedy = ("give credentials: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (or "
                   "AWS_PROFILE, a profile of ~/.aws/credentials or ~/.aws/config), or pass `"
-                  f"{keys}` (or `" + option("storage_option", ['anon=true'])
+                  + keys + "` (or `" + option("storage_option", ["anon=true"])
                   + "` for a public bucket)")
         return StorageError(
             (f"{path}: no credentials were found for {protocol}://{netloc} (botocore reads "
@@ -295,14 +295,14 @@ def storage_error(path: str | os.PathLike[str], exc: BaseException) -> BaseExcep
         remedy = (f"create the bucket (`aws s3 mb {protocol}://{netloc}`), or check the URL and "
                   "the endpoint (AWS_ENDPOINT_URL)")
     elif isinstance(exc, PermissionError):
-        remedy = ("check the credentials (AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or "
-                  f"`{keys}`) and that they may read and write {protocol}://{netloc}")
+        remedy = ("check the credentials (AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or `" + keys
+                  + f"`) and that they may read and write {protocol}://{netloc}")
     else:
         remedy = ("check that the store answers at its endpoint (AWS_ENDPOINT_URL), then run "
                   "the command again (a fit continues from its last checkpoint with "
                   + option("resume", True) + ")")
     return StorageError(f"{path}: the object store refused or failed a request ({said}). To "
-                        f"resolve this, {remedy}.")
+                        "resolve this, " + remedy + ".")
 
 
 def _no_credentials(exc: BaseException) -> bool:
