@@ -188,7 +188,7 @@ def open_tagged(
     """
     path = location(path)
     group = open_node(
-        path, missing=(f"{path}: no such {kind}. To resolve this, " + missing + "."),
+        path, missing=f"{path}: no such {kind}. To resolve this, " + missing + ".",
         unreadable=lambda exc: f"{path}: not a zarr v3 group ({type(exc).__name__}: {exc}).",
         error=ModelFormatError, group=True,
     )

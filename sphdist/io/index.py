@@ -282,8 +282,8 @@ class StoredIndex(TaggedStore):
 
     KIND = KIND
     FORMAT_VERSION = FORMAT_VERSION
-    _MISSING = ("write one with " + _write())
-    _STALE = _REWRITE = ("write it again with " + _write(overwrite=True))
+    _MISSING = "write one with " + _write()
+    _STALE = _REWRITE = "write it again with " + _write(overwrite=True)
 
     def __init__(self, path: str | os.PathLike[str]):
         found = index_kind(path)

@@ -457,9 +457,9 @@ def check_roles(
     recorded = open_model(model).corpus.get("path") if kind == "model" else None
     if recorded and exists(recorded):
         again = Remedy(verb, {"model": str(model), "input": str(recorded)}, others)
-        fix = (f"pass the corpus {model} was fitted on: " + remedy(again))
+        fix = f"pass the corpus {model} was fitted on: " + remedy(again)
     else:
-        fix = ("pass as " + option("input") + f" the corpus {model} was fitted on")
+        fix = "pass as " + option("input") + f" the corpus {model} was fitted on"
     raise ParameterError(
         option("input", input) + (" is a model, not a corpus. To resolve this, " + fix + ".")
     )

@@ -69,7 +69,7 @@ class Emptied:
     def _cleaning(self) -> str:
         how = (option("remove_headers", True) + f", inherited from {self.inherited_from}") \
             if self.inherited_from is not None else option("remove_headers", True)
-        return (f"removing {'/'.join(self.remove)} (" + how + ")")
+        return f"removing {'/'.join(self.remove)} (" + how + ")"
 
     def _without(self, **values: Any) -> str:
         if "like" in self.given:  # the cleaning recorded there would be inherited
@@ -90,7 +90,7 @@ class Emptied:
         if self.count:
             cause = (f"{self.count} of them had tokens before " + self._cleaning()
                      + ", which emptied them")
-            fix = ("ingest them without the cleaning: " + self._without())
+            fix = "ingest them without the cleaning: " + self._without()
         else:
             cause = "no document holds a token of the features" + (
                 f" of {self.given['like']}" if "like" in self.given else "")

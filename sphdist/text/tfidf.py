@@ -219,7 +219,7 @@ def check_token_pattern(pattern: Any) -> str:
     >>> print(check_token_pattern(r"(?u)\b(\w\w+)\b"))
     (?u)\b(\w\w+)\b
     """
-    default = (option("token_pattern", DEFAULT_TOKEN_PATTERN) + " (the default)")
+    default = option("token_pattern", DEFAULT_TOKEN_PATTERN) + " (the default)"
     if not isinstance(pattern, str):
         raise ParameterError(option("token_pattern", pattern)
                              + (" is not a string. To resolve this, pass a regular expression, "
