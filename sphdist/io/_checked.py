@@ -162,8 +162,9 @@ def require_chunks(
     if missing:
         more = f" and {len(missing) - 1} more" if len(missing) > 1 else ""
         raise error(
-            f"{path}: {what}: chunk file {missing[0]}{more} is missing (zarr would read it as "
-            f"the fill value {arr.fill_value!r}). To resolve this, {remedy}."
+            f"{path}: {what}: chunk file {missing[0]}{more} {'are' if more else 'is'} missing "
+            f"(zarr would read it as the fill value {arr.fill_value!r}). To resolve this, "
+            + remedy + "."
         )
 
 
@@ -249,7 +250,7 @@ def read_checked(
     except Exception as exc:  # the codec fails: truncated, or the checksum does not match
         raise error(
             f"{path}: {what} is corrupted ({type(exc).__name__}: {exc}). To resolve this, "
-            f"{remedy}."
+            + remedy + "."
         ) from None
     if isinstance(sha256, list):
         c = arr.chunks[-1] if arr.ndim else 1
@@ -326,7 +327,7 @@ def read_chunk_checked(
         values = np.asarray(arr[..., i * c:(i + 1) * c])
     except Exception as exc:  # the codec fails: truncated, or the checksum does not match
         raise error(f"{path}: {where} is corrupted ({type(exc).__name__}: {exc}). To resolve "
-                    f"this, {remedy}.") from None
+                    "this, " + remedy + ".") from None
     if values.dtype.kind in "TU":  # Python str once, for the digest and the caller
         values = values.astype(object)
     if sha256 is not None and (len(sha256) != arr.cdata_shape[-1]
@@ -349,8 +350,8 @@ def require_finite(
     if not finite.all():
         i = int(np.flatnonzero(~finite)[0])
         raise error(
-            f"{path}: {what} holds a non-finite value ({values[i]}) at feature {i}. To resolve "
-            f"this, {remedy}."
+            f"{path}: {what} holds a non-finite value ({values[i]}) at feature {i}. To "
+            "resolve this, " + remedy + "."
         )
     return values
 

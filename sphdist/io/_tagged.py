@@ -251,8 +251,8 @@ def read_unit_columns(
     except Exception as exc:  # the zstd checksum fails, or the file is truncated
         error = replaced_error(target.path) if target.replaced(version, failed=True) else (
             ModelFormatError(
-                f"{location}: {name} (columns {start}:{start + c}) is corrupted "
-                f"({type(exc).__name__}: {exc}). To resolve this, {remedy}."
+                f"{location}: {name} (columns {start}:{start + c}) is corrupted ("
+                f"{type(exc).__name__}: {exc}). To resolve this, " + remedy + "."
             )
         )
     if error is None and target.replaced(version, failed=False):

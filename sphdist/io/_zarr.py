@@ -253,7 +253,7 @@ def checked_array(
     except Exception as exc:  # unknown codec, malformed metadata, ...
         raise error(
             f"{path}: {what} ({name}) is unreadable ({type(exc).__name__}: {exc}). To resolve "
-            f"this, {remedy}."
+            "this, " + remedy + "."
         ) from None
     if not isinstance(arr, zarr.Array):
         raise KeyError(name)

@@ -507,8 +507,8 @@ def open_fit(plan: FitPlan) -> Iterator[Fit]:
                 resume = _fix(fit.input, fit.output, fit.params, resume=True,
                               **_cadence(plan.job))
                 said = (f"the fit was interrupted (Ctrl-C); {fit.output} holds its last "
-                        f"complete checkpoint, if any. To resolve this, continue it: "
-                        f"{resume}.")
+                        "complete checkpoint, if any. To resolve this, continue it: " + resume
+                        + ".")
             raise Interrupted(said) from exc
 
 
