@@ -30,6 +30,8 @@ __all__ = [
     "chunk_sha256",
     "read_chunk_checked",
     "warn_undigested",
+    "recorded_digest",
+    "EVERY_DIGEST",
     "ChunkedVector",
     "missing_chunks",
     "require_chunks",
@@ -113,6 +115,67 @@ def warn_undigested(path: Any, what: str, remedy: str) -> None:
         "%s: %s has no recorded digest (written by an earlier sphdist), so a change to it "
         "cannot be detected. To resolve this, %s.", path, what, Text(remedy),
     )
+
+
+#: The entry of the ``sphdist`` tag of a store whose writer recorded a digest of every array
+#: (every store this version writes): a digest missing from it is damage, not age.
+EVERY_DIGEST = {"digests": "every array"}
+
+
+def recorded_digest(
+    path: Any, name: str, digests: Any, tag: Any, warned: set[str], *,
+    error: type[SphdistError], remedy: str | Text | Callable[[], str | Text],
+    warn: bool = True,
+) -> Any:
+    """The digest recorded for array ``name``; refused or warned once when there is none.
+
+    Parameters
+    ----------
+    path : path-like
+        The store, for the messages.
+    name : str
+        The array (``"U"``, ``"doc_ids"``).
+    digests : dict or None
+        The store's record of digests (its ``sha256`` attribute), by array name.
+    tag : dict
+        The store's ``sphdist`` attribute: with :data:`EVERY_DIGEST`, every array has one.
+    warned : set of str
+        The arrays warned about already (one warning per store and array); updated.
+    error : type
+        The exception of the store's kind.
+    remedy : str, Text or callable
+        Completes "To resolve this, ...": the job that writes the store again (a callable:
+        worded only when a message needs it).
+    warn : bool, default True
+        Warn about an older store's missing digest (False: an array older stores never
+        had a digest of, read as before without a word).
+
+    Returns
+    -------
+    str, list of str or None
+        The digest (one per chunk for a chunked array), or None for an older store.
+
+    Raises
+    ------
+    error
+        If the store says every array has a digest and ``name``'s is missing: its record was
+        edited or damaged, and a check of ``name`` would be switched off.
+    """
+    found = digests.get(name) if isinstance(digests, dict) else None
+    if found is not None:
+        return found
+    if callable(remedy):
+        remedy = remedy()
+    if isinstance(tag, dict) and tag.get("digests") == EVERY_DIGEST["digests"]:
+        raise error(
+            f"{path}: the digest of {name} is missing from the store's record (attribute "
+            "sha256), which says every array has one: the record was edited or damaged, so "
+            f"{name} cannot be checked. To resolve this, " + remedy + "."
+        )
+    if warn and name not in warned:
+        warned.add(name)
+        warn_undigested(path, name, remedy)
+    return None
 
 
 def _storage_keys(arr: zarr.Array) -> list[str]:
