@@ -178,6 +178,12 @@ def recorded_digest(
     return None
 
 
+def _fill(arr: zarr.Array) -> Any:
+    """The array's fill value as Python writes it (``0.0``, not ``np.float64(0.0)``)."""
+    value = arr.fill_value
+    return value.item() if isinstance(value, np.generic) else value
+
+
 def _storage_keys(arr: zarr.Array) -> list[str]:
     """Store keys of every chunk (or shard) of ``arr``."""
     grid = arr.cdata_shape if arr.shards is None else tuple(
@@ -226,7 +232,7 @@ def require_chunks(
         more = f" and {len(missing) - 1} more" if len(missing) > 1 else ""
         raise error(
             f"{path}: {what}: chunk file {missing[0]}{more} {'are' if more else 'is'} missing "
-            f"(zarr would read it as the fill value {arr.fill_value!r}). To resolve this, "
+            f"(zarr would read it as the fill value {_fill(arr)!r}). To resolve this, "
             + remedy + "."
         )
 
@@ -380,7 +386,7 @@ def read_chunk_checked(
         if key is not None and not sync(arr.store_path.store.exists(key)):
             return error(
                 f"{path}: {where}: chunk file {key} is missing (zarr would read it as the "
-                f"fill value {arr.fill_value!r}). To resolve this, " + remedy + "."
+                f"fill value {_fill(arr)!r}). To resolve this, " + remedy + "."
             )
         return None
 
