@@ -426,13 +426,13 @@ class Fit:
         if model is None:
             return (
                 f"{what}; no checkpoint was written. To resolve this, run it on the CPU: "
-                f"{command(cpu, overwrite=self.plan.job.overwrite)}, or {free}"
-                f"{command(self.params, overwrite=self.plan.job.overwrite)}."
+                + command(cpu, overwrite=self.plan.job.overwrite) + ", or " + free
+                + command(self.params, overwrite=self.plan.job.overwrite) + "."
             )
         return (
             f"{what}; {output} holds its checkpoint of iteration {model.n_iter}, intact. To "
-            f"resolve this, resume it on the CPU: {command(cpu, resume=True)}, or {free}"
-            f"{command(self.params, resume=True)}."
+            "resolve this, resume it on the CPU: " + command(cpu, resume=True) + ", or " + free
+            + command(self.params, resume=True) + "."
         )
 
     def stopped(self) -> str:
