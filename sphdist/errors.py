@@ -90,7 +90,8 @@ class Remedy:
 
 
 #: The public Python name of each action whose :class:`Remedy` does not give its own
-#: (:attr:`Remedy.call`), and whether it is a request. Names only: nothing is imported.
+#: (:attr:`Remedy.call`; a request's remedy does, :meth:`sphdist.jobs.Request.remedy`), and
+#: whether it is a request. Names only: nothing is imported.
 CALLS: dict[str, tuple[str, bool]] = {
     "fit": ("sphdist.jobs.fit.fit_corpus", False),
     "evaluate": ("sphdist.jobs.evaluate.evaluate_model", False),
@@ -185,7 +186,7 @@ class PythonForm:
 
     def remedy(self, fix: Remedy) -> str:
         """``sphdist.jobs.run(sphdist.jobs.transform.TransformRequest(model='m.zarr', ...))``."""
-        if fix.action in _CALL_WORDS and not fix.call:
+        if fix.action in _CALL_WORDS:  # a job whose call its module words (by its mode)
             return _CALL_WORDS[fix.action](fix.arguments())
         call, request = (fix.call, fix.request) if fix.call else CALLS.get(
             fix.action, (fix.action, False))
