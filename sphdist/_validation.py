@@ -182,7 +182,7 @@ def check_param(name: str, value: Any, *constraints: Any, caller: str | None = N
         of = "" if caller is None else f" of {caller}"
         raise InvalidParameterValueError(
             f"The {name!r} parameter{of} must be {describe(constraints)}. Got "
-            f"{option(name, value)} instead. To resolve this, pass a value in that range."
+            + option(name, value) + " instead. To resolve this, pass a value in that range."
         )
     return value
 
@@ -250,8 +250,8 @@ def check_bound(name: str, value: int, high: int, why: str = "") -> int:
     """
     if not 1 <= value <= high:
         raise InvalidParameterValueError(
-            f"{option(name, value)} is out of range{why}. To resolve this, choose "
-            f"1 <= {option(name)} <= {high}."
+            option(name, value) + f" is out of range{why}. To resolve this, choose 1 <= "
+            + option(name) + f" <= {high}."
         )
     return int(value)
 

@@ -1,4 +1,4 @@
-"""Words of the messages and summaries, with no import beyond the standard library.
+"""Text of the messages and summaries, with no import beyond the standard library.
 
 Here so that a command that only prints a count (``sphdist synth``) does not import the jobs
 that describe stored data; :mod:`sphdist.jobs.info` re-exports them.

@@ -1,35 +1,40 @@
-"""One exception hierarchy for sphdist.
+"""One exception hierarchy for sphdist, whose messages are data.
 
 Every error a user can cause derives from :class:`SphdistError` and from the builtin that
 describes it best, so ``except ValueError`` keeps working for callers that do not know sphdist
 (the pattern of ``zarr.errors``). Messages name the offending file, value or document and say how
 to resolve the problem; the CLI prints them as one line and exits non-zero.
 
-Remedies are structured, not command lines: a message names a parameter with :func:`option`
-and a job that resolves the error with :func:`remedy` (a :class:`Remedy`: the job, its
-target paths and its parameters by their Python names). ``str(exc)`` words them for a Python
-caller, as keyword arguments and function calls (:func:`render`, :class:`PythonForm`); the
-command line renders the same message with the options of its click commands
-(:mod:`sphdist.cli._remedies`). No module below :mod:`sphdist.cli` spells a flag.
+A message is a :class:`Text`: a ``str`` in the Python API's words that keeps its parts, plain
+text and the structured ones: a parameter named with :func:`option` and a job that resolves the
+error named with :func:`remedy` (a :class:`Remedy`: the job, its target paths and its
+parameters by their Python names). ``str(exc)`` is the Python words (keyword arguments and
+calls); the command line renders the same parts with the options of its click commands
+(:mod:`sphdist.cli._remedies`), and :attr:`SphdistError.remedies` gives the jobs as data. No
+markers inside strings, no module below :mod:`sphdist.cli` spells a flag, and this module
+imports nothing of sphdist: a module that words its job's call in its own way registers that
+wording here (:func:`words_for`).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import importlib
-import json
-import re
-from collections.abc import Mapping
-from typing import Any, Protocol
+import logging
+import os
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, Protocol, SupportsIndex
 
 __all__ = [
     "Remedy",
+    "Param",
+    "Text",
     "option",
     "remedy",
     "render",
     "remedies",
+    "message_of",
+    "words_for",
     "PythonForm",
-    "Words",
     "SphdistError",
     "InputNotFoundError",
     "CorpusFormatError",
@@ -47,6 +52,8 @@ __all__ = [
     "Interrupted",
 ]
 
+logger = logging.getLogger("sphdist.errors")
+
 
 @dataclasses.dataclass(frozen=True)
 class Remedy:
@@ -55,9 +62,7 @@ class Remedy:
     Attributes
     ----------
     action : str
-        The job, by the name of its ``sphdist`` command (``"fit"``); its Python form is
-        :data:`_REQUESTS`' entry run by ``sphdist.jobs.run`` (``sphdist.jobs.fit.FitRequest``),
-        or :data:`_FUNCTIONS`'.
+        The job, by the name of its ``sphdist`` command (``"fit"``).
     target : Mapping
         Its paths by parameter name, in order (``{"input": ..., "output": ...}``).
     overrides : Mapping
@@ -65,60 +70,266 @@ class Remedy:
         "n_components": 5}``): a bool is a switch, anything else a value.
     say : str, default ""
         What it does, in words (``"continue it"``), for the sentence around it.
+    call : str, default ""
+        The public Python name of the job (``"sphdist.jobs.transform.TransformRequest"``);
+        empty: :data:`CALLS`' entry of ``action``.
+    request : bool, default True
+        Whether :attr:`call` is a request, run by ``sphdist.jobs.run`` (else a function).
     """
 
     action: str
     target: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     overrides: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     say: str = ""
+    call: str = ""
+    request: bool = True
 
     def arguments(self) -> dict[str, Any]:
         """The target paths and the overrides, one mapping in order."""
         return {**self.target, **self.overrides}
 
 
-#: The Python function of each :attr:`Remedy.action` (what :class:`PythonForm` calls).
-_FUNCTIONS = {
-    "evaluate": "sphdist.jobs.evaluate.evaluate_model",
+#: The public Python name of each action whose :class:`Remedy` does not give its own
+#: (:attr:`Remedy.call`; a request's remedy does, :meth:`sphdist.jobs.Request.remedy`), and
+#: whether it is a request. Names only: nothing is imported.
+CALLS: dict[str, tuple[str, bool]] = {
+    "fit": ("sphdist.jobs.fit.FitRequest", True),
+    "evaluate": ("sphdist.jobs.evaluate.evaluate_model", False),
+    "transform": ("sphdist.jobs.transform.TransformRequest", True),
+    "plot convergence": ("sphdist.jobs.plotting.PlotConvergenceRequest", True),
+    "plot embedding": ("sphdist.jobs.plotting.PlotEmbeddingRequest", True),
+    "export": ("sphdist.jobs.export.ExportRequest", True),
+    "ingest": ("sphdist.jobs.ingest.IngestRequest.of", True),
+    "index": ("sphdist.jobs.neighbors.IndexRequest", True),
 }
 
-#: The actions that are requests run by ``sphdist.jobs.run``: the request class of each.
-_REQUESTS = {"fit": "sphdist.jobs.fit.FitRequest",
-             "transform": "sphdist.jobs.transform.TransformRequest",
-             "plot convergence": "sphdist.jobs.plotting.PlotConvergenceRequest",
-             "plot embedding": "sphdist.jobs.plotting.PlotEmbeddingRequest",
-             "export": "sphdist.jobs.export.ExportRequest"}
-
-#: The actions whose call is worded by a function of their module (arguments -> text): the
-#: ingest job's options are fields of its ``SourceSpec`` and ``TextSpec``; the index job
-#: builds or checks, the neighbors job calls the function of its mode.
-_CALLS = {"ingest": "sphdist.text.ingest.ingest_call",
-          "index": "sphdist.jobs.neighbors.index_call",
-          "neighbors": "sphdist.jobs.neighbors.neighbors_call"}
-
-#: The options of the ``sphdist`` group itself, by the function that words the Python call
-#: that sets them (value -> text): ``--storage-option KEY=VALUE`` is
-#: :func:`sphdist.io.set_storage_options` in this process.
-_SETTERS = {"storage_option": "sphdist.io._fs.storage_option_call"}
-
-#: Delimiters of a structured part of a message (Unicode private use: never in a path).
-_OPEN, _CLOSE = "\ue000", "\ue001"
-_PART = re.compile(f"{_OPEN}(.*?){_CLOSE}", re.DOTALL)
-_UNSET = object()
+#: Wordings registered by the module that owns a job or an option (:func:`words_for`).
+_CALL_WORDS: dict[str, Callable[[dict[str, Any]], str]] = {}
+_OPTION_WORDS: dict[str, Callable[[Any], str]] = {}
 
 
-def _jsonable(value: Any) -> Any:
-    if isinstance(value, bool | int | float | str) or value is None:
-        return value
-    if isinstance(value, Mapping):
-        return {str(k): _jsonable(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_jsonable(v) for v in value]
-    return str(value)  # a path, a URL, a dtype
+def words_for(action: str | None = None, *,
+              option: str | None = None) -> Callable[[Callable[..., str]], Callable[..., str]]:
+    """Register the Python words of an action's remedies, or of a group option.
+
+    The module that owns the job words its call (``arguments -> text``: the neighbour jobs
+    call the function of their mode) or the option's setter (``value -> text``: the
+    ``sphdist`` group's ``storage_option``); :class:`PythonForm` uses it, and where none is
+    registered the generic call of :data:`CALLS`. Dependency runs downwards: the owner
+    imports this module, never the reverse.
+
+    Parameters
+    ----------
+    action : str, optional
+        An action (``"neighbors"``).
+    option : str, optional
+        A parameter name (``"storage_option"``).
+    """
+    def register(function: Callable[..., str]) -> Callable[..., str]:
+        if action is not None:
+            _CALL_WORDS[action] = function
+        if option is not None:
+            _OPTION_WORDS[option] = function
+        return function
+
+    return register
 
 
-def option(name: str, value: Any = _UNSET) -> str:
-    """A parameter named in a message, with a value or not, for :func:`render` to word.
+_UNSET: Any = type("_Unset", (), {"__repr__": lambda self: "<unset>"})()
+
+
+@dataclasses.dataclass(frozen=True)
+class Param:
+    """A parameter named in a message: its Python name, and its value or none (``_UNSET``)."""
+
+    name: str
+    value: Any = _UNSET
+
+
+@dataclasses.dataclass(frozen=True)
+class _Jobs:
+    """Jobs named in a message, in order: one pasteable chain (``a && b`` on the command line)."""
+
+    fixes: tuple[Remedy, ...]
+
+
+_Part = str | Param | _Jobs
+
+
+class _Form(Protocol):
+    """How :func:`render` words the structured parts of a message."""
+
+    #: What joins the jobs of a chain.
+    THEN: str
+
+    def option(self, name: str, value: Any = _UNSET) -> str:
+        """A parameter, with its value or not."""
+
+    def remedy(self, fix: Remedy) -> str:
+        """A job, as something to paste (without the backticks)."""
+
+
+def _keywords(arguments: Mapping[str, Any]) -> str:
+    return ", ".join(f"{k}={v!r}" for k, v in arguments.items())
+
+
+class PythonForm:
+    """The Python API's words: keyword arguments and calls."""
+
+    THEN = "; "
+
+    def option(self, name: str, value: Any = _UNSET) -> str:
+        """``name`` or ``name=value`` (an option with a registered setter: its call)."""
+        if name in _OPTION_WORDS:
+            return _OPTION_WORDS[name](None if value is _UNSET else value)
+        return name if value is _UNSET else f"{name}={value!r}"
+
+    def remedy(self, fix: Remedy) -> str:
+        """``sphdist.jobs.run(sphdist.jobs.transform.TransformRequest(model='m.zarr', ...))``."""
+        if fix.action in _CALL_WORDS:  # a job whose call its module words (by its mode)
+            return _CALL_WORDS[fix.action](fix.arguments())
+        call, request = (fix.call, fix.request) if fix.call else CALLS.get(
+            fix.action, (fix.action, False))
+        words = f"{call}({_keywords(fix.arguments())})"
+        return f"sphdist.jobs.run({words})" if request else words
+
+
+def _word(part: _Part, form: _Form) -> str:
+    if isinstance(part, Param):
+        return form.option(part.name, part.value)
+    if isinstance(part, _Jobs):
+        return "`" + form.THEN.join(form.remedy(f) for f in part.fixes) + "`"
+    return part
+
+
+def _as_parts(value: Any) -> tuple[_Part, ...]:
+    if isinstance(value, Text):
+        return value.parts
+    if isinstance(value, _Jobs | Param):
+        return (value,)
+    return (str(value),)
+
+
+def _trace(what: Any) -> None:  # TEMP-TRACE
+    path = os.environ.get("SPHDIST_TEXT_TRACE")  # TEMP-TRACE
+    if path and not (isinstance(what, Text) and all(isinstance(p, str) for p in what.parts)):  # noqa: E501 TEMP-TRACE
+        import traceback  # TEMP-TRACE
+        with open(path, "a") as f:  # TEMP-TRACE
+            f.write("".join(traceback.format_stack(limit=6)[:-2]) + "----\n")  # TEMP-TRACE
+
+
+class Text(str):
+    """A message that keeps its parts: a ``str`` in the Python API's words.
+
+    It reads as the Python words anywhere a ``str`` does (``str(exc)``, a log line, a stored
+    attribute, JSON); :func:`render` words its parts in another form (the command line's).
+    ``+``, :meth:`join` and the stripping methods keep the parts; formatting it into an
+    f-string or ``%`` gives the plain Python words (build messages with ``+``).
+
+    Parameters
+    ----------
+    parts : str or iterable of str, Param and jobs, default ""
+        The text.
+
+    Examples
+    --------
+    >>> why = ("pass " + option("memory_budget", "4GiB") + " or choose another "
+    ...        + option("output"))
+    >>> str(why), why.params()
+    ("pass memory_budget='4GiB' or choose another output", ('memory_budget', 'output'))
+    """
+
+    parts: tuple[_Part, ...]
+
+    def __new__(cls, parts: Any = "") -> Text:
+        """The Python words of ``parts``, which are kept as :attr:`parts`."""
+        if isinstance(parts, str):
+            kept: tuple[_Part, ...] = _as_parts(parts)
+        else:
+            kept = tuple(p for part in parts for p in _as_parts(part))
+        merged: list[_Part] = []
+        for part in kept:  # adjacent plain strings as one
+            if isinstance(part, str) and merged and isinstance(merged[-1], str):
+                merged[-1] += part
+            elif part != "":
+                merged.append(part)
+        form = PythonForm()
+        self = super().__new__(cls, "".join(_word(p, form) for p in merged))
+        self.parts = tuple(merged)
+        return self
+
+    def __reduce__(self) -> tuple[Any, ...]:  # pickled by its parts (a worker's error)
+        return (Text, (self.parts,))
+
+    def __add__(self, other: Any) -> Text:
+        if not isinstance(other, str | Param | _Jobs):
+            return NotImplemented
+        return Text((self, other))
+
+    def __radd__(self, other: Any) -> Text:
+        if not isinstance(other, str):
+            return NotImplemented
+        return Text((other, self))
+
+    def __format__(self, spec: str) -> str:
+        _trace(self)  # TEMP-TRACE
+        return super().__format__(spec)
+
+    def join(self, items: Iterable[Any]) -> Text:  # type: ignore[override]
+        """``self`` between the ``items``, their parts kept."""
+        parts: list[Any] = []
+        for i, item in enumerate(items):
+            parts += [self, item] if i else [item]
+        return Text(parts)
+
+    def _ends(self, chars: str | None, left: bool, right: bool) -> Text:
+        parts = list(self.parts)
+        if left and parts and isinstance(parts[0], str):
+            parts[0] = parts[0].lstrip(chars)
+        if right and parts and isinstance(parts[-1], str):
+            parts[-1] = parts[-1].rstrip(chars)
+        return Text(parts)
+
+    def strip(self, chars: str | None = None) -> Text:  # type: ignore[override]
+        """:meth:`str.strip` of the plain text at either end."""
+        return self._ends(chars, True, True)
+
+    def rstrip(self, chars: str | None = None) -> Text:  # type: ignore[override]
+        """:meth:`str.rstrip` of the plain text at the end."""
+        return self._ends(chars, False, True)
+
+    def lstrip(self, chars: str | None = None) -> Text:  # type: ignore[override]
+        """:meth:`str.lstrip` of the plain text at the start."""
+        return self._ends(chars, True, False)
+
+    def removesuffix(self, suffix: str) -> Text:  # type: ignore[override]
+        """:meth:`str.removesuffix` of the plain text at the end."""
+        parts = list(self.parts)
+        if parts and isinstance(parts[-1], str):
+            parts[-1] = parts[-1].removesuffix(suffix)
+        return Text(parts)
+
+    def capitalize_first(self) -> Text:
+        """The first letter in upper case (a sentence that starts with a clause)."""
+        parts = list(self.parts)
+        if parts and isinstance(parts[0], str) and parts[0]:
+            parts[0] = parts[0][0].upper() + parts[0][1:]
+        return Text(parts)
+
+    def __getitem__(self, key: SupportsIndex | slice) -> str:
+        return str(self)[key]
+
+    def params(self) -> tuple[str, ...]:
+        """The names of the parameters named, in order."""
+        return tuple(p.name for p in self.parts if isinstance(p, Param))
+
+    def remedies(self) -> tuple[Remedy, ...]:
+        """The jobs named, in order."""
+        return tuple(f for p in self.parts if isinstance(p, _Jobs) for f in p.fixes)
+
+
+def option(name: str, value: Any = _UNSET) -> Text:
+    """A parameter named in a message, with a value or not.
 
     Parameters
     ----------
@@ -129,25 +340,20 @@ def option(name: str, value: Any = _UNSET) -> str:
 
     Returns
     -------
-    str
-        A marker to put in the message; ``str(exc)`` shows it as ``memory_budget='4GiB'``
-        (or ``output``), the command line as ``--memory-budget 4GiB`` (or ``--output``).
+    Text
+        ``memory_budget='4GiB'`` (or ``output``) in the Python words; the command line words
+        it ``--memory-budget 4GiB`` (or ``--output``).
 
     Examples
     --------
-    >>> render(f"pass {option('memory_budget', '4GiB')} or choose another {option('output')}")
-    "pass memory_budget='4GiB' or choose another output"
+    >>> str("pass " + option("memory_budget", "4GiB"))
+    "pass memory_budget='4GiB'"
     """
-    part: dict[str, Any] = {"option": name}
-    if value is not _UNSET:
-        part["value"] = _jsonable(value)
-        if part["value"] != value or type(part["value"]) is not type(value):
-            part["repr"] = repr(value)  # the Python words of a value JSON changes
-    return _OPEN + json.dumps(part) + _CLOSE
+    return Text((Param(name, value),))
 
 
-def remedy(fix: Remedy, *then: Remedy) -> str:
-    """A job named in a message, for :func:`render` to word as a call or a command.
+def remedy(fix: Remedy, *then: Remedy) -> Text:
+    """A job named in a message, worded as a call or a command, in backticks.
 
     Parameters
     ----------
@@ -155,68 +361,27 @@ def remedy(fix: Remedy, *then: Remedy) -> str:
     *then : Remedy
         Jobs to run after it, in order: one pasteable chain (``a && b`` on the command line).
 
+    Returns
+    -------
+    Text
+
     Examples
     --------
-    >>> render("continue it: " + remedy(Remedy("fit", {"input": "c.zarr", "output": "m.zarr"},
-    ...                                        {"resume": True, "n_components": 5})))
-    "continue it: `sphdist.jobs.run(sphdist.jobs.fit.FitRequest(input='c.zarr', output='m.zarr', \
-resume=True, n_components=5))`"
+    >>> str("continue it: " + remedy(Remedy("evaluate", {"model": "m.zarr"})))
+    "continue it: `sphdist.jobs.evaluate.evaluate_model(model='m.zarr')`"
     """
-    chain = [{"action": f.action, "target": _jsonable(f.target),
-              "overrides": _jsonable(f.overrides), "say": f.say} for f in (fix, *then)]
-    part = {"remedy": chain[0]} if not then else {"chain": chain}
-    return _OPEN + json.dumps(part) + _CLOSE
+    return Text((_Jobs((fix, *then)),))
 
 
-class _Form(Protocol):
-    """How :func:`render` words the structured parts of a message."""
+def message_of(message: Any) -> Text:
+    """The message of an exception (or a text) with its parts: what a wrapper passes on.
 
-    def option(self, name: str, value: Any = _UNSET) -> str:
-        """A parameter, with its value or not."""
-
-    def remedy(self, fix: Remedy) -> str:
-        """A job, as something to paste (without the backticks)."""
-
-    #: What joins the jobs of a chain.
-    THEN: str
-
-
-class PythonForm:
-    """The Python API's words: keyword arguments and calls of :data:`_FUNCTIONS`."""
-
-    THEN = "; "
-
-    def option(self, name: str, value: Any = _UNSET) -> str:
-        """``name`` or ``name=value`` (an option of the ``sphdist`` group: its setter's call)."""
-        if name in _SETTERS:
-            module, _, function = _SETTERS[name].rpartition(".")
-            return str(getattr(importlib.import_module(module), function)(
-                None if value is _UNSET else value))
-        return name if value is _UNSET else f"{name}={value!r}"
-
-    def remedy(self, fix: Remedy) -> str:
-        """``sphdist.jobs.run(sphdist.jobs.fit.FitRequest(input='c.zarr', output='m.zarr'))``."""
-        if fix.action in _CALLS:  # a job whose options are grouped in specs
-            module, _, name = _CALLS[fix.action].rpartition(".")
-            return str(getattr(importlib.import_module(module), name)(fix.arguments()))
-        arguments = ", ".join(f"{k}={v!r}" for k, v in fix.arguments().items())
-        if fix.action in _REQUESTS:
-            return f"sphdist.jobs.run({_REQUESTS[fix.action]}({arguments}))"
-        return f"{_FUNCTIONS.get(fix.action, fix.action)}({arguments})"
-
-
-def _parts(message: str, form: _Form) -> str:
-    def one(match: re.Match[str]) -> str:
-        part = json.loads(match.group(1))
-        if "remedy" in part:
-            return "`" + form.remedy(Remedy(**part["remedy"])) + "`"
-        if "chain" in part:
-            return "`" + form.THEN.join(form.remedy(Remedy(**f)) for f in part["chain"]) + "`"
-        if "repr" in part and isinstance(form, PythonForm):
-            return f"{part['option']}={part['repr']}"
-        return form.option(part["option"], part.get("value", _UNSET))
-
-    return _PART.sub(one, message)
+    An exception raised with a :class:`Text` gives it back; any other, ``str(exc)``.
+    """
+    if isinstance(message, BaseException):
+        first = message.args[0] if len(message.args) == 1 else None
+        return first if isinstance(first, Text) else Text(str(message))
+    return message if isinstance(message, Text) else Text(str(message))
 
 
 def render(message: Any, form: _Form | None = None) -> str:
@@ -224,9 +389,8 @@ def render(message: Any, form: _Form | None = None) -> str:
 
     Parameters
     ----------
-    message : str or BaseException
-        A message with the markers of :func:`option` and :func:`remedy` (an exception: the
-        text it was raised with).
+    message : str, Text or BaseException
+        A message (an exception: the text it was raised with).
     form : _Form, optional
         Default :class:`PythonForm`; the command line passes its own.
 
@@ -234,79 +398,40 @@ def render(message: Any, form: _Form | None = None) -> str:
     -------
     str
     """
-    text = template(message) if isinstance(message, BaseException | Words) else str(message)
-    return _parts(text, PythonForm() if form is None else form)
-
-
-def template(exc: Any) -> str:
-    """The message ``exc`` was raised with, its markers unrendered (a wrapper passes it on).
-
-    Also the text of a :class:`Words`; anything else: ``str(exc)``.
-    """
-    if isinstance(exc, SphdistError | Interrupted | Words):
-        return exc.template
-    return str(exc)
-
-
-class Words(str):
-    """A message with markers: a ``str`` in the Python API's words that keeps its template.
-
-    What a log line is given (as its message or an argument): it reads as the Python API's
-    words anywhere a ``str`` does, and the command line's log handler renders
-    :attr:`template` in its own (:mod:`sphdist.cli._remedies`). Slicing or formatting it
-    gives a plain ``str`` of the Python words.
-
-    Parameters
-    ----------
-    template : str
-        The text, with the markers of :func:`option` and :func:`remedy`.
-
-    Examples
-    --------
-    >>> why = Words(f"{option('memory_budget')} sets it")
-    >>> why, why.template == f"{option('memory_budget')} sets it"
-    ('memory_budget sets it', True)
-    """
-
-    template: str
-
-    def __new__(cls, template: str) -> Words:
-        """The Python words of ``template``, which is kept as :attr:`template`."""
-        self = super().__new__(cls, _parts(str(template), PythonForm()))
-        self.template = str(getattr(template, "template", template))
-        return self
+    form = PythonForm() if form is None else form
+    return "".join(_word(p, form) for p in message_of(message).parts)
 
 
 def remedies(message: Any) -> tuple[Remedy, ...]:
     """The :class:`Remedy` objects named in a message or an exception, in order."""
-    text = template(message) if isinstance(message, BaseException) else str(message)
-    found = (json.loads(m.group(1)) for m in _PART.finditer(text))
-    return tuple(Remedy(**fix) for part in found
-                 for fix in ([part["remedy"]] if "remedy" in part else part.get("chain", [])))
+    return message_of(message).remedies()
 
 
 class _Rendered:
-    """``str()`` in the Python API's words; :attr:`template` and :attr:`remedies` kept."""
+    """:attr:`message` (its parts) and :attr:`remedies` of an exception raised with a Text."""
+
+    args: tuple[Any, ...]
 
     @property
-    def template(self) -> str:
-        """The message as raised, with the markers of :func:`option` and :func:`remedy`."""
-        return super().__str__()  # type: ignore[misc]
+    def message(self) -> Text:
+        """The message as raised, with its parts."""
+        return message_of(self)
 
     @property
     def remedies(self) -> tuple[Remedy, ...]:
         """The jobs that resolve the error, in the order the message gives them."""
-        return remedies(self.template)
+        return self.message.remedies()
 
-    def __str__(self) -> str:
-        return _parts(self.template, PythonForm())
+    def __format__(self, spec: str) -> str:
+        _trace(self)  # TEMP-TRACE
+        return format(str(self), spec)
 
 
 class SphdistError(_Rendered, Exception):
     """Base class of every error sphdist raises on purpose.
 
     ``str(exc)`` words its parameters and remedies for a Python caller (:func:`render`);
-    :attr:`remedies` holds them as :class:`Remedy` objects.
+    :attr:`remedies` holds them as :class:`Remedy` objects, :attr:`message` the parts.
     """
 
 

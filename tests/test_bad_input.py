@@ -98,6 +98,43 @@ def test_non_finite_value_in_dense_input(runner, scheduler, tmp_path):
     _nothing_left(tmp_path, "dense.zarr")
 
 
+def test_all_zero_dense_input_is_refused_as_having_nothing_to_fit(runner, scheduler, tmp_path):
+    """Issue 44 item 5: an all-zero dense input "converged" instead of being refused."""
+    with zarr.config.set({"array.write_empty_chunks": True}):  # every chunk file stored
+        zarr.create_array(str(tmp_path / "dense.zarr"), data=np.zeros((N, M)), chunks=(10, M))
+    result = _fit(runner, scheduler, tmp_path / "dense.zarr", tmp_path / "m.zarr")
+    _one_error_line(result, "dense.zarr", "all zero", "nothing to fit")
+    _nothing_left(tmp_path, "dense.zarr")
+    # as zarr writes it by default: no chunk file at all, refused as missing chunks
+    zarr.create_array(str(tmp_path / "unwritten.zarr"), data=np.zeros((N, M)), chunks=(10, M))
+    result = _fit(runner, scheduler, tmp_path / "unwritten.zarr", tmp_path / "m.zarr")
+    _one_error_line(result, "unwritten.zarr", "chunk file c/0/0 and 3 more are missing")
+    _nothing_left(tmp_path, "dense.zarr", "unwritten.zarr")
+
+
+def test_dense_input_with_a_missing_chunk_file_is_refused_not_read_as_zeros(
+        runner, scheduler, tmp_path):
+    """Issue 44 item 5: zarr reads a missing chunk as its fill value; a fit took it as data."""
+    X = np.random.default_rng(0).random((N, M)) + 0.1  # no chunk is all fill value
+    zarr.create_array(str(tmp_path / "dense.zarr"), data=X, chunks=(10, M))
+    chunk = tmp_path / "dense.zarr" / "c" / "1" / "0"
+    assert chunk.is_file()
+    chunk.unlink()
+    result = _fit(runner, scheduler, tmp_path / "dense.zarr", tmp_path / "m.zarr")
+    _one_error_line(result, "dense.zarr", "c/1/0", "missing")
+    _nothing_left(tmp_path, "dense.zarr")
+
+
+def test_complex_dense_input_is_refused_not_truncated_to_its_real_part(
+        runner, scheduler, tmp_path):
+    """Issue 44 item 5: a complex input lost its imaginary part with a raw ComplexWarning."""
+    X = np.random.default_rng(0).random((N, M)) * (1 + 1j)
+    zarr.create_array(str(tmp_path / "dense.zarr"), data=X, chunks=(10, M))
+    result = _fit(runner, scheduler, tmp_path / "dense.zarr", tmp_path / "m.zarr")
+    _one_error_line(result, "dense.zarr", "complex128")
+    _nothing_left(tmp_path, "dense.zarr")
+
+
 def test_all_empty_corpus(runner, scheduler, tmp_path):
     _write(tmp_path / "empty.zarr", sp.csc_matrix((M, N)))
     result = _fit(runner, scheduler, tmp_path / "empty.zarr", tmp_path / "m.zarr")

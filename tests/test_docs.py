@@ -109,7 +109,8 @@ def test_api_reference_lists_every_public_name(site: dict[str, Path]) -> None:
                   if inspect.isclass(obj) and issubclass(obj, BaseException)
                   and obj.__module__ == "sphdist.errors" and not name.startswith("_")]
     # beside the exceptions, the structured remedies they carry (issue 32)
-    remedy_api = {"Remedy", "PythonForm", "Words", "option", "remedy", "render", "remedies"}
+    remedy_api = {"Remedy", "Param", "PythonForm", "Text", "option", "remedy", "render",
+                  "remedies", "message_of", "words_for"}
     assert set(sphdist.errors.__all__) - remedy_api <= set(exceptions)
     missing = [name for name in exceptions if f"sphdist.errors.{name}" not in ids]
     assert not missing, f"exceptions not in the API reference: {missing}"

@@ -60,9 +60,9 @@ def _cli_form(name="fit"):
 # -- the two forms of one message -----------------------------------------------------------
 
 def test_an_option_is_a_keyword_in_python_and_the_commands_own_option_on_the_line():
-    message = (f"pass {option('memory_budget', '4GiB')}, {option('overwrite', True)}, "
-               f"{option('accelerate', False)}, {option('n_components', 5)} or another "
-               f"{option('output')}")
+    message = ("pass " + option("memory_budget", '4GiB') + ", " + option("overwrite", True) + ", "
+               + option("accelerate", False) + ", " + option("n_components", 5) + " or another "
+               + option("output"))
     assert render(message) == ("pass memory_budget='4GiB', overwrite=True, accelerate=False, "
                                "n_components=5 or another output")
     assert render(message, _cli_form()) == ("pass --memory-budget 4GiB, --overwrite, "
@@ -83,7 +83,7 @@ def test_a_remedy_is_a_call_in_python_and_a_command_on_the_line():
     fix = Remedy("fit", {"input": "c d.zarr", "output": "m.zarr"},
                  {"resume": True, "n_components": 5, "lam": "palm", "tol": 0.0,
                   "accelerate": False}, "continue it")
-    message = f"m.zarr exists. To resolve this, continue it: {remedy(fix)}."
+    message = ("m.zarr exists. To resolve this, continue it: " + remedy(fix) + ".")
     assert remedies(message) == (fix,)
     python = render(message)
     assert "`sphdist.jobs.run(sphdist.jobs.fit.FitRequest(input='c d.zarr', output='m.zarr', " \
@@ -205,11 +205,17 @@ def test_an_ingest_remedy_of_text_options_is_a_textspec_in_python_and_its_option
         "format": "jsonl", "categories": ["x", "y"], "label_field": None, "vocabulary": False,
         "n_features": 64, "sublinear_tf": False, "lowercase": False, "stop_words": None,
         "remove_headers": False}, min_df=1, max_df=1.0)
-    assert PythonForm().remedy(fix) == (
-        "sphdist.jobs.run(sphdist.jobs.ingest.IngestRequest(SourceSpec(['a.jsonl'], "
-        "format='jsonl', categories=['x', 'y']), 'c.zarr', text=TextSpec(vocabulary=False, "
-        "n_features=64, sublinear_tf=False, lowercase=False, stop_words=None, min_df=1, "
-        "max_df=1.0)))")
+    import sphdist.jobs.ingest
+    from sphdist.jobs.ingest import IngestRequest
+    from sphdist.text.ingest import SourceSpec, TextSpec
+
+    words = PythonForm().remedy(fix)
+    assert words.startswith("sphdist.jobs.run(sphdist.jobs.ingest.IngestRequest.of(")
+    call = words.removeprefix("sphdist.jobs.run(").removesuffix(")")
+    assert eval(call, {"sphdist": sphdist}) == IngestRequest(  # the call builds the request
+        SourceSpec(["a.jsonl"], format="jsonl", categories=["x", "y"]), "c.zarr",
+        text=TextSpec(vocabulary=False, n_features=64, sublinear_tf=False, lowercase=False,
+                      stop_words=None, min_df=1, max_df=1.0))
     assert CommandForm(main.commands["ingest"], main).remedy(fix) == (
         "sphdist ingest a.jsonl --output c.zarr --format jsonl --categories x,y --hashing "
         "--n-features 64 --no-sublinear-tf --no-lowercase --stop-words none --min-df 1 "
@@ -221,7 +227,7 @@ def test_a_storage_option_is_the_groups_option_on_the_line_and_its_setter_in_pyt
     from the group's click option, Python names :func:`sphdist.io.set_storage_options`."""
     from sphdist.io import parse_storage_option
 
-    message = f"pass `{option('storage_option', ['key=...', 'secret=...'])}`"
+    message = ("pass `" + option("storage_option", ['key=...', 'secret=...']) + "`")
     assert render(message) == (
         "pass `sphdist.io.set_storage_options({'s3': {'key': '...', 'secret': '...'}})`")
     assert render(message, _cli_form()) == "pass `--storage-option key=... --storage-option " \

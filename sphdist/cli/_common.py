@@ -26,7 +26,7 @@ import click
 
 from sphdist.cli._remedies import render_for, rendered
 from sphdist.core.params import PARAMS, Choice, Param, Range, describe
-from sphdist.errors import Interrupted, SphdistError, Words
+from sphdist.errors import Interrupted, SphdistError, Text
 
 logger = logging.getLogger("sphdist")
 
@@ -157,6 +157,9 @@ class CommandList(click.Group):
 class Group(CommandList):
     """Turns sphdist errors into one-line messages (exit 1) unless --debug.
 
+    An interrupted job (Ctrl-C, or SIGTERM: :class:`Terminated`) prints what it left in the
+    same one line and exits with the conventional status, 128 + the signal (130, 143).
+
     With ``--json`` (:func:`json_option`), every error -- a usage error (exit 2) too -- is
     also one JSON object on stdout (:func:`error_report`); stderr keeps the one ``Error:`` line
     and the exit status is the same.
@@ -214,6 +217,20 @@ class Group(CommandList):
         return super().parse_args(ctx, args)
 
     def invoke(self, ctx: click.Context) -> Any:
+        with _terminate_as_interrupt() as received:
+            try:
+                return self._invoke(ctx)
+            except KeyboardInterrupt:  # a job that does not say what it left: click's words
+                if ctx.obj and ctx.obj.get("debug"):
+                    raise
+                click.echo("Aborted!", err=True)
+                raise click.exceptions.Exit(128 + received()) from None
+            except click.ClickException as exc:
+                if getattr(exc, "interrupted", False):  # the conventional status, 128 + signal
+                    exc.exit_code = 128 + received()
+                raise
+
+    def _invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
         except BrokenPipeError:  # stdout closed by its reader (`sphdist info X | head -2`)
@@ -228,7 +245,9 @@ class Group(CommandList):
         except Interrupted as exc:  # Ctrl-C, where the job says what it left (else "Aborted!")
             if ctx.obj and ctx.obj.get("debug"):
                 raise
-            raise _error(ctx, render_for(ctx, exc), "Interrupted") from None
+            error = _error(ctx, render_for(ctx, exc), "Interrupted")
+            error.interrupted = True  # type: ignore[attr-defined]
+            raise error from None
         except (SphdistError, OSError) as exc:
             if ctx.obj and ctx.obj.get("debug"):
                 raise
@@ -256,6 +275,40 @@ class Group(CommandList):
             if not _urls(ctx) or not is_storage_failure(exc):
                 raise
             raise _error(ctx, _store_failure(ctx, exc)) from None
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised in the main thread where Ctrl-C raises :class:`KeyboardInterrupt`.
+
+    Batch schedulers (SLURM, Kubernetes, systemd) stop a job with SIGTERM and a grace period;
+    raised as an interrupt, it takes the path of Ctrl-C: a fit keeps its last checkpoint and
+    says the ``--resume`` that continues it, every held output releases its lock and removes
+    its staging, and the command exits with 128 + 15.
+    """
+
+
+@contextlib.contextmanager
+def _terminate_as_interrupt() -> Iterator[Callable[[], int]]:
+    """SIGTERM raised as :class:`Terminated` while the block runs; yields the signal's number.
+
+    The yielded function gives the signal that interrupted the block: SIGTERM once its handler
+    ran, else SIGINT (Ctrl-C, which Python raises as KeyboardInterrupt itself). Outside the
+    main thread (a test's runner in a thread) signals cannot be handled: nothing is installed.
+    """
+    received = [signal.SIGINT]
+
+    def on_sigterm(signum: int, frame: Any) -> None:
+        received[0] = signal.SIGTERM
+        raise Terminated()
+
+    if threading.current_thread() is not threading.main_thread():
+        yield lambda: int(received[0])
+        return
+    previous = signal.signal(signal.SIGTERM, on_sigterm)
+    try:
+        yield lambda: int(received[0])
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def _no_worker_left(exc: BaseException) -> bool:
@@ -439,11 +492,11 @@ class _AboveTheBars(logging.StreamHandler):  # type: ignore[type-arg]
 
 
 class _CommandLineWords(logging.Formatter):
-    """Formats a log line with its :class:`~sphdist.errors.Words` in the command line's words."""
+    """Formats a log line with its :class:`~sphdist.errors.Text` in the command line's words."""
 
     def format(self, record: logging.LogRecord) -> str:
         args = record.args if isinstance(record.args, tuple) else ()
-        if isinstance(record.msg, Words) or any(isinstance(a, Words) for a in args):
+        if isinstance(record.msg, Text) or any(isinstance(a, Text) for a in args):
             record = rendered(record)
         return super().format(record)
 

@@ -20,7 +20,7 @@ from typing import Any
 
 import click
 
-from sphdist.errors import _UNSET, Remedy, Words, render
+from sphdist.errors import _UNSET, Remedy, Text, render
 
 __all__ = ["CommandForm", "rendered", "command", "render_for", "spelling"]
 
@@ -211,7 +211,7 @@ def command(fix: Remedy | dict[str, Any]) -> str:
 
 
 def rendered(record: logging.LogRecord) -> logging.LogRecord:
-    """A copy of ``record`` with its :class:`~sphdist.errors.Words` in the command line's words.
+    """A copy of ``record`` with its :class:`~sphdist.errors.Text` in the command line's words.
 
     What the command line's log formatter shows (:func:`sphdist.cli._common.setup_logging`);
     other handlers (a test's, a user's) see the record as it was logged, in the Python API's
@@ -220,8 +220,8 @@ def rendered(record: logging.LogRecord) -> logging.LogRecord:
     args = record.args if isinstance(record.args, tuple) else ()
     form = _form()
     record = copy.copy(record)
-    if isinstance(record.msg, Words):
+    if isinstance(record.msg, Text):
         record.msg = render(record.msg, form)
     if args:
-        record.args = tuple(render(a, form) if isinstance(a, Words) else a for a in args)
+        record.args = tuple(render(a, form) if isinstance(a, Text) else a for a in args)
     return record

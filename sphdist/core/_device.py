@@ -56,7 +56,8 @@ def cupy_module() -> Any:
         raise DeviceError(
             f"device 'cuda' needs CuPy, which could not be imported ({type(exc).__name__}: "
             f"{exc}). To resolve this, install the GPU extra: `{INSTALL_GPU}` (or the CuPy "
-            f"wheel of your CUDA, e.g. cupy-cuda12x), or run on the CPU: {option('device', 'cpu')}."
+            "wheel of your CUDA, e.g. cupy-cuda12x), or run on the CPU: "
+            + option("device", 'cpu') + "."
         ) from None
     return cupy
 
@@ -102,7 +103,7 @@ def check_device(device: str) -> str:
         raise DeviceError(
             f"device 'cuda' was asked for, but no CUDA device is usable here ({why}). To "
             "resolve this, run on a machine with an NVIDIA GPU and its driver (check with "
-            f"`nvidia-smi`), or run on the CPU: {option('device', 'cpu')}."
+            "`nvidia-smi`), or run on the CPU: " + option("device", 'cpu') + "."
         )
     return device
 

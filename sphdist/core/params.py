@@ -350,9 +350,8 @@ def validate(
             from sphdist._validation import InvalidParameterValueError
 
             raise InvalidParameterValueError(
-                f"The {name!r} parameter of {caller} must be {describe(table[name].spec)}. "
-                f"Got {option(name, value)} instead. To resolve this, pass a value in that "
-                "range."
+                f"The {name!r} parameter of {caller} must be {describe(table[name].spec)}. " "Got "
+                + option(name, value) + " instead. To resolve this, pass a value in that range."
             )
 
 

@@ -433,6 +433,12 @@ def _full_pass(
             "the sum of squares of X (||X||_F^2) overflows float64. To resolve this, rescale "
             "the documents (e.g. to unit norm, as tf-idf does) before fitting."
         )
+    if sq == 0:  # no document has a direction: V and the objective are undefined
+        raise DataError(
+            "X is all zero (||X||_F = 0): no document has a direction, so there is nothing "
+            "to fit. To resolve this, check the input (the chunks of a dense array that were "
+            "never written read as zeros)."
+        )
     if not np.isfinite(sq) or not finite:
         raise DataError(
             "X contains NaN or Inf values (||X||_F^2 or X V^T is not finite). To resolve this, "

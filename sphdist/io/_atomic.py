@@ -236,6 +236,10 @@ def open_output(
         output = Output(target, hold)
         try:
             yield output
+        except BaseException:  # Ctrl-C, SIGTERM, a failure: what the writer staged is garbage
+            with contextlib.suppress(Exception):  # a write that zarr's I/O thread finished
+                target.remove_stale()  # after the writer's own cleanup; still under the lock
+            raise
         finally:
             output._held = False
     finally:

@@ -23,13 +23,15 @@ import numpy as np
 import zarr
 from zarr.core.sync import sync
 
-from sphdist.errors import SphdistError, StorageError, Words, option
+from sphdist.errors import SphdistError, StorageError, Text, option
 
 __all__ = [
     "content_sha256",
     "chunk_sha256",
     "read_chunk_checked",
     "warn_undigested",
+    "recorded_digest",
+    "EVERY_DIGEST",
     "ChunkedVector",
     "missing_chunks",
     "require_chunks",
@@ -111,8 +113,75 @@ def warn_undigested(path: Any, what: str, remedy: str) -> None:
     """
     logger.warning(
         "%s: %s has no recorded digest (written by an earlier sphdist), so a change to it "
-        "cannot be detected. To resolve this, %s.", path, what, Words(remedy),
+        "cannot be detected. To resolve this, %s.", path, what, Text(remedy),
     )
+
+
+#: The entry of the ``sphdist`` tag of a store whose writer recorded a digest of every array
+#: (every store this version writes): a digest missing from it is damage, not age.
+EVERY_DIGEST = {"digests": "every array"}
+
+
+def recorded_digest(
+    path: Any, name: str, digests: Any, tag: Any, warned: set[str], *,
+    error: type[SphdistError], remedy: str | Text | Callable[[], str | Text],
+    warn: bool = True,
+) -> Any:
+    """The digest recorded for array ``name``; refused or warned once when there is none.
+
+    Parameters
+    ----------
+    path : path-like
+        The store, for the messages.
+    name : str
+        The array (``"U"``, ``"doc_ids"``).
+    digests : dict or None
+        The store's record of digests (its ``sha256`` attribute), by array name.
+    tag : dict
+        The store's ``sphdist`` attribute: with :data:`EVERY_DIGEST`, every array has one.
+    warned : set of str
+        The arrays warned about already (one warning per store and array); updated.
+    error : type
+        The exception of the store's kind.
+    remedy : str, Text or callable
+        Completes "To resolve this, ...": the job that writes the store again (a callable:
+        worded only when a message needs it).
+    warn : bool, default True
+        Warn about an older store's missing digest (False: an array older stores never
+        had a digest of, read as before without a word).
+
+    Returns
+    -------
+    str, list of str or None
+        The digest (one per chunk for a chunked array), or None for an older store.
+
+    Raises
+    ------
+    error
+        If the store says every array has a digest and ``name``'s is missing: its record was
+        edited or damaged, and a check of ``name`` would be switched off.
+    """
+    found = digests.get(name) if isinstance(digests, dict) else None
+    if found is not None:
+        return found
+    if callable(remedy):
+        remedy = remedy()
+    if isinstance(tag, dict) and tag.get("digests") == EVERY_DIGEST["digests"]:
+        raise error(
+            f"{path}: the digest of {name} is missing from the store's record (attribute "
+            "sha256), which says every array has one: the record was edited or damaged, so "
+            f"{name} cannot be checked. To resolve this, " + remedy + "."
+        )
+    if warn and name not in warned:
+        warned.add(name)
+        warn_undigested(path, name, remedy)
+    return None
+
+
+def _fill(arr: zarr.Array) -> Any:
+    """The array's fill value as Python writes it (``0.0``, not ``np.float64(0.0)``)."""
+    value = arr.fill_value
+    return value.item() if isinstance(value, np.generic) else value
 
 
 def _storage_keys(arr: zarr.Array) -> list[str]:
@@ -162,8 +231,9 @@ def require_chunks(
     if missing:
         more = f" and {len(missing) - 1} more" if len(missing) > 1 else ""
         raise error(
-            f"{path}: {what}: chunk file {missing[0]}{more} is missing (zarr would read it as "
-            f"the fill value {arr.fill_value!r}). To resolve this, {remedy}."
+            f"{path}: {what}: chunk file {missing[0]}{more} {'are' if more else 'is'} missing "
+            f"(zarr would read it as the fill value {_fill(arr)!r}). To resolve this, "
+            + remedy + "."
         )
 
 
@@ -196,13 +266,12 @@ def require_written(arr: zarr.Array, path: Any, what: str, parameter: str = "out
         return
     name = Path(str(path)).name
     raise StorageError(
-        f"{path}: {len(missing)} of the {math.prod(arr.cdata_shape)} chunk files of {what} that "
-        f"the tasks wrote are not where this process reads them (first: {missing[0]}): the "
-        "workers do not share this machine's filesystem. Nothing was committed. To resolve "
-        "this, write the output where this machine and every worker reach the same files: an "
-        f"object store (e.g. {option(parameter, f's3://BUCKET/{name}')}) or a filesystem "
-        "mounted at the same "
-        "path on every node."
+        f"{path}: {len(missing)} of the {math.prod(arr.cdata_shape)} chunk files of {what} "
+        f"that the tasks wrote are not where this process reads them (first: {missing[0]}): "
+        "the workers do not share this machine's filesystem. Nothing was committed. To "
+        "resolve this, write the output where this machine and every worker reach the same "
+        "files: an object store (e.g. " + option(parameter, f's3://BUCKET/{name}')
+        + ") or a filesystem mounted at the same path on every node."
     )
 
 
@@ -250,7 +319,7 @@ def read_checked(
     except Exception as exc:  # the codec fails: truncated, or the checksum does not match
         raise error(
             f"{path}: {what} is corrupted ({type(exc).__name__}: {exc}). To resolve this, "
-            f"{remedy}."
+            + remedy + "."
         ) from None
     if isinstance(sha256, list):
         c = arr.chunks[-1] if arr.ndim else 1
@@ -267,8 +336,8 @@ def read_checked(
 def _changed(path: str, what: str, digest: str, error: type[SphdistError],
              remedy: str) -> SphdistError:
     return error(
-        f"{path}: {what} does not match its recorded {digest} (the stored values were "
-        f"changed or damaged). To resolve this, {remedy}."
+        f"{path}: {what} does not match its recorded {digest} (the stored values were changed "
+        "or damaged). To resolve this, " + remedy + "."
     )
 
 
@@ -316,8 +385,8 @@ def read_chunk_checked(
     def missing() -> SphdistError | None:
         if key is not None and not sync(arr.store_path.store.exists(key)):
             return error(
-                f"{path}: {where}: chunk file {key} is missing (zarr would read it as the fill "
-                f"value {arr.fill_value!r}). To resolve this, {remedy}."
+                f"{path}: {where}: chunk file {key} is missing (zarr would read it as the "
+                f"fill value {_fill(arr)!r}). To resolve this, " + remedy + "."
             )
         return None
 
@@ -327,7 +396,7 @@ def read_chunk_checked(
         values = np.asarray(arr[..., i * c:(i + 1) * c])
     except Exception as exc:  # the codec fails: truncated, or the checksum does not match
         raise error(f"{path}: {where} is corrupted ({type(exc).__name__}: {exc}). To resolve "
-                    f"this, {remedy}.") from None
+                    "this, " + remedy + ".") from None
     if values.dtype.kind in "TU":  # Python str once, for the digest and the caller
         values = values.astype(object)
     if sha256 is not None and (len(sha256) != arr.cdata_shape[-1]
@@ -350,8 +419,8 @@ def require_finite(
     if not finite.all():
         i = int(np.flatnonzero(~finite)[0])
         raise error(
-            f"{path}: {what} holds a non-finite value ({values[i]}) at feature {i}. To resolve "
-            f"this, {remedy}."
+            f"{path}: {what} holds a non-finite value ({values[i]}) at feature {i}. To "
+            "resolve this, " + remedy + "."
         )
     return values
 

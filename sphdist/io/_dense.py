@@ -13,9 +13,7 @@ import numpy as np
 import zarr
 
 from sphdist.errors import CorpusFormatError
-from sphdist.io._checked import (
-    ChunkedVector,
-)
+from sphdist.io._checked import ChunkedVector, require_chunks
 from sphdist.io._fs import location
 from sphdist.io._input import _fingerprint, _Input, _open_group
 from sphdist.io._values import check_dense_values
@@ -41,7 +39,8 @@ class DenseInput(_Input):
     InputNotFoundError
         If ``path`` does not exist.
     CorpusFormatError
-        If it holds no 2-D numeric array.
+        If it holds no 2-D numeric array, a complex one, or one with a chunk file missing
+        (zarr would read it as the fill value).
 
     Notes
     -----
@@ -83,6 +82,15 @@ class DenseInput(_Input):
                 f"{self.path}: expected a 2-D numeric array of shape (n_samples, n_features), "
                 f"found shape {array.shape} and dtype {array.dtype}."
             )
+        if array.dtype.kind == "c":  # float64 would drop the imaginary part
+            raise CorpusFormatError(
+                f"{self.path}: holds {array.dtype} values; Spherical PCA fits real data. To "
+                "resolve this, store a real array (the real part, or the magnitude np.abs)."
+            )
+        require_chunks(array, str(self.path), "X" if self._array_path else "the array",
+                       error=CorpusFormatError,
+                       remedy="write the array again with every chunk stored (a chunk that is "
+                       "all zero too: zarr.config.set({'array.write_empty_chunks': True}))")
         n, m = array.shape
         self.shape = (int(m), int(n))
         self._array = array

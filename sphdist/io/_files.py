@@ -213,8 +213,9 @@ def output_format(
     formats : mapping of str to str
         Suffix (lower case, with the dot) to format, in the order they are offered.
     redo : callable, optional
-        Given a corrected output path, the job that writes it, for the remedy: the marker of
-        a :class:`~sphdist.errors.Remedy` (:func:`sphdist.errors.remedy`), or a command.
+        Given a corrected output path, the job that writes it, for the remedy: a
+        :class:`~sphdist.errors.Remedy` named in a message (:func:`sphdist.errors.remedy`),
+        or a command.
 
     Returns
     -------
@@ -243,9 +244,10 @@ def output_format(
     if told is not None and format is not None and format != told:
         fixed = path.with_name(path.stem + _suffix_of(format, formats))
         return _refuse(
-            f"{path} is named as a {told} file, but {option('format', format)} was "
-            f"asked for. To resolve this, ",
-            f"name it {fixed}, or leave out {option('format')} ({told} is written).", fixed, redo)
+            f"{path} is named as a {told} file, but " + option("format", format)
+            + " was asked for. To resolve this, ",
+            f"name it {fixed}, or leave out " + option("format") + f" ({told} is written).",
+            fixed, redo)
     if told is not None:
         return told
     if format is not None and format in formats.values():
@@ -269,6 +271,7 @@ def _suffix_of(format: str, formats: Mapping[str, str]) -> str:
 
 def _refuse(head: str, remedy: str, fixed: Path, redo: Callable[[Path], str] | None) -> str:
     if redo is not None:
-        again = redo(fixed)  # a remedy's marker (sphdist.errors.remedy), or a command
-        remedy = remedy.rstrip(".") + (f": {again}." if remedies(again) else f": `{again}`.")
+        again = redo(fixed)  # a remedy (sphdist.errors.remedy), or a command
+        remedy = remedy.rstrip(".") + (": " + again + "." if remedies(again)
+                                       else f": `{again}`.")
     raise ParameterError(head + remedy)

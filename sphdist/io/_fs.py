@@ -31,7 +31,7 @@ from typing import Any
 import fsspec
 import fsspec.config
 
-from sphdist.errors import ParameterError, SphdistError, StorageError, option
+from sphdist.errors import ParameterError, SphdistError, StorageError, option, words_for
 
 __all__ = [
     "location", "is_remote", "exists", "absolute", "protocol_of", "filesystem",
@@ -283,26 +283,26 @@ def storage_error(path: str | os.PathLike[str], exc: BaseException) -> BaseExcep
     keys = option("storage_option", ["key=...", "secret=..."])
     if _no_credentials(exc):
         remedy = ("give credentials: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (or "
-                  "AWS_PROFILE, a profile of ~/.aws/credentials or ~/.aws/config), or pass "
-                  f"`{keys}` (or `{option('storage_option', ['anon=true'])}` for a public "
-                  "bucket)")
+                  "AWS_PROFILE, a profile of ~/.aws/credentials or ~/.aws/config), or pass `"
+                  + keys + "` (or `" + option("storage_option", ["anon=true"])
+                  + "` for a public bucket)")
         return StorageError(
-            f"{path}: no credentials were found for {protocol}://{netloc} (botocore reads "
-            "them from the AWS_* variables, ~/.aws/credentials and ~/.aws/config, "
-            f"{option('storage_option')}, and an instance's role). To resolve this, "
+            (f"{path}: no credentials were found for {protocol}://{netloc} (botocore reads "
+             "them from the AWS_* variables, ~/.aws/credentials and ~/.aws/config, "
+             + option("storage_option") + ", and an instance's role). To resolve this, ")
             + remedy + ".")
     if "bucket" in str(exc).lower() and isinstance(exc, FileNotFoundError):
         remedy = (f"create the bucket (`aws s3 mb {protocol}://{netloc}`), or check the URL and "
                   "the endpoint (AWS_ENDPOINT_URL)")
     elif isinstance(exc, PermissionError):
-        remedy = ("check the credentials (AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or "
-                  f"`{keys}`) and that they may read and write {protocol}://{netloc}")
+        remedy = ("check the credentials (AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or `" + keys
+                  + f"`) and that they may read and write {protocol}://{netloc}")
     else:
         remedy = ("check that the store answers at its endpoint (AWS_ENDPOINT_URL), then run "
                   "the command again (a fit continues from its last checkpoint with "
-                  f"{option('resume', True)})")
+                  + option("resume", True) + ")")
     return StorageError(f"{path}: the object store refused or failed a request ({said}). To "
-                        f"resolve this, {remedy}.")
+                        "resolve this, " + remedy + ".")
 
 
 def _no_credentials(exc: BaseException) -> bool:
@@ -416,8 +416,8 @@ def parse_storage_option(text: str) -> tuple[str, str, Any]:
     key, sep, value = text.partition("=")
     if not sep or not key.strip():
         raise ParameterError(
-            f"{option('storage_option', text)}: expected KEY=VALUE, for example "
-            f"`{option('storage_option', ['endpoint_url=http://127.0.0.1:9000'])}`."
+            option("storage_option", text) + ": expected KEY=VALUE, for example `"
+            + option("storage_option", ['endpoint_url=http://127.0.0.1:9000']) + "`."
         )
     protocol, dot, name = key.strip().rpartition(".")
     try:
@@ -427,11 +427,12 @@ def parse_storage_option(text: str) -> tuple[str, str, Any]:
     return (protocol if dot else "s3"), name, parsed
 
 
+@words_for(option="storage_option")
 def storage_option_call(value: Any = None) -> str:
     """The Python call that sets storage options given as the command line writes them.
 
     What :class:`sphdist.errors.PythonForm` words the ``sphdist`` group's storage option
-    with (:data:`sphdist.errors._SETTERS`).
+    with (registered with :func:`sphdist.errors.words_for`).
 
     Parameters
     ----------

@@ -61,8 +61,14 @@ def data_fingerprint(attrs: dict[str, Any]) -> str:
     """Fingerprint of a corpus with digests: sha256 of the JSON of :data:`_FINGERPRINTED`.
 
     ``attrs`` must be JSON-clean (as stored); the per-chunk digests make it cover the data.
+    The tag's promise of digests (:data:`~sphdist.io._checked.EVERY_DIGEST`) is left out: it
+    says how the store is checked, not what it holds, and a corpus written before it keeps
+    its fingerprint.
     """
-    return _fingerprint({k: attrs.get(k) for k in _FINGERPRINTED}, None)
+    covered = {k: attrs.get(k) for k in _FINGERPRINTED}
+    if isinstance(covered["sphdist"], dict):
+        covered["sphdist"] = {k: v for k, v in covered["sphdist"].items() if k != "digests"}
+    return _fingerprint(covered, None)
 
 
 def _integer(path: Path, name: str, value: Any, low: int = 0, high: int | None = None) -> int:
@@ -128,8 +134,8 @@ class _Input:
             raise DataError(
                 f"{self.path}: all {self.n_documents} documents are empty (no nonzero value), "
                 "so there is nothing to fit. To resolve this, check the source and the ingest "
-                f"options (e.g. {option('remove_headers', True)} on very short texts) and "
-                "re-ingest."
+                "options (e.g. " + option("remove_headers", True)
+                + " on very short texts) and re-ingest."
             )
 
 

@@ -95,7 +95,7 @@ def refusal(target: Any, record: dict[str, Any] | None) -> OutputLockedError:
         stop += ")"
     return OutputLockedError(
         f"{target} is being written by {who}. To resolve this, wait for it to finish, or "
-        f"{stop}, or choose another {option('output')}."
+        f"{stop}, or choose another " + option("output") + "."
     )
 
 
@@ -232,10 +232,10 @@ def _creatable(target: Any, lock: Path) -> None:
         return  # another writer made it meanwhile
     except OSError as exc:
         raise ParameterError(
-            f"{target}: no output can be written there: its lock file {lock} cannot be created "
-            f"([Errno {exc.errno}] {exc.strerror}). To resolve this, choose an "
-            f"{option('output')} in a directory you may write to, e.g. "
-            f"{option('output', elsewhere(target, 'file', ''))}."
+            f"{target}: no output can be written there: its lock file {lock} cannot be "
+            f"created ([Errno {exc.errno}] {exc.strerror}). To resolve this, choose an "
+            + option("output") + " in a directory you may write to, e.g. "
+            + option("output", elsewhere(target, 'file', '')) + "."
         ) from None
     os.close(fd)
     with contextlib.suppress(OSError):

@@ -19,7 +19,7 @@ import numpy as np
 import zarr
 
 from sphdist.io._atomic import Output, discard, open_output, open_target
-from sphdist.io._checked import content_sha256, require_written
+from sphdist.io._checked import EVERY_DIGEST, content_sha256, require_written
 from sphdist.io._zarr import (
     CHECKSUMMED,
     WRITE_CONFIG,
@@ -114,7 +114,7 @@ def save_checkpoint(
             digests["V"] = _store_V(group, V)
             require_written(group["V"], out.path, "V")  # the workers wrote them: are they here?
         group.attrs.update(json_clean({
-            "sphdist": {"kind": KIND, "format_version": FORMAT_VERSION},
+            "sphdist": {"kind": KIND, "format_version": FORMAT_VERSION, **EVERY_DIGEST},
             "params": params,
             "corpus": corpus,
             "n_iter": state.iteration,

@@ -66,6 +66,6 @@ def check_named(target: Any) -> None:
     if Path(str(target)).name in ("", ".."):  # a URL too (a UPath is no os.PathLike)
         raise ParameterError(
             f"{target}: an output path names no file or directory of its own (it is a "
-            f"directory to write into). To resolve this, name the output in it, e.g. "
-            f"{option('output', Path(target) / 'model.zarr')}."
+            "directory to write into). To resolve this, name the output in it, e.g. "
+            + option("output", Path(target) / 'model.zarr') + "."
         )

@@ -102,10 +102,10 @@ def refuse_existing(
     ----------
     path : path-like or Target
         The output, as the user named it (a Target: its path).
-    found : str, optional
+    found : str or Text, optional
         What is there, in words, after ``already exists:`` (``"this fit, stopped at
         iteration 3"``). Default: nothing more is said.
-    remedies : str, optional
+    remedies : str or Text, optional
         What resolves the refusal, in words and structured remedies
         (:func:`sphdist.errors.remedy`), which the interface renders. Default: another output,
         or ``overwrite``.
@@ -117,11 +117,12 @@ def refuse_existing(
         (``remedies``, then another output; or another output, or ``overwrite``).
     """
     named = path.path if isinstance(path, Target) else path
-    there = f"{named} already exists{': ' + found if found else ''}. To resolve this, "
+    there = f"{named} already exists" + (": " + found if found else "") + ". To resolve this, "
     if remedies:
-        raise OutputExistsError(f"{there}{remedies} (or choose another {option('output')}).")
+        raise OutputExistsError(there + remedies + " (or choose another " + option("output") + ").")
     raise OutputExistsError(
-        f"{there}choose another {option('output')} or pass {option('overwrite', True)}."
+        there + "choose another " + option("output") + " or pass " + option("overwrite", True)
+        + "."
     )
 
 
@@ -165,14 +166,14 @@ def check_output_place(
             raise ParameterError(
                 f"{path}: a name ending in {suffix} is where sphdist keeps the "
                 f"{_COMPANIONS[suffix]} of another output, {base}; writing there would break "
-                f"that output's commits. To resolve this, choose another name, e.g. "
-                f"{option('output', elsewhere(base, kind, str(base.parent)))}."
+                "that output's commits. To resolve this, choose another name, e.g. "
+                + option("output", elsewhere(base, kind, str(base.parent))) + "."
             )
     if ".tmp-" in name:
         raise ParameterError(
-            f"{path}: a name holding .tmp- is where sphdist stages another output before "
-            f"its commit (and removes it as debris). To resolve this, choose another name, "
-            f"e.g. {option('output', elsewhere(path, kind, str(where.parent)))}."
+            f"{path}: a name holding .tmp- is where sphdist stages another output before its "
+            "commit (and removes it as debris). To resolve this, choose another name, e.g. "
+            + option("output", elsewhere(path, kind, str(where.parent))) + "."
         )
     _refuse_special_file(path, kind)
     key = key_of(path)
@@ -184,22 +185,22 @@ def check_output_place(
             also = "" if named == str(path) else f" ({named})"
             raise ParameterError(
                 f"{path} is also an input of this command{also}: a command never replaces "
-                f"what it reads. To resolve this, choose another {option('output')}, e.g. "
-                f"{option('output', elsewhere(path, kind, str(where.parent), taken))}."
+                "what it reads. To resolve this, choose another " + option("output") + ", e.g. "
+                + option("output", elsewhere(path, kind, str(where.parent), taken)) + "."
             )
         if _within(key, other):
             outside = os.path.dirname(other) if "://" not in other else other.rsplit("/", 1)[0]
             raise ParameterError(
                 f"{path} is inside {named}, an input of this command: an output is never "
-                f"written inside what the command reads (its next commit would remove it). "
-                f"To resolve this, choose an {option('output')} outside it, e.g. "
-                f"{option('output', _named_as(path, elsewhere(path, kind, outside, taken)))}."
+                "written inside what the command reads (its next commit would remove it). To "
+                "resolve this, choose an " + option("output") + " outside it, e.g. "
+                + option("output", _named_as(path, elsewhere(path, kind, outside, taken))) + "."
             )
         if _within(other, key):
             raise ParameterError(
-                f"{path} contains {named}, an input of this command: a command never "
-                f"replaces what it reads. To resolve this, choose an {option('output')} that does "
-                "not contain it, e.g. " + option(
+                (f"{path} contains {named}, an input of this command: a command never replaces "
+                 "what it reads. To resolve this, choose an " + option("output")
+                 + " that does not contain it, e.g. ") + option(
                     'output', _named_as(path, elsewhere(path, kind, other.rsplit('/', 1)[0],
                                                          taken))) + "."
             )
@@ -207,9 +208,9 @@ def check_output_place(
         outside = store.rsplit("/", 1)[0] or "/"
         raise ParameterError(
             f"{path} is inside {_named_as(path, store)}, a zarr store ({_found_text(store)}): "
-            f"an output is never written inside another store (its next commit would remove "
-            f"it). To resolve this, choose an {option('output')} outside it, e.g. "
-            f"{option('output', _named_as(path, elsewhere(path, kind, outside, taken)))}."
+            "an output is never written inside another store (its next commit would remove "
+            "it). To resolve this, choose an " + option("output") + " outside it, e.g. "
+            + option("output", _named_as(path, elsewhere(path, kind, outside, taken))) + "."
         )
     check_named(path)  # last: '.' holding an input is refused for that, in those words
 
@@ -228,10 +229,9 @@ def _refuse_special_file(path: Any, kind: str) -> None:
         pointed = os.path.realpath(text)
         raise ParameterError(
             f"{text} is a symbolic link (to {pointed}): an output is committed by a rename, "
-            f"which would replace the link, not write where it points. To resolve this, name "
-            f"the place itself, e.g. {option('output', pointed)}, or another "
-            f"{option('output')}, e.g. "
-            f"{option('output', elsewhere(text, kind, beside))}."
+            "which would replace the link, not write where it points. To resolve this, name "
+            "the place itself, e.g. " + option("output", pointed) + ", or another "
+            + option("output") + ", e.g. " + option("output", elsewhere(text, kind, beside)) + "."
         )
     what = ("a named pipe" if stat.S_ISFIFO(mode) else "a device"
             if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "a socket"
@@ -240,8 +240,8 @@ def _refuse_special_file(path: Any, kind: str) -> None:
         raise ParameterError(
             f"{text} is {what}: an output is written to a new file and renamed into place, "
             f"which would replace {what} rather than write into it. To resolve this, write a "
-            f"file, e.g. {option('output', elsewhere(text, kind, beside))}"
-            ", and copy it from there."
+            "file, e.g. " + option("output", elsewhere(text, kind, beside))
+            + ", and copy it from there."
         )
 
 
@@ -340,8 +340,8 @@ def check_output_kind(path: str | os.PathLike[str] | Target, kind: str) -> None:
     beside = str(target.path.parent)
     raise OutputExistsError(
         f"{target.path} is {_found_text(target)}, not {what}: this command replaces (with "
-        f"{option('overwrite', True)}) only {what}{by}, never anything else. To resolve this, "
-        f"choose another {option('output')}, e.g. "
-        f"{option('output', elsewhere(target.path, kind, beside))}, or, if "
-        f"{target.path} is really to be replaced, remove it by hand first: `{rm}`."
+        + option("overwrite", True)
+        + f") only {what}{by}, never anything else. To resolve this, choose another "
+        + option("output") + ", e.g. " + option("output", elsewhere(target.path, kind, beside))
+        + f", or, if {target.path} is really to be replaced, remove it by hand first: `{rm}`."
     )

@@ -251,8 +251,8 @@ def read_unit_columns(
     except Exception as exc:  # the zstd checksum fails, or the file is truncated
         error = replaced_error(target.path) if target.replaced(version, failed=True) else (
             ModelFormatError(
-                f"{location}: {name} (columns {start}:{start + c}) is corrupted "
-                f"({type(exc).__name__}: {exc}). To resolve this, {remedy}."
+                f"{location}: {name} (columns {start}:{start + c}) is corrupted ("
+                f"{type(exc).__name__}: {exc}). To resolve this, " + remedy + "."
             )
         )
     if error is None and target.replaced(version, failed=False):
@@ -273,7 +273,7 @@ def read_unit_columns(
                 f"is not a unit vector (norm {np.linalg.norm(column):.6g})")
         raise ModelFormatError(
             f"{location}: column {start + j} of {name} {what}; the columns of {name} are unit "
-            f"vectors. To resolve this, {remedy}."
+            "vectors. To resolve this, " + remedy + "."
         )
     if digests is not None and (len(digests) != -(-arr.shape[1] // c) or content_sha256(block)
                                 != digests[block_id[1]]):  # last: the
@@ -282,6 +282,6 @@ def read_unit_columns(
             raise replaced_error(target.path)
         raise ModelFormatError(
             f"{location}: {name} (columns {start}:{start + c}) does not match its recorded "
-            f"sha256 (the stored values were changed or damaged). To resolve this, {remedy}."
+            "sha256 (the stored values were changed or damaged). To resolve this, " + remedy + "."
         )
     return block

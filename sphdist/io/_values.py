@@ -25,7 +25,7 @@ def _refuse(path: str, where: str, value: float, feature: int, overflow: bool,
     what = (f"is too large for float64: the sum of its squared values overflows ({value:.6g} "
             f"at feature {feature}; rescale it, e.g. to unit norm)" if overflow else
             f"holds a non-finite value ({value}) at feature {feature}")
-    return DataError(f"{path}: {where} {what}. To resolve this, {remedy}.")
+    return DataError(f"{path}: {where} {what}. To resolve this, " + remedy + ".")
 
 
 def check_csc_values(

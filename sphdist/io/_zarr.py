@@ -138,8 +138,8 @@ _KINDS: dict[str, Callable[[Path], str]] = {
     "model": lambda p: (
         "pass a model.zarr, written by " + remedy(Remedy(
             "fit", {"input": "CORPUS", "output": "MODEL.zarr"}, {"n_components": 20}))
-        + f" (as the {option('output')} of a fit, choose a new path: {p.name} is never "
-        "overwritten by a model)"
+        + (" (as the " + option("output")
+           + f" of a fit, choose a new path: {p.name} is never overwritten by a model)")
     ),
     "embedding": lambda p: "pass an embedding.zarr, written by " + remedy(Remedy(
         "transform", {"model": "MODEL", "input": "CORPUS", "output": "EMBEDDING.zarr"})),
@@ -154,7 +154,7 @@ def wrong_kind(path: Path, found: str, wanted: str) -> str:
     """
     return (
         f"{path} is a sphdist {found}, not a sphdist {wanted}. To resolve this, "
-        f"{_KINDS[wanted](path)}."
+        + _KINDS[wanted](path) + "."
     )
 
 
@@ -188,7 +188,7 @@ def open_tagged(
     """
     path = location(path)
     group = open_node(
-        path, missing=f"{path}: no such {kind}. To resolve this, {missing}.",
+        path, missing=f"{path}: no such {kind}. To resolve this, " + missing + ".",
         unreadable=lambda exc: f"{path}: not a zarr v3 group ({type(exc).__name__}: {exc}).",
         error=ModelFormatError, group=True,
     )
@@ -225,10 +225,10 @@ def check_array(
         or not set(codecs) <= SAFE_CODECS
     ):
         raise error(
-            f"{path}: {what} is stored as zarr v{meta.zarr_format}, dtype "
-            f"{arr.dtype}, codecs {codecs}; sphdist reads only zarr v3 numeric or UTF-8 arrays "
-            f"with the codecs {sorted(SAFE_CODECS)} (nothing that can execute code). To "
-            f"resolve this, {remedy}."
+            f"{path}: {what} is stored as zarr v{meta.zarr_format}, dtype {arr.dtype}, codecs "
+            f"{codecs}; sphdist reads only zarr v3 numeric or UTF-8 arrays with the codecs "
+            f"{sorted(SAFE_CODECS)} (nothing that can execute code). To resolve this, " + remedy
+            + "."
         )
     return arr
 
@@ -253,7 +253,7 @@ def checked_array(
     except Exception as exc:  # unknown codec, malformed metadata, ...
         raise error(
             f"{path}: {what} ({name}) is unreadable ({type(exc).__name__}: {exc}). To resolve "
-            f"this, {remedy}."
+            "this, " + remedy + "."
         ) from None
     if not isinstance(arr, zarr.Array):
         raise KeyError(name)
@@ -312,8 +312,8 @@ def _members(
         except Exception as exc:  # unknown codec, malformed metadata, a stray object
             raise error(
                 f"{path}: unreadable array metadata at {name} ({type(exc).__name__}: {exc}). "
-                "Only zarr's built-in codecs are read, never pickled objects. To resolve this, "
-                f"{remedy}."
+                "Only zarr's built-in codecs are read, never pickled objects. To resolve "
+                "this, " + remedy + "."
             ) from None
         yield name, node
         if isinstance(node, zarr.Group):

@@ -68,8 +68,8 @@ from sphdist.io._checked import (
     ChunkedVector,
     read_checked,
     read_chunk_checked,
+    recorded_digest,
     require_finite,
-    warn_undigested,
 )
 from sphdist.io._dense import DenseInput
 from sphdist.io._fs import location
@@ -284,13 +284,13 @@ class Corpus(_Input):
 
     def _digest(self, name: str) -> Any:
         """The recorded digest of array ``name``; a warning, once, for a store without one."""
-        found = self._digests.get(name)
-        if found is None and name in ("doc_ids", "vocabulary") and name not in self._warned:
-            self._warned.add(name)
-            again = Remedy("ingest", {"source": ["SOURCE"]},
-                           {"output": str(self.path), "overwrite": True})
-            warn_undigested(self.path, name, f"{_REMEDY} ({remedy(again)})")
-        return found
+        again = Remedy("ingest", {"source": ["SOURCE"]},
+                       {"output": str(self.path), "overwrite": True})
+        return recorded_digest(
+            self.path, name, self._digests, self.attrs.get("sphdist"), self._warned,
+            error=CorpusFormatError, remedy=lambda: f"{_REMEDY} (" + remedy(again) + ")",
+            warn=name in ("doc_ids", "vocabulary"),  # older corpora digested the others
+        )
 
     def ids(self) -> ChunkedVector:
         """The document ids, read chunk by chunk on demand (only the chunks used).

@@ -19,7 +19,7 @@ import scipy.sparse as sp
 import zarr
 
 from sphdist.io._atomic import Output, open_output
-from sphdist.io._checked import content_sha256
+from sphdist.io._checked import EVERY_DIGEST, content_sha256
 from sphdist.io._policy import refuse_existing
 from sphdist.io._zarr import WRITE_CONFIG, checksummed, json_clean, write_vector
 from sphdist.io.corpus import FORMAT_VERSION, KIND, Corpus, _chunk_key, data_fingerprint
@@ -310,7 +310,7 @@ class CorpusWriter:
             chunked["vocabulary"] = self._write_1d(
                 "vocabulary", np.asarray(self.vocabulary, dtype=str))
         meta = {
-            "sphdist": {"kind": KIND, "format_version": FORMAT_VERSION},
+            "sphdist": {"kind": KIND, "format_version": FORMAT_VERSION, **EVERY_DIGEST},
             "shape": [self.n_features, n],
             "nnz": self._nnz,
             "chunk_boundaries": self._boundaries,

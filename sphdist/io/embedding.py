@@ -34,12 +34,13 @@ import zarr
 from sphdist.errors import ModelFormatError, Remedy, remedy
 from sphdist.io._atomic import Output, open_output
 from sphdist.io._checked import (
+    EVERY_DIGEST,
     ChunkedVector,
     chunk_sha256,
     content_sha256,
     read_chunk_checked,
+    recorded_digest,
     require_written,
-    warn_undigested,
 )
 from sphdist.io._fs import is_remote
 from sphdist.io._tagged import TaggedStore
@@ -188,7 +189,7 @@ class EmbeddingWriter:
             digests["labels"] = content_sha256(labels)
         group.attrs.update(json_clean({
             **attrs,
-            "sphdist": {"kind": KIND, "format_version": FORMAT_VERSION},
+            "sphdist": {"kind": KIND, "format_version": FORMAT_VERSION, **EVERY_DIGEST},
             "label_names": label_names,
             "sha256": digests,
         }))
@@ -289,13 +290,11 @@ class Embedding(TaggedStore):
 
     def _digest(self, name: str) -> Any:
         """The recorded digest of ``name`` (V, degenerate, doc_ids, labels); warned once if none."""
-        digests = self.attrs.get("sha256")
-        found = digests.get(name) if isinstance(digests, dict) else None
-        warned = self.__dict__.setdefault("_warned", set())
-        if found is None and name not in warned:
-            warned.add(name)
-            warn_undigested(self.path, name, self._REWRITE)
-        return found
+        return recorded_digest(
+            self.path, name, self.attrs.get("sha256"), self.attrs.get("sphdist"),
+            self.__dict__.setdefault("_warned", set()), error=ModelFormatError,
+            remedy=self._REWRITE,
+        )
 
     @property
     def doc_ids(self) -> np.ndarray:

@@ -92,7 +92,7 @@ _SAMPLE = 1 << 20  # bytes at each end of the serialized index whose digest ever
 
 
 def _write(**overrides: bool) -> str:
-    """The index job that writes an index, as a remedy's marker."""
+    """The index job that writes an index, named in a message (:func:`sphdist.errors.remedy`)."""
     return remedy(Remedy("index", {"model": "MODEL", "output": "INDEX"}, overrides))
 
 
@@ -282,15 +282,15 @@ class StoredIndex(TaggedStore):
 
     KIND = KIND
     FORMAT_VERSION = FORMAT_VERSION
-    _MISSING = f"write one with {_write()}"
-    _STALE = _REWRITE = f"write it again with {_write(overwrite=True)}"
+    _MISSING = "write one with " + _write()
+    _STALE = _REWRITE = "write it again with " + _write(overwrite=True)
 
     def __init__(self, path: str | os.PathLike[str]):
         found = index_kind(path)
         if found not in (None, KIND):
             raise ModelFormatError(
-                f"{location(path)} is a sphdist {found}, not a sphdist index. To resolve this, "
-                f"pass an index written by {_write()}."
+                f"{location(path)} is a sphdist {found}, not a sphdist index. To resolve "
+                "this, pass an index written by " + _write() + "."
             )
         super().__init__(path)
 
@@ -325,7 +325,8 @@ class StoredIndex(TaggedStore):
 
     def refuse(self, what: str) -> ModelFormatError:
         """The error for damage ``what``, naming the path and the rebuild command."""
-        return ModelFormatError(f"{self.location}: {what}. To resolve this, {self.rebuild()}.")
+        return ModelFormatError(f"{self.location}: {what}. To resolve this, " + self.rebuild()
+                                + ".")
 
     def data(self) -> np.ndarray:
         """The serialized faiss index, ndarray of shape (n_bytes,), uint8, read whole.

@@ -79,7 +79,7 @@ from sphdist.errors import (
     remedy,
 )
 from sphdist.io._atomic import Output
-from sphdist.io._checked import warn_undigested
+from sphdist.io._checked import recorded_digest
 from sphdist.io._model_writer import (
     FORMAT_VERSION,
     KIND,
@@ -264,13 +264,12 @@ class Model(TaggedStore):
     def U(self) -> np.ndarray:
         """Ndarray of shape (m, r), float64: the orthonormal basis."""
         stored = self.attrs.get("u_sha256")
-        return self._check_U(
-            self._read("U", stored if isinstance(stored, str) else None, "u_sha256")
-        )
+        digest = self._recorded("U", {"U": stored} if isinstance(stored, str) else None,
+                                warn=False)  # every model has recorded it
+        return self._check_U(self._read("U", digest, "u_sha256"))
 
     def _state_array(self, name: str) -> np.ndarray:
-        digests = self.attrs.get("sha256")
-        return self._read(name, digests.get(name) if isinstance(digests, dict) else None)
+        return self._read(name, self._recorded(name, self.attrs.get("sha256"), warn=False))
 
     @property
     def idf(self) -> np.ndarray | None:
@@ -286,12 +285,15 @@ class Model(TaggedStore):
 
     def _digest(self, name: str) -> Any:
         """The recorded digest of ``name`` (V, vocabulary); a warning, once, without one."""
-        digests = self.attrs.get("sha256")
-        found = digests.get(name) if isinstance(digests, dict) else None
-        if found is None and name not in self._warned:
-            self._warned.add(name)
-            warn_undigested(self.path, name, f"{self._REWRITE} ({self._refit()})")
-        return found
+        return self._recorded(name, self.attrs.get("sha256"))
+
+    def _recorded(self, name: str, digests: Any, warn: bool = True) -> Any:
+        """:func:`~sphdist.io._checked.recorded_digest` of ``name`` in this model."""
+        return recorded_digest(
+            self.path, name, digests, self.attrs.get("sphdist"), self._warned,
+            error=ModelFormatError, remedy=lambda: self._REWRITE + " (" + self._refit() + ")",
+            warn=warn,
+        )
 
     @property
     def shape(self) -> tuple[int, int, int]:
@@ -354,7 +356,7 @@ class Model(TaggedStore):
         return self._unit_columns_between("V", self._digest("V"), start, stop)
 
     def _refit(self) -> str:
-        """The fit that writes this model again (its recorded parameters), as a marker."""
+        """The fit that writes this model again (its recorded parameters), in a message."""
         return remedy(fit_remedy(self.corpus.get("path", "CORPUS"), self.path, self.params,
                                  overwrite=True))
 
@@ -385,9 +387,9 @@ class Model(TaggedStore):
         if not self.has_embedding:
             raise ModelFormatError(
                 f"{self.path} is a checkpoint of a fit stopped at iteration {self.n_iter} of "
-                f"{self.max_iter if self.max_iter is not None else '?'}, not converged: it "
-                f"holds U, not the embedding V. To resolve this, finish the fit: "
-                f"{remedy(self.resume_remedy())}."
+                f"{(self.max_iter if self.max_iter is not None else '?')}, not converged: it "
+                "holds U, not the embedding V. To resolve this, finish the fit: "
+                + remedy(self.resume_remedy()) + "."
             )
 
     _require_embedding = require_embedding

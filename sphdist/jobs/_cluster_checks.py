@@ -26,8 +26,8 @@ __all__ = [
 #: A remedy for a bad scheduler address (the option named by :func:`sphdist.errors.option`).
 _ADDRESS_REMEDY = (
     "pass the address the scheduler printed when it started (e.g. "
-    f"{option('address', 'tcp://127.0.0.1:8786')}, see cluster/README.md), or leave out "
-    f"{option('address')} and unset DASK_SCHEDULER_ADDRESS to run on this machine"
+    + option("address", 'tcp://127.0.0.1:8786') + ", see cluster/README.md), or leave out "
+    + option("address") + " and unset DASK_SCHEDULER_ADDRESS to run on this machine"
 )
 
 #: The largest ``--memory-budget``, in bytes (1 EiB): beyond it a value is a typo (``1e100``).
@@ -40,7 +40,7 @@ def _refused(problem: str, remedy: str) -> Iterator[None]:
     try:
         yield
     except (ValueError, TypeError) as exc:
-        raise ParameterError(f"{problem} ({exc}). To resolve this, {remedy}.") from None
+        raise ParameterError(f"{problem} ({exc}). To resolve this, " + remedy + ".") from None
 
 
 def check_scheduler_address(address: str) -> None:
@@ -86,8 +86,8 @@ def check_dashboard_address(address: str) -> None:
     from distributed.comm.addressing import parse_host_port  # as check_scheduler_address
 
     with _refused(f"dashboard address {address!r} is not host:port",
-                  f"pass e.g. {option('dashboard_address', '127.0.0.1:8787')} (or 127.0.0.1:0 "
-                  "for a free port)"):
+                  "pass e.g. " + option("dashboard_address", '127.0.0.1:8787')
+                  + " (or 127.0.0.1:0 for a free port)"):
         _, port = parse_host_port(address)
         if not 0 <= port <= 65535:
             raise ValueError(f"port {port} is not in [0, 65535]")
@@ -110,8 +110,10 @@ def check_memory_limit(limit: str | int) -> None:
     from dask.utils import parse_bytes  # dask is imported by a check that runs, not here
 
     with _refused(f"memory limit {limit!r} is not a size", "pass bytes or a number with a "
-                  f"unit, e.g. {option('memory_limit', '4GiB')}, or "
-                  f"{option('memory_limit', 'auto')}"):
+                                                           "unit, e.g. "
+                                                           + option("memory_limit", '4GiB')
+                                                           + ", or "
+                                                           + option("memory_limit", 'auto')):
         if limit != "auto" and parse_bytes(limit) < 0:
             raise ValueError("a limit is not negative")
 
@@ -134,8 +136,8 @@ def check_memory_budget(value: str | int | None) -> int | None:
         return None
     from dask.utils import parse_bytes  # as check_memory_limit
 
-    remedy = (f"To resolve this, pass bytes or a size such as {option('memory_budget', '4GiB')}"
-              " (0 streams X from the store every iteration).")
+    remedy = ("To resolve this, pass bytes or a size such as " + option("memory_budget", '4GiB')
+              + " (0 streams X from the store every iteration).")
     try:  # parse_bytes reads "" and "GiB" as one unit, and "1e400" as an infinity
         if isinstance(value, str) and not value.strip()[:1].isdigit():
             raise ValueError(value)
@@ -143,10 +145,10 @@ def check_memory_budget(value: str | int | None) -> int | None:
     except (ValueError, TypeError, OverflowError):
         nbytes = -1
     if nbytes < 0:
-        raise ParameterError(f"memory budget {value!r} is not a size. {remedy}")
+        raise ParameterError(f"memory budget {value!r} is not a size. " + remedy)
     if nbytes > MAX_MEMORY_BUDGET:
         raise ParameterError(
             f"memory budget {value!r} is more than any machine's memory (at most 1 EiB, "
-            f"{MAX_MEMORY_BUDGET} bytes). {remedy}"
+            f"{MAX_MEMORY_BUDGET} bytes). " + remedy
         )
     return int(nbytes)

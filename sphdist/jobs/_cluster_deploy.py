@@ -17,7 +17,7 @@ import dask
 from distributed import Client, LocalCluster
 from distributed.security import Security
 
-from sphdist.errors import Words, option
+from sphdist.errors import Text, option
 from sphdist.io import storage_options
 from sphdist.jobs._cluster_losses import no_workers_bound, no_workers_timeout
 from sphdist.jobs._cluster_spec import ClusterSpec
@@ -73,6 +73,6 @@ def local_cluster(
         logger.info(
             "started LocalCluster %s: %d workers x %d threads (%s), dashboard %s",
             cluster.scheduler_address, spec.n_workers, spec.threads_per_worker,
-            Words(option("n_workers", spec.n_workers)), client.dashboard_link,
+            Text(option("n_workers", spec.n_workers)), client.dashboard_link,
         )
         yield client

@@ -137,8 +137,8 @@ def workers_lost(output: Any, attempt: int, exc: BaseException, resume: str) -> 
         The attempt that failed, from 0 (the restarts before it).
     exc : BaseException
         Its failure (one of :func:`worker_losses`).
-    resume : str
-        The command that continues the job (a :func:`sphdist.errors.remedy` marker).
+    resume : Text
+        The job that continues the fit, named in a message (:func:`sphdist.errors.remedy`).
 
     Returns
     -------
@@ -153,7 +153,7 @@ def workers_lost(output: Any, attempt: int, exc: BaseException, resume: str) -> 
     return WorkersLostError(
         f"{output}: {what}. The last complete checkpoint is kept. To resolve this, check the "
         "workers' logs (often a memory limit below what sphdist.core.solver.fit's Notes give, "
-        f"or a worker killed from outside), then continue the fit: {resume}."
+        "or a worker killed from outside), then continue the fit: " + resume + "."
     )
 
 

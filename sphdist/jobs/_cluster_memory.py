@@ -20,7 +20,7 @@ from dask.utils import format_bytes
 
 from sphdist.core import graph
 from sphdist.core.solver import BASE_BYTES, peak_bytes
-from sphdist.errors import InsufficientMemoryError, ParameterError, Words, option
+from sphdist.errors import InsufficientMemoryError, ParameterError, Text, option
 from sphdist.jobs._cluster_checks import check_memory_limit
 
 if TYPE_CHECKING:
@@ -106,7 +106,7 @@ def holds_in_memory(
         ``nbytes <= budget``: X is read once and kept (``persist``) in this process or the
         workers' memory; else every pass reads and decompresses each chunk from the store as
         its task runs, so memory does not grow with n.
-    reason : sphdist.errors.Words
+    reason : sphdist.errors.Text
         One line for the log: which, the sizes, and the parameter that changes it (a
         ``str``; the command line names its option).
 
@@ -124,21 +124,21 @@ def holds_in_memory(
         available = _available(available)
         budget = int(available * MEMORY_BUDGET_FRACTION)
         source = (f"a quarter of the {format_bytes(available)} available; "
-                  f"{option('memory_budget')} sets it")
+                  + option("memory_budget") + " sets it")
     else:
         limits = [w.get("memory_limit") or 0 for w in client.scheduler_info()["workers"].values()]
         total = sum(limits) if limits and all(limits) else 0
         budget = int(total * MEMORY_BUDGET_FRACTION)
         source = (f"a quarter of the workers' {format_bytes(total)} memory limits; "
-                  f"{option('memory_budget')} sets it") if total else (
+                  + option("memory_budget") + " sets it") if total else (
             "the workers set no memory limit")
     size = f"X ({format_bytes(nbytes)})"
     if nbytes <= budget:
         where = "in memory" if client is None else "in the workers' memory"
-        return True, Words(f"{size} is held {where}: within the memory budget of "
-                           f"{format_bytes(budget)} ({source})")
-    return False, Words(f"{size} is streamed from the store every iteration, chunk by chunk: "
-                        f"above the memory budget of {format_bytes(budget)} ({source})")
+        return True, Text(f"{size} is held {where}: within the memory budget of "
+                          f"{format_bytes(budget)} (" + source + ")")
+    return False, Text(f"{size} is streamed from the store every iteration, chunk by chunk: "
+                       f"above the memory budget of {format_bytes(budget)} (" + source + ")")
 
 
 def memory_check(
@@ -170,8 +170,8 @@ def memory_check(
     available : int, optional
         Memory available to this process, in bytes; default what the OS reports.
     remedy : callable, optional
-        ``remedy(r, split_every)``: the same job with r components and that fan-in, as the
-        marker of a :class:`sphdist.errors.Remedy` (:func:`sphdist.errors.remedy`).
+        ``remedy(r, split_every)``: the same job with r components and that fan-in, named
+        in a message (:func:`sphdist.errors.remedy`).
 
     Returns
     -------
@@ -234,13 +234,12 @@ def memory_check(
                     f"({where}); nothing was allocated or written. To resolve this, ")
             options = []
             if remedy is not None and fits:  # another fan-in saves a partial at most
-                options.append(f"fit at most {fits} components: "
-                               f"{remedy(fits, split_every)}")
-            options.append("ingest fewer features (a larger min_df, or the hashing scheme "
-                           "with fewer n_features)")
-            options.append("run on a cluster whose workers have more memory "
-                           f"({option('address')})")
-            raise InsufficientMemoryError(text + "; or ".join(options) + ".")
+                options.append(f"fit at most {fits} components: " + remedy(fits, split_every))
+            options.append("ingest fewer features (a larger " + option("min_df")
+                           + ", or the hashing scheme with fewer " + option("n_features") + ")")
+            options.append("run on a cluster whose workers have more memory (" + option("address")
+                           + ")")
+            raise InsufficientMemoryError(text + Text("; or ").join(options) + ".")
 
     return check
 
@@ -284,9 +283,9 @@ def check_worker_memory(limit: str | int | float, threads_per_worker: int = 1) -
         floor = f"{2 ** math.ceil(math.log2(BASE_BYTES)) // 2**20}MiB"
         raise ParameterError(
             f"memory limit {limit!r} per worker ({format_bytes(nbytes)}) cannot hold a worker "
-            f"process before any task runs (about {format_bytes(BASE_BYTES)}): its nanny would "
-            "restart it for ever and no task would run. To resolve this, give each worker at "
-            f"least that, e.g. {option('memory_limit', floor)} (the fit checks its own "
-            f"estimate against it before it starts), or leave out {option('memory_limit')} "
-            "(auto: this machine's memory shared by the workers)."
+            f"process before any task runs (about {format_bytes(BASE_BYTES)}): its nanny "
+            "would restart it for ever and no task would run. To resolve this, give each "
+            "worker at least that, e.g. " + option("memory_limit", floor)
+            + " (the fit checks its own estimate against it before it starts), or leave out "
+            + option("memory_limit") + " (auto: this machine's memory shared by the workers)."
         )

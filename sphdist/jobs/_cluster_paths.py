@@ -15,7 +15,7 @@ import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from sphdist.errors import InputNotFoundError, ParameterError, option
+from sphdist.errors import InputNotFoundError, ParameterError, Text, option
 from sphdist.io import absolute, is_remote, location
 
 if TYPE_CHECKING:
@@ -25,12 +25,14 @@ __all__ = ["task_path", "check_workers_see"]
 
 #: A remedy for a local path that the workers do not see as the driver does; "{name}" is
 #: replaced by the path's name (not with str.format: the option marker is JSON, braces included).
-_SHARED_REMEDY = (
-    "put it where this machine and every worker reach the same files: an object store "
-    "(e.g. s3://BUCKET/{name}, with AWS_ENDPOINT_URL and the credentials set for the workers "
-    "too) or a filesystem mounted at the same path on every node; or leave out "
-    f"{option('address')} to run on this machine"
-)
+def _shared_remedy(name: str) -> Text:
+    """Where to put ``name`` so that this machine and every worker reach it."""
+    return (
+        "put it where this machine and every worker reach the same files: an object store "
+        f"(e.g. s3://BUCKET/{name}, with AWS_ENDPOINT_URL and the credentials set for the "
+        "workers too) or a filesystem mounted at the same path on every node; or leave out "
+        + option("address") + " to run on this machine"
+    )
 
 
 def task_path(path: str | os.PathLike[str] | None, *, output: bool = False) -> Any:
@@ -136,7 +138,7 @@ def check_workers_see(
                 raise InputNotFoundError(
                     f"{path}: worker {worker} {how}: the workers do not share this machine's "
                     "filesystem, and the tasks read the input themselves. To resolve this, "
-                    + _SHARED_REMEDY.replace("{name}", name) + f" (e.g. `aws s3 cp --recursive "
+                    + _shared_remedy(name) + f" (e.g. `aws s3 cp --recursive "
                     f"{shlex.quote(path)} s3://BUCKET/{shlex.quote(name)}`, then pass that URL)."
                 )
     for path in outputs:
@@ -158,5 +160,5 @@ def check_workers_see(
                     f"{path}: worker {worker} does not see the folder {folder} of this "
                     "machine: the workers do not share its filesystem, and the tasks write "
                     "the output themselves (nothing was written). To resolve this, "
-                    + _SHARED_REMEDY.replace("{name}", Path(path).name) + "."
+                    + _shared_remedy(Path(path).name) + "."
                 )

@@ -52,9 +52,9 @@ def tls_security(
     for name, path in files.items():  # named as ClusterSpec's fields (and the options)
         if path is not None and not Path(path).is_file():
             raise InputNotFoundError(
-                f"{path}: no such TLS file ({option(name)}). To resolve this, pass PEM files "
-                "made as in cluster/README.md (cluster/make_certs.py writes a CA and a "
-                "certificate)."
+                f"{path}: no such TLS file (" + option(name)
+                + "). To resolve this, pass PEM files made as in cluster/README.md "
+                "(cluster/make_certs.py writes a CA and a certificate)."
             )
     ca, cert = str(ca_file), str(cert_file)
     key = str(key_file) if key_file is not None else None

@@ -165,7 +165,18 @@ class Request(abc.ABC):
                     target[field.name] = str(value)
             elif field.default is dataclasses.MISSING or value != field.default:
                 overrides[field.name] = str(value) if isinstance(value, os.PathLike) else value
-        return Remedy(self.command, target, overrides, say)
+        return Remedy(self.command, target, overrides, say, call=self.public_name())
+
+    @classmethod
+    def public_name(cls) -> str:
+        """The dotted name a user imports the request by (``sphdist.jobs.neighbors.IndexRequest``).
+
+        Its module's path up to the first private part (a package re-exports what its private
+        modules define), then the class: what the Python words of its remedies call.
+        """
+        parts = cls.__module__.split(".")
+        public = next((i for i, part in enumerate(parts) if part.startswith("_")), len(parts))
+        return ".".join([*parts[:public], cls.__qualname__])
 
 
 def run(request: Request, *, on: AbstractContextManager[Any] | None = None) -> Any:

@@ -100,13 +100,13 @@ def reingest_remedy(
     notes = []
     if found and "headers" in cleaning and _emptied_by(cleaning, sources, ingest):
         options["remove_headers"] = False  # the cleaning the like inherits would empty them
-        notes.append(f"{option('remove_headers', False)}: the model's "
-                     f"{option('remove_headers', True)} would leave most of these documents "
-                     "empty: they have no header block")
+        notes.append(option("remove_headers", False) + ": the model's "
+                     + option("remove_headers", True)
+                     + " would leave most of these documents empty: they have no header block")
     existing = [str(p) for p in (like, emb) if committed(p)]
     if existing:
-        notes.append(f"{option('overwrite', True)}: {' and '.join(existing)} "
-                     f"{'exists' if len(existing) == 1 else 'exist'}")
+        notes.append(option("overwrite", True) + f": {' and '.join(existing)} "
+                     f"{('exists' if len(existing) == 1 else 'exist')}")
     overwrite = {"overwrite": True}
     commands = [
         Remedy("ingest", {"source": sources if found else ["SOURCE"]},
@@ -121,8 +121,8 @@ def reingest_remedy(
         notes.append(f"SOURCE: the documents of {path}; the source it recorded, "
                      f"{recorded or 'none'}, is not there")
     where = f" ({'; '.join(notes)})" if notes else ""
-    return (f"re-ingest its documents with the model's features and idf, then embed them: "
-            f"{remedy(*commands)}{where}")
+    return ("re-ingest its documents with the model's features and idf, then embed them: "
+            + remedy(*commands) + f"{where}")
 
 
 def _emptied_by(remove: list[str], sources: list[str], ingest: dict[str, Any],

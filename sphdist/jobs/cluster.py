@@ -37,7 +37,7 @@ import dask
 import dask.threaded
 from threadpoolctl import threadpool_limits
 
-from sphdist.errors import ParameterError, Words, option
+from sphdist.errors import ParameterError, Text, option
 from sphdist.jobs._cluster_checks import (
     MAX_MEMORY_BUDGET,
     check_dashboard_address,
@@ -198,18 +198,18 @@ def connect(
         if address.startswith("tls://") and not security:
             raise ParameterError(
                 f"scheduler address {address} speaks TLS, but no TLS files were given. To "
-                "resolve this, pass the CA certificate and the client certificate (and its key) "
-                f"that the scheduler trusts: {option('tls_ca_file', 'CA.pem')} "
-                f"{option('tls_cert', 'CERT.pem')} {option('tls_key', 'KEY.pem')} (or "
-                "SPHDIST_TLS_CA_FILE, SPHDIST_TLS_CERT, SPHDIST_TLS_KEY; cluster/README.md makes "
-                "them)."
+                "resolve this, pass the CA certificate and the client certificate (and its "
+                "key) that the scheduler trusts: " + option("tls_ca_file", 'CA.pem') + " "
+                + option("tls_cert", 'CERT.pem') + " " + option("tls_key", 'KEY.pem')
+                + " (or SPHDIST_TLS_CA_FILE, SPHDIST_TLS_CERT, SPHDIST_TLS_KEY; "
+                "cluster/README.md makes them)."
             )
     elif not spec.n_workers:
         logger.info(
             "running in this process on dask's threaded scheduler (%d threads), no worker "
             "processes%s; %s starts a LocalCluster of N worker processes instead",
-            cpu_count(), Words(f" ({option('n_workers', 0)})") if spec.n_workers == 0 else "",
-            Words(option("n_workers", "N")),
+            cpu_count(), Text(" (" + option("n_workers", 0) + ")") if spec.n_workers == 0 else "",
+            Text(option("n_workers", "N")),
         )
         with _threads():
             yield None

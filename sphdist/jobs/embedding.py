@@ -215,9 +215,9 @@ def open_embedding_source(
         again = Remedy(verb, {"model": str(fitted.path), "input": "CORPUS"}, others)
         raise InputNotFoundError(
             f"{path}: no such corpus. That path is the one {fitted.path} recorded when it was "
-            f"fitted; the corpus has since been moved or deleted. To resolve this, pass where "
-            f"it is now as {option('input')}, which overrides the recorded path: "
-            f"{remedy(again)} (CORPUS: the corpus' new path)."
+            "fitted; the corpus has since been moved or deleted. To resolve this, pass where "
+            "it is now as " + option("input") + ", which overrides the recorded path: "
+            + remedy(again) + " (CORPUS: the corpus' new path)."
         )
     if stored_kind(path) == "embedding":
         emb = open_stored(path, "embedding")
@@ -246,7 +246,7 @@ def open_embedding_source(
             raise CorpusMismatchError(
                 f"{path} is not the corpus {fitted.path} was fitted on, nor in its feature "
                 f"space ({mismatch(fitted, source)}). To resolve this, "
-                f"{reingest_remedy(fitted, source, path, then=use)}."
+                + reingest_remedy(fitted, source, path, then=use) + "."
             ) from None
         if embed:  # the exact V-step, lam = 2 (Liu et al. 2019, Eq. 3.12), chunk by chunk
             from sphdist.core import graph  # dask: a neighbour query never loads it (test_startup)
@@ -263,9 +263,9 @@ def open_embedding_source(
         transform = Remedy("transform", {"model": str(fitted.path), "input": str(path),
                                          "output": str(emb_path)})
         raise CorpusMismatchError(
-            f"{path} is not the corpus {fitted.path} was fitted on "
-            f"({fitted.corpus.get('path')}). To resolve this, embed its documents first, then "
-            f"use the embedding: {remedy(transform, use)}."
+            f"{path} is not the corpus {fitted.path} was fitted on ("
+            f"{fitted.corpus.get('path')}). To resolve this, embed its documents first, then "
+            "use the embedding: " + remedy(transform, use) + "."
         )
     require_embedding(fitted)
     _, r, n = fitted.shape
@@ -360,8 +360,8 @@ def embed_texts(
     if scheme.get("type") not in ("hashing", "vocabulary") or fitted.idf is None:
         raise DataError(
             f"{fitted.path} was fitted on {scheme.get('type', 'unknown')!r} input, not on "
-            f"text: a text query cannot be embedded. To resolve this, query by "
-            f"{option('doc_id')}."
+            "text: a text query cannot be embedded. To resolve this, query by " + option("doc_id")
+            + "."
         )
     # the ingestion stage's own reading of the model: scheme, tf-idf options, idf, vocabulary
     options, idf, _remove, _info = read_like(fitted.path)
@@ -471,6 +471,6 @@ def document_embedding(source: EmbeddingSource, doc_id: str) -> tuple[int, np.nd
         raise DataError(
             f"document {doc_id!r} is empty (no feature in common with the model), so its "
             "embedding is a placeholder, not a direction. To resolve this, query another "
-            f"document or by {option('query')} text."
+            "document or by " + option("query") + " text."
         )
     return j, source.columns(j, j + 1)[:, 0]

@@ -16,7 +16,7 @@ from sphdist.errors import (
     DataError,
     ParameterError,
     Remedy,
-    Words,
+    Text,
     option,
     remedy,
 )
@@ -115,9 +115,10 @@ def evaluate_model(
                                     **({} if input is None else {"input": str(input)})},
                        {"n_clusters": int(np.unique(known).size)})
         raise ParameterError(
-            f"{option('n_clusters', k)} is more clusters than the {known.size} labelled "
-            f"documents of {where}. To resolve this, choose 1 <= k <= {known.size}, e.g. the "
-            f"number of labels: {remedy(again)}."
+            option("n_clusters", k)
+            + f" is more clusters than the {known.size} labelled documents of {where}. To "
+            f"resolve this, choose 1 <= k <= {known.size}, e.g. the number of labels: "
+            + remedy(again) + "."
         )
     warn_if_stopped(fitted, "evaluate")
     V = source.V
@@ -139,7 +140,7 @@ def evaluate_model(
 def _why_no_knn(report: dict[str, Any], known: np.ndarray, names: list[str] | None) -> str:
     """Why :func:`sphdist.metrics.knn_accuracy` scored nothing, and what would score it.
 
-    A ``str`` in the Python API's words; a :class:`~sphdist.errors.Words` where it names a
+    A ``str`` in the Python API's words; a :class:`~sphdist.errors.Text` where it names a
     parameter, which the command line words with its option.
 
     Its two cases: the rarest label has one document (no stratified split), or k is more
@@ -167,8 +168,9 @@ def _why_no_knn(report: dict[str, Any], known: np.ndarray, names: list[str] | No
                 f"{'have' if single.size > 1 else 'has'} a single document, and stratified "
                 "folds need 2 of each label")
     training = n - -(-n // folds)  # the smallest training fold
-    return Words(f"{option('knn_k', k)} is more than the {training} documents of a training "
-                 f"fold; choose k <= {training}")
+    return Text(option("knn_k", k)
+                + f" is more than the {training} documents of a training fold; choose k <= "
+                f"{training}")
 
 
 def _refuse_raw_text(model: Any, input: Any) -> None:
@@ -189,10 +191,10 @@ def _refuse_raw_text(model: Any, input: Any) -> None:
                      "output": out})
     again = Remedy("evaluate", {"model": str(model), "input": out})
     raise CorpusFormatError(
-        f"{input}: raw text ({fmt}), not a corpus: evaluate scores the embedding of ingested "
-        f"documents. To resolve this, ingest it in the model's features and labels with "
-        f"{remedy(ingest)}" + (" (NAME: the field or column of the labels)" if field == "NAME"
-                               else "") + f", then {remedy(again)}."
+        (f"{input}: raw text ({fmt}), not a corpus: evaluate scores the embedding of ingested "
+         "documents. To resolve this, ingest it in the model's features and labels with "
+         + remedy(ingest)) + (" (NAME: the field or column of the labels)" if field == "NAME"
+                               else "") + (", then " + remedy(again) + ".")
     )
 
 
@@ -208,8 +210,9 @@ def _no_labels(model: Any, where: Any, origin: str) -> DataError:
     if fmt not in ("jsonl", "csv", "parquet"):
         return DataError(
             f"{where} has no labels. To resolve this, ingest a labelled source (one folder "
-            f"per label, or {option('label_field')} naming the field of JSON Lines, CSV or Parquet "
-            "documents that holds the label) to evaluate clustering."
+            "per label, or " + option("label_field")
+            + " naming the field of JSON Lines, CSV or Parquet documents that holds the label) "
+            "to evaluate clustering."
         )
     described = attrs.get("source")
     sources = [described] if isinstance(described, str) else list(described or ["SOURCE"])
@@ -219,11 +222,12 @@ def _no_labels(model: Any, where: Any, origin: str) -> DataError:
                     {"like": str(model), "label_field": field, "output": out})
     again = Remedy("evaluate", {"model": str(model), "input": out})
     return DataError(
-        f"{where} has no labels: its {fmt} documents were ingested without "
-        f"{option('label_field')}. To resolve this, ingest them with their labels in the "
-        f"model's features, {remedy(ingest)}"
+        (f"{where} has no labels: its {fmt} documents were ingested without "
+         + option("label_field")
+         + ". To resolve this, ingest them with their labels in the model's features, "
+         + remedy(ingest))
         + (" (NAME: the field or column of the labels)" if field == "NAME" else "")
-        + f", then {remedy(again)}."
+        + (", then " + remedy(again) + ".")
     )
 
 

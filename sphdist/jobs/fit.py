@@ -42,9 +42,10 @@ from sphdist.errors import (
     InsufficientMemoryError,
     Interrupted,
     ParameterError,
+    Text,
+    message_of,
     option,
     remedy,
-    template,
 )
 from sphdist.io import Output, absolute, is_storage_failure, refuse_existing, storage_error
 from sphdist.io.corpus import open_input
@@ -317,11 +318,11 @@ class FitRequest(Request):
         theirs = {**recorded, "init_from": init["path"] if isinstance(init, dict) else init,
                   "input": self.input if same_corpus else previous.corpus.get("path", "CORPUS")}
 
-        def fix(say: str, action: str) -> str:
+        def fix(say: str, action: str) -> Text:
             changes = theirs if action == "resume" else {}
-            return f"{say}: {self._fix(say, **{action: True}, **changes)}"
+            return f"{say}: " + self._fix(say, **{action: True}, **changes)
 
-        detail = ", ".join(f"{option(k)}: {a!r} -> {b!r}" for k, (a, b) in changed.items())
+        detail = Text(", ").join(option(k) + f": {a!r} -> {b!r}" for k, (a, b) in changed.items())
         other = (f"{previous.corpus.get('path')!r} (fingerprint "
                  f"{previous.corpus.get('fingerprint', '?')[:12]}), not {{}} {self.input} "
                  f"(fingerprint {fingerprint[:12]})")
@@ -329,25 +330,26 @@ class FitRequest(Request):
             found, fixes = (f"was fitted on {other.format('on')}", (
                 fix("resume with the original corpus", "resume"),
                 fix(f"start a new fit of {self.input}", "overwrite"),
-            )) if not same_corpus else (f"was written with other parameters ({detail})", (
+            )) if not same_corpus else ("was written with other parameters (" + detail + ")", (
                 fix("resume with the checkpoint's parameters", "resume"),
                 fix("start the fit asked for", "overwrite")))
-            raise CheckpointMismatchError(f"{self.output} {found}. To resolve this, "
-                                          f"{', or '.join(fixes)} (or choose another "
-                                          f"{option('output')}).")
+            raise CheckpointMismatchError(
+                f"{self.output} " + found + ". To resolve this, " + Text(", or ").join(fixes)
+                + " (or choose another " + option("output") + ")."
+            )
         if same_corpus and not changed:
             found = f"this fit, stopped at iteration {previous.n_iter}"
             fixes = (fix("continue it", "resume"), fix("replace it", "overwrite"))
             if previous.converged or previous.n_iter >= params["max_iter"]:
                 found, fixes = f"this fit, finished at iteration {previous.n_iter}", fixes[1:]
                 if not previous.converged:  # at its max_iter: more iterations continue it
-                    found += (f" ({option('resume', True)} with a larger "
-                              f"{option('max_iter')} continues it)")
+                    found += (" (" + option("resume", True) + " with a larger "
+                              + option("max_iter") + " continues it)")
         else:
-            found = (f"a fit with other parameters ({detail})" if same_corpus
+            found = (("a fit with other parameters (" + detail + ")") if same_corpus
                      else f"a fit of {other.format('of')}")
             fixes = (fix("replace it", "overwrite"), fix("continue that fit", "resume"))
-        refuse_existing(self.output, found=found, remedies=", or ".join(fixes))
+        refuse_existing(self.output, found=found, remedies=Text(", or ").join(fixes))
 
     def execute(self, held: Output, opened: _Opened) -> Model:
         """Fit, checkpointing to ``held``; restart from the last checkpoint after a worker loss."""
@@ -378,7 +380,7 @@ class FitRequest(Request):
         raise AssertionError("unreachable")  # pragma: no cover
 
     def _fix(self, say: str = "", *, resume: bool = False, overwrite: bool = False,
-             **changes: Any) -> str:
+             **changes: Any) -> Text:
         """The remedy a message names: this fit, changed, continuing or replacing the output."""
         return remedy(self.remedy(say, resume=resume, overwrite=overwrite, **changes))
 
@@ -444,7 +446,7 @@ class FitRequest(Request):
                     spill=scratch, check_memory=check_memory, hold_V=hold_V,
                 )
             except DataError as exc:  # the solver knows X, not the file: name it
-                raise DataError(f"{self.input}: {template(exc)}") from None
+                raise DataError(str(self.input) + ": " + message_of(exc)) from None
             except CheckpointMismatchError:
                 if previous is None or "max_partials" not in previous.params:
                     raise
@@ -452,12 +454,12 @@ class FitRequest(Request):
                 # chains, in an order this version's tree does not always reproduce, so the
                 # recomputed objective missed the recorded one by rounding, not other data
                 raise CheckpointMismatchError(
-                    f"{output} is a checkpoint of an earlier version of sphdist, whose passes "
-                    f"summed their partials in accumulation chains (max_partials="
-                    f"{previous.params['max_partials']}); this version sums them in another "
-                    "order, and the fit cannot continue from it to the bit. To resolve this, "
-                    f"start the fit again: {self._fix(overwrite=True)} (or choose another "
-                    f"{option('output')})."
+                    (f"{output} is a checkpoint of an earlier version of sphdist, whose passes "
+                     "summed their partials in accumulation chains (max_partials="
+                     f"{previous.params['max_partials']}); this version sums them in another "
+                     "order, and the fit cannot continue from it to the bit. To resolve this, "
+                     "start the fit again: " + self._fix(overwrite=True) + " (or choose another ")
+                    + option("output") + ")."
                 ) from None
         if final is not state or not open_model(output).has_embedding:
             t0 = time.perf_counter()
@@ -485,14 +487,15 @@ class FitRequest(Request):
         if model is None:
             return (
                 f"{what}; no checkpoint was written. To resolve this, run it on the CPU: "
-                f"{self._fix(device='cpu', overwrite=self.overwrite)}, or free its memory "
-                f"(`nvidia-smi`) and run it again: {self._fix(overwrite=self.overwrite)}."
+                + self._fix(device='cpu', overwrite=self.overwrite)
+                + ", or free its memory (`nvidia-smi`) and run it again: "
+                + self._fix(overwrite=self.overwrite) + "."
             )
         return (
             f"{what}; {self.output} holds its checkpoint of iteration {model.n_iter}, intact. "
-            f"To resolve this, resume it on the CPU: {self._fix(device='cpu', resume=True)}, "
-            "or free its memory (other processes on it: `nvidia-smi`) and resume there: "
-            f"{self._fix(resume=True)}."
+            "To resolve this, resume it on the CPU: " + self._fix(device='cpu', resume=True)
+            + ", or free its memory (other processes on it: `nvidia-smi`) and resume there: "
+            + self._fix(resume=True) + "."
         )
 
     def _stopped(self, held: Output, opened: _Opened) -> str:
@@ -501,10 +504,10 @@ class FitRequest(Request):
         try:
             if opened.previous is None and held.identity() == opened.before:
                 return (
-                    "the fit was interrupted (Ctrl-C) before its first checkpoint: nothing was "
-                    f"written, {output} "
-                    f"{'does not exist' if opened.before is None else 'is as it was'}. To "
-                    f"resolve this, run it again: {self._fix(overwrite=self.overwrite)}."
+                    "the fit was interrupted (Ctrl-C) before its first checkpoint: nothing "
+                    f"was written, {output} "
+                    f"{('does not exist' if opened.before is None else 'is as it was')}. To "
+                    "resolve this, run it again: " + self._fix(overwrite=self.overwrite) + "."
                 )
             model = load_checkpoint(output)
         except Exception:  # the store fails, or a commit stopped between its renames
@@ -512,7 +515,8 @@ class FitRequest(Request):
         if model is None:  # a resume recovers an interrupted commit
             return (
                 f"the fit was interrupted (Ctrl-C); {output} holds its last complete "
-                f"checkpoint, if any. To resolve this, continue it: {self._fix(resume=True)}."
+                "checkpoint, if any. To resolve this, continue it: " + self._fix(resume=True)
+                + "."
             )
         if model.converged or model.n_iter >= self.max_iter:
             return (f"the fit was interrupted (Ctrl-C) after it committed {output}: it is "
@@ -520,7 +524,7 @@ class FitRequest(Request):
         return (
             f"the fit was interrupted (Ctrl-C): {output} holds its checkpoint of iteration "
             f"{model.n_iter} of {self.max_iter}. To resolve this, continue it from there: "
-            f"{self._fix(resume=True)}."
+            + self._fix(resume=True) + "."
         )
 
 
@@ -560,10 +564,10 @@ def warm_start(
     m, r, _ = previous.shape
     if r != n_components:
         raise ParameterError(
-            f"{option('init_from', init_from)} has r={r} components, but "
-            f"{option('n_components', n_components)} was asked. To resolve this, fit with "
-            f"{option('n_components', r)}, or warm-start from a model with {n_components} "
-            "components."
+            option("init_from", init_from) + f" has r={r} components, but "
+            + option("n_components", n_components) + " was asked. To resolve this, fit with "
+            + option("n_components", r)
+            + f", or warm-start from a model with {n_components} components."
         )
     previous.check_compatible(source, input, check_idf=False)
     return previous.U

@@ -22,7 +22,7 @@ from sphdist.errors import (
     InputNotFoundError,
     ParameterError,
     Remedy,
-    Words,
+    Text,
     option,
     remedy,
 )
@@ -276,7 +276,7 @@ def warn_if_stopped(model: Model, use: str) -> None:
     if status.startswith("stopped"):
         logger.warning(
             "%s: the fit %s; %s uses the model of that iteration. To finish the fit: %s.",
-            model.path, status, use, Words(remedy(model.resume_remedy())),
+            model.path, status, use, Text(remedy(model.resume_remedy())),
         )
 
 
@@ -373,8 +373,8 @@ def top_terms(model: str | os.PathLike[str], n_terms: int = 10) -> list[dict[str
             else f"it has no vocabulary (feature scheme {scheme!r})"
         )
         raise DataError(
-            f"{model}: top terms need a vocabulary-mode corpus, but {reason}. To resolve this, "
-            f"ingest with a vocabulary and refit: {_vocabulary_refit(fitted)}."
+            f"{model}: top terms need a vocabulary-mode corpus, but {reason}. To resolve "
+            "this, ingest with a vocabulary and refit: " + _vocabulary_refit(fitted) + "."
         )
     U = fitted.U
     features = np.arange(U.shape[0])
@@ -451,15 +451,15 @@ def check_roles(
         what = f"a {kind}" if kind else "not a model"
         swapped = Remedy(verb, {"model": str(input), "input": str(model)}, others)
         raise ParameterError(
-            f"{option('model', model)} is {what} and {option('input', input)} is a model: "
-            f"the two look swapped. To resolve this, run {remedy(swapped)}."
+            option("model", model) + f" is {what} and " + option("input", input)
+            + " is a model: the two look swapped. To resolve this, run " + remedy(swapped) + "."
         )
     recorded = open_model(model).corpus.get("path") if kind == "model" else None
     if recorded and exists(recorded):
         again = Remedy(verb, {"model": str(model), "input": str(recorded)}, others)
-        fix = f"pass the corpus {model} was fitted on: {remedy(again)}"
+        fix = f"pass the corpus {model} was fitted on: " + remedy(again)
     else:
-        fix = f"pass as {option('input')} the corpus {model} was fitted on"
+        fix = "pass as " + option("input") + f" the corpus {model} was fitted on"
     raise ParameterError(
-        f"{option('input', input)} is a model, not a corpus. To resolve this, {fix}."
+        option("input", input) + (" is a model, not a corpus. To resolve this, " + fix + ".")
     )

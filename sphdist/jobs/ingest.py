@@ -163,6 +163,47 @@ class IngestRequest(Request):
     overwrite: bool = False
     progress: bool | str = False
 
+    @classmethod
+    def of(cls, source: Any = "SOURCE", output: Any = "OUTPUT", **options: Any) -> IngestRequest:
+        """The request of ``sphdist ingest``'s options, by their Python names, as flat keywords.
+
+        The reading options go into a :class:`SourceSpec`, the feature options into a
+        :class:`TextSpec` (``remove_headers=False``: ``remove=()``), the rest are fields of
+        the request: what a remedy of the ingest job names (:class:`sphdist.errors.Remedy`,
+        worded ``sphdist.jobs.run(sphdist.jobs.ingest.IngestRequest.of(...))``).
+
+        Parameters
+        ----------
+        source : path-like or list of them
+            The paths to read.
+        output : path-like
+            The ``corpus.zarr`` to write.
+        **options
+            Any field of :class:`SourceSpec` (``categories`` also as one comma-separated
+            string), of :class:`TextSpec` (and ``remove_headers``), or of this request.
+
+        Raises
+        ------
+        TypeError
+            For a keyword that is none of these.
+
+        Examples
+        --------
+        >>> IngestRequest.of(["a.jsonl"], "a.zarr", label_field="label", min_df=1).text.min_df
+        1
+        """
+        reading = {f.name for f in dataclasses.fields(SourceSpec)} - {"paths"}
+        features = {f.name for f in dataclasses.fields(TextSpec)}
+        spec = {k: options.pop(k) for k in list(options) if k in reading}
+        if isinstance(spec.get("categories"), str):
+            spec["categories"] = spec["categories"].split(",")
+        if "remove_headers" in options:
+            options["remove"] = ("headers",) if options.pop("remove_headers") else ()
+        text = {k: options.pop(k) for k in list(options) if k in features}
+        paths = [source] if isinstance(source, str | os.PathLike) else list(source)
+        return cls(SourceSpec(paths, **spec) if spec else source, output,
+                   **({"text": TextSpec(**text)} if text else {}), **options)
+
     def __post_init__(self) -> None:
         if not isinstance(self.source, SourceSpec):
             object.__setattr__(self, "source", SourceSpec(self.source))

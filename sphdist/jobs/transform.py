@@ -159,11 +159,12 @@ class TransformRequest(Request):
                     raise
                 again = dataclasses.replace(self, model=model, input=input, output=output)
                 raise InsufficientMemoryError(
-                    f"the {self.device} device ran out of memory while embedding {input} "
-                    f"({type(exc).__name__}: {str(exc).strip()}); nothing was written to "
+                    f"the {self.device} device ran out of memory while embedding {input} ("
+                    f"{type(exc).__name__}: {str(exc).strip()}); nothing was written to "
                     f"{output}. To resolve this, run it on the CPU: "
-                    f"{remedy(again.remedy(device='cpu'))}, or free the device's memory (other "
-                    "processes on it: `nvidia-smi`) and run it again."
+                    + remedy(again.remedy(device='cpu'))
+                    + ", or free the device's memory (other processes on it: `nvidia-smi`) and "
+                    "run it again."
                 ) from None
             n_degenerate = sum(int(b["n_degenerate"]) for b in blocks)
             return writer.commit(
@@ -217,8 +218,8 @@ def check_transform(
         if getattr(source, "attrs", {}).get("sphdist", {}).get("kind") != "corpus":
             raise
         raise CorpusMismatchError(
-            f"{input} does not match the model {fitted.path}: {mismatch(fitted, source)}. "
-            f"To resolve this, {reingest_remedy(fitted, source, input, output=output)}."
+            f"{input} does not match the model {fitted.path}: {mismatch(fitted, source)}. To "
+            "resolve this, " + reingest_remedy(fitted, source, input, output=output) + "."
         ) from None
     return fitted, source
 

@@ -191,9 +191,10 @@ class NeighborIndex(ValidatedParams, BaseEstimator):
             size = min(candidates.size, self.train_size or _TRAIN_PER_LIST * nlist)
             if size < nlist:
                 raise ParameterError(
-                    f"an IVF index of {option('nlist', nlist)} lists needs at least {nlist} "
-                    f"vectors to train on, got {size}. To resolve this, pass a smaller "
-                    f"{option('nlist')} or {option('kind', 'flat')}."
+                    "an IVF index of " + option("nlist", nlist)
+                    + f" lists needs at least {nlist} vectors to train on, got {size}. To "
+                    "resolve this, pass a smaller " + option("nlist") + " or "
+                    + option("kind", 'flat') + "."
                 )
             sample = np.sort(rng.choice(candidates, size=size, replace=False))
             train = X[sample]

@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from sphdist.errors import DataError, ParameterError, option
+from sphdist.errors import DataError, ParameterError, Text, option
 
 __all__ = [
     "Bad", "Reading", "Record", "printable", "not_utf8", "check_raw", "check_text", "gunzip",
@@ -30,20 +30,22 @@ class Bad:
     """A document that cannot be ingested: ``where`` (file:line, member, row) and ``why``."""
 
     where: str
-    why: str
+    why: str | Text
     #: What fixes it, when that is not "fix or remove that document" (a field no document has).
-    remedy: str | None = None
+    remedy: str | Text | None = None
 
-    def message(self) -> str:
+    def message(self) -> str | Text:
         r"""The one-line error message (bytes of a file name that are not UTF-8 as ``\xff``)."""
-        return printable(f"{self.where}: {self.why}")
+        why = self.why if isinstance(self.why, Text) else printable(self.why)
+        return printable(f"{self.where}: ") + why
 
     def error(self) -> DataError:
         """The refusal of this document under ``on_error="fail"``, with the remedy."""
         return DataError(
-            f"{self.message()}. To resolve this, " + (
-                self.remedy or "fix or remove that document, or pass "
-                f"{option('on_error', 'skip')} to leave such documents out and count them."
+            self.message() + ". To resolve this, " + (
+                self.remedy or ("fix or remove that document, or pass "
+                                + option("on_error", 'skip')
+                                + " to leave such documents out and count them.")
             ) + ("." if self.remedy else "")
         )
 

@@ -3,8 +3,8 @@
 Every remedy :mod:`sphdist.text.ingest` names is a :class:`~sphdist.errors.Remedy` of the
 ``ingest`` job rebuilt from the arguments of the failed call (:func:`ingest_remedy`), with
 the arguments that fix it, by their Python names: ``str(exc)`` words it as a call of
-:class:`sphdist.jobs.ingest.IngestRequest` (:func:`sphdist.text.ingest.ingest_call`), the command
-line as the ``sphdist ingest`` command that runs it.
+:meth:`sphdist.jobs.ingest.IngestRequest.of`, the command line as the ``sphdist ingest``
+command that runs it.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import logging
 import os
 from typing import Any
 
-from sphdist.errors import DataError, Remedy, Words, option, remedy
+from sphdist.errors import DataError, Remedy, Text, option, remedy
 from sphdist.text.tfidf import DEFAULT_TOKEN_PATTERN, TextOptions
 
 __all__ = ["Emptied", "documents", "ingest_remedy", "text_arguments"]
@@ -67,9 +67,9 @@ class Emptied:
     n: int
 
     def _cleaning(self) -> str:
-        how = f"{option('remove_headers', True)}, inherited from {self.inherited_from}" \
-            if self.inherited_from is not None else option('remove_headers', True)
-        return f"removing {'/'.join(self.remove)} ({how})"
+        how = (option("remove_headers", True) + f", inherited from {self.inherited_from}") \
+            if self.inherited_from is not None else option("remove_headers", True)
+        return f"removing {'/'.join(self.remove)} (" + how + ")"
 
     def _without(self, **values: Any) -> str:
         if "like" in self.given:  # the cleaning recorded there would be inherited
@@ -83,22 +83,22 @@ class Emptied:
                 "%d of %s %s no token left after %s: their columns are zero (flagged in "
                 "corpus.empty). If the documents have no headers to remove, ingest them "
                 "without the cleaning: %s", self.count, documents(self.n),
-                "has" if self.count == 1 else "have", Words(self._cleaning()),
-                Words(self._without(overwrite=True)))
+                "has" if self.count == 1 else "have", Text(self._cleaning()),
+                Text(self._without(overwrite=True)))
 
     def error(self) -> DataError:
         if self.count:
-            cause = (f"{self.count} of them had tokens before {self._cleaning()}, which "
-                     "emptied them")
-            fix = f"ingest them without the cleaning: {self._without()}"
+            cause = (f"{self.count} of them had tokens before " + self._cleaning()
+                     + ", which emptied them")
+            fix = "ingest them without the cleaning: " + self._without()
         else:
             cause = "no document holds a token of the features" + (
                 f" of {self.given['like']}" if "like" in self.given else "")
-            fix = (f"check the source and {option('text_field')} (the field or column of "
-                   "the text)")
+            fix = ("check the source and " + option("text_field")
+                   + " (the field or column of the text)")
         every = "its 1 document is" if self.n == 1 else f"all {self.n} documents are"
-        return DataError(f"{self.source}: {every} empty ({cause}), so the corpus would hold "
-                         f"nothing. To resolve this, {fix}.")
+        return DataError(f"{self.source}: {every} empty (" + cause
+                         + "), so the corpus would hold nothing. To resolve this, " + fix + ".")
 
 
 def documents(n: int) -> str:

@@ -307,10 +307,10 @@ def repeated_ids(
 
 
 _REPEATED_ID_REMEDY = (
-    f"give every document its own id ({option('id_field')} naming a field of unique values, "
-    f"or no {option('id_field')}: ids are then path:line or path:row), or pass "
-    f"{option('on_error', 'skip')} to keep the first document of each id and count the others "
-    "as skipped"
+    "give every document its own id (" + option("id_field")
+    + " naming a field of unique values, or no " + option("id_field")
+    + ": ids are then path:line or path:row), or pass " + option("on_error", 'skip')
+    + " to keep the first document of each id and count the others as skipped"
 )
 
 
@@ -372,7 +372,7 @@ def _count_chunk(job: CountJob, index: int, k: int, docs: list) -> Counts:
 
 
 def features(options: TextOptions, total: Counts, n: int, like_idf: np.ndarray | None, *,
-             remedy: str = f"pass {option('min_df', 1)} {option('max_df', 1.0)}"):
+             remedy: str = ("pass " + option("min_df", 1) + " " + option("max_df", 1.0))):
     """Return m, idf (m,), the vocabulary (list or None), and the learned vocabulary array.
 
     ``remedy`` ends the error raised when ``min_df``/``max_df`` leave no term: how to keep them.
@@ -390,9 +390,9 @@ def features(options: TextOptions, total: Counts, n: int, like_idf: np.ndarray |
     low = options.min_df if isinstance(options.min_df, int) else options.min_df * n
     if high < low:
         raise DataError(
-            f"too few documents ({n}) for min_df={options.min_df!r} and "
-            f"max_df={options.max_df!r}: a term would have to be in at least {low:g} and at "
-            f"most {high:g} of them. To resolve this, keep every term: {remedy}."
+            f"too few documents ({n}) for min_df={options.min_df!r} and max_df="
+            f"{options.max_df!r}: a term would have to be in at least {low:g} and at most "
+            f"{high:g} of them. To resolve this, keep every term: " + remedy + "."
         )
     keep = limit_features(df, tf, n, options)
     if options.select is not None and total.class_df is not None:
@@ -409,7 +409,7 @@ def features(options: TextOptions, total: Counts, n: int, like_idf: np.ndarray |
         raise DataError(
             f"no term is left of the {terms.shape[0]} found in the {n} documents: none is in "
             f"at least min_df={options.min_df!r} and at most max_df={options.max_df!r} of "
-            f"them. To resolve this, keep every term: {remedy}."
+            "them. To resolve this, keep every term: " + remedy + "."
         )
     vocab = terms[keep]
     return vocab.shape[0], smooth_idf(df[keep], n), vocab.tolist(), vocab

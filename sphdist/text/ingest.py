@@ -51,7 +51,7 @@ from sphdist.errors import (
     DataError,
     InputNotFoundError,
     ParameterError,
-    Words,
+    Text,
     WorkersLostError,
     option,
     remedy,
@@ -89,7 +89,7 @@ from sphdist.text.tfidf import (
 )
 
 __all__ = ["FORMATS", "ON_ERROR", "REMOVE_OPTIONS", "SourceSpec", "TextSpec", "write",
-           "ingest_call", "local_pool", "read_like", "check_sizes"]
+           "local_pool", "read_like", "check_sizes"]
 
 logger = logging.getLogger("sphdist")
 
@@ -317,51 +317,6 @@ class TextSpec:
 
 
 # -- the public function ------------------------------------------------------------------------
-def ingest_call(arguments: dict[str, Any]) -> str:
-    """The run of an :class:`~sphdist.jobs.ingest.IngestRequest` a remedy names, as Python text.
-
-    What :class:`sphdist.errors.PythonForm` words an ``"ingest"``
-    :class:`~sphdist.errors.Remedy` as: the reading options go into a :class:`SourceSpec`,
-    the feature options into a :class:`TextSpec` (``remove_headers=False``: ``remove=()``),
-    the rest are fields of the request.
-
-    Parameters
-    ----------
-    arguments : dict
-        The remedy's arguments by their Python names (``source``: the paths).
-
-    Returns
-    -------
-    str
-
-    Examples
-    --------
-    >>> ingest_call({"source": ["a.jsonl"], "label_field": "label", "like": "m.zarr",
-    ...              "output": "a.zarr"})
-    "sphdist.jobs.run(sphdist.jobs.ingest.IngestRequest(SourceSpec(['a.jsonl'], \
-label_field='label'), 'a.zarr', like='m.zarr'))"
-    """
-    rest = dict(arguments)
-    paths = rest.pop("source", "SOURCE")
-    output = rest.pop("output", "OUTPUT")
-    reading = {f.name for f in dataclasses.fields(SourceSpec)} - {"paths"}
-    features = {f.name for f in dataclasses.fields(TextSpec)}
-    spec = {k: rest.pop(k) for k in list(rest) if k in reading}
-    if isinstance(spec.get("categories"), str):
-        spec["categories"] = spec["categories"].split(",")
-    if "remove_headers" in rest:
-        rest["remove"] = ("headers",) if rest.pop("remove_headers") else ()
-    text = {k: rest.pop(k) for k in list(rest) if k in features}
-
-    def keywords(values: dict[str, Any]) -> str:
-        return "".join(f", {k}={v!r}" for k, v in values.items())
-
-    source = f"SourceSpec({paths!r}{keywords(spec)})" if spec else repr(paths)
-    text_spec = {"text": f"TextSpec({keywords(text)[2:]})"} if text else {}
-    tail = "".join(f", {k}={v}" for k, v in text_spec.items()) + keywords(rest)
-    return f"sphdist.jobs.run(sphdist.jobs.ingest.IngestRequest({source}, {output!r}{tail}))"
-
-
 def check_sizes(chunk_size: int, partition_size: int | None) -> tuple[int, int]:
     """``chunk_size`` and ``partition_size`` validated, the latter rounded up to a multiple.
 
@@ -446,8 +401,9 @@ def write(
     labelled = src.format in ("dir", "tar") or source.label_field is not None
     if options.select is not None and not labelled:
         raise ParameterError(
-            f"{option('select', 'mutual-info')} needs labels. To resolve this, name the label "
-            f"field ({option('label_field')}), or drop {option('select')}."
+            option("select", 'mutual-info')
+            + " needs labels. To resolve this, name the label field (" + option("label_field")
+            + "), or drop " + option("select") + "."
         )
     if not src.partitions:
         raise DataError(f"{paths}: no documents found (empty files). To resolve this, pass "
@@ -471,7 +427,7 @@ def write(
             logger.warning(
                 "the %r field does not hold unique ids (%s): document ids are path:line "
                 "instead. To use a field of unique ids, name it with %s",
-                id_field, Words(repeated[0][2].why), Words(option("id_field", "NAME")))
+                id_field, Text(repeated[0][2].why), Text(option("id_field", "NAME")))
             repeated, id_field, wheres = [], None, True
         repeat = f"{documents(len(repeated))} repeat{'s' if len(repeated) == 1 else ''}"
         if repeated and on_error == "fail":
@@ -557,7 +513,7 @@ def _id_field(source: SourceSpec, src: Plan, total: Counts) -> tuple[str | None,
     if total.n_without_id < total.n_docs:
         logger.info("%d of %s have no usable %r field: document ids are path:line. To use a "
                     "field of ids, name it with %s", total.n_without_id,
-                    documents(total.n_docs), DEFAULT_ID_FIELD, Words(option("id_field", "NAME")))
+                    documents(total.n_docs), DEFAULT_ID_FIELD, Text(option("id_field", "NAME")))
     return None, True
 
 
@@ -606,11 +562,11 @@ def _check_feature_memory(n_features: int) -> None:
     need, total = _BYTES_PER_FEATURE * n_features, psutil.virtual_memory().total
     if need > total:
         raise ParameterError(
-            f"{option('n_features', n_features)} needs about {need / 2**30:.1f} GiB for the "
-            "document "
-            f"frequencies and idf ({_BYTES_PER_FEATURE} bytes per feature), more than the "
-            f"{total / 2**30:.1f} GiB of this machine. To resolve this, hash into fewer "
-            f"features, e.g. {option('n_features', 2**20)}."
+            option("n_features", n_features)
+            + f" needs about {need / 2 ** 30:.1f} GiB for the document frequencies and idf ("
+            f"{_BYTES_PER_FEATURE} bytes per feature), more than the {total / 2 ** 30:.1f} "
+            "GiB of this machine. To resolve this, hash into fewer features, e.g. "
+            + option("n_features", 2**20) + "."
         )
 
 
@@ -675,13 +631,14 @@ def read_like(
 
     path = location(path)
     if not exists(path):
-        raise InputNotFoundError(f"{path}: no such corpus or model ({option('like')}). To "
-                                 "resolve this, pass the corpus.zarr or model.zarr to imitate.")
+        raise InputNotFoundError(f"{path}: no such corpus or model (" + option("like")
+                                 + "). To resolve this, pass the corpus.zarr or model.zarr to "
+                                 "imitate.")
     kind = stored_kind(path)
     if kind not in ("corpus", "model"):
         raise CorpusFormatError(f"{path}: neither a sphdist corpus nor a model (sphdist.kind "
                                 f"is {kind!r}). To resolve this, pass a corpus.zarr or "
-                                f"model.zarr to {option('like')}.")
+                                "model.zarr to " + option("like") + ".")
     stored = open_stored(path, kind)  # validated, arrays read through the safe-codec check
     if kind == "corpus":
         meta, error = stored.attrs, CorpusFormatError
@@ -775,8 +732,8 @@ def _report_skipped(total: Counts, on_error: str) -> None:
     if total.n_skipped:
         logger.warning(
             "skipped %d document(s) that could not be ingested (%s), e.g. %s",
-            total.n_skipped, Words(option("on_error", on_error)),
-            Words("; ".join(total.examples[:3])),
+            total.n_skipped, Text(option("on_error", on_error)),
+            Text("; ".join(total.examples[:3])),
         )
 
 

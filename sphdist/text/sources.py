@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from sphdist.errors import DataError, InputNotFoundError, ParameterError, option
+from sphdist.errors import DataError, InputNotFoundError, ParameterError, message_of, option
 from sphdist.io import (
     exists,
     glob,
@@ -262,7 +262,7 @@ def _list_tar(path: Path) -> tuple[dict[str, int], list[tuple[str, Bad]]]:
         raise DataError(
             f"{path}: neither a directory nor a readable tar archive ({type(exc).__name__}: "
             f"{exc}). To resolve this, pass a folder or a .tar/.tar.gz archive of text files, "
-            f"or name the format ({option('format', 'jsonl|csv|parquet')})."
+            "or name the format (" + option("format", 'jsonl|csv|parquet') + ")."
         ) from exc
 
 
@@ -371,7 +371,7 @@ class JsonlPartition(Partition):
                     continue
                 if text_field not in obj:
                     yield Bad(where, f"no {text_field!r} field (fields: {sorted(obj)[:10]}); "
-                                     f"name the text field with {option('text_field')}")
+                                     "name the text field with " + option("text_field"))
                     continue
                 text = check_text(where, obj[text_field], reading, f"{text_field!r} field")
                 if isinstance(text, Bad):
@@ -432,10 +432,10 @@ def _scalar_field(obj: dict, name: str | None, role: str, where: str) -> str | B
     if name not in obj:  # a field name, not a bad value: on_error='skip' would skip them all
         fields = sorted(obj)[:10]
         return Bad(where, f"no {name!r} field ({role}); its fields are {fields}",
-                   remedy=f"name the {role} field with {option(f'{role}_field', 'NAME')} (one "
-                          f"of {fields}), or leave out {option(f'{role}_field')} (if only some "
-                          f"documents lack it, {option('on_error', 'skip')} leaves those out "
-                          "and counts them)")
+                   remedy=(f"name the {role} field with " + option(f'{role}_field', 'NAME')
+                           + f" (one of {fields}), or leave out " + option(f'{role}_field')
+                           + " (if only some documents lack it, " + option("on_error", 'skip')
+                           + " leaves those out and counts them)"))
     value = obj.get(name)
     if value is None or isinstance(value, (dict, list)):
         return Bad(where, f"the {name!r} field ({role}) is missing, null or not a scalar")
@@ -474,9 +474,9 @@ def _check_columns(path: str, columns: Sequence[str], reading: Reading) -> list[
     missing = [c for c in wanted if c not in columns]
     if missing:
         raise DataError(
-            f"{path}: no column {missing[0]!r} (columns: {list(columns)[:20]}). To resolve this, "
-            f"name the columns with {option('text_field')}, {option('label_field')} and "
-            f"{option('id_field')}."
+            f"{path}: no column {missing[0]!r} (columns: {list(columns)[:20]}). To resolve "
+            "this, name the columns with " + option("text_field") + ", " + option("label_field")
+            + " and " + option("id_field") + "."
         )
     return wanted
 
@@ -565,8 +565,8 @@ class CsvPartition(Partition):
         except csv.Error as exc:
             raise DataError(
                 f"{self.path}: not a readable CSV file near row {row + 1} (line {line + 1}: "
-                f"{exc}). To resolve this, fix the file, or check {option('text_field')}/"
-                f"{option('label_field')}/{option('id_field')}."
+                f"{exc}). To resolve this, fix the file, or check " + option("text_field") + "/"
+                + option("label_field") + "/" + option("id_field") + "."
             ) from None
 
 
@@ -582,7 +582,7 @@ def _wrong_field_count(where: str, n: int, expected: int, line: int, sep: str) -
               else "a row cut short, or a separator missing?)"))
     return Bad(where, why, remedy=(
         f"quote every field that holds {what} (in double quotes), or fix or remove that row, "
-        f"or pass {option('on_error', 'skip')} to leave such rows out and count them"))
+        "or pass " + option("on_error", 'skip') + " to leave such rows out and count them"))
 
 
 @dataclass(frozen=True)
@@ -727,7 +727,7 @@ def plan(
             if format is None:
                 raise ParameterError(
                     f"cannot tell the format of {[str(p) for p in paths][:5]} from the file "
-                    f"names. To resolve this, pass {option('format', '|'.join(FORMATS))}."
+                    "names. To resolve this, pass " + option("format", '|'.join(FORMATS)) + "."
                 )
     if format not in FORMATS:
         raise ParameterError(f"format={format!r}: expected one of {list(FORMATS)}.")
@@ -779,8 +779,9 @@ def plan(
                     columns = pd.read_csv(str(p), nrows=0,
                                           sep="\t" if ".tsv" in p.name else ",").columns
             except (ValueError, UnicodeDecodeError, pd.errors.ParserError) as exc:
-                raise DataError(f"{p}: not a readable CSV file ({exc}). To resolve this, pass a "
-                                "UTF-8 CSV file with a header row.") from None
+                raise DataError(f"{p}: not a readable CSV file (" + message_of(exc)
+                                + "). To resolve this, pass a UTF-8 CSV file with a header "
+                                "row.") from None
             except pd.errors.EmptyDataError:
                 columns = None  # an empty file: no documents
             if columns is not None:
@@ -872,8 +873,8 @@ def _plan_files(path: Path, format: str, partition_size: int, categories, max_do
                 seed) -> Plan:
     if format == "dir":
         if not path.is_dir():
-            raise DataError(f"{path}: not a directory. To resolve this, pass a folder, or name "
-                            f"the format of the file with {option('format')}.")
+            raise DataError(f"{path}: not a directory. To resolve this, pass a folder, or "
+                            "name the format of the file with " + option("format") + ".")
         ids, special = _list_directory(path)
         offsets = None
     else:

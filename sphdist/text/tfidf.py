@@ -76,15 +76,16 @@ class TextOptions:
         if (isinstance(self.min_df, Integral) and isinstance(self.max_df, Integral)
                 and self.max_df < self.min_df):
             raise ParameterError(
-                f"{option('max_df', self.max_df)} documents is below "
-                f"{option('min_df', self.min_df)}: no term can be kept. To resolve this, lower "
-                f"{option('min_df')} or raise {option('max_df')}."
+                option("max_df", self.max_df) + " documents is below "
+                + option("min_df", self.min_df) + ": no term can be kept. To resolve this, lower "
+                + option("min_df") + " or raise " + option("max_df") + "."
             )
         if not self.vocabulary and any(learned):
             raise ParameterError(
-                f"{option('min_df')}, {option('max_df')}, {option('max_features')} and "
-                f"{option('select')} apply to a learned vocabulary, not to hashed features. To "
-                f"resolve this, pass {option('vocabulary', True)}, or drop those options."
+                option("min_df") + ", " + option("max_df") + ", " + option("max_features")
+                + " and " + option("select")
+                + " apply to a learned vocabulary, not to hashed features. To resolve this, "
+                "pass " + option("vocabulary", True) + ", or drop those options."
             )
 
     # -- scikit-learn objects -------------------------------------------------------------
@@ -172,10 +173,11 @@ def ingest_options(*, vocabulary: bool, n_features: int | None, min_df: int | fl
     if vocabulary:
         if n_features is not None:
             raise ParameterError(
-                f"{option('n_features', n_features)} sets the size of a hashed feature space, "
-                "but a learned vocabulary (the default) sizes itself. To resolve this, hash the "
-                f"tokens: add {option('vocabulary', False)} to "
-                f"{option('n_features', n_features)}, or drop {option('n_features')}."
+                option("n_features", n_features)
+                + " sets the size of a hashed feature space, but a learned vocabulary (the "
+                "default) sizes itself. To resolve this, hash the tokens: add "
+                + option("vocabulary", False) + " to " + option("n_features", n_features)
+                + ", or drop " + option("n_features") + "."
             )
         n_features = DEFAULT_N_FEATURES  # not used by a vocabulary
         min_df = INGEST_DEFAULTS["min_df"] if min_df is None else min_df
@@ -217,23 +219,26 @@ def check_token_pattern(pattern: Any) -> str:
     >>> print(check_token_pattern(r"(?u)\b(\w\w+)\b"))
     (?u)\b(\w\w+)\b
     """
-    default = f"{option('token_pattern', DEFAULT_TOKEN_PATTERN)} (the default)"
+    default = option("token_pattern", DEFAULT_TOKEN_PATTERN) + " (the default)"
     if not isinstance(pattern, str):
-        raise ParameterError(f"{option('token_pattern', pattern)} is not a string. To resolve "
-                             f"this, pass a regular expression, e.g. {default}.")
+        raise ParameterError(option("token_pattern", pattern)
+                             + (" is not a string. To resolve this, pass a regular expression, "
+                                "e.g. " + default + "."))
     try:
         groups = re.compile(pattern).groups
     except re.error as exc:
         raise ParameterError(
-            f"{option('token_pattern', pattern)} is not a valid regular expression ({exc}). To "
-            f"resolve this, pass one that compiles, e.g. {default}."
+            option("token_pattern", pattern)
+            + (f" is not a valid regular expression ({exc}). To resolve this, pass one that "
+               "compiles, e.g. " + default + ".")
         ) from None
     if groups > 1:
         plain = _CAPTURING.sub("(?:", pattern)
         raise ParameterError(
-            f"{option('token_pattern', pattern)} has {groups} capturing groups; scikit-learn's "
-            "tokenizer takes at most one (the token). To resolve this, make them "
-            f"non-capturing, e.g. {option('token_pattern', plain)}."
+            option("token_pattern", pattern)
+            + f" has {groups} capturing groups; scikit-learn's tokenizer takes at most one (the "
+            "token). To resolve this, make them non-capturing, e.g. "
+            + option("token_pattern", plain) + "."
         )
     return pattern
 

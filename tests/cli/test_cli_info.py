@@ -221,7 +221,8 @@ def test_top_terms_of_a_hashed_model_names_the_python_calls(fitted):
     with pytest.raises(DataError) as info:
         top_terms(model.path, 3)
     message = str(info.value)
-    assert "sphdist.jobs.ingest.IngestRequest(" in message and "vocabulary=True" in message, message
+    assert "sphdist.jobs.ingest.IngestRequest.of(" in message, message
+    assert "vocabulary=True" in message, message
     assert "sphdist.jobs.fit.FitRequest(" in message and "--" not in message, message
 
 

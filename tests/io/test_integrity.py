@@ -282,6 +282,8 @@ def _as_written_before_digests(path):
     for key in ("chunk_nnz", "chunk_sha256", "sha256", "fingerprint"):
         del g.attrs[key]
         attrs.pop(key)
+    attrs["sphdist"] = {k: v for k, v in attrs["sphdist"].items() if k != "digests"}
+    g.attrs["sphdist"] = attrs["sphdist"]  # the tag then promised no digest
     idf = g["idf"][...] if "idf" in g else None
     g.attrs["fingerprint"] = _fingerprint(attrs, idf)
     return g.attrs["fingerprint"]
@@ -394,15 +396,47 @@ def test_swapped_vocabulary_is_refused_in_a_corpus_and_a_model(tmp_path):
         open_model(tmp_path / "m.zarr").vocabulary  # noqa: B018
 
 
+def _drop_digest(store, attr, key, *, older=False):
+    """Delete ``key`` from the record ``attr`` (and, ``older``: the tag's promise of them)."""
+    g = zarr.open_group(store=str(store), mode="r+")
+    if attr is not None:
+        digests = dict(g.attrs[attr])
+        del digests[key]
+        g.attrs[attr] = digests
+    else:
+        del g.attrs[key]
+    if older:  # as an earlier sphdist wrote it: the tag says nothing of digests
+        g.attrs["sphdist"] = {k: v for k, v in g.attrs["sphdist"].items() if k != "digests"}
+
+
+@pytest.mark.parametrize("store, attr, key, read", [
+    ("model", None, "u_sha256", lambda m, c: m.U),
+    ("model", "sha256", "idf", lambda m, c: m.idf),
+    ("model", "sha256", "V", lambda m, c: m.V().compute()),
+    ("corpus", "sha256", "idf", lambda m, c: c.idf),
+    ("corpus", "sha256", "empty", lambda m, c: c.empty),
+    ("corpus", "chunked_sha256", "doc_ids", lambda m, c: c.doc_ids),
+])
+def test_a_digest_deleted_from_a_store_of_this_version_is_damage_not_age(
+        copies, store, attr, key, read):
+    """Issue 44 item 4: deleting a digest's record switched its check off (a U column swap
+    then gave transform an embedding with rows swapped, an edited idf was used)."""
+    path, out = copies
+    target = out if store == "model" else path
+    assert zarr.open_group(store=str(target), mode="r").attrs["sphdist"]["digests"]
+    _drop_digest(target, attr, key)
+    error = ModelFormatError if store == "model" else CorpusFormatError
+    name = "U" if key == "u_sha256" else key
+    with pytest.raises(error, match=rf"the digest of {name} is missing .*edited or damaged"):
+        read(open_model(out), Corpus(path))
+
+
 def test_stores_written_before_these_digests_are_read_with_one_warning(copies, caplog):
     """The previous version recorded no digest of V, doc_ids, vocabulary: read, and said so."""
     path, out = copies
     expected_V, expected_ids = open_model(out).V().compute(), Corpus(path).doc_ids
     for store, attr, key in ((path, "chunked_sha256", "doc_ids"), (out, "sha256", "V")):
-        g = zarr.open_group(store=str(store), mode="r+")
-        digests = dict(g.attrs[attr])
-        del digests[key]
-        g.attrs[attr] = digests
+        _drop_digest(store, attr, key, older=True)
     caplog.clear()
     with caplog.at_level("WARNING", logger="sphdist"):
         corpus, model = Corpus(path), open_model(out)
@@ -412,7 +446,7 @@ def test_stores_written_before_these_digests_are_read_with_one_warning(copies, c
         model.V()
     said = [r.getMessage() for r in caplog.records if "no recorded digest" in r.getMessage()]
     assert len(said) == 2, said  # once per store and array
-    assert "doc_ids" in said[0] and "IngestRequest(['SOURCE']" in said[0]
+    assert "doc_ids" in said[0] and "IngestRequest.of(source=['SOURCE']" in said[0]
     # the Python API's words (issue 32): the refit as a call, of the corpus the model recorded
     assert "V has" in said[1] and "FitRequest(input=" in said[1] and "overwrite=True" in said[1]
     _swap(out / "V", 3, 7)  # unit columns: an older model's edit cannot be seen
@@ -628,10 +662,7 @@ def test_an_index_holds_no_copy_of_ids_without_digests_or_of_other_ids(copies):
     assert open_index(path).ids(ids) is not None
     other = ChunkedVector(N, N, lambda i: np.arange(N).astype(str), digests=["0" * 64])
     assert open_index(path).ids(other) is None and other.identity != ids.identity
-    g = zarr.open_group(store=str(corpus), mode="r+")
-    digests = dict(g.attrs["chunked_sha256"])
-    del digests["doc_ids"]
-    g.attrs["chunked_sha256"] = digests
+    _drop_digest(corpus, "chunked_sha256", "doc_ids", older=True)
     _index(copies, overwrite=True, input=corpus)  # rebuilt over ids without digests
     assert "doc_ids" not in zarr.open_group(str(path)).attrs
     source = open_embedding_source(out, corpus)
@@ -784,6 +815,7 @@ def test_an_embedding_written_before_its_v_digests_is_read_with_one_warning(copi
     g = zarr.open_group(store=str(tmp_path / "e.zarr"), mode="r+")
     g.attrs["sha256"] = {k: v for k, v in g.attrs["sha256"].items()
                          if k not in ("V", "degenerate")}
+    g.attrs["sphdist"] = {k: v for k, v in g.attrs["sphdist"].items() if k != "digests"}
     caplog.clear()
     with caplog.at_level("WARNING", logger="sphdist"):
         old = open_embedding(tmp_path / "e.zarr")

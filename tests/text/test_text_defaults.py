@@ -113,7 +113,7 @@ def test_tiny_collection_fails_with_a_command_that_works(tmp_path):
     with pytest.raises(DataError, match=r"too few documents \(3\) for min_df=5 "
                                         r"and max_df=0\.5") as info:
         run(IngestRequest(tmp_path / "docs.jsonl", out))
-    assert "text=TextSpec(min_df=1, max_df=1.0)" in str(info.value) and not out.exists()
+    assert "min_df=1, max_df=1.0))" in str(info.value) and not out.exists()
     from sphdist.cli._remedies import CommandForm
     from sphdist.errors import render
 

@@ -20,7 +20,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from sphdist.core.neighbors import SearchIndex, top_k_chunk, top_k_merge
-from sphdist.errors import CorpusMismatchError, ParameterError, Remedy, Words, option, remedy
+from sphdist.errors import CorpusMismatchError, ParameterError, Remedy, Text, option, remedy
 from sphdist.io import Output, absolute, exists, location
 from sphdist.io.index import index_kind, open_index, write_index
 from sphdist.io.model import Model, open_model
@@ -247,9 +247,9 @@ def load_index(
     built = stored.model
     if built.get("u_sha256") != fitted.fingerprint:
         raise CorpusMismatchError(
-            f"{stored.path} is the index of another model ({built.get('path')}), not of "
-            f"{fitted.path}. To resolve this, rebuild it: {rebuild} (or pass "
-            f"{option('exact', True)} to scan the embeddings without an index)."
+            (f"{stored.path} is the index of another model ({built.get('path')}), not of "
+             f"{fitted.path}. To resolve this, rebuild it: " + rebuild + " (or pass ")
+            + option("exact", True) + " to scan the embeddings without an index)."
         )
     src = stored.source
     if src.get("n_documents") != source.n_documents or src.get("origin") != source.origin:
@@ -257,7 +257,7 @@ def load_index(
             f"{stored.path} indexes {src.get('n_documents')} documents of "
             f"{src.get('path') or 'the training corpus'}, not the {source.n_documents} "
             f"documents searched. To resolve this, rebuild it: {rebuild} (or pass "
-            f"{option('exact', True)})."
+            + option("exact", True) + ")."
         )
     record = stored.record
     faiss_index = stored.load(n_components=fitted.shape[1], n_documents=source.n_documents,
@@ -295,7 +295,7 @@ def find_index(
         refused too: it is not silently ignored).
     """
     if exact and index is not None:
-        raise ParameterError(f"pass {option('index')} or {option('exact')}, not both.")
+        raise ParameterError("pass " + option("index") + " or " + option("exact") + ", not both.")
     if exact:
         return None, None
     if index is None:
@@ -415,7 +415,7 @@ def _check_hits(index: Any, source: EmbeddingSource, idx: np.ndarray) -> None:
 def _say(found: Any, path: Path | None) -> None:
     """Log which index is searched (once the request is known to be valid)."""
     if path is not None:
-        logger.info(Words(f"searching the index %s (%s%s); {option('exact', True)} scans "
-                          "every embedding instead"),
+        logger.info(Text("searching the index %s (%s%s); " + option("exact", True)
+                         + " scans every embedding instead"),
                     path, found.kind_,
                     f", nprobe {found.nprobe_} of {found.nlist_} lists" if found.nlist_ else "")

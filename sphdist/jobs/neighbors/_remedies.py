@@ -1,19 +1,22 @@
 """How the remedies of the ``index`` and ``neighbors`` jobs are worded as Python calls.
 
-:class:`sphdist.errors.PythonForm` loads :func:`index_call` and :func:`neighbors_call` by the
-dotted names ``sphdist.jobs.neighbors.index_call`` and ``sphdist.jobs.neighbors.neighbors_call``
-(the package re-exports them); they name the jobs by the same public paths.
+:func:`index_call` and :func:`neighbors_call` are registered with
+:func:`sphdist.errors.words_for` (what :class:`sphdist.errors.PythonForm` words these jobs with);
+they name the jobs by their public paths.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from sphdist.errors import words_for
+
 
 def _keywords(arguments: dict[str, Any]) -> str:
     return ", ".join(f"{k}={v!r}" for k, v in arguments.items())
 
 
+@words_for("index")
 def index_call(arguments: dict[str, Any]) -> str:
     """The call that a remedy of the ``index`` job names, as Python text.
 
@@ -36,6 +39,7 @@ overwrite=True))"
     return f"sphdist.jobs.run(sphdist.jobs.neighbors.IndexRequest({_keywords(arguments)}))"
 
 
+@words_for("neighbors")
 def neighbors_call(arguments: dict[str, Any]) -> str:
     """The call that a remedy of the ``neighbors`` job names, as Python text.
 

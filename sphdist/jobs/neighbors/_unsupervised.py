@@ -57,17 +57,17 @@ def queries_of(path: str | os.PathLike[str]) -> QueryLines:
     """
     remedy = "To resolve this, pass a text file with one query per line."
     if not exists(path):
-        raise InputNotFoundError(f"{path}: no such queries file. {remedy}")
+        raise InputNotFoundError(f"{path}: no such queries file. " + remedy)
     try:
         with open_file(path, "rb") as f:
             data = f.read()
     except IsADirectoryError:
-        raise ParameterError(f"{path} is a directory, not a queries file. {remedy}") from None
+        raise ParameterError(f"{path} is a directory, not a queries file. " + remedy) from None
     nul = data.find(b"\0")
     if nul >= 0:
         raise DataError(
             f"{path} is a binary file, not text (a NUL byte at offset {nul}): a queries file "
-            f"holds one query per line, in UTF-8. {remedy}"
+            "holds one query per line, in UTF-8. " + remedy
         )
     texts: list[str] = []
     lines: list[int] = []
@@ -380,8 +380,8 @@ def _bad_queries(
                   f"{', ...' if len(order) > 10 else ''})") if len(order) > 1 else ""
         raise cls(
             f"{where(first)}: {why}{others}. To resolve this, fix or remove that "
-            f"{'line' if lines is not None else 'query'}, or pass "
-            f"{option('on_error', 'skip')} to leave such queries out and list them."
+            f"{('line' if lines is not None else 'query')}, or pass " + option("on_error", 'skip')
+            + " to leave such queries out and list them."
         )
     if order and len(order) == len(texts):
         raise ParameterError(
