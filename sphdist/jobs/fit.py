@@ -402,6 +402,8 @@ class FitRequest(Request):
             vocabulary=getattr(source, "vocabulary", None),  # a Corpus of that scheme
         )
         last_write = [_clock()]
+        #: the last iteration no checkpoint holds yet: saved when the fit is interrupted
+        unsaved: list[solver.FitState | None] = [None]
 
         def on_state(s: solver.FitState) -> None:
             if self.callback is not None:
@@ -411,9 +413,13 @@ class FitRequest(Request):
             # m rows, U_1 only the occurring features' (8 m r bytes against 8 k r), and
             # redoing it is the seed plus one pass
             first = s.iteration == 0 and s.V is None
+            if first:
+                return
+            unsaved[0] = s  # the solver makes a new state every iteration: s stays as it is
             due = _clock() - last_write[0] >= self.checkpoint_interval
-            if s.iteration % self.checkpoint_every == 0 and due and not final and not first:
+            if s.iteration % self.checkpoint_every == 0 and due and not final:
                 save(s)  # U_k alone (and V_k, for a fit that keeps it)
+                unsaved[0] = None
                 last_write[0] = _clock()  # the interval counts fitting, not writing
 
         X = source.to_dask()
@@ -438,6 +444,19 @@ class FitRequest(Request):
         if self.device != "cpu":
             logger.info("chunk kernels on %s: every pass copies each chunk to the device "
                         "(streamed; X is not held in device memory)", self.device)
+        try:
+            return self._solve(X, opened, state, previous, save, on_state, check_memory, hold_V)
+        except KeyboardInterrupt:  # Ctrl-C or SIGTERM: keep the last completed iteration
+            if unsaved[0] is not None:  # U is m x r: its checkpoint takes seconds
+                save(unsaved[0])
+            raise
+
+    def _solve(self, X: Any, opened: _Opened, state: solver.FitState | None,
+               previous: Model | None, save: Callable[..., None],
+               on_state: Callable[[solver.FitState], None],
+               check_memory: Callable[[int], None], hold_V: bool) -> Model:
+        """The iterations and the final model (V written by the tasks that compute it)."""
+        output = self.output
         scratch = ScratchV(output)  # V_k of a fit that keeps it (lam != 2): on disk
         with validated():  # the request validated every parameter
             try:
