@@ -210,7 +210,9 @@ class FitProgress:
 @click.option("--resume", is_flag=True,
               help="Continue from the checkpoint at --output.")
 @click.option("--overwrite", is_flag=True,
-              help="Replace an existing --output (never one another process is writing).")
+              help="Replace an existing --output (never one another process is writing). "
+                   "The previous model is replaced at the first checkpoint, not at the end: "
+                   "to keep serving it during a refit, fit to a new --output.")
 @param_option("checkpoint_every", table=JOB_PARAMS)
 @param_option("checkpoint_interval", table=JOB_PARAMS)
 @click.option("--memory-budget", default="auto", show_default=True,

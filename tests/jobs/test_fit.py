@@ -343,3 +343,31 @@ def test_the_output_decision_is_pure_and_names_its_remedies(
                     and v != params.PARAMS[k].default} if theirs else {}
         assert dict(fix.overrides) == {"resume" if theirs else "overwrite": True,
                                        "n_components": 3, "max_iter": 5, **recorded}
+
+
+def test_overwrite_replaces_the_model_at_the_first_checkpoint_as_documented(corpus, tmp_path):
+    """Issue 44 item 3: a refit with overwrite removes the previous model at its first
+    checkpoint (readers then see a checkpoint of the new fit). The behaviour is documented in
+    ``sphdist fit --help`` and the user guide; this test holds it to the words."""
+    from click.testing import CliRunner
+
+    from sphdist.cli import main
+
+    out = tmp_path / "m.zarr"
+    run(FitRequest(corpus.path, out, callback=None, **KW))
+    assert open_model(out).shape[1] == KW["n_components"]
+    seen = []
+
+    def reader(state):  # what a reader of the output sees while the refit runs
+        model = open_model(out)
+        seen.append((state.iteration, model.shape[1], model.n_iter))
+
+    run(FitRequest(corpus.path, out, callback=reader, overwrite=True, checkpoint_interval=0,
+                   **{**KW, "n_components": KW["n_components"] + 1}))
+    before_first = [s for s in seen if s[0] <= 1]
+    after_first = [s for s in seen if s[0] >= 2]
+    assert all(r == KW["n_components"] for _, r, _ in before_first), seen  # the old model
+    assert all(r == KW["n_components"] + 1 for _, r, _ in after_first), seen  # a checkpoint
+    assert after_first and after_first[0][2] == 1, seen  # the new fit's iteration 1, not a model
+    help_text = " ".join(CliRunner().invoke(main, ["fit", "--help"]).output.split())
+    assert "replaced at the first checkpoint" in help_text
