@@ -25,6 +25,7 @@ References
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import logging
@@ -70,11 +71,9 @@ logger = logging.getLogger("sphdist")
 
 
 def _log_iteration(state: solver.FitState) -> None:
-    logger.info(
-        "iter %4d  objective %.10g  rel_change %.3e  %.2fs%s",
-        state.iteration, state.objective[-1], state.relative_change, state.seconds[-1],
-        "  (converged)" if state.converged else "",
-    )
+    logger.info("iter %4d  objective %.10g  rel_change %.3e  %.2fs%s", state.iteration,
+                state.objective[-1], state.relative_change, state.seconds[-1],
+                "  (converged)" if state.converged else "")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -354,10 +353,11 @@ class FitRequest(Request):
     def execute(self, held: Output, opened: _Opened) -> Model:
         """Fit, checkpointing to ``held``; restart from the last checkpoint after a worker loss."""
         previous = opened.previous
+        unsaved: list[Callable[[], None] | None] = [None]  # the last iteration's checkpoint
         try:
             for attempt in range(self.retries + 1):
                 try:
-                    return self._fit(held, opened, previous)
+                    return self._fit(held, opened, previous, unsaved)
                 except cluster.worker_losses() as exc:
                     if attempt == self.retries or cluster.no_worker_left(exc):  # none to retry on
                         raise cluster.workers_lost(self.output, attempt, exc,
@@ -376,6 +376,9 @@ class FitRequest(Request):
         except KeyboardInterrupt as exc:
             if isinstance(exc, Interrupted):
                 raise
+            if unsaved[0] is not None:  # Ctrl-C or SIGTERM: keep the last completed iteration
+                with contextlib.suppress(Exception, KeyboardInterrupt):  # (U is m x r: seconds)
+                    unsaved[0]()  # a second Ctrl-C, a failing store: the last checkpoint stays
             raise Interrupted(self._stopped(held, opened)) from exc
         raise AssertionError("unreachable")  # pragma: no cover
 
@@ -384,7 +387,8 @@ class FitRequest(Request):
         """The remedy a message names: this fit, changed, continuing or replacing the output."""
         return remedy(self.remedy(say, resume=resume, overwrite=overwrite, **changes))
 
-    def _fit(self, held: Output, opened: _Opened, previous: Model | None) -> Model:
+    def _fit(self, held: Output, opened: _Opened, previous: Model | None,
+             unsaved: list[Callable[[], None] | None]) -> Model:
         source, output, params = opened.source, self.output, opened.params
         held.remove_stale()  # the lock proves them a killed run's; never read
         state = None
@@ -402,8 +406,6 @@ class FitRequest(Request):
             vocabulary=getattr(source, "vocabulary", None),  # a Corpus of that scheme
         )
         last_write = [_clock()]
-        #: the last iteration no checkpoint holds yet: saved when the fit is interrupted
-        unsaved: list[solver.FitState | None] = [None]
 
         def on_state(s: solver.FitState) -> None:
             if self.callback is not None:
@@ -412,10 +414,9 @@ class FitRequest(Request):
             # iteration 0 of the stateless fit is not saved: its U_0 (random or svd) fills all
             # m rows, U_1 only the occurring features' (8 m r bytes against 8 k r), and
             # redoing it is the seed plus one pass
-            first = s.iteration == 0 and s.V is None
-            if first:
+            if s.iteration == 0 and s.V is None:
                 return
-            unsaved[0] = s  # the solver makes a new state every iteration: s stays as it is
+            unsaved[0] = functools.partial(save, s)  # a new state every iteration: s stays
             due = _clock() - last_write[0] >= self.checkpoint_interval
             if s.iteration % self.checkpoint_every == 0 and due and not final:
                 save(s)  # U_k alone (and V_k, for a fit that keeps it)
@@ -444,19 +445,6 @@ class FitRequest(Request):
         if self.device != "cpu":
             logger.info("chunk kernels on %s: every pass copies each chunk to the device "
                         "(streamed; X is not held in device memory)", self.device)
-        try:
-            return self._solve(X, opened, state, previous, save, on_state, check_memory, hold_V)
-        except KeyboardInterrupt:  # Ctrl-C or SIGTERM: keep the last completed iteration
-            if unsaved[0] is not None:  # U is m x r: its checkpoint takes seconds
-                save(unsaved[0])
-            raise
-
-    def _solve(self, X: Any, opened: _Opened, state: solver.FitState | None,
-               previous: Model | None, save: Callable[..., None],
-               on_state: Callable[[solver.FitState], None],
-               check_memory: Callable[[int], None], hold_V: bool) -> Model:
-        """The iterations and the final model (V written by the tasks that compute it)."""
-        output = self.output
         scratch = ScratchV(output)  # V_k of a fit that keeps it (lam != 2): on disk
         with validated():  # the request validated every parameter
             try:
@@ -473,16 +461,15 @@ class FitRequest(Request):
                 # chains, in an order this version's tree does not always reproduce, so the
                 # recomputed objective missed the recorded one by rounding, not other data
                 raise CheckpointMismatchError(
-                    (f"{output} is a checkpoint of an earlier version of sphdist, whose passes "
-                     "summed their partials in accumulation chains (max_partials="
-                     f"{previous.params['max_partials']}); this version sums them in another "
-                     "order, and the fit cannot continue from it to the bit. To resolve this, "
-                     "start the fit again: " + self._fix(overwrite=True) + " (or choose another ")
-                    + option("output") + ")."
+                    f"{output} is a checkpoint of an earlier version of sphdist, whose passes "
+                    "summed their partials in accumulation chains (max_partials="
+                    f"{previous.params['max_partials']}); this version sums them in another "
+                    "order, and the fit cannot continue from it to the bit. To resolve this, "
+                    "start the fit again: " + self._fix(overwrite=True)
+                    + " (or choose another " + option("output") + ")."
                 ) from None
         if final is not state or not open_model(output).has_embedding:
-            t0 = time.perf_counter()
-            # the final model: V written chunk by chunk by the tasks that compute it
+            t0 = time.perf_counter()  # V written chunk by chunk by the tasks that compute it
             save(final, V=solver.embedding(X, final, dtype=self.dtype, device=self.device))
             logger.info("wrote the embedding and committed %s in %.2fs", output,
                         time.perf_counter() - t0)
@@ -522,21 +509,17 @@ class FitRequest(Request):
         output = self.output
         try:
             if opened.previous is None and held.identity() == opened.before:
-                return (
-                    "the fit was interrupted (Ctrl-C) before its first checkpoint: nothing "
-                    f"was written, {output} "
-                    f"{('does not exist' if opened.before is None else 'is as it was')}. To "
-                    "resolve this, run it again: " + self._fix(overwrite=self.overwrite) + "."
-                )
+                was = "does not exist" if opened.before is None else "is as it was"
+                return ("the fit was interrupted (Ctrl-C) before its first checkpoint: nothing "
+                        f"was written, {output} {was}. To resolve this, run it again: "
+                        + self._fix(overwrite=self.overwrite) + ".")
             model = load_checkpoint(output)
         except Exception:  # the store fails, or a commit stopped between its renames
             model = None
         if model is None:  # a resume recovers an interrupted commit
-            return (
-                f"the fit was interrupted (Ctrl-C); {output} holds its last complete "
-                "checkpoint, if any. To resolve this, continue it: " + self._fix(resume=True)
-                + "."
-            )
+            return (f"the fit was interrupted (Ctrl-C); {output} holds its last complete "
+                    "checkpoint, if any. To resolve this, continue it: "
+                    + self._fix(resume=True) + ".")
         if model.converged or model.n_iter >= self.max_iter:
             return (f"the fit was interrupted (Ctrl-C) after it committed {output}: it is "
                     f"complete, at iteration {model.n_iter}.")
