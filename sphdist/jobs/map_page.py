@@ -49,8 +49,8 @@ _TERMS_BATCH = 1024  # documents per product U @ V_c (m x 1024 float32)
 
 
 def top_terms(U: np.ndarray, V: np.ndarray, vocabulary: np.ndarray | None,
-              n_terms: int = 4) -> list[str]:
-    """Each document's heaviest terms: the largest entries of ``U v_j``.
+              n_terms: int = 4, centre: np.ndarray | None = None) -> list[str]:
+    """Each document's heaviest terms: the largest entries of ``U (v_j - c)``.
 
     Parameters
     ----------
@@ -61,6 +61,9 @@ def top_terms(U: np.ndarray, V: np.ndarray, vocabulary: np.ndarray | None,
     vocabulary : ndarray of shape (m,), str, or None
         The feature names; None (hashed features): empty strings.
     n_terms : int, default 4
+    centre : ndarray of shape (r,), optional
+        ``c``, subtracted from every column: the mean embedding, so that the terms are
+        those that set the document apart, not those every document shares; default 0.
 
     Returns
     -------
@@ -70,18 +73,20 @@ def top_terms(U: np.ndarray, V: np.ndarray, vocabulary: np.ndarray | None,
     Notes
     -----
     ``U v_j`` is the document's reconstruction in the term space (Liu et al. 2019, Eq. 3.1:
-    ``x_j ~ U v_j`` up to scale). Computed in batches of 1,024 documents: ``4 m 1024`` bytes
-    at a time.
+    ``x_j ~ U v_j`` up to scale), ``U c`` that of the average document. Computed in
+    batches of 1,024 documents: ``4 m 1024`` bytes at a time.
     """
     n = V.shape[1]
     if vocabulary is None or n == 0:
         return [""] * n
     vocab = np.asarray(vocabulary, dtype=object)
     U32 = np.asarray(U, dtype=np.float32)
+    c = np.zeros((V.shape[0], 1), np.float32) if centre is None else np.asarray(
+        centre, dtype=np.float32).reshape(-1, 1)
     t = min(n_terms, U.shape[0])
     out: list[str] = []
     for a in range(0, n, _TERMS_BATCH):
-        W = U32 @ np.asarray(V[:, a:a + _TERMS_BATCH], dtype=np.float32)  # (m, b)
+        W = U32 @ (np.asarray(V[:, a:a + _TERMS_BATCH], dtype=np.float32) - c)  # (m, b)
         part = np.argpartition(-W, t - 1, axis=0)[:t]
         order = np.take_along_axis(W, part, axis=0).argsort(axis=0)[::-1]
         best = np.take_along_axis(part, order, axis=0)
@@ -90,7 +95,7 @@ def top_terms(U: np.ndarray, V: np.ndarray, vocabulary: np.ndarray | None,
 
 
 def cluster_names(U: np.ndarray, centres: np.ndarray, vocabulary: np.ndarray | None,
-                  n_terms: int = 3) -> list[str]:
+                  n_terms: int = 3, centre: np.ndarray | None = None) -> list[str]:
     """A name for each cluster: its number and the heaviest terms of its centre.
 
     Parameters
@@ -99,13 +104,15 @@ def cluster_names(U: np.ndarray, centres: np.ndarray, vocabulary: np.ndarray | N
     centres : ndarray of shape (n_clusters, r)
         k-means centres of the embeddings.
     vocabulary : ndarray of shape (m,), or None
+    centre : ndarray of shape (r,), optional
+        As :func:`top_terms`.
 
     Returns
     -------
     list of str
         ``"3: space, nasa, orbit"``; ``"3"`` without a vocabulary.
     """
-    terms = top_terms(U, np.asarray(centres).T, vocabulary, n_terms)
+    terms = top_terms(U, np.asarray(centres).T, vocabulary, n_terms, centre)
     return [f"{i}: {t}" if t else str(i) for i, t in enumerate(terms)]
 
 
@@ -212,7 +219,8 @@ class MapRequest(Request):
         row[live] = np.arange(live.size)
         V = np.asarray(source.V[:, live].compute()) if live.size else np.zeros((1, 0))
         vocabulary = fitted.vocabulary
-        terms = top_terms(fitted.U, V, vocabulary)
+        mean = V.mean(axis=1) if live.size else None
+        terms = top_terms(fitted.U, V, vocabulary, centre=mean)
         ids = [str(d) for d in source.ids.take(live)] if live.size else []
         labels = source.label_strings(live)
         colour = self.colour
@@ -221,7 +229,7 @@ class MapRequest(Request):
         if colour == "label":
             groups = ["(no label)" if x is None else x for x in labels]
         else:
-            groups = self._clusters(fitted.U, V, vocabulary)
+            groups = self._clusters(fitted.U, V, vocabulary, mean)
         page = _page(
             x=xy[live, 0], y=xy[live, 1], ids=ids,
             labels=["" if x is None else x for x in labels], terms=terms, groups=groups,
@@ -237,7 +245,8 @@ class MapRequest(Request):
                 "colour": colour, "n_groups": len(set(groups)), "k": int(nbr.shape[1]),
                 "bytes": len(text.encode("utf-8"))}
 
-    def _clusters(self, U: np.ndarray, V: np.ndarray, vocabulary: Any) -> list[str]:
+    def _clusters(self, U: np.ndarray, V: np.ndarray, vocabulary: Any,
+                  mean: Any) -> list[str]:
         """Each document's k-means cluster, by its name (:func:`cluster_names`)."""
         from sklearn.cluster import MiniBatchKMeans
 
@@ -245,7 +254,7 @@ class MapRequest(Request):
         k = max(1, min(self.n_clusters, n))
         km = MiniBatchKMeans(n_clusters=k, random_state=self.seed, n_init=3,
                              batch_size=4096).fit(V.T)
-        names = cluster_names(U, km.cluster_centers_, vocabulary)
+        names = cluster_names(U, km.cluster_centers_, vocabulary, centre=mean)
         return [names[c] for c in km.labels_]
 
 
