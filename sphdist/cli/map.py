@@ -77,7 +77,8 @@ def layout(
 @_MODEL
 @_INPUT
 @click.option("--output", "-o", required=True, type=STORE_PATH,
-              help="The page to write, *.html (self-contained: opens offline).")
+              help="The page to write, *.html (self-contained: opens offline); or *.parquet: "
+                   "the table Embedding Atlas reads (x, y, text, neighbors).")
 @click.option("--layout", "layout_", type=STORE_PATH,
               help="layout.zarr [default: the one `sphdist layout` writes].")
 @click.option("--colour", "--color", "colour", type=click.Choice(["auto", "label", "cluster"]),
@@ -106,4 +107,6 @@ def map_(
         return
     click.echo(f"wrote {output}: {plural(report['n_points'], 'document')} coloured by "
                f"{report['colour']} ({report['n_groups']} groups), "
-               f"{report['bytes'] / 2**20:.1f} MiB; open it in a browser")
+               f"{report['bytes'] / 2**20:.1f} MiB; "
+               + ("open it in a browser" if report["format"] == "html" else
+                  f"embedding-atlas {output} --x x --y y --text text --neighbors neighbors"))

@@ -42,8 +42,9 @@ __all__ = ["MapRequest", "top_terms", "cluster_names", "MAP_FORMATS"]
 
 logger = logging.getLogger("sphdist")
 
-#: The format of a map, by the suffix of its output.
-MAP_FORMATS = {".html": "html", ".htm": "html"}
+#: The formats of a map, by the suffix of its output: the page, or the table Embedding Atlas
+#: reads (``embedding-atlas map.parquet --x x --y y --text text --neighbors neighbors``).
+MAP_FORMATS = {".html": "html", ".htm": "html", ".parquet": "atlas"}
 
 _TERMS_BATCH = 1024  # documents per product U @ V_c (m x 1024 float32)
 
@@ -129,7 +130,11 @@ class MapRequest(Request):
     model : path-like
         A ``model.zarr`` holding V.
     output : path-like
-        The page to write, ``*.html``.
+        The page to write, ``*.html``; or ``*.parquet``: the table Apple's Embedding Atlas
+        reads, one row per document on the map, columns ``id``, ``x``, ``y`` (float32),
+        ``label``, ``text`` (its top terms), ``group`` (the colour's group) and ``neighbors``
+        (``{"ids": [...], "distances": [...]}``: the rows of its k nearest, their cosine
+        distances ``1 - cos``, nearest first).
     input : path-like, optional
         The documents: the training corpus (default) or an ``embedding.zarr``, as given to
         ``sphdist layout``.
@@ -151,7 +156,7 @@ class MapRequest(Request):
     ------
     ParameterError
         For a ``colour`` or ``n_clusters`` out of range (when built), or an output whose
-        suffix is not ``.html`` (when run).
+        suffix is neither ``.html`` nor ``.parquet`` (when run).
 
     Notes
     -----
@@ -213,6 +218,7 @@ class MapRequest(Request):
         fitted = open_model(self.model)
         xy = stored.read("xy").T
         nbr = stored.read("neighbors").T
+        cosine = stored.read("cosine").T
         n = xy.shape[0]
         live = np.flatnonzero(np.isfinite(xy).all(axis=1))
         row = np.full(n, -1, dtype=np.int64)
@@ -230,10 +236,20 @@ class MapRequest(Request):
             groups = ["(no label)" if x is None else x for x in labels]
         else:
             groups = self._clusters(fitted.U, V, vocabulary, mean)
+        neighbours = np.where(nbr[live] >= 0, row[np.maximum(nbr[live], 0)], -1)
+        if self.written == "atlas":
+            with held.file() as staging:
+                _write_atlas(staging, x=xy[live, 0], y=xy[live, 1], ids=ids, labels=labels,
+                             terms=terms, groups=groups, neighbours=neighbours,
+                             cosine=cosine[live])
+                size = staging.stat().st_size
+            return {"output": str(self.output), "format": "atlas", "n_documents": n,
+                    "n_points": int(live.size), "colour": colour,
+                    "n_groups": len(set(groups)), "k": int(nbr.shape[1]), "bytes": size}
         page = _page(
             x=xy[live, 0], y=xy[live, 1], ids=ids,
             labels=["" if x is None else x for x in labels], terms=terms, groups=groups,
-            neighbours=np.where(nbr[live] >= 0, row[np.maximum(nbr[live], 0)], -1),
+            neighbours=neighbours,
             title=self.title or f"sphdist map of {self.input or self.model}",
             note=(f"{live.size} of {n} documents ({n - live.size} without a direction left "
                   "out)" if live.size < n else f"{n} documents"))
@@ -241,7 +257,8 @@ class MapRequest(Request):
             self.title or "sphdist map"))
         with held.file() as staging:
             staging.write_text(text, encoding="utf-8")
-        return {"output": str(self.output), "n_documents": n, "n_points": int(live.size),
+        return {"output": str(self.output), "format": "html", "n_documents": n,
+                "n_points": int(live.size),
                 "colour": colour, "n_groups": len(set(groups)), "k": int(nbr.shape[1]),
                 "bytes": len(text.encode("utf-8"))}
 
@@ -352,6 +369,28 @@ def _page(*, x: np.ndarray, y: np.ndarray, ids: list[str], labels: list[str],
         "documents": documents, "status": status, "search": search, "plot": plot},
         code=_SEARCH))
     return column(search, plot, status, sizing_mode="stretch_both")
+
+
+def _write_atlas(path: Any, *, x: np.ndarray, y: np.ndarray, ids: list[str],
+                 labels: list[str | None], terms: list[str], groups: list[str],
+                 neighbours: np.ndarray, cosine: np.ndarray) -> None:
+    """The Embedding Atlas table (see :class:`MapRequest`'s ``output``) at ``path``."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    valid = neighbours >= 0
+    counts = valid.sum(axis=1)
+    offsets = pa.array(np.concatenate([[0], np.cumsum(counts)]).astype(np.int32))
+    near = pa.StructArray.from_arrays([
+        pa.ListArray.from_arrays(offsets, pa.array(neighbours[valid].astype(np.int64))),
+        pa.ListArray.from_arrays(offsets, pa.array((1.0 - cosine[valid]).astype(np.float32))),
+    ], names=["ids", "distances"])
+    table = pa.table({
+        "id": pa.array(ids, pa.string()), "x": pa.array(np.asarray(x, np.float32)),
+        "y": pa.array(np.asarray(y, np.float32)), "label": pa.array(labels, pa.string()),
+        "text": pa.array(terms, pa.string()), "group": pa.array(groups, pa.string()),
+        "neighbors": near})
+    pq.write_table(table, str(path))
 
 
 def _by_count(groups: list[str]) -> list[str]:

@@ -147,3 +147,24 @@ def test_map_refuses_to_colour_by_labels_documents_without_labels(tmp_path):
         assert "no labels" in message and "--colour cluster" in message
         report = json.loads(cli_ok("map", "-m", "m.zarr", "-o", "x.html", "--json").output)
     assert report["colour"] == "cluster"
+
+
+def test_map_writes_the_table_embedding_atlas_reads(stores):
+    import pyarrow.parquet as pq
+
+    with working_directory(stores):
+        report = json.loads(cli_ok("map", "-m", "m.zarr", "-o", "atlas.parquet",
+                                   "--json").output)
+    assert report["format"] == "atlas" and report["n_points"] == N_DOCS
+    table = pq.read_table(stores / "atlas.parquet").to_pylist()
+    assert {"id", "x", "y", "label", "text", "neighbors"} <= set(table[0])
+    docs = [json.loads(line) for line in (stores / "s.jsonl").read_text().splitlines()]
+    assert [row["id"] for row in table] == [d["id"] for d in docs]
+    assert [row["label"] for row in table] == [d["label"] for d in docs]
+    _, C = _reference_neighbours(stores / "m.zarr", 10)
+    for j in (0, 17, N_DOCS - 1):  # rows of the nearest, nearest first, distance 1 - cos
+        near = table[j]["neighbors"]
+        assert len(near["ids"]) == 10
+        np.testing.assert_allclose(near["distances"], 1 - C[j, near["ids"]], atol=1e-6)
+        assert np.all(np.diff(near["distances"]) >= -1e-6)
+        assert 1 - max(near["distances"]) >= np.sort(C[j])[-10] - 1e-6
