@@ -16,11 +16,15 @@ Two parts, each writing its section of ``pipelines/results/map.md`` (and ``map.j
   having drawn every point (Bokeh's views idle, the WebGL glyph holding N points).
 
 The load average (``uptime``) is recorded with every measurement: the machine is shared.
+``--screenshot PNG`` also saves what headless Chromium shows of ``--page`` (default: the main
+job's 20 Newsgroups map): the picture in the user guide.
 
 Usage::
 
     SPHDIST_DATA_HOME=../shared/data .venv/bin/python pipelines/map_bench.py
     .venv/bin/python pipelines/map_bench.py --no-neighbourhoods --scale 100000
+    .venv/bin/python pipelines/map_bench.py --no-neighbourhoods \
+        --screenshot docs/user-guide/map-newsgroups-20.png   # after pipelines/newsgroups.py
 """
 
 from __future__ import annotations
@@ -114,8 +118,12 @@ def _timed(args: list, cwd: Path) -> dict:
             "peak_rss_mib": int(rss) / 1024, "load": before}
 
 
-def draw_seconds(page: Path, n: int) -> float:
-    """Seconds from opening ``page`` in headless Chromium to every point drawn."""
+def draw_seconds(page: Path, n: int | None = None, screenshot: Path | None = None) -> float:
+    """Seconds from opening ``page`` in headless Chromium to every point drawn.
+
+    ``n``: the points expected (default: as many as the page holds); ``screenshot``: a PNG
+    of the drawn page is saved there.
+    """
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
 
@@ -136,7 +144,8 @@ def draw_seconds(page: Path, n: int) -> float:
             const stack = [...roots];
             while (stack.length) {
               const v = stack.pop();
-              if (v.model.name === 'points') return v.glyph.data_size === arguments[0];
+              if (v.model.name === 'points')
+                return v.glyph.data_size === (arguments[0] ?? v.model.data_source.length);
               stack.push(...(v.child_views || []));
               if (v.renderer_views) stack.push(...v.renderer_views.values());
             }
@@ -144,7 +153,11 @@ def draw_seconds(page: Path, n: int) -> float:
             if time.perf_counter() - t0 > 600:
                 raise TimeoutError(f"{page} not drawn in 10 minutes")
             time.sleep(0.05)
-        return time.perf_counter() - t0
+        seconds = time.perf_counter() - t0
+        if screenshot is not None:
+            time.sleep(1)  # the tool bar's icons
+            driver.save_screenshot(str(screenshot))
+        return seconds
     finally:
         driver.quit()
 
@@ -208,7 +221,12 @@ def markdown(results: dict) -> str:
 @click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True)
 @click.option("--work-dir", type=click.Path(path_type=Path), default=None,
               help="Where the stores are written [default: a temporary directory].")
-def main(model, neighbourhoods, sizes, seed, work_dir):
+@click.option("--page", type=click.Path(path_type=Path),
+              default=REPO / "work" / "newsgroups-20" / "map.html", show_default=True,
+              help="The page --screenshot shows.")
+@click.option("--screenshot", type=click.Path(path_type=Path),
+              help="Save a PNG of --page as headless Chromium draws it (1200 x 900).")
+def main(model, neighbourhoods, sizes, seed, work_dir, page, screenshot):
     """Compare layouts at 20 Newsgroups, and time layout and page at scale."""
     work = Path(work_dir or tempfile.mkdtemp(prefix="map_bench-"))
     work.mkdir(parents=True, exist_ok=True)
@@ -225,8 +243,12 @@ def main(model, neighbourhoods, sizes, seed, work_dir):
             runs.append(scale(n, where, seed))
             click.echo(json.dumps(runs[-1], indent=1))
         results["scale"] = runs
-    saved.write_text(json.dumps(results, indent=1) + "\n")
-    (RESULTS / "map.md").write_text(markdown(results))
+    if screenshot is not None:
+        click.echo(f"{page} drawn in {draw_seconds(page, screenshot=screenshot):.1f} s: "
+                   f"{screenshot}")
+    if neighbourhoods or sizes:
+        saved.write_text(json.dumps(results, indent=1) + "\n")
+        (RESULTS / "map.md").write_text(markdown(results))
 
 
 if __name__ == "__main__":

@@ -147,8 +147,6 @@ class LayoutRequest(Request):
     n_iter : int, default 375
         t-SNE gradient steps (:func:`tsne_layout`).
     overwrite : bool, default False
-    progress : bool or "log", default False
-        Unused for now (the layout logs INFO lines).
 
     Raises
     ------
@@ -180,7 +178,6 @@ class LayoutRequest(Request):
     seed: int = 0
     n_iter: int = 375
     overwrite: bool = False
-    progress: bool | str = False
 
     def __post_init__(self) -> None:
         for name in ("model", "input", "index"):
