@@ -197,8 +197,9 @@ def markdown(results: dict) -> str:
             lines.append(f"| {row['layout']} | {row['kept_10nn']:.3f} | {row['seconds']:.1f} |")
         lines += ["", "`sphdist layout` uses openTSNE: it keeps about twice as many of each "
                   "document's neighbours as UMAP from the same graph or from its own "
-                  "NN-descent, needs no numba, and is reproducible from its seed on any "
-                  "number of threads.", ""]
+                  "NN-descent, and needs no numba; it runs on one thread, reproducible from its "
+                  "seed. The seconds are wall seconds on a shared machine under the load "
+                  "above: compare them with care.", ""]
     for sc in results.get("scale", []):
         lines += [f"## {sc['n_documents']:,} documents (synthetic, r = 50)", "",
                   "| step | wall s | peak RSS MiB | load |", "|---|---:|---:|---|"]

@@ -10,11 +10,10 @@ Böhm et al. 2022), and stores coordinates and graph in a ``layout.zarr``
 draws it (:mod:`sphdist.jobs.map_page`).
 
 Why openTSNE and not umap-learn's ``precomputed_knn``: on 20 Newsgroups (18,846 documents, r =
-100, the same 10-NN graph) the t-SNE layout kept 34% of each document's 10 nearest neighbours
-on the map, UMAP from the same graph 16% and UMAP with its own NN-descent 16% (a PCA
-projection: 2%), for 34 s against 17 s (plus 30 s of numba compilation at UMAP's first import)
-on a loaded 2-core machine; openTSNE needs no numba (``pipelines/map_layout.py``,
-``pipelines/results/map.md``).
+100, the same 10-NN graph) the t-SNE layout kept 36% of each document's 10 nearest neighbours
+on the map, UMAP from the same graph 17% and UMAP with its own NN-descent 16% (the first two
+principal axes: 1%); openTSNE took about twice UMAP's time from the same graph, and needs no
+numba (``pipelines/map_bench.py``, ``pipelines/results/map.md``).
 """
 
 from __future__ import annotations
@@ -92,7 +91,7 @@ def tsne_layout(neighbors: np.ndarray, *, seed: int = 0, n_iter: int = 375,
     The affinity of i to each of its k_i neighbours is ``1 / k_i``, symmetrised as
     ``P = (A + A^T) / 2`` and normalised to sum 1: openTSNE's ``affinity.Uniform`` with mean
     symmetrisation, built here so that rows with fewer than k neighbours are allowed. The
-    initialisation is the spectral embedding of P (:func:`openTSNE.initialization.spectral`;
+    initialisation is the spectral embedding of P (openTSNE's ``initialization.spectral``;
     random where a point has no neighbour). Memory: ``O(n k)``; time: the FFT-interpolated
     gradient (Linderman et al. 2019), about linear in n.
     """
