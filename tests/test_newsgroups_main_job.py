@@ -66,7 +66,7 @@ def test_main_job_prints_the_three_methods_on_the_same_corpus(newsgroups_archive
     proc = subprocess.run(
         [sys.executable, str(REPO / "pipelines" / "newsgroups.py"), "--groups", "5",
          "--work-dir", str(tmp_path), "--json", "-r", "20"],
-        capture_output=True, text=True, timeout=300, cwd=REPO,
+        capture_output=True, text=True, timeout=600, cwd=REPO,  # a loaded machine
         env={"SPHDIST_DATA_HOME": env_home, "PATH": "/usr/bin:/bin"},
     )
     assert proc.returncode == 0, proc.stderr
