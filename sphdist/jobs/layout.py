@@ -92,8 +92,9 @@ def tsne_layout(neighbors: np.ndarray, *, seed: int = 0, n_iter: int = 375,
     ``P = (A + A^T) / 2`` and normalised to sum 1: openTSNE's ``affinity.Uniform`` with mean
     symmetrisation, built here so that rows with fewer than k neighbours are allowed. The
     initialisation is the spectral embedding of P (openTSNE's ``initialization.spectral``;
-    random where a point has no neighbour). Memory: ``O(n k)``; time: the FFT-interpolated
-    gradient (Linderman et al. 2019), about linear in n.
+    random where a point has no neighbour). Memory: ``O(n k)``; time: Barnes-Hut below
+    10,000 points, above the FFT-interpolated gradient (Linderman et al. 2019), about linear
+    in n.
     """
     from openTSNE import TSNEEmbedding, affinity, initialization
 
@@ -111,7 +112,11 @@ def tsne_layout(neighbors: np.ndarray, *, seed: int = 0, n_iter: int = 375,
     else:
         init = initialization.spectral(P, random_state=seed)
     aff = affinity.PrecomputedAffinities(P)
-    embedding = TSNEEmbedding(init, aff, n_jobs=n_jobs, random_state=seed)
+    # openTSNE's own choice ("auto"), made here so that it logs nothing: Barnes-Hut below
+    # 10,000 points, the FFT-interpolated gradient above
+    method = "bh" if n < 10_000 else "fft"
+    embedding = TSNEEmbedding(init, aff, n_jobs=n_jobs, random_state=seed,
+                              negative_gradient_method=method)
     early = max(1, n_iter // 3)
     embedding = embedding.optimize(early, exaggeration=12, momentum=0.5)
     embedding = embedding.optimize(max(1, n_iter - early), momentum=0.8)
