@@ -168,3 +168,17 @@ def test_map_writes_the_table_embedding_atlas_reads(stores):
         np.testing.assert_allclose(near["distances"], 1 - C[j, near["ids"]], atol=1e-6)
         assert np.all(np.diff(near["distances"]) >= -1e-6)
         assert 1 - max(near["distances"]) >= np.sort(C[j])[-10] - 1e-6
+
+
+def test_an_embedding_is_laid_out_beside_itself_and_drawn(stores):
+    with working_directory(stores):
+        cli_ok("transform", "-m", "m.zarr", "-i", "c.zarr", "-o", "e.zarr")
+        cli_ok("layout", "-m", "m.zarr", "-i", "e.zarr")
+        report = json.loads(cli_ok("map", "-m", "m.zarr", "-i", "e.zarr", "-o", "e.html",
+                                   "--json").output)
+    group = zarr.open_group(str(stores / "e.layout.zarr"), mode="r")
+    assert group.attrs["source"]["origin"] == "embedding"
+    # the same documents as the training corpus: the same graph as the model's layout
+    model_graph = zarr.open_group(str(stores / "m.layout.zarr"), mode="r")["cosine"][...]
+    np.testing.assert_allclose(group["cosine"][...], model_graph, atol=1e-9)
+    assert report["n_points"] == N_DOCS and report["colour"] == "label"
