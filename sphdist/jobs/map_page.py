@@ -10,7 +10,8 @@ no server. On it:
   of the embeddings (:func:`cluster_names`: each cluster named by its top terms);
 - hovering shows its id, its label and its top terms (:func:`top_terms`: the heaviest terms
   of its embedding mapped back through U; the corpus keeps no text);
-- clicking a point (or typing its id in the search box) highlights its k nearest neighbours,
+- clicking a point (the one nearest the click, where points overlap; or typing its id in the
+  search box) highlights its k nearest neighbours,
   those stored in the layout: the ones ``sphdist neighbors --doc-id`` returns, and lists
   them under the map.
 
@@ -295,6 +296,21 @@ if (i >= 0) {
 highlight.data = {x: hx, y: hy, id: hid};
 """
 
+# A click on points drawn over each other selects them all: keep the one nearest the click.
+_NEAREST = """
+const hit = documents.selected.indices;
+if (hit.length > 1) {
+  const g = cb_data.geometries, d = documents.data;
+  const w = plot.x_range.end - plot.x_range.start, h = plot.y_range.end - plot.y_range.start;
+  let best = hit[0], least = Infinity;
+  for (const i of hit) {
+    const dx = (d.x[i] - g.x) / w, dy = (d.y[i] - g.y) / h, dd = dx * dx + dy * dy;
+    if (dd < least) { least = dd; best = i; }
+  }
+  documents.selected.indices = [best];
+}
+"""
+
 _SEARCH = """
 const want = search.value.trim();
 if (!want) { return; }
@@ -354,7 +370,8 @@ def _page(*, x: np.ndarray, y: np.ndarray, ids: list[str], labels: list[str],
                  line_width=2, name="neighbours")
     plot.add_tools(HoverTool(renderers=[points], tooltips=[
         ("id", "@id"), ("label", "@label"), ("terms", "@terms")], name="hover"))
-    plot.add_tools(TapTool(renderers=[points]))
+    plot.add_tools(TapTool(renderers=[points], callback=CustomJS(
+        args={"documents": documents, "plot": plot}, code=_NEAREST)))
     plot.legend.location = "top_left"
     plot.legend.click_policy = "hide"
     plot.legend.label_text_font_size = "8pt"
