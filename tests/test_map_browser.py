@@ -107,6 +107,7 @@ def browser(page):
                 "Object.keys(Bokeh.index).length > 0"):
             assert time.monotonic() < deadline, "the page did not render within a minute"
             time.sleep(0.2)
+        driver.page = page  # for the tests that open another page after the shared one
         yield driver
     finally:
         driver.quit()
@@ -216,3 +217,27 @@ def test_the_search_box_finds_a_document_by_id(browser, page):
     shown = browser.execute_script(
         "return Bokeh.documents[0].get_model_by_name('highlight').data.id")
     assert len(shown) == 10 and doc_id not in shown
+
+
+def test_an_id_that_looks_like_html_is_shown_as_text(tmp_path, browser):
+    # the line under the map is HTML: a document id is escaped there, never markup
+    marked = '<img src=x onerror="window.injected=1">'
+    lines = [json.loads(line) for line in
+             (browser.page / "s.jsonl").read_text().splitlines()][:60]
+    lines[5]["id"] = marked
+    (tmp_path / "s.jsonl").write_text("\n".join(json.dumps(d) for d in lines) + "\n")
+    with working_directory(tmp_path):
+        cli_ok("ingest", "s.jsonl", "--label-field", "label", "-o", "c.zarr")
+        cli_ok("fit", "-i", "c.zarr", "-o", "m.zarr", "-r", 3, "--max-iter", 20)
+        cli_ok("layout", "-m", "m.zarr", "-k", 5)
+        cli_ok("map", "-m", "m.zarr", "-o", "map.html")
+    browser.get((tmp_path / "map.html").as_uri())
+    _wait(lambda: browser.execute_script(
+        "return typeof Bokeh !== 'undefined' && Bokeh.documents.length > 0 && "
+        "Object.keys(Bokeh.index).length > 0"), "the page did not render")
+    browser.execute_script(
+        "Bokeh.documents[0].get_model_by_name('documents').selected.indices = [5]")
+    status = _wait(lambda: browser.execute_script(
+        "return Bokeh.documents[0].get_model_by_name('status').text"), "no status line")
+    assert "&lt;img" in status and "<img" not in status
+    assert browser.execute_script("return window.injected === undefined")

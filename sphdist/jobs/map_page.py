@@ -277,8 +277,13 @@ class MapRequest(Request):
 
 
 # The page's behaviour: clicking a point (a selection of "documents") or a search shows its
-# neighbours. ``show(i)`` is the one function; the selection calls it.
-_SHOW = """
+# neighbours, in the status line: HTML, so every id and label is escaped there.
+_ESCAPE = """
+const esc = (s) => String(s).replace(/[&<>"']/g, (c) => ({
+  "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;"})[c]);
+"""
+
+_SHOW = _ESCAPE + """
 const i = documents.selected.indices.length ? documents.selected.indices[0] : -1;
 const d = documents.data;
 const nb = graph.data.nbr;
@@ -288,8 +293,8 @@ if (i >= 0) {
     const t = nb[j];
     if (t >= 0) { hx.push(d.x[t]); hy.push(d.y[t]); hid.push(d.id[t]); }
   }
-  status.text = "<b>" + d.id[i] + "</b> (" + d.label[i] + "): its " + hid.length +
-      " nearest documents: " + hid.join(", ");
+  status.text = "<b>" + esc(d.id[i]) + "</b> (" + esc(d.label[i]) + "): its " + hid.length +
+      " nearest documents: " + hid.map(esc).join(", ");
 } else {
   status.text = note;
 }
@@ -311,13 +316,13 @@ if (hit.length > 1) {
 }
 """
 
-_SEARCH = """
+_SEARCH = _ESCAPE + """
 const want = search.value.trim();
 if (!want) { return; }
 const i = documents.data.id.indexOf(want);
 if (i < 0) {
   documents.selected.indices = [];
-  status.text = "no document with id " + want;
+  status.text = "no document with id " + esc(want);
   return;
 }
 documents.selected.indices = [i];
