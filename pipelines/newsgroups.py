@@ -25,8 +25,10 @@ Run from the repository root::
 
     SPHDIST_DATA_HOME=../shared/data .venv/bin/python pipelines/newsgroups.py
 
-Outputs go to ``work/newsgroups-{5,20}/`` (corpus.zarr, model.zarr) and a table to stdout;
-``--json`` prints the figures as one JSON object instead.
+Outputs go to ``work/newsgroups-{5,20}/`` (corpus.zarr, model.zarr, and the map of the
+Spherical PCA embedding: model.layout.zarr and ``map.html``, as ``sphdist layout`` and
+``sphdist map`` write them; open ``work/newsgroups-20/map.html`` in a browser) and a table to
+stdout; ``--json`` prints the figures as one JSON object instead.
 """
 
 from __future__ import annotations
@@ -52,6 +54,8 @@ from sphdist.jobs.cluster import connect
 from sphdist.jobs.evaluate import evaluate_model
 from sphdist.jobs.fit import FitRequest
 from sphdist.jobs.ingest import IngestRequest
+from sphdist.jobs.layout import LayoutRequest
+from sphdist.jobs.map_page import MapRequest
 from sphdist.metrics import evaluate_embedding, knn_accuracy
 from sphdist.text.ingest import REMOVE_OPTIONS, SourceSpec, TextSpec
 
@@ -146,7 +150,21 @@ def ingest_newsgroups(source, output):
         logger.removeFilter(hint)
 
 
-def run_one(name, categories, work, texts_by_group, *, n_components, seed, **fit):
+def write_map(out, *, seed):
+    """``sphdist layout`` and ``sphdist map`` of the run's model: ``out/map.html``."""
+    t0 = time.perf_counter()
+    layout = run(LayoutRequest(out / "model.zarr", seed=seed, overwrite=True))
+    page = run(MapRequest(out / "model.zarr", out / "map.html", seed=seed, overwrite=True))
+    logger.info("%s: %d documents laid out (%.0f%% of their 10 nearest neighbours kept), "
+                "the map in %s (%.1f MiB), %.1f s", out.name, layout["n_laid_out"],
+                100 * (layout["kept_10nn"] or 0), page["output"], page["bytes"] / 2**20,
+                time.perf_counter() - t0)
+    return {"map": page["output"], "kept_10nn": layout["kept_10nn"],
+            "map_seconds": time.perf_counter() - t0}
+
+
+def run_one(name, categories, work, texts_by_group, *, n_components, seed, draw_map=True,
+            **fit):
     out = work / name
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
@@ -168,7 +186,8 @@ def run_one(name, categories, work, texts_by_group, *, n_components, seed, **fit
         logger.info("%s %s: accuracy %.4f, NMI %.4f, %.1f s", name, row["method"],
                     row["accuracy"], row["nmi"], row["seconds"])
     return {"corpus": name, "n_documents": corpus.n_documents, "n_empty": corpus.n_empty,
-            "n_components": n_components, "seed": seed, "methods": rows}
+            "n_components": n_components, "seed": seed, "methods": rows,
+            **(write_map(out, seed=seed) if draw_map else {})}
 
 
 def table(results) -> str:
@@ -212,9 +231,12 @@ def table(results) -> str:
 @click.option("--n-workers", type=click.IntRange(min=1), default=None,
               help="Worker processes of a LocalCluster [default: threads in this process for "
                    "a corpus that fits in memory, as `sphdist fit`].")
+@click.option("--map/--no-map", "draw_map", default=True, show_default=True,
+              help="Lay out the Spherical PCA embedding and write its page, map.html, beside "
+                   "the model (`sphdist layout`, `sphdist map`).")
 @click.option("--json", "as_json", is_flag=True, help="Print the figures as JSON.")
 def main(work_dir, groups, n_components, max_iter, tol, seed, scheduler_address, n_workers,
-         as_json):
+         draw_map, as_json):
     """Ingest, embed and cluster 20 Newsgroups (5 groups and all 20) three ways."""
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
     logging.getLogger("distributed").setLevel(logging.WARNING)
@@ -228,13 +250,17 @@ def main(work_dir, groups, n_components, max_iter, tol, seed, scheduler_address,
     results = [
         run_one(name, categories, work_dir, texts_by_group, n_components=n_components,
                 seed=seed, max_iter=max_iter, tol=tol, scheduler_address=scheduler_address,
-                n_workers=n_workers)
+                n_workers=n_workers, draw_map=draw_map)
         for name, categories in selected
     ]
     if as_json:
         click.echo(json.dumps(results, indent=2))
         return
     click.echo("\n" + table(results))
+    for res in results:
+        if "map" in res:
+            click.echo(f"\n{res['corpus']}: the map of its Spherical PCA embedding is "
+                       f"{res['map']} (open it in a browser; it needs no network)")
 
 
 if __name__ == "__main__":

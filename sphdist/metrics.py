@@ -5,7 +5,8 @@ ref. [24] there): run k-means on the embedded documents, then compare the cluste
 known labels by clustering accuracy (the fraction of documents correctly labelled after the
 best one-to-one mapping of clusters to labels, found by the Hungarian algorithm) and by
 normalized mutual information. Beside them, :func:`knn_accuracy` scores the neighbourhoods:
-the cross-validated accuracy of a k-nearest-neighbour classifier by cosine.
+the cross-validated accuracy of a k-nearest-neighbour classifier by cosine; and
+:func:`neighbourhood_kept` how well a 2-D map keeps each document's nearest neighbours.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from sphdist.errors import DataError
 
 __all__ = [
     "clustering_accuracy", "normalized_mutual_info", "evaluate_embedding", "knn_accuracy",
+    "neighbourhood_kept",
 ]
 
 
@@ -180,6 +182,54 @@ def knn_accuracy(
     cv = StratifiedKFold(n_splits=folds, shuffle=True, random_state=random_state)
     report["knn_accuracy"] = float(cross_val_score(classifier, X, y, cv=cv).mean())
     return report
+
+
+def neighbourhood_kept(reference: np.ndarray, points: np.ndarray, k: int = 10) -> float:
+    """Mean fraction of each point's k nearest neighbours in r dimensions kept on a map.
+
+    For each point with k reference neighbours: the fraction of them among its k nearest
+    other points of ``points`` (Euclidean, ``sklearn.neighbors.NearestNeighbors``), averaged
+    over those points (the "neighbourhood preservation" of Venna et al. 2010, at k).
+
+    Parameters
+    ----------
+    reference : ndarray of shape (n, >= k), int
+        Row i: the positions of point i's nearest other points in the original space,
+        nearest first (as :func:`sphdist.core.graph.knn_graph` gives); -1 where there are
+        fewer. Only the first k columns are used.
+    points : ndarray of shape (n, d), float
+        The map (d = 2), NaN rows for points left out (neither scored nor neighbours).
+    k : int, default 10
+
+    Returns
+    -------
+    float
+        In [0, 1]; 1: every neighbourhood kept. NaN when no point has k reference neighbours
+        on the map.
+
+    Examples
+    --------
+    >>> line = np.arange(6.0)[:, None]
+    >>> ref = np.array([[1, 2], [0, 2], [1, 3], [2, 4], [3, 5], [4, 3]])
+    >>> neighbourhood_kept(ref, line, k=2)
+    1.0
+    """
+    from sklearn.neighbors import NearestNeighbors
+
+    reference = np.asarray(reference)[:, :k]
+    points = np.asarray(points, dtype=np.float64)
+    on_map = np.flatnonzero(np.isfinite(points).all(axis=1))
+    where = np.full(points.shape[0], -1, dtype=np.int64)
+    where[on_map] = np.arange(on_map.size)
+    ref = np.where(reference >= 0, where[np.maximum(reference, 0)], -1)[on_map]
+    full = (ref >= 0).all(axis=1)
+    if reference.shape[1] < k or not full.any() or on_map.size <= k:
+        return float("nan")
+    found = NearestNeighbors(n_neighbors=k + 1).fit(points[on_map]).kneighbors(
+        return_distance=False, n_neighbors=k)  # each point's k others (itself left out)
+    ref, found = ref[full], found[full]
+    kept = (ref[:, :, None] == found[:, None, :]).any(axis=2).sum(axis=1)
+    return float(kept.mean() / k)
 
 
 def _labelled(embedding: Any, labels: Any, scored: str) -> tuple[np.ndarray, np.ndarray]:

@@ -198,3 +198,25 @@ def test_accuracy_equals_sklearn_accuracy_after_undoing_a_permutation(perm):
     assert normalized_mutual_info(y_true, pred) == pytest.approx(
         normalized_mutual_info_score(y_true, inverse[pred]), abs=1e-14
     )
+
+
+def test_neighbourhood_kept_against_a_brute_force_count():
+    from sphdist.metrics import neighbourhood_kept
+
+    rng = np.random.default_rng(0)
+    X, Y = rng.normal(size=(60, 5)), rng.normal(size=(60, 2))
+    Y[7] = np.nan  # left off the map: neither scored nor a neighbour
+
+    def nearest(Z, i, k, allowed):
+        d = np.linalg.norm(Z - Z[i], axis=1)
+        d[i] = np.inf
+        d[~allowed] = np.inf
+        return set(np.argsort(d)[:k].tolist())
+
+    on = np.isfinite(Y).all(axis=1)
+    ref = np.array([sorted(nearest(X, i, 4, np.ones(60, bool)),
+                           key=lambda j, i=i: np.linalg.norm(X[j] - X[i])) for i in range(60)])
+    scored = [i for i in range(60) if on[i] and on[ref[i]].all()]
+    expected = np.mean([len(set(ref[i]) & nearest(Y, i, 4, on)) / 4 for i in scored])
+    assert neighbourhood_kept(ref, Y, k=4) == pytest.approx(expected)
+    assert neighbourhood_kept(ref, X, k=4) == 1.0

@@ -66,7 +66,7 @@ def test_main_job_prints_the_three_methods_on_the_same_corpus(newsgroups_archive
     proc = subprocess.run(
         [sys.executable, str(REPO / "pipelines" / "newsgroups.py"), "--groups", "5",
          "--work-dir", str(tmp_path), "--json", "-r", "20"],
-        capture_output=True, text=True, timeout=300, cwd=REPO,
+        capture_output=True, text=True, timeout=600, cwd=REPO,  # a loaded machine
         env={"SPHDIST_DATA_HOME": env_home, "PATH": "/usr/bin:/bin"},
     )
     assert proc.returncode == 0, proc.stderr
@@ -80,6 +80,11 @@ def test_main_job_prints_the_three_methods_on_the_same_corpus(newsgroups_archive
         assert 0.2 < row["accuracy"] <= 1 and 0 < row["nmi"] <= 1 and row["seconds"] > 0
         assert 0.2 < row["knn_accuracy"] <= 1  # 10-NN label accuracy, beside k-means
     assert (tmp_path / "newsgroups-5" / "model.zarr").is_dir()
+    # the map beside the table: every document with a direction laid out, its page written
+    page = tmp_path / "newsgroups-5" / "map.html"
+    assert result["map"] == str(page) and page.stat().st_size > 100_000
+    assert (tmp_path / "newsgroups-5" / "model.layout.zarr").is_dir()
+    assert 0.1 < result["kept_10nn"] <= 1
 
 
 def test_no_hint_to_replace_the_corpus_the_run_fits_on(tmp_path, caplog):

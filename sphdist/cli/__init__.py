@@ -29,6 +29,8 @@ COMMANDS = {
     "neighbors": "sphdist.cli.use.neighbors",
     "info": "sphdist.cli.inspect.info",
     "plot": "sphdist.cli.plot.plot",
+    "layout": "sphdist.cli.map.layout",
+    "map": "sphdist.cli.map.map_",
 }
 
 

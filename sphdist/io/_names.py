@@ -25,6 +25,7 @@ KINDS = {
     "model": ("a sphdist model", "sphdist fit", "model.zarr"),
     "embedding": ("a sphdist embedding", "sphdist transform", "embedding.zarr"),
     "index": ("a sphdist index", "sphdist index", "index.zarr"),
+    "layout": ("a sphdist layout", "sphdist layout", "layout.zarr"),
     "file": ("a file", "", ""),
 }
 

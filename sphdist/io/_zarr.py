@@ -143,6 +143,8 @@ _KINDS: dict[str, Callable[[Path], str]] = {
     ),
     "embedding": lambda p: "pass an embedding.zarr, written by " + remedy(Remedy(
         "transform", {"model": "MODEL", "input": "CORPUS", "output": "EMBEDDING.zarr"})),
+    "layout": lambda p: "pass a layout.zarr, written by " + remedy(Remedy(
+        "layout", {"model": "MODEL"}, {"output": "LAYOUT.zarr"})),
 }
 
 

@@ -197,6 +197,8 @@ FAILING = {
     ("info",): ["{tmp}/nope.zarr"],
     ("plot", "convergence"): ["-m", "{tmp}/nope.zarr"],
     ("plot", "embedding"): ["-m", "{tmp}/nope.zarr"],
+    ("layout",): ["-m", "{tmp}/nope.zarr"],
+    ("map",): ["-m", "{tmp}/nope.zarr", "-o", "{tmp}/map.html"],
 }
 
 
