@@ -101,6 +101,8 @@ CALLS: dict[str, tuple[str, bool]] = {
     "export": ("sphdist.jobs.export.ExportRequest", True),
     "ingest": ("sphdist.jobs.ingest.IngestRequest.of", True),
     "index": ("sphdist.jobs.neighbors.IndexRequest", True),
+    "layout": ("sphdist.jobs.layout.LayoutRequest", True),
+    "map": ("sphdist.jobs.map_page.MapRequest", True),
 }
 
 #: Wordings registered by the module that owns a job or an option (:func:`words_for`).

@@ -323,9 +323,9 @@ def open_fresh_layout(model: Any, source: EmbeddingSource, input: Any,
     if not exists(path):
         again = LayoutRequest(model, path if layout is not None else None, input=input)
         raise InputNotFoundError(
-            f"{path}: no layout of {model if source.origin == 'model' else input}; {verb} "
-            f"draws the coordinates `sphdist layout` computes. To resolve this, run "
-            f"{remedy(again.remedy())} first.")
+            f"{path}: no layout of {(model if source.origin == 'model' else input)}; {verb} "
+            "draws the coordinates `sphdist layout` computes. To resolve this, run "
+            + remedy(again.remedy()) + " first.")
     stored = open_layout(path)
     stored.check_fresh(u_sha256=open_model(model).fingerprint,
                        v_sha256=source_identity(model, source, input),

@@ -206,8 +206,8 @@ class MapRequest(Request):
         stored = open_fresh_layout(self.model, source, self.input, self.layout)
         if self.colour == "label" and source.labels is None:
             raise DataError(
-                f"the documents of {self.input or self.model} have no labels to colour by. "
-                f"To resolve this, pass {option('colour', 'cluster')}.")
+                f"the documents of {self.input or self.model} have no labels to colour by. To "
+                "resolve this, pass " + option("colour", 'cluster') + ".")
         return source, stored
 
     def execute(self, held: Output, prepared: tuple[Any, ...]) -> dict[str, Any]:
