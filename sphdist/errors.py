@@ -10,7 +10,7 @@ text and the structured ones: a parameter named with :func:`option` and a job th
 error named with :func:`remedy` (a :class:`Remedy`: the job, its target paths and its
 parameters by their Python names). ``str(exc)`` is the Python words (keyword arguments and
 calls); the command line renders the same parts with the options of its click commands
-(:mod:`sphdist.cli._remedies`), and :attr:`SphdistError.remedies` gives the jobs as data. No
+(:mod:`sphdist.cli._remedies`), and ``exc.remedies`` gives the jobs as data. No
 markers inside strings, no module below :mod:`sphdist.cli` spells a flag, and this module
 imports nothing of sphdist: a module that words its job's call in its own way registers that
 wording here (:func:`words_for`).
@@ -293,19 +293,19 @@ class Text(str):
         return Text(parts)
 
     def strip(self, chars: str | None = None) -> Text:  # type: ignore[override]
-        """:meth:`str.strip` of the plain text at either end."""
+        """``str.strip`` of the plain text at either end."""
         return self._ends(chars, True, True)
 
     def rstrip(self, chars: str | None = None) -> Text:  # type: ignore[override]
-        """:meth:`str.rstrip` of the plain text at the end."""
+        """``str.rstrip`` of the plain text at the end."""
         return self._ends(chars, False, True)
 
     def lstrip(self, chars: str | None = None) -> Text:  # type: ignore[override]
-        """:meth:`str.lstrip` of the plain text at the start."""
+        """``str.lstrip`` of the plain text at the start."""
         return self._ends(chars, True, False)
 
     def removesuffix(self, suffix: str) -> Text:  # type: ignore[override]
-        """:meth:`str.removesuffix` of the plain text at the end."""
+        """``str.removesuffix`` of the plain text at the end."""
         parts = list(self.parts)
         if parts and isinstance(parts[-1], str):
             parts[-1] = parts[-1].removesuffix(suffix)
@@ -433,7 +433,7 @@ class SphdistError(_Rendered, Exception):
     """Base class of every error sphdist raises on purpose.
 
     ``str(exc)`` words its parameters and remedies for a Python caller (:func:`render`);
-    :attr:`remedies` holds them as :class:`Remedy` objects, :attr:`message` the parts.
+    ``exc.remedies`` holds them as :class:`Remedy` objects, ``exc.message`` the parts.
     """
 
 

@@ -297,7 +297,7 @@ def test_ctrl_c_during_ingest_says_nothing_was_written(runner, source, tmp_path,
     monkeypatch.setattr(CorpusWriter, "append_stored_chunk", interrupted)
     result = runner.invoke(main, ["ingest", str(source), "-o", str(out), "--hashing",
                                   *(["--overwrite"] if overwrite else [])])
-    assert result.exit_code == 1
+    assert result.exit_code == 130  # 128 + SIGINT
     errors = [ln for ln in result.stderr.splitlines() if ln.startswith("Error: ")]
     assert len(errors) == 1 and result.stderr.strip().endswith(errors[0]), result.stderr
     line = errors[0]  # after the progress lines of the passes
