@@ -185,3 +185,68 @@ def test_the_scores_come_first_in_the_getting_started_table(site: dict[str, Path
     cells = [" ".join(re.sub(r"<[^>]+>", " ", c).split())
              for c in re.findall(r"(?s)<th\b.*?</th>", head)]
     assert cells[:5] == ["corpus", "method", "accuracy", "NMI", "10-NN accuracy"], cells
+
+
+# -- issue 43 item 8: option names and figures in the docs, held to the code --------------------
+
+
+def _options(command: click.Command) -> set[str]:
+    return {o for p in command.params if isinstance(p, click.Option) and not p.hidden
+            for o in (*p.opts, *p.secondary_opts)}
+
+
+def _documented_commands() -> list[tuple[str, list[str]]]:
+    """Every ``sphdist COMMAND ...`` line or code span of the docs and the README, as words."""
+    pages = [*sorted(DOCS.rglob("*.md")), *sorted(DOCS.rglob("*.rst")), REPO / "README.md"]
+    found = []
+    for page in pages:
+        text = page.read_text(encoding="utf-8")
+        for match in re.finditer(r"(?:`|^\s*(?:\$ )?)(sphdist [^`\n|]*)", text, re.M):
+            line = match.group(1).replace("\\", " ").split("#")[0]
+            for command in line.split("&&"):
+                words = command.split()
+                if len(words) >= 2 and words[0] == "sphdist":
+                    found.append((page.name, words[1:]))
+    return found
+
+
+def test_every_option_the_docs_give_a_command_is_one_of_its_options():
+    """The docs gave ``--max-partials 1`` as a remedy after the option was removed, and an
+    export synopsis of two formats of three: a command line in the docs names options its
+    command has."""
+    group = _options(main) | {"--help", "-h"}
+    wrong = []
+    lines = _documented_commands()
+    assert len(lines) > 50  # the docs are read
+    for page, words in lines:
+        command = main.get_command(click.Context(main), words[0])
+        rest = words[1:]
+        if isinstance(command, click.Group) and rest:
+            command, rest = command.get_command(click.Context(command), rest[0]), rest[1:]
+        if command is None:
+            continue
+        known = _options(command) | group
+        wrong += [(page, " ".join(words), w) for w in rest
+                  if re.match(r"--?[a-z]", w) and w.split("=")[0].rstrip(",.;:)]") not in known]
+    assert not wrong, wrong
+
+
+def test_the_synopsis_names_every_format_of_export_and_plot():
+    from sphdist.jobs.export import EXPORT_SUFFIXES
+    from sphdist.jobs.plotting import PLOT_SUFFIXES
+
+    synopsis = {line.split()[0]: line for line in
+                (DOCS / "cli.rst").read_text(encoding="utf-8").splitlines()
+                if line.startswith("     ") and line.split()}
+    for command, formats in (("export", EXPORT_SUFFIXES), ("plot", PLOT_SUFFIXES)):
+        for name in set(formats.values()):
+            assert name.lower() in synopsis[command].lower().replace(".", ""), (command, name)
+
+
+def test_the_test_count_is_stated_once_in_the_readme():
+    """getting-started said 1,612 tests while the README said 2,032: one place says it."""
+    pattern = re.compile(r"\b\d[\d,]* tests\b")
+    assert pattern.search((REPO / "README.md").read_text(encoding="utf-8"))
+    stated = [page.name for page in DOCS.rglob("*.md")
+              if pattern.search(page.read_text(encoding="utf-8"))]
+    assert not stated, stated
