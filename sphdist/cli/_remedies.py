@@ -114,8 +114,12 @@ class CommandForm:
 
     THEN = " && "
 
-    def __init__(self, command: click.Command | None, root: click.Group):
+    def __init__(self, command: click.Command | None, root: click.Group,
+                 argv: list[str] | None = None):
         self.command, self.root = command, root
+        #: Where the failed command ran, as its line gave it (``--n-workers 1``): kept in a
+        #: remedy of the same command, which names no such option itself.
+        self.place = _place_words(command, argv or [])
 
     def _words(self, param: click.Parameter | None, name: str, value: Any) -> list[str]:
         if isinstance(param, click.Argument):
@@ -154,7 +158,40 @@ class CommandForm:
         words = ["sphdist", fix.action]
         for name, value in fix.arguments().items():
             words += self._words(_find(command, name), name, value)
+        if command is not None and command is self.command:
+            named = set(fix.arguments())
+            words += [w for name, given in self.place if name not in named for w in given]
         return " ".join(words)
+
+
+#: The options that say where a command runs (its cluster), not what it computes: a remedy
+#: that runs the same command again keeps them as the user gave them.
+PLACE_OPTIONS = ("scheduler_address", "n_workers", "threads_per_worker", "memory_limit",
+                 "tls_ca_file", "tls_cert", "tls_key", "dashboard_address",
+                 "insecure_local_cluster")
+
+
+def _place_words(command: click.Command | None,
+                 argv: list[str]) -> list[tuple[str, list[str]]]:
+    """The :data:`PLACE_OPTIONS` the line ``argv`` gave ``command``, each with its words."""
+    if command is None:
+        return []
+    params = {o: p for p in command.params if isinstance(p, click.Option)
+              and p.name in PLACE_OPTIONS for o in (*p.opts, *p.secondary_opts)}
+    found: list[tuple[str, list[str]]] = []
+    for i, word in enumerate(argv):
+        flag, _, inline = word.partition("=")
+        param = params.get(flag)
+        if param is None or any(name == param.name for name, _ in found):
+            continue
+        if param.is_flag or inline:
+            value = [spelling(param), shlex.quote(inline)] if inline else [flag]
+        elif i + 1 < len(argv):
+            value = [spelling(param), shlex.quote(argv[i + 1])]
+        else:
+            continue
+        found.append((str(param.name), value))
+    return found
 
 
 def failed_command(ctx: click.Context) -> click.Command | None:
@@ -196,13 +233,18 @@ def _root(ctx: click.Context | None) -> click.Group:
 
 def render_for(ctx: click.Context, message: Any) -> str:
     """``message`` (a string or an exception) in the words of the command that ``ctx`` ran."""
-    return render(message, CommandForm(failed_command(ctx), _root(ctx)))
+    return render(message, CommandForm(failed_command(ctx), _root(ctx), _argv(ctx)))
+
+
+def _argv(ctx: click.Context | None) -> list[str]:
+    """The words of the ``sphdist`` line (what the group recorded), else none."""
+    return list((ctx.find_root().meta.get("sphdist.argv") or []) if ctx is not None else [])
 
 
 def _form() -> CommandForm:
     """The form of the command running now (the ``sphdist`` group's, outside one)."""
     ctx = click.get_current_context(silent=True)
-    return CommandForm(None if ctx is None else failed_command(ctx), _root(ctx))
+    return CommandForm(None if ctx is None else failed_command(ctx), _root(ctx), _argv(ctx))
 
 
 def command(fix: Remedy | dict[str, Any]) -> str:

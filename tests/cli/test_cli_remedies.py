@@ -425,3 +425,19 @@ def test_a_model_fitted_remove_headers_gets_a_chain_that_keeps_jsonl_documents(
     like = open_corpus(tmp_path / "new.like.zarr")
     assert like.n_documents == 30 and like.n_empty == 0
     assert open_embedding(tmp_path / "emb.zarr").V.shape == (R, 30)
+
+
+def test_a_remedy_of_the_same_command_keeps_where_the_user_ran_it(trained, runner):
+    """Issue 43 item 6: ``fit ... -r 2000 --n-workers 1 --memory-limit 1GiB`` suggested
+    ``sphdist fit ... -r 348`` without the cluster options the user chose."""
+    result = runner.invoke(main, [
+        "fit", "-i", str(trained["corpus"]), "-o", str(trained["model"]), "-r", str(R + 1),
+        "--n-workers", "1", "--memory-limit", "1GiB", "--threads-per-worker=1"])
+    commands = _commands(_error_line(result))  # the model is there: replace or continue it
+    fits = [c for c in commands if c.startswith("sphdist fit ")]
+    assert fits, commands
+    for command in fits:
+        words = shlex.split(command)
+        assert words[words.index("--n-workers") + 1] == "1", command
+        assert words[words.index("--memory-limit") + 1] == "1GiB", command
+        assert words[words.index("--threads-per-worker") + 1] == "1", command
