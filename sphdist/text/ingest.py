@@ -77,6 +77,7 @@ from sphdist.text._passes import (
     features,
     ignore_interrupts,
     repeated_ids,
+    save_strings,
     weight_chunk,
 )
 from sphdist.text.defaults import INGEST_DEFAULTS
@@ -501,10 +502,10 @@ def write(
         emptied.warn()
         keep_all = ingest_remedy(paths, output, given, min_df=1, max_df=1.0)
         m, idf, vocab, mapping = features(options, total, n, like_idf, remedy=remedy(keep_all))
-        for name, values in (("idf.npy", idf), ("vocabulary.npy", mapping)):
-            if values is not None:
-                with open_file(join(spill_dir, name), "wb") as f:
-                    np.save(f, values)
+        with open_file(join(spill_dir, "idf.npy"), "wb") as f:
+            np.save(f, idf)
+        if mapping is not None:
+            save_strings(join(spill_dir, "vocabulary.npz"), mapping)
         label_names = sorted(total.label_counts) if labelled else None
         scheme = options.feature_scheme(m)
         if like_info is not None:
