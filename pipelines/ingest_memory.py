@@ -17,10 +17,12 @@ oversized files left out, latin-1 decoded, as the ingest reads them):
   copied first (``cp -a``) so both programs read the same files.
 
 Every job is watched by :func:`_bench_monitor.run_monitored`: the peak resident set size is
-the larger of the kernel's peak of the largest process (``wait4``'s ``ru_maxrss``, exact) and
-the summed RSS of its process tree, polled every 0.1 s. ``uptime`` is recorded before each
-job. With ``--baseline DIR`` (a checkout of another sphdist, e.g. ``git worktree add /tmp/old
-HEAD~2``), its ingest is measured too on the trees of the first size and the real tree.
+the larger of the kernel's peak of the job's process (``VmHWM``, exact) and the summed RSS of
+its process tree, polled every 0.1 s. Not ``wait4``'s ``ru_maxrss``: Linux keeps it across
+``exec``, so a child reports at least the RSS of the benchmark when it forked. ``uptime`` is
+recorded before each job. With ``--baseline DIR`` (a checkout of another sphdist, e.g.
+``git worktree add /tmp/old HEAD~3``), its ingest is measured too on the trees of the first
+size and the real tree.
 
 Writes ``ingest_memory.md`` and ``ingest_memory.json`` under ``--output-dir``.
 
@@ -128,7 +130,7 @@ def _job(cmd: list[str], env: dict[str, str], limit_gib: float) -> dict:
     uptime = _uptime()
     result = run_monitored(cmd, timeout=3600, mem_limit_gib=limit_gib, env=env, cwd=REPO,
                            interval=0.1)
-    peak = max(result["wait4_maxrss_gib"], result["simultaneous_peak_rss_gib"])
+    peak = max(result["driver_peak_rss_gib"] or 0.0, result["simultaneous_peak_rss_gib"])
     entry = {"uptime": uptime, "peak_rss_gib": round(peak, 4),
              "wall_s": round(result["wall_s"], 1), "error": error_of(result),
              "stopped": result["stopped"]}
@@ -273,17 +275,13 @@ def main(ctx, large_files, large_mb, large_vocab, small_docs, small_length, real
                  "20 topics",
     }
     try:
-        for kind, n1, make in (
-            ("large", large_files, lambda root, n: _write_synthetic(
-                root, n, n_topics=4, doc_length=large_length, vocab_size=large_vocab,
-                long_token=True, seed=1)),
-            ("small", small_docs, lambda root, n: _write_synthetic(
-                root, n, n_topics=20, doc_length=small_length, vocab_size=50_000,
-                long_token=False, seed=2)),
-        ):
+        for kind, n1 in (("large", large_files), ("small", small_docs)):
             for scale in (1, 4):
                 tree = work / f"{kind}-{scale}x"
-                make(tree, n1 * scale)
+                subprocess.run([sys.executable, __file__, "make-tree", kind, str(tree),
+                                str(n1 * scale), str(large_length), str(large_vocab),
+                                str(small_length)], check=True, cwd=REPO,
+                               env={**os.environ, "PYTHONPATH": str(REPO)})
                 click.echo(f"{tree.name}: {n1 * scale} documents", err=True)
                 trees[tree.name] = _measure(tree, work, limit_gib,
                                             baseline if scale == 1 else None)
@@ -302,6 +300,22 @@ def main(ctx, large_files, large_mb, large_vocab, small_docs, small_length, real
     (output_dir / "ingest_memory.json").write_text(json.dumps(results, indent=1) + "\n")
     (output_dir / "ingest_memory.md").write_text(_report(results, {"command": command}))
     click.echo(f"wrote {output_dir / 'ingest_memory.md'}")
+
+
+@main.command("make-tree", hidden=True)
+@click.argument("kind", type=click.Choice(["large", "small"]))
+@click.argument("root", type=click.Path(path_type=Path))
+@click.argument("n_docs", type=int)
+@click.argument("large_length", type=int)
+@click.argument("large_vocab", type=int)
+@click.argument("small_length", type=int)
+def make_tree(kind, root, n_docs, large_length, large_vocab, small_length):
+    if kind == "large":
+        _write_synthetic(root, n_docs, n_topics=4, doc_length=large_length,
+                         vocab_size=large_vocab, long_token=True, seed=1)
+    else:
+        _write_synthetic(root, n_docs, n_topics=20, doc_length=small_length,
+                         vocab_size=50_000, long_token=False, seed=2)
 
 
 @main.command("sklearn-child", hidden=True)
