@@ -484,7 +484,7 @@ def _unpacked(arrays, name: str) -> np.ndarray:
     blob = np.asarray(arrays[f"{name}_utf8"]).tobytes()
     ends = np.asarray(arrays[f"{name}_ends"]).tolist()
     return _strings([blob[a:b].decode("utf-8", "surrogatepass")
-                     for a, b in zip([0, *ends[:-1]], ends, strict=True)])
+                     for a, b in zip([0, *ends][:len(ends)], ends, strict=True)])
 
 
 def save_strings(path: str, values: Sequence[str]) -> None:
