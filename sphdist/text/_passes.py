@@ -54,9 +54,10 @@ __all__ = [
 
 _N_EXAMPLES = 5  # skipped documents named in the summary
 #: Characters of text a count task tokenises at once (and so holds, with one document):
-#: 4 Mi, about 2,000 newsgroup posts or half a large HTML manual, so that a chunk of 4,096
-#: large files is not held whole (issue 43: the 223 MB of ``/usr/share/doc`` were).
-BATCH_CHARS = 1 << 22
+#: 1 Mi, about 500 newsgroup posts, so that a chunk of 4,096 large files is not held whole
+#: (issue 43: the 223 MB of ``/usr/share/doc`` were). scikit-learn's tokeniser holds about
+#: 36 bytes per distinct term of each document of the batch besides (a Python list of ints).
+BATCH_CHARS = 1 << 20
 #: Codec of the stored chunks: zstd at level 1 (zarr's default is level 3) stored a
 #: 4096-document chunk of the synthetic benchmark corpus 40% faster (5.6 vs 9.3 µs per
 #: document) for 6% more bytes; any zstd reader reads it.
@@ -396,26 +397,38 @@ class _ChunkCounter:
         self.batches.append((counts, terms))
 
     def _counts(self) -> tuple[sp.csr_matrix, np.ndarray | None]:
-        """The chunk's counts (canonical CSR) and, for a learned vocabulary, its sorted terms."""
+        """The chunk's counts (canonical CSR) and, for a learned vocabulary, its sorted terms.
+
+        The batches are copied one by one into the chunk's arrays (12 bytes a nonzero) and let
+        go of: at most a batch's worth more is held than the result.
+        """
         self._tokenise()
         batches, self.batches = self.batches, []
-        if batches[0][1] is None:  # hashed or fixed features: the batches share the columns
-            counts = batches[0][0] if len(batches) == 1 else sp.vstack(
-                [c for c, _ in batches], format="csr")
-            counts.sum_duplicates()
-            return counts, None
-        terms, inverse = np.unique(np.concatenate([t for _, t in batches]),
-                                   return_inverse=True)
-        data, indices, indptr, start, end = [], [], [np.zeros(1, np.int64)], 0, 0
-        for counts, local in batches:  # columns of the batch's terms -> those of the chunk's
-            indices.append(inverse[start:start + local.shape[0]][counts.indices])
-            data.append(counts.data)
-            indptr.append(counts.indptr[1:].astype(np.int64) + end)
-            start, end = start + local.shape[0], end + counts.nnz
-        del batches
-        counts = sp.csr_matrix(
-            (np.concatenate(data), np.concatenate(indices), np.concatenate(indptr)),
-            shape=(self.n_docs, terms.shape[0]))
+        terms = inverse = None
+        if batches[0][1] is not None:  # learned: the batches' columns -> the chunk's terms
+            terms, inverse = np.unique(np.concatenate([t for _, t in batches]),
+                                       return_inverse=True)
+            inverse = inverse.astype(np.int32)  # terms of a chunk: fewer than 2**31
+        width = terms.shape[0] if terms is not None else batches[0][0].shape[1]
+        nnz = sum(c.nnz for c, _ in batches)
+        data = np.empty(nnz, dtype=np.float64)
+        indices = np.empty(nnz, dtype=np.int32)  # features: fewer than 2**31
+        indptr = np.zeros(self.n_docs + 1, dtype=np.int64)
+        row = end = start = 0
+        for k in range(len(batches)):
+            counts, local = batches[k]
+            batches[k] = None  # type: ignore[call-overload]
+            n, rows = counts.nnz, counts.shape[0]
+            data[end:end + n] = counts.data
+            if inverse is None:
+                indices[end:end + n] = counts.indices
+            else:
+                indices[end:end + n] = inverse[start:start + local.shape[0]][counts.indices]
+                start += local.shape[0]
+            indptr[row + 1:row + rows + 1] = counts.indptr[1:] + end
+            row, end = row + rows, end + n
+            del counts, local
+        counts = sp.csr_matrix((data, indices, indptr), shape=(self.n_docs, width))
         counts.sum_duplicates()
         return counts, terms
 
@@ -447,9 +460,10 @@ class _ChunkCounter:
         if job.reading.default_id_field is not None and self.wheres != self.ids:
             extra.update(_packed("wheres", self.wheres))  # path:line, in case
         with open_file(path, "wb") as f:  # beside the output: local, shared or in the object store
-            np.savez(f, data=counts.data.astype(np.float64),
-                     indices=counts.indices.astype(np.int32),
-                     indptr=counts.indptr.astype(np.int64), shape=np.asarray(counts.shape),
+            np.savez(f, data=np.asarray(counts.data, dtype=np.float64),
+                     indices=np.asarray(counts.indices, dtype=np.int32),
+                     indptr=np.asarray(counts.indptr, dtype=np.int64),
+                     shape=np.asarray(counts.shape),
                      **_packed("ids", self.ids), **extra)
         out.chunks = [path]
         return out
@@ -579,16 +593,20 @@ def weight_chunk(job: WeightJob, index: int, path: str):
 def _to_vocabulary(counts: sp.csr_matrix, terms: np.ndarray, vocab: np.ndarray):
     """Re-index chunk counts from its local (sorted) terms to the sorted global vocabulary.
 
-    ``terms`` and ``vocab`` are object arrays of ``str`` (:func:`_strings`).
+    ``terms`` and ``vocab`` are object arrays of ``str`` (:func:`_strings`); ``counts.data``
+    is modified (as :func:`~sphdist.text.tfidf.weight` modifies it next).
     """
     m = vocab.shape[0]
     pos = np.searchsorted(vocab, terms)
     hit = pos < m
     hit[hit] = vocab[pos[hit]] == terms[hit]
-    new = np.where(hit, pos, -1)[counts.indices]
-    keep = new >= 0
-    row = np.repeat(np.arange(counts.shape[0]), np.diff(counts.indptr))[keep]
-    indptr = np.concatenate([[0], np.cumsum(np.bincount(row, minlength=counts.shape[0]))])
+    indices = np.where(hit, pos, -1).astype(np.int32)[counts.indices]  # features < 2**31
+    dropped = indices < 0
+    if dropped.any():  # terms not kept: removed in place, the others keep their order
+        counts.data[dropped] = 0.0  # counts are >= 1: only these are zeros
+        indices[dropped] = 0
+    del dropped
     # local terms and vocabulary are both sorted: the mapping keeps indices sorted
-    return sp.csr_matrix((counts.data[keep], new[keep].astype(np.int32), indptr),
-                         shape=(counts.shape[0], m))
+    out = sp.csr_matrix((counts.data, indices, counts.indptr), shape=(counts.shape[0], m))
+    out.eliminate_zeros()
+    return out
