@@ -348,7 +348,10 @@ class _ChunkCounter:
         self.texts: list[str] = []  # the batch: cleaned texts, and raw ones to check emptying
         self.raw: list[str] = []
         self.chars = 0
-        self.batches: list[tuple[sp.csr_matrix, np.ndarray | None]] = []  # counts, terms
+        self.batches: list[sp.csr_matrix] = []  # counts; learned: columns numbered by `terms`
+        #: learned vocabulary: the chunk's terms so far -> their column, in order of arrival
+        #: (one string per term, shared by the batches, as CountVectorizer's own dictionary)
+        self.terms: dict[str, int] = {}
 
     def add(self, record: tuple[str, str, str | None, str]) -> None:
         doc_id, raw, label, where = record
@@ -372,15 +375,19 @@ class _ChunkCounter:
         texts, raw = self.texts, self.raw
         self.texts, self.raw, self.chars = [], [], 0
         opts = self.job.options
-        terms = None
         if opts.vocabulary and opts.fixed_vocabulary is None:
             vectorizer = opts.count_vectorizer()
             try:
                 counts = vectorizer.fit_transform(texts).tocsr()
-                terms = _strings(vectorizer.get_feature_names_out())
+                known = self.terms
+                column = np.fromiter(  # the batch's terms -> the chunk's columns
+                    (known.setdefault(t, len(known)) for t in vectorizer.get_feature_names_out()),
+                    dtype=np.int32)  # terms of a chunk: fewer than 2**31
+                counts = sp.csr_matrix((counts.data, column[counts.indices], counts.indptr),
+                                       shape=(counts.shape[0], len(known)))
+                del vectorizer, column
             except ValueError:  # no token at all in this batch ("empty vocabulary")
-                counts = sp.csr_matrix((len(texts), 0), dtype=np.float64)
-                terms = _strings([])
+                counts = sp.csr_matrix((len(texts), len(self.terms)), dtype=np.float64)
             tokens = opts.hashing_vectorizer()  # any token counts, as in an unpruned vocabulary
         else:
             if opts.fixed_vocabulary is not None:
@@ -394,7 +401,7 @@ class _ChunkCounter:
             if empty.size:
                 found = tokens.transform([raw[i] for i in empty]).tocsr()
                 self.n_emptied += int(np.count_nonzero(np.diff(found.indptr)))
-        self.batches.append((counts, terms))
+        self.batches.append(counts)
 
     def _counts(self) -> tuple[sp.csr_matrix, np.ndarray | None]:
         """The chunk's counts (canonical CSR) and, for a learned vocabulary, its sorted terms.
@@ -404,30 +411,30 @@ class _ChunkCounter:
         """
         self._tokenise()
         batches, self.batches = self.batches, []
-        terms = inverse = None
-        if batches[0][1] is not None:  # learned: the batches' columns -> the chunk's terms
-            terms, inverse = np.unique(np.concatenate([t for _, t in batches]),
-                                       return_inverse=True)
-            inverse = inverse.astype(np.int32)  # terms of a chunk: fewer than 2**31
-        width = terms.shape[0] if terms is not None else batches[0][0].shape[1]
-        nnz = sum(c.nnz for c, _ in batches)
+        terms = rank = None
+        if self.job.options.vocabulary and self.job.options.fixed_vocabulary is None:
+            terms = _strings(list(self.terms))  # in order of arrival
+            self.terms = {}
+            order = np.argsort(terms)
+            terms = terms[order]  # sorted, as CountVectorizer's features
+            rank = np.empty(order.shape[0], dtype=np.int32)  # column -> sorted position
+            rank[order] = np.arange(order.shape[0], dtype=np.int32)
+            del order
+        width = terms.shape[0] if terms is not None else batches[0].shape[1]
+        nnz = sum(c.nnz for c in batches)
         data = np.empty(nnz, dtype=np.float64)
         indices = np.empty(nnz, dtype=np.int32)  # features: fewer than 2**31
         indptr = np.zeros(self.n_docs + 1, dtype=np.int64)
-        row = end = start = 0
+        row = end = 0
         for k in range(len(batches)):
-            counts, local = batches[k]
+            counts = batches[k]
             batches[k] = None  # type: ignore[call-overload]
             n, rows = counts.nnz, counts.shape[0]
             data[end:end + n] = counts.data
-            if inverse is None:
-                indices[end:end + n] = counts.indices
-            else:
-                indices[end:end + n] = inverse[start:start + local.shape[0]][counts.indices]
-                start += local.shape[0]
+            indices[end:end + n] = counts.indices if rank is None else rank[counts.indices]
             indptr[row + 1:row + rows + 1] = counts.indptr[1:] + end
             row, end = row + rows, end + n
-            del counts, local
+            del counts
         counts = sp.csr_matrix((data, indices, indptr), shape=(self.n_docs, width))
         counts.sum_duplicates()
         return counts, terms
