@@ -151,7 +151,11 @@ class SourceSpec:
         ``"skip"`` it is left out, counted (``attrs["ingest"]["n_skipped"]``, with the first
         few named in ``skipped_examples``) and reported in a warning.
     max_document_bytes : int, default 10_000_000
-        Longest accepted document, in bytes (characters for CSV and Parquet values).
+        Longest accepted document, in bytes (characters for CSV and Parquet values; bytes
+        after decompression for ``*.gz`` files): the bound on the memory one document takes
+        while it is tokenised, about 15 times its size (scikit-learn's analyzer holds one
+        Python string per token). The other text a counting task holds at once is one batch
+        of at most ``sphdist.text._passes.BATCH_CHARS`` (1 Mi) characters.
 
     Raises
     ------
