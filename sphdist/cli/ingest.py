@@ -125,7 +125,10 @@ class _DocumentCount(click.ParamType):
                    "line, a symbolic link out of a source folder): stop with an error naming "
                    "it, or skip it and count it.")
 @click.option("--max-doc-bytes", type=click.IntRange(min=1), default=10_000_000,
-              show_default=True, help="Longest accepted document, in bytes.")
+              show_default=True,
+              help="Longest accepted document, in bytes (after decompression): the bound on "
+                   "the memory one document takes while it is tokenised, about 15 times its "
+                   "size. A longer one is a bad document (--on-error).")
 @click.option("--chunk-size", type=_DOCUMENTS, default=4096, show_default=True,
               help="Documents per stored chunk.")
 @click.option("--partition-size", type=_DOCUMENTS,

@@ -308,7 +308,7 @@ class CorpusWriter:
             digests["idf"] = content_sha256(idf)
         if self.vocabulary is not None:
             chunked["vocabulary"] = self._write_1d(
-                "vocabulary", np.asarray(self.vocabulary, dtype=str))
+                "vocabulary", np.asarray(self.vocabulary, dtype=object))
         meta = {
             "sphdist": {"kind": KIND, "format_version": FORMAT_VERSION, **EVERY_DIGEST},
             "shape": [self.n_features, n],

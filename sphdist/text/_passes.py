@@ -48,11 +48,16 @@ else:
     }
 
 __all__ = [
-    "STRIPPERS", "CountJob", "Counts", "WeightJob", "clean", "count_partition", "features",
-    "ignore_interrupts", "repeated_ids", "weight_chunk",
+    "BATCH_CHARS", "STRIPPERS", "CountJob", "Counts", "WeightJob", "clean", "count_partition",
+    "features", "ignore_interrupts", "repeated_ids", "save_strings", "weight_chunk",
 ]
 
 _N_EXAMPLES = 5  # skipped documents named in the summary
+#: Characters of text a count task tokenises at once (and so holds, with one document):
+#: 1 Mi, about 500 newsgroup posts, so that a chunk of 4,096 large files is not held whole
+#: (issue 43: the 223 MB of ``/usr/share/doc`` were). scikit-learn's tokeniser holds about
+#: 36 bytes per distinct term of each document of the batch besides (a Python list of ints).
+BATCH_CHARS = 1 << 20
 #: Codec of the stored chunks: zstd at level 1 (zarr's default is level 3) stored a
 #: 4096-document chunk of the synthetic benchmark corpus 40% faster (5.6 vs 9.3 µs per
 #: document) for 6% more bytes; any zstd reader reads it.
@@ -85,6 +90,9 @@ class CountJob:
     #: the documents to leave out and count as skipped: those repeating an earlier id
     #: (:func:`repeated_ids`, with ``on_error="skip"``).
     drop: tuple[tuple[int, int, str], ...] = ()
+    #: Characters of text tokenised at once (:class:`_ChunkCounter`): the bound on the text a
+    #: task holds, with one document (itself bounded by ``Reading.max_bytes``).
+    batch_chars: int = BATCH_CHARS
 
 
 @dataclass
@@ -101,7 +109,7 @@ class Counts:
     label_counts: dict[str, int] = field(default_factory=dict)  # documents per label
     chunks: list[str] = field(default_factory=list)  # spill files, in corpus order
     df: np.ndarray | None = None  # fixed feature space: (m,) int64
-    terms: np.ndarray | None = None  # learned vocabulary: sorted terms (t,) str
+    terms: np.ndarray | None = None  # learned vocabulary: sorted terms (t,) object (str)
     term_df: np.ndarray | None = None  # (t,) int64
     term_tf: np.ndarray | None = None  # (t,) float64 total counts
     class_names: np.ndarray | None = None  # sorted labels (k,) str, for select
@@ -209,10 +217,15 @@ def id_hash(doc_id: str) -> int:
 
 
 def count_partition(job: CountJob, index: int, part: Partition) -> Counts:
-    """Pass 1 on one partition: read, check, tokenise, spill counts per chunk, count dfs."""
+    """Pass 1 on one partition: read, check, tokenise, spill counts per chunk, count dfs.
+
+    The documents are tokenised as they are read, in batches of at most
+    :attr:`CountJob.batch_chars` characters (:class:`_ChunkCounter`): the texts a task holds
+    at once are one batch, whatever the number of documents of a chunk.
+    """
     out = Counts()
     drop = {k: message for p, k, message in job.drop if p == index}
-    buffer: list[tuple[str, str, str | None, str]] = []
+    chunk = _ChunkCounter(job)
     hashes: list[int] = []
     ordinal = -1  # of the usable documents, as repeated_ids numbers them
     for record in part.records(job.reading):
@@ -233,12 +246,13 @@ def count_partition(job: CountJob, index: int, part: Partition) -> Counts:
             out.n_without_id += 1
             record = (record[3], *record[1:])
         hashes.append(id_hash(record[0]))
-        buffer.append(record)
-        if len(buffer) == job.chunk_size:
-            out.merge(_count_chunk(job, index, len(out.chunks), buffer))
-            buffer = []
-    if buffer:
-        out.merge(_count_chunk(job, index, len(out.chunks), buffer))
+        chunk.add(record)
+        del record  # the chunk holds the text only until its batch is tokenised
+        if chunk.n_docs == job.chunk_size:
+            out.merge(chunk.spill(join(job.spill, f"{index:06d}-{len(out.chunks):05d}.npz")))
+            chunk = _ChunkCounter(job)
+    if chunk.n_docs:
+        out.merge(chunk.spill(join(job.spill, f"{index:06d}-{len(out.chunks):05d}.npz")))
     out.id_hashes = np.asarray(hashes, dtype=np.uint64)
     out.partition_docs = [out.n_docs]
     return out
@@ -314,61 +328,190 @@ _REPEATED_ID_REMEDY = (
 )
 
 
-def _count_chunk(job: CountJob, index: int, k: int, docs: list) -> Counts:
-    opts = job.options
-    ids = np.asarray([d[0] for d in docs], dtype=str)
-    texts = [clean(d[1], job.remove) for d in docs]
-    labels = [d[2] for d in docs]
-    out = Counts(n_docs=len(docs), n_blank=sum(not t.strip() for t in texts))
-    if labels[0] is not None:
-        names, sizes = np.unique(np.asarray(labels, dtype=str), return_counts=True)
-        out.label_counts = dict(zip(names.tolist(), sizes.tolist(), strict=True))
-    path = join(job.spill, f"{index:06d}-{k:05d}.npz")
-    extra: dict[str, np.ndarray] = {}
-    if opts.vocabulary and opts.fixed_vocabulary is None:
-        vectorizer = opts.count_vectorizer()
-        try:
-            counts = vectorizer.fit_transform(texts).tocsr()
-            terms = np.asarray(vectorizer.get_feature_names_out(), dtype=str)
-        except ValueError:  # no token at all in this chunk ("empty vocabulary")
-            counts = sp.csr_matrix((len(texts), 0), dtype=np.float64)
-            terms = np.zeros(0, dtype=str)
-        counts.sum_duplicates()
-        out.terms, extra["terms"] = terms, terms
-        out.term_df = np.bincount(counts.indices, minlength=terms.shape[0]).astype(np.int64)
-        out.term_tf = np.asarray(counts.sum(axis=0), dtype=np.float64).ravel()
-        tokens = opts.hashing_vectorizer()  # any token counts, as in an unpruned vocabulary
-    else:
-        if opts.fixed_vocabulary is not None:
-            tokens = opts.count_vectorizer(list(opts.fixed_vocabulary))
+class _ChunkCounter:
+    """The counts of one chunk of documents, tokenised in batches as the documents arrive.
+
+    :meth:`add` keeps a document's text until the batch holds :attr:`CountJob.batch_chars`
+    characters, then tokenises the batch (scikit-learn's vectorizer, as on the whole chunk) and
+    keeps only its counts; :meth:`spill` merges the batches' counts into those of the chunk,
+    equal, entry for entry, to the vectorizer's on all its documents at once, and writes them.
+    A task so holds one batch of text (at most ``batch_chars`` characters, or one document)
+    and the counts of one chunk, instead of the texts of a whole chunk.
+    """
+
+    def __init__(self, job: CountJob):
+        self.job = job
+        self.n_docs = self.n_blank = self.n_emptied = 0
+        self.ids: list[str] = []
+        self.labels: list[str | None] = []
+        self.wheres: list[str] = []
+        self.texts: list[str] = []  # the batch: cleaned texts, and raw ones to check emptying
+        self.raw: list[str] = []
+        self.chars = 0
+        self.batches: list[sp.csr_matrix] = []  # counts; learned: columns numbered by `terms`
+        #: learned vocabulary: the chunk's terms so far -> their column, in order of arrival
+        #: (one string per term, shared by the batches, as CountVectorizer's own dictionary)
+        self.terms: dict[str, int] = {}
+
+    def add(self, record: tuple[str, str, str | None, str]) -> None:
+        doc_id, raw, label, where = record
+        text = clean(raw, self.job.remove)
+        self.n_docs += 1
+        self.n_blank += not text.strip()
+        self.ids.append(doc_id)
+        self.labels.append(label)
+        self.wheres.append(where)
+        self.texts.append(text)
+        if self.job.remove:
+            self.raw.append(raw)
+        self.chars += len(text)
+        if self.chars >= self.job.batch_chars:
+            self._tokenise()
+
+    def _tokenise(self) -> None:
+        """Count the batch's tokens and let go of its texts."""
+        if not self.texts:
+            return
+        texts, raw = self.texts, self.raw
+        self.texts, self.raw, self.chars = [], [], 0
+        opts = self.job.options
+        if opts.vocabulary and opts.fixed_vocabulary is None:
+            vectorizer = opts.count_vectorizer()
+            try:
+                counts = vectorizer.fit_transform(texts).tocsr()
+                known = self.terms
+                column = np.fromiter(  # the batch's terms -> the chunk's columns
+                    (known.setdefault(t, len(known)) for t in vectorizer.get_feature_names_out()),
+                    dtype=np.int32)  # terms of a chunk: fewer than 2**31
+                counts = sp.csr_matrix((counts.data, column[counts.indices], counts.indptr),
+                                       shape=(counts.shape[0], len(known)))
+                del vectorizer, column
+            except ValueError:  # no token at all in this batch ("empty vocabulary")
+                counts = sp.csr_matrix((len(texts), len(self.terms)), dtype=np.float64)
+            tokens = opts.hashing_vectorizer()  # any token counts, as in an unpruned vocabulary
         else:
-            tokens = opts.hashing_vectorizer()
-        counts = tokens.transform(texts).tocsr()
+            if opts.fixed_vocabulary is not None:
+                tokens = opts.count_vectorizer(list(opts.fixed_vocabulary))
+            else:
+                tokens = opts.hashing_vectorizer()
+            counts = tokens.transform(texts).tocsr()
+        del texts
+        if self.job.remove:  # documents the cleaning emptied: tokens in the raw text, none left
+            empty = np.flatnonzero(np.diff(counts.indptr) == 0)
+            if empty.size:
+                found = tokens.transform([raw[i] for i in empty]).tocsr()
+                self.n_emptied += int(np.count_nonzero(np.diff(found.indptr)))
+        self.batches.append(counts)
+
+    def _counts(self) -> tuple[sp.csr_matrix, np.ndarray | None]:
+        """The chunk's counts (canonical CSR) and, for a learned vocabulary, its sorted terms.
+
+        The batches are copied one by one into the chunk's arrays (12 bytes a nonzero) and let
+        go of: at most a batch's worth more is held than the result.
+        """
+        self._tokenise()
+        batches, self.batches = self.batches, []
+        terms = rank = None
+        if self.job.options.vocabulary and self.job.options.fixed_vocabulary is None:
+            terms = _strings(list(self.terms))  # in order of arrival
+            self.terms = {}
+            order = np.argsort(terms)
+            terms = terms[order]  # sorted, as CountVectorizer's features
+            rank = np.empty(order.shape[0], dtype=np.int32)  # column -> sorted position
+            rank[order] = np.arange(order.shape[0], dtype=np.int32)
+            del order
+        width = terms.shape[0] if terms is not None else batches[0].shape[1]
+        nnz = sum(c.nnz for c in batches)
+        data = np.empty(nnz, dtype=np.float64)
+        indices = np.empty(nnz, dtype=np.int32)  # features: fewer than 2**31
+        indptr = np.zeros(self.n_docs + 1, dtype=np.int64)
+        row = end = 0
+        for k in range(len(batches)):
+            counts = batches[k]
+            batches[k] = None  # type: ignore[call-overload]
+            n, rows = counts.nnz, counts.shape[0]
+            data[end:end + n] = counts.data
+            indices[end:end + n] = counts.indices if rank is None else rank[counts.indices]
+            indptr[row + 1:row + rows + 1] = counts.indptr[1:] + end
+            row, end = row + rows, end + n
+            del counts
+        counts = sp.csr_matrix((data, indices, indptr), shape=(self.n_docs, width))
         counts.sum_duplicates()
-        out.df = np.bincount(counts.indices, minlength=counts.shape[1]).astype(np.int64)
-    if job.remove:  # documents the cleaning emptied: tokens in the raw text, none left
-        empty = np.flatnonzero(np.diff(counts.indptr) == 0)
-        if empty.size:
-            raw = tokens.transform([docs[i][1] for i in empty]).tocsr()
-            out.n_emptied = int(np.count_nonzero(np.diff(raw.indptr)))
-    if job.need_class_df:
-        names, codes = np.unique(np.asarray(labels, dtype=str), return_inverse=True)
-        onehot = sp.csr_matrix((np.ones(len(docs)), (codes, np.arange(len(docs)))),
-                               shape=(names.shape[0], len(docs)))
-        presence = counts.copy()
-        presence.data[:] = 1.0
-        out.class_names = names
-        out.class_df = np.asarray((onehot @ presence).T.todense(), dtype=np.int64)
-    if labels[0] is not None:
-        extra["labels"] = np.asarray(labels, dtype=str)
-    if job.reading.default_id_field is not None and any(d[0] != d[3] for d in docs):
-        extra["wheres"] = np.asarray([d[3] for d in docs], dtype=str)  # path:line, in case
-    with open_file(path, "wb") as f:  # beside the output: local, shared or in the object store
-        np.savez(f, data=counts.data.astype(np.float64), indices=counts.indices.astype(np.int32),
-                 indptr=counts.indptr.astype(np.int64), shape=np.asarray(counts.shape),
-                 ids=ids, **extra)
-    out.chunks = [path]
+        return counts, terms
+
+    def spill(self, path: str) -> Counts:
+        """Write the chunk's counts at ``path``; return its statistics."""
+        job, labels = self.job, self.labels
+        counts, terms = self._counts()
+        out = Counts(n_docs=self.n_docs, n_blank=self.n_blank, n_emptied=self.n_emptied)
+        extra: dict[str, np.ndarray] = {}
+        if terms is not None:
+            out.terms = terms
+            extra.update(_packed("terms", terms))
+            out.term_df = np.bincount(counts.indices, minlength=terms.shape[0]).astype(np.int64)
+            out.term_tf = np.asarray(counts.sum(axis=0), dtype=np.float64).ravel()
+        else:
+            out.df = np.bincount(counts.indices, minlength=counts.shape[1]).astype(np.int64)
+        if labels[0] is not None:
+            names, sizes = np.unique(np.asarray(labels, dtype=str), return_counts=True)
+            out.label_counts = dict(zip(names.tolist(), sizes.tolist(), strict=True))
+            extra.update(_packed("labels", labels))
+        if job.need_class_df:
+            names, codes = np.unique(np.asarray(labels, dtype=str), return_inverse=True)
+            onehot = sp.csr_matrix((np.ones(self.n_docs), (codes, np.arange(self.n_docs))),
+                                   shape=(names.shape[0], self.n_docs))
+            presence = counts.copy()
+            presence.data[:] = 1.0
+            out.class_names = names
+            out.class_df = np.asarray((onehot @ presence).T.todense(), dtype=np.int64)
+        if job.reading.default_id_field is not None and self.wheres != self.ids:
+            extra.update(_packed("wheres", self.wheres))  # path:line, in case
+        with open_file(path, "wb") as f:  # beside the output: local, shared or in the object store
+            np.savez(f, data=np.asarray(counts.data, dtype=np.float64),
+                     indices=np.asarray(counts.indices, dtype=np.int32),
+                     indptr=np.asarray(counts.indptr, dtype=np.int64),
+                     shape=np.asarray(counts.shape),
+                     **_packed("ids", self.ids), **extra)
+        out.chunks = [path]
+        return out
+
+
+def _strings(values: Sequence[str]) -> np.ndarray:
+    """``values`` as a 1-D object array of ``str``: each string holds its own length.
+
+    Not numpy's fixed-width ``str`` (``<U``): that stores every string in the width of the
+    longest, 4 bytes a character, so one 1,024-character token made the 569,194 terms of
+    ``/usr/share/doc`` 2.3 GB (issue 43). Object arrays sort, compare and search as ``str``
+    (code points) do, in the order of ``<U`` arrays.
+    """
+    out = np.empty(len(values), dtype=object)
+    out[:] = list(values)
     return out
+
+
+def _packed(name: str, values: Sequence[str]) -> dict[str, np.ndarray]:
+    """Arrays of a ``.npz`` holding ``values``: their UTF-8 bytes end to end, and the ends.
+
+    What :func:`_unpacked` reads back, without pickles: ``{name}_utf8`` (uint8) and
+    ``{name}_ends`` (int64 byte offsets of each string's end). Lone surrogates pass through.
+    """
+    encoded = [v.encode("utf-8", "surrogatepass") for v in values]
+    return {f"{name}_utf8": np.frombuffer(b"".join(encoded), dtype=np.uint8),
+            f"{name}_ends": np.cumsum([len(b) for b in encoded], dtype=np.int64)}
+
+
+def _unpacked(arrays, name: str) -> np.ndarray:
+    """The strings :func:`_packed` stored under ``name`` in ``arrays``, as :func:`_strings`."""
+    blob = np.asarray(arrays[f"{name}_utf8"]).tobytes()
+    ends = np.asarray(arrays[f"{name}_ends"]).tolist()
+    return _strings([blob[a:b].decode("utf-8", "surrogatepass")
+                     for a, b in zip([0, *ends][:len(ends)], ends, strict=True)])
+
+
+def save_strings(path: str, values: Sequence[str]) -> None:
+    """Write ``values`` (a learned vocabulary) at ``path`` (a ``.npz``) for :func:`weight_chunk`."""
+    with open_file(path, "wb") as f:
+        np.savez(f, **_packed("values", values))
 
 
 def features(options: TextOptions, total: Counts, n: int, like_idf: np.ndarray | None, *,
@@ -383,7 +526,7 @@ def features(options: TextOptions, total: Counts, n: int, like_idf: np.ndarray |
     if not options.vocabulary:
         df = total.df if total.df is not None else np.zeros(options.n_features, np.int64)
         return options.n_features, smooth_idf(df, n), None, None
-    terms = total.terms if total.terms is not None else np.zeros(0, dtype=str)
+    terms = total.terms if total.terms is not None else _strings([])
     df = total.term_df if total.term_df is not None else np.zeros(0, np.int64)
     tf = total.term_tf if total.term_tf is not None else np.zeros(0)
     high = options.max_df if isinstance(options.max_df, int) else options.max_df * n
@@ -437,31 +580,40 @@ def weight_chunk(job: WeightJob, index: int, path: str):
     idf = load_array(join(job.spill, "idf.npy"))
     with load_array(path) as f:
         counts = sp.csr_matrix((f["data"], f["indices"], f["indptr"]), shape=tuple(f["shape"]))
-        ids = f["wheres"] if job.wheres and "wheres" in f else f["ids"]
-        labels = f["labels"] if "labels" in f else None
-        terms = f["terms"] if job.learned else None
+        ids = _unpacked(f, "wheres" if job.wheres and "wheres_ends" in f else "ids")
+        labels = _unpacked(f, "labels") if "labels_ends" in f else None
+        terms = _unpacked(f, "terms") if job.learned else None
     if terms is not None:
-        vocab = load_array(join(job.spill, "vocabulary.npy"))
+        with load_array(join(job.spill, "vocabulary.npz")) as f:
+            vocab = _unpacked(f, "values")
         counts = _to_vocabulary(counts, terms, vocab)
+        del terms, vocab
     X = weight(counts, np.asarray(idf), job.sublinear_tf)
     codes = None
     if job.label_names is not None:
-        codes = np.searchsorted(np.asarray(job.label_names), labels).astype(np.int32)
+        codes = np.searchsorted(_strings(job.label_names), labels).astype(np.int32)
     stored = store_chunk(job.staging, index, X, job.n_features, compressors=_CHUNK_CODEC)
     remove(path)
     return stored, ids.tolist(), codes
 
 
 def _to_vocabulary(counts: sp.csr_matrix, terms: np.ndarray, vocab: np.ndarray):
-    """Re-index chunk counts from its local (sorted) terms to the sorted global vocabulary."""
+    """Re-index chunk counts from its local (sorted) terms to the sorted global vocabulary.
+
+    ``terms`` and ``vocab`` are object arrays of ``str`` (:func:`_strings`); ``counts.data``
+    is modified (as :func:`~sphdist.text.tfidf.weight` modifies it next).
+    """
     m = vocab.shape[0]
     pos = np.searchsorted(vocab, terms)
     hit = pos < m
     hit[hit] = vocab[pos[hit]] == terms[hit]
-    new = np.where(hit, pos, -1)[counts.indices]
-    keep = new >= 0
-    row = np.repeat(np.arange(counts.shape[0]), np.diff(counts.indptr))[keep]
-    indptr = np.concatenate([[0], np.cumsum(np.bincount(row, minlength=counts.shape[0]))])
+    indices = np.where(hit, pos, -1).astype(np.int32)[counts.indices]  # features < 2**31
+    dropped = indices < 0
+    if dropped.any():  # terms not kept: removed in place, the others keep their order
+        counts.data[dropped] = 0.0  # counts are >= 1: only these are zeros
+        indices[dropped] = 0
+    del dropped
     # local terms and vocabulary are both sorted: the mapping keeps indices sorted
-    return sp.csr_matrix((counts.data[keep], new[keep].astype(np.int32), indptr),
-                         shape=(counts.shape[0], m))
+    out = sp.csr_matrix((counts.data, indices, counts.indptr), shape=(counts.shape[0], m))
+    out.eliminate_zeros()
+    return out

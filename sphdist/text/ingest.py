@@ -77,6 +77,7 @@ from sphdist.text._passes import (
     features,
     ignore_interrupts,
     repeated_ids,
+    save_strings,
     weight_chunk,
 )
 from sphdist.text.defaults import INGEST_DEFAULTS
@@ -150,7 +151,11 @@ class SourceSpec:
         ``"skip"`` it is left out, counted (``attrs["ingest"]["n_skipped"]``, with the first
         few named in ``skipped_examples``) and reported in a warning.
     max_document_bytes : int, default 10_000_000
-        Longest accepted document, in bytes (characters for CSV and Parquet values).
+        Longest accepted document, in bytes (characters for CSV and Parquet values; bytes
+        after decompression for ``*.gz`` files): the bound on the memory one document takes
+        while it is tokenised, about 15 times its size (scikit-learn's analyzer holds one
+        Python string per token). The other text a counting task holds at once is one batch
+        of at most ``sphdist.text._passes.BATCH_CHARS`` (1 Mi) characters.
 
     Raises
     ------
@@ -457,10 +462,10 @@ def write(
         emptied.warn()
         keep_all = ingest_remedy(paths, output, given, min_df=1, max_df=1.0)
         m, idf, vocab, mapping = features(options, total, n, like_idf, remedy=remedy(keep_all))
-        for name, values in (("idf.npy", idf), ("vocabulary.npy", mapping)):
-            if values is not None:
-                with open_file(join(spill_dir, name), "wb") as f:
-                    np.save(f, values)
+        with open_file(join(spill_dir, "idf.npy"), "wb") as f:
+            np.save(f, idf)
+        if mapping is not None:
+            save_strings(join(spill_dir, "vocabulary.npz"), mapping)
         label_names = sorted(total.label_counts) if labelled else None
         scheme = options.feature_scheme(m)
         if like_info is not None:

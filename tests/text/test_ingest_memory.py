@@ -1,0 +1,119 @@
+"""What an ingest holds in memory (issue 43): measured with tracemalloc, not timed.
+
+tracemalloc traces Python's and numpy's allocations in every thread (the ingest's tasks run on
+a pool of threads here), so the peak traced while an ingest runs is what it held at once.
+Each test compares two ingests that differ in one thing, after a first ingest that imported
+everything: the difference is what that thing costs, whatever the fixed costs.
+"""
+
+from __future__ import annotations
+
+import tracemalloc
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from sphdist.jobs import run
+from sphdist.jobs.ingest import IngestRequest
+from sphdist.text._documents import Reading
+from sphdist.text._passes import CountJob, _unpacked, count_partition
+from sphdist.text.ingest import SourceSpec, TextSpec
+from sphdist.text.sources import DirPartition
+from sphdist.text.synth import pseudo_words
+from sphdist.text.tfidf import TextOptions
+
+MIB = 2**20
+
+
+def _tree(root: Path, docs: list[str]) -> Path:
+    for k, text in enumerate(docs):
+        path = root / "label" / f"{k:03d}.txt"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="ascii")
+    return root
+
+
+def _peak(source: Path, output: Path, text: TextSpec) -> int:
+    """Peak bytes traced while ``source`` is ingested into ``output``."""
+    tracemalloc.start()
+    try:
+        tracemalloc.reset_peak()
+        run(IngestRequest(SourceSpec(source), output, text=text, overwrite=True))
+        return tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
+def test_a_long_term_costs_its_length_not_its_length_times_the_terms(tmp_path):
+    """One 4,000-character token among 5,000 terms adds about its 4 KB, not 80 MB.
+
+    The terms of a chunk and the vocabulary were numpy fixed-width strings ('<U' of the
+    longest, 4 bytes a character): the long token made every copy of the 5,000 terms
+    5,000 x 4,000 x 4 bytes = 80 MB (the 569,194 terms of /usr/share/doc, one of 1,024
+    characters: 2.3 GB a copy, an ingest of 10 GB).
+    """
+    words = " ".join(pseudo_words(5_000).tolist())
+    text = TextSpec(min_df=1, max_df=1.0)
+    plain = _tree(tmp_path / "plain", [words])
+    long = _tree(tmp_path / "long", [words + " " + "x" * 4_000])
+    _peak(plain, tmp_path / "warm.zarr", text)  # imports and first-use caches: not measured
+    base = _peak(plain, tmp_path / "plain.zarr", text)
+    with_long = _peak(long, tmp_path / "long.zarr", text)
+    assert with_long - base < 1 * MIB, (base, with_long)
+    assert with_long < 16 * MIB, with_long  # 5,000 terms of 8 characters, stored
+
+
+@pytest.mark.parametrize("vocabulary", [True, False], ids=["vocabulary", "hashing"])
+def test_a_count_task_holds_one_batch_of_text_and_counts_as_the_whole_chunk(tmp_path,
+                                                                          vocabulary):
+    """Three times the large documents in a chunk: the peak grows by far less than their text.
+
+    Pass 1 buffered the texts of a whole chunk (4,096 documents) before tokenising them; it
+    tokenises them in batches of ``batch_chars`` characters now (here 256 Ki, 2 documents of
+    128 KB), so 18 such documents hold about as much as 6: the 12 more add 1.5 MB of text,
+    and only the counts of their 300 distinct terms each, 24 bytes an entry. The counts
+    spilled are those of scikit-learn's vectorizer on all the chunk's texts at once.
+    """
+    rng = np.random.default_rng(0)
+    words = pseudo_words(300)
+    options = TextOptions(vocabulary=vocabulary, stop_words=None, n_features=2**12)
+
+    def docs(n: int) -> list[str]:  # 128 KB each, of 300 words of 4 to 5 letters
+        return [" ".join(words[rng.integers(0, 300, size=30_000)].tolist())[:128_000]
+                for _ in range(n)]
+
+    def count(root: Path) -> tuple[int, Path]:
+        ids = tuple(sorted(p.relative_to(root).as_posix() for p in root.rglob("*.txt")))
+        spill = root.with_name(root.name + "-spill")
+        spill.mkdir()
+        job = CountJob(options=options, remove=(), reading=Reading(), on_error="fail",
+                       chunk_size=4096, need_class_df=False, spill=str(spill),
+                       batch_chars=2**18)
+        tracemalloc.start()
+        try:
+            tracemalloc.reset_peak()
+            counts = count_partition(job, 0, DirPartition(str(root), ids))
+            peak = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+        assert len(counts.chunks) == 1
+        return peak, Path(counts.chunks[0])
+
+    few = _tree(tmp_path / "few", docs(6))
+    many_docs = docs(18)
+    many = _tree(tmp_path / "many", many_docs)
+    count(few)  # first use: not measured
+    base, _ = count(_tree(tmp_path / "few2", docs(6)))
+    more, spilled = count(many)
+    assert more - base < 512 * 1024, (base, more)  # the 12 more documents: 1.5 MB of text
+
+    expected = (options.count_vectorizer() if vocabulary else options.hashing_vectorizer())
+    X = expected.fit_transform(many_docs).tocsr()
+    X.sum_duplicates()
+    with np.load(spilled) as f:
+        np.testing.assert_array_equal(f["indptr"], X.indptr)
+        np.testing.assert_array_equal(f["indices"], X.indices)
+        np.testing.assert_array_equal(f["data"], X.data)
+        if vocabulary:
+            assert _unpacked(f, "terms").tolist() == expected.get_feature_names_out().tolist()
