@@ -113,3 +113,14 @@ def test_a_corpus_replaced_at_the_fitted_path_is_not_named_twice(runner, fitted,
                            str(corpus))
     assert "replaced since the fit" in line, line
     assert f"({corpus})" not in line, line
+
+
+@pytest.mark.parametrize("sizes, needle", [
+    (["--n-docs", 10, "--doc-length", 10**9], "--doc-length"), (["--n-docs", 10**12], "--n-docs")])
+def test_synth_sizes_beyond_this_machine_name_the_sizes(runner, tmp_path, sizes, needle):
+    """Issue 44 item 10: "MemoryError ... check the input's shape" (or "MemoryError: .")."""
+    out = tmp_path / "s.zarr"
+    line = _one_error_line(_cli(runner, "synth", "-o", out, "--n-topics", 2, *sizes),
+                           "this machine", needle)
+    assert "MemoryError" not in line and "input's shape" not in line, line
+    assert not out.exists()
