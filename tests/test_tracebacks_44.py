@@ -124,3 +124,19 @@ def test_synth_sizes_beyond_this_machine_name_the_sizes(runner, tmp_path, sizes,
                            "this machine", needle)
     assert "MemoryError" not in line and "input's shape" not in line, line
     assert not out.exists()
+
+
+@pytest.mark.parametrize("case", ["long", "loop"])
+def test_a_name_too_long_or_a_symbolic_link_loop_is_worded(runner, fitted, tmp_path, case):
+    """Issue 44 item 10: raw "[Errno 36] File name too long: '....lock'" and "[Errno 40] Too
+    many levels of symbolic links"."""
+    if case == "long":
+        out = tmp_path / ("a" * 250 + ".zarr")  # fits, but not with '.lock' after it
+        needles = ["name is too long", "shorter"]
+    else:
+        (tmp_path / "loop").symlink_to(tmp_path / "loop")
+        out = tmp_path / "loop" / "m.zarr"
+        needles = ["loop of symbolic links", str(tmp_path / "loop")]
+    line = _one_error_line(_cli(runner, "fit", "-i", fitted / "c.zarr", "-o", out, "-r", 2),
+                           *needles)
+    assert "Errno" not in line, line
