@@ -6,6 +6,7 @@ line ``Error: ...`` naming the file or value, with a remedy, and a non-zero exit
 
 from __future__ import annotations
 
+import errno
 import json
 import shutil
 
@@ -17,7 +18,7 @@ from sphdist.cli import main
 from sphdist.jobs.fit import fit_corpus
 
 from .reference import random_corpus
-from .test_bad_input import _one_error_line
+from .test_bad_input import _failing_store, _one_error_line
 from .test_tracebacks import _corpus
 
 
@@ -140,3 +141,13 @@ def test_a_name_too_long_or_a_symbolic_link_loop_is_worded(runner, fitted, tmp_p
     line = _one_error_line(_cli(runner, "fit", "-i", fitted / "c.zarr", "-o", out, "-r", 2),
                            *needles)
     assert "Errno" not in line, line
+
+
+def test_a_full_disk_names_the_output(runner, fitted, tmp_path, monkeypatch):
+    """Issue 44 item 10: "[Errno 28] No space left on device ... free space there" named no
+    path (the error of a write carries none)."""
+    out = tmp_path / "m.zarr"
+    monkeypatch.setattr("zarr.storage.LocalStore.set", _failing_store(errno.ENOSPC))
+    line = _one_error_line(_cli(runner, "fit", "-i", fitted / "c.zarr", "-o", out, "-r", 2),
+                           "No space left on device", "free space there")
+    assert line.startswith(f"Error: {out}: "), line

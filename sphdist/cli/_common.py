@@ -130,6 +130,8 @@ class StorePath(click.ParamType):
             path = location(value)
         except ValueError as exc:
             self.fail(str(exc), param, ctx)
+        if ctx is not None and param is not None and param.name == "output":
+            ctx.meta["sphdist.output"] = str(path)  # named by an OS error of a write (Group)
         if ctx is not None and is_remote(path):  # named if the object store fails (Group)
             ctx.meta.setdefault("sphdist.urls", []).append(str(path))
         return path
@@ -241,6 +243,9 @@ class Group(CommandList):
             message = (render_for(ctx, exc) if isinstance(exc, SphdistError)
                        else worded or f"{type(exc).__name__}: {exc}")
             if not isinstance(exc, SphdistError) and not worded and exc.errno in _OS_REMEDIES:
+                output = ctx.meta.get("sphdist.output")  # a write's error names a chunk key
+                if output and not str(exc.filename or "").startswith(output):
+                    message = f"{output}: {message}"
                 message += f". To resolve this, {_OS_REMEDIES[exc.errno]}"
             raise _error(ctx, message, type(exc).__name__) from None
         except (MemoryError, EOFError) as exc:  # EOFError: click would print "Aborted!"
