@@ -271,7 +271,11 @@ class Fit:
                 if attempt == retries or no_worker_left(exc):  # none left to retry on: stop
                     resume = _fix(self.input, self.output, self.params, resume=True,
                                   **_cadence(self.plan.job))
-                    raise workers_lost(self.output, attempt, exc, resume) from exc
+                    ours = previous is not None or self.out.identity() not in (None, self.before)
+                    again = None if ours else _fix(  # no checkpoint to resume (issue 44)
+                        self.input, self.output, self.params, overwrite=self.before is not None,
+                        **_cadence(self.plan.job))
+                    raise workers_lost(self.output, attempt, exc, resume, again=again) from exc
                 if self.out.identity() not in (None, self.before):
                     previous = load_checkpoint(self.output)  # continue our own checkpoint
                 log_retry(self.output, exc, attempt, retries)
