@@ -151,3 +151,12 @@ def test_a_full_disk_names_the_output(runner, fitted, tmp_path, monkeypatch):
     line = _one_error_line(_cli(runner, "fit", "-i", fitted / "c.zarr", "-o", out, "-r", 2),
                            "No space left on device", "free space there")
     assert line.startswith(f"Error: {out}: "), line
+
+
+def test_queries_from_an_endless_binary_stream(runner, fitted, tmp_path):
+    """Issue 44 item 10: ``--queries /dev/zero`` read it whole: "MemoryError: ."."""
+    out = tmp_path / "q.csv"
+    line = _one_error_line(_cli(runner, "neighbors", "-m", fitted / "m.zarr", "--queries",
+                                "/dev/zero", "-o", out), "/dev/zero", "binary file")
+    assert "MemoryError" not in line, line
+    assert not out.exists()
