@@ -11,6 +11,7 @@ import json
 import shutil
 
 import dask
+import numpy as np
 import pytest
 from click.testing import CliRunner
 
@@ -160,3 +161,18 @@ def test_queries_from_an_endless_binary_stream(runner, fitted, tmp_path):
                                 "/dev/zero", "-o", out), "/dev/zero", "binary file")
     assert "MemoryError" not in line, line
     assert not out.exists()
+
+
+@pytest.mark.parametrize("score", ["evaluate_embedding", "knn_accuracy"])
+@pytest.mark.parametrize("labels, needle", [
+    (list("abcdefghijklmnopqrst"), "labels must be integer codes"), ("abc", "1-D"),
+    (list(range(5)), "labels has 5 values"),
+    ([[0, 1]] * 20, "labels must be 1-D")])
+def test_labels_of_the_wrong_type_or_length_name_the_argument(score, labels, needle):
+    """Issue 44 item 9: a string ``y`` or one of the wrong length: UFuncTypeError/IndexError."""
+    from sphdist import metrics
+    from sphdist.errors import ParameterError
+
+    embedding = np.random.default_rng(0).random((20, 3))
+    with pytest.raises(ParameterError, match=needle):
+        getattr(metrics, score)(embedding, labels)
