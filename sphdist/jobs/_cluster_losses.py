@@ -154,16 +154,19 @@ def workers_lost(output: Any, attempt: int, exc: BaseException, resume: str, *,
     else:
         what = (f"workers were lost in {attempt + 1} attempts (last: {type(exc).__name__}: "
                 f"{str(exc).splitlines()[0][:200] if str(exc) else ''})")
-    if again is not None:
+    logs = ("check the workers' logs (often a memory limit below what sphdist.core.solver.fit's "
+            "Notes give, or a worker killed from outside)")
+    if again is None:
         return WorkersLostError(
-            f"{output}: {what}; no checkpoint of this fit was written. To resolve this, start "
-            "workers for the scheduler (`dask worker SCHEDULER_ADDRESS`), or see in their logs "
-            f"why they ended, then run the fit again: {again}."
+            f"{output}: {what}. The last complete checkpoint is kept. To resolve this, {logs}, "
+            f"then continue the fit: {resume}."
         )
+    if no_worker_left(exc):
+        logs = ("start workers for the scheduler (dask worker SCHEDULER_ADDRESS), or see in "
+                "their logs why they ended")
     return WorkersLostError(
-        f"{output}: {what}. The last complete checkpoint is kept. To resolve this, check the "
-        "workers' logs (often a memory limit below what sphdist.core.solver.fit's Notes give, "
-        f"or a worker killed from outside), then continue the fit: {resume}."
+        f"{output}: {what}; no checkpoint of this fit was written. To resolve this, {logs}, "
+        f"then run the fit again: {again}."
     )
 
 
