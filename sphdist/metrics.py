@@ -19,7 +19,7 @@ from sklearn.cluster import KMeans
 from sklearn.metrics import normalized_mutual_info_score
 from sklearn.metrics.cluster import contingency_matrix
 
-from sphdist.errors import DataError
+from sphdist.errors import DataError, ParameterError
 
 __all__ = [
     "clustering_accuracy", "normalized_mutual_info", "evaluate_embedding", "knn_accuracy",
@@ -240,8 +240,22 @@ def _labelled(embedding: Any, labels: Any, scored: str) -> tuple[np.ndarray, np.
     DataError
         If no document has a known label (``scored``: what cannot be scored then), or the
         embedding holds NaN or Inf.
+    ParameterError
+        If ``labels`` is not a 1-D integer array with one value per row of ``embedding``.
     """
-    labels = np.asarray(labels)
+    labels, n = np.asarray(labels), np.shape(embedding)[0]
+    if labels.ndim != 1:
+        raise ParameterError(
+            f"labels must be 1-D (one label code per document), got shape {labels.shape}. To "
+            "resolve this, pass an array of shape (n_documents,).")
+    if labels.dtype.kind not in "iu":
+        raise ParameterError(
+            f"labels must be integer codes (-1: unknown), got {labels.dtype}. To resolve this, "
+            "encode them, e.g. sklearn.preprocessing.LabelEncoder().fit_transform(labels).")
+    if labels.shape[0] != n:
+        raise ParameterError(
+            f"labels has {labels.shape[0]} values but the embedding has {n} documents (rows). "
+            "To resolve this, pass one label code per row of the embedding.")
     known = labels >= 0
     if not known.any():
         raise DataError(

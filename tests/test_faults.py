@@ -415,4 +415,9 @@ def test_jobs_on_an_external_cluster_without_workers_end_in_one_line(corpus, tmp
             stderr = done.stderr.decode()
             assert done.returncode == 1 and "Traceback" not in stderr, stderr
             assert stderr.strip().splitlines()[-1].startswith(said), stderr
+            if args[0] == "fit":  # issue 44 item 10: no checkpoint to keep, none to resume
+                line = stderr.strip().splitlines()[-1]
+                assert "checkpoint is kept" not in line and "--resume" not in line, line
+                assert "no checkpoint of this fit was written" in line, line
+                assert f"--output {tmp_path / 'new.zarr'}" in line, line
     assert not (tmp_path / "e.zarr").exists()

@@ -127,6 +127,8 @@ class StorePath(click.ParamType):
             path = location(value)
         except ValueError as exc:
             self.fail(str(exc), param, ctx)
+        if ctx is not None and param is not None and param.name == "output":
+            ctx.meta["sphdist.output"] = str(path)  # named by an OS error of a write (Group)
         if ctx is not None and is_remote(path):  # named if the object store fails (Group)
             ctx.meta.setdefault("sphdist.urls", []).append(str(path))
         return path
@@ -253,9 +255,13 @@ class Group(CommandList):
                 raise
             if not isinstance(exc, SphdistError) and _urls(ctx):  # the object store failed
                 raise _error(ctx, _store_failure(ctx, exc)) from None
+            worded = None if isinstance(exc, SphdistError) else _os_words(exc)
             message = (render_for(ctx, exc) if isinstance(exc, SphdistError)
-                       else f"{type(exc).__name__}: {exc}")
-            if not isinstance(exc, SphdistError) and exc.errno in _OS_REMEDIES:
+                       else worded or f"{type(exc).__name__}: {exc}")
+            if not isinstance(exc, SphdistError) and not worded and exc.errno in _OS_REMEDIES:
+                output = ctx.meta.get("sphdist.output")  # a write's error names a chunk key
+                if output and not str(exc.filename or "").startswith(output):
+                    message = f"{output}: {message}"
                 message += f". To resolve this, {_OS_REMEDIES[exc.errno]}"
             raise _error(ctx, message, type(exc).__name__) from None
         except (MemoryError, EOFError) as exc:  # EOFError: click would print "Aborted!"
@@ -464,6 +470,32 @@ _OS_REMEDIES = {  # errno -> remedy, for OS errors on outputs
     errno.EACCES: "choose an --output you may write to (or fix its permissions)",
     errno.EPERM: "choose an --output you may write to (or fix its permissions)",
 }
+
+
+def _os_words(exc: OSError) -> str | None:
+    """One sentence and a remedy for an OS error on a path that says nothing by its number.
+
+    A name too long for the filesystem (often the ``<output>.lock`` or staging name sphdist
+    puts beside an output, longer than the output's own), and a path through a loop of
+    symbolic links (which ``mkdir`` reports as ``File exists``); None for any other error.
+    """
+    name = exc.filename
+    if name is None:
+        return None
+    code = exc.errno
+    if code == errno.EEXIST:
+        try:
+            os.stat(name)
+        except OSError as looped:
+            code = looped.errno
+    if code == errno.ENAMETOOLONG:
+        return (f"{name}: the name is too long for the filesystem (most allow 255 bytes; "
+                "beside an output sphdist writes longer names: <output>.lock, <output>.old, "
+                "a staging name). To resolve this, choose a shorter name")
+    if code == errno.ELOOP:
+        return (f"{name}: the path runs through a loop of symbolic links. To resolve this, "
+                f"fix or remove the link (`ls -l {name}`), or choose another path")
+    return None
 
 
 class _AboveTheBars(logging.StreamHandler):  # type: ignore[type-arg]

@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import io
 import os
+import re
 import tempfile
 import uuid
 from collections.abc import Callable, Iterator, Mapping
@@ -225,8 +226,10 @@ def output_format(
     Raises
     ------
     ParameterError
-        If the suffix names a format other than ``format``, or, without ``format``, names
-        none of ``formats``; the message lists the formats and their suffixes.
+        If the suffix names a format other than ``format``, or a kind of file that is none
+        of ``formats`` (``out.jsonl`` with ``format="csv"``), or, without ``format``, names
+        none of ``formats``; the message lists the formats and their suffixes. A name
+        without a suffix (``embeddings``) is written in ``format``.
 
     Examples
     --------
@@ -250,6 +253,12 @@ def output_format(
             fixed, redo)
     if told is not None:
         return told
+    if format is not None and _OTHER_KIND.fullmatch(suffix):  # out.jsonl as csv (issue 44)
+        fixed = path.with_name(path.stem + _suffix_of(format, formats))
+        return _refuse(
+            f"{path} is named as a {suffix} file, but " + option("format", format)
+            + " was asked for. To resolve this, ",
+            f"name it {fixed} (or another name without {suffix}).", fixed, redo)
     if format is not None and format in formats.values():
         return format
     first = next(iter(formats))
@@ -263,6 +272,11 @@ def output_format(
             f"{path} has no suffix to tell its format (the formats written here: {offered})")
     return _refuse(f"{head}. To resolve this, ", f"name the output by its format, e.g. {fixed}.",
                    fixed, redo)
+
+
+#: A suffix that names a kind of file (``.jsonl``, ``.gz``, ``.txt``), unlike a name's last dot
+#: before digits (``run.2026-12-03``): a format asked for must not contradict it.
+_OTHER_KIND = re.compile(r"\.[a-z][a-z0-9]*")
 
 
 def _suffix_of(format: str, formats: Mapping[str, str]) -> str:

@@ -9,7 +9,10 @@ local path, :class:`~sphdist.io._object.ObjectTarget` for a URL.
 from __future__ import annotations
 
 import os
+from pathlib import Path
+from urllib.parse import urlsplit
 
+from sphdist.errors import ParameterError
 from sphdist.io._fs import protocol_of
 from sphdist.io._lock import Lock
 from sphdist.io._object import ObjectTarget
@@ -42,9 +45,24 @@ def open_target(path: str | os.PathLike[str] | Target, *, lock: Lock | None = No
     ValueError
         If ``path`` is a URL of a protocol fsspec does not know (see
         :func:`sphdist.io.location`).
+    ParameterError
+        If ``path`` names no store of its own: the root of a filesystem (``/``), or an object
+        store URL without a bucket (``s3:///m.zarr``).
     """
     if isinstance(path, Target):
         return path
-    if protocol_of(path) is None:
+    protocol = protocol_of(path)
+    if protocol is None:
+        if not Path(os.path.abspath(path)).name:  # '/': no '<name>.lock' beside it
+            _refuse_unnamed(path, "the root of the filesystem")
         return PosixTarget(path, lock=lock)
+    if protocol not in ("file", "local", "memory") and not urlsplit(str(path)).netloc:
+        _refuse_unnamed(path, f"a {protocol}:// URL without a bucket")
     return ObjectTarget(path, lock=lock)
+
+
+def _refuse_unnamed(path: str | os.PathLike[str], what: str) -> None:
+    raise ParameterError(
+        f"{path}: {what} is no store. To resolve this, pass the path of a corpus, model or "
+        "embedding (a folder such as /data/c.zarr, or s3://BUCKET/c.zarr)."
+    )

@@ -147,11 +147,16 @@ class Corpus(_Input):
                 "sphdist.format_version is missing). To resolve this, re-ingest the source with "
                 "`sphdist ingest`."
             )
-        if tag.get("format_version") != FORMAT_VERSION:
+        version = tag.get("format_version")
+        if version != FORMAT_VERSION or isinstance(version, bool):
+            kind = {"str": "string", "float": "number"}.get(type(version).__name__, "value")
+            said = (f"is the {kind} {version!r}, not the integer {FORMAT_VERSION} this sphdist "
+                    "reads (was the attribute edited?)" if str(version) == str(FORMAT_VERSION)
+                    else f"{version!r} is not supported (this sphdist reads version "
+                    f"{FORMAT_VERSION})")
             raise CorpusFormatError(
-                f"{self.path}: corpus format version {tag.get('format_version')!r} is not "
-                f"supported (this sphdist reads version {FORMAT_VERSION}). To resolve this, "
-                "re-ingest the source with this version of sphdist."
+                f"{self.path}: corpus format version {said}. To resolve this, re-ingest the "
+                "source with this version of sphdist."
             )
         self._group = group
         self.attrs = attrs
@@ -168,6 +173,10 @@ class Corpus(_Input):
             self.feature_scheme: dict[str, Any] = dict(attrs["feature_scheme"])
             self.tfidf: dict[str, Any] = attrs.get("tfidf") or {}
             self.label_names: list[str] | None = attrs.get("label_names")
+            if self.label_names is not None and not (
+                    isinstance(self.label_names, list)
+                    and all(isinstance(x, str) for x in self.label_names)):
+                raise TypeError(f"label_names={self.label_names!r:.60} is not a list of strings")
             self.n_empty: int = _integer(self.path, "n_empty", attrs.get("n_empty", 0), 0, n)
             self.fingerprint: str = str(attrs["fingerprint"])
         except (KeyError, TypeError, ValueError) as exc:

@@ -168,7 +168,17 @@ class Model(TaggedStore):
         k = params.get("n_components") if isinstance(params, dict) else None
         if isinstance(k, bool) or not isinstance(k, int) or k != r:
             raise self._refuse(f"attribute params.n_components={k!r} but U has r = {r} columns")
-        corpus = a.get("corpus") if isinstance(a.get("corpus"), dict) else {}
+        corpus = a.get("corpus")
+        if not isinstance(corpus, dict) or not isinstance(corpus.get("path"), str):
+            raise self._refuse(
+                "attribute corpus (the path, fingerprint and shape of the corpus it was fitted "
+                f"on) is {'missing' if corpus is None else 'malformed: ' + repr(corpus)[:60]}")
+        extrapolation = a.get("extrapolation", {})
+        for name in ("beta", "beta_bar"):
+            beta = extrapolation.get(name, 0.5) if isinstance(extrapolation, dict) else None
+            if isinstance(beta, bool) or not isinstance(beta, int | float) or not 0 <= beta <= 1:
+                raise self._refuse(
+                    f"attribute extrapolation.{name}={beta!r} is not a number in [0, 1]")
         shape = corpus.get("shape")
         if shape is not None and not (
             isinstance(shape, list) and len(shape) == 2

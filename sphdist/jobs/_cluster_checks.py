@@ -24,7 +24,7 @@ __all__ = [
 ]
 
 #: A remedy for a bad scheduler address (the option named by :func:`sphdist.errors.option`).
-_ADDRESS_REMEDY = (
+ADDRESS_REMEDY = (
     "pass the address the scheduler printed when it started (e.g. "
     + option("address", 'tcp://127.0.0.1:8786') + ", see cluster/README.md), or leave out "
     + option("address") + " and unset DASK_SCHEDULER_ADDRESS to run on this machine"
@@ -61,7 +61,7 @@ def check_scheduler_address(address: str) -> None:
     from distributed.comm.registry import backends
 
     with _refused(f"scheduler address {address!r} is not one distributed can connect to",
-                  _ADDRESS_REMEDY):
+                  ADDRESS_REMEDY):
         scheme, location = parse_address(address, strict=True)
         if scheme not in backends:
             raise ValueError(f"unknown scheme {scheme}://, known: "

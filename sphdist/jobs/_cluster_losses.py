@@ -126,7 +126,8 @@ def no_worker_left(exc: BaseException) -> bool:
     return isinstance(exc, NoWorkerError)
 
 
-def workers_lost(output: Any, attempt: int, exc: BaseException, resume: str) -> WorkersLostError:
+def workers_lost(output: Any, attempt: int, exc: BaseException, resume: str, *,
+                 again: str | None = None) -> WorkersLostError:
     """The error of a job that lost its workers for good, with the command that continues it.
 
     Parameters
@@ -139,6 +140,9 @@ def workers_lost(output: Any, attempt: int, exc: BaseException, resume: str) -> 
         Its failure (one of :func:`worker_losses`).
     resume : Text
         The job that continues the fit, named in a message (:func:`sphdist.errors.remedy`).
+    again : Text, optional
+        Given when the job wrote no checkpoint of its own: the job that runs it again,
+        offered instead of ``resume`` (a scheduler that never had a worker; issue 44 item 10).
 
     Returns
     -------
@@ -150,10 +154,19 @@ def workers_lost(output: Any, attempt: int, exc: BaseException, resume: str) -> 
     else:
         what = (f"workers were lost in {attempt + 1} attempts (last: {type(exc).__name__}: "
                 f"{str(exc).splitlines()[0][:200] if str(exc) else ''})")
+    logs = ("check the workers' logs (often a memory limit below what sphdist.core.solver.fit's "
+            "Notes give, or a worker killed from outside)")
+    if again is None:
+        return WorkersLostError(
+            f"{output}: {what}. The last complete checkpoint is kept. To resolve this, {logs}, "
+            "then continue the fit: " + resume + "."
+        )
+    if no_worker_left(exc):
+        logs = ("start workers for the scheduler (dask worker SCHEDULER_ADDRESS), or see in "
+                "their logs why they ended")
     return WorkersLostError(
-        f"{output}: {what}. The last complete checkpoint is kept. To resolve this, check the "
-        "workers' logs (often a memory limit below what sphdist.core.solver.fit's Notes give, "
-        "or a worker killed from outside), then continue the fit: " + resume + "."
+        f"{output}: {what}; no checkpoint of this fit was written. To resolve this, {logs}, "
+        "then run the fit again: " + again + "."
     )
 
 

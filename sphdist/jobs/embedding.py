@@ -262,10 +262,15 @@ def open_embedding_source(
             )
         transform = Remedy("transform", {"model": str(fitted.path), "input": str(path),
                                          "output": str(emb_path)})
+        recorded = fitted.corpus.get("path")
+        same = recorded is not None and _same_place(recorded, path)
+        said = (f": it was re-ingested or replaced since the fit (fingerprint "
+                f"{str(source.fingerprint)[:12]}, the fit's "
+                f"{str(fitted.corpus.get('fingerprint'))[:12]})" if same else f" ({recorded})")
         raise CorpusMismatchError(
-            f"{path} is not the corpus {fitted.path} was fitted on ("
-            f"{fitted.corpus.get('path')}). To resolve this, embed its documents first, then "
-            "use the embedding: " + remedy(transform, use) + "."
+            f"{path} is not the corpus {fitted.path} was fitted on{said}. To resolve this, "
+            "embed its documents first, then use the embedding: " + remedy(transform, use)
+            + (", or refit the model on it." if same else ".")
         )
     require_embedding(fitted)
     _, r, n = fitted.shape
@@ -275,6 +280,16 @@ def open_embedding_source(
         labels=source.labels, label_names=source.label_names, origin="model",
         degenerate=empty, empty=empty.copy(),
     )
+
+
+def _same_place(recorded: str, path: Any) -> bool:
+    """Whether the recorded corpus path and ``path`` name the same place (local: resolved)."""
+    if str(recorded) == str(path):
+        return True
+    try:
+        return os.path.realpath(recorded) == os.path.realpath(path)
+    except (TypeError, ValueError):  # a URL object
+        return False
 
 
 def _given(V: da.Array) -> da.Array:

@@ -360,8 +360,10 @@ class FitRequest(Request):
                     return self._fit(held, opened, previous, unsaved)
                 except cluster.worker_losses() as exc:
                     if attempt == self.retries or cluster.no_worker_left(exc):  # none to retry on
+                        ours = previous is not None or held.identity() not in (None, opened.before)
+                        again = None if ours else self._fix(overwrite=opened.before is not None)
                         raise cluster.workers_lost(self.output, attempt, exc,
-                                                   self._fix(resume=True)) from exc
+                                                   self._fix(resume=True), again=again) from exc
                     if held.identity() not in (None, opened.before):
                         previous = load_checkpoint(self.output)  # continue our own checkpoint
                     cluster.log_retry(self.output, exc, attempt, self.retries)

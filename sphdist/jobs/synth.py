@@ -9,7 +9,9 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, ClassVar
 
-from sphdist.errors import ParameterError
+import psutil
+
+from sphdist.errors import InsufficientMemoryError, ParameterError, option
 from sphdist.io import Output
 from sphdist.jobs._lifecycle import Request, located
 from sphdist.text.synth import FORMATS, SynthSpec, SynthSummary, output_format, write
@@ -90,6 +92,19 @@ class SynthRequest(SynthSpec, Request):
     def written(self) -> str:
         """The format written: ``format``, or the one the suffix names (``.gz`` of text only)."""
         return output_format(self.output, self.format)
+
+    def prepare(self) -> None:
+        """Refuse sizes whose draw exceeds this machine's memory (:meth:`SynthSpec.nbytes`)."""
+        need, total = self.nbytes(), psutil.virtual_memory().total
+        if need > total:
+            raise InsufficientMemoryError(
+                f"a synth of {self.n_docs} documents of {self.doc_length} tokens on average, "
+                f"{min(self.chunk_size, self.n_docs)} at a time, needs about "
+                f"{need / 2 ** 30:.2f} GiB of memory, more than the {total / 2 ** 30:.2f} GiB "
+                "of this machine; nothing was written. To resolve this, choose a smaller "
+                + option("doc_length") + ", " + option("n_docs") + " or " + option("chunk_size")
+                + "."
+            )
 
     def execute(self, held: Output, prepared: None) -> SynthSummary:
         """Draw every chunk and write it through ``held``, in its format."""

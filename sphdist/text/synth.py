@@ -200,6 +200,16 @@ class SynthSpec:
                                 ("background", 0.0, 0.999)):
             object.__setattr__(self, name, _check_float(name, getattr(self, name), low, high))
 
+    def nbytes(self) -> int:
+        """About the most memory a synth of this spec holds at once, in bytes.
+
+        The drawn tokens of a chunk (``chunk_size * doc_length`` term ids with their document
+        and sort buffers, about 32 bytes each), its ``chunk_size`` lengths, and per document
+        of the whole run a label and a chunk bound (about 16 bytes): the Notes of :func:`write`.
+        """
+        docs = min(self.chunk_size, self.n_docs)
+        return 32 * docs * self.doc_length + 16 * self.n_docs + 8 * self.n_features
+
     def chunks(self, chunk_size: int | None = None) -> list[tuple[int, int, int]]:
         """``(k, first, end)`` of every chunk of documents, in order."""
         size = self.chunk_size if chunk_size is None else chunk_size

@@ -1,8 +1,10 @@
 """The cluster options of the command line: where a fit runs, and one ``Error:`` line for every
 value or failure of the cluster (issue 15, item 5: each case printed a traceback before)."""
 
+import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -14,6 +16,7 @@ from sphdist.jobs import _cluster_deploy, run
 from sphdist.jobs.synth import SynthRequest
 
 SPHDIST = str(Path(sys.executable).with_name("sphdist"))
+REPO = str(Path(__file__).resolve().parents[2])
 
 
 @pytest.fixture
@@ -140,3 +143,67 @@ def test_local_cluster_speaks_tls_unless_asked_not_to(runner, corpus, tmp_path, 
     [security] = started
     assert (security is True) == encrypted  # True: distributed's Security.temporary()
     assert encrypted or not security.require_encryption
+
+
+_ANSWERS_HTTP_400 = r"""
+import socket, sys
+server = socket.create_server(("127.0.0.1", 0))
+print(server.getsockname()[1], flush=True)
+while True:  # a proxy: whatever comes, it answers 400 and hangs up
+    conn, _ = server.accept()
+    conn.settimeout(5)
+    try:
+        conn.recv(65536)
+        conn.sendall(b"HTTP/1.1 400 Bad Request\r\nServer: a-proxy/1.0\r\n"
+                     b"Content-Length: 0\r\n\r\n")
+    except OSError:
+        pass
+    conn.close()
+"""
+
+
+@pytest.fixture(params=["http.server", "proxy"])
+def not_a_scheduler(request, tmp_path):
+    """A real server on loopback that is not a Dask scheduler: the address it listens on."""
+    if request.param == "http.server":  # as a dashboard's port given for the scheduler's
+        command = [sys.executable, "-c", "import http.server, socketserver, sys\n"
+                   "s = http.server.HTTPServer(('127.0.0.1', 0), "
+                   "http.server.SimpleHTTPRequestHandler)\n"
+                   "print(s.server_address[1], flush=True)\ns.serve_forever()"]
+    else:
+        command = [sys.executable, "-c", _ANSWERS_HTTP_400]
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, cwd=tmp_path, text=True)
+    try:
+        port = int(process.stdout.readline())  # printed once it listens
+        yield request.param, f"tcp://127.0.0.1:{port}"
+    finally:
+        process.kill()
+        process.wait(timeout=60)
+        process.stdout.close()
+
+
+def test_an_address_that_is_not_a_scheduler_is_one_error_line_saying_what_answered(
+        corpus, tmp_path, not_a_scheduler):
+    """Issue 44 item 1: an HTTP server hung the fit for good, a proxy gave a 3.07 EiB
+    MemoryError. Run as a process: a hang fails the test at its timeout instead of hanging it."""
+    kind, address = not_a_scheduler
+    out = tmp_path / "m.zarr"
+    env = {k: v for k, v in os.environ.items() if k != "DASK_SCHEDULER_ADDRESS"}
+    env.update(DASK_DISTRIBUTED__COMM__TIMEOUTS__CONNECT="4s",
+               PYTHONPATH=os.pathsep.join(filter(None, [REPO, env.get("PYTHONPATH")])))
+    started = time.monotonic()
+    result = subprocess.run(
+        [SPHDIST, "--quiet", "fit", "-i", str(corpus), "-o", str(out),
+         "-r", "2", "--scheduler-address", address],
+        capture_output=True, text=True, timeout=240, env=env, cwd=tmp_path)
+    took = time.monotonic() - started
+    assert result.returncode == 1, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("Error: "), result.stderr
+    line = lines[0]
+    assert address in line and "not a Dask scheduler" in line, line
+    assert "HTTP server" in line and "MemoryError" not in line, line
+    assert ("SimpleHTTP" if kind == "http.server" else "a-proxy/1.0") in line, line
+    assert "To resolve this" in line and "--scheduler-address" in line, line
+    assert took < 120, took  # the handshake is bounded by the connect timeout (twice 4 s)
+    assert not out.exists()

@@ -85,3 +85,32 @@ def test_output_format_rule():
     with pytest.raises(ParameterError, match=r"^hits has no suffix to tell its format .* e\.g\. "
                                              r"hits\.parquet: `redo hits\.parquet`\.$"):
         output_format("hits", None, formats, redo=lambda p: f"redo {p}")
+
+
+@pytest.mark.parametrize("overwrite", [False, True])
+def test_export_refuses_a_format_its_suffix_does_not_name_before_writing(
+        model, tmp_path, overwrite):
+    """Issue 44 item 6: ``-o out.jsonl -f csv`` wrote CSV into a .jsonl file (exit 0), and with
+    ``--overwrite`` replaced a JSON Lines source there."""
+    out = tmp_path / "out.jsonl"
+    source = b'{"id": "a", "text": "a JSON Lines source"}\n'
+    if overwrite:
+        out.write_bytes(source)
+    result = CliRunner().invoke(main, ["export", "-m", str(model), "-o", str(out), "-f", "csv",
+                                       *(["--overwrite"] if overwrite else [])])
+    line = _error_line(result)
+    assert f"{out} is named as a .jsonl file, but --format csv was asked for" in line, line
+    assert f"name it {tmp_path / 'out.csv'}" in line, line
+    if overwrite:
+        assert out.read_bytes() == source  # untouched
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["out.jsonl"]
+    else:
+        assert list(tmp_path.iterdir()) == []
+
+
+def test_output_format_refuses_a_suffix_of_another_kind_with_a_format():
+    formats = {".parquet": "parquet", ".csv": "csv"}
+    for name in ("b.jsonl", "b.json", "b.txt", "b.zarr", "b.csv.gz"):
+        with pytest.raises(ParameterError, match=r"is named as a \.\w+ file, but format='csv'"):
+            output_format(name, "csv", formats)
+    assert output_format("embeddings", "csv", formats) == "csv"  # no suffix: as asked

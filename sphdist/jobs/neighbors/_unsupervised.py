@@ -34,6 +34,10 @@ from sphdist.jobs.neighbors._request import NeighborRequest, QueryLines
 ON_ERROR = ("fail", "skip")
 
 
+#: Bytes of a queries file read at a time (a NUL in one ends the read: a binary file).
+_READ_BLOCK = 1 << 20
+
+
 def queries_of(path: str | os.PathLike[str]) -> QueryLines:
     """The queries of a ``queries`` file: one per non-blank line (UTF-8), stripped.
 
@@ -56,14 +60,23 @@ def queries_of(path: str | os.PathLike[str]) -> QueryLines:
         If the file is binary (it holds a NUL byte): the message gives its offset.
     """
     remedy = "To resolve this, pass a text file with one query per line."
+    nul = -1
     if not exists(path):
         raise InputNotFoundError(f"{path}: no such queries file. " + remedy)
     try:
-        with open_file(path, "rb") as f:
-            data = f.read()
+        blocks: list[bytes] = []
+        offset = 0
+        with open_file(path, "rb") as f:  # by blocks: /dev/zero is refused at its first one
+            while block := f.read(_READ_BLOCK):
+                nul = block.find(b"\0")
+                if nul >= 0:
+                    nul += offset
+                    break
+                blocks.append(block)
+                offset += len(block)
+        data = b"".join(blocks)
     except IsADirectoryError:
         raise ParameterError(f"{path} is a directory, not a queries file. " + remedy) from None
-    nul = data.find(b"\0")
     if nul >= 0:
         raise DataError(
             f"{path} is a binary file, not text (a NUL byte at offset {nul}): a queries file "
