@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import os
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Protocol, SupportsIndex
 
@@ -212,14 +211,6 @@ def _as_parts(value: Any) -> tuple[_Part, ...]:
     return (str(value),)
 
 
-def _trace(what: Any) -> None:  # TEMP-TRACE
-    path = os.environ.get("SPHDIST_TEXT_TRACE")  # TEMP-TRACE
-    if path and not (isinstance(what, Text) and all(isinstance(p, str) for p in what.parts)):  # noqa: E501 TEMP-TRACE
-        import traceback  # TEMP-TRACE
-        with open(path, "a") as f:  # TEMP-TRACE
-            f.write("".join(traceback.format_stack(limit=6)[:-2]) + "----\n")  # TEMP-TRACE
-
-
 class Text(str):
     """A message that keeps its parts: a ``str`` in the Python API's words.
 
@@ -272,10 +263,6 @@ class Text(str):
         if not isinstance(other, str):
             return NotImplemented
         return Text((other, self))
-
-    def __format__(self, spec: str) -> str:
-        _trace(self)  # TEMP-TRACE
-        return super().__format__(spec)
 
     def join(self, items: Iterable[Any]) -> Text:  # type: ignore[override]
         """``self`` between the ``items``, their parts kept."""
@@ -425,7 +412,6 @@ class _Rendered:
         return self.message.remedies()
 
     def __format__(self, spec: str) -> str:
-        _trace(self)  # TEMP-TRACE
         return format(str(self), spec)
 
 

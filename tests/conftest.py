@@ -11,7 +11,7 @@ import pytest
 
 from sphdist.datasets import DATA_HOME_ENV
 from sphdist.datasets import newsgroups_archive as _newsgroups_archive
-from sphdist.errors import InputNotFoundError
+from sphdist.errors import InputNotFoundError, Text
 
 from ._fit_cli import connects, corpus, runner  # noqa: F401
 from ._s3 import s3_auth_env, s3_auth_server, s3_env, s3_flaky, s3_server  # noqa: F401
@@ -43,6 +43,25 @@ def _default_data_home():
         return
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv(DATA_HOME_ENV, str(DEFAULT_DATA_HOME))
+        yield
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _messages_keep_their_parts():
+    """No message holding a job or a parameter is flattened by an f-string (issue 39).
+
+    ``f"... {text}"`` words a :class:`~sphdist.errors.Text` in the Python API's words for good,
+    so the command line would print ``sphdist.jobs.run(...)`` where ``sphdist fit ...``
+    belongs. Here such a format raises, so every test that reaches one fails at the f-string.
+    """
+    def keep_parts(self: Text, spec: str) -> str:
+        if not all(isinstance(part, str) for part in self.parts):
+            raise AssertionError("a message with a job or a parameter formatted into an "
+                                 "f-string (build it with +): " + repr(str(self)))
+        return str.__format__(self, spec)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(Text, "__format__", keep_parts)
         yield
 
 

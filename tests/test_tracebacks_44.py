@@ -16,7 +16,8 @@ import pytest
 from click.testing import CliRunner
 
 from sphdist.cli import main
-from sphdist.jobs.fit import fit_corpus
+from sphdist.jobs import run
+from sphdist.jobs.fit import FitRequest
 
 from .reference import random_corpus
 from .test_bad_input import _failing_store, _one_error_line
@@ -33,8 +34,7 @@ def fitted(tmp_path_factory):
     root = tmp_path_factory.mktemp("fitted44")
     corpus = _corpus(root / "c.zarr")
     with dask.config.set(scheduler="sync"):
-        fit_corpus(corpus.path, root / "m.zarr", n_components=3, max_iter=3, tol=0,
-                   callback=None)
+        run(FitRequest(corpus.path, root / "m.zarr", n_components=3, max_iter=3, tol=0))
     return root
 
 

@@ -151,8 +151,8 @@ _KINDS: dict[str, Callable[[Path], str]] = {
 def wrong_kind(path: Path, found: str, wanted: str) -> str:
     """The message for a sphdist ``found`` (a corpus, ...) where a ``wanted`` was expected.
 
-    >>> wrong_kind(Path("c.zarr"), "corpus", "embedding")  # doctest: +ELLIPSIS
-    'c.zarr is a sphdist corpus, not a sphdist embedding. To resolve this, pass an embedding...'
+    >>> print(wrong_kind(Path("c.zarr"), "corpus", "embedding"))  # doctest: +ELLIPSIS
+    c.zarr is a sphdist corpus, not a sphdist embedding. To resolve this, pass an embedding.zarr...
     """
     return (
         f"{path} is a sphdist {found}, not a sphdist {wanted}. To resolve this, "

@@ -150,7 +150,7 @@ class EmbeddingWriter:
     def commit(
         self, *, doc_ids: np.ndarray, labels: np.ndarray | None,
         label_names: list[str] | None, attrs: dict[str, Any],
-        blocks: list[dict[str, list[str]]] | None = None,
+        blocks: list[dict[str, list[str]]],
     ) -> Embedding:
         """Write ids, labels and attributes, then commit the staging tree (:meth:`Output.commit`).
 
@@ -158,7 +158,8 @@ class EmbeddingWriter:
         ----------
         blocks : list of dict
             What :func:`write_embedding_block` returned for each document chunk, in the
-            order of the chunks: the digests of V and ``degenerate``, recorded.
+            order of the chunks: the digests of V and ``degenerate``, recorded (the store
+            says every array has one, so they are required).
         doc_ids : ndarray of shape (n,), str
         labels : ndarray of shape (n,), int32, or None
         label_names : list of str or None
@@ -180,9 +181,8 @@ class EmbeddingWriter:
             require_written(group[name], self.path, name)
         digests: dict[str, Any] = {
             "doc_ids": write_vector(group, "doc_ids", np.asarray(doc_ids, dtype=object))}
-        if blocks is not None:  # one digest per zarr chunk, in order (every block starts one)
-            for name in ("V", "degenerate"):
-                digests[name] = [d for block in blocks for d in block[name]]
+        for name in ("V", "degenerate"):  # one digest per zarr chunk, in order
+            digests[name] = [d for block in blocks for d in block[name]]
         if labels is not None:
             labels = np.asarray(labels, dtype=np.int32)
             write_array(group, "labels", labels)

@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 import zarr
 
-from sphdist.errors import ModelFormatError, Remedy, remedy
+from sphdist.errors import ModelFormatError, Remedy, Text, remedy
 from sphdist.io._atomic import Output
 from sphdist.io._checked import chunk_sha256
 from sphdist.io._tagged import TaggedStore
@@ -49,8 +49,8 @@ _CHUNK = 1 << 16  # documents per stored chunk
 _ARRAYS = {"xy": np.float64, "neighbors": np.int64, "cosine": np.float64}
 
 
-def _write(**overrides: Any) -> str:
-    """The layout job, as a remedy's marker."""
+def _write(**overrides: Any) -> Text:
+    """The layout job, as a remedy."""
     return remedy(Remedy("layout", {"model": "MODEL"}, {"output": "LAYOUT", **overrides}))
 
 
@@ -130,8 +130,8 @@ class Layout(TaggedStore):
 
     KIND = KIND
     FORMAT_VERSION = FORMAT_VERSION
-    _MISSING = f"write one with {_write()}"
-    _STALE = _REWRITE = f"write it again with {_write(overwrite=True)}"
+    _MISSING = "write one with " + _write()
+    _STALE = _REWRITE = "write it again with " + _write(overwrite=True)
 
     def _open(self) -> None:
         super()._open()
@@ -144,7 +144,7 @@ class Layout(TaggedStore):
                 "layout", target, {"output": str(self.path), "overwrite": True}))
 
     @property
-    def rebuild(self) -> str:
+    def rebuild(self) -> Text:
         """The remedy of every refusal: the command that writes this layout again."""
         return self._REWRITE
 
@@ -174,7 +174,7 @@ class Layout(TaggedStore):
         digests = (self.attrs.get("sha256") or {}).get(name)
         if not isinstance(digests, list):
             raise ModelFormatError(f"{self.location}: no digest of {name} recorded. To "
-                                   f"resolve this, {self.rebuild}.")
+                                   "resolve this, " + self.rebuild + ".")
         return self._read(name, digests)
 
     def check_fresh(self, *, u_sha256: str, v_sha256: str | None, n_documents: int,
@@ -208,7 +208,7 @@ class Layout(TaggedStore):
             stale = (f"it lays out {self.n_documents} documents, {what} has {n_documents}")
         if stale:
             raise ModelFormatError(f"{self.path} is older than its model: {stale}. To resolve "
-                                   f"this, {self.rebuild}.")
+                                   "this, " + self.rebuild + ".")
 
 
 def open_layout(path: str | os.PathLike[str]) -> Layout:

@@ -41,9 +41,9 @@ def _write(writer):
     """Fill the writer's staging tree with a small V, then commit it."""
     V = np.zeros((R, N))
     V[0] = 1.0
-    write_embedding_block(str(writer.staging), 0, V, np.zeros(N, dtype=bool))
+    block = write_embedding_block(str(writer.staging), 0, V, np.zeros(N, dtype=bool))
     return writer.commit(doc_ids=np.array([str(j) for j in range(N)]), labels=None,
-                         label_names=None, attrs={})
+                         label_names=None, attrs={}, blocks=[block])
 
 
 def test_a_writer_given_an_output_whose_block_ended_commits_nothing(tmp_path):

@@ -37,6 +37,8 @@ from sphdist.errors import (
     InputNotFoundError,
     ParameterError,
 )
+from sphdist.jobs import run
+from sphdist.jobs.fit import FitRequest
 from tests.text._old_defaults import ingest_old
 
 M = 2**10
@@ -265,16 +267,9 @@ def test_like_corpus_transforms_as_the_fitted_vectorizer(tmp_path, vocabulary):
 
 
 def test_like_model(tmp_path):
+    """A model fitted on a corpus carries its features: ``like=model`` reads them as the corpus."""
     base = _ingest("jsonl", tmp_path, "base.zarr", vocabulary=True)
-    model = zarr.open_group(store=str(tmp_path / "model.zarr"), mode="w")
-    model.attrs.update({"sphdist": {"kind": "model", "format_version": 1},
-                        "params": {"n_components": 1}, "n_iter": 0, "objective": [1.0],
-                        "corpus": {"feature_scheme": base.feature_scheme, "tfidf": base.tfidf,
-                                   "fingerprint": base.fingerprint}})
-    model.create_array("U", data=np.eye(base.n_features, 1))  # a model holds U (issue 24)
-    model.create_array("idf", data=base.idf)
-    vocab = model.create_array("vocabulary", shape=(base.n_features,), dtype=str)
-    vocab[:] = np.asarray(base.vocabulary, dtype=object)
+    run(FitRequest(base.path, tmp_path / "model.zarr", n_components=1, max_iter=2))
     new = ingest_old(_write_new(tmp_path), tmp_path / "new.zarr", like=tmp_path / "model.zarr")
     again = ingest_old(_write_new(tmp_path), tmp_path / "again.zarr", like=base.path)
     np.testing.assert_array_equal(_matrix(new), _matrix(again))
