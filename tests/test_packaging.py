@@ -50,16 +50,21 @@ def bare_install(tmp_path_factory) -> Path:
     bin_dir = root / "venv" / "bin"
     # --no-compile: no .pyc for every module of every dependency (half the install's time);
     # the commands below compile what they import, once, as a user's first run does
+    # without PYTHONPATH: a checkout on it reads as sphdist "already satisfied" to pip
     installed = _run([sys.executable, "-m", "pip", "--python", str(bin_dir / "python"),
-                      "install", "--quiet", "--no-compile", str(wheel)])
+                      "install", "--quiet", "--no-compile", str(wheel)], env=_clean_env())
     assert installed.returncode == 0, installed.stderr
     return bin_dir
 
 
+def _clean_env() -> dict[str, str]:
+    """This environment less the variables that would put this checkout on ``sys.path``."""
+    return {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "VIRTUAL_ENV"))}
+
+
 @pytest.fixture(scope="module")
 def env() -> dict[str, str]:
-    clean = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "VIRTUAL_ENV"))}
-    return clean | {"SPHDIST_LOCK_LEASE": "30"}
+    return _clean_env() | {"SPHDIST_LOCK_LEASE": "30"}
 
 
 def test_no_extra_is_installed(bare_install):
@@ -75,7 +80,8 @@ def test_the_wheel_carries_the_license_and_no_unused_dependency(bare_install):
     code = ("import importlib.metadata as m, json; d = m.distribution('sphdist'); "
             "print(json.dumps({'files': [str(f) for f in d.files], 'requires': d.requires, "
             "'license': d.metadata.get('License-Expression')}))")
-    probe = _run([str(bare_install / "python"), "-c", code], cwd=bare_install)  # not the
+    probe = _run([str(bare_install / "python"), "-c", code], cwd=bare_install,
+                 env=_clean_env())  # not the
     assert probe.returncode == 0, probe.stderr  # checkout's sphdist.egg-info, on sys.path[0]
     meta = json.loads(probe.stdout)
     licenses = [f for f in meta["files"] if f.endswith("LICENSE")]
