@@ -209,11 +209,12 @@ def test_an_embedding_commit_refuses_chunks_written_on_other_disks(isolated, dri
         tree = {str(p): p.read_bytes() for p in Path(writer.staging).rglob("zarr.json")}
         client.run(_replicate, tree)  # the staging folder's metadata, on the workers' disks
         V = np.ones((2, 5))
-        client.gather([client.submit(write_embedding_block, str(writer.staging), start, V,
-                                     np.zeros(5, bool), pure=False) for start in (0, 5)])
+        blocks = client.gather([client.submit(write_embedding_block, str(writer.staging),
+                                              start, V, np.zeros(5, bool), pure=False)
+                                for start in (0, 5)])
         with pytest.raises(StorageError, match=r"emb\.zarr: 2 of the 2 chunk files of V "):
             writer.commit(doc_ids=np.array([str(j) for j in range(10)]), labels=None,
-                          label_names=None, attrs={})
+                          label_names=None, attrs={}, blocks=blocks)
     assert not out.exists()
 
 

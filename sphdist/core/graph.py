@@ -476,6 +476,9 @@ def broadcast(A: Any, *, as_delayed: bool = False) -> Any:
 def _scatter(client: Any, A: Any) -> Any:
     """``client.scatter([A])``: A as one object; a NoWorkerError with no worker in time.
 
+    A worker that dies while A is sent to it fails the scatter with distributed's
+    ``CommClosedError``, one of :func:`sphdist.jobs.cluster.worker_losses`.
+
     distributed's scatter waits for a worker up to its connect timeout and then raises a
     bare ``TimeoutError("No valid workers found")``; the tasks of a cluster without workers
     fail with :class:`distributed.scheduler.NoWorkerError` after the scheduler's
@@ -483,6 +486,7 @@ def _scatter(client: Any, A: Any) -> Any:
     it): the same wait, the same error, which the jobs turn into their message.
     """
     from dask.utils import parse_timedelta
+    from distributed.comm.core import CommClosedError
     from distributed.scheduler import NoWorkerError
 
     value = dask.config.get("distributed.scheduler.no-workers-timeout", None)
@@ -495,6 +499,11 @@ def _scatter(client: Any, A: Any) -> Any:
         if "No valid workers" not in str(exc):
             raise
         raise NoWorkerError(task="scatter of U", timeout=timeout or 0) from exc
+    except OSError as exc:
+        # the worker it was sent to died before the scheduler dropped it: distributed tries
+        # to connect until its connect timeout, then raises a bare OSError. A worker loss,
+        # as a task's would be (the fit restarts from its last checkpoint)
+        raise CommClosedError(f"scatter of U to a lost worker: {exc}") from exc
 
 
 def per_chunk(func: Callable[..., Any], X: da.Array, *args: Any, dtype: Any = object,

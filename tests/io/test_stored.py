@@ -44,9 +44,9 @@ def stores(tmp_path):
     save_checkpoint(tmp_path / "m.zarr", state, params={"n_components": R},
                     corpus={"path": str(tmp_path / "c.zarr")})
     with EmbeddingWriter(tmp_path / "e.zarr", n_components=R, chunks=(N,)) as w:
-        write_embedding_block(str(w.staging), 0, V, np.zeros(N, dtype=bool))
+        block = write_embedding_block(str(w.staging), 0, V, np.zeros(N, dtype=bool))
         w.commit(doc_ids=np.array([str(j) for j in range(N)]), labels=None, label_names=None,
-                 attrs={})
+                 attrs={}, blocks=[block])
     return tmp_path
 
 
