@@ -14,24 +14,28 @@ another directory must give a complete model (they were written into the workers
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
 import sys
 from pathlib import Path
 
+import dask
 import dask.array as da
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
 from sphdist.errors import StorageError
+from sphdist.io.corpus import open_corpus
 from sphdist.io.corpus_writer import CorpusWriter
 from sphdist.io.embedding import EmbeddingWriter, open_embedding, write_embedding_block
 from sphdist.io.model import open_model, save_checkpoint
 from sphdist.jobs import run
 from sphdist.jobs.cluster import connect
 from sphdist.jobs.fit import FitRequest
+from sphdist.jobs.ingest import IngestRequest
 from sphdist.jobs.neighbors import IndexRequest, KnnGraphRequest
 from sphdist.jobs.transform import TransformRequest
 
@@ -253,3 +257,30 @@ def test_relative_paths_on_an_external_cluster_give_the_complete_model(
                                   reference["emb"].V[:])
     assert not list(workers_cwd.iterdir())  # nothing was written where the workers started
 
+
+
+def test_relative_paths_of_an_ingest_on_an_external_cluster(elsewhere, tmp_path):
+    """Issue 44 item 8: a relative SOURCE with --scheduler-address failed with
+    ``Error: FileNotFoundError: ... 'docs.jsonl'``, or read the file of that name in the
+    workers' working directory; the spill path was relative too."""
+    cluster, workers_cwd = elsewhere
+    docs = [{"id": f"d{j}", "text": f"alpha beta {'gamma ' * (j % 3)}delta{j % 5}"}
+            for j in range(40)]
+    (tmp_path / "docs.jsonl").write_text("".join(json.dumps(d) + "\n" for d in docs))
+    decoy = workers_cwd / "docs.jsonl"  # what the workers would read for a relative name
+    decoy.write_text(json.dumps({"id": "x", "text": "not the driver's documents"}) + "\n")
+    try:
+        _ok(_sphdist(cluster, dict(os.environ), tmp_path, "ingest", "docs.jsonl",
+                     "-o", "c.zarr", "--chunk-size", "16", "--min-df", "1"))
+        assert sorted(p.name for p in workers_cwd.iterdir()) == ["docs.jsonl"]
+    finally:
+        decoy.unlink()
+    with dask.config.set(scheduler="sync"):
+        threads = run(IngestRequest.of(str(tmp_path / "docs.jsonl"), tmp_path / "t.zarr",
+                                       chunk_size=16, min_df=1))
+    cluster_corpus = open_corpus(tmp_path / "c.zarr")
+    assert list(cluster_corpus.doc_ids) == [d["id"] for d in docs] == list(threads.doc_ids)
+    assert list(cluster_corpus.vocabulary) == list(threads.vocabulary)
+    for i in range(threads.n_chunks):
+        a, b = cluster_corpus.read_chunk(i), threads.read_chunk(i)
+        assert (a != b).nnz == 0

@@ -32,10 +32,9 @@ from sphdist.errors import InputNotFoundError, Remedy, remedy
 from sphdist.io import Output, absolute, exists, location
 from sphdist.io.layout import Layout, open_layout, v_identity, write_layout
 from sphdist.io.model import open_model
-from sphdist.jobs._cluster_paths import check_workers_see, task_path
 from sphdist.jobs._lifecycle import Request, located
-from sphdist.jobs.embedding import EmbeddingSource, open_embedding_source
-from sphdist.jobs.neighbors._base import _say, _skip, check_k, find_index
+from sphdist.jobs.embedding import EmbeddingSource
+from sphdist.jobs.neighbors._graph import GraphSearch
 from sphdist.metrics import neighbourhood_kept
 
 __all__ = ["LayoutRequest", "default_layout_path", "tsne_layout", "source_identity",
@@ -203,50 +202,32 @@ class LayoutRequest(Request):
         """The model, the documents and the index, where given."""
         return (self.model, self.input, self.index)
 
-    def prepare(self) -> tuple[Any, ...]:
+    def prepare(self) -> GraphSearch:
         """The embeddings and the index searched, opened and checked (no cluster)."""
-        model, input = task_path(self.model), task_path(self.input)
-        source = open_embedding_source(model, input, verb="layout",
-                                       rest={"output": str(self.output)})
-        fitted = open_model(model)
-        found, path = find_index(model, source, fitted, input, index=self.index,
-                                 exact=self.exact, nprobe=self.nprobe)
-        skip = _skip(source)
-        live = source.n_documents - (0 if skip is None else int(skip.sum()))
-        check_k(self.k, (found.n_indexed_ if found is not None else live) - 1,
-                "other documents")
-        _say(found, path)
-        return model, input, source, fitted, found, path, skip
+        return GraphSearch.open(self.model, self.input, k=self.k, index=self.index,
+                                exact=self.exact, nprobe=self.nprobe, verb="layout",
+                                rest={"output": str(self.output)})
 
-    def execute(self, held: Output, prepared: tuple[Any, ...]) -> dict[str, Any]:
+    def execute(self, held: Output, search: GraphSearch) -> dict[str, Any]:
         """The k-NN graph on Dask, its layout, and the commit through ``held``."""
-        import dask
         import openTSNE
 
-        from sphdist.core import graph
-
-        model, input, source, fitted, found, path, skip = prepared
+        model, input, source, fitted = search.model, search.input, search.source, search.fitted
+        found, path, skip = search.found, search.path, search.skip
         start = time.perf_counter()
-        check_workers_see(graph.active_client(),
-                          inputs=(model if source.origin == "model" else input,))
-        chunk = 2048 if found is None else 16384
-        idx, cos = graph.knn_graph(source.V, self.k, skip=skip, query_chunk=chunk,
-                                   search=None if found is None else found.search)
-        idx, cos = dask.compute(idx, cos)
+        idx, cos = search.knn(self.k)
         idx = np.asarray(idx, dtype=np.int64)
         cos = np.asarray(cos, dtype=np.float64)
         n = source.n_documents
         keep = np.ones(n, bool) if skip is None else ~skip
-        idx[~keep], cos[~keep] = -1, -np.inf
         idx = np.where(keep[np.maximum(idx, 0)] & (idx >= 0), idx, -1)  # no placeholder
         graph_s = time.perf_counter() - start
         if found is None and n > _HINT_INDEX:
-            logger.info("layout: the exact graph scans every pair of documents; %s first "
-                        "makes it the index' search (at 100,000 documents: 101 s instead of "
-                        "985 s, pipelines/results/map.md)",
-                        remedy(Remedy("index", {"model": str(self.model),
-                                                **({"input": str(self.input)}
-                                                   if self.input is not None else {})})))
+            index = remedy(Remedy("index", {"model": str(self.model), **(
+                {"input": str(self.input)} if self.input is not None else {})}))
+            logger.info("layout: the exact graph scans every pair of documents; " + index
+                        + " first makes it the index' search (at 100,000 documents: 101 s "
+                        "instead of 985 s, pipelines/results/map.md)")
         logger.info("layout: the %d-NN graph of %d documents in %.1f s; laying it out "
                     "(openTSNE, %d steps)", self.k, n, graph_s, self.n_iter)
         start = time.perf_counter()

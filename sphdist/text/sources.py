@@ -23,7 +23,7 @@ import stat
 import tarfile
 import zlib
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -63,9 +63,19 @@ _SCAN_BLOCK = 1 << 24  # bytes read at a time when scanning JSON Lines for line 
 
 
 class Partition:
-    """A piece of a source read by one task; ``n_docs`` is None when unknown before reading."""
+    """A piece of a source read by one task; ``n_docs`` is None when unknown before reading.
+
+    Its paths are as the user gave them (they name documents in ids and messages); a task
+    opens them against ``base``, the working directory of the process that planned the
+    source (:func:`plan`), since a worker's own may be another (issue 44 item 8).
+    """
 
     n_docs: int | None
+    base: str
+
+    def file(self, path: str) -> str:
+        """``path`` as a task opens it: against :attr:`base` unless absolute or a URL."""
+        return path if not self.base or is_remote(path) else os.path.join(self.base, path)
 
     def records(self, reading: Reading) -> Iterator[Record | Bad]:  # pragma: no cover
         """Yield the documents of the partition, in corpus order."""
@@ -88,6 +98,7 @@ class DirPartition(Partition):
 
     root: str
     ids: tuple[str, ...]
+    base: str = field(default="", kw_only=True)
 
     @property
     def n_docs(self) -> int:  # type: ignore[override]
@@ -101,25 +112,25 @@ class DirPartition(Partition):
         never opened: it is a :class:`Bad` (checked here, at read time, so that a link put in
         place after listing is caught too).
         """
-        root = os.path.realpath(self.root)
+        root = os.path.realpath(self.file(self.root))
         for doc_id in self.ids:
             path = os.path.join(self.root, doc_id)
             bad = not_utf8(doc_id, path)
             if bad is not None:
                 yield bad
                 continue
-            real = os.path.realpath(path)
+            real = os.path.realpath(self.file(path))
             if not _inside(real, root):
                 yield Bad(path, f"a symbolic link to {real}, outside the source folder "
                                 f"{root}: not read")
                 continue
             try:
-                size = os.stat(path).st_size
+                size = os.stat(real).st_size
                 if size > reading.max_bytes:
                     yield Bad(path, f"document of {size} bytes exceeds the limit of "
                                     f"{reading.max_bytes} bytes (max_document_bytes)")
                     continue
-                with open(path, "rb") as f:
+                with open(real, "rb") as f:
                     content = f.read()
             except OSError as exc:
                 yield Bad(path, f"could not be read ({type(exc).__name__}: {exc.strerror})")
@@ -139,6 +150,7 @@ class TarPartition(Partition):
 
     path: str
     offsets: tuple[tuple[str, int], ...]  # (doc id, member offset), in id order
+    base: str = field(default="", kw_only=True)
 
     @property
     def n_docs(self) -> int:  # type: ignore[override]
@@ -149,7 +161,7 @@ class TarPartition(Partition):
         """Yield ``(id, text, label, where)`` in id order (a partition's members are buffered)."""
         wanted = dict(self.offsets)
         found: dict[str, bytes | Bad] = {}
-        with tarfile.open(self.path, "r:*") as archive:
+        with tarfile.open(self.file(self.path), "r:*") as archive:
             for member in archive:
                 if len(found) == len(wanted):
                     break
@@ -316,6 +328,7 @@ class JsonlPartition(Partition):
     first_line: int = 1
     n_lines: int | None = None
     n_docs: int | None = None
+    base: str = field(default="", kw_only=True)
 
     def records(self, reading: Reading) -> Iterator[Record | Bad]:
         """Yield ``(id, text, label, where)`` per non-blank line, or a :class:`Bad`."""
@@ -323,7 +336,7 @@ class JsonlPartition(Partition):
             reading.text_field, reading.label_field, reading.id_field
         )
         line_no = self.first_line - 1
-        with _open_binary(self.path) as f, stream_errors(self.path, lambda: line_no):
+        with _open_binary(self.file(self.path)) as f, stream_errors(self.path, lambda: line_no):
             if self.start:
                 f.seek(self.start)
             while self.n_lines is None or line_no < self.first_line - 1 + self.n_lines:
@@ -527,6 +540,7 @@ class CsvPartition(Partition):
 
     path: str
     n_docs: int | None = None
+    base: str = field(default="", kw_only=True)
 
     def records(self, reading: Reading) -> Iterator[Record | Bad]:
         """Yield ``(id, text, label, where)`` per row, or a :class:`Bad`."""
@@ -535,7 +549,8 @@ class CsvPartition(Partition):
             csv.field_size_limit(_CSV_FIELD_LIMIT)
         row = line = 0  # rows yielded; the last physical line read
         try:
-            with _open_binary(self.path) as raw, stream_errors(self.path, lambda: row, "row"):
+            with (_open_binary(self.file(self.path)) as raw,
+                  stream_errors(self.path, lambda: row, "row")):
                 # utf-8-sig: a byte-order mark before the header is not part of its first name
                 reader = csv.reader(io.TextIOWrapper(raw, encoding="utf-8-sig", newline=""),
                                     delimiter=sep)
@@ -593,6 +608,7 @@ class ParquetPartition(Partition):
     row_groups: tuple[int, ...] = ()
     first_row: int = 1
     n_docs: int | None = None
+    base: str = field(default="", kw_only=True)
 
     def records(self, reading: Reading) -> Iterator[Record | Bad]:
         """Yield ``(id, text, label, where)`` per row, or a :class:`Bad`."""
@@ -600,7 +616,7 @@ class ParquetPartition(Partition):
 
         wanted = [c for c in (reading.text_field, reading.label_field, reading.id_field) if c]
         first = self.first_row
-        with open_file(self.path) as raw, pq.ParquetFile(raw) as f:
+        with open_file(self.file(self.path)) as raw, pq.ParquetFile(raw) as f:
             for group in self.row_groups:
                 frame = f.read_row_group(group, columns=wanted).to_pandas()
                 yield from _frame_records(frame, self.path, first, reading, "row")
@@ -620,6 +636,13 @@ class Plan:
     #: Entries of a folder or tar source that cannot be documents (links in an archive,
     #: devices, FIFOs): found when listing, bad documents (``on_error``) never read.
     unreadable: list[Bad] = field(default_factory=list)
+
+
+def _based(planned: Plan) -> Plan:
+    """``planned`` with every partition's paths opened against this working directory."""
+    base = os.getcwd()
+    planned.partitions = [replace(p, base=base) for p in planned.partitions]
+    return planned
 
 
 def _has_glob(text: str) -> bool:
@@ -811,7 +834,7 @@ def plan(
                     first += rows
                     group, rows = [], 0
             n_documents = (n_documents or 0) + meta.num_rows
-    return Plan(format, partitions, n_documents, paths=[str(p) for p in files])
+    return _based(Plan(format, partitions, n_documents, paths=[str(p) for p in files]))
 
 
 def field_names(src: Plan) -> set[str]:
@@ -897,5 +920,5 @@ def _plan_files(path: Path, format: str, partition_size: int, categories, max_do
     wanted = None if categories is None else set(categories)
     unreadable = [bad for doc_id, bad in sorted(special)
                   if wanted is None or label_of(doc_id) in wanted]
-    return Plan(format, partitions, len(kept), n_available=len(ids), paths=[str(path)],
-                unreadable=unreadable)
+    return _based(Plan(format, partitions, len(kept), n_available=len(ids), paths=[str(path)],
+                       unreadable=unreadable))

@@ -103,40 +103,18 @@ class KnnGraphRequest(Request):
 
     def prepare(self) -> tuple[Any, ...]:
         """The embeddings and the index searched, opened and checked (no cluster)."""
-        # absolute here, once: the workers' working directories are their own
-        model, input = task_path(self.model), task_path(self.input)
         output = task_path(self.output, output=True)
-        rest = {"all": True, "k": self.k, "output": str(output)}
-        source = open_embedding_source(model, input, verb="neighbors", rest=rest)
-        fitted = open_model(model)
-        found, path = find_index(model, source, fitted, input, index=self.index,
-                                 exact=self.exact, nprobe=self.nprobe)
-        skip = _skip(source)
-        live = source.n_documents - (0 if skip is None else int(skip.sum()))
-        check_k(self.k, (found.n_indexed_ if found is not None else live) - 1,
-                "other documents")
-        _say(found, path)
-        return model, input, output, source, found, path, skip
+        search = GraphSearch.open(self.model, self.input, k=self.k, index=self.index,
+                                  exact=self.exact, nprobe=self.nprobe, verb="neighbors",
+                                  rest={"all": True, "k": self.k, "output": str(output)})
+        return output, search
 
     def execute(self, held: Output, prepared: tuple[Any, ...]) -> dict[str, Any]:
         """Search every document's neighbours on Dask and commit the table through ``held``."""
-        import dask
-
-        # dask: one query imports this module and must not import it (test_startup.py)
-        from sphdist.core import graph
-
-        model, input, output, source, found, path, skip = prepared
+        output, search = prepared
+        source = search.source
         start = time.perf_counter()
-        chunk = self.query_chunk or (2048 if found is None else 16384)
-        check_workers_see(graph.active_client(),
-                          inputs=(model if source.origin == "model" else input,))
-        idx, cos = graph.knn_graph(source.V, self.k, skip=skip, query_chunk=chunk,
-                                   search=None if found is None else found.search)
-        idx, cos = dask.compute(idx, cos)
-        if found is not None:
-            _check_hits(found, source, idx)
-        if skip is not None:  # documents without a direction have no neighbours
-            idx[skip], cos[skip] = -1, -np.inf
+        idx, cos = search.knn(self.k, query_chunk=self.query_chunk)
         seconds = time.perf_counter() - start
         columns = hits_table(source, [str(d) for d in source.doc_ids], idx, cos,
                              source.label_strings(np.arange(source.n_documents)))
@@ -144,5 +122,115 @@ class KnnGraphRequest(Request):
             _write_table(columns, staging, self.written)
         return {"output": str(output), "format": self.written,
                 "n_rows": len(columns["rank"]), "n_documents": source.n_documents,
-                "k": self.k, "index": None if path is None else str(path),
+                "k": self.k, "index": None if search.path is None else str(search.path),
                 "seconds": seconds}
+
+
+@dataclasses.dataclass(frozen=True)
+class GraphSearch:
+    """What a job over every document's k nearest others searches, opened and checked.
+
+    Shared by ``sphdist neighbors --all`` (:class:`KnnGraphRequest`) and ``sphdist layout``
+    (:class:`sphdist.jobs.layout.LayoutRequest`): the same graph, the same checks.
+
+    Attributes
+    ----------
+    model, input : str or None
+        As the workers read them (:func:`~sphdist.jobs._cluster_paths.task_path`).
+    source : EmbeddingSource
+        The embeddings searched, n documents.
+    fitted : Model
+        The model, opened.
+    found : index or None
+        The stored index searched (:func:`find_index`); None: the exact graph.
+    path : Path or None
+        Where ``found`` is stored.
+    skip : ndarray of shape (n,), bool, or None
+        The documents without a direction (no neighbours, never a neighbour).
+    """
+
+    model: Any
+    input: Any
+    source: Any
+    fitted: Any
+    found: Any
+    path: Any
+    skip: np.ndarray | None
+
+    @classmethod
+    def open(cls, model: Any, input: Any, *, k: int, index: Any, exact: bool,
+             nprobe: int | None, verb: str, rest: dict[str, Any]) -> GraphSearch:
+        """Open the embeddings, the model and the index, and check ``k`` (no cluster).
+
+        Parameters
+        ----------
+        model, input, index : path-like or None
+        k : int
+            Neighbours per document.
+        exact, nprobe
+            As :func:`find_index`.
+        verb : str
+            The job, for the messages.
+        rest : dict
+            The job's other options, for the remedies (as :func:`open_embedding_source`).
+
+        Raises
+        ------
+        ParameterError
+            If ``k`` exceeds the documents that can be neighbours.
+        CorpusMismatchError, ModelFormatError
+            As :func:`open_embedding_source` and :func:`find_index`.
+        """
+        # absolute here, once: the workers' working directories are their own
+        model, input = task_path(model), task_path(input)
+        source = open_embedding_source(model, input, verb=verb, rest=rest)
+        fitted = open_model(model)
+        found, path = find_index(model, source, fitted, input, index=index, exact=exact,
+                                 nprobe=nprobe)
+        skip = _skip(source)
+        live = source.n_documents - (0 if skip is None else int(skip.sum()))
+        check_k(k, (found.n_indexed_ if found is not None else live) - 1, "other documents")
+        _say(found, path)
+        return cls(model, input, source, fitted, found, path, skip)
+
+    def knn(self, k: int, *, query_chunk: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """Every document's k nearest other documents, on the active Dask scheduler.
+
+        Parameters
+        ----------
+        k : int
+        query_chunk : int, optional
+            Documents per task; default 2048 for the exact graph, 16384 with an index.
+
+        Returns
+        -------
+        idx : ndarray of shape (n, k), int
+            Neighbour positions, nearest first; -1 where there is none (a document without a
+            direction has none).
+        cos : ndarray of shape (n, k), float
+            Their cosine similarities; -inf where there is none.
+
+        Raises
+        ------
+        ModelFormatError
+            If the index returned a document that is not one of those searched (damaged).
+        InputNotFoundError
+            If a worker of the cluster does not see the model or the embeddings as this
+            process does (:func:`~sphdist.jobs._cluster_paths.check_workers_see`).
+        """
+        import dask
+
+        # dask: one query imports this module and must not import it (test_startup.py)
+        from sphdist.core import graph
+
+        check_workers_see(graph.active_client(),
+                          inputs=(self.model if self.source.origin == "model" else self.input,))
+        chunk = query_chunk or (2048 if self.found is None else 16384)
+        idx, cos = graph.knn_graph(self.source.V, k, skip=self.skip, query_chunk=chunk,
+                                   search=None if self.found is None else self.found.search)
+        idx, cos = dask.compute(idx, cos)
+        if self.found is not None:
+            _check_hits(self.found, self.source, idx)
+        if self.skip is not None:  # documents without a direction have no neighbours
+            idx[self.skip], cos[self.skip] = -1, -np.inf
+        return idx, cos
