@@ -19,7 +19,7 @@ from sklearn.cluster import KMeans
 from sklearn.metrics import normalized_mutual_info_score
 from sklearn.metrics.cluster import contingency_matrix
 
-from sphdist.errors import DataError, ParameterError
+from sphdist.errors import DataError, ParameterError, option
 
 __all__ = [
     "clustering_accuracy", "normalized_mutual_info", "evaluate_embedding", "knn_accuracy",
@@ -121,6 +121,7 @@ def knn_accuracy(
     n_neighbors: int = 10,
     n_splits: int = 5,
     max_documents: int | None = 20_000,
+    min_label_size: int = 2,
     random_state: Any = 0,
 ) -> dict[str, Any]:
     """k-NN label accuracy of an embedding: cosine, stratified k-fold cross-validation.
@@ -132,6 +133,12 @@ def knn_accuracy(
     shuffle=True)``; the mean of the folds' accuracies. Unlike k-means accuracy it does not
     depend on the clusters being balanced or convex.
 
+    The documents of a label with fewer than ``min_label_size`` documents are left out, as
+    those of unknown labels are: neither scored nor anyone's neighbours (a stratified fold
+    needs two documents of each label, and a label that no training fold holds could never
+    be predicted). The score is then the accuracy on the other labels' documents, and the
+    report says how many documents and labels were left out.
+
     Parameters
     ----------
     embedding : ndarray of shape (n_documents, r), float64
@@ -141,38 +148,69 @@ def knn_accuracy(
     n_neighbors : int, default 10
         k of the classifier.
     n_splits : int, default 5
-        Folds; fewer when the rarest label has fewer documents (at least 2).
+        Folds; fewer when the rarest label scored has fewer documents (at least 2).
     max_documents : int or None, default 20000
         Score a stratified random sample of this many labelled documents when there are more
-        (the brute-force classifier costs ``n^2 r`` per pass); None: all of them.
+        (the brute-force classifier costs ``n^2 r`` per pass); None: all of them. The labels
+        of fewer than ``min_label_size`` documents are left out before the sample, and
+        those the sample leaves with fewer after it.
+    min_label_size : int, default 2
+        Leave out the documents of labels with fewer documents than this. 1 keeps every
+        label, so a label of a single document leaves the accuracy unscored (no stratified
+        split), as scikit-learn's ``StratifiedKFold`` would refuse it; ``n_splits`` or more
+        scores every label in every fold.
     random_state : int, RandomState or None, default 0
         Seed of the sample and of the folds' shuffle.
 
     Returns
     -------
     dict
-        ``knn_accuracy`` (fraction in [0, 1]; None when the rarest label has a single
-        document, or a fold has fewer training documents than ``n_neighbors``: too few
-        documents to score), ``knn_k``, ``knn_folds`` and ``knn_documents`` (the documents
-        scored).
+        ``knn_accuracy`` (fraction in [0, 1]; None when a label scored has a single document
+        (``min_label_size=1``), fewer than two labels are left, or a fold has fewer training
+        documents than ``n_neighbors``: too few documents to score), ``knn_k``,
+        ``knn_folds``, ``knn_documents`` and ``knn_labels`` (the documents and labels
+        scored), ``knn_left_out_documents`` and ``knn_left_out_labels`` (the labelled
+        documents, and their labels, left out for having fewer than ``min_label_size``
+        documents), ``knn_min_label_size``.
 
     Raises
     ------
     DataError
         If no document has a known label, or the embedding holds NaN or Inf.
+    ParameterError
+        If ``min_label_size`` is less than 1.
     """
     from sklearn.model_selection import StratifiedKFold, cross_val_score, train_test_split
     from sklearn.neighbors import KNeighborsClassifier
 
+    if min_label_size < 1:
+        raise ParameterError(
+            option("min_label_size", min_label_size)
+            + " leaves nothing to count. To resolve this, pass 1 (keep every label) or more.")
     X, y = _labelled(embedding, labels, "neighbourhoods")
+    codes, counts = np.unique(y, return_counts=True)
+    scored = codes[counts >= min_label_size]
+    keep = np.isin(y, scored)
+    X, y = X[keep], y[keep]
     if max_documents is not None and y.size > max_documents:
-        _, counts = np.unique(y, return_counts=True)
-        stratify = y if counts.min() >= 2 else None
+        stratify = y if counts[counts >= min_label_size].min() >= 2 else None
         X, _, y, _ = train_test_split(X, y, train_size=max_documents, stratify=stratify,
                                       random_state=random_state)
+        sample_codes, sample_counts = np.unique(y, return_counts=True)
+        scored = sample_codes[sample_counts >= min_label_size]
+        keep = np.isin(y, scored)
+        X, y = X[keep], y[keep]
+    left_out = ~np.isin(codes, scored)
+    report: dict[str, Any] = {
+        "knn_accuracy": None, "knn_k": int(n_neighbors), "knn_folds": 0,
+        "knn_documents": int(y.size), "knn_labels": int(scored.size),
+        "knn_left_out_documents": int(counts[left_out].sum()),
+        "knn_left_out_labels": int(left_out.sum()), "knn_min_label_size": int(min_label_size),
+    }
+    if scored.size < 2:  # a classifier of one label scores 1.0 whatever the embedding
+        return report
     folds = min(int(n_splits), int(np.unique(y, return_counts=True)[1].min()))
-    report: dict[str, Any] = {"knn_accuracy": None, "knn_k": int(n_neighbors),
-                              "knn_folds": folds, "knn_documents": int(y.size)}
+    report["knn_folds"] = folds
     if folds < 2:  # a label with a single document: no stratified split
         return report
     if n_neighbors > y.size - -(-y.size // folds):  # the smallest training fold

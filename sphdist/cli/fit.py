@@ -298,17 +298,23 @@ def fit(
 @click.option("--knn-k", type=click.IntRange(min=1), default=10, show_default=True,
               help="k of the k-NN label accuracy (cosine, stratified 5-fold, at most 20,000 "
                    "documents).")
+@click.option("--knn-min-label-size", type=click.IntRange(min=1), default=2,
+              show_default=True,
+              help="The k-NN label accuracy leaves out the documents of labels with fewer "
+                   "documents than this (and says how many); 1 keeps every label, and a label "
+                   "of a single document leaves it unscored.")
 @json_option()
 def evaluate(
     model: Path, input_: Path | None, n_clusters: int | None, n_init: int, seed: int,
-    knn_k: int, as_json: bool,
+    knn_k: int, knn_min_label_size: int, as_json: bool,
 ) -> None:
     """k-means on an embedding: accuracy (Hungarian matching), NMI; and k-NN label accuracy."""
     from sphdist.jobs.evaluate import evaluate_model
     from sphdist.jobs.info import plural
 
     result = evaluate_model(
-        model, input_, n_clusters=n_clusters, n_init=n_init, random_state=seed, knn_k=knn_k
+        model, input_, n_clusters=n_clusters, n_init=n_init, random_state=seed, knn_k=knn_k,
+        knn_min_label_size=knn_min_label_size,
     )
     if result.get("knn_reason"):
         from sphdist.cli._remedies import render_for
@@ -327,6 +333,11 @@ def evaluate(
             f"{how.get(result['embedding'], '')}, k={result['n_clusters']}, "
             f"r={result['n_components']}, {plural(result['n_iter'], 'iteration')})"
         )
+        if result.get("knn_left_out") and result["knn_labels"] >= 2:
+            click.echo(
+                f"{result['knn_k']}-NN accuracy on {plural(result['knn_documents'], 'document')}"
+                f" of {plural(result['knn_labels'], 'label')}: {result['knn_left_out']}."
+            )
         if result.get("knn_reason"):
             click.echo(f"{result['knn_k']}-NN accuracy not scored: {result['knn_reason']}.")
 

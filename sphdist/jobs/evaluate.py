@@ -33,7 +33,7 @@ __all__ = ["evaluate_model"]
 
 def evaluate_model(
     model: str | os.PathLike[str], input: str | os.PathLike[str] | None = None, *,
-    knn_k: int | None = 10, **kmeans: Any
+    knn_k: int | None = 10, knn_min_label_size: int = 2, **kmeans: Any
 ) -> dict[str, Any]:
     """k-means and k-NN on the embedding of a set of documents, scored against their labels.
 
@@ -57,6 +57,12 @@ def evaluate_model(
         k of the k-NN label accuracy (:func:`sphdist.metrics.knn_accuracy`: cosine,
         stratified 5-fold, on at most 20,000 documents, seeded by ``random_state``); None:
         k-means only (no ``knn_*`` keys).
+    knn_min_label_size : int, default 2
+        The k-NN accuracy leaves out the documents of labels with fewer documents than this
+        (neither scored nor neighbours; ``min_label_size`` of
+        :func:`~sphdist.metrics.knn_accuracy`), so a collection with labels of a single
+        document is scored on the others. 1 keeps every label: the accuracy is then not
+        scored where a label has a single document (``knn_reason`` says so).
     **kmeans
         ``n_clusters``, ``n_init``, ``random_state`` of
         :func:`~sphdist.metrics.evaluate_embedding` (defaults: the number of labels, 10, 0).
@@ -66,7 +72,11 @@ def evaluate_model(
     dict
         ``accuracy``, ``nmi`` (fractions in [0, 1]), ``knn_accuracy`` (fraction in [0, 1], or
         None), ``knn_reason`` (only where ``knn_accuracy`` is None: why, in words, with the
-        remedy), ``knn_k``, ``knn_folds``, ``knn_documents``, ``n_documents``, ``n_clusters``,
+        option that scores it where one does), ``knn_k``, ``knn_folds``, ``knn_documents`` and
+        ``knn_labels`` (scored), ``knn_left_out_documents`` and ``knn_left_out_labels``
+        (left out for having fewer than ``knn_min_label_size`` documents),
+        ``knn_min_label_size``, ``knn_left_out`` (only where some were left out: which, in
+        words), ``n_documents``, ``n_clusters``,
         ``n_components``, ``n_iter``, ``objective`` (final value of the fit, clipped at 0:
         :func:`sphdist.jobs.info.shown_objective`), ``input`` (the documents' path) and
         ``embedding``: ``"model"`` (the training corpus' V), ``"embedding"`` (an
@@ -90,7 +100,8 @@ def evaluate_model(
     CorpusFormatError
         If a label code is outside the ``label_names`` (naming the document).
     ParameterError
-        If ``n_clusters`` is more than the labelled documents.
+        If ``n_clusters`` is more than the labelled documents, or ``knn_min_label_size`` is
+        less than 1.
 
     Notes
     -----
@@ -120,13 +131,22 @@ def evaluate_model(
             f"resolve this, choose 1 <= k <= {known.size}, e.g. the number of labels: "
             + remedy(again) + "."
         )
+    if knn_k is not None and knn_min_label_size < 1:
+        raise ParameterError(
+            option("knn_min_label_size", knn_min_label_size)
+            + " leaves nothing to count. To resolve this, choose 1 (keep every label) or more, "
+            "e.g. " + option("knn_min_label_size", 2) + "."
+        )
     warn_if_stopped(fitted, "evaluate")
     V = source.V
     embedding = np.asarray(V.compute()).T
     result = evaluate_embedding(embedding, labels, **kmeans)
     if knn_k is not None:
         result.update(knn_accuracy(embedding, labels, n_neighbors=knn_k,
+                                   min_label_size=knn_min_label_size,
                                    random_state=kmeans.get("random_state", 0)))
+        if result["knn_left_out_labels"]:
+            result["knn_left_out"] = _left_out(result, known, source.label_names)
         if result["knn_accuracy"] is None:
             result["knn_reason"] = _why_no_knn(result, known, source.label_names)
     result.update(
@@ -137,36 +157,84 @@ def evaluate_model(
     return result
 
 
+def _label_list(codes: np.ndarray, names: list[str] | None, shown: int = 3) -> str:
+    """``'a', 'b', 'c' and 8 more``: the first ``shown`` labels of ``codes`` by name."""
+    words = [repr(names[int(c)]) if names is not None else str(int(c)) for c in codes[:shown]]
+    more = f" and {codes.size - shown} more" if codes.size > shown else ""
+    return ", ".join(words) + more
+
+
+def _fewer_than(size: int) -> str:
+    """``a single document`` (2), ``fewer than 5 documents``."""
+    return "a single document" if size == 2 else f"fewer than {size} documents"
+
+
+def _left_out(report: dict[str, Any], known: np.ndarray, names: list[str] | None) -> str:
+    """Which labels :func:`sphdist.metrics.knn_accuracy` left out, and their documents.
+
+    Examples
+    --------
+    >>> _left_out({"knn_left_out_labels": 2, "knn_left_out_documents": 2,
+    ...            "knn_min_label_size": 2}, np.array([0, 0, 1, 2]), ["a", "b", "c"])
+    "2 labels with a single document left out ('b', 'c'; 2 documents)"
+    """
+    size, n_labels = report["knn_min_label_size"], report["knn_left_out_labels"]
+    codes, counts = np.unique(known, return_counts=True)
+    rare = codes[counts < size]
+    # labels thinned below size by the sample of max_documents, beside those rare in all
+    thinned = n_labels - rare.size
+    return (f"{plural(n_labels, 'label')} with {_fewer_than(size)}"
+            + (f" ({thinned} of them in the sample scored)" if thinned > 0 else "")
+            + f" left out ({_label_list(rare, names) + '; ' if rare.size else ''}"
+            f"{plural(report['knn_left_out_documents'], 'document')})")
+
+
 def _why_no_knn(report: dict[str, Any], known: np.ndarray, names: list[str] | None) -> str:
     """Why :func:`sphdist.metrics.knn_accuracy` scored nothing, and what would score it.
 
     A ``str`` in the Python API's words; a :class:`~sphdist.errors.Text` where it names a
     parameter, which the command line words with its option.
 
-    Its two cases: the rarest label has one document (no stratified split), or k is more
-    than the documents of the smallest training fold.
+    Its three cases: fewer than two labels have ``knn_min_label_size`` documents (a lower
+    size that leaves two is named), a label scored has one document (``knn_min_label_size``
+    1: size 2 is named), or k is more than the documents of the smallest training fold.
 
     Examples
     --------
-    >>> _why_no_knn({"knn_k": 10, "knn_folds": 1, "knn_documents": 7}, np.array([0, 0, 1]),
-    ...             ["a", "b"])
-    "label 'b' has a single document, and stratified folds need 2 of each label"
-    >>> _why_no_knn({"knn_k": 10, "knn_folds": 2, "knn_documents": 8}, np.array([0, 1] * 4),
-    ...             None)
+    >>> str(_why_no_knn({"knn_k": 10, "knn_folds": 1, "knn_documents": 7, "knn_labels": 2,
+    ...                  "knn_min_label_size": 1}, np.array([0, 0, 1]), ["a", "b"]))
+    "label 'b' has a single document, and stratified folds need 2 of each label; \
+knn_min_label_size=2 scores the others without it"
+    >>> _why_no_knn({"knn_k": 10, "knn_folds": 2, "knn_documents": 8, "knn_labels": 2,
+    ...              "knn_min_label_size": 2}, np.array([0, 1] * 4), None)
     'knn_k=10 is more than the 4 documents of a training fold; choose k <= 4'
     """
     k, folds, n = report["knn_k"], report["knn_folds"], report["knn_documents"]
-    if folds < 2:
-        codes, counts = np.unique(known, return_counts=True)
+    size = report["knn_min_label_size"]
+    codes, counts = np.unique(known, return_counts=True)
+    if report["knn_labels"] < 2:
+        second = int(np.sort(counts)[-2]) if counts.size >= 2 else 0  # 2nd largest label
+        if 2 <= second < size:  # a lower size leaves two labels
+            enough = codes[counts >= size]
+            kept = counts >= second
+            return Text(("no label has" if enough.size == 0
+                         else f"only label {_label_list(enough, names)} has")
+                        + f" {size} documents or more, and k-NN accuracy needs 2 labels; "
+                        + option("knn_min_label_size", second)
+                        + f" scores {plural(int(kept.sum()), 'label')} "
+                        f"({plural(int(counts[kept].sum()), 'document')})")
+        enough = codes[counts >= 2]
+        return (("no label has" if enough.size == 0
+                 else f"only label {_label_list(enough, names)} has")
+                + " 2 documents or more, and k-NN accuracy needs 2 labels of 2 documents or "
+                "more each: label more of the documents to score it")
+    if folds < 2:  # knn_min_label_size=1: labels of a single document kept
         single = codes[counts == 1]
-        if names is not None:
-            label = ", ".join(repr(names[int(c)]) for c in single[:3])
-        else:
-            label = ", ".join(str(int(c)) for c in single[:3])
-        more = f" and {single.size - 3} more" if single.size > 3 else ""
-        return (f"label{'s' if single.size > 1 else ''} {label}{more} "
-                f"{'have' if single.size > 1 else 'has'} a single document, and stratified "
-                "folds need 2 of each label")
+        many = single.size > 1
+        return Text(f"label{'s' if many else ''} {_label_list(single, names)} "
+                    f"{'have' if many else 'has'} a single document, and stratified folds need "
+                    "2 of each label; " + option("knn_min_label_size", 2)
+                    + f" scores the others without {'them' if many else 'it'}")
     training = n - -(-n // folds)  # the smallest training fold
     return Text(option("knn_k", k)
                 + f" is more than the {training} documents of a training fold; choose k <= "

@@ -452,7 +452,7 @@ def test_evaluate_says_why_the_knn_accuracy_is_not_scored(runner, corpus, source
     assert report["knn_accuracy"] is None and report["knn_reason"].startswith("--knn-k 10 is")
     assert json.loads(runner.invoke(main, ["evaluate", "-m", str(model), "--knn-k", "3",
                                            "--json"]).stdout)["knn_accuracy"] is not None
-    # a label of a single document: no stratified fold
+    # a label of a single document: left out, or (asked to keep it) no stratified fold
     (source / "autos").mkdir()
     (source / "autos" / "0.txt").write_text("the engine of the car")
     single, m1 = tmp_path / "c1.zarr", tmp_path / "m1.zarr"
@@ -460,7 +460,13 @@ def test_evaluate_says_why_the_knn_accuracy_is_not_scored(runner, corpus, source
     assert runner.invoke(main, ["fit", "-i", str(single), "-o", str(m1), "-r", "2",
                                 "--max-iter", "2"]).exit_code == 0
     result = runner.invoke(main, ["evaluate", "-m", str(m1), "--knn-k", "1"])
-    assert "1-NN accuracy not scored: label 'autos' has a single document" in result.stdout
+    assert ("1-NN accuracy on 6 documents of 2 labels: 1 label with a single document left "
+            "out ('autos'; 1 document).") in result.stdout, result.stdout  # issue 43 item 5
+    result = runner.invoke(main, ["evaluate", "-m", str(m1), "--knn-k", "1",
+                                  "--knn-min-label-size", "1"])
+    assert ("1-NN accuracy not scored: label 'autos' has a single document, and stratified "
+            "folds need 2 of each label; --knn-min-label-size 2 scores the others without "
+            "it.") in result.stdout, result.stdout
 
 
 @pytest.mark.slow
