@@ -441,3 +441,27 @@ def test_the_remedy_of_a_graph_output_without_its_format_suffix_runs(trained, ru
                                   "--output", str(tmp_path / "g.parquet")])
     _ok(runner.invoke(main, shlex.split(command)[1:]))
     assert (tmp_path / "g.parquet").exists()
+
+
+def test_an_unknown_doc_id_suggests_the_nearest_ids(trained, runner, tmp_path):
+    """Issue 43 item 7e: a misspelt id was answered with the first three ids of the corpus."""
+    import difflib
+
+    ids = [str(i) for i in open_corpus(trained["corpus"]).doc_ids]
+    real = next(i for i in ids[60:] if i.startswith("space/"))  # far from the first ids
+    typo = "sapce/" + real.removeprefix("space/")
+    nearest = difflib.get_close_matches(typo, ids, n=3)
+    assert nearest[0] == real and real not in ids[:3]
+    model = str(trained["model"])
+    line = _error_line(runner.invoke(main, ["neighbors", "-m", model, "--doc-id", typo]))
+    assert f"no document has id {typo!r}" in line
+    assert ", ".join(map(repr, nearest)) in line, line
+    queries = _queries(tmp_path, ids[3], typo)
+    line = _error_line(runner.invoke(main, ["neighbors", "-m", model, "--queries",
+                                            str(queries), "--ids",
+                                            "-o", str(tmp_path / "i.parquet")]))
+    assert f"line 2: no document has id {typo!r}" in line
+    assert ", ".join(map(repr, nearest)) in line, line
+    # nothing near: the first ids, to show what ids look like
+    line = _error_line(runner.invoke(main, ["neighbors", "-m", model, "--doc-id", "§§§"]))
+    assert ", ".join(map(repr, ids[:3])) in line, line

@@ -24,6 +24,7 @@ from sphdist.jobs.embedding import (
     EmbeddingSource,
     document_embedding,
     embed_texts,
+    ids_like,
     nearest_neighbors,
     open_embedding_source,
 )
@@ -110,17 +111,18 @@ def _ids_problems(source: EmbeddingSource, doc_ids: Sequence[str]
     A bad id is unknown (:class:`ParameterError`) or names a document without a direction
     (:class:`DataError`), as :func:`sphdist.jobs.embedding.document_embedding` says.
     """
-    order = np.argsort(source.doc_ids.astype(str), kind="stable")
-    sorted_ids = source.doc_ids.astype(str)[order]
+    all_ids = source.doc_ids.astype(str)
+    order = np.argsort(all_ids, kind="stable")
+    sorted_ids = all_ids[order]
     wanted = np.asarray(list(doc_ids), dtype=str)
     at = np.searchsorted(sorted_ids, wanted)
     ok = (at < sorted_ids.size) & (sorted_ids[np.minimum(at, sorted_ids.size - 1)] == wanted)
     positions = np.where(ok, order[np.minimum(at, sorted_ids.size - 1)], -1).astype(np.int64)
     problems: dict[int, tuple[type[Exception], str]] = {}
-    examples = ", ".join(map(repr, source.doc_ids[:3].tolist()))
     for i in np.flatnonzero(~ok):
-        problems[int(i)] = (ParameterError, f"no document has id {doc_ids[i]!r} (ids look like "
-                                            f"{examples}; see `sphdist export`)")
+        like = ids_like(str(wanted[i]), all_ids, sorted_ids)
+        problems[int(i)] = (ParameterError, f"no document has id {doc_ids[i]!r} ({like}; see "
+                                            "`sphdist export`)")
     if source.degenerate is not None:
         for i in np.flatnonzero(ok & source.degenerate[np.maximum(positions, 0)]):
             problems[int(i)] = (DataError, f"document {doc_ids[i]!r} is empty (no feature in "
