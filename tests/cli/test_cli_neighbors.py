@@ -465,3 +465,36 @@ def test_an_unknown_doc_id_suggests_the_nearest_ids(trained, runner, tmp_path):
     # nothing near: the first ids, to show what ids look like
     line = _error_line(runner.invoke(main, ["neighbors", "-m", model, "--doc-id", "§§§"]))
     assert ", ".join(map(repr, ids[:3])) in line, line
+
+
+@pytest.mark.parametrize("ids", [False, True], ids=["texts", "ids"])
+def test_batch_queries_without_output_print_the_table(trained, runner, tmp_path, ids):
+    """Issue 43 item 7f: --queries refused to print: without --output it now prints the rows
+    of the table it would write (a text table; with --json, the rows as one query's)."""
+    corpus = open_corpus(trained["corpus"])
+    lines = ([corpus.doc_ids[3], corpus.doc_ids[50]] if ids
+             else ["rocket orbit nasa", "pitcher baseball inning"])
+    queries = _queries(tmp_path, *lines)
+    args = ["neighbors", "-m", str(trained["model"]), "--queries", str(queries), "-k", "3",
+            *(["--ids"] if ids else [])]
+    out = tmp_path / "hits.jsonl"
+    _ok(runner.invoke(main, [*args, "-o", str(out)]))
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert len(rows) == 6
+
+    report = json.loads(_ok(runner.invoke(main, [*args, "--json"])).stdout)
+    assert report["neighbors"] == rows and report["n_queries"] == 2
+    assert report["n_rows"] == 6 and report["n_skipped"] == 0
+
+    printed = _ok(runner.invoke(main, args)).stdout.splitlines()
+    assert printed[0].split() == ["query", "rank", "angle", "cosine", "doc_id", "label"]
+    body = printed[1:]
+    assert len(body) == 6, printed
+    for line, row in zip(body, rows, strict=True):
+        assert line.startswith(row["query"]) and row["doc_id"] in line
+        assert f"{row['cosine']:.5f}" in line and f"{row['angle']:.2f}°" in line
+        assert line.split()[-1] == row["label"]
+    assert not list(tmp_path.glob("*.parquet")) and not list(tmp_path.glob("*.csv"))
+    # --format and --overwrite are about the file: without --output they do nothing
+    result = runner.invoke(main, [*args, "--format", "csv"])
+    assert result.exit_code == 2 and "--output" in result.output
