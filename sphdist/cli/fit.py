@@ -105,8 +105,9 @@ class FitProgress:
         the observed rate of decrease of that change reaches it (:func:`iterations_left`),
         at most ``max_iter``.
     bar : bool
-        Draw a bar on stderr (:func:`sphdist._progress.progress`: objective, relative change,
-        s/iteration, ETA); else log one INFO line per iteration on the ``sphdist`` logger.
+        Draw a bar on stderr (:func:`sphdist._progress.progress`: iterations, elapsed time,
+        objective ``f``, relative change, s/iteration, ETA; within 80 columns); else log one
+        INFO line per iteration on the ``sphdist`` logger.
 
     Notes
     -----
@@ -133,9 +134,11 @@ class FitProgress:
         from sphdist.jobs.info import shown_objective  # zarr: --help never draws a fit
 
         if self.bar is None:
+            # short, so that an 80-column line ends with the whole ETA (tqdm cuts at the
+            # width): at most 76 columns besides the bar (10,000 iterations, 1:23:45 gone,
+            # f 1.23457e+306, 123 s/it, ETA 12:34:56)
             self.bar = progress(self.max_iter, "fit", unit="it", mode=not self._lines,
-                                bar_format="{desc}: {percentage:3.0f}%|{bar}| {n}/{total} "
-                                           "[{elapsed}]{postfix}")
+                                bar_format="{desc} {n}/{total} |{bar}| {elapsed}{postfix}")
         objective = shown_objective(state.objective[-1])
         now, seconds = _now(), state.seconds[-1]  # the initialisation: the solver's seconds
         if self._last is not None and state.iteration > self._last[0]:
@@ -149,10 +152,11 @@ class FitProgress:
             eta = 0.0
         self.bar.n = state.iteration
         if not self._lines:
+            rate = "?" if not math.isfinite(per_it) else (
+                f"{per_it:.2f}" if per_it < 100 else f"{per_it:.0f}")
             self.bar.set_postfix_str(
-                f"objective {objective:.6g}, rel {state.relative_change:.2e}, "
-                f"{per_it:.2f} s/it, ETA {_clock(eta)}"
-                + (", converged" if state.converged else ""),
+                f"f {objective:.6g} rel {state.relative_change:.2e} {rate}s/it "
+                + ("converged" if state.converged else f"ETA {_clock(eta)}"),
                 refresh=True,
             )
             return

@@ -93,10 +93,12 @@ SHOWN_LABELS = 20
 def _label_lines(labels: dict[str, int] | None, path: str) -> list[str]:
     """The ``labels`` rows: "name count" pairs wrapped to the terminal, at most SHOWN_LABELS.
 
+    The largest labels come first, ties in name order.
+
     Examples
     --------
-    >>> _label_lines({"a": 2, "b": 1}, "c.zarr")
-    ['  labels         a 2, b 1']
+    >>> _label_lines({"a": 1, "b": 2, "c": 1}, "c.zarr")
+    ['  labels         b 2, a 1, c 1']
     >>> _label_lines({f"l{i}": i for i in range(30)}, "c.zarr")[-1]
     '                 ... and 10 more labels (`sphdist info c.zarr --json` lists them all)'
     """
@@ -106,11 +108,10 @@ def _label_lines(labels: dict[str, int] | None, path: str) -> list[str]:
 
     if not labels:
         return ["  labels         none"]
-    pairs = list(labels.items())
+    # the largest labels first, ties by name (the stored order is the labels' codes)
+    pairs = sorted(labels.items(), key=lambda p: (-p[1], p[0]))
     more = len(pairs) - SHOWN_LABELS
-    if more > 0:  # the largest labels, in the stored order
-        keep = set(sorted(range(len(pairs)), key=lambda i: -pairs[i][1])[:SHOWN_LABELS])
-        pairs = [p for i, p in enumerate(pairs) if i in keep]
+    pairs = pairs[:SHOWN_LABELS]
     text = ", ".join(f"{k} {v}" for k, v in pairs)
     if more > 0:
         text = f"{len(labels)} labels, the {SHOWN_LABELS} largest: {text}"

@@ -228,7 +228,7 @@ def _without(argv: list[str], params: list[click.Parameter]) -> list[str]:
 @click.option("--doc-id", help="Id of a document of --input.")
 @click.option("--queries", type=STORE_PATH,
               help="File of queries, one per line: texts, or document ids with --ids; the "
-                   "results go to --output.")
+                   "results go to --output, or are printed without it.")
 @click.option("--ids", is_flag=True, help="The lines of --queries are document ids.")
 @click.option("--on-error", type=click.Choice(["fail", "skip"]),
               help="With --queries: a bad line (a text sharing no term with the model, an "
@@ -249,7 +249,8 @@ def _without(argv: list[str], params: list[click.Parameter]) -> list[str]:
 @click.option("--nprobe", type=click.IntRange(min=1),
               help="Lists an ivf index scans per query [default: the one stored with it].")
 @click.option("--output", "-o", type=STORE_PATH,
-              help="With --queries or --all: the table to write, *.parquet, *.jsonl or *.csv "
+              help="With --queries (printed without it) or --all: the table to write, "
+                   "*.parquet, *.jsonl or *.csv "
                    "(columns query, query_label, rank, doc_id, label, angle in degrees, "
                    "cosine).")
 @click.option("--format", "-f", "format_", type=click.Choice(["parquet", "jsonl", "csv"]),
@@ -280,13 +281,30 @@ def neighbors(
     mode = {"--query": "query", "--doc-id": "doc_id", "--queries": "ids" if ids else "queries",
             "--all": "all"}[given[0]]
     _refuse_idle_options(ctx, mode, exact)
-    if (queries is not None or all_) and output is None:
-        raise click.UsageError(f"{given[0]} writes a table: pass --output FILE.parquet (or "
-                               ".jsonl, .csv).")
+    if all_ and output is None:
+        raise click.UsageError("--all writes a table: pass --output FILE.parquet (or .jsonl, "
+                               ".csv).")
+    if queries is not None and output is None:  # the rows are printed
+        for name, value in (("--format", format_), ("--overwrite", overwrite or None)):
+            if value is not None:
+                raise click.UsageError(f"{name} is about the file --output names; without "
+                                       "--output the neighbours are printed. To resolve "
+                                       f"this, pass --output FILE or leave {name} out.")
     request = jobs.NeighborRequest(
         query=query, doc_id=doc_id, queries=None if queries is None else jobs.queries_of(queries),
         ids=ids, all=all_, k=k, include_self=include_self, input=input_, index=index_,
         exact=exact, nprobe=nprobe)
+    if queries is not None and output is None:  # the rows on stdout, as for one query
+        report = jobs.batch_neighbors(
+            model, request.queries, ids=ids, k=k, include_self=include_self, input=input_,
+            index=index_, exact=exact, nprobe=nprobe, on_error=on_error or "fail")
+        if as_json:
+            echo_json(report)
+            return
+        _print_hits(report["neighbors"], with_query=True)
+        if report["skipped"]:
+            _list_skipped(report["skipped"], queries)
+        return
     if all_:  # the cluster starts once the request is validated and the index loaded
         graph = jobs.KnnGraphRequest(model, output, k=k, input=input_, index=index_,
                                      exact=exact, nprobe=nprobe, format=format_,
@@ -310,12 +328,19 @@ def neighbors(
     if as_json:
         echo_json(hits)
         return
-    rows = hits["neighbors"]
+    _print_hits(hits["neighbors"])
+
+
+def _print_hits(rows: list[dict], with_query: bool = False) -> None:
+    """The rows of a neighbour table as text columns (a first column ``query`` if asked)."""
     width = max([len(h["doc_id"]) for h in rows] + [6])
-    click.echo(f"{'rank':>4}  {'angle':>7}  {'cosine':>8}  {'doc_id':<{width}}  label")
+    q_width = max([len(h["query"]) for h in rows] + [5]) if with_query else 0
+    query = f"{'query':<{q_width}}  " if with_query else ""
+    click.echo(f"{query}{'rank':>4}  {'angle':>7}  {'cosine':>8}  {'doc_id':<{width}}  label")
     for h in rows:
+        query = f"{h['query']:<{q_width}}  " if with_query else ""
         click.echo(
-            f"{h['rank']:>4}  {h['angle']:>6.2f}°  {h['cosine']:>8.5f}  "
+            f"{query}{h['rank']:>4}  {h['angle']:>6.2f}°  {h['cosine']:>8.5f}  "
             f"{h['doc_id']:<{width}}  {h['label'] or ''}"
         )
 

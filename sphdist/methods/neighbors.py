@@ -285,7 +285,8 @@ class NeighborIndex(ValidatedParams, BaseEstimator):
         Returns
         -------
         neigh_dist : ndarray of shape (n_queries, n_neighbors), float64
-            Cosine distances ``1 - cos`` (``metric="cosine"`` in scikit-learn), increasing.
+            Cosine distances ``1 - cos`` (``metric="cosine"`` in scikit-learn), increasing;
+            clipped at 0 (float32 cosines of duplicates may exceed 1), as scikit-learn does.
             Only when ``return_distance``.
         neigh_ind : ndarray of shape (n_queries, n_neighbors), int64
             Row numbers of the fitted X.
@@ -322,7 +323,9 @@ class NeighborIndex(ValidatedParams, BaseEstimator):
             cos = np.take_along_axis(cos, order, axis=1)
         if not return_distance:
             return idx
-        return 1.0 - cos, idx
+        # float32 cosines of (near-)duplicates exceed 1 by an ulp: clip at 0 as
+        # sklearn.metrics.pairwise.cosine_distances does (-inf where idx is -1 stays inf)
+        return np.maximum(1.0 - cos, 0.0), idx
 
     def _indexed(self) -> np.ndarray:
         """Boolean (n_samples_fit_,): the rows in the index."""

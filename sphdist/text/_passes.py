@@ -12,7 +12,7 @@ a ``distributed`` worker alike.
 from __future__ import annotations
 
 import zlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -77,6 +77,10 @@ def ignore_interrupts() -> None:
 
 
 # -- pass 1: count ------------------------------------------------------------------------------
+#: Documents a counting task reads between two reports of its progress (:attr:`CountJob.progress`).
+PROGRESS_EVERY = 256
+
+
 @dataclass(frozen=True)
 class CountJob:
     options: TextOptions
@@ -93,6 +97,11 @@ class CountJob:
     #: Characters of text tokenised at once (:class:`_ChunkCounter`): the bound on the text a
     #: task holds, with one document (itself bounded by ``Reading.max_bytes``).
     batch_chars: int = BATCH_CHARS
+    #: Called with the documents read (kept or skipped) every :data:`PROGRESS_EVERY` of them
+    #: and at the end of a partition, by tasks that run in the driver's process (threads,
+    #: dask's synchronous scheduler); None where the tasks run elsewhere (it does not travel
+    #: to another process), and the driver counts a partition's documents when it ends.
+    progress: Callable[[int], None] | None = field(default=None, compare=False, repr=False)
 
 
 @dataclass
@@ -221,14 +230,20 @@ def count_partition(job: CountJob, index: int, part: Partition) -> Counts:
 
     The documents are tokenised as they are read, in batches of at most
     :attr:`CountJob.batch_chars` characters (:class:`_ChunkCounter`): the texts a task holds
-    at once are one batch, whatever the number of documents of a chunk.
+    at once are one batch, whatever the number of documents of a chunk. The documents read
+    are reported to :attr:`CountJob.progress`, when given, every :data:`PROGRESS_EVERY`.
     """
     out = Counts()
     drop = {k: message for p, k, message in job.drop if p == index}
     chunk = _ChunkCounter(job)
     hashes: list[int] = []
     ordinal = -1  # of the usable documents, as repeated_ids numbers them
+    read = 0  # documents read since the last report of progress
     for record in part.records(job.reading):
+        read += 1
+        if job.progress is not None and read == PROGRESS_EVERY:
+            job.progress(read)
+            read = 0
         if isinstance(record, Bad):
             if job.on_error == "fail":
                 raise record.error()
@@ -255,6 +270,8 @@ def count_partition(job: CountJob, index: int, part: Partition) -> Counts:
         out.merge(chunk.spill(join(job.spill, f"{index:06d}-{len(out.chunks):05d}.npz")))
     out.id_hashes = np.asarray(hashes, dtype=np.uint64)
     out.partition_docs = [out.n_docs]
+    if job.progress is not None and read:
+        job.progress(read)
     return out
 
 

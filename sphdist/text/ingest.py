@@ -425,7 +425,7 @@ def write(
         job = CountJob(options=options, remove=remove, reading=reading, on_error=on_error,
                        chunk_size=chunk_size, need_class_df=options.select is not None,
                        spill=str(spill_dir))
-        total = _reduce_counts(run, src, job, progress)
+        total = _reduce_counts(run, src, job, progress, scheduler)
         id_field, wheres = _id_field(source, src, total)
         repeated = [] if wheres else repeated_ids(src.partitions, reading, total)
         if repeated and id_field != source.id_field:  # the default field's ids repeat
@@ -443,7 +443,7 @@ def write(
                         on_error)
             job = dataclasses.replace(job, drop=tuple(
                 (p, k, bad.message()) for p, k, bad in repeated))
-            total = _reduce_counts(run, src, job, progress)
+            total = _reduce_counts(run, src, job, progress, scheduler)
         total.id_hashes = None
         if src.unreadable:  # found when listing: skipped and counted as any bad document
             total.merge(Counts(n_skipped=len(src.unreadable),
@@ -722,14 +722,37 @@ def _carry_fields(source: SourceSpec, src: Plan, fields: dict[str, Any],
     return dataclasses.replace(source, **carried)
 
 
-def _reduce_counts(run: Callable, src: Plan, job: CountJob, progress: bool | str) -> Counts:
+#: The schedulers whose tasks run in the driver's process (:class:`_Pool`'s ``scheduler``):
+#: their counting tasks advance the pass-1 bar as they read (:attr:`CountJob.progress`).
+_IN_PROCESS = ("threads", "sync", "synchronous", "single-threaded")
+
+
+def _reduce_counts(run: Callable, src: Plan, job: CountJob, progress: bool | str,
+                   scheduler: str) -> Counts:
+    """Pass 1 on every partition, the counts merged in partition order.
+
+    The bar counts documents as the tasks read them where they run in this process
+    (``scheduler`` in :data:`_IN_PROCESS`), else a partition's documents once it ends.
+    """
+    import threading
+
     total = Counts()
     with _progress(src.n_documents, "pass 1/2: count", unit="document",
                    mode=progress) as bar:
+        lock = threading.Lock()  # tasks of a thread pool report at once
+
+        def advance(n: int) -> None:
+            with lock:
+                bar.update(n)
+
+        ticking = bool(progress) and scheduler in _IN_PROCESS
+        if ticking:
+            job = dataclasses.replace(job, progress=advance)
         tasks = [(job, i, p) for i, p in enumerate(src.partitions)]
         for counts in run(count_partition, tasks):
             total.merge(counts)
-            bar.update(counts.n_docs + counts.n_skipped)
+            if not ticking:
+                bar.update(counts.n_docs + counts.n_skipped)
     return total
 
 

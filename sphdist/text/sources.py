@@ -368,7 +368,9 @@ class JsonlPartition(Partition):
                 try:
                     obj = json.loads(line)
                 except json.JSONDecodeError as exc:
-                    yield Bad(where, f"not JSON ({exc.msg} at column {exc.colno})")
+                    # some of json's messages end in "at", awaiting the position
+                    why = exc.msg.removesuffix(" at")
+                    yield Bad(where, f"not JSON ({why} at column {exc.colno})")
                     continue
                 except RecursionError:  # json's C decoder recurses once per level
                     yield Bad(where, "a JSON value nested too deeply to read (RecursionError); "

@@ -391,13 +391,15 @@ def _write_text(held, model, words, chunks, width, label_width, progress, csv=Fa
     lens = np.array([len(w) for w in encoded], dtype=np.int64)
     offsets = np.concatenate([[0], np.cumsum(lens)])
     buffer = np.frombuffer(b"".join(encoded), dtype=np.uint8)
-    opener = gzip.open if held.path.name.endswith(".gz") else open
+    gz = held.path.name.endswith(".gz")
     n_tokens = nnz = 0
     line = (b"doc%0*d,topic%0*d,%s\n" if csv else
             b'{"id": "doc%0*d", "label": "topic%0*d", "text": "%s"}\n')
-    with held.file() as staging:
-        with opener(staging, "wb", **({"compresslevel": 1} if opener is gzip.open else {})) as f, \
-                _progress(chunks[-1][2], "synth", mode=progress) as bar:
+    with held.file() as staging, open(staging, "wb") as raw:
+        # the gzip header's FNAME is the output's name, not the staging file's (gunzip -N)
+        f = gzip.GzipFile(filename=held.path.name, mode="wb", compresslevel=1,
+                          fileobj=raw) if gz else raw
+        with f, _progress(chunks[-1][2], "synth", mode=progress) as bar:
             if csv:
                 f.write(b"id,label,text\n")
             for k, lo, hi in chunks:

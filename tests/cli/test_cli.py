@@ -505,3 +505,30 @@ def test_ctrl_c_during_a_fit_on_worker_processes_prints_one_line(corpus, tmp_pat
     lines = [line for line in text.splitlines() if not line.startswith("iter ")]
     assert lines[-1].startswith("Error: the fit was interrupted (Ctrl-C)"), text
     assert len(lines) <= 4, lines  # where it runs, the memory line, the Error: line
+
+
+def test_info_lists_the_largest_labels_by_size_descending_ties_by_name(runner, tmp_path):
+    import re
+
+    import numpy as np
+
+    from sphdist.cli.inspect import SHOWN_LABELS
+    from sphdist.io.corpus_writer import CorpusWriter
+
+    from ..reference import random_corpus
+
+    names = [f"lab_{i:02d}" for i in range(25)]
+    sizes = [1 + (i * 7) % 5 for i in range(25)]  # 1..5 with ties, not in name order
+    labels = np.repeat(np.arange(25), sizes)
+    n = labels.size
+    with CorpusWriter(tmp_path / "c.zarr", n_features=8, feature_scheme={"type": "hashing"},
+                      label_names=names) as w:
+        w.write_chunk(random_corpus(8, n, seed=2), [str(j) for j in range(n)], labels)
+        w.commit(idf=np.ones(8))
+    result = runner.invoke(main, ["info", str(tmp_path / "c.zarr")], terminal_width=100)
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("  labels "))
+    shown = re.findall(r"(lab_\d\d)\s+(\d+)", " ".join(lines[start:]))
+    expected = sorted(zip(names, sizes, strict=True), key=lambda p: (-p[1], p[0]))
+    assert [(k, int(v)) for k, v in shown] == expected[:SHOWN_LABELS]

@@ -441,3 +441,60 @@ def test_the_remedy_of_a_graph_output_without_its_format_suffix_runs(trained, ru
                                   "--output", str(tmp_path / "g.parquet")])
     _ok(runner.invoke(main, shlex.split(command)[1:]))
     assert (tmp_path / "g.parquet").exists()
+
+
+def test_an_unknown_doc_id_suggests_the_nearest_ids(trained, runner, tmp_path):
+    """Issue 43 item 7e: a misspelt id was answered with the first three ids of the corpus."""
+    import difflib
+
+    ids = [str(i) for i in open_corpus(trained["corpus"]).doc_ids]
+    real = next(i for i in ids[60:] if i.startswith("space/"))  # far from the first ids
+    typo = "sapce/" + real.removeprefix("space/")
+    nearest = difflib.get_close_matches(typo, ids, n=3)
+    assert nearest[0] == real and real not in ids[:3]
+    model = str(trained["model"])
+    line = _error_line(runner.invoke(main, ["neighbors", "-m", model, "--doc-id", typo]))
+    assert f"no document has id {typo!r}" in line
+    assert ", ".join(map(repr, nearest)) in line, line
+    queries = _queries(tmp_path, ids[3], typo)
+    line = _error_line(runner.invoke(main, ["neighbors", "-m", model, "--queries",
+                                            str(queries), "--ids",
+                                            "-o", str(tmp_path / "i.parquet")]))
+    assert f"line 2: no document has id {typo!r}" in line
+    assert ", ".join(map(repr, nearest)) in line, line
+    # nothing near: the first ids, to show what ids look like
+    line = _error_line(runner.invoke(main, ["neighbors", "-m", model, "--doc-id", "§§§"]))
+    assert ", ".join(map(repr, ids[:3])) in line, line
+
+
+@pytest.mark.parametrize("ids", [False, True], ids=["texts", "ids"])
+def test_batch_queries_without_output_print_the_table(trained, runner, tmp_path, ids):
+    """Issue 43 item 7f: --queries refused to print: without --output it now prints the rows
+    of the table it would write (a text table; with --json, the rows as one query's)."""
+    corpus = open_corpus(trained["corpus"])
+    lines = ([corpus.doc_ids[3], corpus.doc_ids[50]] if ids
+             else ["rocket orbit nasa", "pitcher baseball inning"])
+    queries = _queries(tmp_path, *lines)
+    args = ["neighbors", "-m", str(trained["model"]), "--queries", str(queries), "-k", "3",
+            *(["--ids"] if ids else [])]
+    out = tmp_path / "hits.jsonl"
+    _ok(runner.invoke(main, [*args, "-o", str(out)]))
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert len(rows) == 6
+
+    report = json.loads(_ok(runner.invoke(main, [*args, "--json"])).stdout)
+    assert report["neighbors"] == rows and report["n_queries"] == 2
+    assert report["n_rows"] == 6 and report["n_skipped"] == 0
+
+    printed = _ok(runner.invoke(main, args)).stdout.splitlines()
+    assert printed[0].split() == ["query", "rank", "angle", "cosine", "doc_id", "label"]
+    body = printed[1:]
+    assert len(body) == 6, printed
+    for line, row in zip(body, rows, strict=True):
+        assert line.startswith(row["query"]) and row["doc_id"] in line
+        assert f"{row['cosine']:.5f}" in line and f"{row['angle']:.2f}°" in line
+        assert line.split()[-1] == row["label"]
+    assert not list(tmp_path.glob("*.parquet")) and not list(tmp_path.glob("*.csv"))
+    # --format and --overwrite are about the file: without --output they do nothing
+    result = runner.invoke(main, [*args, "--format", "csv"])
+    assert result.exit_code == 2 and "--output" in result.output

@@ -91,3 +91,15 @@ def test_bad_input_is_refused():
         NeighborIndex("ivf", nlist=64).fit(X)
     with pytest.raises(ParameterError):
         NeighborIndex("hnsw").fit(X)
+
+
+def test_distances_of_identical_and_duplicate_rows_are_never_negative():
+    # float32 inner products of a unit row with itself exceed 1 by an ulp for some rows:
+    # 1 - cos must be clipped at 0 as sklearn.metrics.pairwise does, not come out -1.2e-7
+    X = np.repeat(_clustered(200, 37, 5), 2, axis=0)  # every row twice
+    index = NeighborIndex("flat").fit(X)
+    dist, _ = index.kneighbors(X, n_neighbors=2)
+    assert (dist >= 0.0).all()
+    np.testing.assert_allclose(dist, 0.0, atol=1e-6)
+    own, _ = index.kneighbors(n_neighbors=1)  # each row's duplicate
+    assert (own >= 0.0).all()

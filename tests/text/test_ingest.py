@@ -459,3 +459,36 @@ def test_progress_as_log_lines(tree, tmp_path, caplog):
     assert any(line.startswith(f"pass 1/2: count: {n}/{n} documents") for line in lines)
     assert any(line.startswith(f"pass 2/2: tf-idf: {n}/{n} documents") for line in lines)
     assert len(lines) <= 2 * 11  # at most every tenth, plus the final line
+
+
+@pytest.mark.parametrize("scheduler", [None, "sync"], ids=["own-threads", "sync"])
+def test_pass_one_progress_advances_as_documents_are_read(tmp_path, caplog, scheduler):
+    """Issue 43 item 7h: the pass-1 bar moved once per partition (0% -> 87% -> 100% on 20
+    Newsgroups, in 16,384-document steps); a task in this process now counts its documents
+    as it reads them, every PROGRESS_EVERY."""
+    import contextlib
+    import json
+    import logging
+
+    import dask
+
+    every = passes_module.PROGRESS_EVERY
+    n = 2000
+    assert n // 10 < every < n  # each update passes a tenth: log mode shows every one
+    source = tmp_path / "docs.jsonl"
+    source.write_text("".join(json.dumps({"text": f"word{i % 7} other{i % 11} text"}) + "\n"
+                              for i in range(n)))
+    config = (dask.config.set(scheduler=scheduler) if scheduler else contextlib.nullcontext())
+    logger = logging.getLogger("sphdist")
+    propagate, logger.propagate = logger.propagate, True
+    try:
+        with config, caplog.at_level(logging.INFO, logger="sphdist"):
+            ingest_old(str(source), tmp_path / "a.zarr", n_features=M, progress="log",
+                       chunk_size=n)  # one partition: one task reads every document
+    finally:
+        logger.propagate = propagate
+    counts = [int(r.getMessage().split(": ")[2].split("/")[0]) for r in caplog.records
+              if r.getMessage().startswith("pass 1/2: count: ")]
+    assert counts[-1] == n
+    steps = np.diff([0, *counts])
+    assert (steps > 0).all() and steps.max() <= every, counts

@@ -1038,3 +1038,16 @@ def test_default_ids_fall_back_to_path_and_line_for_every_document(tmp_path, cas
     assert corpus.attrs["ingest"]["fields"]["id"] is None
     assert "path:line" in caplog.text
     logging.getLogger("sphdist").propagate = True
+
+
+def test_a_json_decoding_error_names_its_column_once(tmp_path):
+    # json's messages for some errors end in "at" ("Invalid control character at"), to be
+    # followed by a position: the reason must not read "... at at column 12"
+    line = b'{"text": "a\tb"}'  # a raw tab inside a string: a control character
+    source = _lines(tmp_path, [GOOD[0], line])
+    with pytest.raises(DataError) as info:
+        ingest_old(source, tmp_path / "out.zarr")
+    message = str(info.value)
+    column = line.index(b"\t") + 1
+    assert f"not JSON (Invalid control character at column {column})" in message, message
+    assert " at at " not in message

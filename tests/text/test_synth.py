@@ -196,3 +196,28 @@ def test_a_suffix_that_names_another_format_is_refused(tmp_path, args, message):
     assert result.exit_code == 1, result.output
     assert message in " ".join(result.stderr.split()), result.stderr
     assert list(tmp_path.iterdir()) == []  # nothing written
+
+
+def _gzip_fname(path):
+    """The FNAME field of a gzip member's header (RFC 1952, 2.3.1), None when absent."""
+    head = path.read_bytes()[:4096]
+    assert head[:3] == b"\x1f\x8b\x08", head[:3]  # gzip magic, deflate
+    flags, pos = head[3], 10
+    if flags & 0x04:  # FEXTRA: a 2-byte little-endian length, then the field
+        pos += 2 + int.from_bytes(head[pos:pos + 2], "little")
+    if not flags & 0x08:  # no FNAME
+        return None
+    return head[pos:head.index(b"\0", pos)].decode("latin-1")
+
+
+@pytest.mark.parametrize("name", ["x.csv.gz", "x.jsonl.gz"])
+def test_the_gzip_header_names_the_output_not_its_staging_file(tmp_path, name):
+    # the file is written under a staging name (.x.csv.gz.tmp-...) and renamed: gunzip -N
+    # would restore that name from a header recording it
+    out = tmp_path / name
+    result = CliRunner().invoke(main, ["synth", "--n-docs", "5", "--n-topics", "2",
+                                       "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    assert _gzip_fname(out) in (None, name.removesuffix(".gz"))
+    with gzip.open(out, "rb") as f:
+        assert f.read().count(b"\n") >= 5  # still a complete gzip stream

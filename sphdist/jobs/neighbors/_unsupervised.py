@@ -24,6 +24,7 @@ from sphdist.jobs.embedding import (
     EmbeddingSource,
     document_embedding,
     embed_texts,
+    ids_like,
     nearest_neighbors,
     open_embedding_source,
 )
@@ -110,17 +111,18 @@ def _ids_problems(source: EmbeddingSource, doc_ids: Sequence[str]
     A bad id is unknown (:class:`ParameterError`) or names a document without a direction
     (:class:`DataError`), as :func:`sphdist.jobs.embedding.document_embedding` says.
     """
-    order = np.argsort(source.doc_ids.astype(str), kind="stable")
-    sorted_ids = source.doc_ids.astype(str)[order]
+    all_ids = source.doc_ids.astype(str)
+    order = np.argsort(all_ids, kind="stable")
+    sorted_ids = all_ids[order]
     wanted = np.asarray(list(doc_ids), dtype=str)
     at = np.searchsorted(sorted_ids, wanted)
     ok = (at < sorted_ids.size) & (sorted_ids[np.minimum(at, sorted_ids.size - 1)] == wanted)
     positions = np.where(ok, order[np.minimum(at, sorted_ids.size - 1)], -1).astype(np.int64)
     problems: dict[int, tuple[type[Exception], str]] = {}
-    examples = ", ".join(map(repr, source.doc_ids[:3].tolist()))
     for i in np.flatnonzero(~ok):
-        problems[int(i)] = (ParameterError, f"no document has id {doc_ids[i]!r} (ids look like "
-                                            f"{examples}; see `sphdist export`)")
+        like = ids_like(str(wanted[i]), all_ids, sorted_ids)
+        problems[int(i)] = (ParameterError, f"no document has id {doc_ids[i]!r} ({like}; see "
+                                            "`sphdist export`)")
     if source.degenerate is not None:
         for i in np.flatnonzero(ok & source.degenerate[np.maximum(positions, 0)]):
             problems[int(i)] = (DataError, f"document {doc_ids[i]!r} is empty (no feature in "
@@ -316,7 +318,8 @@ class BatchNeighborsRequest(Request):
                  **({"input": str(fixed.input)} if fixed.input is not None else {})}
         file = fixed.lines.path if fixed.lines is not None else "FILE"
         asked = {"queries": str(file), **({"ids": True} if fixed.ids else {})}
-        return Remedy("neighbors", given, {**asked, "output": str(fixed.output)}, say)
+        written = {} if fixed.output is None else {"output": str(fixed.output)}
+        return Remedy("neighbors", given, {**asked, **written}, say)
 
     def inputs(self) -> tuple[Any, ...]:
         """The model, the documents, the index and the queries file, where given."""
@@ -327,11 +330,30 @@ class BatchNeighborsRequest(Request):
         """The model, the embeddings and the index searched, opened and checked."""
         asked = {"queries": str(self.lines.path if self.lines is not None else "FILE"),
                  **({"ids": True} if self.ids else {})}
-        return _open(self.model, self.input, {**asked, "output": str(self.output)},
+        written = {} if self.output is None else {"output": str(self.output)}
+        return _open(self.model, self.input, {**asked, **written},
                      self.index, self.exact, self.nprobe)
 
     def execute(self, held: Output, prepared: tuple[Any, ...]) -> dict[str, Any]:
         """Answer every good query and commit the table through ``held``."""
+        table, report = self.answer(prepared)
+        return {**write_hits(table, held, format=self.written), **report}
+
+    def answer(self, prepared: tuple[Any, ...]) -> tuple[dict[str, list[Any]], dict[str, Any]]:
+        """The table of every good query's neighbours (:func:`hits_table`), and its summary.
+
+        Parameters
+        ----------
+        prepared : tuple
+            What :meth:`prepare` returned.
+
+        Returns
+        -------
+        table : dict of str to list
+            Columns :data:`HIT_COLUMNS`.
+        report : dict
+            ``n_queries``, ``k``, ``index``, ``seconds``, ``n_skipped``, ``skipped``.
+        """
         fitted, source, found, path = prepared
         texts, lines, ids, k = self.texts, self.lines, self.ids, self.k
         problems: dict[int, tuple[type[Exception], str]] = {
@@ -365,11 +387,39 @@ class BatchNeighborsRequest(Request):
         start = time.perf_counter()
         idx, cos = search(source, Q, k, index=found, exclude=exclude)
         seconds = time.perf_counter() - start
-        result = write_hits(hits_table(source, kept, idx, cos, query_labels), held,
-                            format=self.written)
-        return {**result, "n_queries": len(kept), "k": k,
-                "index": None if path is None else str(path), "seconds": seconds,
-                "n_skipped": len(skipped), "skipped": skipped}
+        return hits_table(source, kept, idx, cos, query_labels), {
+            "n_queries": len(kept), "k": k, "index": None if path is None else str(path),
+            "seconds": seconds, "n_skipped": len(skipped), "skipped": skipped}
+
+
+def batch_neighbors(
+    model: Any, queries: Sequence[str] | QueryLines, *, ids: bool = False, k: int = 10,
+    include_self: bool = False, input: Any = None, index: Any = None, exact: bool = False,
+    nprobe: int | None = None, on_error: str = "fail",
+) -> dict[str, Any]:
+    """The k nearest documents of many queries, returned rather than written to a file.
+
+    :class:`BatchNeighborsRequest` without its output (``sphdist neighbors --queries FILE``
+    without ``--output`` prints these rows); the same parameters, checks and errors.
+
+    Returns
+    -------
+    dict
+        ``neighbors`` (list of dict, one per row, keys :data:`HIT_COLUMNS`, as
+        :func:`query_neighbors`'s), ``n_rows``, ``n_queries`` (answered), ``k``, ``index``
+        (path or None), ``seconds`` (of the search), ``n_skipped`` and ``skipped``.
+
+    Raises
+    ------
+    ParameterError, DataError, CorpusMismatchError, ModelFormatError
+        As :class:`BatchNeighborsRequest`.
+    """
+    request = BatchNeighborsRequest(model, None, queries, ids=ids, k=k,
+                                    include_self=include_self, input=input, index=index,
+                                    exact=exact, nprobe=nprobe, on_error=on_error)
+    table, report = request.answer(request.prepare())
+    rows = [dict(zip(table, values, strict=True)) for values in zip(*table.values(), strict=True)]
+    return {"neighbors": rows, "n_rows": len(rows), **report}
 
 
 def _bad_queries(
