@@ -405,7 +405,9 @@ def _write_atlas(path: Any, *, x: np.ndarray, y: np.ndarray, ids: list[str],
     offsets = pa.array(np.concatenate([[0], np.cumsum(counts)]).astype(np.int32))
     near = pa.StructArray.from_arrays([
         pa.ListArray.from_arrays(offsets, pa.array(neighbours[valid].astype(np.int64))),
-        pa.ListArray.from_arrays(offsets, pa.array((1.0 - cosine[valid]).astype(np.float32))),
+        # cosine distances, clipped at 0 as scikit-learn's (a duplicate's cosine may be 1 + eps)
+        pa.ListArray.from_arrays(offsets, pa.array(
+            np.maximum(1.0 - cosine[valid], 0.0).astype(np.float32))),
     ], names=["ids", "distances"])
     table = pa.table({
         "id": pa.array(ids, pa.string()), "x": pa.array(np.asarray(x, np.float32)),

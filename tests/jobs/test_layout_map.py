@@ -168,6 +168,7 @@ def test_map_writes_the_table_embedding_atlas_reads(stores):
         np.testing.assert_allclose(near["distances"], 1 - C[j, near["ids"]], atol=1e-6)
         assert np.all(np.diff(near["distances"]) >= -1e-6)
         assert 1 - max(near["distances"]) >= np.sort(C[j])[-10] - 1e-6
+    assert min(min(row["neighbors"]["distances"]) for row in table) >= 0  # as scikit-learn's
 
 
 def test_an_embedding_is_laid_out_beside_itself_and_drawn(stores):
