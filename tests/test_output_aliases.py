@@ -152,7 +152,7 @@ def test_an_output_through_a_symbolic_link_to_the_inputs_folder(layout):
 @pytest.mark.parametrize("suffix", [".lock", ".lock.json", ".old", ".scratch"])
 def test_a_symbolic_link_at_an_outputs_lock_name_is_refused(layout, suffix):
     """``new.zarr.lock`` linked to an input: the lock (``flock`` on a file opened, by
-    filelock < 4 with O_TRUNC) would be taken through the link, on the input."""
+    filelock 3.x with O_TRUNC) would be taken through the link, on the input."""
     data = layout / "data"
     pointed = data / "c.zarr" / "zarr.json" if suffix.startswith(".lock") else data / "c.zarr"
     link = data / f"new.zarr{suffix}"

@@ -49,6 +49,7 @@ from sphdist.io._atomic import (
 from sphdist.io._files import output_format
 from sphdist.io._fs import (
     absolute,
+    anchored,
     apply_storage_options,
     glob,
     is_remote,
@@ -66,7 +67,8 @@ __all__ = [
     "Target", "PosixTarget", "ObjectTarget", "open_target", "Output", "open_output",
     "output_lock", "hold_output", "refuse_existing", "lock_holder", "CommitState", "commit_state",
     "committed", "commit_identity", "readable_path", "staging_path", "discard", "atomic_path",
-    "location", "is_remote", "exists", "absolute", "join", "open_file", "load_array", "remove",
+    "location", "is_remote", "exists", "absolute", "anchored", "join", "open_file", "load_array",
+    "remove",
     "output_format", "glob", "listing_command", "is_storage_failure", "storage_error",
     "parse_storage_option", "set_storage_options", "storage_options", "apply_storage_options",
     "open_stored", "stored_kind", "require_finite",

@@ -34,7 +34,7 @@ import fsspec.config
 from sphdist.errors import ParameterError, SphdistError, StorageError, option, words_for
 
 __all__ = [
-    "location", "is_remote", "exists", "absolute", "protocol_of", "filesystem",
+    "location", "is_remote", "exists", "absolute", "anchored", "protocol_of", "filesystem",
     "set_storage_options", "storage_option_call",
     "storage_options", "apply_storage_options", "parse_storage_option", "storage_error",
     "is_storage_failure", "listing_command", "removal_command", "join", "glob",
@@ -160,6 +160,21 @@ def absolute(path: str | os.PathLike[str]) -> str:
     if is_remote(path):
         return str(location(path))
     return str(Path(path).resolve())
+
+
+def anchored(path: str | os.PathLike[str]) -> Path:
+    """A local ``path`` made absolute against the working directory, its ``..`` kept.
+
+    The place the OS opens: :func:`os.path.abspath` collapses ``lnk/..`` to nothing before
+    the link is followed, which names another place when ``lnk`` is a symbolic link (to
+    ``deep/a/b``, ``lnk/../../../x`` is ``x``, not ``../../x``). Symbolic links are not
+    resolved either (an output that is one stays one, for the writer to refuse).
+
+    >>> import os
+    >>> str(anchored("lnk/../x")) == os.path.join(os.getcwd(), "lnk", "..", "x")
+    True
+    """
+    return Path(os.getcwd(), path)
 
 
 #: Packages whose exceptions are an object store's failures (not a bug of the caller).

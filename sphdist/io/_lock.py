@@ -43,7 +43,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from sphdist.errors import OutputLockedError, ParameterError, option
-from sphdist.io._fs import local_path, protocol_of, replace_file
+from sphdist.io._fs import anchored, local_path, protocol_of, replace_file
 from sphdist.io._names import check_named, elsewhere
 
 if TYPE_CHECKING:  # imported where a lock is taken: a reader (a neighbour query) takes none
@@ -258,7 +258,7 @@ class FileLock:
         self.target, self._explain = target, explain
 
     def _path(self) -> Path:
-        return lock_path(Path(os.path.abspath(local_path(self.target))))
+        return lock_path(anchored(local_path(self.target)))  # beside it, where the OS goes
 
     def acquire(self) -> FileHold:
         """An ``flock`` on ``<target>.lock``.

@@ -3,9 +3,10 @@
 Given what a command writes (its ``kind``) and what it reads (its ``inputs``),
 :func:`sphdist.io.open_output` applies this policy once: an output is never an input of the
 same command, never inside or around an input or another store, never at another output's
-lock, staging or previous-version name (:func:`check_output_place`, before the lock is
-taken), and replaces (with ``overwrite``) only what is of its own kind
-(:func:`check_output_kind`, under the lock; :func:`found_at` says what is there).
+lock, staging or previous-version name, nor where one of those is a symbolic link
+(:func:`check_output_place`, before the lock is taken), and replaces (with ``overwrite``) only
+what is of its own kind (:func:`check_output_kind`, under the lock; :func:`found_at` says
+what is there).
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from sphdist.io._fs import (
     removal_command,
     storage_error,
 )
-from sphdist.io._names import KINDS, check_named, elsewhere, key_of
+from sphdist.io._names import KINDS, check_named, elsewhere, key_of, place_of
 from sphdist.io._object import version_of
 from sphdist.io._store import MANIFEST, Target
 from sphdist.io._targets import open_target
@@ -148,12 +149,15 @@ def check_output_place(
     ------
     ParameterError
         If ``path`` names no entry of its own (``.``, ``..``), or a companion of another
-        output (``X.lock``, ``X.lock.json``, ``X.old``, ``X.scratch``, ``X.tmp-...``); is an
-        input of the command, or inside or around one; or is inside a zarr store (a corpus,
-        model...), whose next commit would remove it. The message names both paths and
-        another output to choose. Also if ``path`` is a symbolic link, a named pipe, a device
-        or a socket: an output is committed by a rename, which would replace the link or the
-        device itself (an export to ``/dev/stdout`` with ``overwrite`` once turned the
+        output (``X.lock``, ``X.lock.json``, ``X.old``, ``X.scratch``, ``X.tmp-...``), or if
+        one of its own is a symbolic link; is an input of the command, or inside or around
+        one, by name or where it leads (symbolic links and the ``..`` after them resolved as
+        the OS resolves them; a folder known by its device and inode, so that a second mount
+        of it is it: :func:`~sphdist.io._names.place_of`); or is inside a zarr store (a
+        corpus, model...), whose next commit would remove it. The message names both paths,
+        as given, and another output to choose. Also if ``path`` is a symbolic link, a named
+        pipe, a device or a socket: an output is committed by a rename, which would replace the
+        link or the device itself (an export to ``/dev/stdout`` with ``overwrite`` once turned the
         machine's ``/dev/stdout`` into a file).
     StorageError
         If the object store fails while its parents are looked at.
@@ -176,19 +180,25 @@ def check_output_place(
             + option("output", elsewhere(path, kind, str(where.parent))) + "."
         )
     _refuse_special_file(path, kind)
-    key = key_of(path)
+    key = key_of(path)  # resolved as the OS resolves it: links, then the `..` after them
     found = _input_keys(inputs)
     taken = [k for k, _ in found]
+    seen: dict[str, Any] = {}
+    place = place_of(path, seen)  # by folder identity: a second mount of a folder is it
     for other, named in found:
         glob_pattern = any(c in named for c in "*?[") and not exists(named)
-        if other == key or (glob_pattern and fnmatch.fnmatchcase(key, other)):
+        there = place_of(named, seen) if place is not None and not glob_pattern else None
+        same = there is not None and there[-1] == place[-1]
+        inside = there is not None and there[-1] in place[:-1]
+        around = there is not None and place[-1] in there[:-1]
+        if other == key or same or (glob_pattern and fnmatch.fnmatchcase(key, other)):
             also = "" if named == str(path) else f" ({named})"
             raise ParameterError(
                 f"{path} is also an input of this command{also}: a command never replaces "
                 "what it reads. To resolve this, choose another " + option("output") + ", e.g. "
                 + option("output", elsewhere(path, kind, str(where.parent), taken)) + "."
             )
-        if _within(key, other):
+        if _within(key, other) or inside:
             outside = os.path.dirname(other) if "://" not in other else other.rsplit("/", 1)[0]
             raise ParameterError(
                 f"{path} is inside {named}, an input of this command: an output is never "
@@ -196,7 +206,7 @@ def check_output_place(
                 "resolve this, choose an " + option("output") + " outside it, e.g. "
                 + option("output", _named_as(path, elsewhere(path, kind, outside, taken))) + "."
             )
-        if _within(other, key):
+        if _within(other, key) or around:
             raise ParameterError(
                 (f"{path} contains {named}, an input of this command: a command never replaces "
                  "what it reads. To resolve this, choose an " + option("output")
@@ -204,6 +214,7 @@ def check_output_place(
                     'output', _named_as(path, elsewhere(path, kind, other.rsplit('/', 1)[0],
                                                          taken))) + "."
             )
+    _refuse_linked_companions(path, kind, found, seen)
     for store in list(_stores_above(key))[-1:]:  # the outermost: what a user named
         outside = store.rsplit("/", 1)[0] or "/"
         raise ParameterError(
@@ -213,6 +224,36 @@ def check_output_place(
             + option("output", _named_as(path, elsewhere(path, kind, outside, taken))) + "."
         )
     check_named(path)  # last: '.' holding an input is refused for that, in those words
+
+
+def _refuse_linked_companions(
+    path: Any, kind: str, inputs: list[tuple[str, str]], seen: dict[str, Any],
+) -> None:
+    """Refuse a local output whose lock, record, previous version or scratch is a link.
+
+    sphdist makes none of them a link: one there (made by hand, or planted) would have the
+    lock taken, or the temporary arrays written, where it points: in an input, maybe (an
+    ``flock`` on a file that filelock 3.x opens with ``O_TRUNC`` empties it).
+    """
+    if protocol_of(path) is not None:
+        return
+    where = location(path)
+    for suffix, what in _COMPANIONS.items():
+        companion = where.with_name(where.name + suffix)
+        if not os.path.islink(companion):
+            continue
+        pointed = os.path.realpath(companion)
+        place = place_of(pointed, seen) or ()
+        read = next((named for _, named in inputs
+                     if (there := place_of(named, seen)) and there[-1] in place), None)
+        into = f", into {read}, an input of this command" if read is not None else ""
+        raise ParameterError(
+            f"{companion} is a symbolic link (to {pointed}), where sphdist keeps the {what} of "
+            f"the output {path}: it would write there, through the link{into}. To resolve "
+            f"this, remove the link (`{removal_command(companion, directory=False)}`) or "
+            "choose another " + option("output") + ", e.g. "
+            + option("output", elsewhere(path, kind, str(where.parent))) + "."
+        )
 
 
 def _refuse_special_file(path: Any, kind: str) -> None:

@@ -25,7 +25,6 @@ visible with an atomic rename (:mod:`sphdist.io._posix`). Exporting and searchin
 from __future__ import annotations
 
 import os
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -42,7 +41,7 @@ from sphdist.io._checked import (
     recorded_digest,
     require_written,
 )
-from sphdist.io._fs import is_remote
+from sphdist.io._fs import anchored, is_remote
 from sphdist.io._tagged import TaggedStore
 from sphdist.io._zarr import (
     CHECKSUMMED,
@@ -77,8 +76,11 @@ def _zarr_chunk(chunks: tuple[int, ...]) -> int:
 
 
 def _absolute(path: Any) -> Any:
-    """A local ``path`` made absolute against this process' directory; a URL as it is."""
-    return path if is_remote(path) else Path(os.path.abspath(path))
+    """A local ``path`` made absolute against this process' directory; a URL as it is.
+
+    Its ``..`` are kept: the OS's, after the links before them (:func:`sphdist.io.anchored`).
+    """
+    return path if is_remote(path) else anchored(path)
 
 
 class EmbeddingWriter:

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from sphdist.errors import InputNotFoundError, ParameterError, Text, option
-from sphdist.io import absolute, is_remote, location
+from sphdist.io import absolute, anchored, is_remote, location
 
 if TYPE_CHECKING:
     from distributed import Client
@@ -55,7 +55,9 @@ def task_path(path: str | os.PathLike[str] | None, *, output: bool = False) -> A
     -------
     pathlib.Path or upath.UPath or None
         The local path resolved against this process' working directory (an input's
-        symbolic links resolved, an output's kept), or the URL unchanged; None for None.
+        symbolic links resolved; an output's kept, and its ``..`` too, for the OS to resolve
+        after the links before them: :func:`sphdist.io.anchored`), or the URL unchanged; None
+        for None.
 
     Raises
     ------
@@ -75,8 +77,8 @@ def task_path(path: str | os.PathLike[str] | None, *, output: bool = False) -> A
     given = location(path)
     if is_remote(given) or (output and given.name in ("", ".", "..")):
         return given
-    if output:  # a link stays a link: the writer refuses to replace it, never writes through
-        return location(os.path.abspath(given))
+    if output:  # a link stays a link: the writer refuses to replace it, never writes through;
+        return location(anchored(given))  # its `..` are the OS's, after the links before them
     return location(absolute(given))
 
 
