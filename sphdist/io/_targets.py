@@ -53,7 +53,7 @@ def open_target(path: str | os.PathLike[str] | Target, *, lock: Lock | None = No
         return path
     protocol = protocol_of(path)
     if protocol is None:
-        if not Path(os.path.abspath(path)).name:  # '/': no '<name>.lock' beside it
+        if not Path(os.path.realpath(path)).name:  # '/' (where the OS goes): no '<name>.lock'
             _refuse_unnamed(path, "the root of the filesystem")
         return PosixTarget(path, lock=lock)
     if protocol not in ("file", "local", "memory") and not urlsplit(str(path)).netloc:
