@@ -235,9 +235,9 @@ def _refuse_linked_companions(
     lock taken, or the temporary arrays written, where it points: in an input, maybe (an
     ``flock`` on a file that filelock 3.x opens with ``O_TRUNC`` empties it).
     """
-    if protocol_of(path) is not None:
+    where = location(path) if protocol_of(path) is None else None
+    if where is None or not where.name:  # a URL; '.' or '..': check_named refuses it
         return
-    where = location(path)
     for suffix, what in _COMPANIONS.items():
         companion = where.with_name(where.name + suffix)
         if not os.path.islink(companion):

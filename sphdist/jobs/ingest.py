@@ -15,7 +15,6 @@ from typing import Any, ClassVar
 from sphdist.errors import ParameterError
 from sphdist.io import Output
 from sphdist.io.corpus import Corpus
-from sphdist.jobs._cluster_paths import task_path
 from sphdist.jobs._lifecycle import Request, located
 from sphdist.text.ingest import SourceSpec, TextSpec, check_sizes, read_like, write
 
@@ -214,8 +213,7 @@ class IngestRequest(Request):
         chunk_size, partition_size = check_sizes(self.chunk_size, self.partition_size)
         object.__setattr__(self, "chunk_size", chunk_size)
         object.__setattr__(self, "partition_size", partition_size)
-        # absolute once: the workers write the spilled counts and the chunks beside it
-        object.__setattr__(self, "output", task_path(self.output, output=True))
+        object.__setattr__(self, "output", located(self.output))
         object.__setattr__(self, "like", located(self.like))
 
     def inputs(self) -> tuple[Any, ...]:
