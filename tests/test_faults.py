@@ -412,6 +412,44 @@ def test_a_frozen_worker_is_noticed_within_the_jobs_bound(
             lambda dask_scheduler: dask_scheduler.worker_ttl) == ttl == 300
 
 
+def _busy(seconds):
+    """Pure Python for ``seconds`` (the GIL held but between bytecodes), then a BLAS product."""
+    import numpy as np
+
+    end, n = time.monotonic() + seconds, 0
+    while time.monotonic() < end:
+        n += 1
+    a = np.random.default_rng(0).standard_normal((1500, 1500))
+    for _ in range(20):
+        a = a @ a / np.linalg.norm(a)
+    return n, os.getpid()
+
+
+def test_a_busy_worker_outlives_the_jobs_time_to_live(tmp_path):
+    """The bound removes silent workers, not busy ones: a worker's heartbeats come from its
+    event loop, not from the thread running a task, so a task three times longer than the
+    time-to-live (5 s here, distributed's least for a few workers) finishes on its worker."""
+    import dask
+
+    from sphdist.jobs.cluster import connect
+
+    with ProcessCluster(1, memory_limit="1GiB", env={"PYTHONPATH": str(REPO)},
+                        log_dir=tmp_path / "logs") as cluster:
+        with cluster.client() as client:
+            [pid] = client.run(os.getpid).values()
+        with dask.config.set({"distributed.scheduler.worker-ttl": "5s"}), \
+                connect(cluster.address) as client:
+            assert client.run_on_scheduler(lambda dask_scheduler: dask_scheduler.worker_ttl) == 5
+            n, ran_on = client.submit(_busy, 15, pure=False).result(timeout=120)
+        assert n > 0 and ran_on == pid
+        with cluster.client() as client:
+            assert list(client.run(os.getpid).values()) == [pid]  # never removed
+            assert client.run_on_scheduler(lambda dask_scheduler: dask_scheduler.worker_ttl) \
+                == 300  # given back
+        log = cluster.logs()["scheduler.log"]
+    assert "failed to heartbeat" not in log, log[-2000:]
+
+
 # -- an external scheduler that loses every worker: the fit ends (issue 31 item 4) ----------
 
 

@@ -134,7 +134,9 @@ def worker_ttl_bound(client: Client, seconds: float | None) -> Iterator[None]:
     removed, the work waiting on it fails as a worker loss (:func:`worker_losses`), or runs
     on the other workers; a worker with a nanny is restarted by it. A busy worker is not
     removed: its heartbeats come from its event loop, every 0.5 s (up to 10 workers) to
-    ``n / 200 + 1`` s, and distributed never removes one before 10 of them are missed.
+    ``n / 200 + 1`` s, and distributed never removes one before 10 of them are missed
+    (a task's BLAS and sparse products release the GIL; one call that held it for ``seconds``
+    would starve the event loop and get its worker removed).
     """
     refused = object()
     if seconds is None:
