@@ -7,6 +7,7 @@ end with bitwise the U, V and objective history of an undisturbed run with the s
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -357,6 +358,96 @@ def test_worker_killed_at_any_phase_ends_the_fit_within_a_bound(
     _, stderr = proc.communicate(timeout=150)  # the bound: a hang fails here
     assert proc.returncode == 0, stderr.decode()
     _assert_same(open_model(out), reference)
+
+
+def test_a_frozen_worker_is_noticed_within_the_jobs_bound(
+    three_workers, corpus, reference, tmp_path
+):
+    """Issue 43 item 11: a worker stopped (SIGSTOP: a suspended VM, a swap storm) keeps its
+    connections open and answers nothing; the scheduler's worker time-to-live (distributed's
+    default 5 minutes, checked every 5 minutes) ended the fit 398.5 s after the freeze. For
+    the job's duration sphdist gives the scheduler its own bound (here 10 s, from the fit's
+    dask config): the fit finishes on the other workers, or ends with one line and
+    ``--resume``, well within the 150 s of the other faults."""
+    cluster = three_workers
+    cluster.replace_exited_workers()
+    with cluster.client() as client:
+        pids = client.run(os.getpid)
+        ttl = client.run_on_scheduler(lambda dask_scheduler: dask_scheduler.worker_ttl)
+    assert len(pids) == 3, pids
+    victim = max(pids.values())
+    out = tmp_path / "model.zarr"
+    env = {**_env(cluster), "DASK_DISTRIBUTED__SCHEDULER__WORKER_TTL": "10s"}
+    proc = subprocess.Popen(
+        [SPHDIST, "--log-level", "warning", "fit", "-i", str(corpus.path), "-o", str(out),
+         *CLI_ARGS], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        _wait_for_checkpoint(proc, out, 1)
+        os.kill(victim, signal.SIGSTOP)
+        stopped = time.monotonic()
+        try:
+            _, stderr = proc.communicate(timeout=150)  # the bound: a late notice fails here
+        finally:
+            took = time.monotonic() - stopped
+    finally:  # nothing left stopped: the nanny (or the next test) starts a new worker
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(victim, signal.SIGKILL)
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(victim, signal.SIGCONT)
+    stderr = stderr.decode()
+    assert took < 150 and "Traceback" not in stderr, (took, stderr)
+    if proc.returncode == 0:  # finished on the two other workers
+        _assert_same(open_model(out), reference)
+    else:
+        assert proc.returncode == 1, stderr
+        line = stderr.strip().splitlines()[-1]
+        assert line.startswith(f"Error: {out}: "), line
+        assert f"`sphdist fit --input {corpus.path} --output {out} --resume" in line, line
+        assert 1 <= load_checkpoint(out).n_iter < MAX_ITER
+    with cluster.client() as client:  # the scheduler's own time-to-live is given back
+        assert client.run_on_scheduler(
+            lambda dask_scheduler: dask_scheduler.worker_ttl) == ttl == 300
+
+
+def _busy(seconds):
+    """Pure Python for ``seconds`` (the GIL held but between bytecodes), then a BLAS product."""
+    import numpy as np
+
+    end, n = time.monotonic() + seconds, 0
+    while time.monotonic() < end:
+        n += 1
+    a = np.random.default_rng(0).standard_normal((1500, 1500))
+    for _ in range(20):
+        a = a @ a / np.linalg.norm(a)
+    return n, os.getpid()
+
+
+def test_a_busy_worker_outlives_the_jobs_time_to_live(tmp_path):
+    """The bound removes silent workers, not busy ones: a worker's heartbeats come from its
+    event loop, not from the thread running a task, so a task three times longer than the
+    time-to-live (5 s here, distributed's least for a few workers) finishes on its worker."""
+    import dask
+
+    from sphdist.jobs.cluster import connect
+
+    with ProcessCluster(1, memory_limit="1GiB", env={"PYTHONPATH": str(REPO)},
+                        log_dir=tmp_path / "logs") as cluster:
+        with cluster.client() as client:
+            [pid] = client.run(os.getpid).values()
+        with dask.config.set({"distributed.scheduler.worker-ttl": "5s"}), \
+                connect(cluster.address) as client:
+            assert client.run_on_scheduler(lambda dask_scheduler: dask_scheduler.worker_ttl) == 5
+            n, ran_on = client.submit(_busy, 15, pure=False).result(timeout=120)
+        assert n > 0 and ran_on == pid
+        with cluster.client() as client:
+            assert list(client.run(os.getpid).values()) == [pid]  # never removed
+            assert client.run_on_scheduler(lambda dask_scheduler: dask_scheduler.worker_ttl) \
+                == 300  # given back
+        log = cluster.logs()["scheduler.log"]
+    assert "failed to heartbeat" not in log, log[-2000:]
 
 
 # -- an external scheduler that loses every worker: the fit ends (issue 31 item 4) ----------

@@ -28,7 +28,12 @@ from distributed.security import Security
 from sphdist.errors import ParameterError, Text, option
 from sphdist.io import storage_options
 from sphdist.jobs._cluster_checks import ADDRESS_REMEDY
-from sphdist.jobs._cluster_losses import no_workers_bound, no_workers_timeout
+from sphdist.jobs._cluster_losses import (
+    no_workers_timeout,
+    scheduler_bounds,
+    worker_ttl,
+    worker_ttl_bound,
+)
 from sphdist.jobs._cluster_spec import ClusterSpec
 from sphdist.jobs._storage_plugin import StorageOptions
 
@@ -156,12 +161,16 @@ def check_is_scheduler(address: str, security: Security | bool | None) -> None:
 
 @contextmanager
 def join(address: str, security: Security | bool | None) -> Iterator[Client]:
-    """A Client of the scheduler at ``address``, which fails tasks that wait without workers."""
+    """A Client of the scheduler at ``address``, bounded for the block (``scheduler_bounds``).
+
+    The scheduler fails tasks that wait without workers and removes frozen workers.
+    """
     check_is_scheduler(address, security)
     seconds = no_workers_timeout()
     with dask.config.set({  # read by graph.broadcast's scatter too
         "distributed.scheduler.no-workers-timeout": f"{seconds}s",
-    }), Client(address, security=security) as client, no_workers_bound(client, seconds):
+    }), Client(address, security=security) as client, \
+            scheduler_bounds(client, seconds, worker_ttl()):
         logger.info("connected to scheduler %s (dashboard %s)", address, client.dashboard_link)
         _share_storage_options(client)
         yield client
@@ -188,7 +197,8 @@ def local_cluster(
         dashboard_address=spec.dashboard_address,
         security=Security() if security is False else (security or True),
         silence_logs=silence_logs,
-    ) as cluster, Client(cluster, direct_to_workers=True) as client:  # U, totals: one hop
+    ) as cluster, Client(cluster, direct_to_workers=True) as client, \
+            worker_ttl_bound(client, worker_ttl()):  # U, totals: one hop; frozen: removed
         _share_storage_options(client)
         logger.info(
             "started LocalCluster %s: %d workers x %d threads (%s), dashboard %s",

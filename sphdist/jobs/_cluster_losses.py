@@ -1,9 +1,11 @@
-"""A cluster that loses its workers: the exceptions, the no-workers timeout, the messages.
+"""A cluster that loses its workers: the exceptions, the scheduler's bounds, the messages.
 
 A computation on a cluster fails with one of :func:`worker_losses` when a worker holding its
-data dies, and with distributed's ``NoWorkerError`` (:func:`no_worker_left`) when the cluster
-has had no worker for :func:`no_workers_timeout` seconds, which an external scheduler is given
-for the duration of a job (:func:`no_workers_bound`). The fit restarts from its last
+data dies, or stops answering for :func:`worker_ttl` seconds (frozen: a suspended VM, a swap
+storm; the scheduler removes it), and with distributed's ``NoWorkerError``
+(:func:`no_worker_left`) when the cluster has had no worker for :func:`no_workers_timeout`
+seconds. The scheduler is given both bounds for the duration of a job
+(:func:`scheduler_bounds`). The fit restarts from its last
 checkpoint (:func:`log_retry`), or ends with :func:`workers_lost`. Dask's threads lose no
 worker: nothing here imports ``distributed`` before a job has. Its public home is
 :mod:`sphdist.jobs.cluster`.
@@ -27,8 +29,12 @@ if TYPE_CHECKING:
 
 __all__ = [
     "NO_WORKERS_TIMEOUT_S",
+    "WORKER_TTL_S",
     "no_workers_timeout",
+    "worker_ttl",
     "no_workers_bound",
+    "worker_ttl_bound",
+    "scheduler_bounds",
     "worker_losses",
     "no_worker_left",
     "workers_lost",
@@ -41,6 +47,16 @@ logger = logging.getLogger("sphdist")
 #: their nannies restarting them) before they fail (``distributed.scheduler.no-workers-timeout``).
 NO_WORKERS_TIMEOUT_S = 60
 
+#: Seconds a worker may send the scheduler no heartbeat (frozen, cut off) before the scheduler
+#: removes it, for the duration of a job (``distributed.scheduler.worker-ttl``; distributed's
+#: default, 5 minutes checked every 5 minutes, ended a fit 398.5 s after a worker froze).
+#: A busy worker still sends one every 0.5 s to 2 s (its event loop is not its tasks' threads).
+WORKER_TTL_S = 60
+
+#: The scheduler looks for workers past their time-to-live this many times per time-to-live
+#: (distributed: once), so that a frozen worker is removed within 1.25 times it.
+_TTL_CHECKS = 4
+
 
 def no_workers_timeout() -> float:
     """Seconds a job's tasks may wait while the cluster has no worker, before they fail.
@@ -52,6 +68,95 @@ def no_workers_timeout() -> float:
     value = dask.config.get("distributed.scheduler.no-workers-timeout", None)
     seconds = parse_timedelta(value) if value is not None else None
     return float(seconds) if seconds else float(NO_WORKERS_TIMEOUT_S)
+
+
+def worker_ttl() -> float | None:
+    """Seconds a worker may go without a heartbeat before a job's scheduler removes it.
+
+    dask's ``distributed.scheduler.worker-ttl`` where it is set to something other than
+    distributed's default (5 minutes; e.g. ``DASK_DISTRIBUTED__SCHEDULER__WORKER_TTL=3min``
+    for workers that pause longer), else :data:`WORKER_TTL_S`. None where it is set to none
+    (``null``): the scheduler keeps its own. Set to distributed's default as distributed
+    spells it (``"5 minutes"``), it reads as not set.
+    """
+    key = "distributed.scheduler.worker-ttl"
+    value = dask.config.get(key, None)
+    if value == dask.config.get(key, None, config=dask.config.merge(*dask.config.defaults)):
+        return float(WORKER_TTL_S)
+    seconds = parse_timedelta(value) if value is not None else None
+    return float(seconds) if seconds else None
+
+
+@contextlib.contextmanager
+def scheduler_bounds(client: Client, no_workers: float, ttl: float | None) -> Iterator[None]:
+    """For the duration of a job, the scheduler's bounds on lost and frozen workers.
+
+    :func:`no_workers_bound` with ``no_workers`` seconds, and :func:`worker_ttl_bound` with
+    ``ttl`` seconds (None: the scheduler's own); both are given back after.
+    """
+    with no_workers_bound(client, no_workers), worker_ttl_bound(client, ttl):
+        yield
+
+
+def _set_worker_ttl(dask_scheduler: Any, seconds: Any, period: Any, only_if: Any) -> Any:
+    # runs on the scheduler, in its event loop (sent by value: it need not have sphdist
+    # installed). distributed checks the time-to-live in a periodic callback made when the
+    # scheduler starts, whose period (the time-to-live it had then) is replaced with it.
+    from tornado.ioloop import PeriodicCallback
+
+    previous = dask_scheduler.worker_ttl
+    if only_if == "longer" and not (previous is None or previous > seconds):
+        return previous
+    if only_if != "longer" and previous != only_if:
+        return previous
+    dask_scheduler.worker_ttl = seconds
+    check = dask_scheduler.periodic_callbacks.pop("worker-ttl", None)
+    if check is not None:
+        check.stop()
+    if seconds:
+        check = PeriodicCallback(dask_scheduler.check_worker_ttl, period * 1000)
+        dask_scheduler.periodic_callbacks["worker-ttl"] = check
+        check.start()
+    return previous
+
+
+@contextlib.contextmanager
+def worker_ttl_bound(client: Client, seconds: float | None) -> Iterator[None]:
+    """The scheduler removes a worker that sent no heartbeat for ``seconds``, during a job.
+
+    A frozen worker (stopped by ``SIGSTOP``: a suspended VM, a swap storm) keeps its
+    connections open and answers nothing: the job's tasks and the broadcast of U wait on it
+    until the scheduler removes it for its silence, after distributed's worker time-to-live
+    (``distributed.scheduler.worker-ttl``, 5 minutes by default, looked at every 5 minutes:
+    a fit ended 398.5 s after the freeze; issue 43 item 11). For the duration of the job a
+    scheduler whose time-to-live is longer than ``seconds`` (:func:`worker_ttl`), or that
+    has none, gets ``seconds``, checked every ``seconds / 4``; then its own back. Once it is
+    removed, the work waiting on it fails as a worker loss (:func:`worker_losses`), or runs
+    on the other workers; a worker with a nanny is restarted by it. A busy worker is not
+    removed: its heartbeats come from its event loop, every 0.5 s (up to 10 workers) to
+    ``n / 200 + 1`` s, and distributed never removes one before 10 of them are missed
+    (a task's BLAS and sparse products release the GIL; one call that held it for ``seconds``
+    would starve the event loop and get its worker removed).
+    """
+    refused = object()
+    if seconds is None:
+        previous: Any = refused
+    else:
+        try:
+            previous = client.run_on_scheduler(_set_worker_ttl, seconds=seconds,
+                                               period=seconds / _TTL_CHECKS, only_if="longer")
+        except Exception as exc:  # a scheduler that runs no client code: its own bound
+            logger.warning("could not give the scheduler a worker time-to-live (%s: %s): a "
+                           "frozen worker is noticed after the scheduler's own",
+                           type(exc).__name__, exc)
+            previous = refused
+    try:
+        yield
+    finally:
+        if previous is not refused and (previous is None or previous > seconds):
+            with contextlib.suppress(Exception):  # the scheduler may be gone
+                client.run_on_scheduler(_set_worker_ttl, seconds=previous,
+                                        period=previous, only_if=seconds)
 
 
 @contextlib.contextmanager

@@ -20,7 +20,7 @@ it, as distributed keeps ``deploy/``, ``security.py`` and ``client.py`` apart:
 - ``_cluster_checks.py``: the options' values refused before anything starts (no dask);
 - ``_cluster_security.py``: :func:`tls_security`;
 - ``_cluster_memory.py``: the memory budget, the fit's memory check, :func:`cpu_count`;
-- ``_cluster_losses.py``: worker losses and the no-workers timeout;
+- ``_cluster_losses.py``: worker losses, the no-workers timeout, the worker time-to-live;
 - ``_cluster_paths.py``: paths as the tasks see them;
 - ``_cluster_deploy.py``: the Client and the LocalCluster (imports distributed when imported).
 """
@@ -47,10 +47,12 @@ from sphdist.jobs._cluster_checks import (
 )
 from sphdist.jobs._cluster_losses import (
     NO_WORKERS_TIMEOUT_S,
+    WORKER_TTL_S,
     log_retry,
     no_worker_left,
     no_workers_timeout,
     worker_losses,
+    worker_ttl,
     workers_lost,
 )
 from sphdist.jobs._cluster_memory import (
@@ -81,6 +83,8 @@ __all__ = [
     "check_worker_memory",
     "NO_WORKERS_TIMEOUT_S",
     "no_workers_timeout",
+    "WORKER_TTL_S",
+    "worker_ttl",
     "check_scheduler_address",
     "connect",
     "cpu_count",
@@ -169,7 +173,10 @@ def connect(
     A job on a cluster with no worker (all lost, or none started) does not wait for ever: its
     tasks fail with distributed's ``NoWorkerError`` after :func:`no_workers_timeout` seconds,
     on the LocalCluster and on an external scheduler, which is given that timeout for the
-    block if it has none of its own (``no_workers_bound`` in ``_cluster_losses.py``).
+    block if it has none of its own (``no_workers_bound`` in ``_cluster_losses.py``). A worker
+    that sends no heartbeat for :func:`worker_ttl` seconds (frozen) is removed by the
+    scheduler, which is given that time-to-live for the block where its own is longer
+    (``worker_ttl_bound``): the work waiting on it runs elsewhere or fails as a worker loss.
 
     The LocalCluster and everything it listens on bind to 127.0.0.1. On one machine the
     threaded scheduler moves no bytes between processes: scipy's sparse products and NumPy's
