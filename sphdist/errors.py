@@ -136,7 +136,21 @@ def words_for(action: str | None = None, *,
     return register
 
 
-_UNSET: Any = type("_Unset", (), {"__repr__": lambda self: "<unset>"})()
+class _Unset:
+    """The value of a parameter named without one.
+
+    One instance, kept by copies and pickles: a message travels from a task to the driver,
+    and ``is _UNSET`` must hold there too.
+    """
+
+    def __repr__(self) -> str:
+        return "<unset>"
+
+    def __reduce__(self) -> str:
+        return "_UNSET"  # pickle, copy and deepcopy give this module's instance back
+
+
+_UNSET: Any = _Unset()
 
 
 @dataclasses.dataclass(frozen=True)

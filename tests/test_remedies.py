@@ -237,3 +237,21 @@ def test_a_storage_option_is_the_groups_option_on_the_line_and_its_setter_in_pyt
     assert "--" not in str(bad.value) and "set_storage_options" in str(bad.value)
     result = CliRunner().invoke(main, ["--storage-option", "nokey", "fit", "--help"])
     assert result.exit_code == 2 and "--storage-option endpoint_url=http" in result.output
+
+
+@pytest.mark.parametrize("through", ["pickle", "deepcopy"])
+def test_a_message_naming_a_parameter_without_a_value_survives_a_copy(through):
+    """Issue 43 item 4: a bad document's message travels from a task (pickled by a worker
+    process, copied by dask) into the corpus' attributes and ``--json``: ``text_field=<unset>``
+    was printed (a copy's unset value was another object), and a pickle failed outright."""
+    import copy
+    import pickle
+
+    from sphdist.errors import option, render
+
+    message = "name the text field with " + option("text_field")
+    copied = (pickle.loads(pickle.dumps(message)) if through == "pickle"
+              else copy.deepcopy(message))
+    assert str(copied) == str(message) == "name the text field with text_field"
+    form = CommandForm(main.commands["ingest"], main)
+    assert render(copied, form) == "name the text field with --text-field"

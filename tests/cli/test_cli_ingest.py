@@ -235,3 +235,28 @@ def test_evaluate_remedies_for_json_lines_work_when_pasted(fitted_on_jsonl):
             assert pasted.exit_code == 0, (command, pasted.output)
         assert "accuracy" in pasted.output
     assert (tmp / "test.zarr").is_dir() and (tmp / "nolabels.labelled.zarr").is_dir()
+
+
+def test_skipped_documents_are_named_without_markup_in_json_and_the_store(tmp_path, monkeypatch):
+    """Issue 43 item 4: ``--on-error skip --json`` printed ``skipped_examples`` holding
+    ``\\ue000{"option": "text_field"}\\ue001``, and the corpus stored the same; then
+    ``text_field=<unset>``. Nothing a user or a store sees carries markup or a sentinel."""
+    import zarr
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "bad.jsonl").write_text(
+        '{"id": "a", "text": "alpha beta", "label": "x"}\n'
+        '{"id": "b", "body": "no text here", "label": "y"}\n'
+        '{"id": "c", "text": "alpha gamma", "label": "x"}\n')
+    result = CliRunner().invoke(main, ["ingest", "bad.jsonl", "-o", "bad2.zarr", "--label-field",
+                                       "label", "--on-error", "skip", "--min-df", "1", "--json"])
+    assert result.exit_code == 0, result.output
+    printed = json.loads(result.stdout)
+    stored = dict(zarr.open_group(str(tmp_path / "bad2.zarr"), mode="r").attrs)
+    assert printed["n_skipped"] == stored["ingest"]["n_skipped"] == 1
+    for examples in (printed["skipped_examples"], stored["ingest"]["skipped_examples"]):
+        (example,) = examples
+        assert example.startswith("bad.jsonl:2: no 'text' field")
+        assert example.endswith("name the text field with text_field"), example
+    seen = json.dumps(printed, ensure_ascii=False) + json.dumps(stored, ensure_ascii=False)
+    assert not {"\ue000", "\ue001"} & set(seen) and "<unset>" not in seen
