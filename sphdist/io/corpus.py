@@ -105,6 +105,15 @@ __all__ = [
 FORMAT_VERSION = 1
 KIND = "corpus"  # the group attribute sphdist.kind
 
+#: The arrays beside the chunks (group ``X``): numpy dtype kinds allowed, and their meaning.
+_ARRAYS: dict[str, tuple[str, str]] = {
+    "doc_ids": ("TUO", "one string id per document"),
+    "empty": ("b", "one bool per document"),
+    "idf": ("f", "one float idf weight per feature"),
+    "labels": ("iu", "one integer label code per document"),
+    "vocabulary": ("TUO", "one string term per feature"),
+}
+
 class Corpus(_Input):
     """Read handle on a sparse ``corpus.zarr`` (see the module docstring for the layout).
 
@@ -237,8 +246,21 @@ class Corpus(_Input):
         }
 
     def _check_lengths(self) -> None:
-        """Refuse attributes that disagree with the arrays' metadata (no chunk is read)."""
+        """Refuse arrays outside the schema and attributes that disagree with their metadata.
+
+        The schema is :data:`_ARRAYS`; no chunk is read.
+        """
         m, n = self.shape
+        try:
+            stray = sorted(set(self._group.array_keys()) - set(_ARRAYS))
+        except Exception:  # noqa: BLE001 - a member's metadata unreadable: refused when read
+            stray = []
+        if stray:
+            raise CorpusFormatError(
+                f"{self.path}: {stray[0]} is no array of a sphdist corpus (it holds "
+                f"{', '.join(_ARRAYS)} and the chunks under X): the store was edited or is "
+                f"another's. To resolve this, {_REMEDY}."
+            )
         for name, length, what in (
             ("idf", m, "m"), ("vocabulary", m, "m"), ("doc_ids", n, "n"), ("empty", n, "n"),
             ("labels", n, "n"),
@@ -251,6 +273,13 @@ class Corpus(_Input):
                 raise CorpusFormatError(
                     f"{self.path}: {name} has shape {arr.shape} but attribute shape says "
                     f"{what} = {length}. To resolve this, {_REMEDY}."
+                )
+            kinds, meant = _ARRAYS[name]
+            if arr.dtype.kind not in kinds:
+                raise CorpusFormatError(
+                    f"{self.path}: {name} is stored as {arr.dtype}, where a corpus holds "
+                    f"{meant}: the store was edited or is another's. To resolve this, "
+                    f"{_REMEDY}."
                 )
         if self._expected is not None:
             return

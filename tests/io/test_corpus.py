@@ -463,3 +463,28 @@ def test_shape_that_disagrees_with_the_feature_scheme_is_refused(tmp_path, X):
     with pytest.raises(CorpusFormatError, match=r"shape says m = 1000000000000 features but "
                                                 rf"feature_scheme says n_features = {M}"):
         Corpus(corpus.path)
+
+
+def _replace_array(path, name, data):
+    group = zarr.open_group(str(path), mode="r+")
+    if name in group:
+        del group[name]
+    group.create_array(name, data=data)
+
+
+@pytest.mark.parametrize("name, data, said", [
+    ("labels", lambda n: np.zeros(n, dtype=np.float64), "labels is stored as float64"),
+    ("doc_ids", lambda n: np.arange(n), "doc_ids is stored as int64"),
+    ("empty", lambda n: np.zeros(n, dtype=np.int8), "empty is stored as int8"),
+    ("idf", lambda n: np.arange(M), "idf is stored as int64"),
+    ("stray", lambda n: np.arange(3), "stray is no array of a sphdist corpus"),
+])
+def test_an_array_outside_the_corpus_schema_is_refused_at_opening(tmp_path, X, name, data, said):
+    """Issue 43 item 10: labels stored as float64, doc_ids as integers and a stray array were
+    accepted (``fit`` exit 0); the digests cover the bytes, not their meaning. Each is refused
+    when the corpus is opened, naming the array (its metadata alone: no chunk is read)."""
+    corpus = _write(tmp_path / "c.zarr", X, (N,))
+    _replace_array(corpus.path, name, data(N))
+    with pytest.raises(CorpusFormatError, match=re.escape(said)) as caught:
+        Corpus(corpus.path)
+    assert "c.zarr" in str(caught.value) and "re-ingest" in str(caught.value)
