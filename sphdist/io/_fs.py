@@ -162,19 +162,22 @@ def absolute(path: str | os.PathLike[str]) -> str:
     return str(Path(path).resolve())
 
 
-def anchored(path: str | os.PathLike[str]) -> Path:
-    """A local ``path`` made absolute against the working directory, its ``..`` kept.
+def anchored(path: Any) -> Any:
+    """A local ``path`` made absolute against the working directory (``..`` kept); a URL as is.
 
-    The place the OS opens: :func:`os.path.abspath` collapses ``lnk/..`` to nothing before
-    the link is followed, which names another place when ``lnk`` is a symbolic link (to
-    ``deep/a/b``, ``lnk/../../../x`` is ``x``, not ``../../x``). Symbolic links are not
-    resolved either (an output that is one stays one, for the writer to refuse).
+    The place the OS opens, as a task in another working directory is given it:
+    :func:`os.path.abspath` collapses ``lnk/..`` to nothing before the link is followed,
+    which names another place when ``lnk`` is a symbolic link (to ``deep/a/b``,
+    ``lnk/../../../x`` is ``x``, not ``../../x``). Symbolic links are not resolved either (an
+    output that is one stays one, for the writer to refuse).
 
     >>> import os
     >>> str(anchored("lnk/../x")) == os.path.join(os.getcwd(), "lnk", "..", "x")
     True
+    >>> anchored("s3://bucket/c.zarr")
+    's3://bucket/c.zarr'
     """
-    return Path(os.getcwd(), path)
+    return path if is_remote(path) else Path(os.getcwd(), path)
 
 
 #: Packages whose exceptions are an object store's failures (not a bug of the caller).

@@ -41,7 +41,7 @@ from sphdist.io._checked import (
     recorded_digest,
     require_written,
 )
-from sphdist.io._fs import anchored, is_remote
+from sphdist.io._fs import anchored
 from sphdist.io._tagged import TaggedStore
 from sphdist.io._zarr import (
     CHECKSUMMED,
@@ -73,14 +73,6 @@ def _zarr_chunk(chunks: tuple[int, ...]) -> int:
     if regular_chunks(chunks):
         return max(1, max(chunks, default=1))
     return max(1, int(np.gcd.reduce(np.asarray(chunks, dtype=np.int64))))
-
-
-def _absolute(path: Any) -> Any:
-    """A local ``path`` made absolute against this process' directory; a URL as it is.
-
-    Its ``..`` are kept: the OS's, after the links before them (:func:`sphdist.io.anchored`).
-    """
-    return path if is_remote(path) else anchored(path)
 
 
 class EmbeddingWriter:
@@ -115,10 +107,10 @@ class EmbeddingWriter:
             output = self._owned.__enter__()
         self._output = output
         # absolute, once: the tasks that write the staging tree run in their own directories
-        self.path = _absolute(output.path)
+        self.path = anchored(output.path)
         self._committed = False
         try:
-            self.staging = _absolute(output.staging())
+            self.staging = anchored(output.staging())
             n = int(sum(chunks))
             self.offsets = tuple(int(o) for o in np.concatenate([[0], np.cumsum(chunks)[:-1]]))
             group = zarr.open_group(store=str(self.staging), mode="w-")

@@ -420,7 +420,7 @@ def write(
     # this one holds the output's lock, which proves them stale
     staging = held.staging()  # a fresh name of the held output's: its spilled counts' too
     # the tasks' paths: absolute, as the driver means them (a worker's directory is its own)
-    spill = _for_tasks(staging.with_name(f"{staging.name}-spill"))
+    spill = anchored(staging.with_name(f"{staging.name}-spill"))
     with _scheduler(src, output) as pool, _scratch(spill) as spill_dir:
         scheduler, workers = pool.scheduler, pool.workers
         run = _in_order(2 * workers, pool.settle, pool.executor)
@@ -480,7 +480,7 @@ def write(
             # driver records them in order (chunk "X" is created first: no race on it)
             zarr.open_group(store=str(writer.staging), mode="r+").require_group("X")
             weigh = WeightJob(
-                spill=str(spill_dir), staging=str(_for_tasks(writer.staging)), n_features=m,
+                spill=str(spill_dir), staging=str(anchored(writer.staging)), n_features=m,
                 learned=mapping is not None, sublinear_tf=options.sublinear_tf,
                 label_names=tuple(label_names) if label_names is not None else None,
                 wheres=wheres,
@@ -575,11 +575,6 @@ def _check_feature_memory(n_features: int) -> None:
             "GiB of this machine. To resolve this, hash into fewer features, e.g. "
             + option("n_features", 2**20) + "."
         )
-
-
-def _for_tasks(path: Any) -> Any:
-    """``path`` as a task is given it: a local one absolute (``..`` kept), a URL as it is."""
-    return path if is_remote(path) else anchored(path)
 
 
 def _describe(source: Any) -> str | list[str]:
