@@ -498,3 +498,21 @@ def test_batch_queries_without_output_print_the_table(trained, runner, tmp_path,
     # --format and --overwrite are about the file: without --output they do nothing
     result = runner.invoke(main, [*args, "--format", "csv"])
     assert result.exit_code == 2 and "--output" in result.output
+
+
+def test_a_batch_of_unknown_ids_looks_for_the_nearest_of_the_first_ten_only(
+    trained, runner, tmp_path,
+):
+    """Each suggestion searches the collection's ids (difflib, up to 0.1 s at 20,000): a
+    file of ids from another corpus must not search it once per line. The first ten bad ids
+    name their nearest ids, the others where to find ids."""
+    ids = [str(i) for i in open_corpus(trained["corpus"]).doc_ids]
+    queries = _queries(tmp_path, ids[3], *[f"other/{j}" for j in range(12)])
+    report = json.loads(_ok(runner.invoke(main, [
+        "neighbors", "-m", str(trained["model"]), "--queries", str(queries), "--ids",
+        "--on-error", "skip", "--json"])).stdout)
+    reasons = [row["reason"] for row in report["skipped"]]
+    assert len(reasons) == 12
+    assert all(("nearest ids are" in r) != ("ids look like" in r) for r in reasons[:10])
+    assert not any("nearest ids are" in r or "ids look like" in r for r in reasons[10:])
+    assert all(r.endswith("see `sphdist export`)") for r in reasons)
