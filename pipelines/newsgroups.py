@@ -51,7 +51,7 @@ from sphdist import BAE
 from sphdist.datasets import NEWSGROUPS_PAPER_CATEGORIES, newsgroups_archive
 from sphdist.jobs import run
 from sphdist.jobs.cluster import connect
-from sphdist.jobs.evaluate import evaluate_model
+from sphdist.jobs.evaluate import EvaluateRequest
 from sphdist.jobs.fit import FitRequest
 from sphdist.jobs.ingest import IngestRequest
 from sphdist.jobs.layout import LayoutRequest
@@ -86,7 +86,7 @@ def spherical_pca(corpus, out, *, n_components, max_iter, tol, seed, scheduler_a
                                max_iter=max_iter, tol=tol, random_state=seed, overwrite=True))
         fit_s = time.perf_counter() - t0
         t0 = time.perf_counter()
-        report = evaluate_model(model.path, corpus.path, random_state=seed, knn_k=None)
+        report = run(EvaluateRequest(model.path, corpus.path, random_state=seed, knn_k=None))
         kmeans_s = time.perf_counter() - t0
         V = model.V().compute().T  # the same embedding, for the 10-NN accuracy
     return {"method": "Spherical PCA (sphdist)", "features": corpus.n_features,

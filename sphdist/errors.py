@@ -70,10 +70,9 @@ class Remedy:
     say : str, default ""
         What it does, in words (``"continue it"``), for the sentence around it.
     call : str, default ""
-        The public Python name of the job (``"sphdist.jobs.transform.TransformRequest"``);
-        empty: :data:`CALLS`' entry of ``action``.
-    request : bool, default True
-        Whether :attr:`call` is a request, run by ``sphdist.jobs.run`` (else a function).
+        The public Python name of the job's request, run by ``sphdist.jobs.run``
+        (``"sphdist.jobs.transform.TransformRequest"``); empty: :data:`CALLS`' entry of
+        ``action``.
     """
 
     action: str
@@ -81,27 +80,26 @@ class Remedy:
     overrides: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     say: str = ""
     call: str = ""
-    request: bool = True
 
     def arguments(self) -> dict[str, Any]:
         """The target paths and the overrides, one mapping in order."""
         return {**self.target, **self.overrides}
 
 
-#: The public Python name of each action whose :class:`Remedy` does not give its own
-#: (:attr:`Remedy.call`; a request's remedy does, :meth:`sphdist.jobs.Request.remedy`), and
-#: whether it is a request. Names only: nothing is imported.
-CALLS: dict[str, tuple[str, bool]] = {
-    "fit": ("sphdist.jobs.fit.FitRequest", True),
-    "evaluate": ("sphdist.jobs.evaluate.evaluate_model", False),
-    "transform": ("sphdist.jobs.transform.TransformRequest", True),
-    "plot convergence": ("sphdist.jobs.plotting.PlotConvergenceRequest", True),
-    "plot embedding": ("sphdist.jobs.plotting.PlotEmbeddingRequest", True),
-    "export": ("sphdist.jobs.export.ExportRequest", True),
-    "ingest": ("sphdist.jobs.ingest.IngestRequest.of", True),
-    "index": ("sphdist.jobs.neighbors.IndexRequest", True),
-    "layout": ("sphdist.jobs.layout.LayoutRequest", True),
-    "map": ("sphdist.jobs.map_page.MapRequest", True),
+#: The public Python name of each action's request, where its :class:`Remedy` does not give
+#: its own (:attr:`Remedy.call`; a request's remedy does, :meth:`sphdist.jobs.Request.remedy`).
+#: Names only: nothing is imported.
+CALLS: dict[str, str] = {
+    "fit": "sphdist.jobs.fit.FitRequest",
+    "evaluate": "sphdist.jobs.evaluate.EvaluateRequest",
+    "transform": "sphdist.jobs.transform.TransformRequest",
+    "plot convergence": "sphdist.jobs.plotting.PlotConvergenceRequest",
+    "plot embedding": "sphdist.jobs.plotting.PlotEmbeddingRequest",
+    "export": "sphdist.jobs.export.ExportRequest",
+    "ingest": "sphdist.jobs.ingest.IngestRequest.of",
+    "index": "sphdist.jobs.neighbors.IndexRequest",
+    "layout": "sphdist.jobs.layout.LayoutRequest",
+    "map": "sphdist.jobs.map_page.MapRequest",
 }
 
 #: Wordings registered by the module that owns a job or an option (:func:`words_for`).
@@ -203,10 +201,8 @@ class PythonForm:
         """``sphdist.jobs.run(sphdist.jobs.transform.TransformRequest(model='m.zarr', ...))``."""
         if fix.action in _CALL_WORDS:  # a job whose call its module words (by its mode)
             return _CALL_WORDS[fix.action](fix.arguments())
-        call, request = (fix.call, fix.request) if fix.call else CALLS.get(
-            fix.action, (fix.action, False))
-        words = f"{call}({_keywords(fix.arguments())})"
-        return f"sphdist.jobs.run({words})" if request else words
+        call = fix.call or CALLS.get(fix.action, fix.action)
+        return f"sphdist.jobs.run({call}({_keywords(fix.arguments())}))"
 
 
 def _word(part: _Part, form: _Form) -> str:
@@ -371,7 +367,7 @@ def remedy(fix: Remedy, *then: Remedy) -> Text:
     Examples
     --------
     >>> str("continue it: " + remedy(Remedy("evaluate", {"model": "m.zarr"})))
-    "continue it: `sphdist.jobs.evaluate.evaluate_model(model='m.zarr')`"
+    "continue it: `sphdist.jobs.run(sphdist.jobs.evaluate.EvaluateRequest(model='m.zarr'))`"
     """
     return Text((_Jobs((fix, *then)),))
 

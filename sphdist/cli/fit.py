@@ -297,8 +297,8 @@ def fit(
               help="k of k-means [default: number of labels].")
 @click.option("--n-init", type=click.IntRange(min=1), default=10, show_default=True,
               help="k-means restarts (the best inertia is kept).")
-@click.option("--seed", type=click.IntRange(min=0, max=2**32 - 1), default=0, show_default=True,
-              help="Seed of k-means.")
+@click.option("--seed", "random_state", type=click.IntRange(min=0, max=2**32 - 1), default=0,
+              show_default=True, help="Seed of k-means.")
 @click.option("--knn-k", type=click.IntRange(min=1), default=10, show_default=True,
               help="k of the k-NN label accuracy (cosine, stratified 5-fold, at most 20,000 "
                    "documents).")
@@ -309,17 +309,18 @@ def fit(
                    "of a single document leaves it unscored.")
 @json_option()
 def evaluate(
-    model: Path, input_: Path | None, n_clusters: int | None, n_init: int, seed: int,
+    model: Path, input_: Path | None, n_clusters: int | None, n_init: int, random_state: int,
     knn_k: int, knn_min_label_size: int, as_json: bool,
 ) -> None:
     """k-means on an embedding: accuracy (Hungarian matching), NMI; and k-NN label accuracy."""
-    from sphdist.jobs.evaluate import evaluate_model
+    from sphdist.jobs import run
+    from sphdist.jobs.evaluate import EvaluateRequest
     from sphdist.jobs.info import plural
 
-    result = evaluate_model(
-        model, input_, n_clusters=n_clusters, n_init=n_init, random_state=seed, knn_k=knn_k,
-        knn_min_label_size=knn_min_label_size,
-    )
+    result = run(EvaluateRequest(
+        model, input_, n_clusters=n_clusters, n_init=n_init, random_state=random_state,
+        knn_k=knn_k, knn_min_label_size=knn_min_label_size,
+    ))
     if result.get("knn_reason"):
         from sphdist.cli._remedies import render_for
 

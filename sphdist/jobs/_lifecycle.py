@@ -31,6 +31,10 @@ scikit-learn's ``clone(est).set_params(**changes)``), which an error carries
 (:meth:`Request.remedy`) and each interface words in its own terms (the command line as the
 command, the Python API as the call).
 
+A command that writes nothing (``evaluate``, ``info``: a report) is a request too, whose
+:attr:`Request.writes` is None: :func:`run` opens its inputs and runs its work, and holds
+nothing.
+
 A new command is a request (its fields, :attr:`Request.command`, :attr:`Request.writes`,
 :meth:`Request.inputs`, :meth:`Request.prepare`) and its :meth:`Request.execute`; nothing else.
 """
@@ -65,15 +69,17 @@ class Request(abc.ABC):
     """What a command writes, from what, with which parameters: built once, never changed.
 
     Subclasses are frozen dataclasses with an ``output`` and an ``overwrite`` field (declared
-    there, in the command's own order of parameters); they set
+    there, in the command's own order of parameters; a report, :attr:`writes` None, has
+    neither); they set
     :attr:`command` and :attr:`writes`, and implement :meth:`inputs` and :meth:`execute` (and
     :meth:`prepare` where the job opens inputs). :func:`run` does the rest.
     """
 
     #: The ``sphdist`` command that runs this request (``"transform"``, ``"plot embedding"``).
     command: ClassVar[str]
-    #: What it writes: ``"corpus"``, ``"model"``, ``"embedding"``, ``"index"`` or ``"file"``.
-    writes: ClassVar[str]
+    #: What it writes: ``"corpus"``, ``"model"``, ``"embedding"``, ``"index"``, ``"layout"`` or
+    #: ``"file"``; None for a report (:meth:`execute` returns it, nothing is held).
+    writes: ClassVar[str | None]
     #: The fields a remedy names even at their default value (the paths), in order.
     targets: ClassVar[tuple[str, ...]] = ()
     #: Fields that say how this run shows its work, not what it computes: never in a remedy.
@@ -82,9 +88,9 @@ class Request(abc.ABC):
     #: output's name says no format.
     formats: ClassVar[Mapping[str, str] | None] = None
 
-    #: The output (a subclass' field).
+    #: The output (a subclass' field; a report has none).
     output: Any
-    #: Whether an output already there is replaced (a subclass' field).
+    #: Whether an output already there is replaced (a subclass' field; a report has none).
     overwrite: bool
 
     def inputs(self) -> tuple[Any, ...]:
@@ -141,8 +147,11 @@ class Request(abc.ABC):
         return prepared
 
     @abc.abstractmethod
-    def execute(self, held: Output, prepared: Any) -> Any:
-        """The command's own work, writing through ``held`` (whose commit is the only one)."""
+    def execute(self, held: Output | None, prepared: Any) -> Any:
+        """The command's own work, writing through ``held`` (whose commit is the only one).
+
+        ``held`` is None for a report (:attr:`writes` None), which returns what it found.
+        """
 
     def replace(self, **changes: Any) -> Request:
         """The same request with ``changes`` (:func:`dataclasses.replace`): validated again."""
@@ -194,7 +203,9 @@ def run(request: Request, *, on: AbstractContextManager[Any] | None = None) -> A
     Returns
     -------
     object
-        What :meth:`Request.execute` returns (the written store or a report).
+        What :meth:`Request.execute` returns (the written store or a report). A report
+        (:attr:`Request.writes` None) skips the output's steps: its inputs are opened
+        (:meth:`Request.prepare`) and its work runs, holding nothing.
 
     Raises
     ------
@@ -210,6 +221,10 @@ def run(request: Request, *, on: AbstractContextManager[Any] | None = None) -> A
     SphdistError
         Whatever the request's :meth:`~Request.prepare` and :meth:`~Request.execute` raise.
     """
+    if request.writes is None:  # a report: no output to place, decide on or hold
+        prepared = request.prepare()
+        with on if on is not None else contextlib.nullcontext():
+            return request.execute(None, prepared)
     inputs: Iterable[Any] = request.inputs()
     check_output_place(request.output, request.writes, inputs)
     check_output_kind(request.output, request.writes)

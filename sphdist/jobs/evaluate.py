@@ -1,16 +1,18 @@
 """The evaluate job: k-means and k-NN on an embedding, scored against the documents' labels.
 
-The function behind ``sphdist evaluate``; pipelines call it directly.
+``sphdist evaluate`` is :class:`EvaluateRequest`, run by :func:`sphdist.jobs.run` (pipelines
+build the same request); it writes nothing and returns its scores.
 """
 
 from __future__ import annotations
 
-import os
+import dataclasses
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
+from sphdist._validation import at_least, check_param
 from sphdist.errors import (
     CorpusFormatError,
     DataError,
@@ -23,24 +25,24 @@ from sphdist.errors import (
 from sphdist.io import is_remote
 from sphdist.io.corpus import open_corpus
 from sphdist.io.model import open_model
+from sphdist.jobs._lifecycle import Request, located
 from sphdist.jobs.embedding import open_embedding_source
 from sphdist.jobs.info import plural, shown_objective, warn_if_stopped
 from sphdist.metrics import evaluate_embedding, knn_accuracy
 from sphdist.text.sources import first_fields, source_format
 
-__all__ = ["evaluate_model"]
+__all__ = ["EvaluateRequest"]
 
 
-def evaluate_model(
-    model: str | os.PathLike[str], input: str | os.PathLike[str] | None = None, *,
-    knn_k: int | None = 10, knn_min_label_size: int = 2, **kmeans: Any
-) -> dict[str, Any]:
-    """k-means and k-NN on the embedding of a set of documents, scored against their labels.
+@dataclasses.dataclass(frozen=True)
+class EvaluateRequest(Request):
+    """``sphdist evaluate``: k-means and k-NN on an embedding, scored against its labels.
 
     :func:`sphdist.metrics.evaluate_embedding` (the protocol of Liu et al. 2019, Sec. 5.2) on
     the embedding and labels of the training corpus (the model's stored V), of an
     ``embedding.zarr`` written by ``sphdist transform``, or of held-out documents ingested
-    like the model (``like=``, embedded on the fly).
+    like the model (``like=``, embedded on the fly). Run it with :func:`sphdist.jobs.run`:
+    ``run(EvaluateRequest("m.zarr", "test.zarr"))`` returns the scores; nothing is written.
 
     Parameters
     ----------
@@ -53,108 +55,151 @@ def evaluate_model(
         model's feature space and idf (ingested with ``like`` the model), embedded by the exact
         V-step ``v_j = U^T x_j / ||U^T x_j||_2`` (Liu et al. 2019, Eq. 3.12 with lam = 2), as
         ``transform`` would store it.
+    n_clusters : int, optional
+        k of k-means; default the number of labels of the documents.
+    n_init : int, default 10
+        k-means restarts (the best objective is kept).
+    random_state : int, default 0
+        Seed of k-means and of the k-NN accuracy's folds and sample.
     knn_k : int or None, default 10
         k of the k-NN label accuracy (:func:`sphdist.metrics.knn_accuracy`: cosine,
-        stratified 5-fold, on at most 20,000 documents, seeded by ``random_state``); None:
-        k-means only (no ``knn_*`` keys).
+        stratified 5-fold, on at most 20,000 documents); None: k-means only (no ``knn_*``
+        keys).
     knn_min_label_size : int, default 2
         The k-NN accuracy leaves out the documents of labels with fewer documents than this
         (neither scored nor neighbours; ``min_label_size`` of
         :func:`~sphdist.metrics.knn_accuracy`), so a collection with labels of a single
         document is scored on the others. 1 keeps every label: the accuracy is then not
         scored where a label has a single document (``knn_reason`` says so).
-    **kmeans
-        ``n_clusters``, ``n_init``, ``random_state`` of
-        :func:`~sphdist.metrics.evaluate_embedding` (defaults: the number of labels, 10, 0).
-
-    Returns
-    -------
-    dict
-        ``accuracy``, ``nmi`` (fractions in [0, 1]), ``knn_accuracy`` (fraction in [0, 1], or
-        None), ``knn_reason`` (only where ``knn_accuracy`` is None: why, in words, with the
-        option that scores it where one does), ``knn_k``, ``knn_folds``, ``knn_documents`` and
-        ``knn_labels`` (scored), ``knn_left_out_documents`` and ``knn_left_out_labels``
-        (left out for having fewer than ``knn_min_label_size`` documents),
-        ``knn_min_label_size``, ``knn_left_out`` (only where some were left out: which, in
-        words), ``n_documents``, ``n_clusters``,
-        ``n_components``, ``n_iter``, ``objective`` (final value of the fit, clipped at 0:
-        :func:`sphdist.jobs.info.shown_objective`), ``input`` (the documents' path) and
-        ``embedding``: ``"model"`` (the training corpus' V), ``"embedding"`` (an
-        ``embedding.zarr``) or ``"corpus"`` (embedded on the fly).
 
     Raises
     ------
     ParameterError
-        If ``model`` and ``input`` look swapped, or ``input`` is a model
-        (:func:`sphdist.jobs.info.check_roles`).
-    CorpusMismatchError
-        If ``input`` is a corpus in another feature space (the remedy re-ingests it like
-        the model), or an embedding written with another model.
-    InputNotFoundError
-        If ``input`` is not given and the corpus the model recorded is no longer there (the
-        remedy passes it as ``input``).
-    ModelFormatError
-        If ``input`` is the training corpus and ``model`` a checkpoint without V.
-    DataError
-        If the documents have no labels.
-    CorpusFormatError
-        If a label code is outside the ``label_names`` (naming the document).
-    ParameterError
-        If ``n_clusters`` is more than the labelled documents, or ``knn_min_label_size`` is
+        When built: if ``n_clusters``, ``n_init`` or ``knn_k`` is not a positive int (or
+        None where allowed), ``random_state`` not an int >= 0, or ``knn_min_label_size`` is
         less than 1.
+    ValueError
+        When built: if a path is empty or names an unknown protocol.
 
     Notes
     -----
+    :func:`~sphdist.jobs.run` returns a dict: ``accuracy``, ``nmi`` (fractions in [0, 1]),
+    ``knn_accuracy`` (fraction in [0, 1], or None), ``knn_reason`` (only where
+    ``knn_accuracy`` is None: why, in words, with the option that scores it where one does),
+    ``knn_k``, ``knn_folds``, ``knn_documents`` and ``knn_labels`` (scored),
+    ``knn_left_out_documents`` and ``knn_left_out_labels`` (left out for having fewer than
+    ``knn_min_label_size`` documents), ``knn_min_label_size``, ``knn_left_out`` (only where
+    some were left out: which, in words), ``n_documents``, ``n_clusters``, ``n_components``,
+    ``n_iter``, ``objective`` (final value of the fit, clipped at 0:
+    :func:`sphdist.jobs.info.shown_objective`), ``input`` (the documents' path) and
+    ``embedding``: ``"model"`` (the training corpus' V), ``"embedding"`` (an
+    ``embedding.zarr``) or ``"corpus"`` (embedded on the fly). Running it raises:
+
+    - ParameterError, if ``model`` and ``input`` look swapped, or ``input`` is a model
+      (:func:`sphdist.jobs.info.check_roles`), or ``n_clusters`` is more than the labelled
+      documents;
+    - CorpusMismatchError, if ``input`` is a corpus in another feature space (the remedy
+      re-ingests it like the model), or an embedding written with another model;
+    - InputNotFoundError, if ``input`` is not given and the corpus the model recorded is no
+      longer there (the remedy passes it as ``input``);
+    - ModelFormatError, if ``input`` is the training corpus and ``model`` a checkpoint
+      without V;
+    - DataError, if the documents have no labels;
+    - CorpusFormatError, if ``input`` is raw text (the remedy ingests it), or a label code is
+      outside the ``label_names`` (naming the document).
+
     The checkpoint of a fit that stopped before ``max_iter`` without converging is evaluated
     with a warning on the ``sphdist`` logger (:func:`sphdist.jobs.info.warn_if_stopped`).
     Embedding on the fly reads every chunk of the corpus once, on the active Dask scheduler;
     k-means then holds V, r n float64, in memory, as for the training corpus.
+
+    References
+    ----------
+    Liu, K., Li, Q., Wang, H., & Tang, G. (2019). Spherical principal component analysis.
+    SIAM International Conference on Data Mining, Sec. 5.2.
     """
-    if input is not None:
-        _refuse_raw_text(model, input)
-    source = open_embedding_source(model, input, verb="evaluate", rest={}, embed=True)
-    fitted = open_model(model)
-    where = input if input is not None else fitted.corpus.get("path")
-    labels = source.labels
-    if labels is None:
-        raise _no_labels(model, where, source.origin)
-    _check_labels(labels, source.label_names, source.doc_ids, where)
-    known = labels[labels >= 0]
-    k = kmeans.get("n_clusters")
-    if k is not None and not 1 <= k <= known.size:
-        again = Remedy("evaluate", {"model": str(model),
-                                    **({} if input is None else {"input": str(input)})},
-                       {"n_clusters": int(np.unique(known).size)})
-        raise ParameterError(
-            option("n_clusters", k)
-            + f" is more clusters than the {known.size} labelled documents of {where}. To "
-            f"resolve this, choose 1 <= k <= {known.size}, e.g. the number of labels: "
-            + remedy(again) + "."
+
+    command: ClassVar[str] = "evaluate"
+    writes: ClassVar[str | None] = None
+    targets: ClassVar[tuple[str, ...]] = ("model", "input")
+
+    model: Any
+    input: Any = None
+    _: dataclasses.KW_ONLY
+    n_clusters: int | None = None
+    n_init: int = 10
+    random_state: int = 0
+    knn_k: int | None = 10
+    knn_min_label_size: int = 2
+
+    def __post_init__(self) -> None:
+        for name in ("model", "input"):
+            object.__setattr__(self, name, located(getattr(self, name)))
+        for name, allowed in (("n_clusters", (None,)), ("n_init", ()), ("knn_k", (None,))):
+            check_param(name, getattr(self, name), at_least(1), *allowed,
+                        caller="EvaluateRequest")
+        check_param("random_state", self.random_state, at_least(0), caller="EvaluateRequest")
+        if self.knn_k is not None and self.knn_min_label_size < 1:
+            raise ParameterError(
+                option("knn_min_label_size", self.knn_min_label_size)
+                + " leaves nothing to count. To resolve this, choose 1 (keep every label) or "
+                "more, e.g. " + option("knn_min_label_size", 2) + "."
+            )
+
+    def inputs(self) -> tuple[Any, ...]:
+        """The model and the documents, where given."""
+        return (self.model, self.input)
+
+    def prepare(self) -> tuple[Any, Any, Any]:
+        """The documents' embedding source, the model and the documents' path, checked.
+
+        Opens the model, the documents' labels and the embedding's metadata (reads no V).
+        """
+        model, input = self.model, self.input
+        if input is not None:
+            _refuse_raw_text(self)
+        source = open_embedding_source(model, input, verb="evaluate", rest={}, embed=True)
+        fitted = open_model(model)
+        where = input if input is not None else fitted.corpus.get("path")
+        labels = source.labels
+        if labels is None:
+            raise _no_labels(self, where, source.origin)
+        _check_labels(labels, source.label_names, source.doc_ids, where)
+        known = labels[labels >= 0]
+        k = self.n_clusters
+        if k is not None and k > known.size:
+            raise ParameterError(
+                option("n_clusters", k)
+                + f" is more clusters than the {known.size} labelled documents of {where}. To "
+                f"resolve this, choose 1 <= k <= {known.size}, e.g. the number of labels: "
+                + remedy(self.remedy(n_clusters=int(np.unique(known).size))) + "."
+            )
+        return source, fitted, where
+
+    def execute(self, held: None, prepared: tuple[Any, Any, Any]) -> dict[str, Any]:
+        """Embed (or read) V, run k-means and the k-NN accuracy, and score them."""
+        source, fitted, where = prepared
+        labels = source.labels
+        known = labels[labels >= 0]
+        warn_if_stopped(fitted, "evaluate")
+        V = source.V
+        embedding = np.asarray(V.compute()).T
+        result = evaluate_embedding(embedding, labels, n_clusters=self.n_clusters,
+                                    n_init=self.n_init, random_state=self.random_state)
+        if self.knn_k is not None:
+            result.update(knn_accuracy(embedding, labels, n_neighbors=self.knn_k,
+                                       min_label_size=self.knn_min_label_size,
+                                       random_state=self.random_state))
+            if result["knn_left_out_labels"]:
+                result["knn_left_out"] = _left_out(result, known, source.label_names)
+            if result["knn_accuracy"] is None:
+                result["knn_reason"] = _why_no_knn(result, known, source.label_names)
+        result.update(
+            n_components=int(V.shape[0]), n_iter=fitted.n_iter,
+            objective=shown_objective(fitted.objective[-1]), input=str(where),
+            embedding=source.origin,
         )
-    if knn_k is not None and knn_min_label_size < 1:
-        raise ParameterError(
-            option("knn_min_label_size", knn_min_label_size)
-            + " leaves nothing to count. To resolve this, choose 1 (keep every label) or more, "
-            "e.g. " + option("knn_min_label_size", 2) + "."
-        )
-    warn_if_stopped(fitted, "evaluate")
-    V = source.V
-    embedding = np.asarray(V.compute()).T
-    result = evaluate_embedding(embedding, labels, **kmeans)
-    if knn_k is not None:
-        result.update(knn_accuracy(embedding, labels, n_neighbors=knn_k,
-                                   min_label_size=knn_min_label_size,
-                                   random_state=kmeans.get("random_state", 0)))
-        if result["knn_left_out_labels"]:
-            result["knn_left_out"] = _left_out(result, known, source.label_names)
-        if result["knn_accuracy"] is None:
-            result["knn_reason"] = _why_no_knn(result, known, source.label_names)
-    result.update(
-        n_components=int(V.shape[0]), n_iter=fitted.n_iter,
-        objective=shown_objective(fitted.objective[-1]), input=str(where),
-        embedding=source.origin,
-    )
-    return result
+        return result
 
 
 def _label_list(codes: np.ndarray, names: list[str] | None, shown: int = 3) -> str:
@@ -241,12 +286,13 @@ knn_min_label_size=2 scores the others without it"
                 f"{training}")
 
 
-def _refuse_raw_text(model: Any, input: Any) -> None:
+def _refuse_raw_text(request: EvaluateRequest) -> None:
     """Refuse a text file (JSON Lines, CSV, Parquet, tar) given as ``input``.
 
     The message gives the ingest, like the model, that makes it a corpus in the model's
-    features (a :class:`~sphdist.errors.Remedy`).
+    features (a :class:`~sphdist.errors.Remedy`), then the evaluation of that corpus.
     """
+    model, input = request.model, request.input
     if is_remote(input) or not Path(input).is_file():
         return
     fmt = source_format(input)
@@ -257,7 +303,7 @@ def _refuse_raw_text(model: Any, input: Any) -> None:
     ingest = Remedy("ingest", {"source": [str(input)]},
                     {"like": str(model), **({"label_field": field} if fmt != "tar" else {}),
                      "output": out})
-    again = Remedy("evaluate", {"model": str(model), "input": out})
+    again = request.remedy(input=out)
     raise CorpusFormatError(
         (f"{input}: raw text ({fmt}), not a corpus: evaluate scores the embedding of ingested "
          "documents. To resolve this, ingest it in the model's features and labels with "
@@ -266,8 +312,9 @@ def _refuse_raw_text(model: Any, input: Any) -> None:
     )
 
 
-def _no_labels(model: Any, where: Any, origin: str) -> DataError:
+def _no_labels(request: EvaluateRequest, where: Any, origin: str) -> DataError:
     """The error for documents without labels, with the remedy for their source's kind."""
+    model = request.model
     attrs: dict[str, Any] = {}
     if origin in ("model", "corpus"):
         try:
@@ -288,7 +335,7 @@ def _no_labels(model: Any, where: Any, origin: str) -> DataError:
     out = f"{str(where).rstrip('/').rsplit('.zarr', 1)[0]}.labelled.zarr"  # beside the corpus
     ingest = Remedy("ingest", {"source": [str(s) for s in sources]},
                     {"like": str(model), "label_field": field, "output": out})
-    again = Remedy("evaluate", {"model": str(model), "input": out})
+    again = request.remedy(input=out)
     return DataError(
         (f"{where} has no labels: its {fmt} documents were ingested without "
          + option("label_field")

@@ -420,7 +420,7 @@ def check_roles(
 ) -> None:
     """Refuse a model and an input given the wrong way round, naming the corrected job.
 
-    Called by the jobs before opening either path, so that ``evaluate_model(CORPUS, MODEL)``
+    Called by the jobs before opening either path, so that ``EvaluateRequest(CORPUS, MODEL)``
     (``sphdist evaluate -m CORPUS -i MODEL``) is answered with the call that works, not with
     the storage layer's "not a sphdist model".
 

@@ -17,7 +17,7 @@ from threadpoolctl import threadpool_info
 from sphdist.errors import ParameterError
 from sphdist.jobs import _cluster_deploy, cluster, run
 from sphdist.jobs.cluster import connect, stored_nbytes
-from sphdist.jobs.evaluate import evaluate_model
+from sphdist.jobs.evaluate import EvaluateRequest
 from sphdist.jobs.fit import FitRequest
 from sphdist.metrics import evaluate_embedding
 
@@ -73,7 +73,7 @@ def test_embedding_clusters_better_than_chance(newsgroups5, tmp_path):
             newsgroups5.path, tmp_path / "m.zarr", n_components=5, max_iter=30, random_state=0,
             callback=None,
         ))
-        report = evaluate_model(tmp_path / "m.zarr", newsgroups5.path, n_init=10)
+        report = run(EvaluateRequest(tmp_path / "m.zarr", newsgroups5.path, n_init=10))
     assert report["n_documents"] == 300 and report["n_clusters"] == 5
     # baseline measured here: the same k-means on random points of the same sphere
     rng = np.random.default_rng(0)

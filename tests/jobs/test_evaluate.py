@@ -18,7 +18,8 @@ from sphdist.cli import main
 from sphdist.errors import CorpusMismatchError, InputNotFoundError
 from sphdist.io.corpus import open_corpus
 from sphdist.io.model import open_model
-from sphdist.jobs.evaluate import evaluate_model
+from sphdist.jobs import run
+from sphdist.jobs.evaluate import EvaluateRequest
 
 from .._textcorpus import write_text_tree
 
@@ -79,19 +80,20 @@ def _scores(result):
 def test_a_held_out_corpus_like_the_model_is_embedded_on_the_fly_and_scored(split):
     expected = _reference_scores(split["model"], split["test"])
     assert expected["n_documents"] == 18
-    result = evaluate_model(split["model"], split["test"])
+    result = run(EvaluateRequest(split["model"], split["test"]))
     assert _scores(result) == pytest.approx(expected)
     assert result["n_components"] == R and result["n_iter"] == open_model(split["model"]).n_iter
 
 
 def test_an_embedding_from_transform_is_scored_with_its_own_labels(split):
     expected = _reference_scores(split["model"], split["test"])
-    assert _scores(evaluate_model(split["model"], split["test.emb"])) == pytest.approx(expected)
+    result = run(EvaluateRequest(split["model"], split["test.emb"]))
+    assert _scores(result) == pytest.approx(expected)
 
 
 def test_input_defaults_to_the_corpus_the_model_recorded(split):
-    recorded = evaluate_model(split["model"])
-    assert recorded == evaluate_model(split["model"], split["train"])
+    recorded = run(EvaluateRequest(split["model"]))
+    assert recorded == run(EvaluateRequest(split["model"], split["train"]))
     assert recorded["n_documents"] == 30
 
 
@@ -104,9 +106,9 @@ def test_a_moved_training_corpus_names_the_recorded_path_and_input(split, tmp_pa
         "--n-workers", 0)
     shutil.rmtree(train)
     # the Python API's words (issue 32): the call, by keyword; the command line: the command
-    remedy = r"evaluate_model\(model='.*', input='CORPUS'\)"
+    remedy = r"EvaluateRequest\(model='.*', input='CORPUS'\)"
     with pytest.raises(InputNotFoundError, match=rf"{train}: no such corpus.*{remedy}"):
-        evaluate_model(model)
+        run(EvaluateRequest(model))
 
 
 def test_an_embedding_written_with_another_model_is_refused(split, tmp_path):
@@ -114,7 +116,7 @@ def test_an_embedding_written_with_another_model_is_refused(split, tmp_path):
     _ok(CliRunner(), "fit", "-i", split["train"], "-o", other, "-r", R, "--max-iter", 3,
         "--seed", 7, "--n-workers", 0)
     with pytest.raises(CorpusMismatchError, match="another model"):
-        evaluate_model(other, split["test.emb"])
+        run(EvaluateRequest(other, split["test.emb"]))
 
 
 def test_cli_evaluate_scores_the_test_split_both_ways_and_defaults_input(split):
