@@ -92,6 +92,7 @@ class Remedy:
 CALLS: dict[str, str] = {
     "fit": "sphdist.jobs.fit.FitRequest",
     "evaluate": "sphdist.jobs.evaluate.EvaluateRequest",
+    "info": "sphdist.jobs.info.InfoRequest",
     "transform": "sphdist.jobs.transform.TransformRequest",
     "plot convergence": "sphdist.jobs.plotting.PlotConvergenceRequest",
     "plot embedding": "sphdist.jobs.plotting.PlotEmbeddingRequest",

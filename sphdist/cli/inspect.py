@@ -134,19 +134,14 @@ def _label_lines(labels: dict[str, int] | None, path: str) -> list[str]:
 @json_option()
 def info(path: Path | None, model: Path | None, top_terms: int | None, as_json: bool) -> None:
     """Describe a corpus.zarr, model.zarr, embedding.zarr or index.zarr (PATH, or --model)."""
-    from sphdist.jobs import info as job  # zarr, fsspec: never for --help (test_startup.py)
+    from sphdist.jobs import run  # zarr, fsspec: never for --help (test_startup.py)
+    from sphdist.jobs.info import InfoRequest
 
-    target = path or model
-    if target is None:
+    if path is None and model is None:
         raise click.UsageError("pass a PATH (or --model MODEL).")
-    report = job.describe(target, "model" if path is None else None)
+    report = run(InfoRequest(path, model=model, top_terms=top_terms))
     if (report.get("checkpoint") or {}).get("recover"):  # a Remedy's fields: its command
         report["checkpoint"]["recover"] = command(report["checkpoint"]["recover"])
-    if top_terms is not None:
-        if report["kind"] != "model":
-            raise click.UsageError("--top-terms needs a model (--model MODEL).")
-        report["top_terms"] = job.top_terms(target, top_terms)
-        report["top_terms_basis"] = job.TOP_TERMS_BASIS
     if as_json:
         echo_json(report)
         return

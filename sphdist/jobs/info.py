@@ -1,7 +1,8 @@
 """What is stored at a path: a corpus, a model (and its checkpoint state), or an embedding.
 
-:func:`describe` returns a JSON-serialisable dict (what ``sphdist info`` prints as JSON);
-:func:`top_terms` lists the terms that weigh most in each component of a vocabulary-mode model.
+``sphdist info`` is :class:`InfoRequest`, run by :func:`sphdist.jobs.run`: :func:`describe`'s
+JSON-serialisable dict (what ``sphdist info`` prints as JSON), with :func:`top_terms`, the
+terms that weigh most in each component of a vocabulary-mode model, where asked.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import logging
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -39,16 +40,95 @@ from sphdist.io import (
 from sphdist.io import glob as url_glob
 from sphdist.io.index import open_index
 from sphdist.io.model import Model, open_model
+from sphdist.jobs._lifecycle import Request, located
 
 __all__ = [
-    "describe", "fit_status", "resume_remedy", "require_embedding", "warn_if_stopped",
-    "top_terms", "check_roles", "solver_seconds_per_iteration",
+    "InfoRequest", "describe", "fit_status", "resume_remedy", "require_embedding",
+    "warn_if_stopped", "top_terms", "check_roles", "solver_seconds_per_iteration",
     "shown_objective", "plural", "TOP_TERMS_BASIS",
 ]
 
 logger = logging.getLogger("sphdist")
 
 _HISTORY = 5  # iterations of the histories shown
+
+
+@dataclasses.dataclass(frozen=True)
+class InfoRequest(Request):
+    """``sphdist info``: what a corpus, model, embedding or index holds; a model's top terms.
+
+    Run it with :func:`sphdist.jobs.run`: ``run(InfoRequest("m.zarr", top_terms=5))`` returns
+    :func:`describe`'s dict, with ``top_terms`` (:func:`top_terms`) and ``top_terms_basis``
+    (:data:`TOP_TERMS_BASIS`) where ``top_terms`` is given. Nothing is written.
+
+    Parameters
+    ----------
+    path : path-like, optional
+        The store to describe (its kind is read from it).
+    model : path-like, optional
+        A ``model.zarr``, where ``path`` is not given: a missing one is then "no such model".
+    top_terms : int, optional
+        Also list the ``top_terms`` terms at the positive and at the negative end of each
+        component of U (a vocabulary-mode model).
+
+    Raises
+    ------
+    ParameterError
+        When built: if neither ``path`` nor ``model`` is given, or ``top_terms`` is not a
+        positive int. When run: if ``top_terms`` is asked of a store that is not a model.
+    ValueError
+        When built: if a path is empty or names an unknown protocol.
+
+    Notes
+    -----
+    Running it raises, besides: InputNotFoundError for a missing store;
+    CorpusFormatError, ModelFormatError for a store sphdist cannot read; DataError for the top
+    terms of a model without a vocabulary (:func:`top_terms`).
+    """
+
+    command: ClassVar[str] = "info"
+    writes: ClassVar[str | None] = None
+    targets: ClassVar[tuple[str, ...]] = ("path", "model")
+
+    path: Any = None
+    _: dataclasses.KW_ONLY
+    model: Any = None
+    top_terms: int | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("path", "model"):
+            object.__setattr__(self, name, located(getattr(self, name)))
+        if self.path is None and self.model is None:
+            raise ParameterError("no store to describe. To resolve this, pass a path (or a "
+                                 "model).")
+        n = self.top_terms  # no scikit-learn validation here: a query stays light (test_startup)
+        if n is not None and (isinstance(n, bool) or not isinstance(n, int) or n < 1):
+            raise ParameterError(option("top_terms", n) + " is not a number of terms. To "
+                                 "resolve this, pass an int >= 1.")
+
+    def inputs(self) -> tuple[Any, ...]:
+        """The store described."""
+        return (self.path if self.path is not None else self.model,)
+
+    def prepare(self) -> dict[str, Any]:
+        """:func:`describe` of the store (its metadata: no chunk of data is read)."""
+        target = self.inputs()[0]
+        report = describe(target, "model" if self.path is None else None)
+        if self.top_terms is not None and report["kind"] != "model":
+            raise ParameterError(
+                f"{target} is a {report['kind']}, and " + option("top_terms", self.top_terms)
+                + " lists the terms of a model's components. To resolve this, name a model: "
+                + remedy(self.remedy(path=None, model="MODEL")) + "."
+            )
+        return report
+
+    def execute(self, held: None, prepared: dict[str, Any]) -> dict[str, Any]:
+        """The description, with the model's top terms where asked."""
+        report = prepared
+        if self.top_terms is not None:
+            report["top_terms"] = top_terms(self.inputs()[0], self.top_terms)
+            report["top_terms_basis"] = TOP_TERMS_BASIS
+        return report
 
 
 def _label_counts(labels: np.ndarray | None, names: list[str] | None) -> dict[str, int] | None:

@@ -8,11 +8,13 @@ import pytest
 from click.testing import CliRunner
 
 from sphdist.cli import main
+from sphdist.errors import ParameterError
 from sphdist.io import _atomic
 from sphdist.io.corpus_writer import CorpusWriter
 from sphdist.io.model import open_model
 from sphdist.jobs import run
 from sphdist.jobs.fit import FitRequest
+from sphdist.jobs.info import InfoRequest
 
 from ..reference import random_corpus
 
@@ -129,6 +131,33 @@ def test_top_terms_of_a_hashed_model_is_a_clear_error(fitted):
     result = _run("info", "--model", model.path, "--top-terms", "3")
     assert result.exit_code == 1
     assert "hashed" in result.stderr and "Traceback" not in result.output
+
+
+def test_top_terms_of_a_corpus_names_it_and_the_command_for_a_model(fitted):
+    corpus, _ = fitted["vocab"]
+    result = _run("info", corpus.path, "--top-terms", "3")
+    assert result.exit_code == 1, result.output
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("Error: "), result.stderr
+    assert f"{corpus.path} is a corpus" in lines[0]
+    assert "`sphdist info --model MODEL --top-terms 3`" in lines[0]
+
+
+def test_the_info_request_is_what_the_command_prints(fitted):
+    """``run(InfoRequest(...))`` is the command's report, top terms included; its values are
+    checked when built, and a corpus asked for top terms is refused in the Python words."""
+    corpus, model = fitted["vocab"]
+    printed = json.loads(_run("info", "--model", model.path, "--top-terms", "2",
+                              "--json").stdout)
+    assert json.loads(json.dumps(run(InfoRequest(model=model.path, top_terms=2)))) == printed
+    for bad in (0, 2.5, True):
+        with pytest.raises(ParameterError, match="top_terms="):
+            InfoRequest(model.path, top_terms=bad)
+    with pytest.raises(ParameterError, match="no store"):
+        InfoRequest()
+    with pytest.raises(ParameterError, match=r"is a corpus.*InfoRequest\(model='MODEL', "
+                                             r"top_terms=3\)"):
+        run(InfoRequest(corpus.path, top_terms=3))
 
 
 def test_info_missing_path(tmp_path):

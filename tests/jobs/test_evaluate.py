@@ -15,7 +15,7 @@ from sklearn.cluster import KMeans
 from sklearn.metrics import confusion_matrix, normalized_mutual_info_score
 
 from sphdist.cli import main
-from sphdist.errors import CorpusMismatchError, InputNotFoundError
+from sphdist.errors import CorpusMismatchError, InputNotFoundError, ParameterError
 from sphdist.io.corpus import open_corpus
 from sphdist.io.model import open_model
 from sphdist.jobs import run
@@ -117,6 +117,23 @@ def test_an_embedding_written_with_another_model_is_refused(split, tmp_path):
         "--seed", 7, "--n-workers", 0)
     with pytest.raises(CorpusMismatchError, match="another model"):
         run(EvaluateRequest(other, split["test.emb"]))
+
+
+@pytest.mark.parametrize("bad", [{"n_init": 0}, {"n_clusters": 0}, {"knn_k": 1.5},
+                                 {"random_state": -1}, {"knn_min_label_size": 0}])
+def test_the_evaluate_request_checks_its_values_when_built(split, bad):
+    name = next(iter(bad))
+    with pytest.raises(ParameterError, match=f"{name}="):
+        EvaluateRequest(split["model"], split["test"], **bad)
+
+
+def test_too_many_clusters_gets_the_same_evaluation_with_k_the_labels(split):
+    """The remedy is the request changed: the user's other values are kept in it."""
+    n_labels = np.unique(open_corpus(split["test"]).labels).size
+    with pytest.raises(ParameterError, match=(
+            rf"n_clusters=1000 is more clusters than the 18 labelled.*EvaluateRequest\("
+            rf"model='.*', input='.*test.*', n_clusters={n_labels}, n_init=3\)")):
+        run(EvaluateRequest(split["model"], split["test"], n_clusters=1000, n_init=3))
 
 
 def test_cli_evaluate_scores_the_test_split_both_ways_and_defaults_input(split):
