@@ -338,8 +338,8 @@ def measure_single_query(model: Path, repeats: int) -> dict:
                     for _ in range(repeats)]
     rec["imports"] = [_python_wall(_IMPORTS) for _ in range(repeats)]
     rec["in_process"] = [_python_wall(_IMPORTS + "; import time; t = time.perf_counter(); "
-                                      "sphdist.jobs.neighbors.query_neighbors("
-                                      f"{str(model)!r}, doc_id={d!r}, k=10); "
+                                      "sphdist.jobs.run(sphdist.jobs.neighbors.QueryRequest("
+                                      f"{str(model)!r}, doc_id={d!r}, k=10)); "
                                       "print('SECONDS', time.perf_counter() - t)") for d in docs]
     rec["imports_code"] = _IMPORTS
     rec["modules"] = {
@@ -393,7 +393,7 @@ def _single_query_lines(sq: dict, title: str | None = None) -> list[str]:
         f"| `sphdist neighbors -m MODEL -q TEXT -k 10` | {cell(sq['query'])}",
         f"| `python -c \"{imports}\"` (the imports of the command) | "
         f"{cell(sq['imports'])}",
-        f"| `query_neighbors(MODEL, doc_id=ID, k=10)` in a fresh process, imports excluded | "
+        f"| `run(QueryRequest(MODEL, doc_id=ID, k=10))` in a fresh process, imports excluded | "
         f"{statistics.median(r['seconds'] for r in sq['in_process']):.2f} s | "
         f"{min(r['seconds'] for r in sq['in_process']):.2f}-"
         f"{max(r['seconds'] for r in sq['in_process']):.2f} s | - | "

@@ -295,9 +295,9 @@ def neighbors(
         ids=ids, all=all_, k=k, include_self=include_self, input=input_, index=index_,
         exact=exact, nprobe=nprobe)
     if queries is not None and output is None:  # the rows on stdout, as for one query
-        report = jobs.batch_neighbors(
-            model, request.queries, ids=ids, k=k, include_self=include_self, input=input_,
-            index=index_, exact=exact, nprobe=nprobe, on_error=on_error or "fail")
+        report = run(jobs.BatchNeighborsRequest(
+            model, None, request.queries, ids=ids, k=k, include_self=include_self,
+            input=input_, index=index_, exact=exact, nprobe=nprobe, on_error=on_error or "fail"))
         if as_json:
             echo_json(report)
             return
@@ -322,9 +322,9 @@ def neighbors(
         if report.get("skipped") and not as_json:
             _list_skipped(report["skipped"], queries)
         return
-    hits = jobs.query_neighbors(model, query=query, doc_id=doc_id, k=k,
-                                include_self=include_self, input=input_, index=index_,
-                                exact=exact, nprobe=nprobe)
+    hits = run(jobs.QueryRequest(model, query=query, doc_id=doc_id, k=k,
+                                 include_self=include_self, input=input_, index=index_,
+                                 exact=exact, nprobe=nprobe))
     if as_json:
         echo_json(hits)
         return

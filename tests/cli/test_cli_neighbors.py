@@ -405,7 +405,7 @@ def test_a_neighbors_error_from_python_names_keywords_and_calls_not_flags(traine
     run(jobs.IndexRequest(other, index))
     doc_id = open_corpus(trained["corpus"]).doc_ids[5]
     with pytest.raises(CorpusMismatchError) as mismatch:
-        jobs.query_neighbors(model, doc_id=doc_id, index=index)
+        run(jobs.QueryRequest(model, doc_id=doc_id, index=index))
     text = str(mismatch.value)
     assert ("`sphdist.jobs.run(sphdist.jobs.neighbors.IndexRequest("
             f"model={model!r}, output={str(index)!r}, overwrite=True))`") in text
@@ -414,7 +414,7 @@ def test_a_neighbors_error_from_python_names_keywords_and_calls_not_flags(traine
         run(jobs.IndexRequest(model, index))
     assert "choose another output or pass overwrite=True" in str(exists.value)
     with pytest.raises(ParameterError) as both:
-        jobs.query_neighbors(model, doc_id=doc_id, index=index, exact=True)
+        run(jobs.QueryRequest(model, doc_id=doc_id, index=index, exact=True))
     assert str(both.value) == "pass index or exact, not both."
     with pytest.raises(ParameterError) as suffix:
         run(jobs.KnnGraphRequest(model, tmp_path / "g.txt", k=3))

@@ -580,7 +580,8 @@ def test_a_search_that_returns_an_id_of_no_document_is_refused(copies):
     """An id edited past n with every digest recomputed: the hits are checked, not printed."""
     import faiss
 
-    from sphdist.jobs.neighbors import query_neighbors
+    from sphdist.jobs import run
+    from sphdist.jobs.neighbors import QueryRequest
 
     out, path = _index(copies, kind="flat")
     loaded = faiss.read_index(str(path / "faiss/c/0"))
@@ -589,7 +590,7 @@ def test_a_search_that_returns_an_id_of_no_document_is_refused(copies):
     faiss.copy_array_to_vector(ids, loaded.id_map)
     _rewrite_faiss(path, faiss.serialize_index(loaded))
     with pytest.raises(ModelFormatError, match=rf"returned document {N + 5}.*overwrite=True"):
-        query_neighbors(out, doc_id="7", k=loaded.ntotal - 1, index=path)
+        run(QueryRequest(out, doc_id="7", k=loaded.ntotal - 1, index=path))
 
 
 # -- the index' copy of the document ids and its lookup table (issue 33 item 3) ---------------
@@ -675,20 +676,22 @@ def test_an_index_holds_no_copy_of_ids_without_digests_or_of_other_ids(copies):
 
 def test_edited_ids_of_an_index_are_refused_when_read(copies, monkeypatch):
     """Two ids of the copy swapped: the chunk read is refused, naming the rebuild."""
-    from sphdist.jobs.neighbors import query_neighbors
+    from sphdist.jobs import run
+    from sphdist.jobs.neighbors import QueryRequest
 
     _small_chunks(monkeypatch)
     out, path = _index(copies)
     _swap(path / "doc_ids", 2, 5)
     with pytest.raises(ModelFormatError, match=r"doc_ids \(chunk 0, elements 0:8\) does not "
                                                r"match.*IndexRequest\(model=.*overwrite=True"):
-        query_neighbors(out, doc_id="5", k=3, index=path)
-    assert query_neighbors(out, doc_id="60", k=1, index=path)["neighbors"]  # other chunks
+        run(QueryRequest(out, doc_id="5", k=3, index=path))
+    assert run(QueryRequest(out, doc_id="60", k=1, index=path))["neighbors"]  # other chunks
 
 
 @pytest.mark.parametrize("edit", ["no table", "fences"])
 def test_a_record_of_the_ids_that_does_not_describe_them_is_refused(copies, edit):
-    from sphdist.jobs.neighbors import query_neighbors
+    from sphdist.jobs import run
+    from sphdist.jobs.neighbors import QueryRequest
 
     out, path = _index(copies)
     g = zarr.open_group(store=str(path), mode="r+")
@@ -698,7 +701,7 @@ def test_a_record_of_the_ids_that_does_not_describe_them_is_refused(copies, edit
         g.attrs["doc_ids"] = {**g.attrs["doc_ids"], "lookup_first": ["not hex"]}
     with pytest.raises(ModelFormatError, match=r"the record doc_ids does not describe the "
                                                r"arrays.*overwrite=True"):  # keywords
-        query_neighbors(out, doc_id="5", k=3, index=path)
+        run(QueryRequest(out, doc_id="5", k=3, index=path))
 
 
 @pytest.mark.parametrize("store", ["corpus", "index"])
@@ -745,16 +748,17 @@ def test_a_lookup_table_edited_with_its_digests_recomputed_misleads_no_query(cop
 
 
 def test_the_neighbours_of_a_doc_id_are_the_same_with_the_copy_of_the_ids(copies):
-    from sphdist.jobs.neighbors import query_neighbors
+    from sphdist.jobs import run
+    from sphdist.jobs.neighbors import QueryRequest
 
     out, path = _index(copies, kind="flat")
-    with_copy = query_neighbors(out, doc_id="31", k=5, index=path)
+    with_copy = run(QueryRequest(out, doc_id="31", k=5, index=path))
     g = zarr.open_group(store=str(path), mode="r+")
     attrs = dict(g.attrs)
     del attrs["doc_ids"]  # as written before the copy
     g.attrs.clear()
     g.attrs.update(attrs)
-    assert query_neighbors(out, doc_id="31", k=5, index=path) == with_copy
+    assert run(QueryRequest(out, doc_id="31", k=5, index=path)) == with_copy
 
 
 # -- the embedding's V and degenerate: one digest per stored chunk (issue 31 item 3) -----------

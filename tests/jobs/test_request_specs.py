@@ -7,7 +7,7 @@ import pytest
 
 from sphdist.errors import ParameterError
 from sphdist.jobs import run
-from sphdist.jobs.neighbors import BatchNeighborsRequest, NeighborRequest, query_neighbors
+from sphdist.jobs.neighbors import BatchNeighborsRequest, NeighborRequest, QueryRequest
 from sphdist.jobs.synth import SynthRequest
 from sphdist.text.synth import SynthSpec, iter_documents
 
@@ -37,14 +37,16 @@ def test_a_request_refuses_what_asks_nothing_or_two_things(fields, words):
         NeighborRequest(**fields)
 
 
-def test_query_neighbors_answers_one_text_or_document(tmp_path, monkeypatch):
+def test_a_query_request_answers_one_text_or_document(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
+    with pytest.raises(ParameterError, match="no query given"):
+        QueryRequest("m.zarr")
     with pytest.raises(ParameterError, match="exactly one of"):
-        query_neighbors("m.zarr")
-    with pytest.raises(ParameterError, match="exactly one of"):
-        query_neighbors("m.zarr", query="a", doc_id="d")
+        QueryRequest("m.zarr", query="a", doc_id="d")
+    with pytest.raises(ParameterError, match="applies to a document query"):
+        QueryRequest("m.zarr", query="a", include_self=True)
     with pytest.raises(TypeError):
-        query_neighbors("m.zarr", NeighborRequest(doc_id="d"))  # keywords only
+        QueryRequest("m.zarr", NeighborRequest(doc_id="d"))  # keywords only
     assert list(tmp_path.iterdir()) == []
 
 

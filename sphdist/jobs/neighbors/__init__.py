@@ -18,8 +18,7 @@ The package, each module one role, importing only those listed before it:
 ``_remedies`` (the Python wording of the jobs' remedies, which :mod:`sphdist.errors` loads by
 name), ``_request`` (:class:`NeighborRequest`, :class:`QueryLines`), ``_base`` (the stored index
 and the search, shared by every job), ``_hits`` (the tables), ``_unsupervised``
-(:func:`query_neighbors`, :class:`BatchNeighborsRequest`, :func:`batch_neighbors`,
-:func:`queries_of`) and ``_graph``
+(:class:`QueryRequest`, :class:`BatchNeighborsRequest`, :func:`queries_of`) and ``_graph``
 (:class:`KnnGraphRequest`). Every public name is imported from here.
 """
 
@@ -40,9 +39,8 @@ from sphdist.jobs.neighbors._remedies import index_call, neighbors_call
 from sphdist.jobs.neighbors._request import NeighborRequest, QueryLines
 from sphdist.jobs.neighbors._unsupervised import (
     BatchNeighborsRequest,
-    batch_neighbors,
+    QueryRequest,
     queries_of,
-    query_neighbors,
 )
 
 # The constants are bound here again for their doc comments, which Sphinx reads from the
@@ -75,9 +73,8 @@ __all__ = [
     "hits_table",
     "write_hits",
     "KnnGraphRequest",
-    "query_neighbors",
+    "QueryRequest",
     "BatchNeighborsRequest",
-    "batch_neighbors",
     "queries_of",
     "index_call",
     "neighbors_call",

@@ -46,7 +46,7 @@ def neighbors_call(arguments: dict[str, Any]) -> str:
     What :class:`sphdist.errors.PythonForm` words a ``"neighbors"``
     :class:`~sphdist.errors.Remedy` with: the job of its mode (a :class:`KnnGraphRequest` for
     ``all``, a :class:`BatchNeighborsRequest` for ``queries``, read by :func:`queries_of`,
-    else :func:`query_neighbors`), its fields as keywords.
+    else a :class:`QueryRequest`), its fields as keywords.
 
     Examples
     --------
@@ -64,4 +64,4 @@ queries=sphdist.jobs.neighbors.queries_of('q.txt'), output='h.csv'))"
                       else f"{k}={v!r}" for k, v in arguments.items())
     if "queries" in arguments:
         return f"sphdist.jobs.run(sphdist.jobs.neighbors.BatchNeighborsRequest({words}))"
-    return f"sphdist.jobs.neighbors.query_neighbors({words})"
+    return f"sphdist.jobs.run(sphdist.jobs.neighbors.QueryRequest({words}))"

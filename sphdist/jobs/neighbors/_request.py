@@ -53,7 +53,7 @@ MODES = ("query", "doc_id", "queries", "ids", "all")
 class NeighborRequest:
     """What a neighbour search is asked: exactly one of four queries, and how to search.
 
-    :func:`query_neighbors` answers ``query`` or ``doc_id``, a :class:`BatchNeighborsRequest`
+    :class:`QueryRequest` answers ``query`` or ``doc_id``, a :class:`BatchNeighborsRequest`
     ``queries`` and a :class:`KnnGraphRequest` ``all``; each checks its fields with this one.
 
     Parameters

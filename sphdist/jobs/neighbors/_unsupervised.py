@@ -1,6 +1,6 @@
 """Neighbours of queries: one text or document, or a batch of them written as a table.
 
-:func:`query_neighbors` answers one ``query`` or ``doc_id``; :class:`BatchNeighborsRequest`
+:class:`QueryRequest` answers one ``query`` or ``doc_id``; :class:`BatchNeighborsRequest`
 many, read from a ``queries`` file by :func:`queries_of` (each with its line, which the
 messages name), a bad query refused or skipped as ``on_error`` says.
 """
@@ -155,18 +155,15 @@ def _open(model: Any, input: Any, rest: dict[str, Any], index: Any, exact: bool,
     return fitted, source, found, path
 
 
-def query_neighbors(
-    model: str | os.PathLike[str], *, query: str | None = None, doc_id: str | None = None,
-    k: int = 10, include_self: bool = False, input: str | os.PathLike[str] | None = None,
-    index: str | os.PathLike[str] | None = None, exact: bool = False,
-    nprobe: int | None = None,
-) -> dict[str, Any]:
-    """The k nearest documents of one text or document (``sphdist neighbors``).
+@dataclasses.dataclass(frozen=True)
+class QueryRequest(Request):
+    """``sphdist neighbors --query/--doc-id``: the k nearest documents of one text or document.
 
+    Run by :func:`sphdist.jobs.run`, which returns the report below; nothing is written.
     Without an index (none given, none at :func:`default_index_path`, or ``exact``) this is the
-    exact scan :func:`sphdist.jobs.embedding.nearest_neighbors`, as it always was (at most k:
-    fewer when the collection is smaller); with one, its search, and ``k`` larger than the
-    indexed documents is refused.
+    exact scan :func:`sphdist.jobs.embedding.nearest_neighbors` (at most k: fewer when the
+    collection is smaller); with one, its search, and ``k`` larger than the indexed documents
+    is refused.
 
     Parameters
     ----------
@@ -174,61 +171,96 @@ def query_neighbors(
     query, doc_id : str, optional
         One text, or the id of one document of the collection searched: exactly one.
     k, include_self, input, index, exact, nprobe
-        As :class:`NeighborRequest` (``query_neighbors(model, doc_id="doc7", k=10)``).
-
-    Returns
-    -------
-    dict
-        ``query``, ``doc_id``, ``query_label`` (the label of the ``doc_id`` document; None for
-        a text), ``k``, ``neighbors`` (list of dict, nearest first: the rows of the tables
-        of :class:`BatchNeighborsRequest`, with their columns :data:`HIT_COLUMNS`: ``query``
-        (the text, or the ``doc_id``), ``query_label``, ``rank``, ``doc_id``, ``label``,
-        ``angle`` in degrees, ``cosine``) and, when an index was searched, ``index`` (its path).
+        As :class:`NeighborRequest` (``run(QueryRequest(model, doc_id="doc7", k=10))``).
 
     Raises
     ------
     ParameterError
-        If not exactly one of ``query`` and ``doc_id`` is given, ``include_self`` with a
-        ``query`` (:class:`NeighborRequest`), an unknown ``doc_id``, or ``k`` too large for
-        the index.
-    DataError
-        For a query without a direction (empty, or no term of the model) or an empty document.
-    CorpusMismatchError, ModelFormatError, InputNotFoundError
-        See :func:`find_index` and :func:`open_embedding_source`.
+        When built: if not exactly one of ``query`` and ``doc_id`` is given, or
+        ``include_self`` with a ``query`` (:class:`NeighborRequest`).
+
+    Notes
+    -----
+    :func:`~sphdist.jobs.run` returns a dict: ``query``, ``doc_id``, ``query_label`` (the
+    label of the ``doc_id`` document; None for a text), ``k``, ``neighbors`` (list of dict,
+    nearest first: the rows of the tables of :class:`BatchNeighborsRequest`, with their
+    columns :data:`HIT_COLUMNS`: ``query`` (the text, or the ``doc_id``), ``query_label``,
+    ``rank``, ``doc_id``, ``label``, ``angle`` in degrees, ``cosine``) and, when an index was
+    searched, ``index`` (its path). Running it raises ParameterError for an unknown
+    ``doc_id`` or ``k`` too large for the index; DataError for a query without a direction
+    (empty, or no term of the model) or an empty document; CorpusMismatchError,
+    ModelFormatError, InputNotFoundError as :func:`find_index` and
+    :func:`~sphdist.jobs.embedding.open_embedding_source`.
     """
-    NeighborRequest(query=query, doc_id=doc_id, k=k, include_self=include_self, input=input,
-                    index=index, exact=exact, nprobe=nprobe)  # its checks
-    rest = {"doc_id": doc_id} if doc_id is not None else {"query": str(query)}
-    fitted, source, found, path = _open(model, input, rest, index, exact, nprobe)
-    own = None
-    if doc_id is not None:
-        own, vector = document_embedding(source, doc_id)
-    else:
-        vector = embed_texts(fitted, [str(query)])[:, 0]
-    exclude = None if include_self else own
-    report: dict[str, Any] = {
-        "query": query, "doc_id": doc_id,
-        "query_label": None if own is None else source.label_strings(np.array([own]))[0],
-        "k": k,
-    }
-    asked = [str(query) if doc_id is None else doc_id]
-    if found is None:
-        hits = nearest_neighbors(source, vector, k, exclude=exclude)
-        idx = np.array([[h["index"] for h in hits]], dtype=np.int64).reshape(1, -1)
-        cos = np.array([[h["cosine"] for h in hits]], dtype=np.float64).reshape(1, -1)
-        ids = np.array([[h["doc_id"] for h in hits]], dtype=object).reshape(1, -1)
-    else:
-        check_k(k, found.n_indexed_ - (exclude is not None))
-        _say(found, path)
-        idx, cos = search(source, vector[:, None], k, index=found,
-                          exclude=None if exclude is None else np.array([exclude]))
-        ids = source.ids.take(np.where(idx >= 0, idx, 0))  # only the chunks holding the hits
-    columns = hits_table(source, asked, idx, cos, [report["query_label"]], doc_ids=ids)
-    report["neighbors"] = [dict(zip(columns, row, strict=True))
-                           for row in zip(*columns.values(), strict=True)]
-    if found is not None:
-        report["index"] = str(path)
-    return report
+
+    command: ClassVar[str] = "neighbors"
+    writes: ClassVar[str | None] = None
+    targets: ClassVar[tuple[str, ...]] = ("model", "input")
+
+    model: Any
+    _: dataclasses.KW_ONLY
+    query: str | None = None
+    doc_id: str | None = None
+    k: int = 10
+    include_self: bool = False
+    input: Any = None
+    index: Any = None
+    exact: bool = False
+    nprobe: int | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("model", "input", "index"):
+            object.__setattr__(self, name, located(getattr(self, name)))
+        if self.query is None and self.doc_id is None:  # NeighborRequest: one of four
+            raise ParameterError("no query given. To resolve this, pass a query (a text) or "
+                                 "a doc_id (a document).")
+        NeighborRequest(query=self.query, doc_id=self.doc_id, k=self.k,
+                        include_self=self.include_self, input=self.input, index=self.index,
+                        exact=self.exact, nprobe=self.nprobe)  # its checks
+
+    def inputs(self) -> tuple[Any, ...]:
+        """The model, the documents and the index, where given."""
+        return (self.model, self.input, self.index)
+
+    def prepare(self) -> tuple[Any, ...]:
+        """The model, the embeddings and the index searched, opened and checked."""
+        rest = ({"doc_id": self.doc_id} if self.doc_id is not None
+                else {"query": str(self.query)})
+        return _open(self.model, self.input, rest, self.index, self.exact, self.nprobe)
+
+    def execute(self, held: None, prepared: tuple[Any, ...]) -> dict[str, Any]:
+        """Embed the query (or read the document's embedding) and find its neighbours."""
+        fitted, source, found, path = prepared
+        query, doc_id, k = self.query, self.doc_id, self.k
+        own = None
+        if doc_id is not None:
+            own, vector = document_embedding(source, doc_id)
+        else:
+            vector = embed_texts(fitted, [str(query)])[:, 0]
+        exclude = None if self.include_self else own
+        report: dict[str, Any] = {
+            "query": query, "doc_id": doc_id,
+            "query_label": None if own is None else source.label_strings(np.array([own]))[0],
+            "k": k,
+        }
+        asked = [str(query) if doc_id is None else doc_id]
+        if found is None:
+            hits = nearest_neighbors(source, vector, k, exclude=exclude)
+            idx = np.array([[h["index"] for h in hits]], dtype=np.int64).reshape(1, -1)
+            cos = np.array([[h["cosine"] for h in hits]], dtype=np.float64).reshape(1, -1)
+            ids = np.array([[h["doc_id"] for h in hits]], dtype=object).reshape(1, -1)
+        else:
+            check_k(k, found.n_indexed_ - (exclude is not None))
+            _say(found, path)
+            idx, cos = search(source, vector[:, None], k, index=found,
+                              exclude=None if exclude is None else np.array([exclude]))
+            ids = source.ids.take(np.where(idx >= 0, idx, 0))  # only the chunks holding the hits
+        columns = hits_table(source, asked, idx, cos, [report["query_label"]], doc_ids=ids)
+        report["neighbors"] = [dict(zip(columns, row, strict=True))
+                               for row in zip(*columns.values(), strict=True)]
+        if found is not None:
+            report["index"] = str(path)
+        return report
 
 
 @dataclasses.dataclass(frozen=True)
@@ -243,9 +275,10 @@ class BatchNeighborsRequest(Request):
     Parameters
     ----------
     model : path-like
-    output : path-like
+    output : path-like or None
         Parquet, JSON Lines or CSV (by its suffix; ``format`` must agree): columns
-        :data:`HIT_COLUMNS`, angle in degrees.
+        :data:`HIT_COLUMNS`, angle in degrees. None: nothing is written, and ``run`` returns
+        the rows as ``neighbors`` (:meth:`execute`).
     queries : sequence of str, or QueryLines
         Texts (embedded as :func:`sphdist.jobs.embedding.embed_texts`) or, with ``ids``,
         document ids of the documents searched (each one's neighbours are other documents
@@ -279,7 +312,6 @@ class BatchNeighborsRequest(Request):
     """
 
     command: ClassVar[str] = "neighbors"
-    writes: ClassVar[str] = "file"
     targets: ClassVar[tuple[str, ...]] = ("model", "input")
     formats: ClassVar[dict[str, str]] = HIT_FORMATS
 
@@ -340,9 +372,24 @@ class BatchNeighborsRequest(Request):
         return _open(self.model, self.input, {**asked, **written},
                      self.index, self.exact, self.nprobe)
 
-    def execute(self, held: Output, prepared: tuple[Any, ...]) -> dict[str, Any]:
-        """Answer every good query and commit the table through ``held``."""
+    @property
+    def writes(self) -> str | None:  # type: ignore[override]
+        """``"file"``; None without an ``output``: :func:`~sphdist.jobs.run` returns the rows."""
+        return None if self.output is None else "file"
+
+    def execute(self, held: Output | None, prepared: tuple[Any, ...]) -> dict[str, Any]:
+        """Answer every good query and commit the table through ``held``.
+
+        Without an output (``held`` None), the rows are returned instead: ``neighbors``
+        (list of dict, one per row, keys :data:`HIT_COLUMNS`, as :class:`QueryRequest`'s) and
+        ``n_rows``, with the summary (``sphdist neighbors --queries FILE`` without
+        ``--output`` prints them).
+        """
         table, report = self.answer(prepared)
+        if held is None:
+            rows = [dict(zip(table, values, strict=True))
+                    for values in zip(*table.values(), strict=True)]
+            return {"neighbors": rows, "n_rows": len(rows), **report}
         return {**write_hits(table, held, format=self.written), **report}
 
     def answer(self, prepared: tuple[Any, ...]) -> tuple[dict[str, list[Any]], dict[str, Any]]:
@@ -396,36 +443,6 @@ class BatchNeighborsRequest(Request):
         return hits_table(source, kept, idx, cos, query_labels), {
             "n_queries": len(kept), "k": k, "index": None if path is None else str(path),
             "seconds": seconds, "n_skipped": len(skipped), "skipped": skipped}
-
-
-def batch_neighbors(
-    model: Any, queries: Sequence[str] | QueryLines, *, ids: bool = False, k: int = 10,
-    include_self: bool = False, input: Any = None, index: Any = None, exact: bool = False,
-    nprobe: int | None = None, on_error: str = "fail",
-) -> dict[str, Any]:
-    """The k nearest documents of many queries, returned rather than written to a file.
-
-    :class:`BatchNeighborsRequest` without its output (``sphdist neighbors --queries FILE``
-    without ``--output`` prints these rows); the same parameters, checks and errors.
-
-    Returns
-    -------
-    dict
-        ``neighbors`` (list of dict, one per row, keys :data:`HIT_COLUMNS`, as
-        :func:`query_neighbors`'s), ``n_rows``, ``n_queries`` (answered), ``k``, ``index``
-        (path or None), ``seconds`` (of the search), ``n_skipped`` and ``skipped``.
-
-    Raises
-    ------
-    ParameterError, DataError, CorpusMismatchError, ModelFormatError
-        As :class:`BatchNeighborsRequest`.
-    """
-    request = BatchNeighborsRequest(model, None, queries, ids=ids, k=k,
-                                    include_self=include_self, input=input, index=index,
-                                    exact=exact, nprobe=nprobe, on_error=on_error)
-    table, report = request.answer(request.prepare())
-    rows = [dict(zip(table, values, strict=True)) for values in zip(*table.values(), strict=True)]
-    return {"neighbors": rows, "n_rows": len(rows), **report}
 
 
 def _bad_queries(
