@@ -29,7 +29,8 @@ import scipy.sparse as sp
 
 from sphdist._validation import check_int
 from sphdist.errors import InputNotFoundError, Remedy, remedy
-from sphdist.io import Output, absolute, exists, location
+from sphdist.io import Output, absolute, exists, location, stored_kind
+from sphdist.io.embedding import open_embedding
 from sphdist.io.layout import Layout, open_layout, v_identity, write_layout
 from sphdist.io.model import open_model
 from sphdist.jobs._lifecycle import Request, located
@@ -62,8 +63,6 @@ def default_layout_path(model: Any, input: Any = None, origin: str = "model") ->
 
 def source_identity(model: Any, source: EmbeddingSource, input: Any) -> str | None:
     """The identity of the V ``source`` reads (:func:`sphdist.io.layout.v_identity`)."""
-    from sphdist.io.embedding import open_embedding
-
     store = open_model(model) if source.origin == "model" else open_embedding(input)
     return v_identity((store.attrs.get("sha256") or {}).get("V"))
 
@@ -264,8 +263,6 @@ class LayoutRequest(Request):
 
 def _is_embedding(path: Any) -> bool:
     """Whether ``path`` holds a sphdist embedding (for the default output's name)."""
-    from sphdist.io import stored_kind
-
     try:
         return stored_kind(path) == "embedding"
     except Exception:  # noqa: BLE001 - unreadable: the job's own checks say why

@@ -48,8 +48,10 @@ import zarr
 from sphdist._progress import progress as _progress
 from sphdist._validation import Number, check_int, check_param
 from sphdist.errors import (
+    CorpusFormatError,
     DataError,
     InputNotFoundError,
+    ModelFormatError,
     ParameterError,
     Text,
     WorkersLostError,
@@ -65,6 +67,9 @@ from sphdist.io import (
     join,
     location,
     open_file,
+    open_stored,
+    require_finite,
+    stored_kind,
 )
 from sphdist.io.corpus import Corpus
 from sphdist.io.corpus_writer import CorpusWriter
@@ -633,9 +638,6 @@ def read_like(
     CorpusFormatError, ModelFormatError
         If it is neither, or lacks an idf or (vocabulary scheme) a vocabulary.
     """
-    from sphdist.errors import CorpusFormatError, ModelFormatError
-    from sphdist.io import open_stored, require_finite, stored_kind
-
     path = location(path)
     if not exists(path):
         raise InputNotFoundError(f"{path}: no such corpus or model (" + option("like")
@@ -688,8 +690,6 @@ def _like_fields(stored: Any, kind: str, meta: dict[str, Any]) -> dict[str, Any]
     A model records its corpus's path and fingerprint: the fields are read from that corpus
     when it is still there and is still the one the model was fitted on.
     """
-    from sphdist.io import open_stored, stored_kind
-
     if kind == "corpus":
         return (stored.attrs.get("ingest") or {}).get("fields")
     path = meta.get("path")
