@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 import click
 import numpy as np
 
+from sphdist._words import plural
 from sphdist.cli._common import (
     STORE_PATH,
     _checked,
@@ -21,6 +22,8 @@ from sphdist.cli._common import (
     param_option,
     progress_enabled,
 )
+from sphdist.cli._remedies import render_for
+from sphdist.jobs import run
 from sphdist.jobs.params import JOB_PARAMS, N_COMPONENTS
 
 if TYPE_CHECKING:
@@ -238,9 +241,8 @@ def fit(
     and always at the end of the fit; --checkpoint-interval 0 writes every iteration (every
     --checkpoint-every). A fit resumed from any checkpoint reaches the same bits.
     """
-    from sphdist.jobs import run
-    from sphdist.jobs.fit import FitRequest
-    from sphdist.jobs.info import plural, shown_objective, solver_seconds_per_iteration
+    from sphdist.jobs.fit import FitRequest  # dask, zarr: never for --help (test_startup)
+    from sphdist.jobs.info import shown_objective, solver_seconds_per_iteration
 
     old_n_power_iter = params.pop("init_n_iter")  # --init-n-iter, until the next release
     if old_n_power_iter is not None:
@@ -313,17 +315,13 @@ def evaluate(
     knn_k: int, knn_min_label_size: int, as_json: bool,
 ) -> None:
     """k-means on an embedding: accuracy (Hungarian matching), NMI; and k-NN label accuracy."""
-    from sphdist.jobs import run
-    from sphdist.jobs.evaluate import EvaluateRequest
-    from sphdist.jobs.info import plural
+    from sphdist.jobs.evaluate import EvaluateRequest  # scikit-learn: never for --help
 
     result = run(EvaluateRequest(
         model, input_, n_clusters=n_clusters, n_init=n_init, random_state=random_state,
         knn_k=knn_k, knn_min_label_size=knn_min_label_size,
     ))
     if result.get("knn_reason"):
-        from sphdist.cli._remedies import render_for
-
         result["knn_reason"] = render_for(click.get_current_context(), result["knn_reason"])
     if as_json:
         echo_json(result)

@@ -10,6 +10,7 @@ import click
 from sphdist._words import plural
 from sphdist.cli._common import STORE_PATH, echo_json, json_option
 from sphdist.cli._remedies import command
+from sphdist.jobs import run
 
 
 def _history(pairs: list[list[float]]) -> str:
@@ -134,8 +135,7 @@ def _label_lines(labels: dict[str, int] | None, path: str) -> list[str]:
 @json_option()
 def info(path: Path | None, model: Path | None, top_terms: int | None, as_json: bool) -> None:
     """Describe a corpus.zarr, model.zarr, embedding.zarr or index.zarr (PATH, or --model)."""
-    from sphdist.jobs import run  # zarr, fsspec: never for --help (test_startup.py)
-    from sphdist.jobs.info import InfoRequest
+    from sphdist.jobs.info import InfoRequest  # zarr: never for --help (test_startup.py)
 
     if path is None and model is None:
         raise click.UsageError("pass a PATH (or --model MODEL).")

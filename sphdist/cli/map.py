@@ -15,6 +15,7 @@ from sphdist.cli._common import (
     echo_json,
     json_option,
 )
+from sphdist.jobs import run
 
 if TYPE_CHECKING:
     from sphdist.jobs.cluster import ClusterSpec
@@ -57,8 +58,7 @@ def layout(
     cluster: ClusterSpec, as_json: bool,
 ) -> None:
     """2-D coordinates of every document, from its k-NN graph (openTSNE), stored."""
-    from sphdist.jobs import run  # zarr, dask: never for --help (test_startup)
-    from sphdist.jobs.layout import LayoutRequest
+    from sphdist.jobs.layout import LayoutRequest  # zarr, dask: never for --help (test_startup)
 
     request = LayoutRequest(model, output, input=input_, k=k, index=index_, exact=exact,
                             nprobe=nprobe, seed=seed, n_iter=n_iter, overwrite=overwrite)
@@ -96,8 +96,7 @@ def map_(
     n_clusters: int, seed: int, title: str | None, overwrite: bool, as_json: bool,
 ) -> None:
     """One HTML page of every document: hover for its terms, click for its neighbours."""
-    from sphdist.jobs import run  # zarr, bokeh: never for --help (test_startup)
-    from sphdist.jobs.map_page import MapRequest
+    from sphdist.jobs.map_page import MapRequest  # zarr, bokeh: never for --help (test_startup)
 
     report = run(MapRequest(model, output, input=input_, layout=layout_, colour=colour,
                             n_clusters=n_clusters, seed=seed, title=title,

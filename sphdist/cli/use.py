@@ -20,6 +20,7 @@ from sphdist.cli._common import (
     progress_mode,
 )
 from sphdist.errors import ParameterError
+from sphdist.jobs import run
 
 if TYPE_CHECKING:
     from sphdist.jobs.cluster import ClusterSpec
@@ -61,7 +62,6 @@ def transform(
 ) -> None:
     """Embed the documents of a corpus with a fitted model (the exact V-step, on Dask)."""
     # dask, zarr and fsspec: when the command runs, never for --help (test_startup.py)
-    from sphdist.jobs import run
     from sphdist.jobs.transform import TransformRequest
 
     # every refusal (swapped paths, a mismatched corpus, an existing output, no device) comes
@@ -96,7 +96,6 @@ def export(
 ) -> None:
     """Write the embeddings with their document ids (Parquet, CSV or .npy, by the suffix)."""
     # zarr and fsspec: when the command runs, never for --help (test_startup.py)
-    from sphdist.jobs import run
     from sphdist.jobs.export import ExportRequest
 
     report = run(ExportRequest(model, output, format=format_, input=input_,
@@ -136,7 +135,6 @@ def index(
     # zarr and fsspec: when the command runs, never for --help (test_startup.py)
     from sphdist.io import stored_kind
     from sphdist.jobs import neighbors as jobs
-    from sphdist.jobs import run
 
     if output is None:
 
@@ -270,7 +268,6 @@ def neighbors(
     """Nearest documents by angle on the sphere (= by Euclidean distance of the embeddings)."""
     # zarr and fsspec: when the command runs, never for --help (test_startup.py)
     from sphdist.jobs import neighbors as jobs
-    from sphdist.jobs import run
 
     given = [name for name, value in (("--query", query), ("--doc-id", doc_id),
                                        ("--queries", queries), ("--all", all_ or None))
