@@ -301,6 +301,17 @@ class Embedding(TaggedStore):
                         f"attribute corpus.shape says n = {shape[1]} documents",
                         path=self.location, error=ModelFormatError, remedy=self._rebuild)
 
+    def check_components(self, r: int, model: Any) -> None:
+        """Refuse a V of other than ``r`` rows: the r of the model that wrote it (metadata only).
+
+        Raises
+        ------
+        ModelFormatError
+            Naming the embedding, the shape of V, the model and the job that writes it again.
+        """
+        check_shape(self._group, "V", (r, None), f"the model {model} has r = {r} components",
+                    path=self.location, error=ModelFormatError, remedy=self._REWRITE)
+
     @property
     def V(self) -> da.Array:
         """The (r, n) float64 unit columns, lazy: one task per stored chunk reads and checks it.

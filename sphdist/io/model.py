@@ -133,6 +133,8 @@ _ARRAYS: dict[str, Array] = {
 _ATTRS: dict[str, Attr] = {
     "params": Attr((MAPPING,), "the solver's parameters"),
     "params.n_components": Attr((INT,), "the number of components r"),
+    "params.lam": Attr((NUMBER, STR), "the V-step's lam (a number or a rule's name)"),
+    "params.mu": Attr((NUMBER, STR), "the U-step's mu (a number or a rule's name)"),
     "params.max_iter": Attr((INT, NULL), "the last iteration of the fit"),
     "params.tol": Attr((NUMBER,), "the tolerance of the fit"),
     "params.random_state": Attr((INT, NULL), "the seed"),

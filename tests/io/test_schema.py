@@ -111,6 +111,8 @@ ATTRIBUTES = [  # store, attribute, value, what the message says it is and shoul
      "where a sphdist corpus holds the parts of news posts removed, a list of strings"),
     ("m.zarr", "params.n_components", "2", "attribute params.n_components is the string '2', "
      "where a sphdist model holds the number of components r, an integer"),
+    ("m.zarr", "params.lam", [1], "attribute params.lam is the list [1], where a sphdist model "
+     "holds the V-step's lam (a number or a rule's name), a number or a string"),
     ("m.zarr", "corpus.feature_scheme.ngram_range", "1,1",
      "attribute corpus.feature_scheme.ngram_range is the string '1,1'"),
     ("m.zarr", "corpus.tfidf", "l2", "attribute corpus.tfidf is the string"),
@@ -220,3 +222,18 @@ def test_the_command_line_says_one_error_line_for_a_stray_array(copy, args):
     assert len(lines) == 1 and lines[0].startswith("Error: m.zarr: extra is no array of a "
                                                    "sphdist model"), result.output
     assert "sphdist fit --input" in lines[0] and "--overwrite" in lines[0], lines[0]
+
+
+def test_an_embedding_of_more_components_than_its_model_is_refused(copy):
+    """``info``, ``export`` and ``evaluate`` exited 0 on an embedding whose V has 3 rows where
+    the model that wrote it (same u_sha256) has r = 2; now the job that reads both refuses it."""
+    V = _read(copy / "e.zarr", "V")
+    _replace(copy / "e.zarr", "V", np.vstack([V, np.zeros((1, V.shape[1]))]))
+    with working_directory(copy):
+        result = CliRunner().invoke(main, ["--quiet", "export", "-m", "m.zarr", "-i", "e.zarr",
+                                           "-o", "out.csv"])
+    assert result.exit_code == 1, result.output
+    assert result.output.startswith("Error: e.zarr: V has shape (3, 60), where the model "
+                                    "m.zarr has r = 2 components, it should have shape (2, "
+                                    "any)"), result.output
+    assert not (copy / "out.csv").exists()
