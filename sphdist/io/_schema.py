@@ -196,10 +196,15 @@ def check_arrays(
             )
         if len(node.shape) != spec.ndim:
             raise error(
-                f"{path}: {name} has shape {tuple(node.shape)} ({len(node.shape)} dimensions), "
-                f"where a sphdist {kind} holds {spec.holds} ({spec.ndim} dimensions): "
+                f"{path}: {name} has shape {tuple(node.shape)} ({_dimensions(len(node.shape))}), "
+                f"where a sphdist {kind} holds {spec.holds} ({_dimensions(spec.ndim)}): "
                 f"{_EDITED}. To resolve this, " + fix() + "."
             )
+
+
+def _dimensions(ndim: int) -> str:
+    """``"1 dimension"``, ``"2 dimensions"``."""
+    return f"{ndim} dimension{'' if ndim == 1 else 's'}"
 
 
 def check_shape(

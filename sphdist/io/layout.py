@@ -179,14 +179,15 @@ class Layout(TaggedStore):
         n = (self.attrs.get("source") or {}).get("n_documents")
         k = (self.attrs.get("layout") or {}).get("k")
         check = {"path": self.location, "error": ModelFormatError, "remedy": self._REWRITE}
-        said = (f"attribute source.n_documents says n = {n} documents" if n is not None
-                else "")
-        if k is not None:
-            said = f"attribute layout.k says k = {k}" + (f" and {said}" if said else "")
-        for name, rows in (("xy", 2), ("neighbors", k), ("cosine", k)):
-            if n is not None or rows is not None:
-                check_shape(self._group, name, (rows, n),
-                            said or "the layout has 2 coordinates per document", **check)
+        documents = (f"attribute source.n_documents says n = {n} documents" if n is not None
+                     else "")
+        check_shape(self._group, "xy", (2, n), documents or "a layout holds 2 coordinates per "
+                    "document", **check)
+        if k is not None or n is not None:
+            said = " and ".join(x for x in (
+                f"attribute layout.k says k = {k}" if k is not None else "", documents) if x)
+            for name in ("neighbors", "cosine"):
+                check_shape(self._group, name, (k, n), said, **check)
 
     @property
     def rebuild(self) -> Text:

@@ -160,13 +160,14 @@ ARRAYS = [  # store, array, its new values from the old ones, what the message s
     ("m.zarr", "idf", lambda old: old.astype(np.float32), "idf is stored as float32"),
     ("e.zarr", "extra", lambda old: np.arange(3), "extra is no array of a sphdist embedding"),
     ("e.zarr", "V", lambda old: old.astype(np.float32), "V is stored as float32"),
-    ("e.zarr", "V", lambda old: old[0], "V has shape (60,) (1 dimensions), where a sphdist "
+    ("e.zarr", "V", lambda old: old[0], "V has shape (60,) (1 dimension), where a sphdist "
      "embedding holds the unit embeddings V, an (r, n) float64 array (2 dimensions)"),
     ("e.zarr", "degenerate", lambda old: old.astype(np.int8), "degenerate is stored as int8"),
     ("e.zarr", "doc_ids", lambda old: np.arange(N), "doc_ids is stored as int64"),
     ("e.zarr", "labels", lambda old: np.zeros(N), "labels is stored as float64"),
     ("e.zarr", "labels", lambda old: np.zeros((1, N), np.int32),
-     "labels has shape (1, 60) (2 dimensions)"),
+     "labels has shape (1, 60) (2 dimensions), where a sphdist embedding holds one "
+     "integer label code per document (1 dimension)"),
     ("e.zarr", "doc_ids", lambda old: np.array([str(x) for x in old[:-1]]),
      "doc_ids has shape (59,), where V has n = 60 columns (documents), it should have shape "
      "(60,)"),
@@ -183,7 +184,9 @@ ARRAYS = [  # store, array, its new values from the old ones, what the message s
     ("l.zarr", "neighbors", lambda old: old.astype(np.float64),
      "neighbors is stored as float64"),
     ("l.zarr", "cosine", lambda old: old.astype(np.int64), "cosine is stored as int64"),
-    ("l.zarr", "xy", lambda old: np.vstack([old, old[:1]]), "xy has shape (3, 60)"),
+    ("l.zarr", "xy", lambda old: np.vstack([old, old[:1]]),
+     "xy has shape (3, 60), where attribute source.n_documents says n = 60 documents, it "
+     "should have shape (2, 60)"),
     ("l.zarr", "neighbors", lambda old: old[:2],
      "neighbors has shape (2, 60), where attribute layout.k says k = 5 and attribute "
      "source.n_documents says n = 60 documents, it should have shape (5, 60)"),
