@@ -38,7 +38,7 @@ fingerprint is recomputed from the attributes at opening, so a resume on a corpu
 (with their digests) or attributes changed is refused. Opening checks the attributes against the
 arrays (integer shape, ``nnz``, ``n_empty``, the lengths of ``idf`` and the per-document arrays,
 the ``n_features`` of the feature scheme), and its arrays and attributes against the
-corpus' schema (their dtypes, :data:`FEATURE_SCHEME`, :data:`TFIDF`; :mod:`sphdist.io._schema`:
+corpus' schema (their dtypes, ``FEATURE_SCHEME``, ``TFIDF``; :mod:`sphdist.io._schema`:
 no stray array, no attribute of another JSON type). Values a fit cannot use are refused
 when read, naming the document: NaN, Inf, a document whose squared values overflow float64,
 a non-finite idf.
