@@ -20,6 +20,7 @@ import zarr
 from sphdist.errors import ModelFormatError, StoreReplacedError
 from sphdist.io._checked import content_sha256, read_checked, require_chunks
 from sphdist.io._fs import location
+from sphdist.io._schema import Array, Attr, check_arrays, check_attrs
 from sphdist.io._targets import open_target
 from sphdist.io._zarr import UNIT_TOLERANCE, check_members, open_tagged
 
@@ -43,7 +44,9 @@ def replaced_error(path: Any) -> StoreReplacedError:
 class TaggedStore:
     """Read handle on a sphdist group tagged :attr:`KIND` of :attr:`FORMAT_VERSION`.
 
-    Opening checks the tag and every array (:func:`open_tagged`, :func:`check_members`);
+    Opening checks the tag and every array (:func:`open_tagged`, :func:`check_members`), and
+    the store against the schema of its kind (:attr:`_ARRAYS`, :attr:`_ATTRS`,
+    :meth:`_check_schema`);
     subclasses (a model, an embedding) add the properties of their layout. After a commit
     interrupted between its two renames, the previous complete version (``<path>.old``) is read
     in place (:meth:`sphdist.io.Target.readable`): opening never changes the tree.
@@ -77,6 +80,11 @@ class TaggedStore:
     _MISSING: str  # "To resolve this, ..." when nothing is at path
     _STALE: str  # ... when the tag names another kind or version
     _REWRITE: str  # ... when an array is unreadable or unsafe
+    #: the schema of the kind (:mod:`sphdist.io._schema`): its arrays, its groups and the
+    #: JSON types of its attributes, checked at opening (:meth:`_check_schema`)
+    _ARRAYS: dict[str, Array] = {}
+    _GROUPS: tuple[str, ...] = ()
+    _ATTRS: dict[str, Attr] = {}
 
     def __init__(self, path: str | os.PathLike[str]):
         self.path = location(path)
@@ -119,6 +127,28 @@ class TaggedStore:
             group, str(self.location), error=ModelFormatError, remedy=self._REWRITE
         )
         self.attrs: dict[str, Any] = dict(group.attrs)
+        self._recorded_remedy()
+        self._check_schema()
+
+    def _recorded_remedy(self) -> None:
+        """Set :attr:`_REWRITE` from what the store records (the job that wrote it), if it can."""
+
+    def _rebuild(self) -> Any:
+        """The remedy of a store outside its schema: :attr:`_REWRITE` (a subclass adds more)."""
+        return self._REWRITE
+
+    def _check_schema(self) -> None:
+        """Refuse a store outside the schema of its kind (metadata only, no chunk is read).
+
+        A node the kind has no place for, an array of another dtype or number of dimensions,
+        an attribute of another JSON type (:mod:`sphdist.io._schema`); a subclass adds the
+        shapes its attributes imply.
+        """
+        where = self.location
+        check_arrays(self._group, self._ARRAYS, path=where, kind=self.KIND,
+                     error=ModelFormatError, remedy=self._rebuild, groups=self._GROUPS)
+        check_attrs(self.attrs, self._ATTRS, path=where, kind=self.KIND, error=ModelFormatError,
+                    remedy=self._rebuild)
 
     def _array(self, name: str) -> zarr.Array:
         """``group[name]`` after checking that every chunk of it is stored."""

@@ -37,8 +37,11 @@ chunk read is checked against its ``chunk_sha256`` and ``chunk_nnz``, each 1-D a
 fingerprint is recomputed from the attributes at opening, so a resume on a corpus whose data
 (with their digests) or attributes changed is refused. Opening checks the attributes against the
 arrays (integer shape, ``nnz``, ``n_empty``, the lengths of ``idf`` and the per-document arrays,
-the ``n_features`` of the feature scheme). Values a fit cannot use are refused when read, naming
-the document: NaN, Inf, a document whose squared values overflow float64, a non-finite idf.
+the ``n_features`` of the feature scheme), and its arrays and attributes against the
+corpus' schema (their dtypes, ``FEATURE_SCHEME``, ``TFIDF``; :mod:`sphdist.io._schema`:
+no stray array, no attribute of another JSON type). Values a fit cannot use are refused
+when read, naming the document: NaN, Inf, a document whose squared values overflow float64,
+a non-finite idf.
 Corpora written before the digests of ``doc_ids`` and ``vocabulary`` are read with one
 warning naming the re-ingest. Corpora written before the digests (same format version 1, no
 ``chunk_sha256``) are read as before: their stored fingerprint is used, chunks of ``data``,
@@ -62,7 +65,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import zarr
 
-from sphdist.errors import CorpusFormatError, Remedy, remedy
+from sphdist.errors import CorpusFormatError, Remedy, Text, remedy
 from sphdist.io import _input
 from sphdist.io._checked import (
     ChunkedVector,
@@ -86,6 +89,20 @@ from sphdist.io._input import (
     _required,
     data_fingerprint,
 )
+from sphdist.io._schema import (
+    BOOL,
+    INT,
+    LIST,
+    MAPPING,
+    NULL,
+    NUMBER,
+    STR,
+    Array,
+    Attr,
+    check_arrays,
+    check_attrs,
+    under,
+)
 from sphdist.io._zarr import read_tag, wrong_kind
 
 if TYPE_CHECKING:  # dask and SciPy where X is read (to_dask, read_chunk); the ids, labels
@@ -105,13 +122,49 @@ __all__ = [
 FORMAT_VERSION = 1
 KIND = "corpus"  # the group attribute sphdist.kind
 
-#: The arrays beside the chunks (group ``X``): numpy dtype kinds allowed, and their meaning.
-_ARRAYS: dict[str, tuple[str, str]] = {
-    "doc_ids": ("TUO", "one string id per document"),
-    "empty": ("b", "one bool per document"),
-    "idf": ("f", "one float idf weight per feature"),
-    "labels": ("iu", "one integer label code per document"),
-    "vocabulary": ("TUO", "one string term per feature"),
+#: The arrays beside the chunks (group ``X``), :func:`~sphdist.io._schema.check_arrays`.
+_ARRAYS: dict[str, Array] = {
+    "doc_ids": Array("TUO", 1, "one string id per document"),
+    "empty": Array("b", 1, "one bool per document"),
+    "idf": Array("f", 1, "one float idf weight per feature"),
+    "labels": Array("iu", 1, "one integer label code per document"),
+    "vocabulary": Array("TUO", 1, "one string term per feature"),
+}
+
+#: The attribute ``feature_scheme`` of a corpus (and ``corpus.feature_scheme`` of a model):
+#: how text became features (:meth:`sphdist.text.tfidf.TextOptions.feature_scheme`).
+FEATURE_SCHEME: dict[str, Attr] = {
+    "type": Attr((STR,), "the kind of features (hashing or vocabulary)"),
+    "n_features": Attr((INT,), "the number of features"),
+    "lowercase": Attr((BOOL,), "whether text is lowercased"),
+    "token_pattern": Attr((STR,), "the regular expression of a token"),
+    "ngram_range": Attr((LIST,), "the shortest and longest n-gram", items=(INT,), length=2),
+    "analyzer": Attr((STR,), "the analyzer"),
+    "stop_words": Attr((STR, NULL), "the stop-word list"),
+    "strip_accents": Attr((STR, NULL), "the accent stripping"),
+    "min_df": Attr((NUMBER,), "the least document frequency of a term kept"),
+    "max_df": Attr((NUMBER,), "the greatest document frequency of a term kept"),
+    "max_features": Attr((INT, NULL), "the most terms kept"),
+    "select": Attr((STR, NULL), "the term selection"),
+    "n_select": Attr((INT, NULL), "the number of terms selected"),
+    "alternate_sign": Attr((BOOL,), "whether hashed features alternate their sign"),
+}
+
+#: The attribute ``tfidf`` of a corpus (and ``corpus.tfidf`` of a model): the weighting.
+TFIDF: dict[str, Attr] = {
+    "smooth_idf": Attr((BOOL,), "whether the idf is smoothed"),
+    "sublinear_tf": Attr((BOOL,), "whether tf is sublinear"),
+    "norm": Attr((STR, NULL), "the norm of a document"),
+    "remove": Attr((LIST,), "the parts of news posts removed", items=(STR,)),
+}
+
+#: The attributes of a corpus whose JSON type :func:`~sphdist.io._schema.check_attrs`
+#: checks at opening (the others are checked with their values, below).
+_ATTRS: dict[str, Attr] = {
+    "feature_scheme": Attr((MAPPING,), "how text became features", required=True),
+    **under("feature_scheme", FEATURE_SCHEME),
+    "tfidf": Attr((MAPPING, NULL), "the tf-idf weighting"),
+    **under("tfidf", TFIDF),
 }
 
 class Corpus(_Input):
@@ -169,6 +222,8 @@ class Corpus(_Input):
             )
         self._group = group
         self.attrs = attrs
+        check_attrs(attrs, _ATTRS, path=self.path, kind=KIND, error=CorpusFormatError,
+                    remedy=self._rebuild)
         try:
             m, n = attrs["shape"]
             self.shape: tuple[int, int] = (
@@ -248,39 +303,39 @@ class Corpus(_Input):
     def _check_lengths(self) -> None:
         """Refuse arrays outside the schema and attributes that disagree with their metadata.
 
-        The schema is :data:`_ARRAYS`; no chunk is read.
+        The schema is :data:`_ARRAYS` (:func:`~sphdist.io._schema.check_arrays`); no chunk is
+        read.
         """
         m, n = self.shape
-        try:
-            stray = sorted(set(self._group.array_keys()) - set(_ARRAYS))
-        except Exception:  # noqa: BLE001 - a member's metadata unreadable: refused when read
-            stray = []
-        if stray:
-            raise CorpusFormatError(
-                f"{self.path}: {stray[0]} is no array of a sphdist corpus (it holds "
-                f"{', '.join(_ARRAYS)} and the chunks under X): the store was edited or is "
-                f"another's. To resolve this, {_REMEDY}."
-            )
+        unsafe = set()  # arrays the safe-codec check refuses: refused, as such, when read
         for name, length, what in (
             ("idf", m, "m"), ("vocabulary", m, "m"), ("doc_ids", n, "n"), ("empty", n, "n"),
             ("labels", n, "n"),
         ):
             try:
                 arr = _checked_array(self._group, name, str(self.path), name)
-            except (KeyError, CorpusFormatError):
-                continue  # absent, or unreadable metadata: refused when it is read
+            except KeyError:
+                continue  # absent
+            except CorpusFormatError:
+                unsafe.add(name)  # unreadable metadata: refused when it is read
+                continue
             if arr.shape != (length,):
                 raise CorpusFormatError(
                     f"{self.path}: {name} has shape {arr.shape} but attribute shape says "
                     f"{what} = {length}. To resolve this, {_REMEDY}."
                 )
-            kinds, meant = _ARRAYS[name]
-            if arr.dtype.kind not in kinds:
-                raise CorpusFormatError(
-                    f"{self.path}: {name} is stored as {arr.dtype}, where a corpus holds "
-                    f"{meant}: the store was edited or is another's. To resolve this, "
-                    f"{_REMEDY}."
-                )
+        arrays = {}
+        try:
+            names = list(self._group.array_keys())
+        except Exception:  # noqa: BLE001 - a member's metadata unreadable: refused when read
+            names = []
+        for name in set(names) - unsafe:
+            try:
+                arrays[name] = self._group[name]
+            except Exception:  # noqa: BLE001 - as above
+                continue
+        check_arrays(arrays, _ARRAYS, path=self.path, kind=KIND, error=CorpusFormatError,
+                     remedy=self._rebuild(), beside=" and the chunks under X")
         if self._expected is not None:
             return
         total = 0  # a corpus written before the digests: the metadata of every chunk
@@ -320,13 +375,17 @@ class Corpus(_Input):
             sha256=self._digest(name), required=required or self._expected is not None,
         )
 
-    def _digest(self, name: str) -> Any:
-        """The recorded digest of array ``name``; a warning, once, for a store without one."""
+    def _rebuild(self) -> Text:
+        """The remedy of a corpus refused: re-ingest it (the ingest, in a message)."""
         again = Remedy("ingest", {"source": ["SOURCE"]},
                        {"output": str(self.path), "overwrite": True})
+        return f"{_REMEDY} (" + remedy(again) + ")"
+
+    def _digest(self, name: str) -> Any:
+        """The recorded digest of array ``name``; a warning, once, for a store without one."""
         return recorded_digest(
             self.path, name, self._digests, self.attrs.get("sphdist"), self._warned,
-            error=CorpusFormatError, remedy=lambda: f"{_REMEDY} (" + remedy(again) + ")",
+            error=CorpusFormatError, remedy=self._rebuild,
             warn=name in ("doc_ids", "vocabulary"),  # older corpora digested the others
         )
 

@@ -42,6 +42,7 @@ from sphdist.io._checked import (
     require_written,
 )
 from sphdist.io._fs import anchored
+from sphdist.io._schema import INT, LIST, MAPPING, NULL, STR, Array, Attr, check_shape
 from sphdist.io._tagged import TaggedStore
 from sphdist.io._zarr import (
     CHECKSUMMED,
@@ -227,6 +228,30 @@ def write_embedding_block(
             "degenerate": chunk_sha256(degenerate, arr_d.chunks[0])}
 
 
+#: The arrays of an embedding (:func:`~sphdist.io._schema.check_arrays`).
+_ARRAYS: dict[str, Array] = {
+    "V": Array("f", 2, "the unit embeddings V, an (r, n) float64 array", "float64"),
+    "degenerate": Array("b", 1, "one bool per document"),
+    "doc_ids": Array("TUO", 1, "one string id per document"),
+    "labels": Array("iu", 1, "one integer label code per document"),
+}
+
+#: The JSON types of an embedding's attributes (:func:`~sphdist.io._schema.check_attrs`).
+_ATTRS: dict[str, Attr] = {
+    "model": Attr((MAPPING,), "the model that embedded the documents"),
+    "model.path": Attr((STR,), "the path of the model"),
+    "model.u_sha256": Attr((STR,), "the fingerprint of the model"),
+    "corpus": Attr((MAPPING,), "the corpus embedded"),
+    "corpus.path": Attr((STR,), "the path of the corpus"),
+    "corpus.fingerprint": Attr((STR,), "the fingerprint of the corpus"),
+    "corpus.shape": Attr((LIST,), "the corpus' shape [m, n]", items=(INT,), length=2),
+    "label_names": Attr((LIST, NULL), "the label names", items=(STR,)),
+    "n_degenerate": Attr((INT,), "the number of degenerate documents"),
+    "method": Attr((STR,), "the method, in words"),
+    "sha256": Attr((MAPPING,), "the sha256 of each array"),
+}
+
+
 class Embedding(TaggedStore):
     """Read handle on an ``embedding.zarr`` written by ``sphdist transform``.
 
@@ -249,15 +274,43 @@ class Embedding(TaggedStore):
     _STALE = _REWRITE = "write it again with " + remedy(Remedy(
         "transform", {"model": "MODEL", "input": "CORPUS", "output": "PATH"},
         {"overwrite": True}))
+    _ARRAYS = _ARRAYS
+    _ATTRS = _ATTRS
 
-    def _open(self) -> None:
-        super()._open()
+    def _recorded_remedy(self) -> None:
         recorded = (self.attrs.get("model"), self.attrs.get("corpus"))
         paths = [p.get("path") if isinstance(p, dict) else None for p in recorded]
         if all(isinstance(p, str) and p for p in paths):  # the job that wrote it
             self._REWRITE = "write it again with " + remedy(Remedy(
                 "transform", {"model": paths[0], "input": paths[1], "output": str(self.path)},
                 {"overwrite": True}))
+
+    def _check_schema(self) -> None:
+        """The schema, and the lengths V implies: one entry per document in every array."""
+        super()._check_schema()
+        V = self._group.get("V")
+        if V is None:
+            return
+        n = int(V.shape[1])
+        for name in ("degenerate", "doc_ids", "labels"):
+            check_shape(self._group, name, (n,), f"V has n = {n} columns (documents)",
+                        path=self.location, error=ModelFormatError, remedy=self._rebuild)
+        shape = (self.attrs.get("corpus") or {}).get("shape")
+        if isinstance(shape, list) and shape[1] != n:
+            check_shape(self._group, "V", (None, shape[1]),
+                        f"attribute corpus.shape says n = {shape[1]} documents",
+                        path=self.location, error=ModelFormatError, remedy=self._rebuild)
+
+    def check_components(self, r: int, model: Any) -> None:
+        """Refuse a V of other than ``r`` rows: the r of the model that wrote it (metadata only).
+
+        Raises
+        ------
+        ModelFormatError
+            Naming the embedding, the shape of V, the model and the job that writes it again.
+        """
+        check_shape(self._group, "V", (r, None), f"the model {model} has r = {r} components",
+                    path=self.location, error=ModelFormatError, remedy=self._REWRITE)
 
     @property
     def V(self) -> da.Array:

@@ -78,6 +78,7 @@ from sphdist.io._id_copy import (
     lookup_fences,
     write_id_copy,
 )
+from sphdist.io._schema import INT, LIST, MAPPING, NULL, NUMBER, STR, Array, Attr, check_shape
 from sphdist.io._tagged import TaggedStore
 from sphdist.io._zarr import WRITE_CONFIG, json_clean, open_node, read_tag
 
@@ -264,6 +265,45 @@ def check_structure(
         raise refuse(f"index kind {kind!r} is neither flat nor ivf")
 
 
+#: The arrays of an index (:func:`~sphdist.io._schema.check_arrays`).
+_ARRAYS: dict[str, Array] = {
+    "faiss": Array("u", 1, "the serialized faiss index, one uint8 per byte", "uint8"),
+    "doc_ids": Array("TUO", 1, "one string id per document"),
+    "doc_id_lookup": Array("u", 2, "the hashes of the ids and their positions, a (2, n) "
+                           "uint64 array", "uint64"),
+}
+
+#: The JSON types of an index's attributes (:func:`~sphdist.io._schema.check_attrs`).
+_ATTRS: dict[str, Attr] = {
+    "faiss_sha256": Attr((STR,), "the sha256 of the serialized index"),
+    "faiss_nbytes": Attr((INT,), "the size of the serialized index in bytes"),
+    "faiss_sample_sha256": Attr((STR,), "the sha256 of its first and last MiB"),
+    "index": Attr((MAPPING,), "the record of the index"),
+    "index.kind": Attr((STR,), "the kind of index (flat or ivf)"),
+    "index.nlist": Attr((INT, NULL), "the number of inverted lists"),
+    "index.nprobe": Attr((INT, NULL), "the lists a search scans"),
+    "index.n_documents": Attr((INT,), "the number of documents"),
+    "index.n_indexed": Attr((INT,), "the number of documents indexed"),
+    "index.n_components": Attr((INT,), "the dimension r"),
+    "index.metric": Attr((STR,), "the metric"),
+    "index.seconds": Attr((NUMBER,), "the seconds the build took"),
+    "model": Attr((MAPPING,), "the model whose embedding was indexed"),
+    "model.path": Attr((STR, NULL), "the path of the model"),
+    "model.u_sha256": Attr((STR,), "the fingerprint of the model"),
+    "source": Attr((MAPPING,), "the documents indexed"),
+    "source.origin": Attr((STR,), "where the embeddings came from (model or embedding)"),
+    "source.path": Attr((STR, NULL), "the path of the embedding"),
+    "source.n_documents": Attr((INT,), "the number of documents"),
+    "doc_ids": Attr((MAPPING,), "the record of the copy of the ids"),
+    "doc_ids.chunk_sha256": Attr((LIST,), "one sha256 per chunk of doc_ids", items=(STR,)),
+    "doc_ids.source_identity": Attr((STR, NULL), "the identity of the ids copied"),
+    "doc_ids.lookup_sha256": Attr((LIST,), "one sha256 per chunk of doc_id_lookup",
+                                  items=(STR,)),
+    "doc_ids.lookup_first": Attr((LIST,), "the first hash of each chunk of doc_id_lookup",
+                                 items=(STR,)),
+}
+
+
 class StoredIndex(TaggedStore):
     """Read handle on an ``index.zarr`` written by ``sphdist index``.
 
@@ -284,6 +324,8 @@ class StoredIndex(TaggedStore):
     FORMAT_VERSION = FORMAT_VERSION
     _MISSING = "write one with " + _write()
     _STALE = _REWRITE = "write it again with " + _write(overwrite=True)
+    _ARRAYS = _ARRAYS
+    _ATTRS = _ATTRS
 
     def __init__(self, path: str | os.PathLike[str]):
         found = index_kind(path)
@@ -294,20 +336,41 @@ class StoredIndex(TaggedStore):
             )
         super().__init__(path)
 
+    def _rebuild(self) -> Any:
+        return self.rebuild()
+
+    def _check_schema(self) -> None:
+        """The schema, and the shapes the record implies (the bytes, the ids and their table)."""
+        super()._check_schema()
+        check = {"path": self.location, "error": ModelFormatError, "remedy": self.rebuild}
+        nbytes = self.attrs.get("faiss_nbytes")
+        if nbytes is not None:
+            check_shape(self._group, "faiss", (nbytes,),
+                        f"attribute faiss_nbytes says {nbytes} bytes", **check)
+        n = self.source.get("n_documents")
+        if n is not None:
+            check_shape(self._group, "doc_ids", (n,),
+                        f"attribute source.n_documents says n = {n} documents", **check)
+            check_shape(self._group, "doc_id_lookup", (2, n),
+                        f"attribute source.n_documents says n = {n} documents", **check)
+
     @property
     def record(self) -> dict[str, Any]:
         """The ``index`` attribute: kind, nlist, nprobe, n_documents, n_indexed, ..."""
-        return dict(self.attrs.get("index") or {})
+        found = self.attrs.get("index")
+        return dict(found) if isinstance(found, dict) else {}
 
     @property
     def model(self) -> dict[str, Any]:
         """The ``model`` attribute: ``path`` and ``u_sha256`` of the model indexed."""
-        return dict(self.attrs.get("model") or {})
+        found = self.attrs.get("model")
+        return dict(found) if isinstance(found, dict) else {}
 
     @property
     def source(self) -> dict[str, Any]:
         """The ``source`` attribute: ``origin``, ``path`` and ``n_documents`` of the documents."""
-        return dict(self.attrs.get("source") or {})
+        found = self.attrs.get("source")
+        return dict(found) if isinstance(found, dict) else {}
 
     def rebuild(self) -> str:
         """The remedy of every error: the command that writes this index again.

@@ -37,6 +37,7 @@ import zarr
 from sphdist.errors import ModelFormatError, Remedy, Text, remedy
 from sphdist.io._atomic import Output
 from sphdist.io._checked import chunk_sha256
+from sphdist.io._schema import INT, MAPPING, NULL, NUMBER, STR, Array, Attr, check_shape
 from sphdist.io._tagged import TaggedStore
 from sphdist.io._zarr import CHECKSUMMED, WRITE_CONFIG, json_clean
 
@@ -47,6 +48,33 @@ KIND = "layout"  # the group attribute sphdist.kind
 _CHUNK = 1 << 16  # documents per stored chunk
 
 _ARRAYS = {"xy": np.float64, "neighbors": np.int64, "cosine": np.float64}
+
+#: What a layout holds (:func:`~sphdist.io._schema.check_arrays`), read back.
+_SCHEMA: dict[str, Array] = {
+    "xy": Array("f", 2, "the map coordinates, a (2, n) float64 array", "float64"),
+    "neighbors": Array("i", 2, "the positions of each document's k nearest, a (k, n) int64 "
+                       "array", "int64"),
+    "cosine": Array("f", 2, "their cosines, a (k, n) float64 array", "float64"),
+}
+
+#: The JSON types of a layout's attributes (:func:`~sphdist.io._schema.check_attrs`).
+_ATTRS: dict[str, Attr] = {
+    "model": Attr((MAPPING,), "the model whose embedding was laid out"),
+    "model.path": Attr((STR, NULL), "the path of the model"),
+    "model.u_sha256": Attr((STR,), "the fingerprint of the model"),
+    "source": Attr((MAPPING,), "the documents laid out"),
+    "source.origin": Attr((STR,), "where the embeddings came from (model or embedding)"),
+    "source.path": Attr((STR, NULL), "the path of the embedding"),
+    "source.n_documents": Attr((INT,), "the number of documents"),
+    "source.v_sha256": Attr((STR, NULL), "the identity of the V laid out"),
+    "layout": Attr((MAPPING,), "the record of the layout"),
+    "layout.k": Attr((INT,), "the neighbours per document"),
+    "layout.seed": Attr((INT,), "the seed"),
+    "layout.n_iter": Attr((INT,), "the t-SNE steps"),
+    "layout.method": Attr((STR,), "the method, in words"),
+    "layout.kept_10nn": Attr((NUMBER, NULL), "the share of 10 nearest neighbours kept"),
+    "sha256": Attr((MAPPING,), "the sha256 of each chunk of each array"),
+}
 
 
 def _write(**overrides: Any) -> Text:
@@ -132,16 +160,34 @@ class Layout(TaggedStore):
     FORMAT_VERSION = FORMAT_VERSION
     _MISSING = "write one with " + _write()
     _STALE = _REWRITE = "write it again with " + _write(overwrite=True)
+    _ARRAYS = _SCHEMA
+    _ATTRS = _ATTRS
 
-    def _open(self) -> None:
-        super()._open()
-        model = (self.attrs.get("model") or {}).get("path")
-        source = self.attrs.get("source") or {}
-        if isinstance(model, str) and model:
-            target = {"model": model, **({"input": source["path"]}
-                                         if source.get("path") else {})}
+    def _recorded_remedy(self) -> None:
+        model, source = self.attrs.get("model"), self.attrs.get("source")
+        path = model.get("path") if isinstance(model, dict) else None
+        given = source.get("path") if isinstance(source, dict) else None
+        if isinstance(path, str) and path:
+            target = {"model": path, **({"input": given} if isinstance(given, str) and given
+                                        else {})}
             self._REWRITE = "write it again with " + remedy(Remedy(
                 "layout", target, {"output": str(self.path), "overwrite": True}))
+
+    def _check_schema(self) -> None:
+        """The schema, and the shapes the record implies: 2 x n, k x n and k x n."""
+        super()._check_schema()
+        n = (self.attrs.get("source") or {}).get("n_documents")
+        k = (self.attrs.get("layout") or {}).get("k")
+        check = {"path": self.location, "error": ModelFormatError, "remedy": self._REWRITE}
+        documents = (f"attribute source.n_documents says n = {n} documents" if n is not None
+                     else "")
+        check_shape(self._group, "xy", (2, n), documents or "a layout holds 2 coordinates per "
+                    "document", **check)
+        if k is not None or n is not None:
+            said = " and ".join(x for x in (
+                f"attribute layout.k says k = {k}" if k is not None else "", documents) if x)
+            for name in ("neighbors", "cosine"):
+                check_shape(self._group, name, (k, n), said, **check)
 
     @property
     def rebuild(self) -> Text:

@@ -31,7 +31,9 @@ Every array is written with zstd's content checksum and every chunk stored
 (:data:`sphdist.io._zarr.CHECKSUMMED`): a missing chunk file, a flipped bit or an edited U is
 refused with a :class:`~sphdist.errors.ModelFormatError`, never read as zeros. The values are
 checked too, not only their digests (an edit that recomputes ``u_sha256`` is still refused):
-opening checks the arrays' shapes against each other and the attributes (``params.n_components``
+opening checks the arrays and attributes against the model's schema (no stray array,
+the dtypes, the JSON types of the attributes; :mod:`sphdist.io._schema`) and the arrays'
+shapes against each other and the attributes (``params.n_components``
 = r, ``corpus.shape``, the histories' lengths), reading U checks that it is finite with
 orthonormal columns, and reading a chunk of V that its columns are finite unit vectors.
 
@@ -89,8 +91,21 @@ from sphdist.io._model_writer import (
     u_sha256,
 )
 from sphdist.io._refit import fit_remedy
+from sphdist.io._schema import (
+    BOOL,
+    INT,
+    LIST,
+    MAPPING,
+    NULL,
+    NUMBER,
+    STR,
+    Array,
+    Attr,
+    under,
+)
 from sphdist.io._tagged import TaggedStore
 from sphdist.io._zarr import UNIT_TOLERANCE
+from sphdist.io.corpus import FEATURE_SCHEME, TFIDF
 
 __all__ = [
     "FORMAT_VERSION", "KIND", "save_checkpoint", "load_checkpoint", "open_model", "Model",
@@ -102,6 +117,49 @@ if TYPE_CHECKING:  # dask and the solver (scikit-learn) only where V is computed
     import dask.array as da
 
     from sphdist.core.solver import FitState
+
+#: The arrays of a model (:func:`~sphdist.io._schema.check_arrays`), beside the group state.
+_ARRAYS: dict[str, Array] = {
+    "U": Array("f", 2, "the orthonormal basis U, an (m, r) float64 array", "float64"),
+    "V": Array("f", 2, "the embedding V, an (r, n) float64 array", "float64"),
+    "state/XVt": Array("f", 2, "the partial X V^T, an (m, r) float64 array", "float64"),
+    "state/VVt": Array("f", 2, "the partial V V^T, an (r, r) float64 array", "float64"),
+    "idf": Array("f", 1, "one float64 idf weight per feature", "float64"),
+    "vocabulary": Array("TUO", 1, "one string term per feature"),
+}
+
+#: The JSON types of a model's attributes (:func:`~sphdist.io._schema.check_attrs`); their
+#: values are checked against the arrays by :meth:`Model._check_layout`.
+_ATTRS: dict[str, Attr] = {
+    "params": Attr((MAPPING,), "the solver's parameters"),
+    "params.n_components": Attr((INT,), "the number of components r"),
+    "params.lam": Attr((NUMBER, STR), "the V-step's lam (a number or a rule's name)"),
+    "params.mu": Attr((NUMBER, STR), "the U-step's mu (a number or a rule's name)"),
+    "params.max_iter": Attr((INT, NULL), "the last iteration of the fit"),
+    "params.tol": Attr((NUMBER,), "the tolerance of the fit"),
+    "params.random_state": Attr((INT, NULL), "the seed"),
+    "params.dtype": Attr((STR,), "the dtype of the fit"),
+    "corpus": Attr((MAPPING,), "the corpus it was fitted on"),
+    "corpus.path": Attr((STR,), "the path of the corpus"),
+    "corpus.fingerprint": Attr((STR,), "the fingerprint of the corpus"),
+    "corpus.shape": Attr((LIST,), "the corpus' shape [m, n]", items=(INT,), length=2),
+    "corpus.feature_scheme": Attr((MAPPING, NULL), "how text became features"),
+    **under("corpus.feature_scheme", FEATURE_SCHEME),
+    "corpus.tfidf": Attr((MAPPING, NULL), "the tf-idf weighting"),
+    **under("corpus.tfidf", TFIDF),
+    "n_iter": Attr((INT,), "the iterations done"),
+    "objective": Attr((LIST,), "the objective per iteration", items=(NUMBER,)),
+    "seconds": Attr((LIST,), "the seconds per iteration", items=(NUMBER,)),
+    "u_step_norm": Attr((LIST,), "the norm of each U-step", items=(NUMBER, NULL)),
+    "v_step_norm": Attr((LIST,), "the norm of each V-step", items=(NUMBER, NULL)),
+    "converged": Attr((BOOL,), "whether the fit converged"),
+    "n_degenerate": Attr((INT,), "the number of degenerate documents"),
+    "sq_norm_X": Attr((NUMBER,), "the squared norm of the corpus"),
+    "extrapolation": Attr((MAPPING,), "the extrapolation of the U-step"),
+    "u_sha256": Attr((STR,), "the sha256 of U"),
+    "sha256": Attr((MAPPING,), "the sha256 of each other array"),
+}
+
 
 class Model(TaggedStore):
     """Read handle on a complete ``model.zarr``.
@@ -145,11 +203,29 @@ class Model(TaggedStore):
         "fit", {"input": "CORPUS", "output": "PATH"}, {"n_components": 20}))
     _STALE = "refit with this version of sphdist"
     _REWRITE = "refit with `sphdist fit`"
+    _ARRAYS = _ARRAYS
+    _GROUPS = ("state",)
+    _ATTRS = _ATTRS
 
     def _open(self) -> None:
         super()._open()
         self._warned: set[str] = set()
         self._check_layout()
+
+    def _rebuild(self) -> Any:
+        """The refit of a model outside its schema.
+
+        The recorded corpus and r, where they are of their types (the recorded parameters
+        may be what was edited).
+        """
+        corpus, params = self.attrs.get("corpus"), self.attrs.get("params")
+        source = corpus.get("path") if isinstance(corpus, dict) else None
+        k = params.get("n_components") if isinstance(params, dict) else None
+        return "refit it: " + remedy(Remedy(
+            "fit", {"input": source if isinstance(source, str) else "CORPUS",
+                    "output": str(self.path)},
+            {"n_components": k if isinstance(k, int) and not isinstance(k, bool) else 20,
+             "overwrite": True}))
 
     def _refuse(self, what: str) -> ModelFormatError:
         return ModelFormatError(f"{self.location}: {what}. To resolve this, {self._REWRITE}.")

@@ -230,6 +230,7 @@ def open_embedding_source(
                                   "output": str(path)}, {"overwrite": True}))
                 + " (CORPUS: the corpus of those documents)."
             )
+        emb.check_components(fitted.shape[1], fitted.path)
         return EmbeddingSource(
             shape=emb.shape, lazy_V=lambda: emb.V, read_columns=emb.V_columns,
             ids=emb.ids(), labels=emb.labels,
