@@ -39,6 +39,7 @@ import dask.local
 import dask.threaded
 import numpy as np
 import scipy.sparse as sp
+from dask.array.dispatch import concatenate_lookup
 from dask.callbacks import Callback
 from dask.highlevelgraph import HighLevelGraph
 
@@ -48,6 +49,7 @@ from sphdist.core.neighbors import top_k_chunk, top_k_merge
 from sphdist.core.params import FitConfig
 from sphdist.core.partials import (
     HELD_EXTRA,
+    RowMajor,
     RowSparse,
     densify,
     held_chunk,
@@ -421,9 +423,9 @@ def hold(
         (:class:`~sphdist.core.partials.RowMajor`, within ``max_extra``) in place of the CSC
         chunk, made once by the task that reads it: every pass then renumbers it onto U's
         rows and reads its CSR matrix in O(k) instead of copying it twice (15 % of a pass),
-        with the same bits. Its chunks are objects of the kernels of this module (passes,
-        :func:`embedding`, :func:`per_chunk` with the kernels of
-        :mod:`sphdist.core.kernels`), not arrays to compute.
+        with the same bits. Such chunks are for the kernels (passes, :func:`embedding`,
+        :func:`per_chunk` with :mod:`sphdist.core.kernels`' chunk kernels); computed
+        together they give X's CSC chunks back.
     """
     sizes = X.chunks[1]
     blocks = pass_blocks(sizes)
@@ -461,6 +463,13 @@ def hold(
         futures.update(part.__dask_graph__())
     layer = HighLevelGraph.from_collections(name, futures, dependencies=())
     return da.Array(layer, name, chunks=X.chunks, dtype=X.dtype, meta=X._meta)
+
+
+@concatenate_lookup.register(RowMajor)
+def _concatenate_held(chunks: Sequence[Any], axis: int = 0) -> sp.csc_matrix:
+    """The chunks of a held X computed together: CSC, as X's (``dask.array.concatenate``)."""
+    chunks = [c.tocsc() if isinstance(c, RowMajor) else c for c in chunks]
+    return (sp.hstack if axis == 1 else sp.vstack)(chunks, format="csc")
 
 
 def broadcast(A: Any, *, as_delayed: bool = False) -> Any:

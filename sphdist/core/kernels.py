@@ -244,7 +244,9 @@ def pass_block(
     Parameters
     ----------
     X_blocks : iterable of scipy.sparse matrix or ndarray, each of shape (m, n_c)
-        Consecutive document chunks (CSC is the efficient sparse format), in U's row space
+        Consecutive document chunks (CSC is the efficient sparse format; a held X's chunks are
+        :class:`~sphdist.core.partials.RowMajor`, whose renumbering and row-major copy cost
+        O(k) and give the same bits), in U's row space
         (:func:`pass_onto` renumbers them onto U's rows), taken one at a time: an iterator
         that reads them (:func:`sphdist.core.graph.pass_graph` on a streamed X) has only the
         chunks the partial's format needs alive at once (see Notes).

@@ -338,6 +338,8 @@ class RowMajor:
         indptr[1:] = R.indptr[rows.astype(np.int64) + 1]
         return cls(rows, indptr, R.indices, R.data, X_c.shape, sq_norm)
 
+    ndim = 2
+
     @property
     def dtype(self) -> np.dtype:
         """The values' dtype."""
