@@ -466,8 +466,14 @@ def hold(
 
 
 @concatenate_lookup.register(RowMajor)
-def _concatenate_held(chunks: Sequence[Any], axis: int = 0) -> sp.csc_matrix:
-    """The chunks of a held X computed together: CSC, as X's (``dask.array.concatenate``)."""
+def _concatenate_held(chunks: Sequence[Any], axis: int = 0) -> Any:
+    """The chunks of a held X computed together: CSC, as X's (``dask.array.concatenate``).
+
+    One chunk alone (a blockwise kernel's argument, :func:`per_chunk`, :func:`embedding`)
+    is handed on as it is.
+    """
+    if len(chunks) == 1:
+        return chunks[0]
     chunks = [c.tocsc() if isinstance(c, RowMajor) else c for c in chunks]
     return (sp.hstack if axis == 1 else sp.vstack)(chunks, format="csc")
 
