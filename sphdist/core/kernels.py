@@ -51,6 +51,7 @@ from threadpoolctl import threadpool_limits
 from sphdist.core import _device
 from sphdist.core.partials import (
     PARTIAL_FORMATS,
+    RowMajor,
     RowSparse,
     occurring,
     partial_rows,
@@ -223,6 +224,8 @@ def v_step(
 
 
 def _sq_norm(X_c: Any) -> float:
+    if isinstance(X_c, RowMajor):  # a held chunk: summed in its CSC order when it was kept
+        return X_c.sq_norm
     # an overflow gives inf, which the solver reports as a DataError (no RuntimeWarning)
     with np.errstate(over="ignore"):
         if _device.issparse(X_c):
@@ -241,7 +244,9 @@ def pass_block(
     Parameters
     ----------
     X_blocks : iterable of scipy.sparse matrix or ndarray, each of shape (m, n_c)
-        Consecutive document chunks (CSC is the efficient sparse format), in U's row space
+        Consecutive document chunks (CSC is the efficient sparse format; a held X's chunks are
+        :class:`~sphdist.core.partials.RowMajor`, whose renumbering and row-major copy cost
+        O(k) and give the same bits), in U's row space
         (:func:`pass_onto` renumbers them onto U's rows), taken one at a time: an iterator
         that reads them (:func:`sphdist.core.graph.pass_graph` on a streamed X) has only the
         chunks the partial's format needs alive at once (see Notes).
@@ -323,7 +328,9 @@ def pass_block(
     U = np.asarray(U, dtype=dtype)
     # the partial's rows need the features of every chunk, unless the first chunks already
     # make it dense (rows only grow): then the rest is streamed, one chunk held at a time
-    held, chunks, occurs = [], iter(X_blocks), None
+    # a device takes CSC chunks (a held chunk's row-major form is the host's)
+    chunks = iter(X_blocks) if device == "cpu" else map(_as_csc, X_blocks)
+    held, occurs = [], None
     for X_c in chunks:
         held.append(X_c)
         occurs = occurring([X_c]) if occurs is None else occurs | occurring([X_c])
@@ -361,6 +368,11 @@ def pass_block(
     if keep_V:
         part["V"] = Vs
     return part
+
+
+def _as_csc(X_c: Any) -> Any:
+    """A held chunk (:class:`RowMajor`) as the CSC chunk it was made of; any other as it is."""
+    return X_c.tocsc() if isinstance(X_c, RowMajor) else X_c
 
 
 def _drained(held: list[Any], rest: Iterator[Any]) -> Iterator[Any]:
@@ -501,7 +513,7 @@ def embed_block(
         (X_c,) = renumber([X_c], rows)
     U = np.asarray(U, dtype=dtype)
     if device != "cpu":
-        X_c, U = _device.to_device(X_c, device), _device.shared_copy(U, device)
+        X_c, U = _device.to_device(_as_csc(X_c), device), _device.shared_copy(U, device)
     else:  # as pass_block's chunks: U read row after row, the same bits (row_major)
         X_c = row_major(X_c)
     with threadpool_limits(limits=1, user_api="blas"):
@@ -528,6 +540,7 @@ def chunk_partials(X_c: Any, V: np.ndarray, n_degenerate: int = 0) -> dict[str, 
         ``||X_c||_F^2``, ``"dV_sq"`` 0.0, ``"n_degenerate"``; summed by
         :func:`~sphdist.core.partials.partials_combine`.
     """
+    X_c = _as_csc(X_c)
     XVt, VVt = np.asarray(X_c @ V.T), V @ V.T
     return {"XVt": XVt, "VVt": VVt, "sq_norm_X": _sq_norm(X_c), "dV_sq": 0.0,
             "n_degenerate": n_degenerate}
@@ -556,6 +569,7 @@ def project_chunk(X_c: Any, Q: np.ndarray) -> dict[str, Any]:
     2011, Alg. 4.4) and its Rayleigh-Ritz matrix, used for ``init="svd"`` (Sun et al. 2011,
     step V0: U_0 = the leading left singular vectors of X).
     """
+    X_c = _as_csc(X_c)  # a held chunk: the products of the CSC chunk, in its order
     return chunk_partials(X_c, np.asarray(X_c.T @ Q).T)
 
 

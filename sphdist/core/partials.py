@@ -11,6 +11,8 @@ what those partials are made of and how they add up:
   mechanism, for the features that occur in a corpus (the iteration on them) and for those
   of a block (a :class:`RowSparse` partial, :func:`partial_rows`); :func:`occurring` finds
   them;
+* :class:`RowMajor` -- a chunk of a held X, kept row-major on the features it contains
+  (:func:`held_chunk`), which every pass renumbers and reads without copying it again;
 * :func:`partials_chunk` / :func:`partials_combine` / :func:`partials_agg` -- the
   ``<op>_chunk`` / ``_combine`` / ``_agg`` triple of ``dask.array.reduction`` that sums result
   dicts key by key in a fixed order, so the sum is bitwise reproducible.
@@ -39,6 +41,9 @@ __all__ = [
     "densify",
     "spmm_accumulate",
     "row_major",
+    "RowMajor",
+    "HELD_EXTRA",
+    "held_chunk",
     "renumber",
     "occurring",
     "partial_rows",
@@ -236,7 +241,8 @@ def row_major(X_c: Any) -> Any:
         indices is returned as it is: its ``X_c^T U`` sums each column in its stored order,
         which the copy would change. The copy costs one O(nnz + m) conversion a chunk.
         Measured on 8 chunks of 4096 documents at m = 45,580 occurring features, r = 100,
-        one thread: 1.1 s against 1.6-2.0 s for both products, conversion included.
+        one thread: 1.1 s against 1.6-2.0 s for both products, conversion included. A held
+        chunk (:class:`RowMajor`) gives its CSR matrix, the same arrays, with no copy.
 
     Examples
     --------
@@ -244,11 +250,163 @@ def row_major(X_c: Any) -> Any:
     >>> row_major(X).format, row_major(X.toarray()).shape
     ('csr', (2, 2))
     """
+    if isinstance(X_c, RowMajor):
+        return X_c.tocsr()
     return X_c.tocsr() if _is_csc(X_c) and X_c.has_sorted_indices else X_c
 
 
 def _is_csc(X_c: Any) -> bool:
     return sp.issparse(X_c) and X_c.format == "csc"
+
+
+def _renumberable(X_c: Any) -> bool:
+    """A chunk whose features are known: CSC, or a held chunk (:class:`RowMajor`)."""
+    return _is_csc(X_c) or isinstance(X_c, RowMajor)
+
+
+#: The most bytes a held chunk's row-major form may add to its CSC form, as a fraction of it
+#: (:func:`held_chunk`): the row indices and pointers of the features a chunk contains
+#: (6.7 % at 4096 documents of 102 distinct features, 43,910 features a chunk).
+HELD_EXTRA = 0.125
+
+
+class RowMajor:
+    """A CSC chunk kept row-major, on the rows (features) it has entries in.
+
+    The form in which a held X keeps its chunks (:func:`held_chunk`): a pass over a CSC chunk
+    renumbers it onto U's rows (:func:`renumber`) and makes its row-major copy
+    (:func:`row_major`), both O(nnz) and an X's worth of allocation a pass; from this form
+    both cost O(k) (the row pointers on U's k rows), and the products read the same arrays
+    every pass.
+
+    Parameters
+    ----------
+    rows : ndarray of shape (k_c,), integer
+        Sorted, unique: the rows of ``shape`` that hold an entry.
+    indptr : ndarray of shape (k_c + 1,), int32 or int64
+        Row ``rows[i]``'s entries are ``data[indptr[i]:indptr[i + 1]]``.
+    indices, data : ndarray of shape (nnz,)
+        Column indices (sorted within a row) and values, as the chunk's CSR copy has them.
+    shape : tuple of int
+        (m, n_c), or (k, n_c) once renumbered onto k rows.
+    sq_norm : float
+        ``||X_c||_F^2``, summed in the CSC chunk's order (the pass's ``"sq_norm_X"``).
+
+    Notes
+    -----
+    :meth:`tocsr` is the CSR matrix :func:`row_major` makes of the CSC chunk (renumbered
+    onto the same rows): the same ``data`` and ``indices``, the same row pointers, so every
+    product gives the same bits. :meth:`tocsc` gives the CSC chunk back, entry for entry.
+    Memory: the CSC chunk's values and indices, plus ``rows`` and ``indptr`` (``8 k_c``
+    bytes at 32-bit indices) instead of the column pointers.
+
+    Examples
+    --------
+    >>> X = sp.csc_matrix(np.array([[0.0, 0.0], [1.0, 2.0], [0.0, 0.0], [0.0, 3.0]]))
+    >>> held = RowMajor.from_csc(X)
+    >>> held.rows, held.tocsr().toarray()[3], (held.tocsc() != X).nnz
+    (array([1, 3], dtype=int32), array([0., 3.]), 0)
+    """
+
+    __slots__ = ("rows", "indptr", "indices", "data", "shape", "sq_norm")
+
+    def __init__(self, rows: np.ndarray, indptr: np.ndarray, indices: np.ndarray,
+                 data: np.ndarray, shape: tuple[int, int], sq_norm: float) -> None:
+        self.rows, self.indptr, self.indices, self.data = rows, indptr, indices, data
+        self.shape = (int(shape[0]), int(shape[1]))
+        self.sq_norm = float(sq_norm)
+
+    @classmethod
+    def from_csc(cls, X_c: sp.csc_matrix) -> RowMajor:
+        """The row-major form of a CSC chunk with sorted row indices.
+
+        Raises
+        ------
+        ValueError
+            If ``X_c`` is not CSC with sorted indices (whose products sum in stored order).
+        """
+        if not (_is_csc(X_c) and X_c.has_sorted_indices):
+            raise ValueError("only CSC chunks with sorted indices are kept row-major")
+        # ||X_c||^2 in the CSC order, as the pass sums it (an overflow gives inf, which the
+        # solver reports as a DataError)
+        with np.errstate(over="ignore"):
+            sq_norm = float(X_c.data @ X_c.data)
+        R = X_c.tocsr()
+        rows = np.flatnonzero(np.diff(R.indptr)).astype(R.indptr.dtype)
+        indptr = np.empty(rows.size + 1, dtype=R.indptr.dtype)
+        indptr[0] = 0
+        indptr[1:] = R.indptr[rows.astype(np.int64) + 1]
+        return cls(rows, indptr, R.indices, R.data, X_c.shape, sq_norm)
+
+    ndim = 2
+
+    @property
+    def dtype(self) -> np.dtype:
+        """The values' dtype."""
+        return self.data.dtype
+
+    @property
+    def nnz(self) -> int:
+        """Stored entries."""
+        return int(self.indptr[-1])
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of its arrays."""
+        return int(self.rows.nbytes + self.indptr.nbytes + self.indices.nbytes
+                   + self.data.nbytes)
+
+    def tocsr(self) -> sp.csr_matrix:
+        """The (m, n_c) CSR matrix, sharing ``data`` and ``indices`` (O(m) row pointers)."""
+        indptr = np.zeros(self.shape[0] + 1, dtype=self.indptr.dtype)
+        indptr[self.rows.astype(np.int64) + 1] = np.diff(self.indptr)
+        np.cumsum(indptr, out=indptr)
+        return sp.csr_matrix((self.data, self.indices, indptr), shape=self.shape, copy=False)
+
+    def tocsc(self) -> sp.csc_matrix:
+        """The CSC chunk it was made of (renumbered as it is), entry for entry, in its order."""
+        return self.tocsr().tocsc()
+
+    def onto(self, rows: np.ndarray) -> RowMajor:
+        """Renumbered onto ``rows`` (sorted, holding all of its rows): :func:`renumber`."""
+        position = np.searchsorted(rows, self.rows)
+        if position.size and (position[-1] >= rows.size
+                              or not np.array_equal(rows[position], self.rows)):
+            raise ValueError(_OUTSIDE)
+        return RowMajor(position.astype(self.indptr.dtype), self.indptr, self.indices,
+                        self.data, (rows.size, self.shape[1]), self.sq_norm)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (RowMajor, (self.rows, self.indptr, self.indices, self.data, self.shape,
+                           self.sq_norm))
+
+    def __sizeof__(self) -> int:  # what dask's memory accounting sees (sys.getsizeof)
+        return object.__sizeof__(self) + self.nbytes
+
+
+def held_chunk(X_c: Any, max_extra: float | None = HELD_EXTRA) -> Any:
+    """A chunk as a held X keeps it: :class:`RowMajor` where that is at most ``max_extra`` larger.
+
+    Parameters
+    ----------
+    X_c : scipy.sparse matrix or ndarray of shape (m, n_c)
+        A chunk, as read.
+    max_extra : float or None, default :data:`HELD_EXTRA`
+        The most bytes the row-major form may add, as a fraction of the CSC chunk's bytes
+        (its values, indices and pointers): 0 where it must be no larger; None keeps every
+        chunk as it is read (for a device, whose kernels take CSC chunks).
+
+    Returns
+    -------
+    RowMajor, or ``X_c``
+        The row-major form of a CSC chunk with sorted indices within ``max_extra``; any other
+        chunk as it is. Either gives every pass the same bits (:class:`RowMajor`).
+    """
+    if max_extra is None or not (_is_csc(X_c) and X_c.has_sorted_indices):
+        return X_c
+    held = RowMajor.from_csc(X_c)
+    raw = X_c.data.nbytes + X_c.indices.nbytes + X_c.indptr.nbytes
+    return held if held.nbytes <= raw * (1.0 + max_extra) else X_c
 
 
 def occurring(X_blocks: list[Any]) -> np.ndarray:
@@ -258,12 +416,16 @@ def occurring(X_blocks: list[Any]) -> np.ndarray:
     are never renumbered, :func:`renumber`).
     """
     m = X_blocks[0].shape[0]
-    if not all(_is_csc(X_c) for X_c in X_blocks):
+    if not all(_renumberable(X_c) for X_c in X_blocks):
         return np.ones(m, dtype=bool)
     mask = np.zeros(m, dtype=bool)
     for X_c in X_blocks:
-        mask[X_c.indices] = True
+        mask[X_c.rows if isinstance(X_c, RowMajor) else X_c.indices] = True
     return mask
+
+
+_OUTSIDE = ("a chunk contains a feature outside the fitted features (the corpus changed since "
+            "they were found)")
 
 
 def renumber(X_blocks: list[Any], rows: np.ndarray) -> list[Any]:
@@ -271,17 +433,18 @@ def renumber(X_blocks: list[Any], rows: np.ndarray) -> list[Any]:
 
     Parameters
     ----------
-    X_blocks : list of scipy.sparse.csc_matrix of shape (m, n_c)
-        Document chunks.
+    X_blocks : list of scipy.sparse.csc_matrix or RowMajor of shape (m, n_c)
+        Document chunks (:class:`RowMajor`: a held chunk).
     rows : ndarray of shape (k,), int64
         Sorted feature indices that contain every stored entry of the chunks: the features
         of a corpus (the iteration on them), or of the chunks (:func:`partial_rows`).
 
     Returns
     -------
-    list of scipy.sparse.csc_matrix of shape (k, n_c)
+    list of scipy.sparse.csc_matrix or RowMajor of shape (k, n_c)
         Sharing data and indptr with the originals; the stored entries keep their order, so a
-        product with them performs, entry for entry, the additions of the original.
+        product with them performs, entry for entry, the additions of the original. A
+        :class:`RowMajor` stays one (:meth:`RowMajor.onto`, O(k_c log k)).
 
     Raises
     ------
@@ -297,6 +460,9 @@ def renumber(X_blocks: list[Any], rows: np.ndarray) -> list[Any]:
     """
     out, position = [], None
     for X_c in X_blocks:
+        if isinstance(X_c, RowMajor):  # a held chunk: its rows alone, O(k_c log k)
+            out.append(X_c.onto(rows))
+            continue
         if not _is_csc(X_c):
             raise ValueError("only CSC chunks can be renumbered onto their features")
         if position is None:
@@ -304,10 +470,7 @@ def renumber(X_blocks: list[Any], rows: np.ndarray) -> list[Any]:
             position[rows] = np.arange(rows.size)
         indices = position[X_c.indices]
         if indices.size and indices.min() < 0:
-            raise ValueError(
-                "a chunk contains a feature outside the fitted features (the corpus changed "
-                "since they were found)"
-            )
+            raise ValueError(_OUTSIDE)
         out.append(sp.csc_matrix(
             (X_c.data, indices.astype(X_c.indptr.dtype, copy=False), X_c.indptr),
             shape=(rows.size, X_c.shape[1]),
@@ -341,7 +504,7 @@ def partial_rows(X_blocks: list[Any], occurs: np.ndarray, partials: str) -> np.n
     >>> partial_rows([X], occurring([X]), "auto")
     array([0])
     """
-    if partials == "dense" or not all(_is_csc(X_c) for X_c in X_blocks):
+    if partials == "dense" or not all(_renumberable(X_c) for X_c in X_blocks):
         return None
     rows = np.flatnonzero(occurs)
     if partials == "auto" and rows.size > _ROWS_MAX_FRACTION * occurs.size:

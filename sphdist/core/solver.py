@@ -810,7 +810,10 @@ def fit(
                                                chunks one at a time for its dense
                                                partial, graph.streamed_chunks)
                    [+ X_w]                     its share of X, only when X is held in memory
-                                               (``sphdist.jobs.cluster.holds_in_memory``)
+                                               (``sphdist.jobs.cluster.holds_in_memory``),
+                                               at most 12.5 % more kept row-major
+                                               (``graph.hold``), its chunks then never
+                                               copied by a pass
                    [+ 2 d r n / w]             V_k and V_{k+1} of its documents, only
                                                when V is kept (lam != 2 or keep_V) in
                                                worker memory (no ``spill``)

@@ -37,6 +37,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from sphdist.core import _device, graph, solver
+from sphdist.core.partials import HELD_EXTRA
 from sphdist.errors import (
     CheckpointMismatchError,
     DataError,
@@ -436,14 +437,19 @@ class FitRequest(Request):
         v_bytes = self.n_components * source.shape[1] * self.config.dtype.itemsize
         hold_V = (hold and solver.holds_last_V(X, self.config)
                   and cluster.holds_in_memory(x_bytes + v_bytes, self.budget, client)[0])
+        # the held chunks row-major (each pass then skips their renumbering and copy, the same
+        # bits), when their larger form fits the budget beside the rest; the device takes CSC
+        v_held = v_bytes if hold_V else 0
+        extra = None if self.device != "cpu" else HELD_EXTRA if cluster.holds_in_memory(
+            int(x_bytes * (1 + HELD_EXTRA)) + v_held, self.budget, client)[0] else 0.0
         check_memory = cluster.memory_check(
             source, self.n_components, dtype=self.dtype, split_every=self.split_every,
-            client=client, held_bytes=(x_bytes + (v_bytes if hold_V else 0)) if hold else 0,
+            client=client, held_bytes=int(x_bytes * (1 + (extra or 0))) + v_held if hold else 0,
             remedy=lambda r, s: self._fix(n_components=r, split_every=s,
                                           overwrite=self.overwrite or previous is not None),
         )
         if hold:  # read once and kept; else every pass reads each chunk as its task runs
-            X = graph.hold(X, self.split_every)  # each chunk where its block runs
+            X = graph.hold(X, self.split_every, max_extra=extra)  # each where its block runs
         if self.device != "cpu":
             logger.info("chunk kernels on %s: every pass copies each chunk to the device "
                         "(streamed; X is not held in device memory)", self.device)

@@ -542,3 +542,67 @@ def test_chunks_computed_from_other_tasks_are_not_streamed(X):
     from another task (here a slice of a concatenation) stays a task input."""
     assert graph.streamed_chunks(chunked(X, [20, 20, 20])) is None
     assert graph.streamed_chunks(chunked(X, [20, 20, 20]).persist()) is None
+
+
+def _read_chunk(block_info=None):
+    """Chunk j of a 6-document corpus chunking, read as a store reads it (a new array)."""
+    j = block_info[None]["chunk-location"][1]
+    return sp.random(M, 6, density=0.3, format="csc", random_state=2000 + j)
+
+
+@pytest.mark.parametrize("where", ["sync", "cluster"])
+def test_a_held_x_keeps_its_chunks_row_major_with_the_bits_of_the_streamed_x(where, request):
+    """Issue 40 item 4: hold() keeps each chunk it reads row-major (partials.RowMajor), made
+    once by the read task (on a cluster, on the worker of its block); the passes, the
+    embedding and the power iteration over it give the bits of the streamed X, and the held
+    X computes to X."""
+    from distributed import futures_of, wait
+
+    X = da.map_blocks(_read_chunk, chunks=((M,), (6,) * 10), dtype=np.float64,
+                      meta=sp.csc_matrix((0, 0)), name="corpus-held-test")
+    assert graph.streamed_chunks(X) is not None
+    occurs = np.zeros(M, dtype=bool)
+    for j in range(10):
+        occurs[_read_chunk({None: {"chunk-location": (0, j)}}).indices] = True
+    rows = np.flatnonzero(occurs)
+    rng = np.random.default_rng(3)
+    U = np.linalg.qr(rng.standard_normal((M, R)))[0]
+    config = FitConfig.build(n_components=R, split_every=3)
+
+    def passes(Xh):
+        out = []
+        for U_k in (U, RowSparse(rows, U[rows], (M, R))):
+            V, total = graph.block_pass(Xh, U_k, None, lam=2.0, config=config, keep_V=True)
+            out += [V.compute(), densify(total["XVt"]), total["VVt"], total["sq_norm_X"],
+                    total["occurs"]]
+        out.append(graph.embedding(Xh, RowSparse(rows, U[rows], (M, R)),
+                                   dtype=np.float64).compute())
+        parts = graph.per_chunk(kernels.project_chunk, Xh, graph.broadcast(U), "ik")
+        out += [graph.sum_parts(parts, 3)["XVt"], Xh.compute().toarray()]
+        return out
+
+    ref = passes(X)
+    if where == "sync":
+        held = graph.hold(X, 3, max_extra=10.0)
+        kinds = {type(v).__name__ for v in held.__dask_graph__().values()}
+        got = passes(held)
+    else:
+        from distributed import Client
+
+        with Client(request.getfixturevalue("two_workers")) as client:
+            held = graph.hold(X, 3, max_extra=10.0)
+            wait(futures_of(held))
+            owners = graph.block_workers(len(graph.pass_blocks(X.chunks[1])), 3)
+            blocks = graph.pass_blocks(X.chunks[1])
+            who = {key[-1]: tuple(w) for key, w in client.who_has(futures_of(held)).items()}
+            assert who == {j: (owners[b],) for b, (a, z) in enumerate(blocks)
+                           for j in range(a, z)}
+            kinds = {kind for names in client.run(lambda dask_worker: sorted(
+                {type(v).__name__ for k, v in dask_worker.data.items()
+                 if isinstance(k, tuple) and k[0].startswith("sphdist-held-")})).values()
+                     for kind in names}
+            got = passes(held)
+    assert kinds == {"RowMajor"}
+    for a, b in zip(got, ref, strict=True):
+        np.testing.assert_array_equal(_bits(a) if np.asarray(a).dtype.kind == "f" else a,
+                                      _bits(b) if np.asarray(b).dtype.kind == "f" else b)

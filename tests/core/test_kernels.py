@@ -494,3 +494,73 @@ def test_pass_block_of_an_iterator_is_bitwise_the_pass_of_the_list(partials_form
     dense = isinstance(ref["XVt"], np.ndarray)
     assert dense == (partials_format == "dense" or (partials_format == "auto" and density > 0.1))
     assert most[0] == (2 if dense else len(sizes)), most
+
+
+@pytest.mark.parametrize("lam", [2.0, 2.5])
+@pytest.mark.parametrize("fmt", sorted(partials.PARTIAL_FORMATS))
+def test_held_chunks_give_a_pass_the_bits_of_their_csc_chunks_without_a_copy(
+        rng, monkeypatch, lam, fmt):
+    """Issue 40 item 4: a held chunk is kept row-major (partials.RowMajor) once; every pass
+    renumbers it onto U's rows and takes its CSR matrix without copying its entries, with the
+    bits of the CSC chunk renumbered and copied every pass."""
+    X = random_corpus(500, 240, density=0.03, seed=11, n_empty=3).tocsc()
+    chunks = [X[:, a:a + 60] for a in range(0, 240, 60)]
+    held = [partials.held_chunk(c, max_extra=10.0) for c in chunks]
+    assert all(isinstance(h, partials.RowMajor) for h in held)
+    for c, h in zip(chunks, held, strict=True):  # the CSC chunk back, entry for entry
+        back = h.tocsc()
+        for name in ("indptr", "indices", "data"):
+            np.testing.assert_array_equal(getattr(back, name), getattr(c, name))
+    occurs = partials.occurring(chunks)
+    np.testing.assert_array_equal(partials.occurring(held), occurs)
+    rows = np.union1d(np.flatnonzero(occurs), [0, 499])  # the fit's rows: more than occur
+    U = np.linalg.qr(rng.standard_normal((rows.size, 6)))[0]
+    V_prev = None if lam == 2.0 else [
+        v / np.linalg.norm(v, axis=0) for v in (rng.standard_normal((6, 60)) for _ in chunks)]
+    copies = []
+
+    def recorded(X_c):
+        copies.append((X_c, partials.row_major(X_c)))
+        return copies[-1][1]
+
+    monkeypatch.setattr(kernels, "row_major", recorded)
+    kw = dict(rows=rows, lam=lam, partials=fmt)
+    ref = kernels.pass_onto(chunks, U, V_prev, **kw)
+    copies.clear()
+    got = kernels.pass_onto(iter(held), U, V_prev, **kw)
+    data = [h.data for h in held]
+    assert copies and all(any(np.shares_memory(csr.data, d) for d in data)
+                          and isinstance(src, partials.RowMajor) for src, csr in copies)
+    for key in ("XVt", "VVt"):
+        assert np.asarray(partials.densify(got[key])).tobytes() == \
+            np.asarray(partials.densify(ref[key])).tobytes()
+    assert type(got["XVt"]) is type(ref["XVt"])
+    assert all(a.tobytes() == b.tobytes() for a, b in zip(got["V"], ref["V"], strict=True))
+    for key in ("sq_norm_X", "dV_sq", "n_degenerate"):
+        assert got[key] == ref[key]
+    np.testing.assert_array_equal(got["occurs"], ref["occurs"])
+    # the embedding and the power iteration of init="svd" read held chunks too
+    assert kernels.embed_block(held[1], U, rows=rows).tobytes() == \
+        kernels.embed_block(chunks[1], U, rows=rows).tobytes()
+    Q = np.linalg.qr(rng.standard_normal((500, 4)))[0]
+    a, b = kernels.project_chunk(held[2], Q), kernels.project_chunk(chunks[2], Q)
+    assert all(np.asarray(a[k]).tobytes() == np.asarray(b[k]).tobytes() for k in a)
+    with pytest.raises(ValueError, match="outside the fitted features"):
+        partials.renumber([held[0]], rows[1:])  # a feature of the chunk left out
+
+
+def test_held_chunk_keeps_the_row_major_form_within_its_extra_bytes():
+    X = random_corpus(500, 240, density=0.03, seed=11, n_empty=3).tocsc()
+    raw = X.data.nbytes + X.indices.nbytes + X.indptr.nbytes
+    form = partials.RowMajor.from_csc(X)
+    extra = form.nbytes / raw - 1.0
+    assert isinstance(partials.held_chunk(X, max_extra=extra + 1e-9), partials.RowMajor)
+    assert partials.held_chunk(X, max_extra=extra - 1e-3) is X
+    assert partials.held_chunk(X, max_extra=None) is X
+    assert sys.getsizeof(form) >= form.nbytes  # what dask's memory accounting sees
+    dense = X.toarray()
+    assert partials.held_chunk(dense) is dense
+    unsorted = X.copy()
+    unsorted.indices[:2] = unsorted.indices[:2][::-1].copy()
+    unsorted.has_sorted_indices = False
+    assert partials.held_chunk(unsorted, max_extra=10.0) is unsorted

@@ -133,3 +133,38 @@ def test_a_dense_input_writes_the_v_of_the_recomputing_fit(tmp_path, passes):
         streamed, _, _ = _fit(dense, tmp_path / "streamed.zarr", passes, memory_budget=0)
     assert counted["embedding"] == 1 and not any(held)
     _same(default, streamed)
+
+
+def test_the_held_chunks_are_row_major_where_the_budget_has_room_with_the_same_bits(
+    tmp_path, passes, monkeypatch
+):
+    """Issue 40 item 4: a held X keeps its chunks row-major (each pass then skips their
+    renumbering and copy) when that form, at most HELD_EXTRA larger, fits the memory budget
+    beside the held V; else as read. The model is bitwise the same either way, and streamed."""
+    from sphdist.core.partials import HELD_EXTRA
+
+    X = random_corpus(M, N, density=0.3, seed=4)  # 4.5 % larger row-major (0.05: 15 %)
+    with CorpusWriter(tmp_path / "dense-chunks.zarr", n_features=M,
+                      feature_scheme={"type": "hashing"}) as w:
+        for a, b in [(0, 30), (30, 60), (60, 90)]:
+            w.write_chunk(X[:, a:b], [str(j) for j in range(a, b)])
+        corpus = w.commit(idf=np.ones(M))
+
+    kinds = []
+    hold = graph.hold
+
+    def recorded(X, *args, **kwargs):
+        held = hold(X, *args, **kwargs)
+        kinds.append((kwargs.get("max_extra"),
+                      {type(v).__name__ for v in held.__dask_graph__().values()}))
+        return held
+
+    monkeypatch.setattr(graph, "hold", recorded)
+    x_bytes, v_bytes = _budgets(corpus)
+    room = int(x_bytes * (1 + HELD_EXTRA)) + v_bytes
+    with connect():
+        fits = {budget: _fit(corpus, tmp_path / f"{budget}.zarr", passes,
+                             memory_budget=budget)[0] for budget in (room, room - 1, 0)}
+    assert kinds == [(HELD_EXTRA, {"RowMajor"}), (0.0, {"csc_matrix"})]
+    _same(fits[room], fits[0])
+    _same(fits[room - 1], fits[0])
