@@ -13,6 +13,7 @@ import asyncio
 import concurrent.futures
 import logging
 import multiprocessing
+import os
 import signal
 import socket
 import threading
@@ -207,11 +208,14 @@ def _start_fork_server() -> None:
 
     The server imports what distributed preloads (``distributed``, ``dask``, ``numpy``,
     ``pandas``: :func:`distributed.utils.get_mp_context`) once; each worker forks with them
-    imported.
+    imported. It starts in the environment a spawned worker starts in
+    (:func:`_pre_spawn_environment`): one BLAS thread per worker thread, distributed's hash
+    seed.
     """
     if START_METHOD != "forkserver":
         return
     get_mp_context()  # sets the fork server's preload (imports those modules here too)
+    _pre_spawn_environment()
     # started first: its own launch blocks SIGINT and SIGTERM, then unblocks them
     resource_tracker.ensure_running()
     unblocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
@@ -219,6 +223,23 @@ def _start_fork_server() -> None:
         forkserver.ensure_running()
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, unblocked)
+
+
+def _pre_spawn_environment() -> None:
+    """Set in this process' environment what distributed's Nanny sets before it starts a worker.
+
+    The variables of ``distributed.nanny.pre-spawn-environ`` (``OMP_NUM_THREADS=1`` and the
+    other BLAS thread counts, ``MALLOC_TRIM_THRESHOLD_``; a variable already set is kept) and
+    ``PYTHONHASHSEED`` (distributed's 6640 where it is unset or 0) are read as a process
+    starts: they must be set when the fork server starts, whose numpy made its BLAS threads
+    then (one per core in every worker without ``OMP_NUM_THREADS=1``: 2 on 2 cores, where a
+    spawned worker has 1). The Nanny sets the same values here again before each worker.
+    """
+    for name, value in dask.config.get("distributed.nanny.pre-spawn-environ").items():
+        if value is not None:
+            os.environ.setdefault(name, str(value))
+    if os.environ.get("PYTHONHASHSEED") in (None, "0"):  # distributed/nanny.py, PR 8400
+        os.environ["PYTHONHASHSEED"] = "6640"
 
 
 @contextmanager
