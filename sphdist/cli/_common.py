@@ -707,8 +707,9 @@ def connect_options(spec: Any) -> Iterator[Any]:
 
     The embedded cluster's own log records (a failed task's traceback block) are dropped
     unless ``--log-level debug``: the error reaches the user as the one ``Error:`` line. An
-    embedded LocalCluster's worker processes ignore Ctrl-C (:func:`_ctrl_c_ignored`): this
-    process takes it, says what it left in one line and stops them.
+    embedded LocalCluster's worker processes never take Ctrl-C, and a Ctrl-C while it starts
+    takes effect once it has started (:func:`sphdist.jobs.cluster.connect`): this process
+    takes it, says what it left in one line and stops them.
     """
     from sphdist.jobs.cluster import connect  # dask, distributed: when a job runs
 
@@ -716,9 +717,7 @@ def connect_options(spec: Any) -> Iterator[Any]:
     asyncio_logger = logging.getLogger("asyncio")
     if _UNRETRIEVED_CLIENT_WAIT not in asyncio_logger.filters:
         asyncio_logger.addFilter(_UNRETRIEVED_CLIENT_WAIT)
-    with contextlib.ExitStack() as stack:
-        with _ctrl_c_ignored() if spec.local_cluster else contextlib.nullcontext():
-            client = stack.enter_context(connect(spec, silence_logs=silence_logs))
+    with connect(spec, silence_logs=silence_logs) as client:
         yield client
 
 
@@ -738,27 +737,4 @@ class _UnretrievedClientWait(logging.Filter):
 
 
 _UNRETRIEVED_CLIENT_WAIT = _UnretrievedClientWait()
-
-
-@contextlib.contextmanager
-def _ctrl_c_ignored() -> Iterator[None]:
-    """SIGINT ignored in this process while the block runs (a LocalCluster starting).
-
-    The worker processes started in the block inherit the ignored SIGINT, and Python leaves
-    an ignored SIGINT ignored.
-
-    A Ctrl-C at a terminal is sent to the whole process group: workers that took it each
-    printed their KeyboardInterrupt tracebacks (about 75 lines with two workers) before the
-    command's one ``Error:`` line. The command itself takes Ctrl-C again once the cluster has
-    started, and stops its workers as it ends; a Ctrl-C pressed while the cluster starts (a
-    few seconds) is not seen.
-    """
-    if threading.current_thread() is not threading.main_thread():  # signals: main thread only
-        yield
-        return
-    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, previous)
 

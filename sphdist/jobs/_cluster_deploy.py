@@ -12,9 +12,14 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import logging
+import multiprocessing
+import os
+import signal
 import socket
+import threading
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
+from multiprocessing import forkserver, resource_tracker
 from typing import Any
 
 import dask
@@ -24,6 +29,7 @@ from distributed.comm import connect as comm_connect
 from distributed.comm.addressing import parse_address, parse_host_port
 from distributed.comm.core import CommClosedError
 from distributed.security import Security
+from distributed.utils import get_mp_context
 
 from sphdist.errors import ParameterError, Text, option
 from sphdist.io import storage_options
@@ -176,6 +182,100 @@ def join(address: str, security: Security | bool | None) -> Iterator[Client]:
         yield client
 
 
+#: How the LocalCluster's worker processes start: forked from multiprocessing's fork server
+#: (:func:`_start_fork_server`), spawned where there is none (Windows).
+START_METHOD = ("forkserver" if "forkserver" in multiprocessing.get_all_start_methods()
+                and hasattr(signal, "pthread_sigmask") else "spawn")
+
+#: The signals that stop a command (Ctrl-C; a batch scheduler's SIGTERM), held back while a
+#: LocalCluster starts (:func:`_signals_held`).
+_HELD_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+def _start_fork_server() -> None:
+    """Start multiprocessing's fork server, with SIGINT blocked, if it is not running.
+
+    The LocalCluster's worker processes fork from it (:data:`START_METHOD`). A Ctrl-C at a
+    terminal is sent to the whole process group: workers that took it printed their
+    KeyboardInterrupt tracebacks (about 75 lines with two workers, some while they still
+    imported their modules) before the command's one ``Error:`` line. The server starts with
+    SIGINT blocked, as the standard library starts its resource tracker (bpo-33613), and every
+    process forked from it inherits the mask: a worker never takes a Ctrl-C, from its first
+    instruction on; this process stops its workers as it ends. Only this thread blocks SIGINT,
+    for the few milliseconds of the server's launch: a Ctrl-C meanwhile is delivered to
+    another thread, or here once unblocked, never lost (Python runs its handler in the main
+    thread either way).
+
+    The server imports what distributed preloads (``distributed``, ``dask``, ``numpy``,
+    ``pandas``: :func:`distributed.utils.get_mp_context`) once; each worker forks with them
+    imported. It starts in the environment a spawned worker starts in
+    (:func:`_pre_spawn_environment`): one BLAS thread per worker thread, distributed's hash
+    seed.
+    """
+    if START_METHOD != "forkserver":
+        return
+    get_mp_context()  # sets the fork server's preload (imports those modules here too)
+    _pre_spawn_environment()
+    # started first: its own launch blocks SIGINT and SIGTERM, then unblocks them
+    resource_tracker.ensure_running()
+    unblocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        forkserver.ensure_running()
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, unblocked)
+
+
+def _pre_spawn_environment() -> None:
+    """Set in this process' environment what distributed's Nanny sets before it starts a worker.
+
+    The variables of ``distributed.nanny.pre-spawn-environ`` (``OMP_NUM_THREADS=1`` and the
+    other BLAS thread counts, ``MALLOC_TRIM_THRESHOLD_``; a variable already set is kept) and
+    ``PYTHONHASHSEED`` (distributed's 6640 where it is unset or 0) are read as a process
+    starts: they must be set when the fork server starts, whose numpy made its BLAS threads
+    then (one per core in every worker without ``OMP_NUM_THREADS=1``: 2 on 2 cores, where a
+    spawned worker has 1). The Nanny sets the same values here again before each worker.
+    """
+    for name, value in dask.config.get("distributed.nanny.pre-spawn-environ").items():
+        if value is not None:
+            os.environ.setdefault(name, str(value))
+    if os.environ.get("PYTHONHASHSEED") in (None, "0"):  # distributed/nanny.py, PR 8400
+        os.environ["PYTHONHASHSEED"] = "6640"
+
+
+@contextmanager
+def _signals_held() -> Iterator[None]:
+    """SIGINT and SIGTERM received in the block take effect when it ends.
+
+    distributed's LocalCluster cannot be stopped part-way through its start: a
+    KeyboardInterrupt there leaves its worker processes starting, and distributed's exit
+    handler then fails to close the cluster (``AssertionError: Status.init`` tracebacks). A
+    Ctrl-C (or SIGTERM) while the cluster starts is recorded, and raised once the started
+    cluster is held by the caller's ``with`` block, which closes it: the command stops a
+    few seconds after the Ctrl-C, as it would later on. Outside the main thread (where
+    signals cannot be handled) nothing is held.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    received: list[int] = []
+
+    def hold(signum: int, frame: Any) -> None:
+        if signum not in received:
+            received.append(signum)
+
+    previous = {sig: signal.getsignal(sig) for sig in _HELD_SIGNALS}
+    previous = {sig: handler for sig, handler in previous.items() if handler is not None}
+    for sig in previous:
+        signal.signal(sig, hold)
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        for sig in received:  # the handler of before runs here: KeyboardInterrupt, ...
+            signal.raise_signal(sig)
+
+
 @contextmanager
 def local_cluster(
     spec: ClusterSpec, security: Security | bool | None, silence_logs: int,
@@ -184,22 +284,32 @@ def local_cluster(
 
     ``security``: credentials, False for none, None for temporary ones of its own;
     ``silence_logs``: the level below which the cluster's log records are dropped.
+
+    The worker processes never take SIGINT (:func:`_start_fork_server`): a Ctrl-C at a
+    terminal, sent to the whole process group, is this process' to take, which closes the
+    cluster as the block ends. A Ctrl-C or SIGTERM while the cluster starts takes effect once
+    it has started (:func:`_signals_held`).
     """
     with dask.config.set({  # a cluster that keeps losing its workers fails, never waits
         "distributed.scheduler.no-workers-timeout": f"{no_workers_timeout()}s",
         "distributed.scheduler.work-stealing": False,  # a pass's placement holds (graph.py)
-    }), LocalCluster(
-        n_workers=spec.n_workers,
-        threads_per_worker=spec.threads_per_worker,
-        processes=True,
-        memory_limit=spec.memory_limit,
-        host="127.0.0.1",
-        dashboard_address=spec.dashboard_address,
-        security=Security() if security is False else (security or True),
-        silence_logs=silence_logs,
-    ) as cluster, Client(cluster, direct_to_workers=True) as client, \
-            worker_ttl_bound(client, worker_ttl()):  # U, totals: one hop; frozen: removed
-        _share_storage_options(client)
+        "distributed.worker.multiprocessing-method": START_METHOD,
+    }), ExitStack() as stack:
+        with _signals_held():  # what the stack holds is closed if a signal came meanwhile
+            _start_fork_server()
+            cluster = stack.enter_context(LocalCluster(
+                n_workers=spec.n_workers,
+                threads_per_worker=spec.threads_per_worker,
+                processes=True,
+                memory_limit=spec.memory_limit,
+                host="127.0.0.1",
+                dashboard_address=spec.dashboard_address,
+                security=Security() if security is False else (security or True),
+                silence_logs=silence_logs,
+            ))
+            client = stack.enter_context(Client(cluster, direct_to_workers=True))
+        stack.enter_context(worker_ttl_bound(client, worker_ttl()))  # frozen: removed
+        _share_storage_options(client)  # U, totals: one hop (direct_to_workers)
         logger.info(
             "started LocalCluster %s: %d workers x %d threads (%s), dashboard %s",
             cluster.scheduler_address, spec.n_workers, spec.threads_per_worker,

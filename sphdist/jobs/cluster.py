@@ -178,6 +178,13 @@ def connect(
     scheduler, which is given that time-to-live for the block where its own is longer
     (``worker_ttl_bound``): the work waiting on it runs elsewhere or fails as a worker loss.
 
+    The LocalCluster's worker processes never take SIGINT: they fork from multiprocessing's
+    fork server, started with SIGINT blocked, so a Ctrl-C at a terminal (sent to the whole
+    process group) is this process' alone, and the block's end stops them. A SIGINT or
+    SIGTERM received while the LocalCluster starts (in the main thread) takes effect once it
+    has started, inside the ``with`` block, which closes it: distributed cannot stop a
+    LocalCluster part-way through its start.
+
     The LocalCluster and everything it listens on bind to 127.0.0.1. On one machine the
     threaded scheduler moves no bytes between processes: scipy's sparse products and NumPy's
     BLAS release the GIL (two threads on their own chunks ran 1.66x one thread's work rate),

@@ -1,6 +1,8 @@
 """The sphdist command line, driven through click's runner."""
 
 import json
+import os
+import signal
 
 import click
 import pytest
@@ -505,6 +507,96 @@ def test_ctrl_c_during_a_fit_on_worker_processes_prints_one_line(corpus, tmp_pat
     lines = [line for line in text.splitlines() if not line.startswith("iter ")]
     assert lines[-1].startswith("Error: the fit was interrupted (Ctrl-C)"), text
     assert len(lines) <= 4, lines  # where it runs, the memory line, the Error: line
+
+
+def _session_alive(sid):
+    """The processes of session ``sid`` that are still running (zombies are done)."""
+    import psutil
+
+    alive = []
+    for proc in psutil.process_iter(["status"]):
+        try:
+            if os.getsid(proc.pid) == sid and proc.info["status"] != psutil.STATUS_ZOMBIE:
+                alive.append(proc.pid)
+        except (ProcessLookupError, PermissionError):
+            pass
+    return alive
+
+
+@pytest.fixture(scope="module")
+def cluster_inputs(tmp_path_factory):
+    """A corpus and a JSON Lines source big enough that neither job ends within seconds."""
+    import subprocess
+    import sys
+
+    where = tmp_path_factory.mktemp("ctrl_c_start")
+    code = "from sphdist.cli import main; main(prog_name='sphdist')"
+    for fmt, name in [("corpus", "c.zarr"), ("jsonl", "docs.jsonl")]:
+        done = subprocess.run(
+            [sys.executable, "-c", code, "synth", "--n-docs", "20000", "--n-topics", "5",
+             "--vocab-size", "2000", "--format", fmt, "-o", str(where / name)],
+            capture_output=True, text=True, timeout=600)
+        assert done.returncode == 0, done.stderr
+    return where
+
+
+@pytest.mark.slow
+@pytest.mark.cluster
+@pytest.mark.parametrize(("command", "after", "group"), [
+    ("fit", 0.5, False), ("fit", 1.5, False), ("fit", 3.0, False), ("fit", 1.0, True),
+    ("ingest", 0.5, False), ("ingest", 1.5, True),
+], ids=["fit-0.5s", "fit-1.5s", "fit-3s", "fit-group-1s", "ingest-0.5s", "ingest-group-1.5s"])
+def test_ctrl_c_while_the_local_cluster_starts_stops_the_command(cluster_inputs, tmp_path,
+                                                                 command, after, group):
+    """Issue 44 item 7: a Ctrl-C in the seconds a LocalCluster of worker processes starts was
+    not seen (SIGINT ignored in sphdist meanwhile): the fit ran to its end and exited 0. The
+    signal is sent ``after`` seconds after sphdist started its first child process (the
+    cluster is starting), to sphdist alone or (``group``, a terminal's Ctrl-C) to the whole
+    process group, its workers included."""
+    import subprocess
+    import sys
+    import time
+
+    out = tmp_path / "out" / ("m.zarr" if command == "fit" else "c.zarr")
+    out.parent.mkdir()
+    args = {
+        "fit": ["fit", "-i", str(cluster_inputs / "c.zarr"), "-o", str(out), "-r", "5",
+                "--max-iter", "100000", "--tol", "0", "--threads-per-worker", "1"],
+        "ingest": ["ingest", str(cluster_inputs / "docs.jsonl"), "-o", str(out), "--hashing"],
+    }[command]
+    code = "from sphdist.cli import main; main(prog_name='sphdist')"
+    err = tmp_path / "err.txt"
+    with open(err, "w") as stderr:
+        proc = subprocess.Popen(
+            [sys.executable, "-c", code, *args, "--n-workers", "2"],
+            stdout=subprocess.DEVNULL, stderr=stderr, start_new_session=True,
+            env={k: v for k, v in os.environ.items() if k != "DASK_SCHEDULER_ADDRESS"})
+        try:
+            deadline = time.monotonic() + 240  # a loaded machine starts Python slowly
+            while len(_session_alive(proc.pid)) < 2 and proc.poll() is None:
+                assert time.monotonic() < deadline, err.read_text()
+                time.sleep(0.02)
+            time.sleep(after)
+            assert proc.poll() is None, err.read_text()  # still running: the job is long
+            (os.killpg if group else os.kill)(proc.pid, signal.SIGINT)
+            status = proc.wait(timeout=180)
+            deadline = time.monotonic() + 60  # the workers end after sphdist
+            while _session_alive(proc.pid) and time.monotonic() < deadline:
+                time.sleep(0.2)
+            left = _session_alive(proc.pid)
+        finally:  # a fit of 100,000 iterations left running would hold two cores for hours
+            if proc.poll() is None or _session_alive(proc.pid):
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+    text = err.read_text()
+    assert status == 130, text  # 128 + SIGINT; was 0, the whole fit run
+    assert "Traceback" not in text and "KeyboardInterrupt" not in text, text
+    errors = [line for line in text.splitlines() if line.startswith("Error: ")]
+    assert len(errors) == 1 and "interrupted (Ctrl-C)" in errors[0], text
+    assert text.strip().endswith(errors[0]), text
+    assert not left, (left, text)  # no worker, fork server or resource tracker left
+    beside = [p.name for p in out.parent.iterdir() if p.name != out.name]
+    assert not beside, beside  # no lock, no staging, no spilled counts
 
 
 def test_info_lists_the_largest_labels_by_size_descending_ties_by_name(runner, tmp_path):

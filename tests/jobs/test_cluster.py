@@ -3,6 +3,8 @@ this process (the default at every size), X held in memory or streamed; fits on 
 Newsgroups subset."""
 
 import logging
+import os
+import signal
 import subprocess
 import sys
 import textwrap
@@ -376,3 +378,30 @@ def test_a_cluster_that_keeps_losing_workers_ends_with_the_resume_command(tmp_pa
     again = line.split("`")[1]
     assert again.startswith("sphdist fit --input ") and " --resume" not in again
     assert f"--output {out}" in again
+
+
+def _worker_process_state():
+    """In a worker: SIGINT blocked?, its BLAS threads, its hash of a string."""
+    return (signal.SIGINT in signal.pthread_sigmask(signal.SIG_BLOCK, []),
+            {info["num_threads"] for info in threadpool_info() if info["user_api"] == "blas"},
+            hash("sphdist"))
+
+
+@pytest.mark.cluster
+@pytest.mark.slow
+def test_local_cluster_workers_never_take_sigint_and_start_as_spawned_ones():
+    """Issue 44 item 7: the workers fork from a fork server started with SIGINT blocked (a
+    terminal's Ctrl-C is the driver's alone), in the environment distributed gives a spawned
+    worker: one BLAS thread per worker thread (the server's numpy made one per core when it
+    started without OMP_NUM_THREADS=1) and the hash seed distributed sets (PYTHONHASHSEED)."""
+    spawned = subprocess.run(
+        [sys.executable, "-c", "print(hash('sphdist'))"], capture_output=True, text=True,
+        env={**os.environ, "PYTHONHASHSEED": "6640"}, check=True)
+    with connect(n_workers=2, threads_per_worker=1, memory_limit="2GiB") as client:
+        states = list(client.run(_worker_process_state).values())
+    assert len(states) == 2
+    for blocked, blas, hashed in states:
+        assert blocked  # SIGINT never reaches a worker
+        assert blas <= {1}, blas
+        assert hashed == int(spawned.stdout)
+    assert signal.SIGINT not in signal.pthread_sigmask(signal.SIG_BLOCK, [])  # this process'
