@@ -12,14 +12,11 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import logging
-import multiprocessing
-import os
 import signal
 import socket
 import threading
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
-from multiprocessing import forkserver, resource_tracker
 from typing import Any
 
 import dask
@@ -31,6 +28,7 @@ from distributed.comm.core import CommClosedError
 from distributed.security import Security
 from distributed.utils import get_mp_context
 
+from sphdist._processes import START_METHOD, start_fork_server
 from sphdist.errors import ParameterError, Text, option
 from sphdist.io import storage_options
 from sphdist.jobs._cluster_checks import ADDRESS_REMEDY
@@ -182,64 +180,9 @@ def join(address: str, security: Security | bool | None) -> Iterator[Client]:
         yield client
 
 
-#: How the LocalCluster's worker processes start: forked from multiprocessing's fork server
-#: (:func:`_start_fork_server`), spawned where there is none (Windows).
-START_METHOD = ("forkserver" if "forkserver" in multiprocessing.get_all_start_methods()
-                and hasattr(signal, "pthread_sigmask") else "spawn")
-
 #: The signals that stop a command (Ctrl-C; a batch scheduler's SIGTERM), held back while a
 #: LocalCluster starts (:func:`_signals_held`).
 _HELD_SIGNALS = (signal.SIGINT, signal.SIGTERM)
-
-
-def _start_fork_server() -> None:
-    """Start multiprocessing's fork server, with SIGINT blocked, if it is not running.
-
-    The LocalCluster's worker processes fork from it (:data:`START_METHOD`). A Ctrl-C at a
-    terminal is sent to the whole process group: workers that took it printed their
-    KeyboardInterrupt tracebacks (about 75 lines with two workers, some while they still
-    imported their modules) before the command's one ``Error:`` line. The server starts with
-    SIGINT blocked, as the standard library starts its resource tracker (bpo-33613), and every
-    process forked from it inherits the mask: a worker never takes a Ctrl-C, from its first
-    instruction on; this process stops its workers as it ends. Only this thread blocks SIGINT,
-    for the few milliseconds of the server's launch: a Ctrl-C meanwhile is delivered to
-    another thread, or here once unblocked, never lost (Python runs its handler in the main
-    thread either way).
-
-    The server imports what distributed preloads (``distributed``, ``dask``, ``numpy``,
-    ``pandas``: :func:`distributed.utils.get_mp_context`) once; each worker forks with them
-    imported. It starts in the environment a spawned worker starts in
-    (:func:`_pre_spawn_environment`): one BLAS thread per worker thread, distributed's hash
-    seed.
-    """
-    if START_METHOD != "forkserver":
-        return
-    get_mp_context()  # sets the fork server's preload (imports those modules here too)
-    _pre_spawn_environment()
-    # started first: its own launch blocks SIGINT and SIGTERM, then unblocks them
-    resource_tracker.ensure_running()
-    unblocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
-    try:
-        forkserver.ensure_running()
-    finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, unblocked)
-
-
-def _pre_spawn_environment() -> None:
-    """Set in this process' environment what distributed's Nanny sets before it starts a worker.
-
-    The variables of ``distributed.nanny.pre-spawn-environ`` (``OMP_NUM_THREADS=1`` and the
-    other BLAS thread counts, ``MALLOC_TRIM_THRESHOLD_``; a variable already set is kept) and
-    ``PYTHONHASHSEED`` (distributed's 6640 where it is unset or 0) are read as a process
-    starts: they must be set when the fork server starts, whose numpy made its BLAS threads
-    then (one per core in every worker without ``OMP_NUM_THREADS=1``: 2 on 2 cores, where a
-    spawned worker has 1). The Nanny sets the same values here again before each worker.
-    """
-    for name, value in dask.config.get("distributed.nanny.pre-spawn-environ").items():
-        if value is not None:
-            os.environ.setdefault(name, str(value))
-    if os.environ.get("PYTHONHASHSEED") in (None, "0"):  # distributed/nanny.py, PR 8400
-        os.environ["PYTHONHASHSEED"] = "6640"
 
 
 @contextmanager
@@ -285,7 +228,8 @@ def local_cluster(
     ``security``: credentials, False for none, None for temporary ones of its own;
     ``silence_logs``: the level below which the cluster's log records are dropped.
 
-    The worker processes never take SIGINT (:func:`_start_fork_server`): a Ctrl-C at a
+    The worker processes never take SIGINT (:func:`sphdist._processes.start_fork_server`):
+    a Ctrl-C at a
     terminal, sent to the whole process group, is this process' to take, which closes the
     cluster as the block ends. A Ctrl-C or SIGTERM while the cluster starts takes effect once
     it has started (:func:`_signals_held`).
@@ -296,7 +240,10 @@ def local_cluster(
         "distributed.worker.multiprocessing-method": START_METHOD,
     }), ExitStack() as stack:
         with _signals_held():  # what the stack holds is closed if a signal came meanwhile
-            _start_fork_server()
+            # the workers fork from a server that imported distributed's preload once
+            # (get_mp_context sets it) and never take a Ctrl-C (sphdist._processes)
+            get_mp_context()
+            start_fork_server()
             cluster = stack.enter_context(LocalCluster(
                 n_workers=spec.n_workers,
                 threads_per_worker=spec.threads_per_worker,

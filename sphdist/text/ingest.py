@@ -45,6 +45,7 @@ from typing import Any
 import numpy as np
 import zarr
 
+from sphdist._processes import fork_context
 from sphdist._progress import progress as _progress
 from sphdist._validation import Number, check_int, check_param
 from sphdist.errors import (
@@ -910,18 +911,13 @@ def _source_bytes(src: Plan) -> int:
 def _fork_server() -> Any:
     """A multiprocessing context whose workers fork from a server that imported the tokeniser.
 
-    The server has imported the tokenising code and the tasks' wrapper (this module) once:
-    each worker forks from it with nothing left to import (no fork of this multi-threaded
-    process); spawn where there is no fork server (Windows).
+    Where this ingest starts the fork server, it imports the tokenising code and the tasks'
+    wrapper (this module) once: each worker forks from it with nothing left to import (no
+    fork of this multi-threaded process). The server is started as for a LocalCluster's
+    workers (:func:`sphdist._processes.fork_context`: they never take a Ctrl-C); spawn where
+    there is no fork server (Windows).
     """
-    import multiprocessing
-
-    try:
-        context = multiprocessing.get_context("forkserver")
-    except ValueError:  # pragma: no cover - no fork server on this platform
-        return multiprocessing.get_context("spawn")
-    context.set_forkserver_preload(["sphdist.text.ingest"])
-    return context
+    return fork_context(["sphdist.text.ingest"])
 
 
 def _in_order(window: int, settle: Callable[[], None] | None = None,
