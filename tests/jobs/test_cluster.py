@@ -2,6 +2,7 @@
 this process (the default at every size), X held in memory or streamed; fits on a 20
 Newsgroups subset."""
 
+import json
 import logging
 import os
 import signal
@@ -405,3 +406,39 @@ def test_local_cluster_workers_never_take_sigint_and_start_as_spawned_ones():
         assert blas <= {1}, blas
         assert hashed == int(spawned.stdout)
     assert signal.SIGINT not in signal.pthread_sigmask(signal.SIG_BLOCK, [])  # this process'
+
+
+_AFTER_AN_INGEST = textwrap.dedent("""
+    import json, os, signal
+    from concurrent.futures import ProcessPoolExecutor
+    from threadpoolctl import threadpool_info
+    from sphdist.jobs.cluster import connect
+    from sphdist.text.ingest import _fork_server
+
+    def state():
+        return (signal.SIGINT in signal.pthread_sigmask(signal.SIG_BLOCK, []),
+                sorted({i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas"}))
+
+    before = dict(os.environ)  # after the imports (a library may set its own variables)
+    # an ingest's pool starts this process' one fork server first
+    with ProcessPoolExecutor(1, mp_context=_fork_server()) as pool:
+        pool.submit(os.getpid).result()
+    assert dict(os.environ) == before, "the caller's environment changed"
+    with connect(n_workers=2, threads_per_worker=1, memory_limit="2GiB") as client:
+        print(json.dumps(list(client.run(state).values())))
+""")
+
+
+@pytest.mark.cluster
+@pytest.mark.slow
+def test_workers_of_a_cluster_after_an_ingest_pool_never_take_sigint_either():
+    """The fork server is one per process: started by an ingest's pool (a script that ingests,
+    then fits on a LocalCluster), the cluster's workers fork from it with SIGINT blocked and
+    one BLAS thread all the same, and the caller's environment is left as it was."""
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")}
+    done = subprocess.run([sys.executable, "-c", _AFTER_AN_INGEST], capture_output=True,
+                          text=True, env={**env, "PYTHONPATH": str(REPO)}, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    states = json.loads(done.stdout.strip().splitlines()[-1])
+    assert states == [[True, [1]], [True, [1]]], states
