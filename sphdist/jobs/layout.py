@@ -32,6 +32,7 @@ from sphdist.errors import InputNotFoundError, Remedy, remedy
 from sphdist.io import Output, absolute, exists, location
 from sphdist.io.layout import Layout, open_layout, v_identity, write_layout
 from sphdist.io.model import open_model
+from sphdist.jobs._cluster_memory import cpu_count
 from sphdist.jobs._lifecycle import Request, located
 from sphdist.jobs.embedding import EmbeddingSource
 from sphdist.jobs.neighbors._graph import GraphSearch
@@ -43,6 +44,12 @@ __all__ = ["LayoutRequest", "default_layout_path", "tsne_layout", "source_identi
 logger = logging.getLogger("sphdist")
 
 _HINT_INDEX = 50_000  # documents above which the exact graph's log line suggests an index
+#: Points from which openTSNE runs on every core (:func:`sphdist.jobs.cluster.cpu_count`), the
+#: FFT-interpolated gradient's range: below, two threads of a loaded 2-core machine spent 15
+#: times one thread's wall time (400 points), above, 30,000 points took 55-106 s on two, 82-122
+#: s on one (load 8-9). The coordinates are the same bits either way
+#: (``tests/jobs/test_layout_map.py``).
+_THREADS_FROM = 10_000
 
 
 def default_layout_path(model: Any, input: Any = None, origin: str = "model") -> Path:
@@ -82,7 +89,9 @@ def tsne_layout(neighbors: np.ndarray, *, seed: int = 0, n_iter: int = 375,
     n_iter : int, default 375
         Gradient steps: a third with early exaggeration 12, the rest without.
     n_jobs : int, default 1
-        openTSNE's threads.
+        openTSNE's threads. The coordinates do not depend on them: openTSNE computes each
+        point's gradient in its own slot and sums over points in one thread (the same bits
+        with 1 and 2 threads, Barnes-Hut and FFT, ``tests/jobs/test_layout_map.py``).
 
     Returns
     -------
@@ -236,7 +245,8 @@ class LayoutRequest(Request):
         where[live] = np.arange(live.size)
         sub = np.where(idx[live] >= 0, where[np.maximum(idx[live], 0)], -1)
         xy = np.full((n, 2), np.nan)
-        xy[live] = tsne_layout(sub, seed=self.seed, n_iter=self.n_iter, n_jobs=1)
+        threads = cpu_count() if live.size >= _THREADS_FROM else 1
+        xy[live] = tsne_layout(sub, seed=self.seed, n_iter=self.n_iter, n_jobs=threads)
         layout_s = time.perf_counter() - start
         kept = neighbourhood_kept(idx, xy, min(10, self.k))
         record = {
