@@ -32,7 +32,6 @@ from sphdist.errors import InputNotFoundError, Remedy, remedy
 from sphdist.io import Output, absolute, exists, location
 from sphdist.io.layout import Layout, open_layout, v_identity, write_layout
 from sphdist.io.model import open_model
-from sphdist.jobs._cluster_memory import cpu_count
 from sphdist.jobs._lifecycle import Request, located
 from sphdist.jobs.embedding import EmbeddingSource
 from sphdist.jobs.neighbors._graph import GraphSearch
@@ -44,12 +43,6 @@ __all__ = ["LayoutRequest", "default_layout_path", "tsne_layout", "source_identi
 logger = logging.getLogger("sphdist")
 
 _HINT_INDEX = 50_000  # documents above which the exact graph's log line suggests an index
-#: Points from which openTSNE runs on every core (:func:`sphdist.jobs.cluster.cpu_count`), the
-#: FFT-interpolated gradient's range: below, two threads of a loaded 2-core machine spent 15
-#: times one thread's wall time (400 points), above, 30,000 points took 55-106 s on two, 82-122
-#: s on one (load 8-9). The coordinates are the same bits either way
-#: (``tests/jobs/test_layout_map.py``).
-_THREADS_FROM = 10_000
 
 
 def default_layout_path(model: Any, input: Any = None, origin: str = "model") -> Path:
@@ -235,8 +228,8 @@ class LayoutRequest(Request):
             index = remedy(Remedy("index", {"model": str(self.model), **(
                 {"input": str(self.input)} if self.input is not None else {})}))
             logger.info("layout: the exact graph scans every pair of documents; " + index
-                        + " first makes it the index' search (at 100,000 documents: 101 s "
-                        "instead of 985 s, pipelines/results/map.md)")
+                        + " first makes it the index' search (at 100,000 documents: 81 s "
+                        "instead of 257 s, pipelines/results/map.md)")
         logger.info("layout: the %d-NN graph of %d documents in %.1f s; laying it out "
                     "(openTSNE, %d steps)", self.k, n, graph_s, self.n_iter)
         start = time.perf_counter()
@@ -245,8 +238,11 @@ class LayoutRequest(Request):
         where[live] = np.arange(live.size)
         sub = np.where(idx[live] >= 0, where[np.maximum(idx[live], 0)], -1)
         xy = np.full((n, 2), np.nan)
-        threads = cpu_count() if live.size >= _THREADS_FROM else 1
-        xy[live] = tsne_layout(sub, seed=self.seed, n_iter=self.n_iter, n_jobs=threads)
+        # one thread: two give the same coordinates but no time (100,000 documents: 53.8 s
+        # on one, 56.3 s on two at load 3; 134.6 s and 150.6 s at load 7-10; openTSNE
+        # 1.0.4's FFT gradient is mostly serial), and 15 times the wall time below 10,000
+        # points on a loaded 2-core machine (Barnes-Hut, 400 points)
+        xy[live] = tsne_layout(sub, seed=self.seed, n_iter=self.n_iter, n_jobs=1)
         layout_s = time.perf_counter() - start
         kept = neighbourhood_kept(idx, xy, min(10, self.k))
         record = {
