@@ -83,10 +83,13 @@ def top_k_chunk(
 
     Notes
     -----
-    Memory: the (n_q, n_c) float64 block of cosines, ``8 n_q n_c`` bytes. The k largest are
-    found with :func:`numpy.argpartition`; a row where the k-th cosine is tied with a cosine
-    left out is sorted in full, so the result is the same for every chunking of the
-    documents (the candidate sets of :func:`top_k_merge` are exact, ties included).
+    Memory: the (n_q, n_c) float64 block of cosines, ``8 n_q n_c`` bytes. The k largest of
+    each row are found without sorting the row (:func:`_k_best`): the columns are split into
+    g groups, the k-th largest group maximum is a lower bound of the row's k-th largest
+    cosine, and only the groups reaching it are looked at, every cosine at or above the
+    bound kept and sorted. Every cosine tied with the k-th is among them, so the result is
+    the same for every chunking of the documents (the candidate sets of
+    :func:`top_k_merge` are exact, ties included) and bit for bit the cosines of the block.
     """
     S = np.asarray(Q, dtype=np.float64).T @ np.asarray(V, dtype=np.float64)  # (n_q, n_c)
     n_q, n_c = S.shape
@@ -100,15 +103,52 @@ def top_k_chunk(
     if n_c <= k:
         idx, cos = _sort_rows(np.broadcast_to(cols, S.shape), S, k)
     else:
-        part = np.argpartition(-S, k - 1, axis=1)[:, :k]
-        kth = np.min(np.take_along_axis(S, part, axis=1), axis=1)
-        idx, cos = _sort_rows(cols[part], np.take_along_axis(S, part, axis=1), k)
-        tied = np.flatnonzero((S >= kth[:, None]).sum(axis=1) > k)  # rare: ties at the k-th
-        for i in tied:
-            order = np.lexsort((cols, -S[i]))[:k]
-            idx[i], cos[i] = cols[order], S[i, order]
+        idx, cos = _k_best(S, k)
+        idx = idx + offset
     idx = np.where(np.isfinite(cos), idx, -1)
     return _pad(idx, cos, k)
+
+
+def _k_best(S: np.ndarray, k: int, groups: int = 256) -> tuple[np.ndarray, np.ndarray]:
+    """Each row's k largest entries of ``S`` (n_q, n_c > k): column and value, ties by column.
+
+    Column j < b g (``b = n_c // g``) is in group ``j mod g``, each later column a group of
+    its own; M, the (n_q, g + n_c - b g) group maxima, holds k distinct entries of the row
+    at or above its k-th largest maximum t, so t is at most the row's k-th largest entry:
+    the entries at or above t, found in the groups whose maximum reaches t, hold the k best
+    and all their ties. Time: one pass over S for M, then ``O(b)`` per group reaching t.
+    """
+    n_q, n_c = S.shape
+    g = min(n_c, max(groups, 4 * k))
+    b = n_c // g
+    main = b * g
+    M = S[:, :g].copy()
+    for i in range(1, b):
+        np.maximum(M, S[:, i * g:(i + 1) * g], out=M)
+    if main < n_c:
+        M = np.concatenate([M, S[:, main:]], axis=1)
+    t = np.partition(M, M.shape[1] - k, axis=1)[:, M.shape[1] - k]
+    rows, group = np.nonzero(M >= t[:, None])
+    strided = group < g
+    # the columns of each group reaching t: j, j + g, ... for the b-wide groups, else itself
+    col = np.where(strided[:, None], group[:, None] + g * np.arange(b),
+                   np.where(np.arange(b) == 0, main + group[:, None] - g, -1))
+    row = np.broadcast_to(rows[:, None], col.shape)
+    ok = col >= 0
+    row, col = row[ok], col[ok]
+    val = S[row, col]
+    ok = val >= t[row]
+    row, col, val = row[ok], col[ok], val[ok]
+    order = np.lexsort((col, -val, row))
+    row, col, val = row[order], col[order], val[order]
+    first = np.searchsorted(row, np.arange(n_q))
+    rank = np.arange(row.size) - first[row]
+    take = rank < k
+    idx = np.full((n_q, k), -1, dtype=np.int64)
+    cos = np.full((n_q, k), -np.inf)
+    idx[row[take], rank[take]] = col[take]
+    cos[row[take], rank[take]] = val[take]
+    return idx, cos
 
 
 def top_k_merge(

@@ -81,7 +81,9 @@ def tsne_layout(neighbors: np.ndarray, *, seed: int = 0, n_iter: int = 375,
     n_iter : int, default 375
         Gradient steps: a third with early exaggeration 12, the rest without.
     n_jobs : int, default 1
-        openTSNE's threads.
+        openTSNE's threads. The coordinates do not depend on them: openTSNE computes each
+        point's gradient in its own slot and sums over points in one thread (the same bits
+        with 1 and 2 threads, Barnes-Hut and FFT, ``tests/jobs/test_layout_map.py``).
 
     Returns
     -------
@@ -225,8 +227,8 @@ class LayoutRequest(Request):
             index = remedy(Remedy("index", {"model": str(self.model), **(
                 {"input": str(self.input)} if self.input is not None else {})}))
             logger.info("layout: the exact graph scans every pair of documents; " + index
-                        + " first makes it the index' search (at 100,000 documents: 101 s "
-                        "instead of 985 s, pipelines/results/map.md)")
+                        + " first makes it the index' search (at 100,000 documents: 37 s "
+                        "instead of 153 s, pipelines/results/map.md)")
         logger.info("layout: the %d-NN graph of %d documents in %.1f s; laying it out "
                     "(openTSNE, %d steps)", self.k, n, graph_s, self.n_iter)
         start = time.perf_counter()
@@ -235,6 +237,10 @@ class LayoutRequest(Request):
         where[live] = np.arange(live.size)
         sub = np.where(idx[live] >= 0, where[np.maximum(idx[live], 0)], -1)
         xy = np.full((n, 2), np.nan)
+        # one thread: two give the same coordinates but no time (100,000 documents: 53.8 s
+        # on one, 56.3 s on two at load 3; 134.6 s and 150.6 s at load 7-10; openTSNE
+        # 1.0.4's FFT gradient is mostly serial), and 15 times the wall time below 10,000
+        # points on a loaded 2-core machine (Barnes-Hut, 400 points)
         xy[live] = tsne_layout(sub, seed=self.seed, n_iter=self.n_iter, n_jobs=1)
         layout_s = time.perf_counter() - start
         kept = neighbourhood_kept(idx, xy, min(10, self.k))

@@ -65,6 +65,26 @@ def test_ties_are_broken_by_document_index_in_every_layout():
         np.testing.assert_array_equal(out[0], ref[0])
 
 
+@pytest.mark.parametrize("n_docs", [1037, 2560], ids=["groups-and-rest", "groups-only"])
+def test_wide_blocks_with_ties_equal_the_dense_reference(n_docs):
+    """Blocks wider than the 256 groups of the k-best search, ties at the k-th cosine."""
+    V = _unit_columns(4, n_docs // 4 + 1, 6)
+    V = np.repeat(V, 4, axis=1)[:, :n_docs]  # each direction four times: ties everywhere
+    Q = np.concatenate([V[:, [0, 9, n_docs - 1]], _unit_columns(4, 5, 7)], axis=1)
+    skip = np.zeros(n_docs, dtype=bool)
+    skip[[1, 700]] = True
+    exclude = np.array([0, 9, -1, -1, -1, -1, -1, 3])
+    ref = _dense_top_k(Q, V, 10, exclude, skip)
+    for bounds in ([0, n_docs], [0, 999, n_docs]):
+        parts = [top_k_chunk(Q, V[:, a:b], 10, offset=a, exclude=exclude, skip=skip[a:b])
+                 for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
+        out = parts[0]
+        for p in parts[1:]:
+            out = top_k_merge(out, p, 10)
+        np.testing.assert_array_equal(out[0], ref[0])
+        np.testing.assert_allclose(out[1], ref[1], rtol=0, atol=1e-14)
+
+
 def test_fewer_candidates_than_k_are_padded():
     Q, V = _unit_columns(3, 2, 0), _unit_columns(3, 4, 1)
     idx, cos = top_k_chunk(Q, V, 6, skip=np.array([False, True, False, False]))

@@ -70,6 +70,20 @@ def test_layout_is_reproducible_from_its_seed(stores):
     assert not np.allclose(first, other)
 
 
+@pytest.mark.parametrize("n", [400, 10_000], ids=["barnes-hut", "fft"])
+def test_layout_coordinates_do_not_depend_on_the_threads(n):
+    """``sphdist layout`` runs openTSNE on every core: the same bits as on one thread."""
+    from sphdist.jobs.layout import tsne_layout
+
+    rng = np.random.default_rng(0)  # a k-NN-like graph: ten random others per point
+    graph = (np.arange(n)[:, None] + rng.integers(1, n, size=(n, 10))) % n
+    graph[5, 7:] = -1  # a row with fewer neighbours
+    one = tsne_layout(graph, seed=2, n_iter=30, n_jobs=1)
+    two = tsne_layout(graph, seed=2, n_iter=30, n_jobs=2)
+    assert np.isfinite(one).all()
+    np.testing.assert_array_equal(one, two)
+
+
 def test_layout_refuses_an_existing_output_without_overwrite(stores):
     with working_directory(stores):
         message = _fails("layout", "-m", "m.zarr")

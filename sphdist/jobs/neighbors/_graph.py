@@ -48,7 +48,7 @@ class KnnGraphRequest(Request):
         As :func:`write_hits`.
     overwrite : bool, default False
     query_chunk : int, optional
-        Documents per task; default 2048 for the exact graph, 16384 with an index.
+        Documents per task; default 2048 for the exact graph, 4096 with an index.
 
     Raises
     ------
@@ -200,7 +200,7 @@ class GraphSearch:
         ----------
         k : int
         query_chunk : int, optional
-            Documents per task; default 2048 for the exact graph, 16384 with an index.
+            Documents per task; default 2048 for the exact graph, 4096 with an index.
 
         Returns
         -------
@@ -225,7 +225,7 @@ class GraphSearch:
 
         check_workers_see(graph.active_client(),
                           inputs=(self.model if self.source.origin == "model" else self.input,))
-        chunk = query_chunk or (2048 if self.found is None else 16384)
+        chunk = query_chunk or (2048 if self.found is None else 4096)
         idx, cos = graph.knn_graph(self.source.V, k, skip=self.skip, query_chunk=chunk,
                                    search=None if self.found is None else self.found.search)
         idx, cos = dask.compute(idx, cos)
