@@ -11,6 +11,7 @@ a ``distributed`` worker alike.
 
 from __future__ import annotations
 
+import gc
 import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -266,13 +267,32 @@ def count_partition(job: CountJob, index: int, part: Partition) -> Counts:
         if chunk.n_docs == job.chunk_size:
             out.merge(chunk.spill(join(job.spill, f"{index:06d}-{len(out.chunks):05d}.npz")))
             chunk = _ChunkCounter(job)
+            _collect_vocabularies()
     if chunk.n_docs:
         out.merge(chunk.spill(join(job.spill, f"{index:06d}-{len(out.chunks):05d}.npz")))
+        _collect_vocabularies()
     out.id_hashes = np.asarray(hashes, dtype=np.uint64)
     out.partition_docs = [out.n_docs]
     if job.progress is not None and read:
         job.progress(read)
     return out
+
+
+def _collect_vocabularies() -> None:
+    """Free the vocabularies scikit-learn's tokeniser left in reference cycles: once a chunk.
+
+    ``CountVectorizer.fit_transform`` builds its vocabulary in a ``defaultdict`` whose
+    ``default_factory`` is the dict's own ``__len__``: a reference cycle, so the dict, its term
+    strings and its ints (about 100 bytes per distinct term of a batch) outlive the call until
+    a full collection. The dict lives through the whole batch, so it is in the oldest
+    generation when it is dropped, and Python runs a full collection only once the objects of
+    that generation have grown by a quarter: the garbage grew with the run (issue 43: 529 MB
+    of RSS after pass 1 on 144,000 small documents against 336 MB on 36,000; with a full
+    collection after every chunk, 270 MB flat from the first partition). A full collection
+    after each chunk (every ``chunk_size`` documents) bounds it to the batches of one chunk
+    per running task; its cost is the tracked objects of the process, a few ms a chunk.
+    """
+    gc.collect()
 
 
 def repeated_ids(

@@ -117,3 +117,40 @@ def test_a_count_task_holds_one_batch_of_text_and_counts_as_the_whole_chunk(tmp_
         np.testing.assert_array_equal(f["data"], X.data)
         if vocabulary:
             assert _unpacked(f, "terms").tolist() == expected.get_feature_names_out().tolist()
+
+
+def test_a_count_task_leaves_no_vocabulary_of_its_batches_to_the_garbage_collector(tmp_path):
+    """The tokeniser's vocabularies are freed as the task goes, not when Python next collects.
+
+    ``CountVectorizer.fit_transform`` leaves its vocabulary (a ``defaultdict`` whose
+    ``default_factory`` is its own ``__len__``) in a reference cycle; dropped in the oldest
+    generation, these dicts, their terms and ints waited for a full collection, which Python
+    runs ever more rarely as the objects of a run grow: an ingest's RSS after pass 1 grew 1.55
+    times for 4 times the documents (issue 43). Here with the collector switched off (the worst
+    case: no automatic collection) a task of 6 chunks of 60 batches (a document each) leaves
+    at most a few hundred blocks for ``gc.collect`` to free; the 60 vocabularies left 3,394.
+    """
+    import gc
+    import sys
+
+    rng = np.random.default_rng(1)
+    words = pseudo_words(2_000)
+    docs = [" ".join(words[rng.zipf(1.3, size=150) % 2_000].tolist()) for _ in range(60)]
+    root = _tree(tmp_path / "docs", docs)
+    ids = tuple(sorted(p.relative_to(root).as_posix() for p in root.rglob("*.txt")))
+    spill = tmp_path / "spill"
+    spill.mkdir()
+    job = CountJob(options=TextOptions(vocabulary=True, stop_words=None), remove=(),
+                   reading=Reading(), on_error="fail", chunk_size=10, need_class_df=False,
+                   spill=str(spill), batch_chars=1)  # a batch per document
+    gc.collect()
+    gc.disable()
+    try:
+        counts = count_partition(job, 0, DirPartition(str(root), ids))
+        before = sys.getallocatedblocks()
+        gc.collect()
+        freed = before - sys.getallocatedblocks()
+    finally:
+        gc.enable()
+    assert len(counts.chunks) == 6
+    assert freed < 500, freed
