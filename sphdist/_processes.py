@@ -29,8 +29,6 @@ from collections.abc import Iterator, Sequence
 from multiprocessing import forkserver, resource_tracker
 from typing import Any
 
-import dask
-
 __all__ = ["START_METHOD", "fork_context", "start_fork_server"]
 
 #: How worker processes start: forked from the fork server, spawned where there is none
@@ -92,6 +90,8 @@ def _worker_environment() -> Iterator[None]:
     kept) and ``PYTHONHASHSEED`` (distributed's 6640 where it is unset or 0: its nanny.py,
     PR 8400); the environment of before once the block ends.
     """
+    import dask  # here: a text query imports the ingest's module, never dask (test_startup)
+
     # distributed's configuration where distributed is loaded, else its defaults
     wanted = dask.config.get("distributed.nanny.pre-spawn-environ", None) or _WORKER_ENVIRONMENT
     before = dict(os.environ)
