@@ -73,7 +73,10 @@ def content_sha256(*arrays: np.ndarray) -> str:
             h.update(np.fromiter(map(len, items), dtype="<i8", count=len(items)).tobytes())
             h.update(joined.encode("utf-8", "surrogatepass"))
             continue
-        h.update(np.ascontiguousarray(values, dtype=values.dtype.newbyteorder("<")).tobytes())
+        # the array's buffer itself: no copy of its bytes when it is little-endian and
+        # contiguous already (a chunk's arrays)
+        h.update(memoryview(np.ascontiguousarray(
+            values, dtype=values.dtype.newbyteorder("<")).reshape(-1).view(np.uint8)))
     return h.hexdigest()
 
 

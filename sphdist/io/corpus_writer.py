@@ -82,7 +82,9 @@ def _store_chunk(group: zarr.Group, index: int, X_chunk, n_features: int,
     if not np.all(np.isfinite(X_c.data)):
         raise ValueError(f"chunk {index} holds NaN or Inf values")
     key = _chunk_key(index)
-    arrays = (X_c.data, X_c.indices.astype(np.int32), X_c.indptr.astype(np.int64))
+    # as they are when they have these types already (no copy of a chunk's indices)
+    arrays = (X_c.data, X_c.indices.astype(np.int32, copy=False),
+              X_c.indptr.astype(np.int64, copy=False))
     for name, values in zip(("data", "indices", "indptr"), arrays, strict=True):
         arr = group.create_array(
             f"{key}/{name}", shape=values.shape, dtype=values.dtype,
@@ -158,7 +160,8 @@ class CorpusWriter:
             self.feature_scheme = dict(feature_scheme)
             self.tfidf = dict(tfidf or {})
             self.label_names = list(label_names) if label_names is not None else None
-            self.vocabulary = list(vocabulary) if vocabulary is not None else None
+            self.vocabulary = (None if vocabulary is None  # an array of str: held as it is
+                               else np.asarray(vocabulary, dtype=object))
             self._staging = output.staging()
             self._group = zarr.open_group(store=str(self._staging), mode="w-")
         except BaseException:
@@ -308,7 +311,7 @@ class CorpusWriter:
             digests["idf"] = content_sha256(idf)
         if self.vocabulary is not None:
             chunked["vocabulary"] = self._write_1d(
-                "vocabulary", np.asarray(self.vocabulary, dtype=object))
+                "vocabulary", self.vocabulary)
         meta = {
             "sphdist": {"kind": KIND, "format_version": FORMAT_VERSION, **EVERY_DIGEST},
             "shape": [self.n_features, n],

@@ -63,6 +63,9 @@ BATCH_CHARS = 1 << 20
 #: 4096-document chunk of the synthetic benchmark corpus 40% faster (5.6 vs 9.3 µs per
 #: document) for 6% more bytes; any zstd reader reads it.
 _CHUNK_CODEC = ZstdCodec(level=1, checksum=True)
+#: Nonzeros of a chunk re-indexed at once (:func:`_to_vocabulary`): a bounded temporary
+#: instead of a copy of the chunk's indices.
+_BLOCK = 1 << 16
 
 
 def ignore_interrupts() -> None:
@@ -420,8 +423,12 @@ class _ChunkCounter:
                 column = np.fromiter(  # the batch's terms -> the chunk's columns
                     (known.setdefault(t, len(known)) for t in vectorizer.get_feature_names_out()),
                     dtype=np.int32)  # terms of a chunk: fewer than 2**31
-                counts = sp.csr_matrix((counts.data, column[counts.indices], counts.indptr),
+                values = counts.data  # int64 counts of one document's tokens: int32 holds them
+                if values.size and values.max() <= np.iinfo(np.int32).max:
+                    values = values.astype(np.int32)  # 4 bytes a nonzero less until the spill
+                counts = sp.csr_matrix((values, column[counts.indices], counts.indptr),
                                        shape=(counts.shape[0], len(known)))
+                del values
                 del vectorizer, column
             except ValueError:  # no token at all in this batch ("empty vocabulary")
                 counts = sp.csr_matrix((len(texts), len(self.terms)), dtype=np.float64)
@@ -459,19 +466,29 @@ class _ChunkCounter:
             del order
         width = terms.shape[0] if terms is not None else batches[0].shape[1]
         nnz = sum(c.nnz for c in batches)
-        data = np.empty(nnz, dtype=np.float64)
+        # the indices first, each batch then keeping only its values, then the values: the
+        # batches' arrays are let go of as the chunk's are filled (not both held whole)
         indices = np.empty(nnz, dtype=np.int32)  # features: fewer than 2**31
         indptr = np.zeros(self.n_docs + 1, dtype=np.int64)
+        values: list[np.ndarray | None] = []
         row = end = 0
         for k in range(len(batches)):
             counts = batches[k]
             batches[k] = None  # type: ignore[call-overload]
             n, rows = counts.nnz, counts.shape[0]
-            data[end:end + n] = counts.data
             indices[end:end + n] = counts.indices if rank is None else rank[counts.indices]
             indptr[row + 1:row + rows + 1] = counts.indptr[1:] + end
+            values.append(counts.data)
             row, end = row + rows, end + n
             del counts
+        del batches
+        data = np.empty(nnz, dtype=np.float64)
+        end = 0
+        for k in range(len(values)):
+            batch, values[k] = values[k], None
+            data[end:end + batch.shape[0]] = batch  # counts: exact in float64
+            end += batch.shape[0]
+            del batch
         counts = sp.csr_matrix((data, indices, indptr), shape=(self.n_docs, width))
         counts.sum_duplicates()
         return counts, terms
@@ -531,18 +548,29 @@ def _packed(name: str, values: Sequence[str]) -> dict[str, np.ndarray]:
 
     What :func:`_unpacked` reads back, without pickles: ``{name}_utf8`` (uint8) and
     ``{name}_ends`` (int64 byte offsets of each string's end). Lone surrogates pass through.
+    The strings are encoded joined, once: no bytes object per string is held (a chunk of
+    large files has hundreds of thousands of terms; issue 43).
     """
-    encoded = [v.encode("utf-8", "surrogatepass") for v in values]
-    return {f"{name}_utf8": np.frombuffer(b"".join(encoded), dtype=np.uint8),
-            f"{name}_ends": np.cumsum([len(b) for b in encoded], dtype=np.int64)}
+    blob = "".join(values).encode("utf-8", "surrogatepass")
+    lengths = np.fromiter(  # UTF-8 bytes of each: its characters when ASCII
+        (len(v) if v.isascii() else len(v.encode("utf-8", "surrogatepass")) for v in values),
+        dtype=np.int64, count=len(values))
+    return {f"{name}_utf8": np.frombuffer(blob, dtype=np.uint8),
+            f"{name}_ends": np.cumsum(lengths, dtype=np.int64)}
 
 
 def _unpacked(arrays, name: str) -> np.ndarray:
-    """The strings :func:`_packed` stored under ``name`` in ``arrays``, as :func:`_strings`."""
+    """The strings :func:`_packed` stored under ``name`` in ``arrays``, as :func:`_strings`.
+
+    Decoded one by one into the array: no list of the strings or of their offsets is held
+    beside it.
+    """
     blob = np.asarray(arrays[f"{name}_utf8"]).tobytes()
-    ends = np.asarray(arrays[f"{name}_ends"]).tolist()
-    return _strings([blob[a:b].decode("utf-8", "surrogatepass")
-                     for a, b in zip([0, *ends][:len(ends)], ends, strict=True)])
+    ends = np.asarray(arrays[f"{name}_ends"])
+    starts = np.concatenate([[0], ends[:-1]]).astype(np.int64) if ends.size else ends
+    return np.fromiter((blob[a:b].decode("utf-8", "surrogatepass")
+                        for a, b in zip(starts, ends, strict=True)),
+                       dtype=object, count=ends.shape[0])
 
 
 def save_strings(path: str, values: Sequence[str]) -> None:
@@ -644,7 +672,12 @@ def _to_vocabulary(counts: sp.csr_matrix, terms: np.ndarray, vocab: np.ndarray):
     pos = np.searchsorted(vocab, terms)
     hit = pos < m
     hit[hit] = vocab[pos[hit]] == terms[hit]
-    indices = np.where(hit, pos, -1).astype(np.int32)[counts.indices]  # features < 2**31
+    column = np.where(hit, pos, -1).astype(np.int32)  # features < 2**31
+    del pos, hit
+    indices = np.asarray(counts.indices, dtype=np.int32)
+    for a in range(0, indices.shape[0], _BLOCK):  # in place: no second array of the indices
+        indices[a:a + _BLOCK] = column[indices[a:a + _BLOCK]]
+    del column
     dropped = indices < 0
     if dropped.any():  # terms not kept: removed in place, the others keep their order
         counts.data[dropped] = 0.0  # counts are >= 1: only these are zeros

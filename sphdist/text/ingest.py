@@ -470,6 +470,10 @@ def write(
         emptied.warn()
         keep_all = ingest_remedy(paths, output, given, min_df=1, max_df=1.0)
         m, idf, vocab, mapping = features(options, total, n, like_idf, remedy=remedy(keep_all))
+        # every term found and its counts: the kept ones are the vocabulary from here on
+        total.terms = total.term_df = total.term_tf = total.class_df = total.df = None
+        if mapping is not None:
+            vocab = mapping  # held once: an array of the kept terms (not a list beside it)
         with open_file(join(spill_dir, "idf.npy"), "wb") as f:
             np.save(f, idf)
         if mapping is not None:

@@ -25,6 +25,8 @@ from sphdist.errors import ParameterError, option
 from sphdist.text.defaults import DEFAULT_N_FEATURES, INGEST_DEFAULTS, MAX_FEATURES
 from sphdist.text.defaults import MAX_CHUNK_SIZE as MAX_CHUNK_SIZE  # for sphdist.text.ingest
 
+#: Nonzeros weighted at once by :func:`weight`: a bounded temporary, not a chunk's copy.
+_BLOCK = 1 << 16
 DEFAULT_TOKEN_PATTERN = r"(?u)\b\w\w+\b"
 STRIP_ACCENTS = (None, "ascii", "unicode")
 STOP_WORDS = (None, "english")
@@ -291,7 +293,8 @@ def weight(counts: sp.csr_matrix, idf: np.ndarray, sublinear_tf: bool = False) -
     if sublinear_tf:
         np.log(counts.data, counts.data)
         counts.data += 1.0
-    counts.data *= idf[counts.indices]
+    for a in range(0, counts.nnz, _BLOCK):  # the weights of a block at a time, not a copy
+        counts.data[a:a + _BLOCK] *= idf[counts.indices[a:a + _BLOCK]]
     counts = normalize(counts, norm="l2", copy=False)
     # the transpose of a canonical CSR matrix is a canonical CSC matrix: no copy, no sort
     return sp.csc_matrix((counts.data, counts.indices, counts.indptr),

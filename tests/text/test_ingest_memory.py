@@ -8,6 +8,7 @@ everything: the difference is what that thing costs, whatever the fixed costs.
 
 from __future__ import annotations
 
+import sys
 import tracemalloc
 from pathlib import Path
 
@@ -17,7 +18,7 @@ import pytest
 from sphdist.jobs import run
 from sphdist.jobs.ingest import IngestRequest
 from sphdist.text._documents import Reading
-from sphdist.text._passes import CountJob, _unpacked, count_partition
+from sphdist.text._passes import CountJob, _packed, _unpacked, count_partition
 from sphdist.text.ingest import SourceSpec, TextSpec
 from sphdist.text.sources import DirPartition
 from sphdist.text.synth import pseudo_words
@@ -154,3 +155,92 @@ def test_a_count_task_leaves_no_vocabulary_of_its_batches_to_the_garbage_collect
         gc.enable()
     assert len(counts.chunks) == 6
     assert freed < 500, freed
+
+
+
+def _traced(function, *args):
+    """``function(*args)`` and the peak bytes traced while it ran, over those held before."""
+    tracemalloc.start()
+    try:
+        start = tracemalloc.get_traced_memory()[0]
+        result = function(*args)
+        return result, tracemalloc.get_traced_memory()[1] - start
+    finally:
+        tracemalloc.stop()
+
+
+def test_the_terms_of_a_chunk_are_spilled_and_read_back_in_a_few_bytes_each():
+    """Spilling 60,000 terms of 7 characters holds about their bytes, reading them their strings.
+
+    A chunk of large files has hundreds of thousands of distinct terms (issue 43: 200,000 for
+    40 files of 2 MB). Spilling them held a bytes object per term and a list of them beside
+    the strings (135 bytes a term at peak here); reading them back a list of the offsets' ints
+    and one of the strings beside the array (127 bytes a term, the array's strings 64).
+    """
+    terms = np.empty(60_000, dtype=object)
+    terms[:] = pseudo_words(60_000).tolist()
+    terms[7] = "\u00e9t\u00e9-\ud800"  # not ASCII, and a lone surrogate: kept as they are
+    _traced(_packed, "terms", terms)  # first use: not measured
+    packed, peak = _traced(_packed, "terms", terms)
+    assert peak / terms.shape[0] < 40, peak  # the joined text and its bytes, the ends
+    back, peak = _traced(_unpacked, packed, "terms")
+    assert back.dtype == object and back.tolist() == terms.tolist()
+    held = sum(sys.getsizeof(t) for t in back.tolist()) + back.nbytes
+    assert peak - held < 16 * terms.shape[0], (peak, held)
+
+
+def test_weighting_and_storing_a_chunk_copies_none_of_its_nonzeros(tmp_path):
+    """Pass 2 re-indexes, weights and stores a chunk's 2 million nonzeros with < 1 byte each more.
+
+    The chunk's counts are what a task holds (12 bytes a nonzero); re-indexing them to the
+    vocabulary made a second array of the indices, the idf's weights a float64 array of the
+    nonzeros, storing them another copy of the indices and the digests a copy of every array
+    (issue 43: a chunk of 40 large files holds 2.5 million nonzeros).
+    """
+    import scipy.sparse as sp
+    import zarr
+
+    from sphdist.io._checked import content_sha256
+    from sphdist.io.corpus_writer import store_chunk
+    from sphdist.text._passes import _to_vocabulary
+    from sphdist.text.tfidf import weight
+
+    rng = np.random.default_rng(0)
+    n_docs, n_terms, nnz = 50, 40_000, 2_000_000
+    terms = np.empty(n_terms, dtype=object)
+    terms[:] = sorted(pseudo_words(n_terms).tolist())
+    vocab = terms[rng.random(n_terms) < 0.8]  # the kept terms, sorted
+    idf = rng.random(vocab.shape[0]) + 1.0
+
+    def counts() -> sp.csr_matrix:
+        rows = np.sort(rng.integers(0, n_docs, size=nnz))
+        X = sp.csr_matrix((rng.integers(1, 5, size=nnz).astype(np.float64),
+                           (rows, rng.integers(0, n_terms, size=nnz))), shape=(n_docs, n_terms))
+        X.sum_duplicates()
+        X.indices = X.indices.astype(np.int32)
+        X.indptr = X.indptr.astype(np.int64)
+        return X
+
+    original = counts()
+    expected = original[:, np.searchsorted(terms, vocab)].toarray()
+    mapped, peak = _traced(_to_vocabulary, original, terms, vocab)
+    np.testing.assert_array_equal(mapped.toarray(), expected)
+    assert peak < 1.5 * original.nnz, peak  # a mask of the dropped nonzeros, and blocks
+    ref_data = mapped.data.copy()
+    X, peak = _traced(weight, mapped, idf, True)
+    assert peak < 1.0 * mapped.nnz, peak  # a block of weights; the nonzeros: 8 bytes each
+    ref = sp.csr_matrix((np.log(ref_data) + 1.0, mapped.indices, mapped.indptr),
+                        shape=mapped.shape).multiply(idf[None, :]).tocsr()
+    ref = ref.multiply(1.0 / np.sqrt(ref.multiply(ref).sum(axis=1))).tocsr()
+    np.testing.assert_allclose(X.T.toarray(), ref.toarray(), rtol=1e-12, atol=1e-15)
+    X_copy = X.copy()
+    _, peak = _traced(content_sha256, X.data, X.indices, X.indptr)
+    assert peak < 64 * 1024, peak
+    zarr.open_group(store=str(tmp_path / "staging"), mode="w").require_group("X")
+    store_chunk(tmp_path / "staging", 0, X_copy, vocab.shape[0])  # first use: not measured
+    zarr.open_group(store=str(tmp_path / "staging2"), mode="w").require_group("X")
+    stored, peak = _traced(store_chunk, tmp_path / "staging2", 0, X, vocab.shape[0])
+    assert stored.sha256 == content_sha256(X_copy.data, X_copy.indices.astype(np.int32),
+                                           X_copy.indptr.astype(np.int64))
+    # zarr's own buffers: the encoded arrays (they compress little), not a copy of them besides
+    assert peak < 10 * X.nnz, (peak, X.nnz)  # 12 before: the int32 indices copied
