@@ -335,7 +335,7 @@ class Corpus(_Input):
             except Exception:  # noqa: BLE001 - as above
                 continue
         check_arrays(arrays, _ARRAYS, path=self.path, kind=KIND, error=CorpusFormatError,
-                     remedy=self._rebuild(), beside=" and the chunks under X")
+                     remedy=self._rebuild, beside=" and the chunks under X")
         if self._expected is not None:
             return
         total = 0  # a corpus written before the digests: the metadata of every chunk

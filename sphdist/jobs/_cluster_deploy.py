@@ -230,8 +230,8 @@ def local_cluster(
 
     The worker processes never take SIGINT (:func:`sphdist._processes.start_fork_server`):
     a Ctrl-C at a terminal, sent to the whole process group, is this process' to take, which
-    closes the cluster as the block ends. A Ctrl-C or SIGTERM while the cluster starts takes effect once
-    it has started (:func:`_signals_held`).
+    closes the cluster as the block ends. A Ctrl-C or SIGTERM while the cluster starts takes
+    effect once it has started (:func:`_signals_held`).
     """
     with dask.config.set({  # a cluster that keeps losing its workers fails, never waits
         "distributed.scheduler.no-workers-timeout": f"{no_workers_timeout()}s",
