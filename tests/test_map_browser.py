@@ -86,7 +86,7 @@ def page(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def browser(page):
+def browser(page, tmp_path_factory):
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
 
@@ -97,6 +97,9 @@ def browser(page):
                 "--proxy-server=127.0.0.1:9",
                 "--host-resolver-rules=MAP * ~NOTFOUND"):
         options.add_argument(arg)
+    # A profile of its own under pytest's temporary folder: left to itself, Chromium makes
+    # /tmp/org.chromium.Chromium.* and leaves it behind at every run.
+    options.add_argument(f"--user-data-dir={tmp_path_factory.mktemp('chromium-profile')}")
     driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
     try:
         driver.set_network_conditions(offline=True, latency=0, throughput=0)
