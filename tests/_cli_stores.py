@@ -13,11 +13,33 @@ from click.testing import CliRunner, Result
 from sphdist.cli import main
 
 
+def cli(*args: Any) -> Result:
+    """``sphdist --quiet ARGS`` in this process; its result."""
+    return CliRunner().invoke(main, ["--quiet", *map(str, args)])
+
+
 def cli_ok(*args: Any) -> Result:
     """``sphdist --quiet ARGS`` in this process; its result, asserted to exit 0."""
-    result = CliRunner().invoke(main, ["--quiet", *map(str, args)])
+    result = cli(*args)
     assert result.exit_code == 0, result.output
     return result
+
+
+def refused(result: Result, *needles: str) -> str:
+    """The one ``Error:`` line of a command that exited 1, asserted to hold every needle.
+
+    No traceback, nothing else on stderr. The jobs that run tasks on a cluster name local
+    paths absolute (made so on the driver, issue 29 item 4): a needle written relative to the
+    working directory matches either.
+    """
+    assert result.exit_code == 1, result.output
+    assert "Traceback" not in result.output
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("Error: "), result.stderr
+    relative = lines[0].replace(os.getcwd() + os.sep, "")
+    for needle in needles:
+        assert needle in lines[0] or needle in relative, lines[0]
+    return lines[0]
 
 
 @contextlib.contextmanager

@@ -21,18 +21,12 @@ import sys
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
 
 import sphdist
-from sphdist.cli import main
 
-from ._cli_stores import user_stores, working_directory
+from ._cli_stores import cli, refused, user_stores, working_directory
 
 SPHDIST = str(Path(sys.executable).with_name("sphdist"))
-
-
-def _cli(*args):
-    return CliRunner().invoke(main, ["--quiet", *map(str, args)])
 
 
 def _tree(root):
@@ -50,16 +44,6 @@ def _tree(root):
             else:
                 found[key] = None
     return found
-
-
-def _refused(result, *needles):
-    assert result.exit_code == 1, result.output
-    assert "Traceback" not in result.output
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("Error: "), result.stderr
-    for needle in needles:
-        assert needle in lines[0], lines[0]
-    return lines[0]
 
 
 @pytest.fixture(scope="module")
@@ -104,20 +88,20 @@ def test_dotdot_after_a_symbolic_link_is_where_the_os_goes(layout):
         (("transform", "-m", data / "m.zarr", "-i", data / "c.zarr",
           "-o", "lnk/../../../c.zarr/X/e.zarr"), f"is inside {data / 'c.zarr'}, an input"),
     ):
-        _refused(_cli(*args), "lnk/../../../", said, "--output")
+        refused(cli(*args), "lnk/../../../", said, "--output")
     assert _tree(layout) == before  # nothing written, where the OS goes or by the names
 
 
 def test_an_output_through_dotdot_after_a_link_is_written_where_the_os_goes(layout):
     data = layout / "data"
     first = (data / "e.zarr" / "zarr.json").stat().st_ino
-    result = _cli("transform", "-m", data / "m.zarr", "-i", data / "c.zarr",
-                  "-o", "lnk/../../../e.zarr", "--overwrite")
+    result = cli("transform", "-m", data / "m.zarr", "-i", data / "c.zarr",
+                 "-o", "lnk/../../../e.zarr", "--overwrite")
     assert result.exit_code == 0, result.output
     assert "lnk/../../../e.zarr: 40 documents embedded" in result.output
     assert (data / "e.zarr" / "zarr.json").stat().st_ino != first  # replaced, as asked
-    result = _cli("fit", "-i", data / "c.zarr", "-o", "lnk/../../../m2.zarr", "-r", 2,
-                  "--max-iter", 2)
+    result = cli("fit", "-i", data / "c.zarr", "-o", "lnk/../../../m2.zarr", "-r", 2,
+                 "--max-iter", 2)
     assert result.exit_code == 0, result.output
     assert (data / "m2.zarr" / "zarr.json").is_file()
     # nothing where the names collapsed lexically lead (work/), no lock or staging left over
@@ -145,7 +129,7 @@ def test_an_output_through_a_symbolic_link_to_the_inputs_folder(layout):
         (("fit", "-i", layout / "alias" / "c.zarr", "-o", data, "-r", 2, "--overwrite"),
          f"{data} contains"),
     ):
-        _refused(_cli(*args), said)
+        refused(cli(*args), said)
     assert _tree(layout) == before
 
 
@@ -158,16 +142,16 @@ def test_a_symbolic_link_at_an_outputs_lock_name_is_refused(layout, suffix):
     link = data / f"new.zarr{suffix}"
     link.symlink_to(pointed)
     before = _tree(layout)
-    line = _refused(_cli("fit", "-i", data / "c.zarr", "-o", data / "new.zarr", "-r", 2),
-                    f"{link} is a symbolic link (to {pointed})", str(data / "c.zarr"),
-                    "--output")
+    line = refused(cli("fit", "-i", data / "c.zarr", "-o", data / "new.zarr", "-r", 2),
+                   f"{link} is a symbolic link (to {pointed})", str(data / "c.zarr"),
+                   "--output")
     assert "loop" not in line
     assert _tree(layout) == before  # the input's bytes, the link itself, no output
     link.unlink()
     link.symlink_to(data / "good.jsonl")  # a link to the source of an ingest
     before = _tree(layout)
-    _refused(_cli("ingest", data / "good.jsonl", "-o", data / "new.zarr"),
-             f"{link} is a symbolic link")
+    refused(cli("ingest", data / "good.jsonl", "-o", data / "new.zarr"),
+            f"{link} is a symbolic link")
     assert _tree(layout) == before
 
 

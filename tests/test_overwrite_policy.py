@@ -18,21 +18,13 @@ import sys
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
 
-from sphdist.cli import main
 from sphdist.io._fs import filesystem
 
-from ._cli_stores import cli_ok, user_stores, working_directory
+from ._cli_stores import cli, cli_ok, refused, user_stores, working_directory
 from ._s3 import clear_s3fs_cache
 
 SPHDIST = str(Path(sys.executable).with_name("sphdist"))
-
-
-def _cli(*args):
-    return CliRunner().invoke(main, ["--quiet", *map(str, args)])
-
-
 
 
 @pytest.fixture(scope="module")
@@ -65,19 +57,6 @@ def _tree(root):
     return found
 
 
-def _refused(result, *needles):
-    assert result.exit_code == 1, result.output
-    assert "Traceback" not in result.output
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("Error: "), result.stderr
-    # the jobs that run tasks on a cluster name local paths absolute (made so on the driver,
-    # issue 29 item 4): a needle written relative to the working directory matches either
-    relative = lines[0].replace(os.getcwd() + os.sep, "")
-    for needle in needles:
-        assert needle in lines[0] or needle in relative, lines[0]
-    return lines[0]
-
-
 SYNTH = ("synth", "--n-docs", 10, "--n-topics", 2, "--vocab-size", 20)
 
 # item 1: an input of the same command is never replaced
@@ -98,8 +77,8 @@ AN_INPUT = [
 def test_an_input_is_never_the_output(here, args):
     before = _tree(here)
     output = args[args.index("-o") + 1]
-    line = _refused(_cli(*args), f"{output} is also an input of this command",
-                    "To resolve this, choose another --output, e.g. --output ")
+    line = refused(cli(*args), f"{output} is also an input of this command",
+                   "To resolve this, choose another --output, e.g. --output ")
     suggested = line.rsplit("--output ", 1)[1].rstrip(".")
     assert not os.path.exists(suggested)  # the suggestion is free
     assert _tree(here) == before
@@ -136,7 +115,7 @@ def test_overwrite_replaces_only_the_same_kind(here, args, what):
     before = _tree(here)
     output = args[args.index("-o") + 1]
     rm = f"`rm {'' if what.startswith('a file') else '-r '}{output}`"
-    _refused(_cli(*args), f"{output} is {what}", "only", "remove it by hand first: " + rm)
+    refused(cli(*args), f"{output} is {what}", "only", "remove it by hand first: " + rm)
     assert _tree(here) == before
 
 
@@ -155,7 +134,7 @@ def test_overwrite_still_replaces_the_same_kind(here, tmp_path):
 @pytest.mark.parametrize("suffix", [".lock", ".lock.json", ".old", ".scratch", ".tmp-0a1b2c"])
 def test_an_output_at_another_outputs_lock_or_staging_name_is_refused(here, tmp_path, suffix):
     out = tmp_path / "fx" / f"m.zarr{suffix}"
-    _refused(_cli("fit", "-i", "c.zarr", "-o", out, "-r", 2), str(out), "another name")
+    refused(cli("fit", "-i", "c.zarr", "-o", out, "-r", 2), str(out), "another name")
     assert not (tmp_path / "fx").exists()  # not even a lock file was made
 
 
@@ -176,7 +155,7 @@ NESTED = [
 @pytest.mark.parametrize("args,said", NESTED, ids=lambda a: " ".join(map(str, a)))
 def test_an_output_inside_an_input_or_a_store_is_refused(here, args, said):
     before = _tree(here)
-    _refused(_cli(*args), said, "choose an --output outside it")
+    refused(cli(*args), said, "choose an --output outside it")
     assert _tree(here) == before  # nothing made inside the store, no lock file
 
 
@@ -184,8 +163,8 @@ def test_an_output_containing_an_input_is_refused(tmp_path, stores, monkeypatch)
     shutil.copytree(stores / "c.zarr", tmp_path / "data" / "c.zarr")
     monkeypatch.chdir(tmp_path)
     before = _tree(tmp_path)
-    _refused(_cli("fit", "-i", "data/c.zarr", "-o", "data", "-r", 2, "--overwrite"),
-             "data contains data/c.zarr, an input of this command")
+    refused(cli("fit", "-i", "data/c.zarr", "-o", "data", "-r", 2, "--overwrite"),
+            "data contains data/c.zarr, an input of this command")
     assert _tree(tmp_path) == before
 
 
@@ -206,7 +185,7 @@ def test_nesting_and_kinds_in_a_bucket(s3_env, stores):
         (("fit", "-i", stores / "c.zarr", "-o", corpus, "-r", 2, "--overwrite"),
          f"{corpus} is a sphdist corpus, not a sphdist model"),
     ):
-        line = _refused(_cli(*args), said)
+        line = refused(cli(*args), said)
         if "not a sphdist model" in said:
             assert f"`aws s3 rm --recursive {corpus}`" in line
     fs.invalidate_cache()
@@ -228,12 +207,12 @@ def test_overwrite_never_replaces_a_link_a_pipe_or_a_device(here, tmp_path):
     fifo = tmp_path / "pipe.csv"
     os.mkfifo(fifo)
     before = _tree(files)
-    _refused(_cli("export", "-m", "m.zarr", "-o", link, "--overwrite"),
-             f"{link} is a symbolic link", "--output")
-    _refused(_cli("export", "-m", "m.zarr", "-o", fifo, "--overwrite"),
-             f"{fifo} is a named pipe", "--output")
-    _refused(_cli("fit", "-i", "c.zarr", "-o", model_link, "-r", 2, "--overwrite"),
-             f"{model_link} is a symbolic link", str(here / "m.zarr"))
+    refused(cli("export", "-m", "m.zarr", "-o", link, "--overwrite"),
+            f"{link} is a symbolic link", "--output")
+    refused(cli("export", "-m", "m.zarr", "-o", fifo, "--overwrite"),
+            f"{fifo} is a named pipe", "--output")
+    refused(cli("fit", "-i", "c.zarr", "-o", model_link, "-r", 2, "--overwrite"),
+            f"{model_link} is a symbolic link", str(here / "m.zarr"))
     assert link.is_symlink() and model_link.is_symlink() and fifo.is_fifo()
     assert _tree(files) == before
 
@@ -241,10 +220,10 @@ def test_overwrite_never_replaces_a_link_a_pipe_or_a_device(here, tmp_path):
 def test_an_unwritable_output_is_not_reported_as_locked(here):
     if not os.path.isdir("/proc/self"):
         pytest.skip("needs /proc")
-    _refused(_cli("fit", "-i", "c.zarr", "-o", "/proc/c.zarr", "-r", 2),
-             "/proc/c.zarr: no output can be written there", "/proc/c.zarr.lock",
-             "No such file or directory")
-    result = _cli("fit", "-i", "c.zarr", "-o", "/proc/c.zarr", "-r", 2)
+    refused(cli("fit", "-i", "c.zarr", "-o", "/proc/c.zarr", "-r", 2),
+            "/proc/c.zarr: no output can be written there", "/proc/c.zarr.lock",
+            "No such file or directory")
+    result = cli("fit", "-i", "c.zarr", "-o", "/proc/c.zarr", "-r", 2)
     assert "being written by" not in result.output
 
 
@@ -257,9 +236,9 @@ def test_info_describes_an_index(here):
 def test_a_pipe_source_says_it_is_a_pipe(here, tmp_path):
     fifo = tmp_path / "fifo"
     os.mkfifo(fifo)
-    line = _refused(_cli("ingest", fifo, "-o", tmp_path / "p.zarr"),
-                    f"{fifo}: not a regular file or folder", "<(...)",
-                    "save it to a file first")
+    line = refused(cli("ingest", fifo, "-o", tmp_path / "p.zarr"),
+                   f"{fifo}: not a regular file or folder", "<(...)",
+                   "save it to a file first")
     assert "empty files" not in line
     assert not (tmp_path / "p.zarr").exists()
 
@@ -289,8 +268,8 @@ def test_index_damage_remedy_names_the_model_from_anywhere(here, tmp_path):
             group.attrs[digest] = "0" * 64
     group.attrs["model"] = {**group.attrs["model"], "path": "m.zarr"}  # built relatively
     os.chdir(tmp_path)  # elsewhere: m.zarr names nothing here
-    line = _refused(_cli("neighbors", "-m", here / "m.zarr", "--index", index,
-                         "--doc-id", "doc00"), "sphdist index --model ")
+    line = refused(cli("neighbors", "-m", here / "m.zarr", "--index", index,
+                       "--doc-id", "doc00"), "sphdist index --model ")
     assert "--model m.zarr " not in line
     assert "MODEL" in line and "relative to the directory the index was built in" in line
 

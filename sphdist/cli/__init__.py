@@ -14,6 +14,7 @@ import click
 
 from sphdist.cli._common import Group, setup_logging
 from sphdist.cli._remedies import render_for
+from sphdist.io import parse_storage_option, set_storage_options
 
 #: Each command's ``"module.attr"``, imported when the command is run (``sphdist neighbors``
 #: imports :mod:`sphdist.cli.use` only), or all of them for ``--help``
@@ -59,9 +60,6 @@ def main(
     ctx.obj = {"debug": debug}
     setup_logging(log_level, quiet)
     if storage_option:
-        # fsspec (with asyncio, about 60 ms): only a command line that gives the option
-        from sphdist.io import parse_storage_option, set_storage_options
-
         options: dict[str, dict[str, object]] = {}
         for text in storage_option:
             try:

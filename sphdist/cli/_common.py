@@ -27,6 +27,9 @@ import click
 from sphdist.cli._remedies import render_for, rendered
 from sphdist.core.params import PARAMS, Choice, Param, Range, describe
 from sphdist.errors import Interrupted, SphdistError, Text
+from sphdist.io import is_remote, is_storage_failure, location, storage_error
+from sphdist.jobs import _cluster_checks
+from sphdist.jobs._cluster_spec import ClusterConflictError, ClusterSpec
 
 logger = logging.getLogger("sphdist")
 
@@ -120,9 +123,6 @@ class StorePath(click.ParamType):
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
         """The path-like handle; an unknown protocol is a usage error."""
-        # fsspec (with asyncio, about 60 ms): `--help` and `--version` convert no path
-        from sphdist.io import is_remote, location
-
         try:
             path = location(value)
         except ValueError as exc:
@@ -272,8 +272,6 @@ class Group(CommandList):
                 ctx, f"{kind.__name__}: {exc}. To resolve this, {_REMEDIES[kind]}", kind.__name__
             ) from None
         except Exception as exc:  # an object store's client (botocore, aiohttp) failed
-            from sphdist.io import is_storage_failure  # fsspec: as in StorePath.convert
-
             if ctx.obj and ctx.obj.get("debug"):
                 raise
             if _no_worker_left(exc):  # the fit says it itself, with its --resume
@@ -451,8 +449,6 @@ def _urls(ctx: click.Context) -> list[str]:
 
 
 def _store_failure(ctx: click.Context, exc: BaseException) -> str:
-    from sphdist.io import storage_error  # fsspec: as in StorePath.convert
-
     return str(storage_error(_urls(ctx)[0], exc))
 
 
@@ -570,6 +566,8 @@ def _checked(name: str) -> Callable[[click.Context, click.Parameter, Any], Any]:
     """A click callback refusing a value with :mod:`sphdist.jobs.cluster`'s check ``name``.
 
     An option's own default is not checked (it is valid, and the check imports distributed).
+    The checks are those of :mod:`sphdist.jobs._cluster_checks`, which imports dask and
+    distributed only when one runs (:mod:`sphdist.jobs.cluster` imports dask).
     """
 
     def callback(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
@@ -578,10 +576,8 @@ def _checked(name: str) -> Callable[[click.Context, click.Parameter, Any], Any]:
             and ctx.get_parameter_source(param.name) is click.core.ParameterSource.DEFAULT
         ):
             return value
-        from sphdist.jobs import cluster  # dask: a value given, never --help (test_startup)
-
         try:
-            getattr(cluster, name)(value)
+            getattr(_cluster_checks, name)(value)
         except SphdistError as exc:
             raise click.BadParameter(render_for(ctx, exc), ctx, param) from None
         return value
@@ -673,9 +669,6 @@ def cluster_spec(ctx: click.Context, values: dict[str, Any]) -> Any:
     Its refusals of a combination are usage errors worded in the flags of the command line
     (and the environment variable, where the scheduler address came from there).
     """
-    # fsspec (through sphdist.jobs): a command that runs, never --help (test_startup)
-    from sphdist.jobs._cluster_spec import ClusterConflictError, ClusterSpec
-
     try:
         return ClusterSpec(
             address=values["scheduler_address"], n_workers=values["n_workers"],

@@ -16,6 +16,7 @@ from sphdist._words import plural
 from sphdist.cli._common import STORE_PATH, connect_options, json_option
 from sphdist.datasets import newsgroups_archive
 from sphdist.jobs import run
+from sphdist.jobs._cluster_spec import ClusterSpec
 from sphdist.text.defaults import DEFAULT_N_FEATURES, INGEST_DEFAULTS, MAX_CHUNK_SIZE, MAX_FEATURES
 from sphdist.text.sources import FORMATS
 
@@ -216,8 +217,6 @@ def _specs(paths: Any, *, fmt: str | None, categories: str | None, stop_words: s
 def _scheduler(address: str | None, n_workers: int | None) -> Any:
     """Where dask runs the ingest's tasks: a scheduler, a LocalCluster, or this process."""
     if address or (n_workers or 1) > 1:
-        from sphdist.jobs.cluster import ClusterSpec  # dask: a cluster's ingest only
-
         return connect_options(ClusterSpec(address, n_workers=None if address else n_workers))
     if n_workers == 1:
         import dask

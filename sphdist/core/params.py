@@ -45,7 +45,8 @@ from sphdist.errors import option
 
 __all__ = [
     "PARAMS", "SOLVER_PARAMS", "RESUME_PARAMS", "STEP_MODES", "MAX_STEP", "POLAR_METHODS",
-    "PARTIAL_FORMATS", "DEVICES", "RENAMED", "Param", "Range", "Choice", "FitConfig", "accepts",
+    "PARTIAL_FORMATS", "DEVICES", "RENAMED", "Param", "Range", "Choice", "SolverParameters",
+    "FitConfig", "accepts",
     "validate", "defaults", "describe", "current_names",
 ]
 
@@ -409,16 +410,12 @@ def defaults(names: Sequence[str] = SOLVER_PARAMS) -> dict[str, Any]:
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class FitConfig:
-    """The parameters of one Spherical PCA fit: one attribute per name of :data:`SOLVER_PARAMS`.
+class SolverParameters:
+    """The solver's parameters as fields: one per name of :data:`SOLVER_PARAMS`, keywords.
 
-    Built once where a fit starts: by :meth:`build` (the table's defaults, validated), or
-    constructed (its fields' defaults are the table's) and validated by :meth:`checked` (what
-    :class:`sphdist.jobs.fit.FitRequest` does); passed down to the solver
-    (:func:`sphdist.core.solver.fit` takes it as ``config``), its functions and the graph's
-    pass. Each attribute's meaning, constraint and default are its row of :data:`PARAMS`;
-    ``n_components`` has no default (the estimator's 2 is its own, the command line's is
-    :data:`sphdist.jobs.params.N_COMPONENTS`).
+    Each field's default is its row's of :data:`PARAMS` (``n_components`` has none: a fit
+    says its r). Declared once, for :class:`FitConfig` and for the fit job's request
+    (:class:`sphdist.jobs.fit.FitRequest`), whose fields they are too.
 
     Attributes
     ----------
@@ -440,7 +437,7 @@ class FitConfig:
         Fan-in of the reduction tree.
     dtype : numpy.dtype
         float64 or float32: compute dtype of ``U^T X`` and of V (as given until
-        :meth:`checked`, a ``numpy.dtype`` after).
+        :meth:`FitConfig.checked`, a ``numpy.dtype`` after).
     polar : {"auto", "svd", "gram"}
         Route of the U-step's polar factor.
     partials : {"auto", "rows", "dense"}
@@ -449,11 +446,6 @@ class FitConfig:
         Extrapolated exact U-step (:func:`sphdist.core.solver.iterate`).
     device : {"cpu", "cuda"}
         Where the chunk kernels run (:func:`sphdist.core.kernels.pass_block`).
-
-    Examples
-    --------
-    >>> FitConfig.build(n_components=3).split_every
-    8
     """
 
     n_components: int  # no default: a fit says its r
@@ -470,6 +462,26 @@ class FitConfig:
     partials: str = PARAMS["partials"].default
     accelerate: bool = PARAMS["accelerate"].default
     device: str = PARAMS["device"].default
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class FitConfig(SolverParameters):
+    """The parameters of one Spherical PCA fit: one attribute per name of :data:`SOLVER_PARAMS`.
+
+    Built once where a fit starts: by :meth:`build` (the table's defaults, validated), or
+    constructed (its fields' defaults are the table's) and validated by :meth:`checked` (what
+    :class:`sphdist.jobs.fit.FitRequest` does); passed down to the solver
+    (:func:`sphdist.core.solver.fit` takes it as ``config``), its functions and the graph's
+    pass. Each attribute's meaning, constraint and default are its row of :data:`PARAMS`;
+    ``n_components`` has no default (the estimator's 2 is its own, the command line's is
+    :data:`sphdist.jobs.params.N_COMPONENTS`).
+
+    Examples
+    --------
+    >>> FitConfig.build(n_components=3).split_every
+    8
+    """
+
     @classmethod
     def build(cls, caller: str = "sphdist.core.solver.fit", **values: Any) -> FitConfig:
         """The configuration of ``values``, the table's defaults for the others, validated.
@@ -532,7 +544,7 @@ class FitConfig:
 
 
 def _init_n_iter(self: FitConfig) -> int:
-    """Old name of :attr:`FitConfig.n_power_iter` (:data:`RENAMED`), until the next release."""
+    """Old name of :attr:`~sphdist.core.params.SolverParameters.n_power_iter` (:data:`RENAMED`)."""
     warnings.warn("FitConfig.init_n_iter was renamed n_power_iter and is readable until the next "
                   "release.", FutureWarning, stacklevel=2)
     return self.n_power_iter

@@ -26,10 +26,7 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
-from typing import Any
-
-import fsspec
-import fsspec.config
+from typing import TYPE_CHECKING, Any
 
 from sphdist.errors import ParameterError, SphdistError, StorageError, option, words_for
 
@@ -40,6 +37,9 @@ __all__ = [
     "is_storage_failure", "listing_command", "removal_command", "join", "glob",
     "replace_file", "fsync_directory", "fsync_tree", "local_path",
 ]
+
+if TYPE_CHECKING:
+    import fsspec
 
 _URL = re.compile(r"^(?P<protocol>[A-Za-z][A-Za-z0-9+.-]*)://")
 
@@ -135,6 +135,7 @@ def location(path: str | os.PathLike[str]) -> Path:
     protocol = protocol_of(path)
     if protocol is None:
         return Path(path)
+    import fsspec.config  # with asyncio, about 60 ms: for a URL, never a local path
     from upath import UPath
 
     if protocol in ("file", "local"):  # zarr writes file:// through fsspec: parents on demand
@@ -151,6 +152,8 @@ def location(path: str | os.PathLike[str]) -> Path:
 
 def filesystem(path: str | os.PathLike[str]) -> tuple[fsspec.AbstractFileSystem, str]:
     """The fsspec filesystem of ``path`` and the path within it (with the configured options)."""
+    import fsspec.core
+
     fs, inner = fsspec.core.url_to_fs(str(path))
     return fs, inner
 
@@ -487,6 +490,8 @@ def set_storage_options(options: dict[str, dict[str, Any]]) -> None:
     before are dropped so none keeps the old options. :func:`storage_options` returns what was
     given, for the workers (:func:`apply_storage_options`).
     """
+    import fsspec.config
+
     for protocol, values in options.items():
         _GIVEN.setdefault(protocol, {}).update(values)
         fsspec.config.conf.setdefault(protocol, {}).update(values)

@@ -98,11 +98,17 @@ def reingest_remedy(
     found = bool(sources) and all(glob.glob(s) or Path(s).exists() for s in sources)
     cleaning = (model.corpus.get("tfidf") or {}).get("remove") or []
     notes = []
-    if found and "headers" in cleaning and _emptied_by(cleaning, sources, ingest):
-        options["remove_headers"] = False  # the cleaning the like inherits would empty them
-        notes.append(option("remove_headers", False) + ": the model's "
-                     + option("remove_headers", True)
-                     + " would leave most of these documents empty: they have no header block")
+    if found and "headers" in cleaning:
+        # scikit-learn (the cleaning) and the text sources, for this hint alone: a neighbour
+        # query imports this module and must import neither (tests/cli/test_startup.py)
+        from sphdist.text._passes import emptied_by
+
+        if emptied_by(cleaning, sources, ingest):
+            options["remove_headers"] = False  # the cleaning the like inherits would empty them
+            notes.append(option("remove_headers", False) + ": the model's "
+                         + option("remove_headers", True)
+                         + " would leave most of these documents empty: they have no header "
+                         "block")
     existing = [str(p) for p in (like, emb) if committed(p)]
     if existing:
         notes.append(option("overwrite", True) + f": {' and '.join(existing)} "
@@ -123,37 +129,3 @@ def reingest_remedy(
     where = f" ({'; '.join(notes)})" if notes else ""
     return ("re-ingest its documents with the model's features and idf, then embed them: "
             + remedy(*commands) + f"{where}")
-
-
-def _emptied_by(remove: list[str], sources: list[str], ingest: dict[str, Any],
-                n: int = 200) -> bool:
-    """Whether the news cleaning ``remove`` empties most of the first documents of a source.
-
-    The first ``n`` documents of ``sources`` are read as the corpus recorded (format, fields,
-    encoding): one-line JSON Lines, CSV or Parquet texts have no header block, and
-    scikit-learn's header stripper leaves nothing of them. If reading fails, the format
-    decides (JSON Lines, CSV and Parquet hold no mail headers).
-    """
-    # scikit-learn (the cleaning) and the text sources: a neighbour query imports this module
-    # and must import neither (tests/cli/test_startup.py); only this hint reads documents
-    from sphdist.text import clean
-    from sphdist.text._documents import Reading
-    from sphdist.text.sources import JsonlPartition, plan
-
-    fmt, fields = ingest.get("format"), ingest.get("fields") or {}
-    try:
-        reading = Reading(encoding=ingest.get("encoding") or "latin-1",
-                          text_field=fields.get("text") or "text",
-                          label_field=fields.get("label"), id_field=fields.get("id"))
-        if fmt == "jsonl":  # the first lines only: planning scans every line of the files
-            first = sorted(glob.glob(sources[0])) or [sources[0]]
-            partitions = [JsonlPartition(first[0], 0, 1, n)]
-        else:
-            partitions = plan(sources, format=fmt, reading=reading, partition_size=n).partitions
-        texts = [r[1] for r in partitions[0].records(reading)
-                 if isinstance(r, tuple) and r[1].strip()][:n]
-        order = tuple(r for r in ("headers", "footers", "quotes") if r in remove)
-        emptied = sum(not clean(t, order).strip() for t in texts)
-    except Exception:  # noqa: BLE001 - only a hint for the remedy; the ingest reports errors
-        return fmt in ("jsonl", "csv", "parquet")
-    return 2 * emptied > len(texts)

@@ -56,10 +56,10 @@ from sphdist.jobs import cluster
 from sphdist.jobs._lifecycle import Request, located
 from sphdist.jobs.params import (
     JOB_PARAMS,
-    PARAMS,
     RESUME_KEYS,
     SOLVER_PARAMS,
     FitConfig,
+    SolverParameters,
     recorded_params,
     resume_value,
     validate,
@@ -89,7 +89,22 @@ class _Opened:
 
 
 @dataclasses.dataclass(frozen=True)
-class FitRequest(Request):
+class _Where(Request):
+    """A fit's first fields: its corpus and model, and what it does with a model there.
+
+    Before the solver's parameters (:class:`~sphdist.core.params.SolverParameters`): a
+    dataclass' fields are its bases' first, and a remedy names the fields in their order.
+    """
+
+    input: Any
+    output: Any
+    _: dataclasses.KW_ONLY
+    resume: bool = False
+    overwrite: bool = False
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class FitRequest(SolverParameters, _Where):
     """``sphdist fit``: Spherical PCA of a stored corpus, checkpointed to ``output``.
 
     Run it with :func:`sphdist.jobs.run`: ``run(FitRequest("c.zarr", "m.zarr",
@@ -205,25 +220,6 @@ class FitRequest(Request):
     #: result depends on them), as the remedies before this request.
     quiet: ClassVar[tuple[str, ...]] = ("callback", "memory_budget", "retries")
 
-    input: Any
-    output: Any
-    _: dataclasses.KW_ONLY
-    resume: bool = False
-    overwrite: bool = False
-    n_components: int  # no default: a fit says its r
-    lam: float | str = PARAMS["lam"].default
-    mu: float | str = PARAMS["mu"].default
-    max_iter: int = PARAMS["max_iter"].default
-    tol: float = PARAMS["tol"].default
-    init: str = PARAMS["init"].default
-    random_state: Any = PARAMS["random_state"].default
-    n_power_iter: int = PARAMS["n_power_iter"].default
-    split_every: int = PARAMS["split_every"].default
-    dtype: Any = PARAMS["dtype"].default
-    polar: str = PARAMS["polar"].default
-    partials: str = PARAMS["partials"].default
-    accelerate: bool = PARAMS["accelerate"].default
-    device: str = PARAMS["device"].default
     init_from: Any = None
     checkpoint_every: int = JOB_PARAMS["checkpoint_every"].default
     checkpoint_interval: float = JOB_PARAMS["checkpoint_interval"].default

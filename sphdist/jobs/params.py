@@ -5,8 +5,8 @@ only the fit job has (how often it checkpoints, how often it restarts after a wo
 :data:`JOB_PARAMS` here, in the same form, so that ``sphdist fit`` derives their options the
 same way (:func:`sphdist.cli._common.param_option`). :class:`sphdist.jobs.fit.FitRequest` has a
 field for each row of the two tables, whose defaults are the tables'. What the job reads of the
-solver's table is imported here too (``PARAMS``, ``SOLVER_PARAMS``, ``defaults``,
-``validate``), so that the job has one module of parameters.
+solver's table is imported here too (``PARAMS``, ``SOLVER_PARAMS``, ``SolverParameters``,
+``defaults``, ``validate``), so that the job has one module of parameters.
 
 Whether a checkpoint resumes is a matter of parameters too: :data:`RESUME_KEYS` (what must
 match), read from a checkpoint by :func:`recorded_params` and compared as
@@ -31,6 +31,7 @@ from sphdist.core.params import (  # noqa: F401  (the job's view of the solver's
     FitConfig,
     Param,
     Range,
+    SolverParameters,
     current_names,
     defaults,
     validate,

@@ -12,9 +12,11 @@ a ``distributed`` worker alike.
 from __future__ import annotations
 
 import gc
+import glob
 import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
@@ -23,7 +25,7 @@ from zarr.codecs import ZstdCodec
 from sphdist.errors import DataError, option
 from sphdist.io import join, load_array, open_file, remove
 from sphdist.io.corpus_writer import store_chunk
-from sphdist.text.sources import Bad, Partition, Reading
+from sphdist.text.sources import Bad, JsonlPartition, Partition, Reading, plan
 from sphdist.text.tfidf import (
     TextOptions,
     limit_features,
@@ -50,7 +52,7 @@ else:
 
 __all__ = [
     "BATCH_CHARS", "STRIPPERS", "CountJob", "Counts", "WeightJob", "clean", "count_partition",
-    "features", "ignore_interrupts", "repeated_ids", "save_strings", "weight_chunk",
+    "emptied_by", "features", "ignore_interrupts", "repeated_ids", "save_strings", "weight_chunk",
 ]
 
 _N_EXAMPLES = 5  # skipped documents named in the summary
@@ -217,6 +219,35 @@ def clean(text: str, remove: tuple[str, ...]) -> str:
     for part in remove:
         text = STRIPPERS[part](text)  # type: ignore[index]
     return text
+
+
+def emptied_by(remove: list[str], sources: list[str], ingest: dict[str, Any],
+               n: int = 200) -> bool:
+    """Whether the news cleaning ``remove`` empties most of the first documents of a source.
+
+    The first ``n`` documents of ``sources`` are read as the corpus recorded (format, fields,
+    encoding: its ``ingest`` attribute): one-line JSON Lines, CSV or Parquet texts have no
+    header block, and scikit-learn's header stripper leaves nothing of them. If reading fails,
+    the format decides (JSON Lines, CSV and Parquet hold no mail headers). The hint of a
+    re-ingest's remedy (:func:`sphdist.jobs.embedding.reingest_remedy`).
+    """
+    fmt, fields = ingest.get("format"), ingest.get("fields") or {}
+    try:
+        reading = Reading(encoding=ingest.get("encoding") or "latin-1",
+                          text_field=fields.get("text") or "text",
+                          label_field=fields.get("label"), id_field=fields.get("id"))
+        if fmt == "jsonl":  # the first lines only: planning scans every line of the files
+            first = sorted(glob.glob(sources[0])) or [sources[0]]
+            partitions = [JsonlPartition(first[0], 0, 1, n)]
+        else:
+            partitions = plan(sources, format=fmt, reading=reading, partition_size=n).partitions
+        texts = [r[1] for r in partitions[0].records(reading)
+                 if isinstance(r, tuple) and r[1].strip()][:n]
+        order = tuple(r for r in ("headers", "footers", "quotes") if r in remove)
+        emptied = sum(not clean(t, order).strip() for t in texts)
+    except Exception:  # noqa: BLE001 - only a hint for the remedy; the ingest reports errors
+        return fmt in ("jsonl", "csv", "parquet")
+    return 2 * emptied > len(texts)
 
 
 def id_hash(doc_id: str) -> int:

@@ -10,6 +10,7 @@ of the embeddings); :func:`check_k` refuses a ``k`` larger than the candidates.
 
 from __future__ import annotations
 
+import abc
 import dataclasses
 import logging
 import os
@@ -27,6 +28,7 @@ from sphdist.io.model import Model, open_model
 from sphdist.jobs._cluster_paths import task_path
 from sphdist.jobs._lifecycle import Request, located
 from sphdist.jobs.embedding import EmbeddingSource, open_embedding_source
+from sphdist.jobs.neighbors._request import NeighborRequest
 
 logger = logging.getLogger("sphdist")
 
@@ -399,6 +401,76 @@ def search(
         empty = (np.full((Q.shape[1], 0), -1, dtype=np.int64), np.zeros((Q.shape[1], 0)))
         idx, cos = top_k_merge((idx, cos), empty, k)
     return idx, cos
+
+
+@dataclasses.dataclass(frozen=True)
+class SearchRequest(Request):
+    """What the searches of queries share: the model, and how and where they search.
+
+    The base of :class:`~sphdist.jobs.neighbors.QueryRequest` (one query) and
+    :class:`~sphdist.jobs.neighbors.BatchNeighborsRequest` (many), which add their queries
+    (and the batch its output) and :meth:`~sphdist.jobs.Request.execute`. Built, it locates
+    the model, the documents and the index once; :meth:`asks` checks the queries with these
+    fields (:class:`NeighborRequest`), :meth:`prepare` opens what is searched.
+
+    Parameters
+    ----------
+    model : path-like
+    k, include_self, input, index, exact, nprobe
+        As :class:`NeighborRequest`; keywords.
+    """
+
+    command: ClassVar[str] = "neighbors"
+    targets: ClassVar[tuple[str, ...]] = ("model", "input")
+
+    model: Any
+    _: dataclasses.KW_ONLY
+    k: int = 10
+    include_self: bool = False
+    input: Any = None
+    index: Any = None
+    exact: bool = False
+    nprobe: int | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("model", "input", "index"):
+            object.__setattr__(self, name, located(getattr(self, name)))
+
+    def asks(self, **queries: Any) -> NeighborRequest:
+        """The :class:`NeighborRequest` of ``queries`` searched as this request says: its checks.
+
+        Raises
+        ------
+        ParameterError
+            As :class:`NeighborRequest`.
+        """
+        return NeighborRequest(**queries, k=self.k, include_self=self.include_self,
+                               input=self.input, index=self.index, exact=self.exact,
+                               nprobe=self.nprobe)
+
+    def inputs(self) -> tuple[Any, ...]:
+        """The model, the documents and the index, where given."""
+        return (self.model, self.input, self.index)
+
+    def prepare(self) -> tuple[Model, EmbeddingSource, Any, Path | None]:
+        """The model, the embeddings and the index searched (:func:`find_index`), checked.
+
+        Returns
+        -------
+        tuple
+            The model, the embeddings (:func:`~sphdist.jobs.embedding.open_embedding_source`),
+            the loaded index or None (an exact scan), and its path or None.
+        """
+        source = open_embedding_source(self.model, self.input, verb="neighbors",
+                                       rest=self.asked())  # roles first
+        fitted = open_model(self.model)
+        found, path = find_index(self.model, source, fitted, self.input, index=self.index,
+                                 exact=self.exact, nprobe=self.nprobe)
+        return fitted, source, found, path
+
+    @abc.abstractmethod
+    def asked(self) -> dict[str, Any]:
+        """The queries (and the output) asked, as a refusal's remedies name them."""
 
 
 def _check_hits(index: Any, source: EmbeddingSource, idx: np.ndarray) -> None:

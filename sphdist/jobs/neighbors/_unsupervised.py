@@ -11,26 +11,23 @@ import dataclasses
 import os
 import time
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any, ClassVar
 
 import numpy as np
 
 from sphdist.errors import DataError, InputNotFoundError, ParameterError, Remedy, option
 from sphdist.io import Output, exists, open_file
-from sphdist.io.model import Model, open_model
-from sphdist.jobs._lifecycle import Request, located
+from sphdist.jobs._lifecycle import located
 from sphdist.jobs.embedding import (
     EmbeddingSource,
     document_embedding,
     embed_texts,
     ids_like,
     nearest_neighbors,
-    open_embedding_source,
 )
-from sphdist.jobs.neighbors._base import _say, _skip, check_k, find_index, search
+from sphdist.jobs.neighbors._base import SearchRequest, _say, _skip, check_k, search
 from sphdist.jobs.neighbors._hits import HIT_FORMATS, hits_table, write_hits
-from sphdist.jobs.neighbors._request import NeighborRequest, QueryLines
+from sphdist.jobs.neighbors._request import QueryLines
 
 ON_ERROR = ("fail", "skip")
 
@@ -146,17 +143,8 @@ def _columns_of(source: EmbeddingSource, positions: np.ndarray) -> np.ndarray:
     return out
 
 
-def _open(model: Any, input: Any, rest: dict[str, Any], index: Any, exact: bool,
-          nprobe: int | None) -> tuple[Model, EmbeddingSource, Any, Path | None]:
-    source = open_embedding_source(model, input, verb="neighbors", rest=rest)  # roles first
-    fitted = open_model(model)
-    found, path = find_index(model, source, fitted, input, index=index, exact=exact,
-                             nprobe=nprobe)
-    return fitted, source, found, path
-
-
 @dataclasses.dataclass(frozen=True)
-class QueryRequest(Request):
+class QueryRequest(SearchRequest):
     """``sphdist neighbors --query/--doc-id``: the k nearest documents of one text or document.
 
     Run by :func:`sphdist.jobs.run`, which returns the report below; nothing is written.
@@ -193,40 +181,22 @@ class QueryRequest(Request):
     :func:`~sphdist.jobs.embedding.open_embedding_source`.
     """
 
-    command: ClassVar[str] = "neighbors"
     writes: ClassVar[str | None] = None
-    targets: ClassVar[tuple[str, ...]] = ("model", "input")
 
-    model: Any
     _: dataclasses.KW_ONLY
     query: str | None = None
     doc_id: str | None = None
-    k: int = 10
-    include_self: bool = False
-    input: Any = None
-    index: Any = None
-    exact: bool = False
-    nprobe: int | None = None
 
     def __post_init__(self) -> None:
-        for name in ("model", "input", "index"):
-            object.__setattr__(self, name, located(getattr(self, name)))
+        super().__post_init__()
         if self.query is None and self.doc_id is None:  # NeighborRequest: one of four
             raise ParameterError("no query given. To resolve this, pass a query (a text) or "
                                  "a doc_id (a document).")
-        NeighborRequest(query=self.query, doc_id=self.doc_id, k=self.k,
-                        include_self=self.include_self, input=self.input, index=self.index,
-                        exact=self.exact, nprobe=self.nprobe)  # its checks
+        self.asks(query=self.query, doc_id=self.doc_id)  # its checks
 
-    def inputs(self) -> tuple[Any, ...]:
-        """The model, the documents and the index, where given."""
-        return (self.model, self.input, self.index)
-
-    def prepare(self) -> tuple[Any, ...]:
-        """The model, the embeddings and the index searched, opened and checked."""
-        rest = ({"doc_id": self.doc_id} if self.doc_id is not None
-                else {"query": str(self.query)})
-        return _open(self.model, self.input, rest, self.index, self.exact, self.nprobe)
+    def asked(self) -> dict[str, Any]:
+        """The document or the text asked."""
+        return {"doc_id": self.doc_id} if self.doc_id is not None else {"query": str(self.query)}
 
     def execute(self, held: None, prepared: tuple[Any, ...]) -> dict[str, Any]:
         """Embed the query (or read the document's embedding) and find its neighbours."""
@@ -264,7 +234,7 @@ class QueryRequest(Request):
 
 
 @dataclasses.dataclass(frozen=True)
-class BatchNeighborsRequest(Request):
+class BatchNeighborsRequest(SearchRequest):
     """``sphdist neighbors --queries``: the k nearest documents of many queries, as a table.
 
     Run by :func:`sphdist.jobs.run`, which returns a dict: ``output``, ``format``, ``n_rows``,
@@ -311,31 +281,21 @@ class BatchNeighborsRequest(Request):
     the remedy); CorpusMismatchError, ModelFormatError as :func:`find_index`.
     """
 
-    command: ClassVar[str] = "neighbors"
-    targets: ClassVar[tuple[str, ...]] = ("model", "input")
     formats: ClassVar[dict[str, str]] = HIT_FORMATS
 
-    model: Any
     output: Any
     queries: Sequence[str] | QueryLines
     ids: bool = False
-    k: int = 10
-    include_self: bool = False
-    input: Any = None
-    index: Any = None
-    exact: bool = False
-    nprobe: int | None = None
     format: str | None = None
     on_error: str = "fail"
     overwrite: bool = False
+
     def __post_init__(self) -> None:
-        for name in ("model", "input", "index", "output"):
-            object.__setattr__(self, name, located(getattr(self, name)))
+        super().__post_init__()
+        object.__setattr__(self, "output", located(self.output))
         if self.on_error not in ON_ERROR:
             raise ParameterError(f"on_error={self.on_error!r}: expected one of {list(ON_ERROR)}.")
-        NeighborRequest(queries=self.queries, ids=self.ids, k=self.k,
-                        include_self=self.include_self, input=self.input, index=self.index,
-                        exact=self.exact, nprobe=self.nprobe)  # its checks
+        self.asks(queries=self.queries, ids=self.ids)  # its checks
         if not self.texts:
             raise ParameterError("no query given. To resolve this, pass at least one query.")
 
@@ -354,23 +314,17 @@ class BatchNeighborsRequest(Request):
         fixed = dataclasses.replace(self, **{"format": None, **changes}) if changes else self
         given = {"model": str(fixed.model),
                  **({"input": str(fixed.input)} if fixed.input is not None else {})}
-        file = fixed.lines.path if fixed.lines is not None else "FILE"
-        asked = {"queries": str(file), **({"ids": True} if fixed.ids else {})}
-        written = {} if fixed.output is None else {"output": str(fixed.output)}
-        return Remedy("neighbors", given, {**asked, **written}, say)
+        return Remedy("neighbors", given, fixed.asked(), say)
 
     def inputs(self) -> tuple[Any, ...]:
         """The model, the documents, the index and the queries file, where given."""
-        return (self.model, self.input, self.index,
-                None if self.lines is None else self.lines.path)
+        return (*super().inputs(), None if self.lines is None else self.lines.path)
 
-    def prepare(self) -> tuple[Any, ...]:
-        """The model, the embeddings and the index searched, opened and checked."""
+    def asked(self) -> dict[str, Any]:
+        """The queries file (or ``FILE`` for a list), ``ids``, and the output, where given."""
         asked = {"queries": str(self.lines.path if self.lines is not None else "FILE"),
                  **({"ids": True} if self.ids else {})}
-        written = {} if self.output is None else {"output": str(self.output)}
-        return _open(self.model, self.input, {**asked, **written},
-                     self.index, self.exact, self.nprobe)
+        return {**asked, **({} if self.output is None else {"output": str(self.output)})}
 
     @property
     def writes(self) -> str | None:  # type: ignore[override]
