@@ -264,7 +264,7 @@ def markdown(results: dict) -> str:
               help="Save a PNG of --page as headless Chromium draws it (1200 x 900).")
 @click.option("--before", metavar="LABEL",
               help="Keep the --scale runs of map.json that these replace, under this label "
-                   "(e.g. 'before, commit abc1234'), in their own sections.")
+                   "(e.g. 'before, commit abc1234'), in their own sections (older ones kept).")
 def main(model, neighbourhoods, sizes, seed, work_dir, page, screenshot, before):
     """Compare layouts at 20 Newsgroups, and time layout and page at scale."""
     work = Path(work_dir or tempfile.mkdtemp(prefix="map_bench-"))
@@ -283,8 +283,9 @@ def main(model, neighbourhoods, sizes, seed, work_dir, page, screenshot, before)
             runs.append(scale(n, where, seed))
             click.echo(json.dumps(runs[-1], indent=1))
         results["scale"] = runs
-        if before:  # the runs replaced, kept under their label
-            results["scale_before"] = [dict(run, label=before) for run in saved_runs]
+        if before:  # the runs replaced, kept under their label, before the older ones
+            results["scale_before"] = ([dict(run, label=before) for run in saved_runs]
+                                       + results.get("scale_before", []))
     if screenshot is not None:
         click.echo(f"{page} drawn in {draw_seconds(page, screenshot=screenshot):.1f} s: "
                    f"{screenshot}")
