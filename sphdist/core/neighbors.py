@@ -121,7 +121,9 @@ def _scratch(n_q: int, n_c: int) -> np.ndarray:
     """An (n_q, n_c) float64 C-ordered array of this thread, reused by its next call.
 
     Its values are garbage; the caller overwrites them. The thread holds the largest such
-    array it was asked for until it ends (a Dask pool's threads end with their graph).
+    array it was asked for until it ends: a local Dask pool's threads end with their graph
+    (:func:`sphdist.core.graph.computing`), a distributed worker's threads each keep one
+    block, 64 MiB for 2,048 queries x 4,096 documents.
     """
     size = n_q * n_c
     buf = getattr(_SCRATCH, "buf", None)
