@@ -272,7 +272,14 @@ def markdown(results: dict) -> str:
             "5.5 / 9.9 (4.87); 100,000 documents, after 52.6 / 58.3 (4.96), before 80.9 / "
             "125.2 (4.80); earlier, before 92.5 / 108.9 (1.63), after 51.3 / 74.0 (3.36). "
             "The scheduler keeps both cores busy: at 30,000 documents both threads were "
-            "inside a block for 9.1 s of the 11.9 s (load 5.2).", "",
+            "inside a block for 9.1 s of the 11.9 s (load 5.2). `sphdist layout -m m.zarr "
+            "--seed 0` at 100,000 documents, the two trees alternately (2026-12-03 "
+            "19:07-19:17 UTC; wall s, user + sys CPU s, of which the graph's wall s, load at "
+            "the start): before 133.0, 102.8 + 13.5, 95.8 (3.52); after 88.8, 91.3 + 5.0, "
+            "50.0 (3.33); after 74.6, 85.5 + 6.0, 39.6 (2.75); before 141.0, 111.6 + 18.5, "
+            "93.0 (2.05): the 2-minute target met at load 2-3 (the system CPU is the page "
+            "faults of a fresh block each task, gone); coordinates, neighbours and cosines "
+            "of the two trees' layouts identical bit for bit.", "",
             "Not adopted: candidates from a float32 product, re-scored in float64. sgemm takes "
             "12 ms a block against dgemm's 22, but a float64 cosine is not a function of its "
             "two vectors alone: it depends on where the pair falls in the BLAS's blocking. On "
