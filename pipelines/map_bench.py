@@ -252,7 +252,11 @@ def markdown(results: dict) -> str:
             "was lost: a legend grouped by a column (`legend_field`) never hid one group on a "
             "click (Bokeh's interactive legends work per renderer), it hid every point. At "
             "load 4 the one paint of 100,000 points took 2.9 s of the 5.2 s, the page laid out "
-            "1.5 s after opening (Bokeh's `_actual_paint` timed in the page).", "",
+            "1.5 s after opening (Bokeh's `_actual_paint` timed in the page). The two pages of "
+            "one 100,000-document layout (`sphdist map` of the tree before, a2b102d, and of "
+            "this one), drawn alternately (`draw_seconds`, 2026-12-03 19:18 UTC, load "
+            "1.6-1.9): before 3.83, 3.15, 6.58 s; after 2.16, 2.29, 4.15 s: under the 3 s "
+            "target at that load but for the last, not at load 4.", "",
             "What the exact graph's seconds are (commit 88218de; r = 50, blocks of 2,048 "
             "queries x 4,096 documents, one BLAS thread per task, two tasks at once): per "
             "block, the float64 product (dgemm) and the search of each row's k best. The "
