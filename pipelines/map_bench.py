@@ -236,14 +236,65 @@ def markdown(results: dict) -> str:
                   f"{sc['draw_load']}; WebGL in software, SwiftShader: no GPU here).", ""]
     if results.get("scale"):
         lines += [
-            "What the draw's seconds are (Chromium's CPU profile of a 100,000-point page, "
-            "2026-12-03, Bokeh 3.9.2, load 9-13): about 80% is Bokeh painting the WebGL "
+            "What the draw's seconds were (Chromium's CPU profile of a 100,000-point page, "
+            "2026-12-03, Bokeh 3.9.2, load 9-13): about 80% was Bokeh painting the WebGL "
             "scatter twice (once when laid out, once more at the next animation frame), each "
             "paint 2.2-2.6 s of SwiftShader behind `blit_webgl`; decoding the data 0.2 s (x, y "
             "and the neighbours are already binary float32 / int32 arrays, the strings JSON). "
-            "Marker size 3 instead of 4, opaque points, square markers, no legend, no title, "
-            "fixed ranges or a fixed size each left a paint at 2.2-2.6 s: on software WebGL "
-            "the points' count, not the page, sets the time.", ""]
+            "Marker size 3 instead of 4, opaque points, square markers, no title, fixed ranges "
+            "or a fixed size each left a paint at 2.2-2.6 s: on software WebGL the points' "
+            "count, not the page, sets the time of a paint. The second paint was Bokeh's "
+            "Legend's (3.9.2): its `after_render` asks the plot for a paint and its "
+            "ResizeObserver's first call for a layout, both a full repaint of every point at "
+            "the next frame after the plot painted when laid out. Since commit ba29e67 the "
+            "legend is HTML under the map (each group's colour beside its name), and the "
+            "points are painted once (`tests/test_map_browser.py` counts the paints); nothing "
+            "was lost: a legend grouped by a column (`legend_field`) never hid one group on a "
+            "click (Bokeh's interactive legends work per renderer), it hid every point. At "
+            "load 4 the one paint of 100,000 points took 2.9 s of the 5.2 s, the page laid out "
+            "1.5 s after opening (Bokeh's `_actual_paint` timed in the page). The two pages of "
+            "one 100,000-document layout (`sphdist map` of the tree before, a2b102d, and of "
+            "this one), drawn alternately (`draw_seconds`, 2026-12-03 19:18 UTC, load "
+            "1.6-1.9): before 3.83, 3.15, 6.58 s; after 2.16, 2.29, 4.15 s: under the 3 s "
+            "target at that load but for the last, not at load 4.", "",
+            "What the exact graph's seconds are (commit 88218de; r = 50, blocks of 2,048 "
+            "queries x 4,096 documents, one BLAS thread per task, two tasks at once): per "
+            "block, the float64 product (dgemm) and the search of each row's k best. The "
+            "search took 30-35 ms a block (thread CPU, a block of the 30,000-document model, "
+            "load 1-2) and takes 18 ms: the group maxima are one strided reduction "
+            "(`reshape(n_q, b, g).max(axis=1)`, 5 ms) instead of b passes, the groups reaching "
+            "the bound are gathered by their flat positions, and the survivors (about 10.2 a "
+            "row) sorted row by row in a small table instead of one lexsort of every "
+            "candidate. The product is written into a buffer each thread reuses: 22 ms "
+            "instead of 29 ms, a fresh 64 MiB block page-faulting. The graph is the same bit "
+            "for bit (indices and cosines compared as integers at 30,000 and 100,000 "
+            "documents; `tests/core/test_neighbors_kernels.py` compares a chunk's k best with "
+            "a full sort of the chunk's own product on ties, near-ties, r = 1 and 2). The "
+            "graph alone, the tree before (a2b102d) and this one alternately, in one run "
+            "(CPU s / wall s, load at the start): 30,000 documents, before 8.7 / 11.5 (4.54), "
+            "8.4 / 9.9 (4.72), 8.8 / 16.0 (4.51), after 5.0 / 6.3 (4.79), 5.0 / 6.3 (4.55), "
+            "5.5 / 9.9 (4.87); 100,000 documents, after 52.6 / 58.3 (4.96), before 80.9 / "
+            "125.2 (4.80); earlier, before 92.5 / 108.9 (1.63), after 51.3 / 74.0 (3.36). "
+            "The scheduler keeps both cores busy: at 30,000 documents both threads were "
+            "inside a block for 9.1 s of the 11.9 s (load 5.2). `sphdist layout -m m.zarr "
+            "--seed 0` at 100,000 documents, the two trees alternately (2026-12-03 "
+            "19:07-19:17 UTC; wall s, user + sys CPU s, of which the graph's wall s, load at "
+            "the start): before 133.0, 102.8 + 13.5, 95.8 (3.52); after 88.8, 91.3 + 5.0, "
+            "50.0 (3.33); after 74.6, 85.5 + 6.0, 39.6 (2.75); before 141.0, 111.6 + 18.5, "
+            "93.0 (2.05): the 2-minute target met at load 2-3 (the system CPU is the page "
+            "faults of a fresh block each task, gone); coordinates, neighbours and cosines "
+            "of the two trees' layouts identical bit for bit.", "",
+            "Not adopted: candidates from a float32 product, re-scored in float64. sgemm takes "
+            "12 ms a block against dgemm's 22, but a float64 cosine is not a function of its "
+            "two vectors alone: it depends on where the pair falls in the BLAS's blocking. On "
+            "this machine's OpenBLAS 0.3.31 (SkylakeX kernels), recomputing pairs of a 2,048 x "
+            "4,096 product (r = 50) in other shapes changed the last bit of 0.5% (a sub-block "
+            "at another offset), 3% (gathered rows, in products of 8 rows) and 80% (one row "
+            "at a time: gemv) of them; products of 16 rows matched at r <= 300 but changed 93% "
+            "at r = 500 (another kernel): an accident of the tiling, nothing to build on. A "
+            "re-scored graph would differ from the dgemm block's in the last bits and, at "
+            "exact ties, in its neighbours: not today's graph bit for bit. With the search at "
+            "18 ms, it would save at most 10 ms of a 40 ms block.", ""]
     return "\n".join(lines)
 
 
@@ -264,7 +315,7 @@ def markdown(results: dict) -> str:
               help="Save a PNG of --page as headless Chromium draws it (1200 x 900).")
 @click.option("--before", metavar="LABEL",
               help="Keep the --scale runs of map.json that these replace, under this label "
-                   "(e.g. 'before, commit abc1234'), in their own sections.")
+                   "(e.g. 'before, commit abc1234'), in their own sections (older ones kept).")
 def main(model, neighbourhoods, sizes, seed, work_dir, page, screenshot, before):
     """Compare layouts at 20 Newsgroups, and time layout and page at scale."""
     work = Path(work_dir or tempfile.mkdtemp(prefix="map_bench-"))
@@ -283,8 +334,9 @@ def main(model, neighbourhoods, sizes, seed, work_dir, page, screenshot, before)
             runs.append(scale(n, where, seed))
             click.echo(json.dumps(runs[-1], indent=1))
         results["scale"] = runs
-        if before:  # the runs replaced, kept under their label
-            results["scale_before"] = [dict(run, label=before) for run in saved_runs]
+        if before:  # the runs replaced, kept under their label, before the older ones
+            results["scale_before"] = ([dict(run, label=before) for run in saved_runs]
+                                       + results.get("scale_before", []))
     if screenshot is not None:
         click.echo(f"{page} drawn in {draw_seconds(page, screenshot=screenshot):.1f} s: "
                    f"{screenshot}")

@@ -228,6 +228,7 @@ def test_an_id_that_looks_like_html_is_shown_as_text(tmp_path, browser):
     lines = [json.loads(line) for line in
              (browser.page / "s.jsonl").read_text().splitlines()][:60]
     lines[5]["id"] = marked
+    lines[7]["label"] = marked.replace("=1", "=2")  # a group of the legend, under the map
     (tmp_path / "s.jsonl").write_text("\n".join(json.dumps(d) for d in lines) + "\n")
     with working_directory(tmp_path):
         cli_ok("ingest", "s.jsonl", "--label-field", "label", "-o", "c.zarr")
@@ -243,4 +244,57 @@ def test_an_id_that_looks_like_html_is_shown_as_text(tmp_path, browser):
     status = _wait(lambda: browser.execute_script(
         "return Bokeh.documents[0].get_model_by_name('status').text"), "no status line")
     assert "&lt;img" in status and "<img" not in status
+    legend = browser.execute_script(
+        "return Bokeh.documents[0].get_model_by_name('legend').text")
+    assert "&lt;img" in legend and "<img" not in legend
     assert browser.execute_script("return window.injected === undefined")
+
+
+# Counts the paints of every Bokeh plot (PlotView._actual_paint, Bokeh 3), installed before
+# the page's scripts run: once Bokeh's main bundle has set window.Bokeh.
+_COUNT_PAINTS = """
+window.__paints = 0;
+let bokeh;
+Object.defineProperty(window, "Bokeh", {configurable: true, get() { return bokeh; }, set(v) {
+  bokeh = v;
+  queueMicrotask(() => {
+    const view = v.Models.get("Plot").prototype.default_view.prototype;
+    const paint = view._actual_paint;
+    view._actual_paint = function (...args) {
+      window.__paints += 1;
+      return paint.apply(this, args);
+    };
+  });
+}});
+"""
+
+
+def test_the_points_are_painted_once_and_the_legend_names_every_group(browser, page):
+    """One paint of the WebGL points when the page opens (each is seconds of software WebGL
+    at 100,000 points; Bokeh's own Legend asked for a second, pipelines/results/map.md), and
+    the legend under the map gives each label its colour."""
+    hook = browser.execute_cdp_cmd("Page.addScriptToEvaluateOnNewDocument",
+                                   {"source": _COUNT_PAINTS})
+    try:
+        browser.get((page / "map.html").as_uri())
+        _wait(lambda: browser.execute_script(_VIEWS + """
+            return window.__paints >= 1 && points.glyph.data_size === arguments[0]
+                   && Object.values(Bokeh.index).every(v => v.has_finished());""", N_DOCS),
+              "the page was not drawn", seconds=START_WAIT)
+        browser.set_script_timeout(30)
+        browser.execute_async_script(  # two frames and a second: where a repaint would be
+            "const done = arguments[0];"
+            "requestAnimationFrame(() => requestAnimationFrame(() => setTimeout(done, 1000)));")
+        assert browser.execute_script("return window.__paints") == 1
+    finally:
+        browser.execute_cdp_cmd("Page.removeScriptToEvaluateOnNewDocument",
+                                {"identifier": hook["identifier"]})
+    legend = browser.execute_script(
+        "return Bokeh.documents[0].get_model_by_name('legend').text")
+    labels = {json.loads(line)["label"] for line in (page / "s.jsonl").read_text().splitlines()}
+    colours = browser.execute_script(_VIEWS + """
+        const cmap = points.model.glyph.fill_color.transform;
+        return Object.fromEntries(cmap.factors.map((f, i) => [f, cmap.palette[i]]));""")
+    assert set(colours) == labels
+    for label, colour in colours.items():
+        assert f"color:{colour};" in legend and f"</span> {label}</span>" in legend

@@ -227,8 +227,8 @@ class LayoutRequest(Request):
             index = remedy(Remedy("index", {"model": str(self.model), **(
                 {"input": str(self.input)} if self.input is not None else {})}))
             logger.info("layout: the exact graph scans every pair of documents; " + index
-                        + " first makes it the index' search (at 100,000 documents: 37 s "
-                        "instead of 153 s, pipelines/results/map.md)")
+                        + " first makes it the index' search (at 100,000 documents: 23 s "
+                        "instead of 74 s, pipelines/results/map.md)")
         logger.info("layout: the %d-NN graph of %d documents in %.1f s; laying it out "
                     "(openTSNE, %d steps)", self.k, n, graph_s, self.n_iter)
         start = time.perf_counter()

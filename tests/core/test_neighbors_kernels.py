@@ -85,6 +85,54 @@ def test_wide_blocks_with_ties_equal_the_dense_reference(n_docs):
         np.testing.assert_allclose(out[1], ref[1], rtol=0, atol=1e-14)
 
 
+def _adversarial(case, rng):
+    """Queries (r, 9) and a document chunk (r, n_c) whose cosines tie or nearly tie."""
+    if case == "random":
+        return _unit_columns(50, 9, 11), _unit_columns(50, 1037, 12)
+    if case == "duplicates":  # every direction five times: ties at the k-th cosine
+        V = np.repeat(_unit_columns(8, 300, 13), 5, axis=1)[:, :1301]
+        return V[:, [0, 5, 17, 600, 1300, 2, 3, 4, 1]], V
+    if case == "near-ties":  # directions a few ulps apart: cosines differing in the last bits
+        base = np.repeat(_unit_columns(30, 200, 14), 6, axis=1)
+        V = base * (1 + rng.integers(-3, 4, size=base.shape) * np.finfo(float).eps)
+        return V[:, :9] * (1 + np.finfo(float).eps), V
+    if case == "r=1":  # every cosine +1 or -1: half the chunk tied with the k-th
+        V = np.where(rng.random((1, 2100)) < 0.5, -1.0, 1.0)
+        return V[:, :9], V
+    if case == "r=2":
+        angle = rng.integers(0, 40, size=2300) * (np.pi / 20)  # 40 directions on the circle
+        V = np.stack([np.cos(angle), np.sin(angle)])
+        return V[:, :9], V
+    if case == "one-direction":  # every document the same: every cosine tied
+        V = np.repeat(_unit_columns(5, 1, 15), 1500, axis=1)
+        return V[:, :9], V
+    raise AssertionError(case)
+
+
+@pytest.mark.parametrize("case", ["random", "duplicates", "near-ties", "r=1", "r=2",
+                                  "one-direction"])
+@pytest.mark.parametrize("k", [1, 10, 70])
+def test_top_k_chunk_is_the_blocks_product_sorted_in_full_bit_for_bit(case, k):
+    """The k best of a chunk are those of a full sort of the chunk's own product, bit for bit.
+
+    The reference scores the block with the same BLAS product (``Q.T @ V`` of the same
+    shapes: the bits of a product depend on its shape) and sorts every row in full: the
+    group search of the k best must return exactly its indices and cosines, ties included,
+    also where most documents are skipped (fewer than k candidates: -1 / -inf).
+    """
+    rng = np.random.default_rng(16)
+    Q, V = _adversarial(case, rng)
+    n_c = V.shape[1]
+    skips = [None, rng.random(n_c) < 0.99]
+    exclude = np.array([0, 5, -1, -1, n_c - 1, 2, 3, 4, 1]) + 100
+    for skip in skips:
+        idx, cos = top_k_chunk(Q, V, k, offset=100, exclude=exclude, skip=skip)
+        ref_idx, ref_cos = _dense_top_k(Q, V, k, exclude - 100, skip)
+        ref_idx = np.where(ref_idx >= 0, ref_idx + 100, -1)
+        np.testing.assert_array_equal(idx, ref_idx)
+        np.testing.assert_array_equal(cos.view(np.int64), ref_cos.view(np.int64))
+
+
 def test_fewer_candidates_than_k_are_padded():
     Q, V = _unit_columns(3, 2, 0), _unit_columns(3, 4, 1)
     idx, cos = top_k_chunk(Q, V, 6, skip=np.array([False, True, False, False]))
