@@ -132,6 +132,9 @@ def draw_seconds(page: Path, n: int | None = None, screenshot: Path | None = Non
     for arg in ("--headless=new", "--no-sandbox", "--window-size=1200,900",
                 "--enable-unsafe-swiftshader"):
         options.add_argument(arg)
+    # a profile of its own, removed with it (Chromium's own, /tmp/org.chromium.Chromium.*, stays)
+    profile = tempfile.TemporaryDirectory(prefix="map_bench-chromium-")
+    options.add_argument(f"--user-data-dir={profile.name}")
     driver = webdriver.Chrome(service=Service(shutil.which("chromedriver")), options=options)
     try:
         driver.set_network_conditions(offline=True, latency=0, throughput=0)
@@ -160,6 +163,7 @@ def draw_seconds(page: Path, n: int | None = None, screenshot: Path | None = Non
         return seconds
     finally:
         driver.quit()
+        profile.cleanup()
 
 
 def scale(n: int, work: Path, seed: int) -> dict:
