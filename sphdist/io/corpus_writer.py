@@ -160,8 +160,6 @@ class CorpusWriter:
             self.feature_scheme = dict(feature_scheme)
             self.tfidf = dict(tfidf or {})
             self.label_names = list(label_names) if label_names is not None else None
-            self.vocabulary = (None if vocabulary is None  # an array of str: held as it is
-                               else np.asarray(vocabulary, dtype=object))
             self._staging = output.staging()
             self._group = zarr.open_group(store=str(self._staging), mode="w-")
         except BaseException:
@@ -175,6 +173,16 @@ class CorpusWriter:
         self._chunk_nnz: list[int] = []
         self._chunk_sha256: list[str] = []
         self._committed = False
+        # stored now, not held until the commit: a large vocabulary is tens of MB of Python
+        # strings (issue 43); its digests are recorded at the commit
+        self._vocabulary_sha256: list[str] | None = None
+        if vocabulary is not None:
+            try:
+                self._vocabulary_sha256 = self._write_1d(
+                    "vocabulary", np.asarray(vocabulary, dtype=object))
+            except BaseException:
+                self.abort()
+                raise
 
     def __enter__(self) -> CorpusWriter:
         return self
@@ -309,9 +317,8 @@ class CorpusWriter:
                 raise ValueError(f"idf has shape {idf.shape}, expected ({self.n_features},)")
             self._write_1d("idf", idf)
             digests["idf"] = content_sha256(idf)
-        if self.vocabulary is not None:
-            chunked["vocabulary"] = self._write_1d(
-                "vocabulary", self.vocabulary)
+        if self._vocabulary_sha256 is not None:
+            chunked["vocabulary"] = self._vocabulary_sha256
         meta = {
             "sphdist": {"kind": KIND, "format_version": FORMAT_VERSION, **EVERY_DIGEST},
             "shape": [self.n_features, n],
