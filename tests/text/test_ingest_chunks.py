@@ -137,3 +137,17 @@ def test_the_bound_keeps_20_newsgroups_in_chunks_of_4096_documents(newsgroups_ar
             most = max(most, sum(lengths[a:a + 4096]))
     assert src.n_documents == 18_846
     assert 7 * 2**20 < most < passes.CHUNK_CHARS / 1.9
+
+
+def test_the_help_and_the_guide_give_the_bound_the_ingest_applies():
+    """``--chunk-size``'s help and the user guide's memory section name the bound in use."""
+    from click.testing import CliRunner
+
+    from sphdist.cli import main
+
+    figure = f"{passes.CHUNK_CHARS // 2**20} Mi characters"
+    result = CliRunner().invoke(main, ["ingest", "--help"], terminal_width=400)
+    assert result.exit_code == 0
+    assert figure in " ".join(result.output.split())
+    guide = Path(__file__).resolve().parents[2] / "docs" / "user-guide" / "ingesting.md"
+    assert figure in " ".join(guide.read_text(encoding="utf-8").split())
