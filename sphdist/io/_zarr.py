@@ -57,6 +57,7 @@ __all__ = [
     "check_members",
     "write_array",
     "write_vector",
+    "PackedStrings",
     "json_clean",
     "regular_chunks",
     "CHECKSUMMED",
@@ -335,11 +336,62 @@ def write_array(group: zarr.Group, name: str, values: np.ndarray) -> None:
     arr[...] = values
 
 
-def write_vector(group: zarr.Group, name: str, values: np.ndarray) -> list[str]:
+class PackedStrings:
+    """Strings held as their UTF-8 bytes end to end: about 4 bytes a string besides them.
+
+    What a writer keeps of many short strings until it stores them with :func:`write_vector`
+    (a corpus' document ids: a Python string of 25 characters is 74 bytes and 8 of pointer;
+    issue 43). :meth:`extend` refuses what UTF-8 cannot encode (a lone surrogate), as zarr's
+    ``vlen-utf8`` codec does.
+    """
+
+    def __init__(self) -> None:
+        self._utf8 = bytearray()
+        self._sizes: list[np.ndarray] = []  # UTF-8 bytes of each string (int32), per extend
+        self._lengths: list[np.ndarray] = []  # characters of each string (int32), per extend
+
+    def extend(self, values: Any) -> None:
+        """Append the strings of ``values`` (an iterable of ``str``; others by their str).
+
+        Raises
+        ------
+        UnicodeEncodeError
+            If a string holds a lone surrogate; nothing is appended then.
+        """
+        items = [v if type(v) is str else str(v) for v in values]
+        data = [v.encode("utf-8") for v in items]
+        # int32: a string of 2 GiB or more is no id or term (numpy would raise, not wrap)
+        self._sizes.append(np.fromiter(map(len, data), dtype=np.int32, count=len(data)))
+        self._lengths.append(np.fromiter(map(len, items), dtype=np.int32, count=len(items)))
+        for d in data:
+            self._utf8 += d
+
+    def __len__(self) -> int:
+        return sum(s.shape[0] for s in self._sizes)
+
+    def _ends(self) -> tuple[np.ndarray, np.ndarray]:
+        """The end of each string in the bytes (int64), and its length in characters."""
+        if len(self._sizes) != 1:
+            sizes = np.concatenate(self._sizes) if self._sizes else np.zeros(0, np.int32)
+            lengths = np.concatenate(self._lengths) if self._lengths else sizes
+            self._sizes, self._lengths = [sizes], [lengths]
+        return np.cumsum(self._sizes[0], dtype=np.int64), self._lengths[0].astype(np.int64)
+
+    def block(self, a: int, b: int) -> np.ndarray:
+        """Strings ``a`` to ``b`` (exclusive) as a 1-D object array of ``str``."""
+        ends, _ = self._ends()
+        starts = np.concatenate([ends[a - 1:a] if a else [0], ends[a:b - 1]]).astype(np.int64)
+        view = memoryview(self._utf8)
+        return np.fromiter((str(view[i:j], "utf-8") for i, j in zip(starts, ends[a:b],
+                                                                    strict=True)),
+                           dtype=object, count=max(0, b - a))
+
+
+def write_vector(group: zarr.Group, name: str, values: np.ndarray | PackedStrings) -> list[str]:
     """Store a 1-D array at ``group[name]`` in chunks of at most 2**17 elements.
 
-    Strings (numpy ``U`` or ``O`` dtype) are stored as zarr's variable-length UTF-8 type, the
-    one with a v3 specification; other dtypes as they are.
+    Strings (numpy ``U`` or ``O`` dtype, or :class:`PackedStrings`) are stored as zarr's
+    variable-length UTF-8 type, the one with a v3 specification; other dtypes as they are.
 
     Returns
     -------
@@ -348,6 +400,8 @@ def write_vector(group: zarr.Group, name: str, values: np.ndarray) -> list[str]:
         it (the ``sha256`` attribute of the store) and readers check it
         (:func:`read_checked`, :func:`read_chunk_checked`).
     """
+    if isinstance(values, PackedStrings):
+        return _write_packed(group, name, values)
     chunk = max(1, min(values.shape[0], _VECTOR_CHUNK))
     arr = group.create_array(
         name, shape=values.shape, dtype=str if values.dtype.kind in "UO" else values.dtype,
@@ -359,6 +413,49 @@ def write_vector(group: zarr.Group, name: str, values: np.ndarray) -> list[str]:
     elif values.shape[0]:
         arr[:] = values
     return chunk_sha256(values, chunk)
+
+
+def _write_packed(group: zarr.Group, name: str, values: PackedStrings) -> list[str]:
+    """:func:`write_vector` of :class:`PackedStrings`: the same array, bytes and digests.
+
+    Each chunk is encoded from the packed bytes (as :func:`_write_strings` encodes strings)
+    and digested as :func:`~sphdist.io._checked.content_sha256` digests its strings (their
+    lengths in characters, little-endian int64, then their UTF-8 bytes): no Python string
+    of them is made.
+    """
+    import hashlib
+
+    n = len(values)
+    chunk = max(1, min(n, _VECTOR_CHUNK))
+    arr = group.create_array(name, shape=(n,), dtype=str, chunks=(chunk,),
+                             compressors=CHECKSUMMED, config=WRITE_CONFIG)
+    codecs = arr.metadata.codecs
+    ends, lengths = values._ends()
+    utf8 = memoryview(values._utf8)
+    zstd = numcodecs.Zstd(level=codecs[1].level, checksum=codecs[1].checksum)
+    buffer = default_buffer_prototype().buffer
+    digests = []
+    for i, a in enumerate(range(0, max(n, 1), chunk)):
+        b = min(a + chunk, n)
+        first = int(ends[a - 1]) if a else 0
+        h = hashlib.sha256(lengths[a:b].astype("<i8").tobytes())
+        h.update(utf8[first:int(ends[b - 1]) if b else 0])
+        digests.append(h.hexdigest())
+        if not n:
+            break
+        encoded = bytearray(chunk.to_bytes(4, "little"))
+        start = first
+        for c in range(a, b, _STRING_BLOCK):  # a block of ints at a time, not a list of all
+            for end in ends[c:min(c + _STRING_BLOCK, b)].tolist():
+                encoded += (end - start).to_bytes(4, "little")
+                encoded += utf8[start:end]
+                start = end
+        encoded += bytes(4 * (chunk - (b - a)))  # the last chunk: padded, as zarr pads it
+        blob = zstd.encode(encoded)
+        del encoded
+        key = arr.metadata.encode_chunk_key((i,))
+        sync((arr.store_path / key).set(buffer.from_bytes(blob)))
+    return digests
 
 
 def _write_strings(arr: zarr.Array, values: np.ndarray, chunk: int) -> None:

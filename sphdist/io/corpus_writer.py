@@ -21,7 +21,13 @@ import zarr
 from sphdist.io._atomic import Output, open_output
 from sphdist.io._checked import EVERY_DIGEST, content_sha256
 from sphdist.io._policy import refuse_existing
-from sphdist.io._zarr import WRITE_CONFIG, checksummed, json_clean, write_vector
+from sphdist.io._zarr import (
+    WRITE_CONFIG,
+    PackedStrings,
+    checksummed,
+    json_clean,
+    write_vector,
+)
 from sphdist.io.corpus import FORMAT_VERSION, KIND, Corpus, _chunk_key, data_fingerprint
 
 __all__ = ["CorpusWriter", "StoredChunk", "store_chunk"]
@@ -166,7 +172,7 @@ class CorpusWriter:
             self._release()
             raise
         self._boundaries = [0]
-        self._doc_ids: list[str] = []
+        self._doc_ids = PackedStrings()  # their UTF-8 bytes: a few bytes an id (issue 43)
         self._labels: list[np.ndarray] = []
         self._empty: list[np.ndarray] = []
         self._nnz = 0
@@ -261,11 +267,11 @@ class CorpusWriter:
             raise ValueError(f"chunk {stored.index} appended as chunk {self.n_chunks}")
         if len(doc_ids) != stored.empty.shape[0]:
             raise ValueError(f"{len(doc_ids)} document ids for {stored.empty.shape[0]} documents")
+        self._doc_ids.extend(doc_ids)  # first: a lone surrogate refused, nothing recorded
         self._boundaries.append(self._boundaries[-1] + stored.empty.shape[0])
         self._nnz += stored.nnz
         self._chunk_nnz.append(stored.nnz)
         self._chunk_sha256.append(stored.sha256)
-        self._doc_ids.extend(str(d) for d in doc_ids)
         self._empty.append(stored.empty)
         if labels is not None:
             self._labels.append(np.asarray(labels, dtype=np.int32))
@@ -299,7 +305,7 @@ class CorpusWriter:
             committed.
         """
         n = self._boundaries[-1]
-        ids = self._write_1d("doc_ids", np.asarray(self._doc_ids, dtype=object))
+        ids = self._write_1d("doc_ids", self._doc_ids)
         empty = np.concatenate(self._empty) if self._empty else np.zeros(0, dtype=bool)
         self._write_1d("empty", empty)
         digests: dict[str, Any] = {"empty": content_sha256(empty)}
