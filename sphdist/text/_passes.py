@@ -49,8 +49,8 @@ else:
     }
 
 __all__ = [
-    "BATCH_CHARS", "CHUNK_CHARS", "STRIPPERS", "CountJob", "Counts", "WeightJob", "chunk_ends",
-    "clean", "count_partition", "features", "ignore_interrupts", "repeated_ids", "save_strings",
+    "BATCH_CHARS", "CHUNK_CHARS", "STRIPPERS", "CountJob", "Counts", "WeightJob", "clean",
+    "count_partition", "features", "ignore_interrupts", "repeated_ids", "save_strings",
     "weight_chunk",
 ]
 
@@ -252,8 +252,9 @@ def count_partition(job: CountJob, index: int, part: Partition) -> Counts:
     Chunks: the partition's documents are cut every :attr:`CountJob.chunk_size` of them
     (partitions are multiples of it, so these cuts are the same whatever the partitioning),
     and a chunk also ends before a document that would take its text past
-    :attr:`CountJob.chunk_chars` characters (:func:`chunk_ends`). Both depend on the
-    documents alone: the same chunks whatever the partitions, workers or scheduler.
+    :attr:`CountJob.chunk_chars` characters (a longer document is a chunk of its own); the
+    characters count from the last cut of either kind. Both depend on the documents alone:
+    the same chunks whatever the partitions, workers or scheduler.
     """
     out = Counts()
     drop = {k: message for p, k, message in job.drop if p == index}
@@ -262,9 +263,9 @@ def count_partition(job: CountJob, index: int, part: Partition) -> Counts:
     ordinal = -1  # of the usable documents, as repeated_ids numbers them
     read = 0  # documents read since the last report of progress
     in_cell = 0  # documents since the last cut every chunk_size documents
-    #: the terms of the chunks counted so far, packed while the next chunk is counted (a
-    #: few bytes a term instead of a Python string each: issue 43, 200,000 terms held through
-    #: every chunk of 40 large files were 13 MB more than the first chunk held)
+    # the terms of the chunks counted so far, packed while the next chunk is counted (a few
+    # bytes a term instead of a Python string each: issue 43, 200,000 terms held through
+    # every chunk of 40 large files were 13 MB more than the first chunk held)
     terms: _PackedStrings | None = None
 
     def spill() -> None:
@@ -321,41 +322,6 @@ def count_partition(job: CountJob, index: int, part: Partition) -> Counts:
     if job.progress is not None and read:
         job.progress(read)
     return out
-
-
-def chunk_ends(lengths: Sequence[int], chunk_size: int, chunk_chars: int) -> list[int]:
-    """Where pass 1 ends the chunks of a partition whose documents have these ``lengths``.
-
-    The rule :func:`count_partition` applies, for documents of ``lengths`` characters (after
-    the news cleaning), all usable: a cut every ``chunk_size`` documents, and a cut before a
-    document that would take the text of its chunk past ``chunk_chars`` characters (a
-    document longer than that is a chunk of its own).
-
-    Returns
-    -------
-    list of int
-        The end (exclusive) of each chunk, in order; the last is ``len(lengths)``.
-
-    Examples
-    --------
-    >>> chunk_ends([5, 5, 5, 5, 5], chunk_size=4, chunk_chars=100)
-    [4, 5]
-    >>> chunk_ends([5, 5, 5, 20, 5, 5], chunk_size=4, chunk_chars=12)
-    [2, 3, 4, 6]
-    """
-    ends: list[int] = []
-    chars = docs = in_cell = 0
-    for k, n in enumerate(lengths):
-        if docs and chars + n > chunk_chars:
-            ends.append(k)
-            chars = docs = 0
-        chars, docs, in_cell = chars + n, docs + 1, in_cell + 1
-        if in_cell == chunk_size:
-            ends.append(k + 1)
-            chars = docs = in_cell = 0
-    if docs:
-        ends.append(len(lengths))
-    return ends
 
 
 #: Documents and characters counted in this process since the last
