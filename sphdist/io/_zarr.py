@@ -466,9 +466,9 @@ def _write_strings(arr: zarr.Array, values: np.ndarray, chunk: int) -> None:
     last chunk padded to the chunk's length with empty strings, zarr's fill value),
     :data:`_STRING_BLOCK` strings at a time, compressed by the array's own zstd codec and
     stored under the chunk's key: the bytes zarr writes (``tests/io/test_zarr_strings.py``
-    compares them), in about 1.1 times the encoded chunk instead of about 200 bytes per
+    compares them), in about twice the encoded chunk instead of about 240 bytes per
     string (zarr converts the chunk to numpy strings and back to Python strings, encodes a
-    bytes object per string and joins them: 27 MB at once for 2**17 ids of 25 characters,
+    bytes object per string and joins them: 31 MB at once for 2**17 ids of 25 characters,
     the peak of an ingest's commit of 144,000 documents; issue 43). An array with other
     codecs is written by zarr.
 
