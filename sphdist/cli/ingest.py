@@ -131,7 +131,8 @@ class _DocumentCount(click.ParamType):
                    "the memory one document takes while it is tokenised, about 15 times its "
                    "size. A longer one is a bad document (--on-error).")
 @click.option("--chunk-size", type=_DOCUMENTS, default=4096, show_default=True,
-              help="Documents per stored chunk.")
+              help="Documents per stored chunk, at most: a chunk also ends before a "
+                   "document that would take its text past 16 Mi characters.")
 @click.option("--partition-size", type=_DOCUMENTS,
               help="Documents per counting task (default 4 chunks).")
 @click.option("--n-workers", "--workers", "workers", type=click.IntRange(min=1),

@@ -64,20 +64,33 @@ def content_sha256(*arrays: np.ndarray) -> str:
     for values in arrays:
         values = np.asarray(values)
         if values.dtype.kind in "OUT":
-            items = values.ravel().tolist()  # str, as zarr reads UTF-8 arrays
-            try:
-                joined = "".join(items)
-            except TypeError:  # an object array of other things: their str
-                items = [str(v) for v in items]
-                joined = "".join(items)
-            h.update(np.fromiter(map(len, items), dtype="<i8", count=len(items)).tobytes())
-            h.update(joined.encode("utf-8", "surrogatepass"))
+            flat = values.ravel()
+            # the lengths, then the characters, :data:`_STRING_BLOCK` strings at a time: no
+            # list, joined string or bytes of all of them at once (a chunk of 2**17 ids)
+            for a in range(0, flat.shape[0], _STRING_BLOCK):
+                items = _str_items(flat[a:a + _STRING_BLOCK])
+                h.update(np.fromiter(map(len, items), dtype="<i8", count=len(items)).tobytes())
+            for a in range(0, flat.shape[0], _STRING_BLOCK):
+                h.update("".join(_str_items(flat[a:a + _STRING_BLOCK])).encode(
+                    "utf-8", "surrogatepass"))
             continue
         # the array's buffer itself: no copy of its bytes when it is little-endian and
         # contiguous already (a chunk's arrays)
         h.update(memoryview(np.ascontiguousarray(
             values, dtype=values.dtype.newbyteorder("<")).reshape(-1).view(np.uint8)))
     return h.hexdigest()
+
+
+#: Strings hashed at once by :func:`content_sha256`.
+_STRING_BLOCK = 1 << 12
+
+
+def _str_items(values: np.ndarray) -> list[str]:
+    """``values`` (numpy ``U``, ``T`` or ``O``) as a list of ``str`` (other objects: their str)."""
+    items = values.tolist()  # str, as zarr reads UTF-8 arrays
+    if all(type(v) is str for v in items):
+        return items
+    return [str(v) for v in items]
 
 
 def chunk_sha256(values: np.ndarray, chunk: int) -> list[str]:

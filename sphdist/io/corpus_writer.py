@@ -21,7 +21,13 @@ import zarr
 from sphdist.io._atomic import Output, open_output
 from sphdist.io._checked import EVERY_DIGEST, content_sha256
 from sphdist.io._policy import refuse_existing
-from sphdist.io._zarr import WRITE_CONFIG, checksummed, json_clean, write_vector
+from sphdist.io._zarr import (
+    WRITE_CONFIG,
+    PackedStrings,
+    checksummed,
+    json_clean,
+    write_vector,
+)
 from sphdist.io.corpus import FORMAT_VERSION, KIND, Corpus, _chunk_key, data_fingerprint
 
 __all__ = ["CorpusWriter", "StoredChunk", "store_chunk"]
@@ -160,21 +166,29 @@ class CorpusWriter:
             self.feature_scheme = dict(feature_scheme)
             self.tfidf = dict(tfidf or {})
             self.label_names = list(label_names) if label_names is not None else None
-            self.vocabulary = (None if vocabulary is None  # an array of str: held as it is
-                               else np.asarray(vocabulary, dtype=object))
             self._staging = output.staging()
             self._group = zarr.open_group(store=str(self._staging), mode="w-")
         except BaseException:
             self._release()
             raise
         self._boundaries = [0]
-        self._doc_ids: list[str] = []
+        self._doc_ids = PackedStrings()  # their UTF-8 bytes: a few bytes an id (issue 43)
         self._labels: list[np.ndarray] = []
         self._empty: list[np.ndarray] = []
         self._nnz = 0
         self._chunk_nnz: list[int] = []
         self._chunk_sha256: list[str] = []
         self._committed = False
+        # stored now, not held until the commit: a large vocabulary is tens of MB of Python
+        # strings (issue 43); its digests are recorded at the commit
+        self._vocabulary_sha256: list[str] | None = None
+        if vocabulary is not None:
+            try:
+                self._vocabulary_sha256 = self._write_1d(
+                    "vocabulary", np.asarray(vocabulary, dtype=object))
+            except BaseException:
+                self.abort()
+                raise
 
     def __enter__(self) -> CorpusWriter:
         return self
@@ -253,11 +267,11 @@ class CorpusWriter:
             raise ValueError(f"chunk {stored.index} appended as chunk {self.n_chunks}")
         if len(doc_ids) != stored.empty.shape[0]:
             raise ValueError(f"{len(doc_ids)} document ids for {stored.empty.shape[0]} documents")
+        self._doc_ids.extend(doc_ids)  # first: a lone surrogate refused, nothing recorded
         self._boundaries.append(self._boundaries[-1] + stored.empty.shape[0])
         self._nnz += stored.nnz
         self._chunk_nnz.append(stored.nnz)
         self._chunk_sha256.append(stored.sha256)
-        self._doc_ids.extend(str(d) for d in doc_ids)
         self._empty.append(stored.empty)
         if labels is not None:
             self._labels.append(np.asarray(labels, dtype=np.int32))
@@ -291,7 +305,7 @@ class CorpusWriter:
             committed.
         """
         n = self._boundaries[-1]
-        ids = self._write_1d("doc_ids", np.asarray(self._doc_ids, dtype=object))
+        ids = self._write_1d("doc_ids", self._doc_ids)
         empty = np.concatenate(self._empty) if self._empty else np.zeros(0, dtype=bool)
         self._write_1d("empty", empty)
         digests: dict[str, Any] = {"empty": content_sha256(empty)}
@@ -309,9 +323,8 @@ class CorpusWriter:
                 raise ValueError(f"idf has shape {idf.shape}, expected ({self.n_features},)")
             self._write_1d("idf", idf)
             digests["idf"] = content_sha256(idf)
-        if self.vocabulary is not None:
-            chunked["vocabulary"] = self._write_1d(
-                "vocabulary", self.vocabulary)
+        if self._vocabulary_sha256 is not None:
+            chunked["vocabulary"] = self._vocabulary_sha256
         meta = {
             "sphdist": {"kind": KIND, "format_version": FORMAT_VERSION, **EVERY_DIGEST},
             "shape": [self.n_features, n],

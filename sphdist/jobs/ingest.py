@@ -41,7 +41,11 @@ class IngestRequest(Request):
         documents the model was fitted on. The feature and weighting options of ``text`` are
         then ignored; ``text.remove``, when given, overrides the recorded cleaning.
     chunk_size : int, default 4096
-        Documents per stored chunk and per spilled count matrix, at most 2**31 - 1.
+        Documents per stored chunk and per spilled count matrix, at most 2**31 - 1. A chunk
+        also ends before a document that would take its text past
+        :data:`sphdist.text._passes.CHUNK_CHARS` (16 Mi) characters, so that a chunk of large
+        documents holds a bounded part of them; the chunks depend on the documents alone
+        (not on ``partition_size``, the workers or the scheduler).
     partition_size : int, optional
         Documents per partition (one task of the counting pass), rounded up to a multiple of
         ``chunk_size``; default ``4 * chunk_size``. A gzip JSON Lines file or a CSV file is one

@@ -51,8 +51,9 @@ else:
     }
 
 __all__ = [
-    "BATCH_CHARS", "STRIPPERS", "CountJob", "Counts", "WeightJob", "clean", "count_partition",
-    "emptied_by", "features", "ignore_interrupts", "repeated_ids", "save_strings", "weight_chunk",
+    "BATCH_CHARS", "CHUNK_CHARS", "STRIPPERS", "CountJob", "Counts", "WeightJob", "clean",
+    "count_partition", "emptied_by", "features", "ignore_interrupts", "repeated_ids",
+    "save_strings", "weight_chunk",
 ]
 
 _N_EXAMPLES = 5  # skipped documents named in the summary
@@ -61,6 +62,14 @@ _N_EXAMPLES = 5  # skipped documents named in the summary
 #: (issue 43: the 223 MB of ``/usr/share/doc`` were). scikit-learn's tokeniser holds about
 #: 36 bytes per distinct term of each document of the batch besides (a Python list of ints).
 BATCH_CHARS = 1 << 20
+#: Characters of text (after the news cleaning, as tokenised) a chunk holds at most, unless one
+#: document alone holds more: a chunk ends before the document that would take it past this
+#: bound, as it ends at ``chunk_size`` documents. 16 Mi, twice the most text of a 4,096-document
+#: chunk of 20 Newsgroups (8.2 Mi characters), so that such collections keep chunks of
+#: ``chunk_size`` documents; a tree of large files is cut into chunks of about 16 MB of text
+#: instead of 4,096 files (issue 43: 10 and 40 files of 2 MB were one chunk each, whose
+#: nonzeros, 0.7 and 2.8 million, the counting and the weighting held whole).
+CHUNK_CHARS = 1 << 24
 #: Codec of the stored chunks: zstd at level 1 (zarr's default is level 3) stored a
 #: 4096-document chunk of the synthetic benchmark corpus 40% faster (5.6 vs 9.3 µs per
 #: document) for 6% more bytes; any zstd reader reads it.
@@ -103,6 +112,9 @@ class CountJob:
     #: Characters of text tokenised at once (:class:`_ChunkCounter`): the bound on the text a
     #: task holds, with one document (itself bounded by ``Reading.max_bytes``).
     batch_chars: int = BATCH_CHARS
+    #: Characters of text a chunk holds at most (:data:`CHUNK_CHARS`), unless one document
+    #: alone holds more: the bound on the counts a task holds, besides ``chunk_size``.
+    chunk_chars: int = CHUNK_CHARS
     #: Called with the documents read (kept or skipped) every :data:`PROGRESS_EVERY` of them
     #: and at the end of a partition, by tasks that run in the driver's process (threads,
     #: dask's synchronous scheduler); None where the tasks run elsewhere (it does not travel
@@ -267,6 +279,13 @@ def count_partition(job: CountJob, index: int, part: Partition) -> Counts:
     :attr:`CountJob.batch_chars` characters (:class:`_ChunkCounter`): the texts a task holds
     at once are one batch, whatever the number of documents of a chunk. The documents read
     are reported to :attr:`CountJob.progress`, when given, every :data:`PROGRESS_EVERY`.
+
+    Chunks: the partition's documents are cut every :attr:`CountJob.chunk_size` of them
+    (partitions are multiples of it, so these cuts are the same whatever the partitioning),
+    and a chunk also ends before a document that would take its text past
+    :attr:`CountJob.chunk_chars` characters (a longer document is a chunk of its own); the
+    characters count from the last cut of either kind. Both depend on the documents alone:
+    the same chunks whatever the partitions, workers or scheduler.
     """
     out = Counts()
     drop = {k: message for p, k, message in job.drop if p == index}
@@ -274,6 +293,26 @@ def count_partition(job: CountJob, index: int, part: Partition) -> Counts:
     hashes: list[int] = []
     ordinal = -1  # of the usable documents, as repeated_ids numbers them
     read = 0  # documents read since the last report of progress
+    in_cell = 0  # documents since the last cut every chunk_size documents
+    # the terms of the chunks counted so far, packed while the next chunk is counted (a few
+    # bytes a term instead of a Python string each: issue 43, 200,000 terms held through
+    # every chunk of 40 large files were 13 MB more than the first chunk held)
+    terms: _PackedStrings | None = None
+
+    def spill() -> None:
+        nonlocal chunk, terms
+        full, chunk = chunk, _ChunkCounter(job)
+        counts = full.spill(join(job.spill, f"{index:06d}-{len(out.chunks):05d}.npz"))
+        n_docs, n_chars = full.n_docs, full.text_chars
+        del full
+        if terms is not None:
+            out.terms, terms = terms.block(0, len(terms)), None
+        out.merge(counts)
+        del counts
+        if out.terms is not None:
+            terms, out.terms = _packed_strings(_packed("terms", out.terms), "terms"), None
+        _collect_vocabularies(n_docs, n_chars, job)
+
     for record in part.records(job.reading):
         read += 1
         if job.progress is not None and read == PROGRESS_EVERY:
@@ -296,15 +335,19 @@ def count_partition(job: CountJob, index: int, part: Partition) -> Counts:
             out.n_without_id += 1
             record = (record[3], *record[1:])
         hashes.append(id_hash(record[0]))
-        chunk.add(record)
-        del record  # the chunk holds the text only until its batch is tokenised
-        if chunk.n_docs == job.chunk_size:
-            out.merge(chunk.spill(join(job.spill, f"{index:06d}-{len(out.chunks):05d}.npz")))
-            chunk = _ChunkCounter(job)
-            _collect_vocabularies(job.chunk_size, job.chunk_size)
+        text = clean(record[1], job.remove)
+        if chunk.n_docs and chunk.text_chars + len(text) > job.chunk_chars:
+            spill()  # this document would take the chunk past its bound of text
+        chunk.add(record, text)
+        del record, text  # the chunk holds the text only until its batch is tokenised
+        in_cell += 1
+        if in_cell == job.chunk_size:
+            spill()
+            in_cell = 0
     if chunk.n_docs:
-        out.merge(chunk.spill(join(job.spill, f"{index:06d}-{len(out.chunks):05d}.npz")))
-        _collect_vocabularies(chunk.n_docs, job.chunk_size)
+        spill()
+    if terms is not None:
+        out.terms = terms.block(0, len(terms))
     out.id_hashes = np.asarray(hashes, dtype=np.uint64)
     out.partition_docs = [out.n_docs]
     if job.progress is not None and read:
@@ -312,11 +355,12 @@ def count_partition(job: CountJob, index: int, part: Partition) -> Counts:
     return out
 
 
-#: Documents counted in this process since the last :func:`_collect_vocabularies` collection.
-_uncollected = [0]
+#: Documents and characters counted in this process since the last
+#: :func:`_collect_vocabularies` collection.
+_uncollected = [0, 0]
 
 
-def _collect_vocabularies(n_docs: int, chunk_size: int) -> None:
+def _collect_vocabularies(n_docs: int, n_chars: int, job: CountJob) -> None:
     """Free the vocabularies scikit-learn's tokeniser left in reference cycles: once a chunk.
 
     ``CountVectorizer.fit_transform`` builds its vocabulary in a ``defaultdict`` whose
@@ -327,15 +371,17 @@ def _collect_vocabularies(n_docs: int, chunk_size: int) -> None:
     that generation have grown by a quarter: the garbage grew with the run (issue 43: 529 MB
     of RSS after pass 1 on 144,000 small documents against 336 MB on 36,000; with a full
     collection after every chunk, 270 MB flat from the first partition). A full collection
-    after each chunk (every ``chunk_size`` documents) bounds it to the batches of one chunk
-    per running task. Its cost is the tracked objects of the process (about 0.1 s with
-    dask, zarr and scikit-learn imported): a partition's last, partial chunk (``n_docs``
-    documents) collects only once ``chunk_size`` documents were counted since the last
-    collection in this process, so many small partitions do not each pay for one.
+    after each full chunk (``chunk_size`` documents or ``chunk_chars`` characters of text)
+    bounds it to the batches of one chunk per running task. Its cost is the tracked objects
+    of the process (about 0.1 s with dask, zarr and scikit-learn imported): a chunk that
+    ended with its partition (``n_docs`` documents, ``n_chars`` characters) collects only
+    once a chunk's worth of documents or text was counted since the last collection in this
+    process, so many small partitions do not each pay for one.
     """
     _uncollected[0] += n_docs
-    if _uncollected[0] >= chunk_size:
-        _uncollected[0] = 0
+    _uncollected[1] += n_chars
+    if _uncollected[0] >= job.chunk_size or _uncollected[1] >= job.chunk_chars:
+        _uncollected[:] = [0, 0]
         gc.collect()
 
 
@@ -428,15 +474,16 @@ class _ChunkCounter:
         self.wheres: list[str] = []
         self.texts: list[str] = []  # the batch: cleaned texts, and raw ones to check emptying
         self.raw: list[str] = []
-        self.chars = 0
+        self.chars = 0  # of the batch
+        self.text_chars = 0  # of the chunk (:attr:`CountJob.chunk_chars`)
         self.batches: list[sp.csr_matrix] = []  # counts; learned: columns numbered by `terms`
         #: learned vocabulary: the chunk's terms so far -> their column, in order of arrival
         #: (one string per term, shared by the batches, as CountVectorizer's own dictionary)
         self.terms: dict[str, int] = {}
 
-    def add(self, record: tuple[str, str, str | None, str]) -> None:
+    def add(self, record: tuple[str, str, str | None, str], text: str) -> None:
+        """Count a document: ``record`` as read, ``text`` its text cleaned (:func:`clean`)."""
         doc_id, raw, label, where = record
-        text = clean(raw, self.job.remove)
         self.n_docs += 1
         self.n_blank += not text.strip()
         self.ids.append(doc_id)
@@ -446,6 +493,7 @@ class _ChunkCounter:
         if self.job.remove:
             self.raw.append(raw)
         self.chars += len(text)
+        self.text_chars += len(text)
         if self.chars >= self.job.batch_chars:
             self._tokenise()
 
@@ -606,12 +654,38 @@ def _unpacked(arrays, name: str) -> np.ndarray:
     Decoded one by one into the array: no list of the strings or of their offsets is held
     beside it.
     """
-    blob = np.asarray(arrays[f"{name}_utf8"]).tobytes()
-    ends = np.asarray(arrays[f"{name}_ends"])
-    starts = np.concatenate([[0], ends[:-1]]).astype(np.int64) if ends.size else ends
-    return np.fromiter((blob[a:b].decode("utf-8", "surrogatepass")
-                        for a, b in zip(starts, ends, strict=True)),
-                       dtype=object, count=ends.shape[0])
+    packed = _packed_strings(arrays, name)
+    return packed.block(0, len(packed))
+
+
+@dataclass(frozen=True)
+class _PackedStrings:
+    """Strings as :func:`_packed` stores them (UTF-8 bytes end to end, and the ends).
+
+    Decoded a block at a time (:meth:`block`): a few bytes a string until then, not a Python
+    string each.
+    """
+
+    blob: bytes
+    ends: np.ndarray  # (n,) int64
+
+    def __len__(self) -> int:
+        return self.ends.shape[0]
+
+    def block(self, a: int, b: int) -> np.ndarray:
+        """Strings ``a`` to ``b`` (exclusive), as :func:`_strings`."""
+        ends = self.ends[a:b]
+        starts = np.concatenate([self.ends[a - 1:a] if a else [0], ends[:-1]]).astype(np.int64)
+        blob = self.blob
+        return np.fromiter((blob[i:j].decode("utf-8", "surrogatepass")
+                            for i, j in zip(starts, ends, strict=True)),
+                           dtype=object, count=ends.shape[0])
+
+
+def _packed_strings(arrays, name: str) -> _PackedStrings:
+    """The strings :func:`_packed` stored under ``name`` in ``arrays``, kept packed."""
+    return _PackedStrings(np.asarray(arrays[f"{name}_utf8"]).tobytes(),
+                          np.asarray(arrays[f"{name}_ends"], dtype=np.int64))
 
 
 def save_strings(path: str, values: Sequence[str]) -> None:
@@ -688,10 +762,10 @@ def weight_chunk(job: WeightJob, index: int, path: str):
         counts = sp.csr_matrix((f["data"], f["indices"], f["indptr"]), shape=tuple(f["shape"]))
         ids = _unpacked(f, "wheres" if job.wheres and "wheres_ends" in f else "ids")
         labels = _unpacked(f, "labels") if "labels_ends" in f else None
-        terms = _unpacked(f, "terms") if job.learned else None
+        terms = _packed_strings(f, "terms") if job.learned else None
     if terms is not None:
         with load_array(join(job.spill, "vocabulary.npz")) as f:
-            vocab = _unpacked(f, "values")
+            vocab = _packed_strings(f, "values")
         counts = _to_vocabulary(counts, terms, vocab)
         del terms, vocab
     X = weight(counts, np.asarray(idf), job.sublinear_tf)
@@ -703,18 +777,15 @@ def weight_chunk(job: WeightJob, index: int, path: str):
     return stored, ids.tolist(), codes
 
 
-def _to_vocabulary(counts: sp.csr_matrix, terms: np.ndarray, vocab: np.ndarray):
+def _to_vocabulary(counts: sp.csr_matrix, terms, vocab):
     """Re-index chunk counts from its local (sorted) terms to the sorted global vocabulary.
 
-    ``terms`` and ``vocab`` are object arrays of ``str`` (:func:`_strings`); ``counts.data``
-    is modified (as :func:`~sphdist.text.tfidf.weight` modifies it next).
+    ``terms`` and ``vocab`` are object arrays of ``str`` (:func:`_strings`) or
+    :class:`_PackedStrings`; ``counts.data`` is modified (as
+    :func:`~sphdist.text.tfidf.weight` modifies it next).
     """
-    m = vocab.shape[0]
-    pos = np.searchsorted(vocab, terms)
-    hit = pos < m
-    hit[hit] = vocab[pos[hit]] == terms[hit]
-    column = np.where(hit, pos, -1).astype(np.int32)  # features < 2**31
-    del pos, hit
+    m = len(vocab)
+    column = _columns(terms, vocab)
     indices = np.asarray(counts.indices, dtype=np.int32)
     for a in range(0, indices.shape[0], _BLOCK):  # in place: no second array of the indices
         indices[a:a + _BLOCK] = column[indices[a:a + _BLOCK]]
@@ -728,3 +799,42 @@ def _to_vocabulary(counts: sp.csr_matrix, terms: np.ndarray, vocab: np.ndarray):
     out = sp.csr_matrix((counts.data, indices, counts.indptr), shape=(counts.shape[0], m))
     out.eliminate_zeros()
     return out
+
+
+#: Terms decoded at once when a chunk's terms are matched to the vocabulary (:func:`_columns`).
+_TERM_BLOCK = 1 << 14
+
+
+def _columns(terms, vocab, block: int = _TERM_BLOCK) -> np.ndarray:
+    """The position of each of ``terms`` in ``vocab`` (both sorted), -1 where it is not there.
+
+    A merge of the two sorted sequences, ``block`` strings of each decoded at a time (from
+    :class:`_PackedStrings`, or slices of object arrays): a weighting task holds the packed
+    vocabulary (its UTF-8 bytes and ends, about 15 bytes a term) instead of a Python string
+    a term (about 64 bytes; issue 43: the 159,604 kept terms of 40 large files were 10 MB in
+    each task). Returns an (t,) int32 array (features < 2**31).
+    """
+    t, m = len(terms), len(vocab)
+    column = np.full(t, -1, dtype=np.int32)
+    ta = va = 0
+    tb = vb = None
+    while ta < t and va < m:
+        if tb is None:
+            tb = _block(terms, ta, min(ta + block, t))
+        if vb is None:
+            vb = _block(vocab, va, min(va + block, m))
+        pos = np.searchsorted(vb, tb)
+        hit = pos < vb.shape[0]
+        hit[hit] = vb[pos[hit]] == tb[hit]
+        column[ta + np.flatnonzero(hit)] = va + pos[hit]
+        last_t, last_v = tb[-1], vb[-1]
+        if last_t <= last_v:  # no later vocabulary block holds one of these terms
+            ta, tb = ta + tb.shape[0], None
+        if last_v <= last_t:  # no later term is in this vocabulary block
+            va, vb = va + vb.shape[0], None
+    return column
+
+
+def _block(strings, a: int, b: int) -> np.ndarray:
+    """Strings ``a`` to ``b`` of an object array or a :class:`_PackedStrings`."""
+    return strings.block(a, b) if isinstance(strings, _PackedStrings) else strings[a:b]

@@ -74,6 +74,7 @@ from sphdist.io import (
 )
 from sphdist.io.corpus import Corpus
 from sphdist.io.corpus_writer import CorpusWriter
+from sphdist.text import _passes
 from sphdist.text._messages import Emptied, documents, ingest_remedy, text_arguments
 from sphdist.text._passes import (
     STRIPPERS,
@@ -431,8 +432,8 @@ def write(
         scheduler, workers = pool.scheduler, pool.workers
         run = _in_order(2 * workers, pool.settle, pool.executor)
         job = CountJob(options=options, remove=remove, reading=reading, on_error=on_error,
-                       chunk_size=chunk_size, need_class_df=options.select is not None,
-                       spill=str(spill_dir))
+                       chunk_size=chunk_size, chunk_chars=_passes.CHUNK_CHARS,
+                       need_class_df=options.select is not None, spill=str(spill_dir))
         total = _reduce_counts(run, src, job, progress, scheduler)
         id_field, wheres = _id_field(source, src, total)
         repeated = [] if wheres else repeated_ids(src.partitions, reading, total)
@@ -482,16 +483,19 @@ def write(
         scheme = options.feature_scheme(m)
         if like_info is not None:
             scheme = like_info["feature_scheme"]
-        with CorpusWriter(
+        learned = mapping is not None
+        writer = CorpusWriter(
             held, n_features=m, feature_scheme=scheme, tfidf=options.tfidf(remove),
             label_names=label_names, vocabulary=vocab, overwrite=overwrite,
-        ) as writer:
+        )
+        vocab = mapping = None  # stored by the writer: not held through pass 2
+        with writer:
             # workers weight the chunks and store them into the staging directory; the
             # driver records them in order (chunk "X" is created first: no race on it)
             zarr.open_group(store=str(writer.staging), mode="r+").require_group("X")
             weigh = WeightJob(
                 spill=str(spill_dir), staging=str(anchored(writer.staging)), n_features=m,
-                learned=mapping is not None, sublinear_tf=options.sublinear_tf,
+                learned=learned, sublinear_tf=options.sublinear_tf,
                 label_names=tuple(label_names) if label_names is not None else None,
                 wheres=wheres,
             )
