@@ -66,14 +66,17 @@ KIND = "embedding"  # the group attribute sphdist.kind
 
 
 def _zarr_chunk(chunks: tuple[int, ...]) -> int:
-    """Columns per zarr chunk such that every document chunk starts on a zarr chunk boundary.
+    """Columns per zarr chunk: the widest document chunk.
+
+    Even chunks (all but the last the same) each start a zarr chunk, so a task writes one
+    document chunk; V of uneven chunks (an ingest's chunks cut by their text) is written in
+    blocks of this width instead (:func:`write_embedding_block`), not in chunks of their
+    greatest common divisor, which could be one column per document.
 
     >>> _zarr_chunk((128, 128, 44)), _zarr_chunk((25, 25, 40))
-    (128, 5)
+    (128, 40)
     """
-    if regular_chunks(chunks):
-        return max(1, max(chunks, default=1))
-    return max(1, int(np.gcd.reduce(np.asarray(chunks, dtype=np.int64))))
+    return max(1, max(chunks, default=1))
 
 
 class EmbeddingWriter:
@@ -89,8 +92,17 @@ class EmbeddingWriter:
     n_components : int
         r.
     chunks : tuple of int
-        Documents per chunk of the corpus; tasks write one chunk each (through
-        :func:`write_embedding_block`) without sharing a zarr chunk, so no lock is needed.
+        Documents per chunk of the corpus. Even, tasks write one chunk each (through
+        :func:`write_embedding_block`); uneven, blocks of :attr:`chunk` columns. No two tasks
+        share a zarr chunk, so no lock is needed.
+
+    Attributes
+    ----------
+    chunk : int
+        Columns per zarr chunk of V and ``degenerate``: the widest of ``chunks``.
+    even : bool
+        Whether every document chunk starts a zarr chunk (all of ``chunks`` but the last
+        the same): then a task may write one document chunk.
 
     Notes
     -----
@@ -115,7 +127,8 @@ class EmbeddingWriter:
             n = int(sum(chunks))
             self.offsets = tuple(int(o) for o in np.concatenate([[0], np.cumsum(chunks)[:-1]]))
             group = zarr.open_group(store=str(self.staging), mode="w-")
-            c = _zarr_chunk(tuple(chunks))
+            c = self.chunk = _zarr_chunk(tuple(chunks))
+            self.even = regular_chunks(tuple(chunks))
             group.create_array("V", shape=(n_components, n), dtype=np.float64,
                                chunks=(n_components, c), compressors=CHECKSUMMED,
                                config=WRITE_CONFIG)

@@ -147,11 +147,14 @@ class TransformRequest(Request):
             X = X.rechunk({0: -1})
         n = source.n_documents
         with EmbeddingWriter(held, n_components=U.shape[1], chunks=source.chunks) as writer:
-            starts = da.from_array(np.asarray(writer.offsets, dtype=np.int64), chunks=1)
-            counts = graph.per_chunk(
-                _embed_chunk, X, graph.broadcast(U), "ik", starts, "j",
-                staging=str(writer.staging), device=self.device, dtype=object,
-            )
+            if writer.even:  # each task writes its chunk's zarr chunk
+                starts = da.from_array(np.asarray(writer.offsets, dtype=np.int64), chunks=1)
+                counts = graph.per_chunk(
+                    _embed_chunk, X, graph.broadcast(U), "ik", starts, "j",
+                    staging=str(writer.staging), device=self.device, dtype=object,
+                )
+            else:
+                counts = _embedded_in_blocks(X, U, writer, self.device)
             try:
                 blocks = list(graph.compute(counts, "transform", self.progress))  # chunk order
             except Exception as exc:
@@ -224,18 +227,59 @@ def check_transform(
     return fitted, source
 
 
-def _embed_chunk(
-    X_c: Any, U: np.ndarray, start: np.ndarray, staging: str, device: str = "cpu"
-) -> np.ndarray:
-    """Exact V-step of one chunk, written to the staging embedding.
+def _v_step(X_c: Any, U: np.ndarray, device: str) -> tuple[np.ndarray, np.ndarray]:
+    """Exact V-step of one chunk (Liu et al. 2019, Eq. 3.12, lam = 2), on the host after.
 
-    Returns the digests :func:`~sphdist.io.embedding.write_embedding_block` computed of what
-    it wrote, and ``n_degenerate``, the chunk's documents with ``U^T x = 0``.
+    Returns V (r, n_c) and ``degenerate`` (n_c,), bool: the documents with ``U^T x = 0``.
+    Each column is its document's alone, so the same bits however the documents are chunked.
     """
     if device != "cpu":  # the product and the V-step on the device, the write from the host
         X_c, U = _device.to_device(X_c, device), _device.shared_copy(U, device)
     A = _device.array_module(U).asarray(X_c.T @ U).T
     V, degenerate = kernels.v_step(A, None, 2.0)
-    V, degenerate = _device.to_host(V), _device.to_host(degenerate)
+    return _device.to_host(V), _device.to_host(degenerate)
+
+
+def _embed_chunk(
+    X_c: Any, U: np.ndarray, start: np.ndarray, staging: str, device: str = "cpu"
+) -> dict[str, Any]:
+    """Exact V-step of one chunk, written to the staging embedding.
+
+    Returns the digests :func:`~sphdist.io.embedding.write_embedding_block` computed of what
+    it wrote, and ``n_degenerate``, the chunk's documents with ``U^T x = 0``.
+    """
+    V, degenerate = _v_step(X_c, U, device)
     written = write_embedding_block(staging, int(start[0]), V, degenerate)
     return {**written, "n_degenerate": int(degenerate.sum())}
+
+
+def _embedded_in_blocks(X: da.Array, U: np.ndarray, writer: EmbeddingWriter,
+                        device: str) -> da.Array:
+    """The V-step of uneven chunks, written in blocks of ``writer.chunk`` columns.
+
+    Each chunk's V, with ``degenerate`` as one more row (0.0 or 1.0), rechunked by dask to
+    the embedding's zarr chunks; one task writes each block (:func:`_write_block`). The
+    result is as :func:`_embed_chunk`'s, one element per block, in order.
+    """
+    r = U.shape[1]
+    VD = da.blockwise(
+        _stacked_v_step, "kj", X, "ij", graph.broadcast(U), "ik", concatenate=True,
+        align_arrays=False, adjust_chunks={"k": r + 1}, dtype=np.float64,
+        meta=np.empty((0, 0)), device=device,
+    ).rechunk((r + 1, writer.chunk))
+    return VD.map_blocks(_write_block, str(writer.staging), writer.chunk, drop_axis=0,
+                         chunks=((1,) * VD.numblocks[1],), dtype=object,
+                         meta=np.empty((0,), dtype=object))
+
+
+def _stacked_v_step(X_c: Any, U: np.ndarray, device: str = "cpu") -> np.ndarray:
+    """:func:`_v_step`'s V (r, n_c) and ``degenerate`` as a last row: (r + 1, n_c) float64."""
+    V, degenerate = _v_step(X_c, U, device)
+    return np.vstack([np.asarray(V, dtype=np.float64), degenerate[None, :]])
+
+
+def _write_block(VD: np.ndarray, staging: str, c: int, block_id: Any = None) -> np.ndarray:
+    """Write a block of :func:`_stacked_v_step` rows as zarr chunk ``block_id[0]`` (a task)."""
+    V, degenerate = VD[:-1], VD[-1] != 0
+    written = write_embedding_block(staging, block_id[0] * c, V, degenerate)
+    return np.array([{**written, "n_degenerate": int(degenerate.sum())}], dtype=object)

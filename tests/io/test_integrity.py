@@ -781,11 +781,12 @@ def test_an_edited_embedding_is_refused_by_every_reader(copies, tmp_path, edit):
     before = _embed_cli("neighbors", "-m", model, "-i", emb, "--doc-id", "3", "-k", 3)
     assert before.exit_code == 0, before.output
     if edit == "V":
-        _swap(emb / "V", 3, 7)  # chunk 0 of 5 columns holds 3, chunk 1 holds 7
+        _swap(emb / "V", 3, 47)  # chunk 0 of 40 columns (the widest chunk) holds 3, 1 holds 47
     else:
         arr = zarr.open_array(store=str(emb / "degenerate"), mode="r+")
-        arr[8] = not arr[8]
-    chunks = ("columns 0:5", "columns 5:10") if edit == "V" else ("chunk 1, elements 5:10",)
+        arr[48] = not arr[48]
+    chunks = (("columns 0:40", "columns 40:80") if edit == "V"
+              else ("chunk 1, elements 40:80",))
     for args in (("neighbors", "-m", model, "-i", emb, "--doc-id", "3", "-k", 3),
                  ("export", "-m", model, "-i", emb, "-o", tmp_path / "out.parquet"),
                  ("neighbors", "-m", model, "-i", emb, "--all", "-k", 3,
@@ -814,7 +815,8 @@ def test_an_embedding_written_before_its_v_digests_is_read_with_one_warning(copi
 
     corpus, model = copies
     emb = run(TransformRequest(model, corpus, tmp_path / "e.zarr"))
-    assert len(emb.attrs["sha256"]["V"]) == 18 == len(emb.attrs["sha256"]["degenerate"])  # c=5
+    # chunks of 40 columns, the widest of SIZES: 0:40, 40:80, 80:90
+    assert len(emb.attrs["sha256"]["V"]) == 3 == len(emb.attrs["sha256"]["degenerate"])
     V, degenerate = emb.V.compute(), emb.degenerate
     g = zarr.open_group(store=str(tmp_path / "e.zarr"), mode="r+")
     g.attrs["sha256"] = {k: v for k, v in g.attrs["sha256"].items()

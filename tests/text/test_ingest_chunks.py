@@ -14,6 +14,7 @@ import dask
 import numpy as np
 import pytest
 import scipy.sparse as sp
+import zarr
 
 import sphdist.text._passes as passes
 from sphdist.jobs import run
@@ -151,3 +152,38 @@ def test_the_help_and_the_guide_give_the_bound_the_ingest_applies():
     assert figure in " ".join(result.output.split())
     guide = Path(__file__).resolve().parents[2] / "docs" / "user-guide" / "ingesting.md"
     assert figure in " ".join(guide.read_text(encoding="utf-8").split())
+
+
+def test_the_embedding_of_chunks_cut_by_text_is_stored_in_regular_chunks(tree, tmp_path,
+                                                                         monkeypatch):
+    """Chunks cut by text are uneven; the embedding of such a corpus is V all the same.
+
+    Its zarr chunks were the greatest common divisor of the corpus' chunk widths, so that no
+    two tasks wrote one zarr chunk: one column per document here (a file per document). Now
+    they are the widest corpus chunk, as for an even corpus, and V is bit for bit the
+    embedding of the same documents chunked evenly.
+    """
+    from sphdist.jobs.fit import FitRequest
+    from sphdist.jobs.transform import TransformRequest
+
+    _ingest(tree, tmp_path / "whole.zarr", chunk_size=16)
+    monkeypatch.setattr(passes, "CHUNK_CHARS", BOUND)
+    cut = _ingest(tree, tmp_path / "cut.zarr", chunk_size=16)
+    widths = np.diff(cut.chunk_boundaries)
+    assert np.gcd.reduce(widths) == 1 and widths.max() > 1  # uneven: the case
+    run(FitRequest(tmp_path / "whole.zarr", tmp_path / "m.zarr", n_components=3, max_iter=5))
+    even = run(TransformRequest(tmp_path / "m.zarr", tmp_path / "whole.zarr",
+                                tmp_path / "even.zarr"))
+    uneven = run(TransformRequest(tmp_path / "m.zarr", tmp_path / "cut.zarr",
+                                  tmp_path / "uneven.zarr"))
+    stored = zarr.open_group(str(tmp_path / "uneven.zarr"), mode="r")
+    c = int(widths.max())
+    assert stored["V"].chunks == (3, c) and stored["degenerate"].chunks == (c,)
+    np.testing.assert_array_equal(np.asarray(uneven.V[...]), np.asarray(even.V[...]))
+    np.testing.assert_array_equal(uneven.degenerate, even.degenerate)
+    np.testing.assert_array_equal(uneven.doc_ids, even.doc_ids)
+    # the digests recorded are those of the chunks stored: the store opens and verifies
+    from sphdist.io.embedding import open_embedding
+
+    np.testing.assert_array_equal(np.asarray(open_embedding(tmp_path / "uneven.zarr").V[...]),
+                                  np.asarray(even.V[...]))
