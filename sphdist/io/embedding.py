@@ -93,7 +93,7 @@ class EmbeddingWriter:
         r.
     chunks : tuple of int
         Documents per chunk of the corpus. Even, tasks write one chunk each (through
-        :func:`write_embedding_block`); uneven, blocks of :attr:`chunk` columns. No two tasks
+        :func:`write_embedding_block`); uneven, blocks of ``chunk`` columns. No two tasks
         share a zarr chunk, so no lock is needed.
 
     Attributes
