@@ -29,6 +29,7 @@ from typing import Any
 
 import numpy as np
 
+from sphdist._packed import PackedStrings
 from sphdist.errors import DataError, InputNotFoundError, ParameterError, message_of, option
 from sphdist.io import (
     exists,
@@ -94,11 +95,21 @@ def label_of(doc_id: str) -> str:
 
 @dataclass(frozen=True)
 class DirPartition(Partition):
-    """Files of a directory tree, by relative id."""
+    """Files of a directory tree, by relative id.
+
+    ``ids`` may be any sequence of ``str``: they are held packed (:class:`PackedStrings`, their
+    UTF-8 bytes end to end, lone surrogates kept), about 30 bytes an id instead of 80 as a
+    Python string in a tuple. The plan holds every partition from the listing to the commit:
+    144,000 paths were 11 MB of Python strings through the whole ingest (issue 43).
+    """
 
     root: str
-    ids: tuple[str, ...]
+    ids: PackedStrings
     base: str = field(default="", kw_only=True)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.ids, PackedStrings):
+            object.__setattr__(self, "ids", PackedStrings(self.ids, errors="surrogatepass"))
 
     @property
     def n_docs(self) -> int:  # type: ignore[override]
@@ -914,7 +925,7 @@ def _plan_files(path: Path, format: str, partition_size: int, categories, max_do
     kept = _select(path, ids, categories, max_docs_per_label, seed)
     partitions: list[Partition] = []
     for lo in range(0, len(kept), partition_size):
-        piece = tuple(kept[lo:lo + partition_size])
+        piece = kept[lo:lo + partition_size]
         if offsets is None:
             partitions.append(DirPartition(str(path), piece))
         else:
