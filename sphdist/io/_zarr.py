@@ -375,13 +375,13 @@ def _write_packed(group: zarr.Group, name: str, values: PackedStrings) -> list[s
     """
     import hashlib
 
+    if values.errors != "strict":  # lone surrogates would be stored as invalid UTF-8
+        raise ValueError("PackedStrings(errors='strict') only: zarr's vlen-utf8 is UTF-8")
     n = len(values)
     chunk = max(1, min(n, _VECTOR_CHUNK))
     arr = group.create_array(name, shape=(n,), dtype=str, chunks=(chunk,),
                              compressors=CHECKSUMMED, config=WRITE_CONFIG)
     codecs = arr.metadata.codecs
-    if values.errors != "strict":  # lone surrogates would be stored as invalid UTF-8
-        raise ValueError("PackedStrings(errors='strict') only: zarr's vlen-utf8 is UTF-8")
     ends, lengths = values.ends()
     utf8 = values.utf8
     zstd = numcodecs.Zstd(level=codecs[1].level, checksum=codecs[1].checksum)
