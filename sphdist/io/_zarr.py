@@ -34,6 +34,7 @@ from zarr.codecs import VLenUTF8Codec, ZstdCodec
 from zarr.core.buffer import default_buffer_prototype
 from zarr.core.sync import sync
 
+from sphdist._packed import PackedStrings
 from sphdist.errors import (
     InputNotFoundError,
     ModelFormatError,
@@ -336,57 +337,6 @@ def write_array(group: zarr.Group, name: str, values: np.ndarray) -> None:
     arr[...] = values
 
 
-class PackedStrings:
-    """Strings held as their UTF-8 bytes end to end: about 4 bytes a string besides them.
-
-    What a writer keeps of many short strings until it stores them with :func:`write_vector`
-    (a corpus' document ids: a Python string of 25 characters is 74 bytes and 8 of pointer;
-    issue 43). :meth:`extend` refuses what UTF-8 cannot encode (a lone surrogate), as zarr's
-    ``vlen-utf8`` codec does.
-    """
-
-    def __init__(self) -> None:
-        self._utf8 = bytearray()
-        self._sizes: list[np.ndarray] = []  # UTF-8 bytes of each string (int32), per extend
-        self._lengths: list[np.ndarray] = []  # characters of each string (int32), per extend
-
-    def extend(self, values: Any) -> None:
-        """Append the strings of ``values`` (an iterable of ``str``; others by their str).
-
-        Raises
-        ------
-        UnicodeEncodeError
-            If a string holds a lone surrogate; nothing is appended then.
-        """
-        items = [v if type(v) is str else str(v) for v in values]
-        data = [v.encode("utf-8") for v in items]
-        # int32: a string of 2 GiB or more is no id or term (numpy would raise, not wrap)
-        self._sizes.append(np.fromiter(map(len, data), dtype=np.int32, count=len(data)))
-        self._lengths.append(np.fromiter(map(len, items), dtype=np.int32, count=len(items)))
-        for d in data:
-            self._utf8 += d
-
-    def __len__(self) -> int:
-        return sum(s.shape[0] for s in self._sizes)
-
-    def _ends(self) -> tuple[np.ndarray, np.ndarray]:
-        """The end of each string in the bytes (int64), and its length in characters."""
-        if len(self._sizes) != 1:
-            sizes = np.concatenate(self._sizes) if self._sizes else np.zeros(0, np.int32)
-            lengths = np.concatenate(self._lengths) if self._lengths else sizes
-            self._sizes, self._lengths = [sizes], [lengths]
-        return np.cumsum(self._sizes[0], dtype=np.int64), self._lengths[0].astype(np.int64)
-
-    def block(self, a: int, b: int) -> np.ndarray:
-        """Strings ``a`` to ``b`` (exclusive) as a 1-D object array of ``str``."""
-        ends, _ = self._ends()
-        starts = np.concatenate([ends[a - 1:a] if a else [0], ends[a:b - 1]]).astype(np.int64)
-        view = memoryview(self._utf8)
-        return np.fromiter((str(view[i:j], "utf-8") for i, j in zip(starts, ends[a:b],
-                                                                    strict=True)),
-                           dtype=object, count=max(0, b - a))
-
-
 def write_vector(group: zarr.Group, name: str, values: np.ndarray | PackedStrings) -> list[str]:
     """Store a 1-D array at ``group[name]`` in chunks of at most 2**17 elements.
 
@@ -425,13 +375,15 @@ def _write_packed(group: zarr.Group, name: str, values: PackedStrings) -> list[s
     """
     import hashlib
 
+    if values.errors != "strict":  # lone surrogates would be stored as invalid UTF-8
+        raise ValueError("PackedStrings(errors='strict') only: zarr's vlen-utf8 is UTF-8")
     n = len(values)
     chunk = max(1, min(n, _VECTOR_CHUNK))
     arr = group.create_array(name, shape=(n,), dtype=str, chunks=(chunk,),
                              compressors=CHECKSUMMED, config=WRITE_CONFIG)
     codecs = arr.metadata.codecs
-    ends, lengths = values._ends()
-    utf8 = memoryview(values._utf8)
+    ends, lengths = values.ends()
+    utf8 = values.utf8
     zstd = numcodecs.Zstd(level=codecs[1].level, checksum=codecs[1].checksum)
     buffer = default_buffer_prototype().buffer
     digests = []

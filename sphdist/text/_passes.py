@@ -11,6 +11,7 @@ a ``distributed`` worker alike.
 
 from __future__ import annotations
 
+import array
 import gc
 import glob
 import zlib
@@ -290,7 +291,7 @@ def count_partition(job: CountJob, index: int, part: Partition) -> Counts:
     out = Counts()
     drop = {k: message for p, k, message in job.drop if p == index}
     chunk = _ChunkCounter(job)
-    hashes: list[int] = []
+    hashes = array.array("Q")  # 8 bytes a document, not a Python int each (issue 43)
     ordinal = -1  # of the usable documents, as repeated_ids numbers them
     read = 0  # documents read since the last report of progress
     in_cell = 0  # documents since the last cut every chunk_size documents
@@ -348,7 +349,7 @@ def count_partition(job: CountJob, index: int, part: Partition) -> Counts:
         spill()
     if terms is not None:
         out.terms = terms.block(0, len(terms))
-    out.id_hashes = np.asarray(hashes, dtype=np.uint64)
+    out.id_hashes = np.array(hashes, dtype=np.uint64)
     out.partition_docs = [out.n_docs]
     if job.progress is not None and read:
         job.progress(read)

@@ -76,6 +76,11 @@ def test_a_lone_surrogate_is_refused_as_zarr_refuses_it(tmp_path):
     with pytest.raises(UnicodeEncodeError):
         packed.extend(["ok", "bad \ud800"])
     assert len(packed) == 0
+    kept = PackedStrings(["ok", "bad \ud800"], errors="surrogatepass")  # a listing's names
+    assert list(kept) == ["ok", "bad \ud800"] and kept == PackedStrings(kept, errors=kept.errors)
+    with pytest.raises(ValueError, match="strict"):  # never stored as invalid UTF-8
+        write_vector(group, "w", kept)
+    assert "w" not in group  # refused before anything is written
 
 
 def test_two_chunks_of_ids_are_stored_and_digested_in_a_few_bytes_an_id(tmp_path):
